@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine: `make audit` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export JAX_PLATFORMS ?= cpu
+
+.PHONY: setup audit test bench clean
+
+setup: $(STAMP)
+
+# Reinstall only when the dependency declaration changes.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), f"hlo-audit needs Python >= 3.12, found {sys.version.split()[0]} (.python-version says 3.12)"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[maxtext,dev]'
+	touch $(STAMP)
+
+audit: setup
+	$(PY) scripts/audit_demo.py
+
+test: setup
+	$(PY) -m pytest -n 2 -q
+
+bench: setup
+	$(PY) scripts/bench_hlo.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,3 @@
+from hlo_audit.cli import main
+
+main()

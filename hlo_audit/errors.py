@@ -1,0 +1,30 @@
+"""User-facing errors: one line on stderr, exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+import typer
+
+from hlo_audit.hlo.text import HloParseError
+
+EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
+
+
+class InputError(Exception):
+    """Bad input or usage the user can fix; the message names what and where."""
+
+
+def exit_on_input_error(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (InputError, HloParseError) as exc:
+            print(f"hlo-audit: error: {exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_INPUT_ERROR) from None
+        except KeyboardInterrupt:
+            print("hlo-audit: interrupted", file=sys.stderr)
+            raise typer.Exit(130) from None
+    return wrapper

@@ -1,0 +1,37 @@
+"""One parsed module and what the tool knows about it, computed once and on demand.
+
+Like jax's Lowered -> Compiled chain, each step keeps what the previous one knew: the raw text (for the
+`identical` verdict), the parsed module, the entry parameters, and lazily the summary and canonical text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.params import EntryParam, ParamSummary, entry_params
+from hlo_audit.hlo.text import HloModule, parse_module
+
+
+@dataclass
+class Analysis:
+    source: str
+    text: str
+    module: HloModule
+    params: list[EntryParam]
+
+    @cached_property
+    def summary(self) -> ParamSummary:
+        return ParamSummary.of(self.params)
+
+    @cached_property
+    def normalized(self) -> str:
+        return normalize(self.module, self.params)
+
+
+def analyze(text: str, source: str = "<text>", arg_paths: Sequence[str] | None = None) -> Analysis:
+    """Parse ``text`` and attribute its entry parameters (``arg_paths`` from jax's args_info win)."""
+    module = parse_module(text, source)
+    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_paths))

@@ -1,0 +1,148 @@
+"""Semantic diff of two HLO modules.
+
+What a reviewer asks of two lowerings: did the entry parameters change (which, grouped how), did the
+program change, and is every difference RNG bookkeeping? The verdict ladder:
+
+``identical`` (same text) < ``identical-after-normalization`` (same canonical text) < ``rng-state-only``
+(same canonical text once RNG state is stripped from both) < ``changed`` (with the kinds of change).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hlo_audit.hlo.analysis import Analysis
+from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.rng import strip_rng_state
+from hlo_audit.hlo.text import HloModule
+
+VERDICTS = ("identical", "identical-after-normalization", "rng-state-only", "changed")
+DEFAULT_TEXT_DIFF_LINES = 200
+
+
+@dataclass(frozen=True)
+class ParamGroupDelta:
+    role: str
+    dtype: str
+    pattern: str
+    count: int  # positive: added in NEW; negative: removed
+
+
+@dataclass
+class ModuleDiff:
+    verdict: str
+    changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, attributes
+    entry_params: tuple[int, int]
+    by_dtype_delta: dict[str, int]
+    by_role_delta: dict[str, int]
+    params_added: list[ParamGroupDelta]
+    params_removed: list[ParamGroupDelta]
+    opcode_dtype_delta: dict[str, int]
+    computations_added: list[str]
+    computations_removed: list[str]
+    text_diff: list[str] = field(default_factory=list)
+    text_diff_omitted: int = 0
+
+    @property
+    def differs(self) -> bool:
+        return self.verdict != "identical" and self.verdict != "identical-after-normalization"
+
+
+def _delta(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
+    keys = sorted(set(old) | set(new))
+    return {k: new.get(k, 0) - old.get(k, 0) for k in keys if new.get(k, 0) != old.get(k, 0)}
+
+
+def _param_groups(old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], list[ParamGroupDelta]]:
+    old_paths = Counter(p.path for p in old.params)
+    new_paths = Counter(p.path for p in new.params)
+    added: Counter[tuple[str, str, str]] = Counter()
+    removed: Counter[tuple[str, str, str]] = Counter()
+    for p in new.params:
+        if new_paths[p.path] > old_paths[p.path]:
+            added[(p.role, p.dtype, p.pattern)] += 1
+    for p in old.params:
+        if old_paths[p.path] > new_paths[p.path]:
+            removed[(p.role, p.dtype, p.pattern)] += 1
+    # Paths present on both sides but with another dtype count as removed + added.
+    old_by_path = {p.path: p for p in old.params}
+    for p in new.params:
+        before = old_by_path.get(p.path)
+        if before is not None and before.shape.text != p.shape.text and old_paths[p.path] == new_paths[p.path]:
+            added[(p.role, p.dtype, p.pattern)] += 1
+            removed[(before.role, before.dtype, before.pattern)] += 1
+
+    def rows(counter: Counter, sign: int) -> list[ParamGroupDelta]:
+        return [ParamGroupDelta(r, d, pat, sign * n)
+                for (r, d, pat), n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+    return rows(added, 1), rows(removed, -1)
+
+
+def _opcode_dtype_histogram(module: HloModule) -> Counter[str]:
+    return Counter(f"{i.opcode}:{i.shape.dtype or 'tuple'}" for i in module.instructions())
+
+
+def _computation_names(text: str) -> Counter[str]:
+    names = Counter()
+    for line in text.splitlines():
+        if line.startswith("%") and line.endswith("{"):
+            names[line[1:].split(" ", 1)[0]] += 1
+    return names
+
+
+def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> list[str]:
+    def histogram(module: HloModule, key) -> Counter:
+        return Counter(key(i) for i in module.instructions())
+
+    kinds = []
+    if params_differ:
+        kinds.append("parameters")
+    if histogram(old, lambda i: i.opcode) != histogram(new, lambda i: i.opcode):
+        kinds.append("ops")
+    if histogram(old, lambda i: (i.opcode, i.shape.dtype, i.shape.dims)) != histogram(
+            new, lambda i: (i.opcode, i.shape.dtype, i.shape.dims)):
+        kinds.append("shapes")
+    if histogram(old, lambda i: i.shape.layout) != histogram(new, lambda i: i.shape.layout):
+        kinds.append("layouts")
+    if histogram(old, lambda i: i.attrs.get("sharding")) != histogram(new, lambda i: i.attrs.get("sharding")):
+        kinds.append("shardings")
+    return kinds or ["attributes"]
+
+
+def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
+    added, removed = _param_groups(old, new)
+    old_text, new_text = old.normalized, new.normalized
+    old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
+    if old.text == new.text:
+        verdict, changes = "identical", []
+    elif old_text == new_text:
+        verdict, changes = "identical-after-normalization", []
+    else:
+        old_stripped, old_kept = strip_rng_state(old.module, old.params)
+        new_stripped, new_kept = strip_rng_state(new.module, new.params)
+        if normalize(old_stripped, old_kept) == normalize(new_stripped, new_kept):
+            verdict, changes = "rng-state-only", []
+        else:
+            non_rng_params_differ = any(not g.role.startswith("rng_") for g in added + removed)
+            verdict = "changed"
+            changes = _kinds_of_change(old_stripped, new_stripped, non_rng_params_differ)
+    text_diff: list[str] = []
+    omitted = 0
+    if verdict in ("rng-state-only", "changed"):
+        full = list(difflib.unified_diff(old_text.splitlines(), new_text.splitlines(),
+                                         old.source, new.source, lineterm="", n=1))
+        text_diff, omitted = full[:max_text_lines], max(0, len(full) - max_text_lines)
+    return ModuleDiff(
+        verdict=verdict, changes=changes,
+        entry_params=(len(old.params), len(new.params)),
+        by_dtype_delta=_delta(old.summary.by_dtype, new.summary.by_dtype),
+        by_role_delta=_delta(old.summary.by_role, new.summary.by_role),
+        params_added=added, params_removed=removed,
+        opcode_dtype_delta=_delta(_opcode_dtype_histogram(old.module), _opcode_dtype_histogram(new.module)),
+        computations_added=sorted((new_comps - old_comps).elements()),
+        computations_removed=sorted((old_comps - new_comps).elements()),
+        text_diff=text_diff, text_diff_omitted=omitted,
+    )

@@ -1,0 +1,124 @@
+"""RNG state in the entry computation: which instructions only keep the books on it.
+
+An NNX Rngs stream is a (key u32[2], count u32[]) pair of entry parameters. A step that never draws from
+it still pays for it: the key flows through sharding custom calls to the outputs and the count is
+incremented and returned. ``strip_rng_state`` removes exactly that: the RNG parameters, every instruction
+computed from RNG state (and constants) alone, and the RNG elements of tuples. Two modules whose stripped
+forms normalize to the same text differ by RNG state only — the seed-000 review statement ("the only
+difference is the dropped u32 RNG arrays and the renumbering that follows") as a check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base
+
+# Stands in for an operand computed from RNG state alone (a drawn key, say) once that is stripped.
+RNG_VALUE = "rng_value"
+
+# Kept even when nothing reads them: removing them would change what the program does.
+SIDE_EFFECTING = frozenset({
+    "outfeed", "send", "send-done", "recv", "recv-done", "infeed", "after-all", "all-reduce-start",
+    "rng-get-and-update-state",
+})
+
+
+def rng_derived(entry: Computation, rng_params: set[str]) -> set[str]:
+    """Names of entry instructions whose value depends on RNG parameters and constants only."""
+    derived = set(rng_params)
+    constant_only: set[str] = set()
+    for instr in entry.instructions:
+        if instr.opcode == "parameter":
+            continue
+        bases = instr.operand_bases
+        if instr.opcode == "constant" or (bases and all(b in constant_only for b in bases)):
+            constant_only.add(instr.name)
+        elif bases and all(b in derived or b in constant_only for b in bases) and any(
+                b in derived for b in bases):
+            if instr.opcode == "get-tuple-element" or "#" in "".join(instr.operands):
+                if not _element_is_derived(instr, entry, derived):
+                    continue
+            derived.add(instr.name)
+    return derived
+
+
+def _element_is_derived(instr: Instruction, entry: Computation, derived: set[str]) -> bool:
+    """A tuple element access is RNG-derived only if the element itself is."""
+    tup = entry.by_name[instr.operand_bases[0]]
+    if tup.opcode != "tuple":
+        return True
+    index = _element_index(instr)
+    return operand_base(tup.operands[index]) in derived
+
+
+def _element_index(instr: Instruction) -> int:
+    ref = instr.operands[0]
+    if "#" in ref:
+        return int(ref.split("#", 1)[1])
+    return int(instr.attrs["index"])
+
+
+def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[HloModule, list[EntryParam]]:
+    """The module without its RNG state, and the entry parameters that remain."""
+    rng_names = {p.name for p in params if p.is_rng}
+    entry = module.entry
+    derived = rng_derived(entry, rng_names)
+    kept: list[Instruction] = []
+    tuple_keep: dict[str, list[int]] = {}  # tuple name -> kept element positions
+    for instr in entry.instructions:
+        if instr.name in derived and not instr.is_root:
+            continue
+        if instr.opcode == "tuple":
+            positions = [i for i, op in enumerate(instr.operands) if operand_base(op) not in derived]
+            if len(positions) != len(instr.operands):
+                tuple_keep[instr.name] = positions
+                instr = replace(
+                    instr, operands=tuple(instr.operands[i] for i in positions),
+                    shape=_tuple_shape([instr.shape.elements[i] for i in positions]), users=[])
+        elif instr.opcode == "get-tuple-element" and instr.operand_bases[0] in tuple_keep:
+            new_index = tuple_keep[instr.operand_bases[0]].index(_element_index(instr))
+            instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)}, users=[])
+        elif any(operand_base(op) in derived or ("#" in op and operand_base(op) in tuple_keep)
+                 for op in instr.operands):
+            instr = replace(instr, operands=tuple(_remap_ref(op, tuple_keep, derived)
+                                                  for op in instr.operands), users=[])
+        kept.append(instr)
+    kept = _live(kept)
+    stripped_entry = Computation(name=entry.name, is_entry=True, line=entry.line, instructions=kept,
+                                 by_name={i.name: i for i in kept})
+    computations = {n: (stripped_entry if c is entry else c) for n, c in module.computations.items()}
+    # The header's entry_computation_layout lists the stripped parameters too.
+    header = {k: v for k, v in module.header_attrs.items() if k != "entry_computation_layout"}
+    stripped = replace(module, computations=computations, entry=stripped_entry, header_attrs=header)
+    return stripped, [p for p in params if not p.is_rng]
+
+
+def _remap_ref(ref: str, tuple_keep: dict[str, list[int]], derived: set[str]) -> str:
+    """Renumber tuple element references; a value computed from RNG state alone reads as ``RNG_VALUE``."""
+    base = operand_base(ref)
+    if base in derived:
+        return RNG_VALUE
+    if "#" not in ref or base not in tuple_keep:
+        return ref
+    return f"{base}#{tuple_keep[base].index(int(ref.split('#', 1)[1]))}"
+
+
+def _tuple_shape(elements: list[Shape]) -> Shape:
+    return Shape(text="(" + ", ".join(e.text for e in elements) + ")", elements=tuple(elements))
+
+
+def _live(instructions: list[Instruction]) -> list[Instruction]:
+    """Drop what nothing live reads any more (constants that only fed a removed count increment)."""
+    by_name = {i.name: i for i in instructions}
+    live: set[str] = set()
+    stack = [i.name for i in instructions if i.is_root or i.opcode in SIDE_EFFECTING or i.opcode == "parameter"]
+    while stack:
+        name = stack.pop()
+        if name in live or name not in by_name:
+            continue
+        live.add(name)
+        stack.extend(by_name[name].operand_bases)
+    return [i for i in instructions if i.name in live]

@@ -1,0 +1,1 @@
+"""Formatters: they turn results into text and do nothing else."""
