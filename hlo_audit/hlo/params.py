@@ -113,10 +113,10 @@ def classify(path: str, shape: Shape, top_level_args: int = 1) -> str:
     owner = _rng_owner(parts)
     if owner is not None and last in ("key", "count") and shape.dtype == "u32":
         return "rng_key" if last == "key" else "rng_count"
-    if any(p in _OPTIMIZER_WORDS for p in parts):
-        return "optimizer_state"
     if last == "step" and len(shape.dims) == 0:
         return "step"
+    if any(p in _OPTIMIZER_WORDS for p in parts):
+        return "optimizer_state"
     if parts[0] in _STATE_ROOTS:
         if shape.dtype and _FLOAT.match(shape.dtype):
             return "weight"

@@ -10,6 +10,7 @@ difference is the dropped u32 RNG arrays and the renumbering that follows") as a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -18,6 +19,13 @@ from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, opera
 
 # Stands in for an operand computed from RNG state alone (a drawn key, say) once that is stripped.
 RNG_VALUE = "rng_value"
+
+_MESH_DECLARATION = re.compile(r"(\w+) = #sdy\.mesh<")
+
+POSITIONAL_HEADER_ATTRS = frozenset({
+    "entry_computation_layout", "input_output_alias", "buffer_donor",
+    "allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output",
+})
 
 # Kept even when nothing reads them: removing them would change what the program does.
 SIDE_EFFECTING = frozenset({
@@ -90,10 +98,26 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
     stripped_entry = Computation(name=entry.name, is_entry=True, line=entry.line, instructions=kept,
                                  by_name={i.name: i for i in kept})
     computations = {n: (stripped_entry if c is entry else c) for n, c in module.computations.items()}
-    # The header's entry_computation_layout lists the stripped parameters too.
-    header = {k: v for k, v in module.header_attrs.items() if k != "entry_computation_layout"}
+    # These header attributes enumerate every parameter / output position, RNG ones included, so they
+    # cannot survive the stripping; the instructions still carry every remaining shape and layout.
+    header = {k: v for k, v in module.header_attrs.items() if k not in POSITIONAL_HEADER_ATTRS}
+    if _declares_only_unused_meshes(header.get("frontend_attributes", ""), computations.values()):
+        # jax declares the (empty) mesh only because some value, here an RNG key, was sharded.
+        del header["frontend_attributes"]
     stripped = replace(module, computations=computations, entry=stripped_entry, header_attrs=header)
     return stripped, [p for p in params if not p.is_rng]
+
+
+def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool:
+    meshes = _MESH_DECLARATION.findall(frontend_attributes)
+    if not meshes or frontend_attributes.count("=") != len(meshes) + 1:
+        return False
+    for comp in computations:
+        for instr in comp.instructions:
+            values = " ".join(instr.attrs.values())
+            if any(f"@{mesh}" in values for mesh in meshes):
+                return False
+    return True
 
 
 def _remap_ref(ref: str, tuple_keep: dict[str, list[int]], derived: set[str]) -> str:

@@ -15,6 +15,7 @@ on a 9 MB module.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,11 @@ COMPUTATION_ATTRS = frozenset({
 
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^}]*\})?")
+# One regex for the common line: array shape, operands without nested parentheses.
+_SIMPLE_INSTRUCTION = re.compile(
+    r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*([a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?)\s+([a-z][a-z0-9\-_]*)\(([^()]*)\)(.*)")
+_PERCENT_NAME = re.compile(r"%([^\s,()%]+)")
+_NEEDS_TOKENIZER = re.compile(r'[{(\["]')
 _INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
 _COMP_HEAD = re.compile(r"(ENTRY\s+)?%?([A-Za-z_][\w.\-]*)\s*(\(.*)?\{\s*$")
@@ -111,6 +117,8 @@ class Instruction:
 
     def called_computations(self) -> list[str]:
         names: list[str] = []
+        if not self.attrs:
+            return names
         for key, value in self.attrs.items():
             if key in COMPUTATION_ATTRS:
                 names.extend(split_name_list(value))
@@ -205,6 +213,7 @@ def _match_close(text: str, start: int) -> int:
     return -1
 
 
+@functools.lru_cache(maxsize=65536)
 def parse_shape(text: str) -> Shape:
     """Parse a shape such as ``f32[2,4]{1,0}``, ``u32[]`` or ``(f32[], /*index=1*/s32[2])``."""
     text = _INDEX_COMMENT.sub("", text).strip()
@@ -228,6 +237,47 @@ def _parse_dim(d: str) -> int:
 
 
 def _parse_instruction(text: str, lineno: int) -> Instruction:
+    fast = _SIMPLE_INSTRUCTION.match(text)
+    if fast is None:
+        return _parse_instruction_slow(text, lineno)
+    root, name, shape_text, opcode, operand_text, rest = fast.groups()
+    return _build_instruction(name, shape_text, opcode, operand_text, rest, root, lineno)
+
+
+def _build_instruction(name: str, shape_text: str, opcode: str, operand_text: str, rest: str,
+                       root: str | None, lineno: int) -> Instruction:
+    if opcode in ("parameter", "constant"):
+        operands: tuple[str, ...] = ()
+        literal = operand_text.strip()
+    else:
+        literal = ""
+        if "%" in operand_text:  # XLA dump: "f32[8]{0} %a, (s32[], f32[]) %t" -- every name has a %
+            operands = tuple(_PERCENT_NAME.findall(operand_text))
+        elif not operand_text:
+            operands = ()
+        else:  # jax: "a, b" (names only)
+            operand_text = strip_index_comments(operand_text)
+            parts = split_top_level(operand_text) if _NEEDS_TOKENIZER.search(operand_text) else operand_text.split(",")
+            operands = tuple(p.split()[-1] for p in parts if p.strip())
+    attrs: dict[str, str] = {}
+    rest = rest.strip()
+    if rest:
+        if not rest.startswith(","):
+            raise ValueError(f"unexpected text after operands: {rest[:40]!r}")
+        parts = split_top_level(rest[1:]) if _NEEDS_TOKENIZER.search(rest) else rest[1:].split(",")
+        for part in parts:
+            key, eq, value = part.partition("=")
+            if not eq:
+                raise ValueError(f"attribute without '=': {part.strip()[:40]!r}")
+            attrs[key.strip()] = value.strip()
+    return Instruction(
+        name=name.lstrip("%"), opcode=opcode, shape=parse_shape(shape_text), operands=operands,
+        literal=literal, attrs=attrs, is_root=bool(root), line=lineno,
+    )
+
+
+def _parse_instruction_slow(text: str, lineno: int) -> Instruction:
+    """Tuple shapes, tiled layouts, tuple-typed operands: anything with nested parentheses."""
     head = _INSTR_HEAD.match(text)
     if not head:
         raise ValueError("expected 'name = shape opcode(operands)'")
@@ -241,40 +291,16 @@ def _parse_instruction(text: str, lineno: int) -> Instruction:
         if not m:
             raise ValueError("expected a shape after '='")
         end = m.end()
-    shape = parse_shape(text[pos:end])
+    shape_text = text[pos:end]
     op = _OPCODE.match(text, end)
     if not op:
         raise ValueError("expected an opcode followed by '('")
-    opcode = op.group(1)
     open_paren = op.end() - 1
     close = _match_close(text, open_paren)
     if close < 0:
         raise ValueError("unbalanced parentheses in operand list")
-    operand_text = text[open_paren + 1:close - 1]
-    if opcode in ("parameter", "constant"):
-        operands: tuple[str, ...] = ()
-        literal = operand_text.strip()
-    else:
-        literal = ""
-        if "/*" in operand_text:
-            operand_text = _INDEX_COMMENT.sub("", operand_text)
-        operands = tuple(
-            part.split()[-1].lstrip("%") for part in split_top_level(operand_text) if part.strip()
-        )
-    attrs: dict[str, str] = {}
-    rest = text[close:].strip()
-    if rest:
-        if not rest.startswith(","):
-            raise ValueError(f"unexpected text after operands: {rest[:40]!r}")
-        for part in split_top_level(rest[1:]):
-            key, eq, value = part.partition("=")
-            if not eq:
-                raise ValueError(f"attribute without '=': {part.strip()[:40]!r}")
-            attrs[key.strip()] = value.strip()
-    return Instruction(
-        name=head.group(2).lstrip("%"), opcode=opcode, shape=shape, operands=operands, literal=literal,
-        attrs=attrs, is_root=bool(head.group(1)), line=lineno,
-    )
+    return _build_instruction(head.group(2), shape_text, op.group(1), text[open_paren + 1:close - 1],
+                              text[close:], head.group(1), lineno)
 
 
 def parse_module(text: str, source: str = "<text>") -> HloModule:

@@ -1,0 +1,270 @@
+"""Lower MaxText's own NNX train step to HLO, from shapes alone.
+
+Why it is done this way:
+
+* The audit is only meaningful for the step MaxText actually runs, so nothing
+  here rebuilds the model: the configuration goes through MaxText's config
+  system (base.yml, the model's yml, then our settings), and the step is
+  MaxText's ``train.train_step`` wrapped by
+  ``maxtext_utils.get_functional_train_with_signature``, exactly the path of
+  ``maxtext/trainers/pre_train/train_compile.py`` (its AOT compile), stopping
+  at ``Lowered``.
+* ``train_compile.get_shaped_inputs`` builds the state with ``nnx.eval_shape``,
+  so only ShapeDtypeStructs exist and llama3-8b at full depth lowers on a
+  small CPU box.
+* NNX: MaxText 0.2.5 has no switch left -- ``enable_nnx`` / ``pure_nnx`` /
+  ``pure_nnx_decoder`` were removed and NNX is the only train step (passing
+  ``pure_nnx=True`` is now a config error). Should a MaxText that still has
+  those fields be installed, they are set to True (``_nnx_settings``), and the
+  lowered state is checked to be an ``nnx.State`` either way.
+* Accelerators: the mesh is built over the host's own devices and the step is
+  lowered for the requested platform with
+  ``jitted.trace(...).lower(lowering_platforms=(platform,))``; no GPU/TPU is
+  needed. MaxText picks kernels from the devices it sees, so "autoselected"
+  attention resolves to the dot-product path on a CPU host.
+* The PRNG implementation is left at JAX's default (threefry, keys lower as
+  ``u32[2]``). MaxText's train/train_compile switch it to ``unsafe_rbg``
+  process-wide (keys ``u32[4]``); a library must not change global state.
+  The two JAX flags MaxText's trainer sets from the config (shardy,
+  size-one mesh axes) are applied only for the duration of the lowering.
+* Config errors: ``pyconfig.initialize`` logs a banner, writes
+  /dev/termination-log and may ``sys.exit(2)``. Its body,
+  ``pyconfig._initialize_pydantic`` + ``HyperParameters``, is called instead,
+  and what it raises becomes a one-line ``MaxTextConfigError``.
+* Importing MaxText prints "[NO-OP] ... using stub" lines on stdout and
+  transformers warns on stderr. The import runs with stdout captured (shown
+  again, as an exception note, only if the import fails) and with transformers'
+  verbosity defaulted to "error" (an explicit TRANSFORMERS_VERBOSITY wins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import types
+from collections.abc import Iterator
+from importlib import metadata
+
+import jax
+import pydantic
+
+__all__ = [
+    "MaxTextConfigError",
+    "TRAIN_STEP_ARG_NAMES",
+    "load_maxtext",
+    "lower_train_step",
+    "maxtext_version",
+    "model_num_layers",
+]
+
+# Names of the positional arguments of the lowered step, i.e. of MaxText's
+# train.train_step(model, config, state_mesh_shardings, params_shardings,
+# state, data) after the first four are bound. JAX names entry parameters
+# after them (state__model____decoder..., data__inputs__).
+TRAIN_STEP_ARG_NAMES = ("state", "data")
+
+# Flags that selected the NNX step in MaxText versions that had a choice.
+_NNX_FLAGS = ("enable_nnx", "pure_nnx", "pure_nnx_decoder")
+
+# Settings that keep MaxText from touching anything outside the lowering:
+# no jax.distributed, no persistent compilation cache, no config dump.
+_QUIET_SETTINGS = {
+    "skip_jax_distributed_system": "True",
+    "jax_cache_dir": "",
+    "log_config": "False",
+}
+
+
+class MaxTextConfigError(Exception):
+    """MaxText rejected the configuration; the message is MaxText's, on one line."""
+
+
+def maxtext_version() -> str:
+    """Version of the installed maxtext distribution (without importing it)."""
+    return metadata.version("maxtext")
+
+
+@functools.cache
+def load_maxtext() -> types.SimpleNamespace:
+    """Import the MaxText modules used here, once, with their import noise contained."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    with _captured_stdout():
+        from maxtext.configs import pyconfig  # noqa: PLC0415 (heavy, import on demand)
+        from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
+        from maxtext.utils import maxtext_utils, sharding  # noqa: PLC0415
+    return types.SimpleNamespace(
+        pyconfig=pyconfig,
+        train=train,
+        train_compile=train_compile,
+        maxtext_utils=maxtext_utils,
+        sharding=sharding,
+    )
+
+
+@contextlib.contextmanager
+def _captured_stdout() -> Iterator[None]:
+    """Swallow stdout; if the block raises, attach what was printed to the error."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            yield
+    except BaseException as error:
+        if buffer.getvalue():
+            error.add_note("output while importing MaxText:\n" + buffer.getvalue().rstrip())
+        raise
+
+
+def model_num_layers(model: str) -> int:
+    """Full-depth decoder layer count of a MaxText model name (llama3-8b -> 32)."""
+    config = _config(_settings(model, scan_layers=True, quantization=""))
+    return int(config.base_num_decoder_layers)
+
+
+def lower_train_step(
+    model: str,
+    *,
+    scan_layers: bool,
+    quantization: str = "",
+    num_layers: int | None = None,
+    per_device_batch_size: int = 1,
+    max_target_length: int = 128,
+    platform: str = "cpu",
+    overrides: dict[str, str] | None = None,
+) -> jax.stages.Lowered:
+    """Lower MaxText's NNX train step for one configuration, for `platform`.
+
+    `quantization` "" or "none" means unquantized; `num_layers` None means the
+    model's full depth; `overrides` are further MaxText config keys (strings,
+    as on MaxText's command line) and win over everything else. Raises
+    MaxTextConfigError when MaxText rejects the configuration.
+    """
+    settings = _settings(
+        model,
+        scan_layers=scan_layers,
+        quantization=quantization,
+        num_layers=num_layers,
+        per_device_batch_size=per_device_batch_size,
+        max_target_length=max_target_length,
+        overrides=overrides,
+    )
+    config = _config(settings)
+    with _trainer_jax_flags(config):
+        mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, jax.devices())
+        step, args, jit_kwargs = _train_step_and_args(config, mesh)
+        _check_nnx_state(args[0])
+        return _lower(step, args, jit_kwargs, config, mesh, platform)
+
+
+def _settings(
+    model: str,
+    *,
+    scan_layers: bool,
+    quantization: str,
+    num_layers: int | None = None,
+    per_device_batch_size: int = 1,
+    max_target_length: int = 128,
+    overrides: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """MaxText config keys for one cell, as key -> command-line value."""
+    settings = {
+        "model_name": model,
+        "override_model_config": "True",
+        "scan_layers": str(bool(scan_layers)),
+        "per_device_batch_size": str(per_device_batch_size),
+        "max_target_length": str(max_target_length),
+        "dataset_type": "synthetic",
+        "enable_checkpointing": "False",
+        "quantization": "" if quantization.lower() in ("", "none") else quantization,
+        **_QUIET_SETTINGS,
+        **_nnx_settings(),
+    }
+    if num_layers is not None:
+        settings["base_num_decoder_layers"] = str(num_layers)
+    settings.update(overrides or {})
+    return settings
+
+
+def _nnx_settings() -> dict[str, str]:
+    """Select the NNX step where this MaxText still offers a choice (0.2.5 does not)."""
+    fields = load_maxtext().pyconfig.types.MaxTextConfig.model_fields
+    return {flag: "True" for flag in _NNX_FLAGS if flag in fields}
+
+
+def _config(settings: dict[str, str]):
+    """MaxText's HyperParameters for base.yml + the model's yml + `settings`."""
+    pyconfig = load_maxtext().pyconfig
+    base_yml = os.path.join(os.path.dirname(pyconfig.__file__), "base.yml")
+    argv = [None, base_yml, *(f"{key}={value}" for key, value in settings.items())]
+    try:
+        # pyconfig.initialize minus its exit/termination-log handler (see module doc).
+        return pyconfig.HyperParameters(pyconfig._initialize_pydantic(argv))  # noqa: SLF001
+    except Exception as error:
+        raise MaxTextConfigError(_one_line(error)) from error
+
+
+def _one_line(error: Exception) -> str:
+    """MaxText's (or pydantic's) message for `error`, on one line."""
+    if isinstance(error, pydantic.ValidationError):  # one entry per bad field
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in error.errors()
+        )
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+@contextlib.contextmanager
+def _trainer_jax_flags(config) -> Iterator[None]:
+    """Set the JAX flags MaxText's trainer sets from its config, then restore them."""
+    wanted = {
+        "jax_use_shardy_partitioner": bool(config.shardy),
+        "jax_remove_size_one_mesh_axis_from_type": bool(config.remove_size_one_mesh_axis_from_type),
+    }
+    saved = {name: getattr(jax.config, name) for name in wanted}
+    try:
+        for name, value in wanted.items():
+            jax.config.update(name, value)
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+
+
+def _train_step_and_args(config, mesh):
+    """The functional train step, its abstract (state, batch) and its jit arguments."""
+    mt = load_maxtext()
+    args, _kwargs, state_shardings, _annotations, graphdef = mt.train_compile.get_shaped_inputs(mesh, config)
+    params_shardings, state_shardings = mt.sharding.maybe_update_params_sharding_with_opt(config, state_shardings)
+    input_state_shardings = mt.sharding.build_zero1_input_state_mesh_shardings(
+        config, state_shardings, params_shardings
+    )
+    data_sharding = mt.sharding.get_input_data_sharding(config, mesh)
+    step, in_shardings, out_shardings, static_argnums, donate_argnums = (
+        mt.maxtext_utils.get_functional_train_with_signature(
+            mt.train.train_step, data_sharding, input_state_shardings, graphdef, config, params_shardings
+        )
+    )
+    jit_kwargs = {
+        "in_shardings": in_shardings,
+        "out_shardings": out_shardings,
+        "static_argnums": static_argnums,
+        "donate_argnums": donate_argnums,
+    }
+    return step, args, jit_kwargs
+
+
+def _check_nnx_state(state) -> None:
+    """Fail loudly if MaxText handed us anything but an NNX train state."""
+    from flax import nnx  # noqa: PLC0415
+
+    if not isinstance(state, nnx.State):
+        raise TypeError(f"expected MaxText's NNX train state, got {type(state).__name__}")
+
+
+def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> jax.stages.Lowered:
+    """jit + lower under MaxText's mesh and logical axis rules, as train_compile does."""
+    from flax.core.spmd import logical_axis_rules  # noqa: PLC0415
+
+    with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
+        jitted = jax.jit(step, **jit_kwargs)
+        return jitted.trace(*args).lower(lowering_platforms=(platform,))

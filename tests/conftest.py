@@ -1,0 +1,26 @@
+"""Shared fixtures: real HLO produced by jax from the small NNX models in nnx_models.py."""
+
+from __future__ import annotations
+
+import pytest
+
+import nnx_models
+from nnx_models import ModelSpec
+
+
+@pytest.fixture(scope="session")
+def dump_folder(tmp_path_factory):
+    """A real --xla_dump_to folder of a 2-layer model with dropout 0.5 (it draws random bits)."""
+    return nnx_models.write_dump(ModelSpec(dropout_rate=0.5), tmp_path_factory.mktemp("dump"))
+
+
+@pytest.fixture
+def write_hlo(tmp_path):
+    """Write a spec's pre-optimization HLO text to a file and return its path."""
+
+    def write(spec: ModelSpec, name: str | None = None):
+        path = tmp_path / f"{name or nnx_models.spec_name(spec)}.hlo.txt"
+        path.write_text(nnx_models.hlo_text(spec))
+        return path
+
+    return write

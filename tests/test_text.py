@@ -1,0 +1,163 @@
+"""The parser on real jax text, real XLA dumps (before and after optimization) and XLA-syntax corners."""
+
+from __future__ import annotations
+
+import pytest
+
+import nnx_models
+from nnx_models import ModelSpec
+from hlo_audit.hlo.source import dump_entries, pick_dump_module
+from hlo_audit.hlo.text import HloParseError, parse_file, parse_module, parse_shape
+
+SPECS = [
+    ModelSpec(),
+    ModelSpec(layers=4),
+    ModelSpec(scan=True),
+    ModelSpec(dropout_rate=0.0),
+    ModelSpec(dropout_rate=0.5),
+    ModelSpec(dropout_rate=0.5, scan=True),
+    ModelSpec(rngs=False),
+    ModelSpec(bridge="draws"),
+    ModelSpec(bridge="nodraw", scan=True),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=nnx_models.spec_name)
+def test_entry_parameters_match_model_state(spec):
+    """One entry parameter per state leaf plus x, by dtype: counted from the model, not from HLO."""
+    module = parse_module(nnx_models.hlo_text(spec))
+    expected = nnx_models.expected_counts(spec)
+    params = module.entry.parameters
+    assert len(params) == expected["total"]
+    by_dtype = {}
+    for p in params:
+        by_dtype[p.shape.dtype] = by_dtype.get(p.shape.dtype, 0) + 1
+    assert by_dtype == {k: v for k, v in expected.items() if k not in ("total", "rng_keys", "rng_counts")}
+    assert [p.parameter_number for p in params] == list(range(len(params)))
+
+
+def test_jax_printer_has_no_percent_and_no_signature():
+    text = nnx_models.hlo_text(ModelSpec(dropout_rate=0.5))
+    assert "%" not in text.split("ENTRY", 1)[1].splitlines()[0]
+    module = parse_module(text)
+    assert module.name == "jit_train_step"
+    assert module.entry.root.opcode == "tuple"
+    # Every operand resolves; users are the inverse relation.
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            for op in instr.operand_bases:
+                assert instr.name in comp.by_name[op].users
+
+
+def test_dump_before_and_after_optimizations(dump_folder):
+    before = parse_file(pick_dump_module(dump_folder, stage="before"))
+    after = parse_file(pick_dump_module(dump_folder, stage="after"))
+    assert before.name == after.name == "jit_train_step"
+    assert len(before.entry.parameters) == len(after.entry.parameters) == nnx_models.expected_counts(
+        ModelSpec(dropout_rate=0.5))["total"]
+    opcodes = {i.opcode for i in after.instructions()}
+    assert "fusion" in opcodes  # nested fused computations are parsed and linked
+    fusion = next(i for i in after.instructions() if i.opcode == "fusion")
+    assert fusion.called_computations()[0] in after.computations
+    # The dump's metadata and the FileNames/StackFrames tables do not leak into instructions.
+    assert all(i.name and not i.name.startswith("%") for i in before.instructions())
+    assert any("metadata" in i.attrs for i in before.instructions())
+
+
+def test_dump_entries_name_modules_and_stages(dump_folder):
+    entries = dump_entries(dump_folder)
+    names = {e.module_name for e in entries}
+    assert "jit_train_step" in names
+    assert {e.stage for e in entries} == {"before", "after"}
+    assert pick_dump_module(dump_folder, module_regex="threefry").name.endswith("before_optimizations.txt")
+
+
+@pytest.mark.parametrize("text,dtype,dims,layout", [
+    ("f32[4,4]{1,0}", "f32", (4, 4), "1,0"),
+    ("u32[]", "u32", (), None),
+    ("bf16[2,<=8]{1,0:T(8,128)(2,1)}", "bf16", (2, 8), "1,0:T(8,128)(2,1)"),
+    ("pred[?]", "pred", (-1,), None),
+    ("f8e4m3fn[16]{0}", "f8e4m3fn", (16,), "0"),
+])
+def test_array_shapes(text, dtype, dims, layout):
+    shape = parse_shape(text)
+    assert (shape.dtype, shape.dims, shape.layout) == (dtype, dims, layout)
+
+
+def test_tuple_shape_with_index_comments():
+    shape = parse_shape("(s32[], u32[2]{0}, f32[], (f32[4], u32[]), /*index=5*/bf16[2,2]{1,0})")
+    assert shape.is_tuple and len(shape.elements) == 5
+    assert [leaf.dtype for leaf in shape.leaves()] == ["s32", "u32", "f32", "f32", "u32", "bf16"]
+    assert shape.bytes == 4 + 8 + 4 + 16 + 4 + 8
+
+
+# XLA-printer corners that a CPU lowering of the small models does not produce: async pairs, tuple element
+# shorthand, shardings, frontend attributes, strings holding braces and commas, while/conditional.
+XLA_SYNTAX = r'''HloModule jit_corners.7, is_scheduled=true, entry_computation_layout={(f32[8]{0}, u32[2]{0})->(f32[8]{0}, u32[])}
+
+%add.clone (x.1: f32[], y.1: f32[]) -> f32[] {
+  %x.1 = f32[] parameter(0)
+  %y.1 = f32[] parameter(1)
+  ROOT %add.3 = f32[] add(f32[] %x.1, f32[] %y.1)
+}
+
+%body.4 (arg_tuple.1: (s32[], f32[8])) -> (s32[], f32[8]) {
+  %arg_tuple.1 = (s32[], f32[8]{0}) parameter(0)
+  %one = s32[] constant(1)
+  %i.2 = s32[] add(%arg_tuple.1#0, %one)
+  ROOT %t = (s32[], f32[8]{0}) tuple(%i.2, %arg_tuple.1#1)
+}
+
+%cond.5 (arg_tuple.2: (s32[], f32[8])) -> pred[] {
+  %arg_tuple.2 = (s32[], f32[8]{0}) parameter(0)
+  %gte = s32[] get-tuple-element(%arg_tuple.2), index=0
+  %limit = s32[] constant(4)
+  ROOT %lt = pred[] compare(%gte, %limit), direction=LT
+}
+
+ENTRY %main.9 (p.1: f32[8], state__rngs____key___value.3: u32[2]) -> (f32[8], u32[]) {
+  %p.1 = f32[8]{0} parameter(0), sharding={devices=[2]<=[2]}, metadata={op_name="x" source_file="a, b{c}.py" source_line=3}
+  %state__rngs____key___value.3 = u32[2]{0} parameter(1), frontend_attributes={_xla_buffer_placement="arg"}
+  %ars = f32[8]{0} all-reduce-start(f32[8]{0} %p.1), replica_groups={{0,1}}, to_apply=%add.clone, backend_config={"collective_backend_config":{"is_sync":false}}
+  %ard = f32[8]{0} all-reduce-done(f32[8]{0} %ars)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[8]{0}) tuple(s32[] %zero, f32[8]{0} %ard)
+  %w = (s32[], f32[8]{0}) while((s32[], f32[8]{0}) %init), condition=%cond.5, body=%body.4, backend_config={"known_trip_count":{"n":"4"}}
+  %res = f32[8]{0} get-tuple-element((s32[], f32[8]{0}) %w), index=1
+  %cc = u32[] custom-call(u32[2]{0} %state__rngs____key___value.3), custom_call_target="weird\"target,{", api_version=API_VERSION_TYPED_FFI
+  ROOT %out = (f32[8]{0}, u32[]) tuple(%res, %cc)
+}
+'''
+
+
+def test_xla_syntax_corners():
+    module = parse_module(XLA_SYNTAX, "corners.hlo")
+    assert module.name == "jit_corners.7"
+    assert set(module.computations) == {"add.clone", "body.4", "cond.5", "main.9"}
+    entry = module.entry
+    assert [p.name for p in entry.parameters] == ["p.1", "state__rngs____key___value.3"]
+    assert entry.by_name["p.1"].attrs["sharding"] == "{devices=[2]<=[2]}"
+    assert entry.by_name["ard"].operands == ("ars",)
+    assert entry.by_name["w"].called_computations() == ["cond.5", "body.4"]
+    assert entry.by_name["cc"].attrs["custom_call_target"] == r'"weird\"target,{"'
+    assert module.computations["body.4"].by_name["i.2"].operands == ("arg_tuple.1#0", "one")
+    assert entry.root.name == "out"
+
+
+@pytest.mark.parametrize("text,message", [
+    ("", "empty input"),
+    ("hello world\n", "not HLO text"),
+    ("HloModule m\n\nENTRY %e {\n  %p = f32[] parameter(0)\n", "truncated module"),
+    ("HloModule m\n\n%c {\n  ROOT %p = f32[] parameter(0)\n}\n", "no ENTRY computation"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[] add(%p, %p)\n}\n", "undefined operand 'p'"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[ add(%p)\n}\n", "expected a shape"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[] call(), to_apply=%nowhere\n}\n", "undefined computation"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[] constant(0), garbage\n}\n", "attribute without '='"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = zz32[] constant(0)\n}\n", "not an HLO shape"),
+])
+def test_malformed_text_is_one_clean_error(text, message):
+    with pytest.raises(HloParseError) as info:
+        parse_module(text, "bad.hlo")
+    assert message in str(info.value)
+    assert str(info.value).startswith("bad.hlo")
+    assert "\n" not in str(info.value)
