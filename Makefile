@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 audit: setup
-	$(PY) scripts/audit_demo.py
+	$(VENV)/bin/hlo-audit run --jobs 2
 
 test: setup
 	$(PY) -m pytest -n 2 -q

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from enum import Enum
 from typing import Annotated
@@ -12,7 +13,9 @@ from hlo_audit.errors import InputError, exit_on_input_error
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.source import read_input
-from hlo_audit.report import jsonfmt, markdown, table
+from hlo_audit import audit
+from hlo_audit.cache import write_atomic as write_report
+from hlo_audit.report import frame, jsonfmt, junit, markdown, table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Count, normalize and diff the entry parameters of JAX programs' HLO.")
@@ -82,6 +85,156 @@ def diff(
     else:
         table.print_diff(table.make_console(), d, a.source, b.source)
     raise typer.Exit(1 if d.differs else 0)
+
+
+ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="Config file (default: hlo-audit.toml, "
+                                               "else [tool.hlo-audit] in pyproject.toml, else the built-in matrix).")]
+OnlyOpt = Annotated[str | None, typer.Option("--only", help="Filter cells: key=value[,key=value...] with keys "
+                                             "model, scan, quant, layers, platform, stage, id.")]
+ShardOpt = Annotated[str | None, typer.Option("--shard", help="Run shard K of N (K/N) of the selected cells.")]
+LayersOpt = Annotated[str | None, typer.Option("--layers", help="Depths to lower instead of the config's: "
+                                               "N, 'full', or a list such as 2,4,full.")]
+JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for lowering.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Lower every cell again; do not read or write the cache.")]
+
+
+class RunFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+def _run(plan: audit.Plan, jobs: int, no_cache: bool) -> list:
+    console = table.make_console(sys.stderr)
+    with table.progress(console, len(plan.cells)) as advance:
+        results = []
+        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache):
+            results.append(result)
+            advance(result.cell.id)
+    order = {c.id: i for i, c in enumerate(plan.cells)}
+    return sorted(results, key=lambda r: order[r.cell.id])
+
+
+@app.command("list")
+@exit_on_input_error
+def list_cells(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
+               fmt: FormatOpt = Format.table) -> None:
+    """List the matrix cells the config expands to."""
+    plan = audit.plan(config, only, shard, layers)
+    if fmt is Format.json:
+        sys.stdout.write(jsonfmt.format_cells(plan.cells, plan.config.source))
+    else:
+        table.print_cells(table.make_console(), plan.cells)
+
+
+@app.command()
+@exit_on_input_error
+def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
+        jobs: JobsOpt = 1, no_cache: NoCacheOpt = False,
+        fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
+    """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
+    plan = audit.plan(config, only, shard, layers)
+    results = _run(plan, jobs, no_cache)
+    slopes = {c.id: s.total.slope for s in audit.scaling(plan, results) for c in plan.cells if c.series == s.cell.series}
+    if fmt is RunFormat.json:
+        sys.stdout.write(jsonfmt.format_run(results, slopes, plan.config.source))
+    elif fmt is RunFormat.csv:
+        sys.stdout.write(frame.format_run_csv(results, slopes))
+    elif fmt is RunFormat.markdown:
+        sys.stdout.write(markdown.format_run(results, slopes))
+    else:
+        table.print_run(table.make_console(), results, slopes)
+    raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
+
+
+@app.command("scaling")
+@exit_on_input_error
+def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
+                no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table) -> None:
+    """Per-layer slopes of entry parameters (by dtype and role) and the projection to full depth."""
+    plan = audit.plan(config, only, None, layers)
+    results = _run(plan, jobs, no_cache)
+    series = audit.scaling(plan, results)
+    if fmt is Format.json:
+        sys.stdout.write(jsonfmt.format_scaling(series))
+    elif fmt is Format.markdown:
+        sys.stdout.write(markdown.format_scaling(series))
+    else:
+        table.print_scaling(table.make_console(), series)
+    raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
+
+
+golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
+app.add_typer(golden_app, name="golden")
+
+
+@golden_app.command("update")
+@exit_on_input_error
+def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
+                  no_cache: NoCacheOpt = False,
+                  prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
+                                                      "matrix.")] = False) -> None:
+    """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
+    plan = audit.plan(config, only, None, layers)
+    results = _run(plan, jobs, no_cache)
+    report = audit.update_goldens(plan, results, prune=prune)
+    table.print_golden_update(table.make_console(), report, plan.config.golden_dir)
+    raise typer.Exit(1 if any(why.startswith("error") for _, why in report.skipped) else 0)
+
+
+def _write_outputs(findings, results, exit_code: int, junit_path: str | None, markdown_path: str | None) -> None:
+    if junit_path:
+        write_report(junit_path, junit.format_junit(findings))
+    summary = markdown.format_check(findings, exit_code)
+    if markdown_path:
+        write_report(markdown_path, summary)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as handle:
+            handle.write(summary)
+
+
+def _print_check(fmt: Format, findings, results, exit_code: int, verbose: bool) -> None:
+    if fmt is Format.json:
+        sys.stdout.write(jsonfmt.format_check(findings, results, exit_code))
+    elif fmt is Format.markdown:
+        sys.stdout.write(markdown.format_check(findings, exit_code))
+    else:
+        table.print_check(table.make_console(), findings, exit_code, verbose)
+
+
+JunitOpt = Annotated[str | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per cell).")]
+MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write a Markdown summary (and append it "
+                                                 "to $GITHUB_STEP_SUMMARY when set).")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List every finding, ok cells included.")]
+
+
+@app.command()
+@exit_on_input_error
+def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
+          jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table, junit_path: JunitOpt = None,
+          markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
+    """Compare every cell with its golden under the config's policies. Exit 1 on a regression."""
+    plan = audit.plan(config, only, shard, layers)
+    results = _run(plan, jobs, no_cache)
+    report = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
+    _write_outputs(report.findings, results, report.exit_code, junit_path, markdown_path)
+    _print_check(fmt, report.findings, results, report.exit_code, verbose)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+@exit_on_input_error
+def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json` outputs of the shards.")],
+          fmt: FormatOpt = Format.table, junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None,
+          verbose: VerboseOpt = False) -> None:
+    """Merge per-shard `check --format json` results into one report and exit code."""
+    findings, results = audit.merge_check_reports(paths)
+    exit_code = 1 if any(f.failing for f in findings) else 0
+    _write_outputs(findings, results, exit_code, junit_path, markdown_path)
+    _print_check(fmt, findings, results, exit_code, verbose)
+    raise typer.Exit(exit_code)
 
 
 def main() -> None:

@@ -7,7 +7,10 @@ import sys
 
 import typer
 
+from hlo_audit.config import ConfigError
 from hlo_audit.hlo.text import HloParseError
+from hlo_audit.matrix import MatrixError
+from hlo_audit.targets.base import TargetError
 
 EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
 
@@ -16,12 +19,15 @@ class InputError(Exception):
     """Bad input or usage the user can fix; the message names what and where."""
 
 
+USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError)
+
+
 def exit_on_input_error(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (InputError, HloParseError) as exc:
+        except USER_ERRORS as exc:
             print(f"hlo-audit: error: {exc}", file=sys.stderr)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
         except KeyboardInterrupt:

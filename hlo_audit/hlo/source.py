@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit.hlo.text import HloParseError, read_text
+from hlo_audit.hlo.text import HloParseError, decode_text, read_text
 
 STAGES = ("before", "after")
 _DUMP_FILE = re.compile(r"^module_\d+\.(?P<name>.+?)\.(?P<stage>before_optimizations|[a-z]+_after_optimizations)\.txt$")
@@ -64,7 +64,8 @@ def pick_dump_module(folder: Path, module_regex: str | None = None, stage: str =
 def read_input(spec: str, module_regex: str | None = None, stage: str = "before") -> tuple[str, str]:
     """(text, source label) for a path, ``-`` (stdin) or a dump folder."""
     if spec == "-":
-        return sys.stdin.read(), "<stdin>"
+        # Bytes, decoded like a file: a non-UTF-8 stdin is an input error, whatever the locale says.
+        return decode_text(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
     path = Path(spec)
     if path.is_dir():
         chosen = pick_dump_module(path, module_regex, stage)

@@ -61,3 +61,68 @@ def diff_record(d: ModuleDiff, old: str, new: str) -> dict:
 
 def format_diff(d: ModuleDiff, old: str, new: str) -> str:
     return json.dumps({"schema": DIFF_SCHEMA, **diff_record(d, old, new)}, indent=2) + "\n"
+
+
+RUN_SCHEMA = "hlo-audit/run/v1"
+SCALING_SCHEMA = "hlo-audit/scaling/v1"
+
+
+def cell_record(r, slope: float | None = None) -> dict:
+    c = r.cell
+    return {
+        "id": c.id, "target": c.target, "model": c.model, "scan": c.scan_label, "quant": c.quant,
+        "layers": c.layers, "platform": c.platform, "stage": c.stage, "status": r.status, "message": r.message,
+        "entry_params": r.entry_params,
+        "by_dtype": r.summary["by_dtype"] if r.summary else {},
+        "by_role": r.summary["by_role"] if r.summary else {},
+        "rng_params": r.rng_params if r.summary else None,
+        "groups": r.summary["groups"] if r.summary else {},
+        "slope_per_layer": slope,
+        "cached": r.cached, "lower_seconds": r.lower_seconds,
+    }
+
+
+def format_run(results, slopes: dict[str, float], source: str) -> str:
+    doc = {"schema": RUN_SCHEMA, "config": source,
+           "cells": [cell_record(r, slopes.get(r.cell.id)) for r in results]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def series_record(s) -> dict:
+    def lines(d):
+        return {k: {"slope": v.slope, "intercept": v.intercept, "exact": v.exact} for k, v in d.items()}
+
+    return {"series": s.id, "model": s.cell.model, "scan": s.cell.scan_label, "quant": s.cell.quant,
+            "depths": list(s.depths), "full_depth": s.full_depth,
+            "total": {"slope": s.total.slope, "intercept": s.total.intercept, "exact": s.total.exact},
+            "by_dtype": lines(s.by_dtype), "by_role": lines(s.by_role), "projected": s.projected()}
+
+
+def format_scaling(series) -> str:
+    return json.dumps({"schema": SCALING_SCHEMA, "series": [series_record(s) for s in series]}, indent=2) + "\n"
+
+
+def format_cells(cells, source: str) -> str:
+    return json.dumps({"schema": "hlo-audit/list/v1", "config": source, "cells": [
+        {"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,
+         "platform": c.platform, "stage": c.stage} for c in cells]}, indent=2) + "\n"
+
+
+CHECK_SCHEMA = "hlo-audit/check/v1"
+
+
+def finding_record(f) -> dict:
+    return {"cell": f.cell, "severity": f.severity, "rule": f.rule, "message": f.message, "details": f.details}
+
+
+def severity_counts(findings) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def format_check(findings, results, exit_code: int) -> str:
+    doc = {"schema": CHECK_SCHEMA, "exit_code": exit_code, "summary": severity_counts(findings),
+           "findings": [finding_record(f) for f in findings], "cells": [cell_record(r) for r in results]}
+    return json.dumps(doc, indent=2) + "\n"

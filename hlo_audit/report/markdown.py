@@ -53,3 +53,51 @@ def format_diff(d: ModuleDiff, old: str, new: str) -> str:
             out.append(f"{d.text_diff_omitted} more lines omitted.")
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def _dtype_text(by_dtype: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in by_dtype.items())
+
+
+def format_run(results, slopes: dict[str, float]) -> str:
+    rows = []
+    for r in results:
+        slope = slopes.get(r.cell.id)
+        rows.append((f"`{r.cell.id}`", r.status, r.entry_params if r.summary else "",
+                     _dtype_text(r.summary["by_dtype"]) if r.summary else "", r.rng_params if r.summary else "",
+                     "" if slope is None else f"{slope:g}", r.message))
+    return "\n".join(_table(["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "note"],
+                            rows)) + "\n"
+
+
+def format_scaling(series) -> str:
+    rows = []
+    for s in series:
+        p = s.projected()
+        rows.append((f"`{s.id}`", ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
+                     f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
+                     p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", "")))
+    return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
+                             "projected params", "projected u32"], rows)) + "\n"
+
+
+SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "advisory": "ℹ️", "waived": "➖",
+                 "stale": "🗑️", "unavailable": "⏭️", "ok": "✅"}
+
+
+def format_check(findings, exit_code: int) -> str:
+    from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
+
+    counts = severity_counts(findings)
+    head = "## hlo-audit check: " + ("**failed**" if exit_code else "passed")
+    out = [head, "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
+    notable = [f for f in findings if f.severity not in ("ok", "unavailable")]
+    if notable:
+        out += _table(["", "cell", "rule", "finding"],
+                      [(SEVERITY_ICON.get(f.severity, ""), f"`{f.cell}`", f.rule, f.message) for f in notable])
+    unavailable = [f for f in findings if f.severity == "unavailable"]
+    if unavailable:
+        out += ["", f"<details><summary>{len(unavailable)} cells unavailable here</summary>", ""]
+        out += [f"- `{f.cell}`: {f.message}" for f in unavailable]
+        out += ["", "</details>"]
+    return "\n".join(out) + "\n"

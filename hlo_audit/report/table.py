@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -47,7 +49,7 @@ def print_count(console: Console, analyses: Sequence[Analysis], top: int = 20) -
         shown = groups if top <= 0 else groups[:top]
         table = _table(console, f"groups ({len(shown)} of {len(groups)})", [("pattern", "left"), ("params", "right")])
         for pattern, n in shown:
-            table.add_row(pattern, str(n))
+            table.add_row(Text(pattern), str(n))
         console.print(table)
         console.print()
 
@@ -72,7 +74,7 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
         table = _table(console, "parameters added / removed",
                        [("delta", "right"), ("role", "left"), ("dtype", "left"), ("pattern", "left")])
         for g in groups:
-            table.add_row(_signed(g.count), g.role, g.dtype, g.pattern)
+            table.add_row(_signed(g.count), g.role, g.dtype, Text(g.pattern))
         console.print(table)
     if d.opcode_dtype_delta:
         ops = _table(console, "opcode:dtype deltas", [("opcode:dtype", "left"), ("delta", "right")])
@@ -92,3 +94,96 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
 
 def _signed(v: int) -> Text:
     return Text(f"{v:+d}", style="red" if v > 0 else "green")
+
+
+STATUS_STYLE = {"ok": "green", "unavailable": "yellow", "error": "red"}
+
+
+def _dtypes(by_dtype: dict[str, int]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in by_dtype.items())
+
+
+def print_run(console: Console, results, slopes: dict[str, float]) -> None:
+    table = _table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
+                                   ("rng", "right"), ("/layer", "right"), ("note", "left")])
+    for r in results:
+        slope = slopes.get(r.cell.id)
+        # Text(), not str: a message such as "pip install '.[te]'" must not be read as rich markup.
+        table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
+                      str(r.entry_params) if r.summary else "", _dtypes(r.summary["by_dtype"]) if r.summary else "",
+                      str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
+                      Text(("cached " if r.cached else "") + r.message))
+    console.print(table)
+    counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
+    console.print(f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
+                  f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
+
+
+def print_scaling(console: Console, series) -> None:
+    table = _table(console, None, [("series", "left"), ("depths", "left"), ("/layer", "right"),
+                                   ("intercept", "right"), ("u32/layer", "right"), ("rng/layer", "right"),
+                                   ("full", "right"), ("projected", "right"), ("proj. u32", "right")])
+    for s in series:
+        p = s.projected()
+        rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
+        table.add_row(Text(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
+                      f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
+                      str(p.get("layers", "")), str(p.get("entry_params", "")),
+                      str(p.get("by_dtype", {}).get("u32", "")))
+    console.print(table)
+
+
+def print_cells(console: Console, cells) -> None:
+    table = _table(console, None, [("cell", "left"), ("model", "left"), ("scan", "left"), ("quant", "left"),
+                                   ("layers", "right"), ("platform", "left")])
+    for c in cells:
+        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant), str(c.layers), c.platform)
+    console.print(table)
+    console.print(f"{len(cells)} cells")
+
+
+@contextlib.contextmanager
+def progress(console: Console, total: int):
+    """A progress bar on a terminal; nothing when piped (CI logs stay clean). Yields advance(label)."""
+    if not console.is_terminal or total == 0:
+        yield lambda label: None
+        return
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)
+    with bar:
+        task = bar.add_task("lowering", total=total)
+
+        def advance(label: str) -> None:
+            bar.update(task, advance=1, description=label)
+
+        yield advance
+
+
+SEVERITY_STYLE = {"regression": "bold red", "error": "bold red", "improvement": "green", "advisory": "yellow",
+                  "waived": "dim", "stale": "yellow", "unavailable": "dim", "ok": "green"}
+
+
+def print_check(console: Console, findings, exit_code: int, verbose: bool = False) -> None:
+    """One screen: a line of totals, then every finding that needs a human (all of them with verbose)."""
+    from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
+
+    shown = [f for f in findings if verbose or f.severity not in ("ok", "unavailable", "waived")]
+    if shown:
+        table = _table(console, None, [("severity", "left"), ("cell", "left"), ("rule", "left"),
+                                       ("finding", "left")])
+        for f in shown:
+            table.add_row(Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")), Text(f.cell), f.rule,
+                          Text(f.message))
+        console.print(table)
+    counts = severity_counts(findings)
+    cells = len({f.cell for f in findings})
+    verdict = Text("FAILED" if exit_code else "passed", style="bold red" if exit_code else "bold green")
+    console.print(Text.assemble("hlo-audit check ", verdict, f": {cells} cells; ",
+                                ", ".join(f"{n} {k}" for k, n in counts.items())))
+
+
+def print_golden_update(console: Console, report, root) -> None:
+    for cell_id, why in report.skipped:
+        console.print(Text(f"skipped {cell_id}: {why}", style="yellow"))
+    console.print(f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
+                  f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")

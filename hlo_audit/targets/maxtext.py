@@ -41,14 +41,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import importlib.util
 import io
 import os
+import pathlib
 import types
 from collections.abc import Iterator
 from importlib import metadata
 
 import jax
 import pydantic
+import yaml
 
 __all__ = [
     "MaxTextConfigError",
@@ -116,10 +120,26 @@ def _captured_stdout() -> Iterator[None]:
         raise
 
 
+@functools.cache
 def model_num_layers(model: str) -> int:
-    """Full-depth decoder layer count of a MaxText model name (llama3-8b -> 32)."""
-    config = _config(_settings(model, scan_layers=True, quantization=""))
-    return int(config.base_num_decoder_layers)
+    """Full-depth decoder layer count of a MaxText model name (llama3-8b -> 32).
+
+    Read from the model's own yml beside MaxText's base.yml: asking MaxText's config system would import
+    all of MaxText (~8 s), which a cached re-run must not pay just to draw a projection.
+    """
+    spec = importlib.util.find_spec("maxtext")
+    if spec is None or not spec.submodule_search_locations:
+        raise MaxTextConfigError("maxtext is not installed (pip install '.[maxtext]')")
+    configs = pathlib.Path(spec.submodule_search_locations[0]) / "configs"
+    model_yml = configs / "models" / f"{model}.yml"
+    if not model_yml.is_file():
+        config = _config(_settings(model, scan_layers=True, quantization=""))  # MaxText's own error
+        return int(config.base_num_decoder_layers)
+    for source in (model_yml, configs / "base.yml"):
+        value = (yaml.safe_load(source.read_text()) or {}).get("base_num_decoder_layers")
+        if value is not None:
+            return int(value)
+    raise MaxTextConfigError(f"{model}: no base_num_decoder_layers in {model_yml.name} or base.yml")
 
 
 def lower_train_step(
@@ -268,3 +288,70 @@ def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> jax.stages.Lo
     with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
         jitted = jax.jit(step, **jit_kwargs)
         return jitted.trace(*args).lower(lowering_platforms=(platform,))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The matrix target
+# --------------------------------------------------------------------------------------------------------------
+
+TE_PREFIX = "te_"
+
+
+class MaxTextTarget:
+    """Cells lowered through MaxText's own config system and train step."""
+
+    name = "maxtext"
+
+    def check_available(self, cell) -> None:
+        from hlo_audit.targets.base import Unavailable  # noqa: PLC0415
+
+        if cell.quant.startswith(TE_PREFIX):
+            # TE's JAX extension builds only against a CUDA-enabled jax; its recipes lower custom calls
+            # that exist only for CUDA, so without both there is nothing real to lower.
+            if importlib.util.find_spec("transformer_engine") is None:
+                raise Unavailable("transformer_engine is not installed (pip install '.[te]' on a CUDA machine)")
+            if not _has_devices("cuda"):
+                raise Unavailable("no CUDA device: Transformer Engine recipes lower only with a CUDA-enabled jax")
+        if cell.stage == "compiled" and not _has_devices(cell.platform):
+            raise Unavailable(f"stage 'compiled' needs a {cell.platform} device on this machine")
+
+    def lower(self, cell):
+        from hlo_audit.attribution import arg_paths  # noqa: PLC0415
+        from hlo_audit.hlo.text import parse_module  # noqa: PLC0415
+        from hlo_audit.targets.base import Lowering  # noqa: PLC0415
+
+        self.check_available(cell)
+        lowered = lower_train_step(
+            cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
+            per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
+            overrides=dict(cell.overrides),
+        )
+        text = lowered.as_text(dialect="hlo")
+        paths = arg_paths(lowered, parse_module(text, cell.id))
+        if cell.stage == "compiled":
+            text = lowered.compile().as_text()
+            paths = None  # compilation may reorder nothing, but jax does not promise it; text paths suffice
+        return Lowering(text=text, arg_paths=paths)
+
+    def full_depth(self, model: str) -> int:
+        return model_num_layers(model)
+
+    @functools.cache
+    def fingerprint(self) -> str:
+        """MaxText's installed sources and configs, plus this file: any edit invalidates cached cells."""
+        digest = hashlib.sha256(maxtext_version().encode())
+        digest.update(pathlib.Path(__file__).read_bytes())
+        spec = importlib.util.find_spec("maxtext")
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(pathlib.Path(root).rglob("*")):
+                if path.suffix in (".py", ".yml", ".yaml") and path.is_file():
+                    digest.update(str(path.relative_to(root)).encode())
+                    digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+def _has_devices(platform: str) -> bool:
+    try:
+        return bool(jax.devices(platform))
+    except RuntimeError:
+        return False

@@ -1,0 +1,175 @@
+"""The pipeline as the CLI and the pytest plugin use it: config -> cells -> results -> scaling.
+
+Kept apart from cli.py so that the CLI only parses options and formats, and so that library users get the
+same behaviour with one call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlo_audit import golden
+from hlo_audit.cache import Cache
+from hlo_audit.config import TE_RECIPES, Config, load_config
+from hlo_audit.errors import InputError
+from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.matrix import Cell, MatrixError, select
+from hlo_audit.run import CellResult, run_cells
+from hlo_audit.scaling import Series, fit_series
+from hlo_audit.targets.base import get_target
+
+
+@dataclass
+class Plan:
+    config: Config
+    cells: list[Cell]
+
+    def full_depth(self, model: str) -> int:
+        return get_target(self.config.target).full_depth(model)
+
+
+def parse_layers(value: str | None) -> list[int | str] | None:
+    """``--layers 32`` / ``--layers full`` / ``--layers 2,4,full``."""
+    if not value:
+        return None
+    depths: list[int | str] = []
+    for item in value.split(","):
+        item = item.strip()
+        if item == "full":
+            depths.append("full")
+        elif item.isdigit() and int(item) >= 1:
+            depths.append(int(item))
+        else:
+            raise MatrixError(f"--layers expects integers >= 1 or 'full', got {item!r}")
+    return depths
+
+
+def plan(config_path: str | None = None, only: str | None = None, shard: str | None = None,
+         layers: str | None = None, cwd: Path | None = None) -> Plan:
+    config = load_config(config_path, cwd)
+    depths = parse_layers(layers)
+    needs_depth = "full" in (depths or config.layers)
+    full_depth = get_target(config.target).full_depth if needs_depth else None
+    cells = [_te_on_cuda(c) for c in config.cells(full_depth, depths)]
+    return Plan(config=config, cells=select(cells, only, shard))
+
+
+def _te_on_cuda(cell: Cell) -> Cell:
+    """Transformer Engine recipes exist only for CUDA: their cells lower for cuda, and say so in their id."""
+    if cell.target == "maxtext" and cell.quant in TE_RECIPES and cell.platform == "cpu":
+        from dataclasses import replace  # noqa: PLC0415
+
+        return replace(cell, platform="cuda")
+    return cell
+
+
+def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResult]:
+    yield from run_cells(p.cells, Cache(p.config.cache_dir, enabled=use_cache), jobs=jobs)
+
+
+def scaling(p: Plan, results: list[CellResult]) -> list[Series]:
+    return fit_series(results, p.full_depth)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Goldens and the gate
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _series_by_cell(p: Plan, results: list[CellResult]) -> dict[str, Series]:
+    by_series = {s.cell.series: s for s in scaling(p, results)}
+    return {r.cell.id: by_series[r.cell.series] for r in results if r.cell.series in by_series}
+
+
+def _text_owners(results: list[CellResult], series: dict[str, Series]) -> set[str]:
+    """Cells whose normalized text is kept: the shallowest of each series, and cells without a series."""
+    return {r.cell.id for r in results if r.status == "ok" and (r.cell.id not in series or series[r.cell.id].cell == r.cell)}
+
+
+def normalized_text(p: Plan, result: CellResult) -> str:
+    text = result.text or Cache(p.config.cache_dir).hlo_text(result.key)
+    if text is None:
+        raise InputError(f"{result.cell.id}: HLO text is not in the cache; run again without --no-cache")
+    # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
+    return analyze(text, result.cell.id).normalized
+
+
+def full_matrix_ids(p: Plan) -> set[str]:
+    needs_depth = "full" in p.config.layers
+    cells = p.config.cells(p.full_depth if needs_depth else None)
+    return {_te_on_cuda(c).id for c in cells}
+
+
+@dataclass
+class CheckReport:
+    findings: list[Finding]
+    results: list[CellResult]
+
+    @property
+    def failing(self) -> list[Finding]:
+        return [f for f in self.findings if f.failing]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing else 0
+
+
+def regenerate_command(config_path: str | None) -> str:
+    return "hlo-audit golden update" + (f" --config {config_path}" if config_path else "")
+
+
+def check(p: Plan, results: list[CellResult], config_path: str | None = None, report_stale: bool = True) -> CheckReport:
+    policy = Policy(p.config.policy, tuple(Waiver(rule=w["rule"], reason=w["reason"],
+                                                  match={k: v for k, v in w.items() if k not in ("rule", "reason")})
+                                           for w in p.config.waivers))
+    gate = Gate(policy, regenerate_command(config_path))
+    series = _series_by_cell(p, results)
+    owners = _text_owners(results, series)
+    findings: list[Finding] = []
+    for r in results:
+        stored = golden.load(p.config.golden_dir, r.cell.id)
+        text = normalized_text(p, r) if r.cell.id in owners and stored is not None and stored.hlo is not None else None
+        findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
+    if report_stale:
+        findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
+    return CheckReport(findings, results)
+
+
+def update_goldens(p: Plan, results: list[CellResult], prune: bool = False) -> golden.UpdateReport:
+    series = _series_by_cell(p, results)
+    owners = _text_owners(results, series)
+    entries = [(r, series.get(r.cell.id), normalized_text(p, r) if r.cell.id in owners else None) for r in results]
+    prune_ids = [cid for cid in golden.stored_ids(p.config.golden_dir) if cid not in full_matrix_ids(p)] if prune else []
+    return golden.update(p.config.golden_dir, entries, prune_ids)
+
+
+def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResult]]:
+    """Findings and cells of several shards' JSON; a finding reported by two shards (stale) counts once."""
+    import json  # noqa: PLC0415
+
+    findings: dict[tuple, Finding] = {}
+    results: list[CellResult] = []
+    for path in paths:
+        try:
+            doc = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except (OSError, ValueError) as exc:
+            raise InputError(f"{path}: not a check JSON report: {exc}") from None
+        if doc.get("schema") != "hlo-audit/check/v1":
+            raise InputError(f"{path}: not a `hlo-audit check --format json` report (schema {doc.get('schema')!r})")
+        for f in doc["findings"]:
+            finding = Finding(f["cell"], f["severity"], f["rule"], f["message"], f.get("details", {}))
+            findings[(finding.cell, finding.rule, finding.severity, finding.message)] = finding
+        results.extend(_result_from_cell_record(c) for c in doc["cells"])
+    return list(findings.values()), results
+
+
+def _result_from_cell_record(c: dict) -> CellResult:
+    cell = Cell(model=c["model"], scan=c["scan"] == "on", quant=c["quant"], layers=c["layers"], target=c["target"],
+                platform=c["platform"], stage=c["stage"])
+    summary = None if c["entry_params"] is None else {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}
+    return CellResult(cell=cell, status=c["status"], message=c["message"], summary=summary, cached=c["cached"])

@@ -1,0 +1,127 @@
+"""Content-addressed results cache: an unchanged cell is never lowered twice.
+
+Two levels, because lowering is the expensive part and analysis code changes more often:
+
+* ``<key>.hlo.txt`` + ``<key>.lowering.json``: the HLO text and jax's argument paths, keyed by the cell,
+  the versions of jax/jaxlib/flax/maxtext, the target's source fingerprint and the XLA/JAX flags;
+* ``<key>.<analysis>.result.json``: the analysed result, keyed additionally by hlo_audit's own source.
+
+JSON and text only, never pickle. Every write goes to a temporary file in the same folder and is renamed
+into place, so two runs sharing a cache (or one killed midway) never leave a torn entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from hlo_audit.matrix import Cell
+
+LAYOUT_VERSION = "v1"
+_VERSIONED_PACKAGES = ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax")
+_FLAG_PREFIXES = ("XLA_FLAGS", "JAX_", "LIBTPU_INIT_ARGS")
+_HLO_AUDIT_ROOT = Path(__file__).resolve().parent
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def _flags() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_FLAG_PREFIXES)}
+
+
+def lowering_key(cell: Cell, target_fingerprint: str) -> str:
+    material = json.dumps({"cell": cell.key_material(), "versions": package_versions(),
+                           "target": target_fingerprint, "flags": _flags()}, sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def analysis_fingerprint() -> str:
+    """hlo_audit's own source: a change to the analysis must not serve stale summaries."""
+    digest = hashlib.sha256()
+    for path in sorted(_HLO_AUDIT_ROOT.rglob("*.py")):
+        digest.update(str(path.relative_to(_HLO_AUDIT_ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def write_atomic(path: Path | str, data: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with _suppress_missing():
+            os.unlink(tmp)
+        raise
+
+
+class _suppress_missing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        return kind is not None and issubclass(kind, FileNotFoundError)
+
+
+class Cache:
+    def __init__(self, root: Path, enabled: bool = True):
+        self.root = Path(root) / LAYOUT_VERSION
+        self.enabled = enabled
+        self._analysis = analysis_fingerprint()
+
+    def _base(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def get_lowering(self, key: str) -> tuple[str, dict] | None:
+        if not self.enabled:
+            return None
+        base = self._base(key)
+        try:
+            meta = json.loads(base.with_suffix(".lowering.json").read_text())
+            text = base.with_suffix(".hlo.txt").read_text()
+        except (OSError, ValueError):
+            return None
+        if hashlib.sha256(text.encode()).hexdigest() != meta.get("hlo_sha256"):
+            return None  # a damaged entry is a miss, never a wrong answer
+        return text, meta
+
+    def put_lowering(self, key: str, text: str, meta: dict) -> None:
+        if not self.enabled:
+            return
+        base = self._base(key)
+        # Text first: a lowering.json always points at a complete text.
+        write_atomic(base.with_suffix(".hlo.txt"), text)
+        write_atomic(base.with_suffix(".lowering.json"),
+                     json.dumps({**meta, "hlo_sha256": hashlib.sha256(text.encode()).hexdigest()}, sort_keys=True))
+
+    def get_result(self, key: str) -> dict | None:
+        if not self.enabled:
+            return None
+        try:
+            return json.loads(self._base(key).with_suffix(f".{self._analysis}.result.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def put_result(self, key: str, record: dict) -> None:
+        if self.enabled:
+            write_atomic(self._base(key).with_suffix(f".{self._analysis}.result.json"),
+                         json.dumps(record, sort_keys=True))
+
+    def hlo_text(self, key: str) -> str | None:
+        hit = self.get_lowering(key)
+        return hit[0] if hit else None

@@ -1,0 +1,173 @@
+"""Policies -> findings: what `hlo-audit check` decides about each cell against its golden.
+
+Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver must carry a reason):
+
+* ``count``: a ratchet. More entry parameters of any dtype or role than the golden is a regression; fewer
+  is an improvement that asks to tighten the golden.
+* ``rng_scaling``: in an unrolled (scan off) series, RNG parameters must not grow with depth. That growth
+  is the seed-000 bug: per-layer RNG state the host marshals every step.
+* ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
+  flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
+  still gate.
+* ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from hlo_audit.golden import Golden, environment
+from hlo_audit.run import CellResult
+from hlo_audit.scaling import Series, rng_slope
+
+RULES = ("count", "rng_scaling", "hlo_text", "missing_golden")
+ACTIONS = ("fail", "warn", "off")
+SEVERITIES = ("ok", "improvement", "advisory", "waived", "stale", "unavailable", "regression", "error")
+FAILING = frozenset({"regression", "error"})
+TEXT_DIFF_LINES = 40
+
+
+@dataclass(frozen=True)
+class Waiver:
+    rule: str
+    reason: str
+    match: Mapping[str, str]  # cell attribute -> value (model, scan, quant, layers, platform)
+
+    def covers(self, rule: str, result: CellResult) -> bool:
+        c = result.cell
+        values = {"model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": str(c.layers),
+                  "platform": c.platform}
+        return rule == self.rule and all(values.get(k) == str(v) for k, v in self.match.items())
+
+
+@dataclass(frozen=True)
+class Policy:
+    actions: Mapping[str, str]
+    waivers: Sequence[Waiver] = ()
+
+    def waiver(self, rule: str, result: CellResult) -> Waiver | None:
+        return next((w for w in self.waivers if w.covers(rule, result)), None)
+
+
+@dataclass
+class Finding:
+    cell: str
+    severity: str
+    rule: str
+    message: str
+    details: dict = field(default_factory=dict)
+
+    @property
+    def failing(self) -> bool:
+        return self.severity in FAILING
+
+
+def _delta(old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, int]:
+    return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new)) if new.get(k, 0) != old.get(k, 0)}
+
+
+def _signed(d: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v:+d}" for k, v in d.items())
+
+
+class Gate:
+    def __init__(self, policy: Policy, regenerate: str):
+        self.policy = policy
+        self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
+
+    def _command(self, cell_id: str) -> str:
+        return f"{self.regenerate} --only id={cell_id}"
+
+    def _apply(self, rule: str, result: CellResult, finding: Finding | None) -> Finding | None:
+        """Policy and waivers turn a would-be regression into a warning, a waiver, or nothing."""
+        action = self.policy.actions.get(rule, "fail")
+        if action == "off" or finding is None:
+            return None
+        if finding.severity == "regression":
+            waiver = self.policy.waiver(rule, result)
+            if waiver is not None:
+                finding.severity = "waived"
+                finding.message += f" [waived: {waiver.reason}]"
+            elif action == "warn":
+                finding.severity = "advisory"
+        return finding
+
+    def check(self, result: CellResult, golden: Golden | None, series: Series | None,
+              normalized: str | None) -> list[Finding]:
+        cid = result.cell.id
+        if result.status == "unavailable":
+            return [Finding(cid, "unavailable", "lowering", result.message)]
+        if result.status == "error":
+            return [Finding(cid, "error", "lowering", result.message)]
+        findings: list[Finding | None] = []
+        if golden is None:
+            findings.append(self._apply("missing_golden", result, Finding(
+                cid, "regression", "missing_golden", f"no golden for this cell; create it with: {self._command(cid)}")))
+        else:
+            findings.append(self._apply("count", result, self._count(result, golden)))
+            findings.append(self._apply("hlo_text", result, self._text(result, golden, normalized)))
+        findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
+        kept = [f for f in findings if f is not None]
+        return kept or [Finding(cid, "ok", "all", "matches its golden")]
+
+    def _count(self, result: CellResult, golden: Golden) -> Finding | None:
+        cid, old, new = result.cell.id, golden.record, result.summary
+        by_dtype = _delta(old["by_dtype"], new["by_dtype"])
+        by_role = _delta(old["by_role"], new["by_role"])
+        groups = _delta(old["groups"], new["groups"])
+        details = {"entry_params": {"golden": old["entry_params"], "now": new["entry_params"]},
+                   "by_dtype": by_dtype, "by_role": by_role, "groups": groups, "regenerate": self._command(cid)}
+        if any(v > 0 for v in (*by_dtype.values(), *by_role.values())):
+            grown = {k: v for k, v in groups.items() if v > 0}
+            message = (f"entry parameters {old['entry_params']} -> {new['entry_params']}: {_signed(by_dtype)}"
+                       f" ({_signed(by_role)}); new or grown path patterns: {_signed(grown) or 'none'}."
+                       f" If intended: {self._command(cid)}")
+            return Finding(cid, "regression", "count", message, details)
+        if by_dtype or by_role:
+            return Finding(cid, "improvement", "count",
+                           f"entry parameters {old['entry_params']} -> {new['entry_params']}: {_signed(by_dtype)};"
+                           f" tighten the golden: {self._command(cid)}", details)
+        return None
+
+    def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
+        if golden.hlo is None or normalized is None or golden.hlo == normalized:
+            return None
+        cid = result.cell.id
+        diff = list(difflib.unified_diff(golden.hlo.splitlines(), normalized.splitlines(), "golden", "now",
+                                         lineterm="", n=0))
+        changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+        details = {"changed_lines": changed, "diff": diff[:TEXT_DIFF_LINES], "regenerate": self._command(cid)}
+        env_now, env_then = environment(result.cell), golden.environment
+        if env_now != env_then:
+            moved = {k: f"{env_then.get(k)} -> {v}" for k, v in env_now.items() if env_then.get(k) != v}
+            return Finding(cid, "advisory", "hlo_text",
+                           f"normalized HLO differs in {changed} lines, but the environment differs from the "
+                           f"golden's ({', '.join(f'{k} {v}' for k, v in moved.items())}): advisory; counts still gate",
+                           details)
+        return Finding(cid, "regression", "hlo_text",
+                       f"normalized HLO differs from the golden in {changed} lines. If intended: {self._command(cid)}",
+                       details)
+
+    def _rng_scaling(self, result: CellResult, series: Series | None) -> Finding | None:
+        """Reported once per series, on its shallowest cell."""
+        if result.cell.scan or series is None or series.cell != result.cell:
+            return None
+        slope = rng_slope(series)
+        if slope <= 0:
+            return None
+        by_role = {k: series.by_role[k].slope for k in ("rng_key", "rng_count") if k in series.by_role}
+        return Finding(result.cell.id, "regression", "rng_scaling",
+                       f"RNG parameters grow by {slope:g} per layer in an unrolled model "
+                       f"({', '.join(f'{k} {v:+g}' for k, v in by_role.items())}; depths {', '.join(map(str, series.depths))})",
+                       {"rng_per_layer": slope, "depths": list(series.depths)})
+
+
+def stale(golden_ids: Sequence[str], matrix_ids: set[str]) -> list[Finding]:
+    return [Finding(cid, "stale", "missing_golden", "golden without a cell in the matrix (remove with "
+                    "`hlo-audit golden update --prune`)") for cid in golden_ids if cid not in matrix_ids]
+
+
+def worst(findings: Sequence[Finding]) -> str:
+    return max((f.severity for f in findings), key=SEVERITIES.index, default="ok")

@@ -1,0 +1,130 @@
+"""Cells of the audit matrix: one lowering each, with a stable id.
+
+A cell is everything that decides what HLO comes out: target, model, scan on/off, quantization, depth,
+batch and sequence length, platform, stage and per-model overrides. Its id is what a golden file, a
+pytest item and a report row are named by, so it must never depend on dict order or run order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+# `--only` keys and the cell attribute each one filters.
+FILTER_KEYS = {"model": "model", "scan": "scan_label", "quant": "quant", "layers": "layers",
+               "platform": "platform", "stage": "stage", "id": "id", "target": "target"}
+
+
+class MatrixError(ValueError):
+    """A bad --only / --shard / --layers value; the message names it."""
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    model: str
+    scan: bool
+    quant: str
+    layers: int
+    target: str = "maxtext"
+    batch: int = 1
+    seq: int = 128
+    platform: str = "cpu"
+    stage: str = "lowered"
+    overrides: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def scan_label(self) -> str:
+        return "on" if self.scan else "off"
+
+    @property
+    def id(self) -> str:
+        """``llama3-8b/scan-off/int8/L2``; platform and stage appear only when not the defaults."""
+        parts = [self.model, f"scan-{self.scan_label}", self.quant, f"L{self.layers}"]
+        if self.platform != "cpu":
+            parts.append(self.platform)
+        if self.stage != "lowered":
+            parts.append(self.stage)
+        if self.batch != 1 or self.seq != 128:
+            parts.append(f"b{self.batch}s{self.seq}")
+        return "/".join(parts)
+
+    @property
+    def series(self) -> tuple:
+        """Everything but the depth: cells of one series differ only in layers (depth scaling)."""
+        return (self.target, self.model, self.scan, self.quant, self.batch, self.seq, self.platform,
+                self.stage, self.overrides)
+
+    def at_depth(self, layers: int) -> "Cell":
+        return Cell(**{**asdict(self), "layers": layers, "overrides": self.overrides})
+
+    def key_material(self) -> str:
+        """Canonical JSON of every field (the cache key starts from this)."""
+        return json.dumps({**asdict(self), "overrides": [list(kv) for kv in self.overrides]}, sort_keys=True)
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.key_material().encode()).hexdigest()[:16]
+
+
+def parse_only(spec: str | None) -> dict[str, set[str]]:
+    """``model=llama3-8b,quant=int8,quant=fp8`` -> {"model": {"llama3-8b"}, "quant": {"int8", "fp8"}}."""
+    filters: dict[str, set[str]] = {}
+    if not spec:
+        return filters
+    for item in spec.split(","):
+        key, sep, value = item.strip().partition("=")
+        if not sep or not value:
+            raise MatrixError(f"--only expects key=value[,key=value...], got {item.strip()!r}")
+        if key not in FILTER_KEYS:
+            raise MatrixError(f"--only: unknown key {key!r} (known: {', '.join(FILTER_KEYS)})")
+        filters.setdefault(key, set()).add(value)
+    return filters
+
+
+def matches(cell: Cell, filters: dict[str, set[str]]) -> bool:
+    return all(str(getattr(cell, FILTER_KEYS[key])) in values for key, values in filters.items())
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    """``2/4`` -> (2, 4): the second of four shards (1-based, as CI matrices count)."""
+    if not spec:
+        return None
+    k, sep, n = spec.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise MatrixError(f"--shard expects K/N with 1 <= K <= N, got {spec!r}")
+    return int(k), int(n)
+
+
+def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = None) -> list[Cell]:
+    """Filter by --only, then keep shard K of N.
+
+    Shards are dealt by depth series, round-robin in id order: a series stays whole in one shard, because
+    the RNG-scaling rule needs all its depths.
+    """
+    filters = parse_only(only)
+    chosen = sorted((c for c in cells if matches(c, filters)), key=lambda c: c.id)
+    picked = parse_shard(shard)
+    if picked is None:
+        return chosen
+    k, n = picked
+    series = sorted({c.series for c in chosen}, key=lambda s: min(c.id for c in chosen if c.series == s))
+    mine = {s for i, s in enumerate(series) if i % n == k - 1}
+    return [c for c in chosen if c.series in mine]
+
+
+def expand(*, target: str, models: Sequence[str], scans: Sequence[bool], quants: Sequence[str],
+           layers_for: dict[str, list[int]], batch: int, seq: int, platform: str, stage: str,
+           overrides: dict[str, dict[str, str]], excluded) -> list[Cell]:
+    """The cross product, minus excluded combinations, in a stable order."""
+    cells = []
+    for model in models:
+        model_overrides = tuple(sorted(overrides.get(model, {}).items()))
+        for scan in scans:
+            for quant in quants:
+                for layers in layers_for[model]:
+                    cell = Cell(model=model, scan=scan, quant=quant, layers=layers, target=target, batch=batch,
+                                seq=seq, platform=platform, stage=stage, overrides=model_overrides)
+                    if not excluded(cell):
+                        cells.append(cell)
+    return sorted(set(cells), key=lambda c: c.id)

@@ -1,0 +1,29 @@
+"""pandas views of run results (CSV export goes through these too)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def cells_frame(results, slopes: dict[str, float] | None = None) -> pd.DataFrame:
+    """One row per cell: identity, status, entry params, one column per dtype and per role."""
+    slopes = slopes or {}
+    rows = []
+    for r in results:
+        c = r.cell
+        row = {"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,
+               "platform": c.platform, "stage": c.stage, "status": r.status, "entry_params": r.entry_params,
+               "rng_params": r.rng_params if r.summary else None, "slope_per_layer": slopes.get(c.id),
+               "message": r.message}
+        if r.summary:
+            row.update({f"dtype_{k}": v for k, v in r.summary["by_dtype"].items()})
+            row.update({f"role_{k}": v for k, v in r.summary["by_role"].items()})
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    count_columns = [col for col in frame.columns if col.startswith(("dtype_", "role_"))]
+    frame[count_columns] = frame[count_columns].fillna(0).astype("int64")
+    return frame
+
+
+def format_run_csv(results, slopes: dict[str, float]) -> str:
+    return cells_frame(results, slopes).to_csv(index=False)

@@ -1,0 +1,198 @@
+"""Execute matrix cells: cache lookup, availability, lowering (in-process or in worker processes), analysis.
+
+``run_cells`` is a generator, as pip-audit's core is: each result is yielded the moment it exists, so the
+CLI can draw progress and a failing cell never holds up the others. One cell's failure becomes an
+``error`` result carrying its one-line message; the rest of the matrix still runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+
+from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.text import HloParseError
+from hlo_audit.matrix import Cell
+from hlo_audit.targets.base import Lowering, Unavailable, get_target
+
+STATUSES = ("ok", "unavailable", "error")
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str  # ok | unavailable | error
+    message: str = ""
+    summary: dict | None = None  # entry_params, by_dtype, by_role, groups, bytes_by_role
+    params: list[dict] = field(default_factory=list)  # per entry parameter: path, role, dtype, dims, bytes
+    opcodes: dict[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
+    hlo_sha256: str = ""
+    lower_seconds: float = 0.0
+    cached: bool = False
+    key: str = ""
+    text: str | None = field(default=None, repr=False, compare=False)  # HLO text when just lowered
+
+
+    @property
+    def entry_params(self) -> int | None:
+        return self.summary["entry_params"] if self.summary else None
+
+    def count(self, kind: str, name: str) -> int:
+        """by_dtype / by_role lookup, 0 when absent."""
+        return self.summary[kind].get(name, 0) if self.summary else 0
+
+    @property
+    def rng_params(self) -> int:
+        return self.count("by_role", "rng_key") + self.count("by_role", "rng_count")
+
+    def to_record(self) -> dict:
+        record = asdict(self)
+        record["cell"] = {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]}
+        record.pop("cached")
+        record.pop("text")
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict, cached: bool = False) -> "CellResult":
+        cell_fields = {**record["cell"], "overrides": tuple(tuple(kv) for kv in record["cell"]["overrides"])}
+        return cls(**{**record, "cell": Cell(**cell_fields), "cached": cached})
+
+
+def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
+    analysis = analyze(lowering.text, cell.id, lowering.arg_paths)
+    s = analysis.summary
+    opcodes: dict[str, int] = {}
+    for instr in analysis.module.instructions():
+        name = f"{instr.opcode}:{instr.shape.dtype or 'tuple'}"
+        opcodes[name] = opcodes.get(name, 0) + 1
+    return CellResult(
+        cell=cell, status="ok",
+        summary={"entry_params": s.entry_params, "by_dtype": s.by_dtype, "by_role": s.by_role,
+                 "groups": s.groups, "bytes_by_role": s.bytes_by_role},
+        params=[{"index": p.index, "path": p.path, "role": p.role, "dtype": p.dtype, "dims": list(p.shape.dims),
+                 "bytes": p.bytes, "pattern": p.pattern} for p in analysis.params],
+        opcodes=dict(sorted(opcodes.items())),
+        hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
+    )
+
+
+def _sha256(text: str) -> str:
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its own message, or its type when it has none."""
+    message = " ".join(str(exc).split())
+    return message or type(exc).__name__
+
+
+def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None]:
+    """Lower and analyse one cell; never raises (runs in worker processes too)."""
+    started = time.perf_counter()
+    try:
+        target = _target(target_spec)
+        lowering = target.lower(cell)
+        seconds = time.perf_counter() - started
+        return analyze_lowering(cell, lowering, seconds, key), lowering
+    except Unavailable as exc:
+        return CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key), None
+    except HloParseError as exc:
+        return CellResult(cell=cell, status="error", message=f"unparseable HLO: {one_line(exc)}", key=key), None
+    except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
+        detail = one_line(exc)
+        if type(exc).__name__ not in ("MaxTextConfigError", "TargetError"):
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            detail = f"{type(exc).__name__}: {detail} ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
+        return CellResult(cell=cell, status="error", message=detail, key=key), None
+    finally:
+        _clear_jax_caches()
+
+
+def _clear_jax_caches() -> None:
+    import jax  # noqa: PLC0415
+
+    jax.clear_caches()  # bounds memory across cells and keeps nested names independent of run order
+
+
+_TARGETS: dict[str, object] = {}
+
+
+def _target(spec: str):
+    if spec not in _TARGETS:
+        _TARGETS[spec] = get_target(spec)
+    return _TARGETS[spec]
+
+
+def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, tuple[str, ...] | None]:
+    result, lowering = _lower_one(target_spec, cell, key)
+    return result.to_record(), (lowering.text if lowering else None), (lowering.arg_paths if lowering else None)
+
+
+def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[CellResult]:
+    """Yield one CellResult per cell: cached ones first, then as lowerings finish."""
+    pending: list[tuple[Cell, str]] = []
+    for cell in cells:
+        try:
+            target = _target(cell.target)
+            key = lowering_key(cell, target.fingerprint())
+        except Exception as exc:  # noqa: BLE001 (bad target spec: every cell of it is an error row)
+            yield CellResult(cell=cell, status="error", message=one_line(exc))
+            continue
+        cached = cache.get_result(key)
+        if cached is not None:
+            yield CellResult.from_record(cached, cached=True)
+            continue
+        try:
+            target.check_available(cell)
+        except Unavailable as exc:
+            yield CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key)
+            continue
+        hit = cache.get_lowering(key)
+        if hit is not None:  # lowered before, analysis code changed since: re-analyse only
+            text, meta = hit
+            paths = tuple(meta["arg_paths"]) if meta.get("arg_paths") else None
+            result = analyze_lowering(cell, Lowering(text, paths), meta.get("seconds", 0.0), key)
+            result.cached, result.text = True, text
+            cache.put_result(key, result.to_record())
+            yield result
+            continue
+        pending.append((cell, key))
+    yield from _lower_pending(pending, cache, jobs)
+
+
+def _store(cache: Cache, result: CellResult, text: str | None, paths) -> CellResult:
+    result.text = text
+    if result.status == "ok" and text is not None:
+        cache.put_lowering(result.key, text, {"cell": result.cell.id, "seconds": result.lower_seconds,
+                                              "arg_paths": list(paths) if paths else None})
+        cache.put_result(result.key, result.to_record())
+    return result
+
+
+def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> Iterator[CellResult]:
+    if not pending:
+        return
+    if jobs <= 1 or len(pending) == 1:
+        for cell, key in pending:
+            result, lowering = _lower_one(cell.target, cell, key)
+            yield _store(cache, result, lowering.text if lowering else None, lowering.arg_paths if lowering else None)
+        return
+    # Spawned, not forked: jax and MaxText hold threads and global config that a fork would copy mid-state.
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {pool.submit(_worker, cell.target, cell, key): (cell, key) for cell, key in pending}
+        for future in concurrent.futures.as_completed(futures):
+            cell, key = futures[future]
+            try:
+                record, text, paths = future.result()
+            except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
+                yield CellResult(cell=cell, status="error", message=f"worker process failed: {one_line(exc)}", key=key)
+                continue
+            yield _store(cache, CellResult.from_record(record), text, paths)

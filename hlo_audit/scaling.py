@@ -1,0 +1,109 @@
+"""Depth scaling: entry parameters as a line in the layer count.
+
+Lower a series (same cell, different depths) at two or more depths and fit, per dtype and per role,
+``count = intercept + slope * layers``. A scanned model should have slope 0 everywhere (the layer body is
+traced once); an unrolled one pays its per-layer state in the slope. The fit projects to the model's real
+depth, which is cheaper than lowering llama3-8b's 32 layers, and a test holds it to the real lowering.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from hlo_audit.matrix import Cell
+from hlo_audit.run import CellResult
+
+
+@dataclass(frozen=True)
+class Line:
+    slope: float
+    intercept: float
+    exact: bool  # every measured depth lies on the line
+
+    def at(self, layers: int) -> float:
+        return self.intercept + self.slope * layers
+
+
+@dataclass(frozen=True)
+class Series:
+    cell: Cell  # the shallowest measured cell of the series
+    depths: tuple[int, ...]
+    total: Line
+    by_dtype: dict[str, Line]
+    by_role: dict[str, Line]
+    full_depth: int | None
+
+    @property
+    def id(self) -> str:
+        return self.cell.id.replace(f"/L{self.cell.layers}", "/L*", 1)
+
+    def projected(self, layers: int | None = None) -> dict:
+        """Counts at ``layers`` (default: the model's full depth), rounded: counts are integers."""
+        depth = layers if layers is not None else self.full_depth
+        if depth is None:
+            return {}
+        return {"layers": depth, "entry_params": round(self.total.at(depth)),
+                "by_dtype": {k: round(v.at(depth)) for k, v in self.by_dtype.items() if round(v.at(depth))},
+                "by_role": {k: round(v.at(depth)) for k, v in self.by_role.items() if round(v.at(depth))}}
+
+
+def fit_line(points: list[tuple[int, int]]) -> Line:
+    """Least squares through (layers, count) points; exact when every point is on the line."""
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var if var else 0.0
+    intercept = mean_y - slope * mean_x
+    exact = all(abs(intercept + slope * x - y) < 1e-9 for x, y in points)
+    return Line(slope=_tidy(slope), intercept=_tidy(intercept), exact=exact)
+
+
+def _tidy(value: float) -> float | int:
+    """Parameter counts are integers: print 27, not 27.0 (goldens and JSON stay readable)."""
+    value = round(value, 6)
+    return int(value) if value.is_integer() else value
+
+
+def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | None] | None = None) -> list[Series]:
+    """One Series per group of ok cells that differ only in depth and cover two or more depths."""
+    groups: dict[tuple, dict[int, CellResult]] = defaultdict(dict)
+    for r in results:
+        if r.status == "ok":
+            groups[r.cell.series][r.cell.layers] = r
+    series = []
+    for by_depth in groups.values():
+        if len(by_depth) < 2:
+            continue
+        depths = tuple(sorted(by_depth))
+        rows = [by_depth[d] for d in depths]
+
+        def line(kind: str | None, name: str | None = None) -> Line:
+            if kind is None:
+                return fit_line([(d, r.entry_params) for d, r in zip(depths, rows)])
+            return fit_line([(d, r.count(kind, name)) for d, r in zip(depths, rows)])
+
+        dtypes = sorted({k for r in rows for k in r.summary["by_dtype"]})
+        roles = sorted({k for r in rows for k in r.summary["by_role"]})
+        model = rows[0].cell.model
+        series.append(Series(
+            cell=rows[0].cell, depths=depths, total=line(None),
+            by_dtype={k: line("by_dtype", k) for k in dtypes}, by_role={k: line("by_role", k) for k in roles},
+            full_depth=_safe_depth(full_depth, model),
+        ))
+    return sorted(series, key=lambda s: s.id)
+
+
+def _safe_depth(full_depth, model: str) -> int | None:
+    if full_depth is None:
+        return None
+    try:
+        return full_depth(model)
+    except Exception:  # noqa: BLE001 (a target that cannot say: no projection, not a failure)
+        return None
+
+
+def rng_slope(series: Series) -> float:
+    return series.by_role.get("rng_key", Line(0, 0, True)).slope + series.by_role.get("rng_count", Line(0, 0, True)).slope

@@ -1,0 +1,59 @@
+"""The target interface: what the runner needs from anything that can lower a cell.
+
+One small protocol, one file per implementation beside it (maxtext.py, callable.py), as pip-audit does
+for its dependency sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from hlo_audit.matrix import Cell
+
+
+class Unavailable(Exception):
+    """The cell cannot be lowered on this machine (no CUDA device, package missing...); says why.
+
+    Raised by a target, or by a user's callable, so the cell reports ``unavailable`` with the reason
+    instead of an error, and is never silently dropped.
+    """
+
+
+class TargetError(ValueError):
+    """The target spec does not resolve, or the target misbehaves; one line naming it."""
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """What lowering one cell produced: HLO text and, when known, jax's own path of each entry parameter."""
+
+    text: str
+    arg_paths: tuple[str, ...] | None = None
+
+
+class Target(Protocol):
+    name: str
+
+    def check_available(self, cell: Cell) -> None:
+        """Raise Unavailable if the cell cannot be lowered here (cheap: runs before any lowering)."""
+
+    def lower(self, cell: Cell) -> Lowering:
+        """Lower the cell. Raise Unavailable or a configuration error with a one-line message."""
+
+    def full_depth(self, model: str) -> int:
+        """The model's real number of layers (for `--layers full` and scaling projections)."""
+
+    def fingerprint(self) -> str:
+        """Changes whenever the target's code changes (part of the cache key)."""
+
+
+def get_target(spec: str) -> Target:
+    """``maxtext`` or ``package.module:function``."""
+    if spec == "maxtext":
+        from hlo_audit.targets.maxtext import MaxTextTarget  # noqa: PLC0415 (jax/maxtext import on demand)
+
+        return MaxTextTarget()
+    from hlo_audit.targets.callable import CallableTarget  # noqa: PLC0415
+
+    return CallableTarget(spec)

@@ -1,0 +1,78 @@
+"""Any JAX project: ``target = "package.module:function"``.
+
+The function receives the cell (model, scan, quant, layers, batch, seq, platform, overrides) and returns
+a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform``) or a ``jax.stages.Lowered``. It may raise
+``hlo_audit.Unavailable("why")`` for cells it cannot build here. Optional attribute
+``function.full_depth``: a dict model -> layers, or a callable model -> layers, for ``--layers full`` and
+scaling projections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+import jax
+
+from hlo_audit.attribution import arg_paths
+from hlo_audit.hlo.text import parse_module
+from hlo_audit.matrix import Cell
+from hlo_audit.targets.base import Lowering, TargetError
+
+
+class CallableTarget:
+    def __init__(self, spec: str):
+        self.name = spec
+        module_name, sep, attribute = spec.partition(":")
+        if not sep or not module_name or not attribute:
+            raise TargetError(f"target {spec!r}: expected 'package.module:function'")
+        if "" not in sys.path and str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))  # a project's own module, run from its root
+        try:
+            self.module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise TargetError(f"target {spec!r}: cannot import {module_name!r}: {exc}") from None
+        function = self.module
+        for part in attribute.split("."):
+            function = getattr(function, part, None)
+        if not callable(function):
+            raise TargetError(f"target {spec!r}: {attribute!r} is not a callable in {module_name}")
+        self.function = function
+
+    def check_available(self, cell: Cell) -> None:
+        """Only the function knows; it raises Unavailable from lower()."""
+
+    def lower(self, cell: Cell) -> Lowering:
+        produced = self.function(cell)
+        if isinstance(produced, jax.stages.Traced):
+            lowered = produced.lower(lowering_platforms=(cell.platform,))
+        elif isinstance(produced, jax.stages.Lowered):
+            lowered = produced
+        else:
+            raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
+                              "(jax.jit(f).trace(...)) or Lowered")
+        text = lowered.as_text(dialect="hlo")
+        paths = arg_paths(lowered, parse_module(text, cell.id))
+        if cell.stage == "compiled":
+            return Lowering(text=lowered.compile().as_text(), arg_paths=None)
+        return Lowering(text=text, arg_paths=paths)
+
+    def full_depth(self, model: str) -> int:
+        depth = getattr(self.function, "full_depth", None)
+        if isinstance(depth, dict) and model in depth:
+            return int(depth[model])
+        if callable(depth):
+            return int(depth(model))
+        raise TargetError(f"target {self.name!r} does not say the full depth of {model!r} "
+                          "(give the function a full_depth dict or callable)")
+
+    def fingerprint(self) -> str:
+        """The source of the module defining the function (edits invalidate cached cells)."""
+        try:
+            source = inspect.getsource(self.module)
+        except (OSError, TypeError):
+            source = self.name
+        return hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -1,0 +1,211 @@
+"""Goldens and the gate, end to end through the CLI, on the example callable target (a small NNX MLP)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+CONFIG = """
+target = "hlo_audit.examples.nnx_mlp:lower"
+models = ["mlp"]
+quant = ["none", "dropout0", "int8"]
+layers = [2, 3]
+
+[[waive]]
+rule = "rng_scaling"
+quant = "dropout0"
+reason = "the example keeps a never-drawn dropout stream on purpose"
+"""
+
+
+def hlo_audit(project: Path, *args, env=None, check=False) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, check=check, timeout=600)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "hlo-audit.toml").write_text(CONFIG)
+    result = hlo_audit(tmp_path, "golden", "update")
+    assert result.returncode == 0, result.stderr
+    return tmp_path
+
+
+def test_update_twice_is_byte_identical_and_check_passes(project):
+    first = snapshot(project / "golden")
+    assert "mlp/scan-off/dropout0/L2.json" in first and "mlp/scan-off/dropout0/L2.hlo.txt" in first
+    assert "mlp/scan-off/dropout0/L3.hlo.txt" not in first  # text only at a series' shallowest depth
+    assert not any("int8" in name for name in first)  # unavailable cells write nothing
+    again = hlo_audit(project, "golden", "update", "--no-cache")
+    assert again.returncode == 0 and "0 written, 8 unchanged" in again.stdout
+    assert snapshot(project / "golden") == first
+    record = json.loads(first["mlp/scan-off/dropout0/L2.json"])
+    assert record["environment"]["jax"] == "0.12.0.1" and record["slopes"]["by_role"]["rng_key"] == 1
+    result = hlo_audit(project, "check")
+    assert result.returncode == 0, result.stdout
+    assert "passed" in result.stdout and "8 cells" not in result.stdout  # 12 cells: 8 ok + 4 unavailable
+
+
+def _edit(path: Path, **changes):
+    record = json.loads(path.read_text())
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        if name:
+            record[section][name] = value
+        else:
+            record[section] = value
+    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def test_count_ratchet(project):
+    golden = project / "golden/mlp/scan-off/dropout0/L3.json"
+    _edit(golden, by_dtype__u32=4, by_role__rng_key=2, by_role__rng_count=2, entry_params=11)
+    result = hlo_audit(project, "check")
+    assert result.returncode == 1
+    assert "mlp/scan-off/dropout0/L3" in result.stdout and "u32 +2" in result.stdout
+    assert "hlo-audit golden update --only id=mlp/scan-off/dropout0/L3" in result.stdout
+    _edit(golden, by_dtype__u32=8, by_role__rng_key=4, by_role__rng_count=4, entry_params=15)
+    result = hlo_audit(project, "check")
+    assert result.returncode == 0 and "improvement" in result.stdout and "tighten the golden" in result.stdout
+
+
+def test_rng_scaling_waiver_and_policy(project):
+    result = hlo_audit(project, "check", "--verbose")
+    assert "waived" in result.stdout and "never-drawn dropout stream on purpose" in result.stdout
+    config = project / "hlo-audit.toml"
+    config.write_text(CONFIG.split("[[waive]]")[0])
+    result = hlo_audit(project, "check")
+    assert result.returncode == 1 and "RNG parameters grow by 2 per layer" in result.stdout
+    config.write_text(CONFIG.split("[[waive]]")[0] + '\n[policy]\nrng_scaling = "warn"\n')
+    assert hlo_audit(project, "check").returncode == 0
+
+
+def test_hlo_text_gate_and_environment(project):
+    text = project / "golden/mlp/scan-on/none/L2.hlo.txt"
+    text.write_text(text.read_text().replace("multiply(", "add(", 1))
+    result = hlo_audit(project, "check")
+    assert result.returncode == 1 and "normalized HLO differs from the golden" in result.stdout
+    _edit(project / "golden/mlp/scan-on/none/L2.json", environment__jax="0.11.0")
+    result = hlo_audit(project, "check")
+    assert result.returncode == 0 and "advisory" in result.stdout and "jax 0.11.0 -> 0.12.0.1" in result.stdout
+
+
+def test_missing_and_stale_goldens(project):
+    (project / "golden/mlp/scan-on/none/L3.json").unlink()
+    stale = project / "golden/mlp/scan-on/fp8/L2.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}\n")
+    result = hlo_audit(project, "check", "--format", "json")
+    assert result.returncode == 1
+    doc = json.loads(result.stdout)
+    by_cell = {(f["cell"], f["severity"]) for f in doc["findings"]}
+    assert ("mlp/scan-on/none/L3", "regression") in by_cell
+    assert ("mlp/scan-on/fp8/L2", "stale") in by_cell
+    pruned = hlo_audit(project, "golden", "update", "--prune")
+    assert "1 pruned" in pruned.stdout and not stale.exists() and not stale.parent.exists()
+    assert hlo_audit(project, "check").returncode == 0
+
+
+def test_ci_outputs(project, tmp_path):
+    (project / "golden/mlp/scan-off/none/L2.json").unlink()
+    summary = tmp_path / "step-summary.md"
+    summary.write_text("before\n")
+    result = hlo_audit(project, "check", "--junit", "out.xml", "--markdown", "out.md",
+                       env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.returncode == 1
+    suite = ET.parse(project / "out.xml").getroot()
+    assert suite.get("tests") == "12" and suite.get("failures") == "1" and suite.get("skipped") == "4"
+    failed = [c for c in suite if c.find("failure") is not None]
+    assert failed[0].get("name") == "scan-off/none/L2"
+    markdown = (project / "out.md").read_text()
+    assert "**failed**" in markdown and "`mlp/scan-off/none/L2`" in markdown
+    assert summary.read_text() == "before\n" + markdown
+
+
+def test_shards_merge_to_the_full_report(project):
+    (project / "golden/mlp/scan-off/none/L2.json").unlink()
+    full = json.loads(hlo_audit(project, "check", "--format", "json").stdout)
+    for k in (1, 2):
+        shard = hlo_audit(project, "check", "--shard", f"{k}/2", "--format", "json")
+        (project / f"shard{k}.json").write_text(shard.stdout)
+    merged = hlo_audit(project, "merge", "shard1.json", "shard2.json", "--format", "json")
+    assert merged.returncode == 1
+    doc = json.loads(merged.stdout)
+
+    def key(f):
+        return (f["cell"], f["severity"], f["rule"])
+
+    assert sorted(map(key, doc["findings"])) == sorted(map(key, full["findings"]))
+    bad = hlo_audit(project, "merge", "hlo-audit.toml")
+    assert bad.returncode == 2 and "not a check JSON report" in bad.stderr
+
+
+def test_a_killed_update_leaves_goldens_intact(project):
+    golden = project / "golden"
+    # Make every summary stale, so an update that ran to the end would rewrite them all.
+    for path in golden.rglob("*.json"):
+        _edit(path, opcodes={})
+    before = snapshot(golden)
+    # The same model, one second slower per cell, so the kill lands while cells are being lowered.
+    (project / "slow.py").write_text(textwrap.dedent("""
+        import time
+        from hlo_audit.examples.nnx_mlp import lower as real
+
+        def lower(cell):
+            time.sleep(1)
+            return real(cell)
+        """))
+    (project / "hlo-audit.toml").write_text(CONFIG.replace("hlo_audit.examples.nnx_mlp:lower", "slow:lower"))
+    proc = subprocess.Popen([sys.executable, "-m", "hlo_audit", "golden", "update", "--no-cache"], cwd=project,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(6)  # jax imported, some cells lowered, more to go
+    assert proc.poll() is None, "update finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert snapshot(golden) == before
+    assert not [p for p in project.iterdir() if "staging" in p.name]
+
+
+def test_failing_cell_writes_nothing(project, tmp_path):
+    (project / "broken.py").write_text(textwrap.dedent("""
+        from hlo_audit.examples.nnx_mlp import lower as real
+
+        def lower(cell):
+            if cell.quant == "dropout0":
+                raise RuntimeError("cannot build this one today")
+            return real(cell)
+        """))
+    (project / "hlo-audit.toml").write_text(CONFIG.replace("hlo_audit.examples.nnx_mlp:lower", "broken:lower"))
+    before = snapshot(project / "golden")
+    for path in (project / "golden").rglob("dropout0/*.json"):
+        _edit(path, opcodes={})
+    edited = snapshot(project / "golden")
+    result = hlo_audit(project, "golden", "update")
+    assert result.returncode == 1 and "skipped mlp/scan-off/dropout0/L2: error" in result.stdout
+    after = snapshot(project / "golden")
+    assert {k for k in after if "dropout0" in k and after[k] != before[k]} == {
+        k for k in edited if "dropout0" in k and edited[k] != before[k]}
+
+
+def test_pytest_plugin_runs_cells_as_items(project):
+    result = subprocess.run([sys.executable, "-m", "pytest", "--hlo-audit", "-n", "2", "-p", "no:cacheprovider",
+                             "-q", "-rs"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "8 passed, 4 skipped" in result.stdout
+    (project / "golden/mlp/scan-on/none/L2.json").unlink()
+    result = subprocess.run([sys.executable, "-m", "pytest", "--hlo-audit", "-n", "2", "-p", "no:cacheprovider",
+                             "-q"], cwd=project, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1 and "FAILED hlo-audit::mlp/scan-on/none/L2" in result.stdout

@@ -1,0 +1,146 @@
+"""MaxText's real NNX train step (PyPI maxtext 0.2.5), lowered on this CPU from abstract shapes.
+
+One matrix run, shared by every test here (they run in one xdist group): llama3-8b unrolled at 2, 4 and 32
+layers, unquantized and int8; scanned at 2 and 4; two Transformer Engine recipes; and a model name MaxText
+does not know. The numbers are the seeds' (000, 001) and DESIGN.md's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.cli import app
+from hlo_audit.hlo.params import entry_params
+from hlo_audit.hlo.text import parse_module
+from hlo_audit.matrix import Cell
+from hlo_audit.run import CellResult
+from hlo_audit.scaling import fit_series
+from hlo_audit.targets.maxtext import MaxTextTarget
+
+pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
+
+CONFIG = """
+models = ["llama3-8b", "llama9"]
+scan = ["on", "off"]
+quant = ["none", "int8", "te_fp8_currentscaling", "te_nvfp4_no_rht"]
+layers = [2, 4, 32]
+
+[[exclude]]
+scan = "on"
+layers = 32
+
+[[exclude]]
+model = "llama9"
+layers = 4
+
+[[exclude]]
+model = "llama9"
+layers = 32
+"""
+
+
+@pytest.fixture(scope="session")
+def matrix(tmp_path_factory):
+    project = tmp_path_factory.mktemp("maxtext")
+    (project / "hlo-audit.toml").write_text(CONFIG)
+    proc = subprocess.run([sys.executable, "-m", "hlo_audit", "run", "--format", "json"], cwd=project,
+                          capture_output=True, text=True, timeout=1200)
+    cells = {c["id"]: c for c in json.loads(proc.stdout)["cells"]}
+    return project, proc, cells
+
+
+def _result(cells, cell_id) -> CellResult:
+    c = cells[cell_id]
+    assert c["status"] == "ok", c["message"]
+    return c
+
+
+def test_full_depth_unrolled_counts_match_the_seeds(matrix):
+    _, _, cells = matrix
+    none = _result(cells, "llama3-8b/scan-off/none/L32")
+    assert none["entry_params"] == 887
+    assert none["by_dtype"] == {"f32": 873, "s32": 7, "u32": 7}
+    int8 = _result(cells, "llama3-8b/scan-off/int8/L32")
+    assert int8["entry_params"] == 2231
+    assert int8["by_dtype"]["u32"] == 1351
+    assert int8["rng_params"] == 1350  # + the optimizer step, the 1351st u32
+
+
+def test_projection_from_two_shallow_depths_equals_the_real_lowering(matrix):
+    _, _, cells = matrix
+    for quant in ("none", "int8"):
+        shallow = [CellResult.from_record({
+            "cell": {"model": "llama3-8b", "scan": False, "quant": quant, "layers": c["layers"],
+                     "target": "maxtext", "batch": 1, "seq": 128, "platform": "cpu", "stage": "lowered",
+                     "overrides": []},
+            "status": "ok", "summary": {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}})
+            for c in cells.values() if c["id"] in (f"llama3-8b/scan-off/{quant}/L2", f"llama3-8b/scan-off/{quant}/L4")]
+        (series,) = fit_series(shallow, MaxTextTarget().full_depth)
+        full = _result(cells, f"llama3-8b/scan-off/{quant}/L32")
+        projected = series.projected()
+        assert projected == {"layers": 32, "entry_params": full["entry_params"], "by_dtype": full["by_dtype"],
+                             "by_role": full["by_role"]}
+    # Per unrolled layer: 9 weights x (param, mu, nu) = 27, and int8 adds 7 dots x 3 streams x (key, count).
+    assert cells["llama3-8b/scan-off/none/L2"]["slope_per_layer"] == 27
+    assert cells["llama3-8b/scan-off/int8/L2"]["slope_per_layer"] == 27 + 42
+
+
+def test_scanned_u32_does_not_grow_with_depth(matrix):
+    _, _, cells = matrix
+    for quant, u32 in (("none", 13), ("int8", 55)):
+        assert [_result(cells, f"llama3-8b/scan-on/{quant}/L{d}")["by_dtype"]["u32"] for d in (2, 4)] == [u32, u32]
+        assert cells[f"llama3-8b/scan-on/{quant}/L2"]["slope_per_layer"] == 0
+
+
+def test_transformer_engine_cells_are_unavailable_with_a_reason(matrix):
+    _, _, cells = matrix
+    te = [c for c in cells.values() if c["quant"].startswith("te_")]
+    assert len(te) == 2 * 2 * 3 + 2  # llama3-8b: 2 recipes x (scan on: 2 depths, off: 3) ; llama9: 2
+    for c in te:
+        assert c["platform"] == "cuda"
+        assert c["status"] == "unavailable"
+        assert "transformer_engine" in c["message"] or "CUDA" in c["message"]
+
+
+def test_unknown_model_is_an_error_row_and_the_run_exits_nonzero(matrix):
+    _, proc, cells = matrix
+    assert proc.returncode == 1
+    broken = [c for c in cells.values() if c["model"] == "llama9" and not c["quant"].startswith("te_")]
+    assert broken and all(c["status"] == "error" for c in broken)
+    assert all("model_name" in c["message"] and "llama9" in c["message"] for c in broken)
+    assert sum(c["status"] == "ok" for c in cells.values()) == 14
+
+
+def _cached_text(project, cell: Cell) -> str:
+    cache = Cache(project / ".hlo-audit-cache")
+    return cache.hlo_text(lowering_key(cell, MaxTextTarget().fingerprint()))
+
+
+def test_count_attributes_the_aqt_rng_streams(matrix):
+    project, _, _ = matrix
+    text = _cached_text(project, Cell("llama3-8b", False, "int8", 32))
+    path = project / "llama3-8b_int8_L32.hlo.txt"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["count", str(path), "--format", "json"])
+    (module,) = json.loads(result.stdout)["modules"]
+    assert module["entry_params"] == 2231 and module["by_dtype"]["u32"] == 1351
+    aqt = {k: v for k, v in module["groups"].items() if k.endswith("AqtDotGeneral_0.to_nnx__rngs.*")}
+    assert len(aqt) == 7 and set(aqt.values()) == {192}  # 7 dots x 32 layers x 3 streams x (key, count)
+    assert sum(aqt.values()) == 1344
+    assert "state.model.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.to_nnx__rngs.*" in aqt
+
+
+def test_args_info_paths_agree_with_the_text(matrix):
+    """jax's own args_info (used for attribution) and the decoded text names tell one story."""
+    project, _, _ = matrix
+    cell = Cell("llama3-8b", False, "int8", 2)
+    text, meta = Cache(project / ".hlo-audit-cache").get_lowering(lowering_key(cell, MaxTextTarget().fingerprint()))
+    from_text = [p.path for p in entry_params(parse_module(text))]
+    assert len(from_text) == 161
+    assert meta["arg_paths"] == from_text
