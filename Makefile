@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-export JAX_PLATFORMS ?= cpu
 
 .PHONY: setup audit test bench clean
 
@@ -18,13 +17,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 audit: setup
-	$(VENV)/bin/hlo-audit run --jobs 2
+	$(VENV)/bin/hlo-audit check --jobs 2
 
 test: setup
 	$(PY) -m pytest -n 2 -q
 
 bench: setup
 	$(PY) scripts/bench_hlo.py
+	$(PY) scripts/bench_matrix.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

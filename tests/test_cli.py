@@ -329,9 +329,6 @@ def test_diff_renumbered_xla_dump_before_optimizations(dump_folder, tmp_path):
     assert diff_json(source, renamed, exit_code=0)["verdict"] == "identical-after-normalization"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: normalize keeps global-counter numbers embedded inside computation "
-                   "names (region_1.3.clone.1.clone, while.90_computation), so after-optimization text with ids "
-                   "renumbered reads as 'changed'")
 def test_diff_renumbered_xla_dump_after_optimizations(dump_folder, tmp_path):
     source = Path(count_json(dump_folder, "--stage", "after")[0]["source"])
     text = source.read_text()
@@ -625,11 +622,9 @@ def test_no_arguments_prints_usage():
     assert "count" in result.stdout + result.stderr and "diff" in result.stdout + result.stderr
 
 
-# Bugs found while writing these tests: each is a traceback where the design asks for exit 2 and one line.
+# Bugs these tests found (tracebacks where the design asks for exit 2 and one line), now fixed and pinned.
 
-@pytest.mark.xfail(strict=True, reason="BUG: a non-integer parameter number (parameter(x)) passes the parser; "
-                   "Computation.parameters then raises ValueError from int(): traceback, exit 1")
-def test_bug_non_integer_parameter_number(tmp_path):
+def test_non_integer_parameter_number_is_an_input_error(tmp_path):
     path = tmp_path / "param.hlo"
     path.write_text("HloModule m\n\nENTRY e {\n  ROOT p = f32[] parameter(x)\n}\n")
     result = CliRunner().invoke(app, ["count", str(path)])
@@ -637,9 +632,7 @@ def test_bug_non_integer_parameter_number(tmp_path):
     assert_one_line_error(result.stderr, f"{path}:4:")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a computation that calls itself parses, but normalize() raises "
-                   "KeyError (computation_names lookup before the callee is named): diff tracebacks, exit 1")
-def test_bug_recursive_computation_in_diff(tmp_path, write_hlo):
+def test_recursive_computation_is_an_input_error(tmp_path, write_hlo):
     path = tmp_path / "recursive.hlo"
     path.write_text("HloModule m\n\nENTRY e {\n  p = f32[] parameter(0)\n  ROOT y = f32[] call(p), to_apply=e\n}\n")
     assert cli("count", path).exit_code in (0, 2)
@@ -648,9 +641,7 @@ def test_bug_recursive_computation_in_diff(tmp_path, write_hlo):
     assert_one_line_error(result.stderr, str(path))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: read_input('-') uses sys.stdin.read(); with a strict stdin decoder "
-                   "(any non-C UTF-8 locale) non-UTF-8 bytes raise UnicodeDecodeError: traceback, exit 1")
-def test_bug_non_utf8_stdin_with_strict_locale():
+def test_non_utf8_stdin_is_an_input_error_in_any_locale():
     proc = run_module("count", "-", input=b"HloModule m\n\xff\xfe\n", env={"PYTHONIOENCODING": "utf-8:strict"})
     assert proc.returncode == 2
     assert_one_line_error(proc.stderr.decode(), "<stdin>")

@@ -8,6 +8,7 @@ does not know. The numbers are the seeds' (000, 001) and DESIGN.md's.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -101,7 +102,7 @@ def test_scanned_u32_does_not_grow_with_depth(matrix):
 def test_transformer_engine_cells_are_unavailable_with_a_reason(matrix):
     _, _, cells = matrix
     te = [c for c in cells.values() if c["quant"].startswith("te_")]
-    assert len(te) == 2 * 2 * 3 + 2  # llama3-8b: 2 recipes x (scan on: 2 depths, off: 3) ; llama9: 2
+    assert len(te) == 2 * (2 + 3) + 2 * 2  # llama3-8b: 2 recipes x (2 scanned + 3 unrolled depths); llama9: 2 x 2
     for c in te:
         assert c["platform"] == "cuda"
         assert c["status"] == "unavailable"
@@ -114,7 +115,7 @@ def test_unknown_model_is_an_error_row_and_the_run_exits_nonzero(matrix):
     broken = [c for c in cells.values() if c["model"] == "llama9" and not c["quant"].startswith("te_")]
     assert broken and all(c["status"] == "error" for c in broken)
     assert all("model_name" in c["message"] and "llama9" in c["message"] for c in broken)
-    assert sum(c["status"] == "ok" for c in cells.values()) == 14
+    assert sum(c["status"] == "ok" for c in cells.values()) == 10  # llama3-8b: 2 quants x (2 + 3) depths
 
 
 def _cached_text(project, cell: Cell) -> str:
@@ -144,3 +145,37 @@ def test_args_info_paths_agree_with_the_text(matrix):
     from_text = [p.path for p in entry_params(parse_module(text))]
     assert len(from_text) == 161
     assert meta["arg_paths"] == from_text
+
+
+INJECTION_CONFIG = """
+target = "injected_maxtext:lower"
+models = ["llama3-8b"]
+quant = ["fp8"]
+scan = ["off"]
+layers = [2, 3]
+"""
+
+
+def test_reverted_rng_fix_fails_the_gate(tmp_path):
+    """Revert seed 000's quantization-bridge fix at run time: `check` must fail and say what leaked where."""
+    from pathlib import Path
+
+    (tmp_path / "hlo-audit.toml").write_text(INJECTION_CONFIG)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+
+    def hlo_audit(*args, inject=False):
+        run_env = {**env, "HLO_AUDIT_INJECT": "fp8-keeps-rngs"} if inject else env
+        return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
+                              text=True, env=run_env, timeout=900)
+
+    assert hlo_audit("golden", "update").returncode == 0
+    clean = hlo_audit("check")
+    assert clean.returncode == 0, clean.stdout
+    injected = hlo_audit("check", "--no-cache", inject=True)
+    assert injected.returncode == 1
+    out = " ".join(injected.stdout.split())  # the table wraps long messages
+    assert "llama3-8b/scan-off/fp8/L3" in out
+    assert "u32 +126" in out  # 7 dots x 3 streams x (key, count) x 3 layers
+    assert "state.model.decoder.layers_*.mlp.wi_0.Fp8DirectDotGeneralOp_0.to_nnx__rngs.* +18" in out
+    assert "RNG parameters grow by 42 per layer" in out
+    assert "hlo-audit golden update --only id=llama3-8b/scan-off/fp8/L3" in out

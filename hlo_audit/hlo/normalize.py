@@ -16,6 +16,7 @@ other attribute.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.params import EntryParam, entry_params
@@ -29,6 +30,10 @@ VOLATILE_ATTRS = frozenset({"metadata", "statistics_viz", "origin"})
 KERNEL_CUSTOM_CALLS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "__gpu$xla.gpu.ext.mosaic")
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
 _INSTR_REF_ATTRS = frozenset({"control-predecessors"})
+_NAME_REF_ATTRS = COMPUTATION_ATTRS | _INSTR_REF_ATTRS  # values that are renamed, so depend on context
+
+
+_COUNTER = re.compile(r"[._-]\d+(?=$|[._-])")
 
 
 def _digest(text: str) -> str:
@@ -89,63 +94,68 @@ class _Namer:
         self.module = module
         self.entry_param_names = _entry_param_names(params)
         self.computation_names: dict[str, str] = {}
-        self.taken_computation_names: set[str] = set()
+        self.computation_copies: dict[str, int] = {}
+        self.rendered_attrs: dict[tuple[tuple[str, str], ...], str] = {}
 
     def computation(self, comp: Computation) -> list[str]:
         """Canonical lines of one computation; records its canonical name."""
         names: dict[str, str] = {}
-        taken: set[str] = set()
+        taken: dict[str, int] = {}
         body: list[str] = []
         for instr in _print_order(comp):
-            operands = [self._operand(names, op) for op in instr.operands]
-            if instr.opcode in COMMUTATIVE:
+            opcode = instr.opcode
+            operands = [_operand(names, op) for op in instr.operands]
+            if opcode in COMMUTATIVE:
                 operands.sort()
-            attrs = self._attrs(instr, names)
-            if instr.opcode == "parameter":
+            attrs = self._attrs(instr, names) if instr.attrs else ""
+            if opcode == "parameter":
                 n = instr.parameter_number
                 name = self.entry_param_names.get(n, f"arg{n}") if comp.is_entry else f"p{n}"
             else:
-                key = "|".join((instr.opcode, instr.shape.text, ",".join(operands), attrs, instr.literal))
-                name = f"{instr.opcode}.{_digest(key)}"
-            if name in taken:  # identical instruction repeated: number the copies in order
-                k = 2
-                while f"{name}.{k}" in taken:
-                    k += 1
-                name = f"{name}.{k}"
-            taken.add(name)
+                key = "|".join((opcode, instr.shape.text, ",".join(operands), attrs, instr.literal))
+                name = f"{opcode}.{_digest(key)}"
+            copies = taken.get(name, 0)
+            taken[name] = copies + 1
+            if copies:  # identical instruction repeated (constants, mostly): number the copies in order
+                name = f"{name}.{copies + 1}"
             names[instr.name] = name
-            if instr.opcode == "parameter" and comp.is_entry:
+            if opcode == "parameter" and comp.is_entry:
                 args = ""  # position is the line order; a number would shift on every insertion
-            elif instr.opcode in ("parameter", "constant"):
+            elif opcode in ("parameter", "constant"):
                 args = instr.literal
             else:
-                args = ", ".join(f"%{o}" for o in operands)
+                args = "%" + ", %".join(operands) if operands else ""
             root = "ROOT " if instr.is_root else ""
-            body.append(f"  {root}%{name} = {instr.shape.text} {instr.opcode}({args}){attrs}")
+            body.append(f"  {root}%{name} = {instr.shape.text} {opcode}({args}){attrs}")
         if comp.is_entry:
             canonical = strip_number_suffix(comp.name)
         else:
-            prefix = strip_number_suffix(comp.name).rstrip("0123456789_") or "computation"
+            # Counter numbers hide inside names too (region_1.3.clone.1.clone, while.90_computation):
+            # keep only the words, which say what kind of computation it is.
+            prefix = _COUNTER.sub("", comp.name).strip("._-") or "computation"
             canonical = f"{prefix}.{_digest(chr(10).join(body))}"
-            k = 2
-            base = canonical
-            while canonical in self.taken_computation_names:
-                canonical = f"{base}.{k}"
-                k += 1
+            copies = self.computation_copies.get(canonical, 0)
+            self.computation_copies[canonical] = copies + 1
+            if copies:  # same body (jax emits one reducer / threefry per call site): number the copies
+                canonical = f"{canonical}.{copies + 1}"
         self.computation_names[comp.name] = canonical
-        self.taken_computation_names.add(canonical)
         head = f"ENTRY %{canonical} {{" if comp.is_entry else f"%{canonical} {{"
         return [head, *body, "}"]
 
-    @staticmethod
-    def _operand(names: dict[str, str], ref: str) -> str:
-        base = operand_base(ref)
-        # A name defined nowhere in the computation is a placeholder left by a transformation
-        # (strip_rng_state's rng_value); parsed modules have none (the parser checks every reference).
-        return names.get(base, base) + ref[len(base):]
-
     def _attrs(self, instr: Instruction, names: dict[str, str]) -> str:
-        parts = []
+        """``, key=value`` for every kept attribute, sorted by key."""
+        if not _NAME_REF_ATTRS.isdisjoint(instr.attrs):
+            return self._render_attrs(instr, names)
+        # Attributes that name nothing render the same wherever they appear, and a module has few
+        # distinct lists of them (", dimensions={0,1}", ", direction=EQ", ...): render each list once.
+        key = tuple(instr.attrs.items())
+        rendered = self.rendered_attrs.get(key)
+        if rendered is None:
+            rendered = self.rendered_attrs[key] = self._render_attrs(instr, names)
+        return rendered
+
+    def _render_attrs(self, instr: Instruction, names: dict[str, str]) -> str:
+        rendered = ""
         for key in sorted(instr.attrs):
             if key in VOLATILE_ATTRS:
                 continue
@@ -158,8 +168,21 @@ class _Namer:
                 value = '"<kernel body dropped>"'
             else:
                 value = strip_index_comments(value)
-            parts.append(f"{key}={value}")
-        return "".join(f", {p}" for p in parts)
+            rendered += f", {key}={value}"
+        return rendered
+
+
+def _operand(names: dict[str, str], ref: str) -> str:
+    """Canonical name of an operand reference (``t.1#0``: of its tuple, keeping the element).
+
+    A name defined nowhere in the computation is a placeholder left by a transformation
+    (strip_rng_state's rng_value) and stays as it is; parsed modules have none (the parser checks every
+    reference).
+    """
+    if "#" not in ref:  # the common case, a plain name
+        return names.get(ref, ref)
+    base = operand_base(ref)
+    return names.get(base, base) + ref[len(base):]
 
 
 def _name_list(original: str, names: Iterable[str]) -> str:

@@ -15,7 +15,9 @@ on a 9 MB module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,8 @@ _SIMPLE_INSTRUCTION = re.compile(
     r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*([a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?)\s+([a-z][a-z0-9\-_]*)\(([^()]*)\)(.*)")
 _PERCENT_NAME = re.compile(r"%([^\s,()%]+)")
 _NEEDS_TOKENIZER = re.compile(r'[{(\["]')
+_OPERAND_SYNTAX = re.compile(r'[{(\["/]')  # brackets, strings, comments: operands need the tokenizer
+_LAST_WORD_OF_PIECE = re.compile(r"[^\s,]+(?=\s*(?:,|\Z))")
 _INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
 _COMP_HEAD = re.compile(r"(ENTRY\s+)?%?([A-Za-z_][\w.\-]*)\s*(\(.*)?\{\s*$")
@@ -117,7 +121,7 @@ class Instruction:
 
     def called_computations(self) -> list[str]:
         names: list[str] = []
-        if not self.attrs:
+        if COMPUTATION_ATTRS.isdisjoint(self.attrs):  # most instructions call nothing
             return names
         for key, value in self.attrs.items():
             if key in COMPUTATION_ATTRS:
@@ -236,47 +240,67 @@ def _parse_dim(d: str) -> int:
     return int(d.removeprefix("<="))
 
 
-def _parse_instruction(text: str, lineno: int) -> Instruction:
+def _parse_instruction(text: str, lineno: int, seen_attrs: dict[str, dict[str, str]]) -> Instruction:
     fast = _SIMPLE_INSTRUCTION.match(text)
     if fast is None:
-        return _parse_instruction_slow(text, lineno)
-    root, name, shape_text, opcode, operand_text, rest = fast.groups()
-    return _build_instruction(name, shape_text, opcode, operand_text, rest, root, lineno)
+        return _parse_instruction_slow(text, lineno, seen_attrs)
+    return _build_instruction(*fast.groups(), lineno, seen_attrs)
 
 
-def _build_instruction(name: str, shape_text: str, opcode: str, operand_text: str, rest: str,
-                       root: str | None, lineno: int) -> Instruction:
+def _build_instruction(root: str | None, name: str, shape_text: str, opcode: str, operand_text: str, rest: str,
+                       lineno: int, seen_attrs: dict[str, dict[str, str]]) -> Instruction:
+    """An Instruction from the pieces of its line, in the order the line has them."""
     if opcode in ("parameter", "constant"):
         operands: tuple[str, ...] = ()
         literal = operand_text.strip()
+        if opcode == "parameter" and not literal.isdigit():
+            raise ValueError(f"parameter number must be a non-negative integer, got {literal[:20]!r}")
     else:
         literal = ""
-        if "%" in operand_text:  # XLA dump: "f32[8]{0} %a, (s32[], f32[]) %t" -- every name has a %
-            operands = tuple(_PERCENT_NAME.findall(operand_text))
-        elif not operand_text:
-            operands = ()
-        else:  # jax: "a, b" (names only)
-            operand_text = strip_index_comments(operand_text)
-            parts = split_top_level(operand_text) if _NEEDS_TOKENIZER.search(operand_text) else operand_text.split(",")
-            operands = tuple(p.split()[-1] for p in parts if p.strip())
-    attrs: dict[str, str] = {}
-    rest = rest.strip()
-    if rest:
-        if not rest.startswith(","):
-            raise ValueError(f"unexpected text after operands: {rest[:40]!r}")
-        parts = split_top_level(rest[1:]) if _NEEDS_TOKENIZER.search(rest) else rest[1:].split(",")
-        for part in parts:
-            key, eq, value = part.partition("=")
-            if not eq:
-                raise ValueError(f"attribute without '=': {part.strip()[:40]!r}")
-            attrs[key.strip()] = value.strip()
+        operands = _parse_operands(operand_text)
+    # A module repeats few distinct attribute lists (", dimensions={0,1}", ", direction=EQ", ...): parse
+    # each once per module and hand every instruction its own copy.
+    attrs = seen_attrs.get(rest)
+    if attrs is None:
+        attrs = seen_attrs[rest] = _parse_attributes(rest)
     return Instruction(
         name=name.lstrip("%"), opcode=opcode, shape=parse_shape(shape_text), operands=operands,
-        literal=literal, attrs=attrs, is_root=bool(root), line=lineno,
+        literal=literal, attrs=attrs.copy(), is_root=bool(root), line=lineno,
     )
 
 
-def _parse_instruction_slow(text: str, lineno: int) -> Instruction:
+def _parse_operands(text: str) -> tuple[str, ...]:
+    if "%" in text:  # XLA dump: "f32[8]{0} %a, (s32[], f32[]) %t" -- every name has a %
+        return tuple(_PERCENT_NAME.findall(text))
+    if not text:
+        return ()
+    # jax: "a, b" (names only). An operand is the last word of its comma-separated piece; blank pieces
+    # are skipped. The common line has no brackets, strings or comments, and one regex does that.
+    if _OPERAND_SYNTAX.search(text) is None:
+        return tuple(_LAST_WORD_OF_PIECE.findall(text))
+    text = strip_index_comments(text)
+    parts = split_top_level(text) if _NEEDS_TOKENIZER.search(text) else text.split(",")
+    return tuple([words[-1] for words in map(str.split, parts) if words])
+
+
+def _parse_attributes(rest: str) -> dict[str, str]:
+    """``, a={0,1}, b=x`` (the text after the operand list) -> {"a": "{0,1}", "b": "x"}."""
+    attrs: dict[str, str] = {}
+    rest = rest.strip()
+    if not rest:
+        return attrs
+    if not rest.startswith(","):
+        raise ValueError(f"unexpected text after operands: {rest[:40]!r}")
+    parts = split_top_level(rest[1:]) if _NEEDS_TOKENIZER.search(rest) else rest[1:].split(",")
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not eq:
+            raise ValueError(f"attribute without '=': {part.strip()[:40]!r}")
+        attrs[key.strip()] = value.strip()
+    return attrs
+
+
+def _parse_instruction_slow(text: str, lineno: int, seen_attrs: dict[str, dict[str, str]]) -> Instruction:
     """Tuple shapes, tiled layouts, tuple-typed operands: anything with nested parentheses."""
     head = _INSTR_HEAD.match(text)
     if not head:
@@ -299,12 +323,34 @@ def _parse_instruction_slow(text: str, lineno: int) -> Instruction:
     close = _match_close(text, open_paren)
     if close < 0:
         raise ValueError("unbalanced parentheses in operand list")
-    return _build_instruction(head.group(2), shape_text, op.group(1), text[open_paren + 1:close - 1],
-                              text[close:], head.group(1), lineno)
+    return _build_instruction(head.group(1), head.group(2), shape_text, op.group(1),
+                              text[open_paren + 1:close - 1], text[close:], lineno, seen_attrs)
 
 
 def parse_module(text: str, source: str = "<text>") -> HloModule:
     """Parse one HLO module. Raises HloParseError naming ``source`` and the line."""
+    with _cyclic_gc_paused():
+        return _parse_module(text, source)
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused():
+    """Pause Python's cycle collector while a module is built.
+
+    A 9 MB module is ~100k instructions of several objects each, and none of them form reference
+    cycles, so the collector finds nothing; but it runs every few hundred allocations and its older
+    generations walk the whole growing module again and again: a fifth of the parse time.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse_module(text: str, source: str) -> HloModule:
     if not text.strip():
         raise HloParseError("empty input, expected an HLO module", source)
     lines = text.splitlines()
@@ -322,6 +368,7 @@ def parse_module(text: str, source: str = "<text>") -> HloModule:
     entry: Computation | None = None
     current: Computation | None = None
     in_table = False
+    seen_attrs: dict[str, dict[str, str]] = {}
     for n in range(lineno, len(lines)):
         raw = lines[n]
         line = raw.strip()
@@ -336,9 +383,12 @@ def parse_module(text: str, source: str = "<text>") -> HloModule:
             if not line or line.startswith("//"):
                 continue
             try:
-                instr = _parse_instruction(raw, num)
+                instr = _parse_instruction(raw, num, seen_attrs)
             except ValueError as exc:
                 raise HloParseError(f"{exc} in computation {current.name}", source, num) from None
+            if instr.name in current.by_name:
+                raise HloParseError(f"instruction {instr.name!r} defined twice in computation {current.name}",
+                                    source, num)
             current.instructions.append(instr)
             current.by_name[instr.name] = instr
             continue
@@ -354,7 +404,12 @@ def parse_module(text: str, source: str = "<text>") -> HloModule:
         if not head:
             raise HloParseError(f"unexpected text outside a computation: {line[:40]!r}", source, num)
         current = Computation(name=head.group(2), is_entry=bool(head.group(1)), line=num)
+        if current.name in computations:
+            raise HloParseError(f"computation {current.name!r} defined twice", source, num)
         if current.is_entry:
+            if entry is not None:
+                raise HloParseError(f"second ENTRY computation {current.name!r} (first: {entry.name!r})",
+                                    source, num)
             entry = current
     if current is not None:
         raise HloParseError(
@@ -371,9 +426,11 @@ def parse_module(text: str, source: str = "<text>") -> HloModule:
 def _link(module: HloModule) -> None:
     """Resolve operand and computation references, fill ``users``; dangling names are parse errors."""
     for comp in module.computations.values():
+        by_name = comp.by_name
         for instr in comp.instructions:
-            for op in instr.operand_bases:
-                target = comp.by_name.get(op)
+            for ref in instr.operands:
+                op = operand_base(ref)
+                target = by_name.get(op)
                 if target is None:
                     raise HloParseError(f"{instr.name} uses undefined operand {op!r}", module.source,
                                         instr.line)
@@ -382,6 +439,43 @@ def _link(module: HloModule) -> None:
                 if callee not in module.computations:
                     raise HloParseError(f"{instr.name} calls undefined computation {callee!r}",
                                         module.source, instr.line)
+            if instr.opcode == "get-tuple-element" or "#" in "".join(instr.operands):
+                _check_tuple_access(instr, by_name, module.source)
+    _check_no_call_cycle(module)
+
+
+def _check_tuple_access(instr: Instruction, by_name: dict[str, Instruction], source: str) -> None:
+    """Element indices must be integers within the tuple: later passes index with them."""
+    accesses = [(ref.split("#", 1)[1], operand_base(ref)) for ref in instr.operands if "#" in ref]
+    if instr.opcode == "get-tuple-element":
+        accesses.append((instr.attrs.get("index", ""), operand_base(instr.operands[0]) if instr.operands else ""))
+    for index, base in accesses:
+        target = by_name.get(base)
+        arity = len(target.shape.elements) if target is not None and target.shape.is_tuple else None
+        if not index.isdigit() or arity is None or int(index) >= arity:
+            raise HloParseError(f"{instr.name} reads element {index!r} of {base!r}, which has "
+                                f"{'no tuple shape' if arity is None else f'{arity} elements'}", source, instr.line)
+
+
+def _check_no_call_cycle(module: HloModule) -> None:
+    """HLO has no recursion; a cycle (a garbled or hand-edited module) would loop every later pass."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name: str, path: list[str]) -> None:
+        state[name] = 1
+        comp = module.computations[name]
+        for instr in comp.instructions:
+            for callee in instr.called_computations():
+                if state.get(callee) == 1:
+                    cycle = " -> ".join([*path[path.index(callee):], callee])
+                    raise HloParseError(f"call cycle {cycle}", module.source, instr.line)
+                if callee not in state:
+                    visit(callee, [*path, callee])
+        state[name] = 2
+
+    for name in module.computations:
+        if name not in state:
+            visit(name, [name])
 
 
 def read_text(path: Path | str) -> str:
@@ -395,13 +489,18 @@ def read_text(path: Path | str) -> str:
         raise HloParseError("is a directory, not an HLO file", str(p)) from None
     except OSError as exc:
         raise HloParseError(f"cannot read: {exc.strerror}", str(p)) from None
-    if b"\x00" in data[:4096]:
-        raise HloParseError("binary data, not HLO text", str(p))
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise HloParseError(f"not UTF-8 text (byte {exc.start})", str(p)) from None
+    return decode_text(data, str(p))
 
 
 def parse_file(path: Path | str) -> HloModule:
     return parse_module(read_text(path), str(path))
+
+
+def decode_text(data: bytes, source: str) -> str:
+    """HLO bytes as text; binary or non-UTF-8 input becomes an HloParseError naming ``source``."""
+    if b"\x00" in data[:4096]:
+        raise HloParseError("binary data, not HLO text", source)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HloParseError(f"not UTF-8 text (byte {exc.start})", source) from None

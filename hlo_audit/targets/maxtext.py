@@ -94,6 +94,10 @@ def maxtext_version() -> str:
 def load_maxtext() -> types.SimpleNamespace:
     """Import the MaxText modules used here, once, with their import noise contained."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # MaxText's config loading logs absl warnings (tokenizer paths...) that say nothing about the HLO.
+    from absl import logging as absl_logging  # noqa: PLC0415
+
+    absl_logging.set_verbosity(absl_logging.ERROR)
     with _captured_stdout():
         from maxtext.configs import pyconfig  # noqa: PLC0415 (heavy, import on demand)
         from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
