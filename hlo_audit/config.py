@@ -40,13 +40,19 @@ DEFAULTS: dict = {
     "golden_dir": "golden",
     # deepseek3-test keeps its first 3 layers dense; at the matrix's shallow depths that would leave no MoE
     # layer (MaxText fails on a negative MoE count when scanned), so the default matrix keeps one dense.
-    "overrides": {"deepseek3-test": {"first_num_dense_layers": "1"}},
+    # Quantized, its MoE layer's megablox Pallas kernel asserts on the test model's small dims
+    # ("v=512 bv=1024"), so the grouped matmul goes through jax's ragged_dot instead.
+    "overrides": {"deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False"}},
     "exclude": [],
     "policy": {},
     "waive": [
         {"rule": "rng_scaling", "quant": "int8",
          "reason": "MaxText's AQT int8 keeps a private RNG stream per quantized dot by design: its "
                    "rng_type jax.uniform draws at apply time (seed 000)"},
+        *({"rule": "rng_scaling", "model": "deepseek3-test", "quant": quant,
+           "reason": "MaxText 0.2.5 leak found by this gate: MoeBlock's quant_einsums (wi_0, wi_1, wo from "
+                     "create_fp8_einsum) keep forked RNG streams that fp8 never draws, 18 u32 per MoE layer; "
+                     "drop this waiver when MaxText releases them"} for quant in ("fp8", "nanoo_fp8")),
     ],
 }
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail"}

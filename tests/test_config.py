@@ -21,7 +21,7 @@ def test_builtin_default_matrix(tmp_path):
     assert "llama3-8b/scan-off/te_nvfp4/L2/cuda" in ids
     assert all(c.platform == "cuda" for c in p.cells if c.quant.startswith("te_"))
     deepseek = next(c for c in p.cells if c.model == "deepseek3-test")
-    assert dict(deepseek.overrides) == {"first_num_dense_layers": "1"}
+    assert dict(deepseek.overrides) == {"first_num_dense_layers": "1", "megablox": "False"}
 
 
 def test_config_from_file_and_pyproject(tmp_path):
@@ -50,6 +50,10 @@ def test_config_from_file_and_pyproject(tmp_path):
     ('[overrides.ghost]\nx = 1\n', "overrides.ghost: model 'ghost' is not in models"),
     ('[[exclude]]\ncolour = "red"\n', "exclude[0].colour: unknown key"),
     ('models = [\n', "not valid TOML"),
+    ('[policy]\ncount = "maybe"\n', "policy.count: expected 'fail', 'warn' or 'off'"),
+    ('[policy]\nvibes = "off"\n', "policy.vibes: unknown rule"),
+    ('[[waive]]\nrule = "count"\nquant = "int8"\n', "waive[0].reason: every waiver needs a reason"),
+    ('[[waive]]\nrule = "colour"\nreason = "x"\n', "waive[0].rule: expected one of"),
 ])
 def test_bad_config_names_file_and_key(tmp_path, text, message):
     path = tmp_path / "hlo-audit.toml"

@@ -179,3 +179,19 @@ def test_reverted_rng_fix_fails_the_gate(tmp_path):
     assert "state.model.decoder.layers_*.mlp.wi_0.Fp8DirectDotGeneralOp_0.to_nnx__rngs.* +18" in out
     assert "RNG parameters grow by 42 per layer" in out
     assert "hlo-audit golden update --only id=llama3-8b/scan-off/fp8/L3" in out
+
+
+def test_committed_goldens_pass_the_gate(tmp_path):
+    """The repository's own golden/ against fresh lowerings: what `make audit` gates on, for a slice."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    config = tmp_path / "hlo-audit.toml"
+    # The default matrix, with this repository's goldens and a private cache.
+    config.write_text(f'golden_dir = "{root / "golden"}"\ncache_dir = "{tmp_path / "cache"}"\n')
+    result = subprocess.run([sys.executable, "-m", "hlo_audit", "check", "--config", str(config), "--format", "json",
+                             "--only", "model=llama3-8b,model=qwen3-1.7b,quant=fp8,quant=none"],
+                            capture_output=True, text=True, timeout=900)
+    doc = json.loads(result.stdout)
+    assert result.returncode == 0, [f for f in doc["findings"] if f["severity"] in ("regression", "error")]
+    assert doc["summary"] == {"ok": 16}

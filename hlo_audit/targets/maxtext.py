@@ -44,9 +44,11 @@ import functools
 import hashlib
 import importlib.util
 import io
+import logging
 import os
 import pathlib
 import types
+import warnings
 from collections.abc import Iterator
 from importlib import metadata
 
@@ -98,6 +100,8 @@ def load_maxtext() -> types.SimpleNamespace:
     from absl import logging as absl_logging  # noqa: PLC0415
 
     absl_logging.set_verbosity(absl_logging.ERROR)
+    logging.getLogger("maxtext").setLevel(logging.ERROR)  # "AQT quantization is deprecated", per cell
+    warnings.filterwarnings("ignore", message="The function dot_general_with_precision", category=UserWarning)
     with _captured_stdout():
         from maxtext.configs import pyconfig  # noqa: PLC0415 (heavy, import on demand)
         from maxtext.trainers.pre_train import train, train_compile  # noqa: PLC0415
