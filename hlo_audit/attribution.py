@@ -1,18 +1,15 @@
 """Entry parameter paths from jax's own ``args_info``, for lowerings the tool made itself.
 
 The HLO text only carries mangled names (``state__model____to_nnx__rngs____key___value``), which cannot be
-inverted exactly when keys contain underscores runs. ``Lowered.args_info`` has the real pytree keys. jax
+inverted exactly when keys contain runs of underscores. ``Lowered.args_info`` has the real pytree keys. jax
 prunes unused arguments before lowering, so each kept argument is matched to its entry parameter through
-the lowering's ``kept_var_idx`` (jax has no public view of it; without it the paths are used only when the
-counts agree one to one).
+the lowering's ``kept_var_idx`` (jax has no public view of it; without it the text's names are used).
 """
 
 from __future__ import annotations
 
 import jax
 
-from hlo_audit.hlo.params import path_from_mangled_name
-from hlo_audit.hlo.text import HloModule
 
 
 def _key_name(key) -> str:
@@ -32,23 +29,22 @@ def _kept_indices(lowered: jax.stages.Lowered, count: int) -> list[int] | None:
     return [i for i in range(count) if i + offset in kept]
 
 
-def arg_paths(lowered: jax.stages.Lowered, module: HloModule) -> tuple[str, ...] | None:
-    """One dotted path per entry parameter, in parameter order; None when the match is not certain."""
+def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
+    """The pytree keys of each argument jax kept, in entry parameter order; None when that order is unknown.
+
+    The keys start below the argument itself (``("model", "decoder", ...)`` for ``state``): jax named the
+    parameter after the argument, so the analysis takes the argument's name from the HLO text and the keys
+    from here (``entry_params``), without parsing the module twice.
+    """
     leaves, _ = jax.tree_util.tree_flatten_with_path(lowered.args_info)
-    params = module.entry.parameters
     kept = _kept_indices(lowered, len(leaves))
     if kept is None:
-        kept = list(range(len(leaves))) if len(leaves) == len(params) else None
-    if kept is None or len(kept) != len(params):
         return None
-    paths = []
-    for index, param in zip(kept, params, strict=True):
+    result = []
+    for index in kept:
         keypath, _ = leaves[index]
-        # keypath = (args-or-kwargs, argument index or name, *keys). jax named the parameter after the
-        # argument, so the argument's name is the first component of the decoded text name.
-        keys = [_key_name(k) for k in keypath[2:]]
+        keys = [_key_name(k) for k in keypath[2:]]  # (args-or-kwargs, argument, *keys)
         if keys and keys[-1] == "value":  # NNX Variable.value
             keys.pop()
-        root = path_from_mangled_name(param.name).split(".", 1)[0]
-        paths.append(".".join([root, *keys]))
-    return tuple(paths)
+        result.append(tuple(keys))
+    return tuple(result)

@@ -6,8 +6,9 @@ same behaviour with one call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hlo_audit import golden
@@ -60,8 +61,6 @@ def plan(config_path: str | None = None, only: str | None = None, shard: str | N
 def _te_on_cuda(cell: Cell) -> Cell:
     """Transformer Engine recipes exist only for CUDA: their cells lower for cuda, and say so in their id."""
     if cell.target == "maxtext" and cell.quant in TE_RECIPES and cell.platform == "cpu":
-        from dataclasses import replace  # noqa: PLC0415
-
         return replace(cell, platform="cuda")
     return cell
 
@@ -148,7 +147,6 @@ def update_goldens(p: Plan, results: list[CellResult], prune: bool = False) -> g
 
 def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResult]]:
     """Findings and cells of several shards' JSON; a finding reported by two shards (stale) counts once."""
-    import json  # noqa: PLC0415
 
     findings: dict[tuple, Finding] = {}
     results: list[CellResult] = []

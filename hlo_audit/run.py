@@ -8,6 +8,7 @@ CLI can draw progress and a failing cell never holds up the others. One cell's f
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import multiprocessing
 import time
 import traceback
@@ -64,7 +65,7 @@ class CellResult:
 
 
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
-    analysis = analyze(lowering.text, cell.id, lowering.arg_paths)
+    analysis = analyze(lowering.text, cell.id, lowering.arg_keys)
     s = analysis.summary
     opcodes: dict[str, int] = {}
     for instr in analysis.module.instructions():
@@ -82,8 +83,6 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -
 
 
 def _sha256(text: str) -> str:
-    import hashlib  # noqa: PLC0415
-
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -111,14 +110,6 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             detail = f"{type(exc).__name__}: {detail} ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
         return CellResult(cell=cell, status="error", message=detail, key=key), None
-    finally:
-        _clear_jax_caches()
-
-
-def _clear_jax_caches() -> None:
-    import jax  # noqa: PLC0415
-
-    jax.clear_caches()  # bounds memory across cells and keeps nested names independent of run order
 
 
 _TARGETS: dict[str, object] = {}
@@ -132,7 +123,7 @@ def _target(spec: str):
 
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, tuple[str, ...] | None]:
     result, lowering = _lower_one(target_spec, cell, key)
-    return result.to_record(), (lowering.text if lowering else None), (lowering.arg_paths if lowering else None)
+    return result.to_record(), (lowering.text if lowering else None), (lowering.arg_keys if lowering else None)
 
 
 def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[CellResult]:
@@ -157,8 +148,8 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         hit = cache.get_lowering(key)
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
-            paths = tuple(meta["arg_paths"]) if meta.get("arg_paths") else None
-            result = analyze_lowering(cell, Lowering(text, paths), meta.get("seconds", 0.0), key)
+            keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
+            result = analyze_lowering(cell, Lowering(text, keys), meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record())
             yield result
@@ -167,11 +158,11 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
     yield from _lower_pending(pending, cache, jobs)
 
 
-def _store(cache: Cache, result: CellResult, text: str | None, paths) -> CellResult:
+def _store(cache: Cache, result: CellResult, text: str | None, keys) -> CellResult:
     result.text = text
     if result.status == "ok" and text is not None:
         cache.put_lowering(result.key, text, {"cell": result.cell.id, "seconds": result.lower_seconds,
-                                              "arg_paths": list(paths) if paths else None})
+                                              "arg_keys": [list(k) for k in keys] if keys is not None else None})
         cache.put_result(result.key, result.to_record())
     return result
 
@@ -182,7 +173,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
     if jobs <= 1 or len(pending) == 1:
         for cell, key in pending:
             result, lowering = _lower_one(cell.target, cell, key)
-            yield _store(cache, result, lowering.text if lowering else None, lowering.arg_paths if lowering else None)
+            yield _store(cache, result, lowering.text if lowering else None, lowering.arg_keys if lowering else None)
         return
     # Spawned, not forked: jax and MaxText hold threads and global config that a fork would copy mid-state.
     context = multiprocessing.get_context("spawn")
@@ -191,8 +182,8 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
         for future in concurrent.futures.as_completed(futures):
             cell, key = futures[future]
             try:
-                record, text, paths = future.result()
+                record, text, keys = future.result()
             except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
                 yield CellResult(cell=cell, status="error", message=f"worker process failed: {one_line(exc)}", key=key)
                 continue
-            yield _store(cache, CellResult.from_record(record), text, paths)
+            yield _store(cache, CellResult.from_record(record), text, keys)

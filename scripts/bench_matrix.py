@@ -39,8 +39,10 @@ def run(command: list[str], cwd: Path, env: dict | None = None) -> tuple[float, 
 
 BARE = textwrap.dedent("""
     import json, sys, time
+    started = time.perf_counter()
     from hlo_audit.targets.maxtext import load_maxtext, lower_train_step
     load_maxtext()
+    imported = time.perf_counter() - started
     cells = json.loads(sys.argv[1])
     total = 0.0
     for c in cells:
@@ -48,7 +50,7 @@ BARE = textwrap.dedent("""
         lower_train_step(c["model"], scan_layers=c["scan"] == "on", quantization=c["quant"],
                          num_layers=c["layers"], platform=c["platform"]).as_text(dialect="hlo")
         total += time.perf_counter() - started
-    print(total)
+    print(imported, total)
 """)
 
 COMPILE_AND_DUMP = textwrap.dedent("""
@@ -87,7 +89,7 @@ def main() -> int:
         cells = [c for c in json.loads(listing.stdout)["cells"] if not c["quant"].startswith("te_")]
         print(f"{len(cells)} cells ({args.only}), 2 cores; each step in a fresh process", file=sys.stderr)
         _, bare = run([sys.executable, "-c", BARE, json.dumps(cells)], work)
-        bare_sum = float(bare.stdout.strip().splitlines()[-1])
+        import_s, bare_sum = map(float, bare.stdout.strip().splitlines()[-1].split())
         cold, _ = run([*hlo_audit, "run", "--only", args.only, "--format", "json"], work)
         warm, warm_proc = run([*hlo_audit, "run", "--only", args.only, "--format", "json"], work)
         cached = sum(c["cached"] for c in json.loads(warm_proc.stdout)["cells"])
@@ -98,7 +100,8 @@ def main() -> int:
     theirs_s = float(theirs.stdout.strip().splitlines()[-1])
     numbers = {
         "cells": len(cells), "bare_lowering_sum_s": round(bare_sum, 2), "cold_run_s": round(cold, 2),
-        "cold_over_bare": round(cold / bare_sum, 3), "warm_run_s": round(warm, 2),
+        "cold_over_bare": round(cold / bare_sum, 3), "maxtext_import_s": round(import_s, 2),
+        "cold_over_bare_plus_import": round(cold / (bare_sum + import_s), 3), "warm_run_s": round(warm, 2),
         "warm_over_cold": round(warm / cold, 3), "warm_cells_from_cache": cached,
         "one_cell": ONE_CELL, "hlo_audit_cell_s": round(ours_s, 2), "lower_compile_dump_s": round(theirs_s, 2),
         "compile_path_over_hlo_audit": round(theirs_s / ours_s, 2),
@@ -108,6 +111,7 @@ def main() -> int:
         return 0
     rows = [
         ("bare jax lowering, sum over cells", bare_sum, 1.0),
+        ("  + importing MaxText once (paid by any tool)", bare_sum + import_s, (bare_sum + import_s) / bare_sum),
         ("hlo-audit run, cold (process, import, analysis)", cold, cold / bare_sum),
         ("hlo-audit run, warm (cache)", warm, warm / bare_sum),
     ]
@@ -115,7 +119,7 @@ def main() -> int:
     for name, seconds, ratio in rows:
         print(f"{name:50} {seconds:9.2f} {ratio:8.3f}")
     print(f"target: cold <= 1.15x bare lowering: {'MET' if cold / bare_sum <= 1.15 else 'NOT MET'} "
-          f"({cold / bare_sum:.3f})")
+          f"({cold / bare_sum:.3f}; {cold / (bare_sum + import_s):.3f} against lowering + the MaxText import)")
     print(f"target: warm <= 5% of cold: {'MET' if warm / cold <= 0.05 else 'NOT MET'} ({warm / cold:.1%}; "
           f"{cached} of {len(cells)} cells from cache)")
     print(f"one cell {ONE_CELL}: hlo-audit lower+analyse {ours_s:.2f} s; MaxText-style lower+compile+dump "

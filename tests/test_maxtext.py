@@ -142,9 +142,10 @@ def test_args_info_paths_agree_with_the_text(matrix):
     project, _, _ = matrix
     cell = Cell("llama3-8b", False, "int8", 2)
     text, meta = Cache(project / ".hlo-audit-cache").get_lowering(lowering_key(cell, MaxTextTarget().fingerprint()))
-    from_text = [p.path for p in entry_params(parse_module(text))]
-    assert len(from_text) == 161
-    assert meta["arg_paths"] == from_text
+    module = parse_module(text)
+    from_text = [p.path for p in entry_params(module)]
+    assert len(from_text) == len(meta["arg_keys"]) == 161
+    assert [p.path for p in entry_params(module, meta["arg_keys"])] == from_text
 
 
 INJECTION_CONFIG = """

@@ -125,3 +125,15 @@ def test_write_atomic_replaces_whole(tmp_path):
     write_atomic(target, "one")
     write_atomic(target, "two")
     assert target.read_text() == "two" and [p.name for p in target.parent.iterdir()] == ["b.json"]
+
+
+def test_compiled_stage_reads_the_optimized_module(tmp_path):
+    """stage = "compiled": the post-optimization module (fusions), same entry parameters and attribution."""
+    (tmp_path / "hlo-audit.toml").write_text(f'target = "{TARGET}"\nmodels = ["mlp"]\nquant = ["dropout0"]\n'
+                                             'scan = ["off"]\nlayers = [2]\nstage = "compiled"\n')
+    p = plan(str(tmp_path / "hlo-audit.toml"))
+    (result,) = list(execute(p))
+    assert result.cell.id == "mlp/scan-off/dropout0/L2/compiled"
+    assert result.status == "ok" and result.entry_params == 9
+    assert result.summary["groups"]["state.layers.*.dropout.rngs.*"] == 4
+    assert result.opcodes.get("fusion:f32", 0) > 0  # optimized HLO, not the lowering

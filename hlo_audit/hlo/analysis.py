@@ -31,7 +31,7 @@ class Analysis:
         return normalize(self.module, self.params)
 
 
-def analyze(text: str, source: str = "<text>", arg_paths: Sequence[str] | None = None) -> Analysis:
-    """Parse ``text`` and attribute its entry parameters (``arg_paths`` from jax's args_info win)."""
+def analyze(text: str, source: str = "<text>", arg_keys: Sequence[Sequence[str]] | None = None) -> Analysis:
+    """Parse ``text`` and attribute its entry parameters (``arg_keys`` from jax's args_info win)."""
     module = parse_module(text, source)
-    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_paths))
+    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_keys))

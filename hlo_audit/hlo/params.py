@@ -147,17 +147,19 @@ def _param_path(instr: Instruction) -> str:
     return path_from_mangled_name(instr.name)
 
 
-def entry_params(module: HloModule, arg_paths: Sequence[str] | None = None) -> list[EntryParam]:
+def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = None) -> list[EntryParam]:
     """The entry computation's parameters in order, each with path, role and pattern.
 
-    ``arg_paths`` (from jax's args_info, one per flattened argument) overrides what the text says when
-    its length matches the parameter count.
+    ``arg_keys`` (from jax's args_info: the pytree keys below the argument, one entry per kept argument)
+    give the exact path below the argument's name when there is one per parameter.
     """
     params = module.entry.parameters
-    use_args = arg_paths is not None and len(arg_paths) == len(params)
+    use_args = arg_keys is not None and len(arg_keys) == len(params)
     result = []
     for i, instr in enumerate(params):
-        path = arg_paths[i] if use_args else _param_path(instr)
+        path = _param_path(instr)
+        if use_args:
+            path = ".".join([path.split(".", 1)[0], *arg_keys[i]])
         result.append(EntryParam(
             index=instr.parameter_number, name=instr.name, shape=instr.shape,
             sharding=instr.attrs.get("sharding"), path=path, role=classify(path, instr.shape),

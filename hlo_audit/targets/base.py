@@ -26,10 +26,10 @@ class TargetError(ValueError):
 
 @dataclass(frozen=True)
 class Lowering:
-    """What lowering one cell produced: HLO text and, when known, jax's own path of each entry parameter."""
+    """What lowering one cell produced: HLO text and, when known, jax's pytree keys of each entry parameter."""
 
     text: str
-    arg_paths: tuple[str, ...] | None = None
+    arg_keys: tuple[tuple[str, ...], ...] | None = None
 
 
 class Target(Protocol):

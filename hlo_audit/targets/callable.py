@@ -17,8 +17,7 @@ from pathlib import Path
 
 import jax
 
-from hlo_audit.attribution import arg_paths
-from hlo_audit.hlo.text import parse_module
+from hlo_audit.attribution import arg_keys
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.base import Lowering, TargetError
 
@@ -54,11 +53,9 @@ class CallableTarget:
         else:
             raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
                               "(jax.jit(f).trace(...)) or Lowered")
-        text = lowered.as_text(dialect="hlo")
-        paths = arg_paths(lowered, parse_module(text, cell.id))
         if cell.stage == "compiled":
-            return Lowering(text=lowered.compile().as_text(), arg_paths=None)
-        return Lowering(text=text, arg_paths=paths)
+            return Lowering(text=lowered.compile().as_text())
+        return Lowering(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
 
     def full_depth(self, model: str) -> int:
         depth = getattr(self.function, "full_depth", None)

@@ -324,8 +324,7 @@ class MaxTextTarget:
             raise Unavailable(f"stage 'compiled' needs a {cell.platform} device on this machine")
 
     def lower(self, cell):
-        from hlo_audit.attribution import arg_paths  # noqa: PLC0415
-        from hlo_audit.hlo.text import parse_module  # noqa: PLC0415
+        from hlo_audit.attribution import arg_keys  # noqa: PLC0415
         from hlo_audit.targets.base import Lowering  # noqa: PLC0415
 
         self.check_available(cell)
@@ -334,12 +333,10 @@ class MaxTextTarget:
             per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
             overrides=dict(cell.overrides),
         )
-        text = lowered.as_text(dialect="hlo")
-        paths = arg_paths(lowered, parse_module(text, cell.id))
         if cell.stage == "compiled":
-            text = lowered.compile().as_text()
-            paths = None  # compilation may reorder nothing, but jax does not promise it; text paths suffice
-        return Lowering(text=text, arg_paths=paths)
+            # jax does not promise the compiled module keeps the lowering's parameter order: text names only.
+            return Lowering(text=lowered.compile().as_text())
+        return Lowering(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
