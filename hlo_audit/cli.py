@@ -201,7 +201,7 @@ def _print_check(fmt: Format, findings, results, exit_code: int, verbose: bool) 
     elif fmt is Format.markdown:
         sys.stdout.write(markdown.format_check(findings, exit_code))
     else:
-        table.print_check(table.make_console(), findings, exit_code, verbose)
+        table.print_check(table.make_console(), findings, results, exit_code, verbose)
 
 
 JunitOpt = Annotated[str | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per cell).")]

@@ -163,10 +163,11 @@ SEVERITY_STYLE = {"regression": "bold red", "error": "bold red", "improvement": 
                   "waived": "dim", "stale": "yellow", "unavailable": "dim", "ok": "green"}
 
 
-def print_check(console: Console, findings, exit_code: int, verbose: bool = False) -> None:
-    """One screen: a line of totals, then every finding that needs a human (all of them with verbose)."""
+def print_check(console: Console, findings, results, exit_code: int, verbose: bool = False) -> None:
+    """One screen: the matrix by depth series, the findings that need a human (all with verbose), totals."""
     from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
 
+    _print_series_summary(console, findings, results)
     shown = [f for f in findings if verbose or f.severity not in ("ok", "unavailable", "waived")]
     if shown:
         table = _table(console, None, [("severity", "left"), ("cell", "left"), ("rule", "left"),
@@ -187,3 +188,34 @@ def print_golden_update(console: Console, report, root) -> None:
         console.print(Text(f"skipped {cell_id}: {why}", style="yellow"))
     console.print(f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
                   f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")
+
+
+def _print_series_summary(console: Console, findings, results) -> None:
+    """One row per depth series (entry params and u32 at each depth, verdict); unavailable cells in one line each."""
+    from hlo_audit.gate import worst  # noqa: PLC0415
+
+    verdicts: dict[str, list] = {}
+    for f in findings:
+        verdicts.setdefault(f.cell, []).append(f)
+    series: dict[tuple, list] = {}
+    for r in results:
+        if r.status == "ok":
+            series.setdefault(r.cell.series, []).append(r)
+    if series:
+        table = _table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
+                                       ("verdict", "left")])
+        for rows in series.values():
+            rows.sort(key=lambda r: r.cell.layers)
+            first = rows[0].cell
+            label = first.id.replace(f"/L{first.layers}", "/L" + ",".join(str(r.cell.layers) for r in rows), 1)
+            verdict = worst([f for r in rows for f in verdicts.get(r.cell.id, [])])
+            table.add_row(Text(label), " -> ".join(str(r.entry_params) for r in rows),
+                          " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
+                          Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
+        console.print(table)
+    unavailable: dict[str, int] = {}
+    for r in results:
+        if r.status == "unavailable":
+            unavailable[r.message] = unavailable.get(r.message, 0) + 1
+    for message, n in unavailable.items():
+        console.print(Text(f"{n} cells unavailable: {message}", style="dim"))
