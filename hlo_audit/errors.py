@@ -8,6 +8,7 @@ import sys
 import typer
 
 from hlo_audit.config import ConfigError
+from hlo_audit.golden import GoldenError
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.matrix import MatrixError
 from hlo_audit.targets.base import TargetError
@@ -19,7 +20,7 @@ class InputError(Exception):
     """Bad input or usage the user can fix; the message names what and where."""
 
 
-USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError)
+USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError)
 
 
 def exit_on_input_error(fn):

@@ -27,6 +27,7 @@ from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
 
 SUMMARY_SUFFIX = ".json"
+REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
 HLO_SUFFIX = ".hlo.txt"
 
 
@@ -100,6 +101,10 @@ def load(root: Path, cell_id: str) -> Golden | None:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise GoldenError(f"{path}: unreadable golden: {exc}") from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise GoldenError(f"{path}: not a golden summary: missing {missing[0]!r} "
+                          f"(regenerate: hlo-audit golden update --only id={cell_id})")
     text_path = hlo_path(root, cell_id)
     return Golden(cell_id, record, text_path.read_text() if text_path.is_file() else None)
 

@@ -222,3 +222,14 @@ def test_check_table_is_a_one_screen_summary(project):
     assert "4 cells unavailable: nnx_mlp has no quantization 'int8'" in result.stdout
     assert lines[-1].startswith("hlo-audit check passed: 12 cells")
     assert len(lines) <= 12
+
+
+def test_a_broken_golden_is_an_input_error(project):
+    golden = project / "golden/mlp/scan-on/none/L2.json"
+    golden.write_text('{"entry_params": 3}\n')
+    result = hlo_audit(project, "check")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and f"{golden}: not a golden summary: missing 'by_dtype'" in result.stderr
+    golden.write_text("{not json")
+    result = hlo_audit(project, "check")
+    assert result.returncode == 2 and "unreadable golden" in result.stderr
