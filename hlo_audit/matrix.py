@@ -7,7 +7,6 @@ pytest item and a report row are named by, so it must never depend on dict order
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -56,15 +55,9 @@ class Cell:
         return (self.target, self.model, self.scan, self.quant, self.batch, self.seq, self.platform,
                 self.stage, self.overrides)
 
-    def at_depth(self, layers: int) -> "Cell":
-        return Cell(**{**asdict(self), "layers": layers, "overrides": self.overrides})
-
     def key_material(self) -> str:
         """Canonical JSON of every field (the cache key starts from this)."""
         return json.dumps({**asdict(self), "overrides": [list(kv) for kv in self.overrides]}, sort_keys=True)
-
-    def digest(self) -> str:
-        return hashlib.sha256(self.key_material().encode()).hexdigest()[:16]
 
 
 def parse_only(spec: str | None) -> dict[str, set[str]]:
