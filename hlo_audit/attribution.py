@@ -12,21 +12,34 @@ import jax
 
 
 
-def _key_name(key) -> str:
+def key_name(key) -> str:
     for attribute in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
         if hasattr(key, attribute):
             return str(getattr(key, attribute))
     return str(key)
 
 
-def _kept_indices(lowered: jax.stages.Lowered, count: int) -> list[int] | None:
+def parameter_numbers(lowered: jax.stages.Lowered, count: int) -> list[int | None] | None:
+    """Entry parameter number of each of ``count`` flattened arguments (None where jit pruned it).
+
+    None overall when jax hides the pruning. Constants jax hoisted to arguments come first and take the
+    first numbers.
+    """
     try:
         lowering = lowered._lowering  # noqa: SLF001 (no public API for pruned arguments)
         kept = lowering.compile_args["kept_var_idx"]
         offset = len(getattr(lowering, "const_args", ()) or ())
     except (AttributeError, KeyError, TypeError):
         return None
-    return [i for i in range(count) if i + offset in kept]
+    numbers: list[int | None] = []
+    next_number = offset
+    for index in range(count):
+        if index + offset in kept:
+            numbers.append(next_number)
+            next_number += 1
+        else:
+            numbers.append(None)
+    return numbers
 
 
 def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
@@ -37,13 +50,15 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
     from here (``entry_params``), without parsing the module twice.
     """
     leaves, _ = jax.tree_util.tree_flatten_with_path(lowered.args_info)
-    kept = _kept_indices(lowered, len(leaves))
-    if kept is None:
+    numbers = parameter_numbers(lowered, len(leaves))
+    if numbers is None:
         return None
+    # With hoisted constants the count differs from the parameters', and entry_params uses the text.
     result = []
-    for index in kept:
-        keypath, _ = leaves[index]
-        keys = [_key_name(k) for k in keypath[2:]]  # (args-or-kwargs, argument, *keys)
+    for (keypath, _), number in zip(leaves, numbers):
+        if number is None:
+            continue
+        keys = [key_name(k) for k in keypath[2:]]  # (args-or-kwargs, argument, *keys)
         if keys and keys[-1] == "value":  # NNX Variable.value
             keys.pop()
         result.append(tuple(keys))

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.golden import Golden, environment
+from hlo_audit.hlo.diff import count_delta
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series, rng_slope
 
@@ -62,10 +63,6 @@ class Finding:
     @property
     def failing(self) -> bool:
         return self.severity in FAILING
-
-
-def _delta(old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, int]:
-    return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new)) if new.get(k, 0) != old.get(k, 0)}
 
 
 def _signed(d: Mapping[str, int]) -> str:
@@ -114,9 +111,9 @@ class Gate:
 
     def _count(self, result: CellResult, golden: Golden) -> Finding | None:
         cid, old, new = result.cell.id, golden.record, result.summary
-        by_dtype = _delta(old["by_dtype"], new["by_dtype"])
-        by_role = _delta(old["by_role"], new["by_role"])
-        groups = _delta(old["groups"], new["groups"])
+        by_dtype = count_delta(old["by_dtype"], new["by_dtype"])
+        by_role = count_delta(old["by_role"], new["by_role"])
+        groups = count_delta(old["groups"], new["groups"])
         details = {"entry_params": {"golden": old["entry_params"], "now": new["entry_params"]},
                    "by_dtype": by_dtype, "by_role": by_role, "groups": groups, "regenerate": self._command(cid)}
         if any(v > 0 for v in (*by_dtype.values(), *by_role.values())):

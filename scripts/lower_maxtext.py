@@ -25,6 +25,7 @@ import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from hlo_audit.attribution import key_name, parameter_numbers  # noqa: E402
 from hlo_audit.targets import maxtext  # noqa: E402
 
 _ENTRY_PARAM = re.compile(r"= (\w+)\[([\d,]*)\]\S* parameter\((\d+)\)")
@@ -96,7 +97,7 @@ def _lower(args: argparse.Namespace) -> jax.stages.Lowered:
 def arg_records(lowered: jax.stages.Lowered) -> list[dict]:
     """One JSON-able record per flattened argument of `lowered`, in argument order."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(lowered.args_info)
-    numbers = _parameter_numbers(lowered, len(leaves))
+    numbers = parameter_numbers(lowered, len(leaves)) or [None] * len(leaves)
     return [_record(path, info, number) for (path, info), number in zip(leaves, numbers, strict=True)]
 
 
@@ -126,35 +127,8 @@ def _dotted(path) -> str:
     kind, top, *rest = path
     if rest and isinstance(rest[-1], jax.tree_util.GetAttrKey) and rest[-1].name == "value":
         rest.pop()
-    first = maxtext.TRAIN_STEP_ARG_NAMES[top.idx] if kind.idx == 0 else _key_name(top)
-    return ".".join([first, *map(_key_name, rest)])
-
-
-def _key_name(key) -> str:
-    for attribute in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
-        if hasattr(key, attribute):
-            return str(getattr(key, attribute))
-    return str(key)
-
-
-def _parameter_numbers(lowered: jax.stages.Lowered, count: int) -> list[int | None]:
-    """Entry parameter number of each flattened argument; None where jit pruned it.
-
-    JAX has no public view of which arguments survived pruning, so this reads
-    the lowering's kept_var_idx. Constants hoisted to arguments come first and
-    are counted in it.
-    """
-    lowering = lowered._lowering  # noqa: SLF001
-    kept = lowering.compile_args["kept_var_idx"]
-    offset = len(getattr(lowering, "const_args", ()) or ())
-    numbers, next_number = [], offset
-    for index in range(count):
-        if index + offset in kept:
-            numbers.append(next_number)
-            next_number += 1
-        else:
-            numbers.append(None)
-    return numbers
+    first = maxtext.TRAIN_STEP_ARG_NAMES[top.idx] if kind.idx == 0 else key_name(top)
+    return ".".join([first, *map(key_name, rest)])
 
 
 def _entry_parameters(hlo_text: str) -> dict[int, tuple[str, list[int]]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo.analysis import Analysis
@@ -50,7 +51,8 @@ class ModuleDiff:
         return self.verdict != "identical" and self.verdict != "identical-after-normalization"
 
 
-def _delta(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:
+def count_delta(old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, int]:
+    """new - old per key, only where they differ, keys sorted (shared with the gate)."""
     keys = sorted(set(old) | set(new))
     return {k: new.get(k, 0) - old.get(k, 0) for k in keys if new.get(k, 0) != old.get(k, 0)}
 
@@ -138,10 +140,10 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     return ModuleDiff(
         verdict=verdict, changes=changes,
         entry_params=(len(old.params), len(new.params)),
-        by_dtype_delta=_delta(old.summary.by_dtype, new.summary.by_dtype),
-        by_role_delta=_delta(old.summary.by_role, new.summary.by_role),
+        by_dtype_delta=count_delta(old.summary.by_dtype, new.summary.by_dtype),
+        by_role_delta=count_delta(old.summary.by_role, new.summary.by_role),
         params_added=added, params_removed=removed,
-        opcode_dtype_delta=_delta(_opcode_dtype_histogram(old.module), _opcode_dtype_histogram(new.module)),
+        opcode_dtype_delta=count_delta(_opcode_dtype_histogram(old.module), _opcode_dtype_histogram(new.module)),
         computations_added=sorted((new_comps - old_comps).elements()),
         computations_removed=sorted((old_comps - new_comps).elements()),
         text_diff=text_diff, text_diff_omitted=omitted,
