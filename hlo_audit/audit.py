@@ -7,6 +7,8 @@ same behaviour with one call.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +19,7 @@ from hlo_audit.config import TE_RECIPES, Config, load_config
 from hlo_audit.errors import InputError
 from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.source import read_input
 from hlo_audit.matrix import Cell, MatrixError, select
 from hlo_audit.run import CellResult, run_cells
 from hlo_audit.scaling import Series, fit_series
@@ -63,6 +66,42 @@ def _te_on_cuda(cell: Cell) -> Cell:
     if cell.target == "maxtext" and cell.quant in TE_RECIPES and cell.platform == "cpu":
         return replace(cell, platform="cuda")
     return cell
+
+
+_CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L(\d+)(?:/[^/\s]+)*$")
+
+
+def is_cell_id(spec: str) -> bool:
+    return bool(_CELL_ID.match(spec))
+
+
+def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = None) -> Plan:
+    """The one-cell plan for an id such as ``llama3-8b/scan-off/int8/L32`` (any depth of a configured series)."""
+    m = _CELL_ID.match(cell_id)
+    if not m:
+        raise InputError(f"{cell_id!r} is neither a file nor a cell id such as llama3-8b/scan-off/int8/L32")
+    p = plan(config_path, only=f"id={cell_id}", layers=m.group(1), cwd=cwd)
+    if not p.cells:
+        raise InputError(f"{cell_id}: no such cell in the matrix of {p.config.source} (see `hlo-audit list`)")
+    return p
+
+
+def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = True) -> CellResult:
+    """One cell's result: from the cache when it is there, else lowered now. Unavailable or failed: an input error."""
+    result = next(execute(plan_cell(cell_id, config_path), use_cache=use_cache))
+    if result.status != "ok":
+        raise InputError(f"{cell_id}: {result.status}: {result.message}")
+    return result
+
+
+def rng_record(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
+               use_cache: bool = True) -> tuple[str, dict]:
+    """(source, RNG stream record) for an HLO file, stdin, dump folder, or matrix cell id."""
+    if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
+        text, source = read_input(spec, module, stage)
+        return source, analyze(text, source).rng.to_record()
+    result = cell_result(spec, config_path, use_cache)
+    return spec, result.rng
 
 
 def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResult]:
@@ -121,9 +160,10 @@ def regenerate_command(config_path: str | None) -> str:
 
 
 def check(p: Plan, results: list[CellResult], config_path: str | None = None, report_stale: bool = True) -> CheckReport:
-    policy = Policy(p.config.policy, tuple(Waiver(rule=w["rule"], reason=w["reason"],
-                                                  match={k: v for k, v in w.items() if k not in ("rule", "reason")})
-                                           for w in p.config.waivers))
+    policy = Policy(p.config.policy, tuple(
+        Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
+               match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")})
+        for w in p.config.waivers))
     gate = Gate(policy, regenerate_command(config_path))
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)

@@ -165,6 +165,28 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
 
+@app.command()
+@exit_on_input_error
+def rng(
+    spec: Annotated[str, typer.Argument(metavar="PATH|CELL", help="HLO file, '-', --xla_dump_to folder, or a matrix "
+                                        "cell id such as llama3-8b/scan-off/int8/L32.")],
+    config: ConfigOpt = None,
+    module: ModuleOpt = None,
+    stage: StageOpt = Stage.before,
+    fmt: FormatOpt = Format.table,
+    streams: Annotated[bool, typer.Option("--streams", help="Also list every stream with its verdict.")] = False,
+    no_cache: NoCacheOpt = False,
+) -> None:
+    """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown."""
+    source, record = audit.rng_record(spec, config, module, stage.value, use_cache=not no_cache)
+    if fmt is Format.json:
+        sys.stdout.write(jsonfmt.format_rng(source, record, streams))
+    elif fmt is Format.markdown:
+        sys.stdout.write(markdown.format_rng(source, record, streams))
+    else:
+        table.print_rng(table.make_console(), source, record, streams)
+
+
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
 app.add_typer(golden_app, name="golden")
 

@@ -55,7 +55,8 @@ DEFAULTS: dict = {
                      "drop this waiver when MaxText releases them"} for quant in ("fp8", "nanoo_fp8")),
     ],
 }
-DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail"}
+DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail",
+                  "dead_rng": "warn"}
 _WAIVER_MATCH_KEYS = frozenset({"model", "scan", "quant", "layers", "platform"})
 _KNOWN_KEYS = frozenset(DEFAULTS)
 
@@ -217,9 +218,12 @@ def validate(raw: dict, source: str, base: Path) -> Config:
             fail(f"waive[{i}].rule", f"expected one of {', '.join(DEFAULT_POLICY)}, got {waiver.get('rule')!r}")
         if not isinstance(waiver.get("reason"), str) or not waiver["reason"].strip():
             fail(f"waive[{i}].reason", "every waiver needs a reason")
-        bad = sorted(set(waiver) - _WAIVER_MATCH_KEYS - {"rule", "reason"})
+        allowed = _WAIVER_MATCH_KEYS | ({"pattern"} if waiver["rule"] == "dead_rng" else set())
+        bad = sorted(set(waiver) - allowed - {"rule", "reason"})
+        if "pattern" in waiver and (not isinstance(waiver["pattern"], str) or not waiver["pattern"].strip()):
+            fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")
         if bad:
-            fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(_WAIVER_MATCH_KEYS))})")
+            fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(allowed))})")
     return Config(
         source=source, target=target, models=tuple(models), scans=tuple(scans), quants=tuple(quants),
         layers=tuple(layers), batch=batch, seq=seq, platform=platform, stage=stage,

@@ -10,11 +10,15 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
   still gate.
 * ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
+* ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
+  costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
+  ``pattern`` (a glob over stream patterns) to accept known dead state and still catch new dead streams.
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,7 +27,7 @@ from hlo_audit.hlo.diff import count_delta
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series, rng_slope
 
-RULES = ("count", "rng_scaling", "hlo_text", "missing_golden")
+RULES = ("count", "rng_scaling", "hlo_text", "missing_golden", "dead_rng")
 ACTIONS = ("fail", "warn", "off")
 SEVERITIES = ("ok", "improvement", "advisory", "waived", "stale", "unavailable", "regression", "error")
 FAILING = frozenset({"regression", "error"})
@@ -35,12 +39,16 @@ class Waiver:
     rule: str
     reason: str
     match: Mapping[str, str]  # cell attribute -> value (model, scan, quant, layers, platform)
+    pattern: str | None = None  # dead_rng only: a glob over stream patterns; None waives the whole finding
 
     def covers(self, rule: str, result: CellResult) -> bool:
         c = result.cell
         values = {"model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": str(c.layers),
                   "platform": c.platform}
         return rule == self.rule and all(values.get(k) == str(v) for k, v in self.match.items())
+
+    def covers_pattern(self, pattern: str) -> bool:
+        return self.pattern is not None and fnmatch.fnmatchcase(pattern, self.pattern)
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,10 @@ class Policy:
     waivers: Sequence[Waiver] = ()
 
     def waiver(self, rule: str, result: CellResult) -> Waiver | None:
-        return next((w for w in self.waivers if w.covers(rule, result)), None)
+        return next((w for w in self.waivers if w.covers(rule, result) and w.pattern is None), None)
+
+    def pattern_waiver(self, rule: str, result: CellResult, pattern: str) -> Waiver | None:
+        return next((w for w in self.waivers if w.covers(rule, result) and w.covers_pattern(pattern)), None)
 
 
 @dataclass
@@ -106,6 +117,7 @@ class Gate:
             findings.append(self._apply("count", result, self._count(result, golden)))
             findings.append(self._apply("hlo_text", result, self._text(result, golden, normalized)))
         findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
+        findings.append(self._apply("dead_rng", result, self._dead_rng(result)))
         kept = [f for f in findings if f is not None]
         return kept or [Finding(cid, "ok", "all", "matches its golden")]
 
@@ -161,9 +173,51 @@ class Gate:
                        {"rng_per_layer": slope, "depths": list(series.depths)})
 
 
+    def _dead_rng(self, result: CellResult) -> Finding | None:
+        """Carried streams, by pattern; patterns a waiver names are set apart, and alone they make a waived finding."""
+        record = result.rng
+        if not record or not record["carried"]:
+            return None
+        dead = [p for p in record["patterns"] if p["carried"]]
+        waived = {p["pattern"]: w for p in dead if (w := self.policy.pattern_waiver("dead_rng", result, p["pattern"]))}
+        open_ = [p for p in dead if p["pattern"] not in waived]
+        shown = open_ or dead
+        params = sum(p["dead_params"] for p in shown)
+        increments = sum(p["dead_increments"] for p in shown)
+        top = shown[0]
+        more = f" and {len(shown) - 1} more patterns" if len(shown) > 1 else ""
+        message = (f"{sum(p['carried'] for p in shown)} RNG streams never drawn: {params} entry parameters and "
+                   f"{increments:g} counter increments per step of dead state (largest: {top['pattern']} "
+                   f"x{top['carried']}{more}); see `hlo-audit rng {result.cell.id}`")
+        details = {"dead_params": params, "dead_increments": increments, "patterns": [p["pattern"] for p in shown],
+                   "waived_patterns": {k: w.reason for k, w in waived.items()}}
+        if not open_:
+            reasons = "; ".join(sorted({w.reason for w in waived.values()}))
+            return Finding(result.cell.id, "waived", "dead_rng", f"{message} [waived: {reasons}]", details)
+        return Finding(result.cell.id, "regression", "dead_rng", message, details)
+
+
 def stale(golden_ids: Sequence[str], matrix_ids: set[str]) -> list[Finding]:
     return [Finding(cid, "stale", "missing_golden", "golden without a cell in the matrix (remove with "
                     "`hlo-audit golden update --prune`)") for cid in golden_ids if cid not in matrix_ids]
+
+
+# Advisories that hold for most cells of a real model (MaxText carries dead RNG state in every cell today):
+# reports fold them into one line unless asked for every finding.
+FOLDED_ADVISORIES = frozenset({"dead_rng"})
+
+
+def fold_advisories(findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """(findings to list one by one, folded advisories)."""
+    folded = [f for f in findings if f.severity == "advisory" and f.rule in FOLDED_ADVISORIES]
+    return [f for f in findings if f not in folded], folded
+
+
+def folded_line(folded: Sequence[Finding]) -> str:
+    rules = sorted({f.rule for f in folded})
+    params = sum(f.details.get("dead_params", 0) for f in folded)
+    return (f"{len(folded)} cells carry RNG streams they never draw ({', '.join(rules)}: warn; {params} dead entry "
+            f"parameters in all); `hlo-audit rng CELL` shows which, --verbose lists them")
 
 
 def worst(findings: Sequence[Finding]) -> str:

@@ -32,6 +32,7 @@ class CellResult:
     summary: dict | None = None  # entry_params, by_dtype, by_role, groups, bytes_by_role
     params: list[dict] = field(default_factory=list)  # per entry parameter: path, role, dtype, dims, bytes
     opcodes: dict[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
+    rng: dict | None = None  # RNG streams drawn / carried / unknown (RngReport.to_record)
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
     cached: bool = False
@@ -77,7 +78,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -
                  "groups": s.groups, "bytes_by_role": s.bytes_by_role},
         params=[{"index": p.index, "path": p.path, "role": p.role, "dtype": p.dtype, "dims": list(p.shape.dims),
                  "bytes": p.bytes, "pattern": p.pattern} for p in analysis.params],
-        opcodes=dict(sorted(opcodes.items())),
+        opcodes=dict(sorted(opcodes.items())), rng=analysis.rng.to_record(),
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
     )
 

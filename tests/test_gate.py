@@ -214,11 +214,12 @@ def test_pytest_plugin_runs_cells_as_items(project):
 def test_check_table_is_a_one_screen_summary(project):
     result = hlo_audit(project, "check")
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["series", "entry", "params", "u32", "verdict"]
+    assert lines[0].split() == ["series", "entry", "params", "u32", "dead", "rng", "verdict"]
     rows = {line.split()[0]: line.split() for line in lines[1:7]}
-    # 2 and 3 unrolled layers: 9 -> 13 entry params, 4 -> 6 u32; waived by the config's reason.
-    assert rows["mlp/scan-off/dropout0/L2,3"][1:] == ["9", "->", "13", "4", "->", "6", "waived"]
-    assert rows["mlp/scan-on/none/L2,3"][1:] == ["3", "->", "3", "0", "->", "0", "ok"]
+    # 2 and 3 unrolled layers: 9 -> 13 entry params, 4 -> 6 u32, all of it dead (Dropout(0.0) never draws);
+    # waived by the config's reason.
+    assert rows["mlp/scan-off/dropout0/L2,3"][1:] == ["9", "->", "13", "4", "->", "6", "4", "->", "6", "waived"]
+    assert rows["mlp/scan-on/none/L2,3"][1:] == ["3", "->", "3", "0", "->", "0", "0", "->", "0", "ok"]
     assert "4 cells unavailable: nnx_mlp has no quantization 'int8'" in result.stdout
     assert lines[-1].startswith("hlo-audit check passed: 12 cells")
     assert len(lines) <= 12

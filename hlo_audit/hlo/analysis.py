@@ -12,6 +12,7 @@ from functools import cached_property
 
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.params import EntryParam, ParamSummary, entry_params
+from hlo_audit.hlo.rng_flow import RngReport, classify_streams
 from hlo_audit.hlo.text import HloModule, parse_module
 
 
@@ -25,6 +26,11 @@ class Analysis:
     @cached_property
     def summary(self) -> ParamSummary:
         return ParamSummary.of(self.params)
+
+    @cached_property
+    def rng(self) -> RngReport:
+        """Each RNG stream drawn, carried (dead state) or unknown."""
+        return classify_streams(self.module, self.params)
 
     @cached_property
     def normalized(self) -> str:

@@ -78,6 +78,8 @@ def cell_record(r, slope: float | None = None) -> dict:
         "rng_params": r.rng_params if r.summary else None,
         "groups": r.summary["groups"] if r.summary else {},
         "slope_per_layer": slope,
+        # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
+        "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
         "cached": r.cached, "lower_seconds": r.lower_seconds,
     }
 
@@ -126,3 +128,11 @@ def format_check(findings, results, exit_code: int) -> str:
     doc = {"schema": CHECK_SCHEMA, "exit_code": exit_code, "summary": severity_counts(findings),
            "findings": [finding_record(f) for f in findings], "cells": [cell_record(r) for r in results]}
     return json.dumps(doc, indent=2) + "\n"
+
+
+RNG_SCHEMA = "hlo-audit/rng/v1"
+
+
+def format_rng(source: str, record: dict, streams: bool = False) -> str:
+    body = {k: v for k, v in record.items() if streams or k != "stream_list"}
+    return json.dumps({"schema": RNG_SCHEMA, "source": source, **body}, indent=2) + "\n"

@@ -86,18 +86,40 @@ SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "
 
 
 def format_check(findings, exit_code: int) -> str:
+    from hlo_audit.gate import fold_advisories, folded_line  # noqa: PLC0415
     from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
 
     counts = severity_counts(findings)
     head = "## hlo-audit check: " + ("**failed**" if exit_code else "passed")
     out = [head, "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-    notable = [f for f in findings if f.severity not in ("ok", "unavailable")]
+    listed, folded = fold_advisories(findings)
+    notable = [f for f in listed if f.severity not in ("ok", "unavailable")]
     if notable:
         out += _table(["", "cell", "rule", "finding"],
                       [(SEVERITY_ICON.get(f.severity, ""), f"`{f.cell}`", f.rule, f.message) for f in notable])
+    if folded:
+        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {folded_line(folded)}</summary>", ""]
+        out += [f"- `{f.cell}`: {f.message}" for f in folded]
+        out += ["", "</details>"]
     unavailable = [f for f in findings if f.severity == "unavailable"]
     if unavailable:
         out += ["", f"<details><summary>{len(unavailable)} cells unavailable here</summary>", ""]
         out += [f"- `{f.cell}`: {f.message}" for f in unavailable]
         out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def format_rng(source: str, record: dict, streams: bool = False) -> str:
+    from hlo_audit.report.table import rng_cost, rng_headline  # noqa: PLC0415 (shared wording)
+
+    out = [f"### RNG streams of `{source}`", "", f"{rng_headline(record)}; {rng_cost(record)}.", ""]
+    out += _table(["stream pattern", "streams", "drawn", "carried", "unknown", "dead params", "increments/step",
+                   "where"],
+                  [(f"`{p['pattern']}`", p["streams"], p["drawn"], p["carried"], p["unknown"], p["dead_params"],
+                    p["dead_increments"], p["where"]) for p in record["patterns"]])
+    if streams:
+        out.append("")
+        out += _table(["verdict", "stream", "params", "increments/step", "where"],
+                      [(s["verdict"], f"`{s['path']}`", s["params"], s["increments"], s["where"])
+                       for s in record.get("stream_list", [])])
     return "\n".join(out) + "\n"

@@ -167,8 +167,11 @@ def print_check(console: Console, findings, results, exit_code: int, verbose: bo
     """One screen: the matrix by depth series, the findings that need a human (all with verbose), totals."""
     from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
 
+    from hlo_audit.gate import fold_advisories, folded_line  # noqa: PLC0415
+
     _print_series_summary(console, findings, results)
-    shown = [f for f in findings if verbose or f.severity not in ("ok", "unavailable", "waived")]
+    listed, folded = (findings, []) if verbose else fold_advisories(findings)
+    shown = [f for f in listed if verbose or f.severity not in ("ok", "unavailable", "waived")]
     if shown:
         table = _table(console, None, [("severity", "left"), ("cell", "left"), ("rule", "left"),
                                        ("finding", "left")])
@@ -176,6 +179,8 @@ def print_check(console: Console, findings, results, exit_code: int, verbose: bo
             table.add_row(Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")), Text(f.cell), f.rule,
                           Text(f.message))
         console.print(table)
+    if folded:
+        console.print(Text(folded_line(folded), style=SEVERITY_STYLE["advisory"]))
     counts = severity_counts(findings)
     cells = len({f.cell for f in findings})
     verdict = Text("FAILED" if exit_code else "passed", style="bold red" if exit_code else "bold green")
@@ -203,7 +208,7 @@ def _print_series_summary(console: Console, findings, results) -> None:
             series.setdefault(r.cell.series, []).append(r)
     if series:
         table = _table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
-                                       ("verdict", "left")])
+                                       ("dead rng", "right"), ("verdict", "left")])
         for rows in series.values():
             rows.sort(key=lambda r: r.cell.layers)
             first = rows[0].cell
@@ -211,6 +216,7 @@ def _print_series_summary(console: Console, findings, results) -> None:
             verdict = worst([f for r in rows for f in verdicts.get(r.cell.id, [])])
             table.add_row(Text(label), " -> ".join(str(r.entry_params) for r in rows),
                           " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
+                          " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
                           Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
         console.print(table)
     unavailable: dict[str, int] = {}
@@ -219,3 +225,40 @@ def _print_series_summary(console: Console, findings, results) -> None:
             unavailable[r.message] = unavailable.get(r.message, 0) + 1
     for message, n in unavailable.items():
         console.print(Text(f"{n} cells unavailable: {message}", style="dim"))
+
+
+VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}
+
+
+def rng_headline(record: dict) -> str:
+    return (f"{record['streams']} RNG streams: {record['drawn']} drawn, {record['carried']} carried (dead state), "
+            f"{record['unknown']} unknown")
+
+
+def rng_cost(record: dict) -> str:
+    per_step = "" if record["increments_exact"] else " (at least: a loop's trip count is unknown)"
+    return (f"dead state: {record['dead_params']} entry parameters ({record['dead_bytes']:,} bytes), "
+            f"{record['dead_increments']} counter increments per step{per_step}")
+
+
+def print_rng(console: Console, source: str, record: dict, streams: bool = False) -> None:
+    console.print(Text(f"{source}: {rng_headline(record)}", style="bold"))
+    console.print(rng_cost(record))
+    table = _table(console, None, [("stream pattern", "left"), ("streams", "right"), ("drawn", "right"),
+                                   ("carried", "right"), ("unknown", "right"), ("dead params", "right"),
+                                   ("incr/step", "right")])
+    for p in record["patterns"]:
+        verdict = "carried" if p["carried"] else "unknown" if p["unknown"] else "drawn"
+        table.add_row(Text(p["pattern"], style=VERDICT_STYLE[verdict]), str(p["streams"]), str(p["drawn"]),
+                      str(p["carried"]), str(p["unknown"]), str(p["dead_params"]), str(p["dead_increments"]))
+    console.print(table)
+    for p in record["patterns"]:
+        if p["unknown"]:
+            console.print(Text(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
+    if streams:
+        detail = _table(console, None, [("verdict", "left"), ("stream", "left"), ("params", "right"),
+                                        ("incr/step", "right"), ("where", "left")])
+        for s in record.get("stream_list", []):
+            detail.add_row(Text(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), Text(s["path"]), str(s["params"]),
+                           str(s["increments"]), Text(s["where"]))
+        console.print(detail)

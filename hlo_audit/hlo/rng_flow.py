@@ -1,0 +1,501 @@
+"""Where each RNG stream's key goes: drawn, carried, or unknown.
+
+An NNX ``Rngs`` stream is a (key, count) pair of entry parameters under one path. Seed 000's finding was
+that three places held streams they never drew from: the key only flowed back to the outputs and the
+count was only incremented, yet both cost a parameter per step and a counter kernel per layer. This
+module reads that from the HLO by following every RNG parameter through the entry computation's dataflow.
+
+The analysis is a forward taint over the whole module. Each RNG parameter (key and count separately) is
+one bit; every value carries three bit sets, per tuple leaf:
+
+* ``k``: the RNG parameters the value depends on, by any path;
+* ``b``: those that reach it through random-bit generation (a ``threefry2x32`` / ``_threefry_*`` call as
+  jax lowers it, ``rng-bit-generator``, ``rng``, or a threefry/philox custom call);
+* ``u``: those that passed through an operation the analysis does not understand (an unknown custom call,
+  a side effect), with the first such place recorded.
+
+Called computations (calls, fusions, while bodies and conditions, conditional branches) are analysed in
+the context of their actual operands, tuple element by tuple element, so one stream's bits never smear
+into another's through the loop state of a scan. While loops iterate to a fixed point; a loop condition
+or branch index that depends on RNG state adds its bits to every result (control dependence).
+
+At the entry ROOT, an output leaf that depends only on stream *s*'s own key and count, not through random
+bits, is *s*'s own state (the returned key, the incremented count). Any other output that depends on *s*
+decides its verdict: through random bits, ``drawn``; through something not understood, ``unknown``;
+without random bits at all (the key used as plain data), ``unknown`` too, saying where. A stream that
+reaches no other output is ``carried``: dead state.
+
+This is what the numerical oracle in the tests checks: change one stream's key, run the step, compare
+every output but the stream's own state.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from hlo_audit.hlo.params import EntryParam, collapse_layers
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, split_name_list, \
+    strip_number_suffix
+
+VERDICTS = ("drawn", "carried", "unknown")
+
+# jax lowers jax.random through these functions, each a called computation in pre-optimization HLO.
+_RBG_COMPUTATION = re.compile(r"^_*(threefry|philox)", re.IGNORECASE)
+# In optimized dumps the calls are inlined; the op_name metadata still names the primitive.
+_RBG_OP_NAME = re.compile(r"threefry2x32|random_bits|rng_bit_generator|philox", re.IGNORECASE)
+_RBG_CUSTOM_CALL = re.compile(r"threefry|philox|rng|random", re.IGNORECASE)
+RBG_OPCODES = frozenset({"rng-bit-generator", "rng"})
+
+# Custom calls that only annotate placement or sharding: the value passes through unchanged.
+PASS_THROUGH_CUSTOM_CALLS = frozenset({
+    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice",
+    "LayoutConstraint", "annotate_device_placement", "xla.sdy.FuncResultSharding",
+    "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.ShardingGroup",
+})
+# Values that leave the program: where RNG state goes through one of these, the analysis cannot follow.
+SIDE_EFFECTS = frozenset({"outfeed", "send", "send-done", "infeed", "recv", "recv-done"})
+NO_DATA = frozenset({"constant", "iota", "partition-id", "replica-id", "after-all", "rng-get-and-update-state"})
+_INTEGRAL = re.compile(r"^[us]\d+$")
+_TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
+_DIRECTION = re.compile(r"direction=(\w+)")
+
+ZERO = (0, 0, 0)  # (k, b, u) of a value that depends on no RNG parameter
+
+
+class Tup(tuple):
+    """A tuple-shaped value: one flow per element (a plain 3-tuple of ints is a leaf)."""
+
+
+def _collapse(value) -> tuple[int, int, int]:
+    if not isinstance(value, Tup):
+        return value
+    k = b = u = 0
+    for element in value:
+        ek, eb, eu = _collapse(element)
+        k, b, u = k | ek, b | eb, u | eu
+    return (k, b, u)
+
+
+def _fill(shape: Shape, leaf):
+    if shape.is_tuple:
+        return Tup(_fill(e, leaf) for e in shape.elements)
+    return leaf
+
+
+def _join(a, b):
+    if isinstance(a, Tup) and isinstance(b, Tup) and len(a) == len(b):
+        return Tup(_join(x, y) for x, y in zip(a, b))
+    if isinstance(a, Tup) or isinstance(b, Tup):  # shapes disagree: fall back to the union of everything
+        leaf = _join(_collapse(a), _collapse(b))
+        return _fill_like(a if isinstance(a, Tup) else b, leaf)
+    return (a[0] | b[0], a[1] | b[1], a[2] | b[2])
+
+
+def _fill_like(value, leaf):
+    return Tup(_fill_like(e, leaf) for e in value) if isinstance(value, Tup) else leaf
+
+
+def _add_control(value, bits: int):
+    """Everything a loop or branch produces depends on what decided it."""
+    if not bits:
+        return value
+    if isinstance(value, Tup):
+        return Tup(_add_control(e, bits) for e in value)
+    return (value[0] | bits, value[1], value[2])
+
+
+def _leaves(value) -> list[tuple[int, int, int]]:
+    if isinstance(value, Tup):
+        return [leaf for e in value for leaf in _leaves(e)]
+    return [value]
+
+
+@dataclass
+class _Events:
+    """What one analysed computation did with RNG bits (sites are "computation/instruction")."""
+
+    draws: list[tuple[int, str]] = field(default_factory=list)     # (bits, site) that entered random bits
+    opaque: list[tuple[int, str]] = field(default_factory=list)    # (bits, site) that went somewhere unknown
+    increments: dict[int, float] = field(default_factory=dict)    # count bit -> elements incremented
+    unknown_trips: bool = False  # some loop's trip count could not be read: increments are per iteration
+
+    def merge(self, other: "_Events", times: float = 1) -> None:
+        self.draws.extend(other.draws)
+        self.opaque.extend(other.opaque)
+        for bit, n in other.increments.items():
+            self.increments[bit] = self.increments.get(bit, 0) + n * times
+        self.unknown_trips |= other.unknown_trips
+
+
+def _first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
+    return next((site for mask, site in sites if mask & bits), None)
+
+
+def _custom_call_target(instr: Instruction) -> str:
+    return instr.attrs.get("custom_call_target", "").strip().strip('"')
+
+
+def _op_name(instr: Instruction) -> str:
+    m = re.search(r'op_name="([^"]*)"', instr.attrs.get("metadata", ""))
+    return m.group(1) if m else ""
+
+
+class _Dataflow:
+    def __init__(self, module: HloModule, count_bits: int):
+        self.module = module
+        self.count_bits = count_bits
+        self.memo: dict[tuple[str, tuple], tuple[object, _Events]] = {}
+
+    # -- computations ---------------------------------------------------------------------------------------
+
+    def run(self, comp: Computation, inputs: Sequence) -> tuple[object, _Events]:
+        key = (comp.name, tuple(inputs))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        events = _Events()
+        values: dict[str, object] = {}
+        for instr in _ordered(comp):
+            values[instr.name] = self.instruction(comp, instr, values, inputs, events)
+        result = (values[comp.root.name], events)
+        self.memo[key] = result
+        return result
+
+    def operand(self, values: dict, ref: str):
+        base = operand_base(ref)
+        value = values[base]
+        if "#" in ref:
+            return value[int(ref.split("#", 1)[1])]
+        return value
+
+    def instruction(self, comp: Computation, instr: Instruction, values: dict, inputs: Sequence,
+                    events: _Events):
+        op = instr.opcode
+        if op == "parameter":
+            n = instr.parameter_number
+            return inputs[n] if n < len(inputs) else _fill(instr.shape, ZERO)
+        if op in NO_DATA:
+            return _fill(instr.shape, ZERO)
+        operands = [self.operand(values, ref) for ref in instr.operands]
+        site = f"{comp.name}/{instr.name}"
+        if op == "tuple":
+            return Tup(operands)
+        if op == "get-tuple-element":
+            return operands[0][int(instr.attrs["index"])]
+        if self.is_random_bits(instr):
+            k, b, u = _collapse(Tup(operands))
+            if k:
+                events.draws.append((k, site))
+            return _fill(instr.shape, (k, b | k, u))
+        if op in ("call", "fusion", "async-start") and len(instr.called_computations()) == 1:
+            callee = self.module.computations[instr.called_computations()[0]]
+            if op != "async-start" or _arity_matches(callee, operands):
+                result, inner = self.run(callee, operands)
+                events.merge(inner)
+                if op != "async-start":
+                    return result
+        if op == "while":
+            return self.while_loop(comp, instr, operands[0], events)
+        if op == "conditional":
+            return self.conditional(instr, operands, events)
+        if op == "custom-call" and _custom_call_target(instr) in PASS_THROUGH_CUSTOM_CALLS and len(operands) == 1:
+            return operands[0]
+        leaf = _collapse(Tup(operands))
+        if op == "custom-call" or op in SIDE_EFFECTS:
+            if leaf[0]:
+                events.opaque.append((leaf[0], f"{site} ({_custom_call_target(instr) or op})"))
+                leaf = (leaf[0], leaf[1], leaf[2] | leaf[0])
+        elif op == "add":
+            self.count_increment(instr, operands, events)
+        return _fill(instr.shape, leaf)
+
+    def is_random_bits(self, instr: Instruction) -> bool:
+        op = instr.opcode
+        if op in RBG_OPCODES:
+            return True
+        if op == "custom-call":
+            return bool(_RBG_CUSTOM_CALL.search(_custom_call_target(instr)))
+        if op in ("call", "fusion"):
+            called = instr.called_computations()
+            if called and _RBG_COMPUTATION.match(strip_number_suffix(called[0])):
+                return True
+        return "metadata" in instr.attrs and bool(_RBG_OP_NAME.search(_op_name(instr)))
+
+    def count_increment(self, instr: Instruction, operands: list, events: _Events) -> None:
+        """``count + 1``: one operand depends on exactly one count parameter, the other on nothing RNG."""
+        if len(operands) != 2 or not _INTEGRAL.match(instr.shape.dtype or ""):
+            return
+        (ak, ab, _), (bk, bb, _) = _collapse(operands[0]), _collapse(operands[1])
+        k = ak | bk
+        if ab or bb or (ak and bk) or not k or k & (k - 1) or not k & self.count_bits:
+            return
+        events.increments[k] = events.increments.get(k, 0) + instr.shape.num_elements
+
+    def while_loop(self, comp: Computation, instr: Instruction, init, events: _Events):
+        body = self.module.computations[instr.attrs["body"].strip().lstrip("%")]
+        condition = self.module.computations[instr.attrs["condition"].strip().lstrip("%")]
+        state = init
+        while True:
+            out, body_events = self.run(body, [state])
+            joined = _join(state, out)
+            if joined == state:
+                break
+            state = joined
+        predicate, cond_events = self.run(condition, [state])
+        trips = trip_count(comp, instr, condition)
+        if trips is None:
+            events.unknown_trips = True
+        events.merge(body_events, trips if trips is not None else 1)
+        events.merge(cond_events)
+        return _add_control(state, _collapse(predicate)[0])
+
+    def conditional(self, instr: Instruction, operands: list, events: _Events):
+        if "branch_computations" in instr.attrs:
+            branches = split_name_list(instr.attrs["branch_computations"])
+        else:
+            branches = [instr.attrs["true_computation"].strip().lstrip("%"),
+                        instr.attrs["false_computation"].strip().lstrip("%")]
+        result = None
+        for name, argument in zip(branches, operands[1:]):
+            out, inner = self.run(self.module.computations[name], [argument])
+            events.merge(inner)
+            result = out if result is None else _join(result, out)
+        if result is None:
+            result = _fill(instr.shape, ZERO)
+        return _add_control(result, _collapse(operands[0])[0])
+
+
+def _arity_matches(callee: Computation, operands: list) -> bool:
+    return len(callee.parameters) == len(operands)
+
+
+def _ordered(comp: Computation) -> list[Instruction]:
+    """Instructions with every operand before its user (printed HLO already is, almost always)."""
+    seen: set[str] = set()
+    for instr in comp.instructions:
+        if any(operand_base(ref) not in seen for ref in instr.operands):
+            break
+        seen.add(instr.name)
+    else:
+        return comp.instructions
+    order: list[Instruction] = []
+    done: set[str] = set()
+    for start in comp.instructions:
+        stack = [(start, False)]
+        while stack:
+            instr, expanded = stack.pop()
+            if instr.name in done:
+                continue
+            if expanded:
+                done.add(instr.name)
+                order.append(instr)
+                continue
+            stack.append((instr, True))
+            stack.extend((comp.by_name[operand_base(r)], False) for r in instr.operands
+                         if operand_base(r) not in done)
+    return order
+
+
+def trip_count(comp: Computation, loop: Instruction, condition: Computation) -> int | None:
+    """Iterations of a while loop: XLA's known_trip_count, or jax's ``i < N`` with ``i`` starting at 0."""
+    m = _TRIP_COUNT.search(loop.attrs.get("backend_config", ""))
+    if m:
+        return int(m.group(1))
+    root = condition.root
+    if root.opcode != "compare" or len(root.operands) != 2:
+        return None
+    direction = _DIRECTION.search("direction=" + root.attrs.get("direction", ""))
+    if not direction or direction.group(1) != "LT":
+        return None
+    counter, bound = (condition.by_name[operand_base(r)] for r in root.operands)
+    if counter.opcode != "get-tuple-element" or bound.opcode != "constant":
+        return None
+    index = int(counter.attrs["index"])
+    init = comp.by_name.get(operand_base(loop.operands[0]))
+    if init is None or init.opcode != "tuple" or index >= len(init.operands):
+        return None
+    start = comp.by_name.get(operand_base(init.operands[index]))
+    try:
+        if start is None or start.opcode != "constant" or int(start.literal) != 0:
+            return None
+        return int(bound.literal)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One RNG stream of the module and what its key does."""
+
+    path: str  # state path of the stream: the key's path without ``.key``
+    pattern: str  # the path with layer indices collapsed: ``decoder.layers_*.mlp.wi_0...to_nnx__rngs.aqt``
+    key: EntryParam | None
+    count: EntryParam | None
+    verdict: str  # drawn | carried | unknown
+    where: str  # drawn: the random-bit site first reached; unknown: where the flow left the analysis
+    increments: float  # count elements incremented per step (loop trip counts included)
+
+    @property
+    def params(self) -> int:
+        return (self.key is not None) + (self.count is not None)
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.bytes for p in (self.key, self.count) if p is not None)
+
+    def to_record(self) -> dict:
+        return {"path": self.path, "pattern": self.pattern, "verdict": self.verdict, "where": self.where,
+                "key": self.key.index if self.key else None, "count": self.count.index if self.count else None,
+                "params": self.params, "bytes": self.bytes, "increments": _number(self.increments)}
+
+
+@dataclass(frozen=True)
+class RngReport:
+    streams: list[Stream]
+    increments_exact: bool  # False when a loop's trip count was unknown (increments then count one iteration)
+
+    def counts(self) -> dict[str, int]:
+        return {v: len(self.by_verdict(v)) for v in VERDICTS}
+
+    def to_record(self, with_streams: bool = True) -> dict:
+        """What results, the cache and ``--format json`` keep: totals, per pattern, and (optionally) per stream."""
+        record = {"streams": len(self.streams), **self.counts(), "dead_params": self.dead_params,
+                  "dead_bytes": sum(s.bytes for s in self.dead),
+                  "dead_increments": _number(self.dead_increments), "increments_exact": self.increments_exact,
+                  "patterns": [p.to_record() for p in self.patterns()]}
+        if with_streams:
+            record["stream_list"] = [s.to_record() for s in self.streams]
+        return record
+
+    def by_verdict(self, verdict: str) -> list[Stream]:
+        return [s for s in self.streams if s.verdict == verdict]
+
+    @property
+    def dead(self) -> list[Stream]:
+        return self.by_verdict("carried")
+
+    @property
+    def dead_params(self) -> int:
+        return sum(s.params for s in self.dead)
+
+    @property
+    def dead_increments(self) -> float:
+        return sum(s.increments for s in self.dead)
+
+    def patterns(self) -> list["PatternCount"]:
+        """Per stream pattern: streams by verdict and what the carried ones cost, most dead state first."""
+        grouped: dict[str, PatternCount] = {}
+        for s in self.streams:
+            p = grouped.setdefault(s.pattern, PatternCount(s.pattern))
+            p.add(s)
+        return sorted(grouped.values(), key=lambda p: (-p.dead_params, -p.streams, p.pattern))
+
+
+@dataclass
+class PatternCount:
+    pattern: str
+    drawn: int = 0
+    carried: int = 0
+    unknown: int = 0
+    dead_params: int = 0
+    dead_increments: float = 0
+    where: str = ""  # for unknown streams, the first place the analysis lost them
+
+    @property
+    def streams(self) -> int:
+        return self.drawn + self.carried + self.unknown
+
+    def add(self, s: Stream) -> None:
+        setattr(self, s.verdict, getattr(self, s.verdict) + 1)
+        if s.verdict == "carried":
+            self.dead_params += s.params
+            self.dead_increments += s.increments
+        elif s.verdict == "unknown" and not self.where:
+            self.where = s.where
+
+    def to_record(self) -> dict:
+        return {"pattern": self.pattern, "streams": self.streams, "drawn": self.drawn, "carried": self.carried,
+                "unknown": self.unknown, "dead_params": self.dead_params,
+                "dead_increments": _number(self.dead_increments), "where": self.where}
+
+
+def _number(x: float) -> int | float:
+    return int(x) if float(x).is_integer() else x
+
+
+def stream_path(param: EntryParam) -> str:
+    """``state.layers_0.dropout.rngs.key`` -> ``state.layers_0.dropout.rngs``."""
+    return param.path.rsplit(".", 1)[0] if "." in param.path else param.path
+
+
+def pair_streams(params: Sequence[EntryParam]) -> list[tuple[str, EntryParam | None, EntryParam | None]]:
+    """(path, key, count) for every stream, in entry parameter order of the first of the pair."""
+    streams: dict[str, list] = {}
+    for p in params:
+        if p.role in ("rng_key", "rng_count"):
+            pair = streams.setdefault(stream_path(p), [None, None])
+            pair[0 if p.role == "rng_key" else 1] = p
+    return [(path, key, count) for path, (key, count) in streams.items()]
+
+
+def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngReport:
+    """Classify every RNG stream of ``module`` (``params`` are its entry parameters, as ``entry_params`` gives)."""
+    streams = pair_streams(params)
+    entry_params = module.entry.parameters
+    position = {instr.parameter_number: i for i, instr in enumerate(entry_params)}
+    bit_of: dict[int, int] = {}  # parameter number -> its bit
+    count_bits = 0
+    for i, (_, key, count) in enumerate(streams):
+        if key is not None:
+            bit_of[key.index] = 1 << (2 * i)
+        if count is not None:
+            bit_of[count.index] = 1 << (2 * i + 1)
+            count_bits |= 1 << (2 * i + 1)
+    inputs = [None] * len(entry_params)
+    for instr in entry_params:
+        bit = bit_of.get(instr.parameter_number, 0)
+        inputs[position[instr.parameter_number]] = _fill(instr.shape, (bit, 0, 0))
+    # Entry parameters are numbered, not positioned: run() indexes inputs by parameter number.
+    by_number = [ZERO] * (max(position, default=-1) + 1)
+    for instr in entry_params:
+        by_number[instr.parameter_number] = inputs[position[instr.parameter_number]]
+    flow = _Dataflow(module, count_bits)
+    root, events = flow.run(module.entry, by_number)
+    outputs = _leaves(root)
+    result = []
+    for i, (path, key, count) in enumerate(streams):
+        key_bit, count_bit = 1 << (2 * i), 1 << (2 * i + 1)
+        own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
+        verdict, where = _verdict(outputs, own, key_bit if key is not None else count_bit, events)
+        pattern = collapse_layers(path)
+        if pattern.startswith("state."):
+            pattern = pattern[len("state."):]
+        result.append(Stream(path=path, pattern=pattern, key=key, count=count, verdict=verdict, where=where,
+                             increments=events.increments.get(count_bit, 0) if count is not None else 0))
+    return RngReport(streams=result, increments_exact=not events.unknown_trips)
+
+
+def _verdict(outputs: list[tuple[int, int, int]], own: int, key_bit: int, events: _Events) -> tuple[str, str]:
+    influenced = []  # (output index, leaf) of outputs that are not this stream's own state
+    for index, (k, b, u) in enumerate(outputs):
+        if not k & own:
+            continue
+        if not k & ~own and not b & own and not u & own:
+            continue  # the stream's own key or count, handed back
+        influenced.append((index, (k, b, u)))
+    if not influenced:
+        return "carried", ""
+    if any(b & key_bit for _, (_, b, _) in influenced):
+        return "drawn", _first_site(events.draws, key_bit) or ""
+    if any(u & own for _, (_, _, u) in influenced):
+        return "unknown", f"passes through {_first_site(events.opaque, own) or 'an operation not understood'}"
+    index, (k, b, _) = influenced[0]
+    what = "key" if k & key_bit else "count"
+    return "unknown", f"the {what} reaches output {index} without random-bit generation"
