@@ -97,13 +97,13 @@ def _fill_like(value, leaf):
     return Tup(_fill_like(e, leaf) for e in value) if isinstance(value, Tup) else leaf
 
 
-def _add_control(value, bits: int):
-    """Everything a loop or branch produces depends on what decided it."""
-    if not bits:
+def _add_control(value, decider: tuple[int, int, int]):
+    """Everything a loop or branch produces depends on what decided it (random bits included)."""
+    if not decider[0]:
         return value
     if isinstance(value, Tup):
-        return Tup(_add_control(e, bits) for e in value)
-    return (value[0] | bits, value[1], value[2])
+        return Tup(_add_control(e, decider) for e in value)
+    return (value[0] | decider[0], value[1] | decider[1], value[2] | decider[2])
 
 
 def _leaves(value) -> list[tuple[int, int, int]]:
@@ -249,7 +249,7 @@ class _Dataflow:
             events.unknown_trips = True
         events.merge(body_events, trips if trips is not None else 1)
         events.merge(cond_events)
-        return _add_control(state, _collapse(predicate)[0])
+        return _add_control(state, _collapse(predicate))
 
     def conditional(self, instr: Instruction, operands: list, events: _Events):
         if "branch_computations" in instr.attrs:
@@ -264,7 +264,7 @@ class _Dataflow:
             result = out if result is None else _join(result, out)
         if result is None:
             result = _fill(instr.shape, ZERO)
-        return _add_control(result, _collapse(operands[0])[0])
+        return _add_control(result, _collapse(operands[0]))
 
 
 def _arity_matches(callee: Computation, operands: list) -> bool:
@@ -468,12 +468,13 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
         by_number[instr.parameter_number] = inputs[position[instr.parameter_number]]
     flow = _Dataflow(module, count_bits)
     root, events = flow.run(module.entry, by_number)
-    outputs = _leaves(root)
+    outputs = list(zip(_leaves(root), module.entry.root.shape.leaves()))
     result = []
     for i, (path, key, count) in enumerate(streams):
         key_bit, count_bit = 1 << (2 * i), 1 << (2 * i + 1)
         own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
-        verdict, where = _verdict(outputs, own, key_bit if key is not None else count_bit, events)
+        own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
+        verdict, where = _verdict(outputs, own, own_shapes, key_bit if key is not None else count_bit, events)
         pattern = collapse_layers(path)
         if pattern.startswith("state."):
             pattern = pattern[len("state."):]
@@ -482,12 +483,13 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
 
 
-def _verdict(outputs: list[tuple[int, int, int]], own: int, key_bit: int, events: _Events) -> tuple[str, str]:
+def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_shapes: set[str], key_bit: int,
+             events: _Events) -> tuple[str, str]:
     influenced = []  # (output index, leaf) of outputs that are not this stream's own state
-    for index, (k, b, u) in enumerate(outputs):
+    for index, ((k, b, u), shape) in enumerate(outputs):
         if not k & own:
             continue
-        if not k & ~own and not b & own and not u & own:
+        if not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_shapes:
             continue  # the stream's own key or count, handed back
         influenced.append((index, (k, b, u)))
     if not influenced:

@@ -1,0 +1,248 @@
+"""The RNG dataflow analysis on small hand-written modules: one construct per test, each a way a key can go.
+
+Parameter names follow jax's mangling (``state__a____rngs____key___value``), so paths and roles come out as they
+do for real lowerings: ``state.a.rngs`` is the stream, ``.key`` / ``.count`` its parameters.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from hlo_audit.cli import app
+from hlo_audit.hlo.analysis import analyze
+
+THREEFRY = """
+threefry2x32.1 {
+  Arg_0.1 = u32[2]{0} parameter(0)
+  Arg_1.1 = u32[2]{0} parameter(1)
+  ROOT xor.1 = u32[2]{0} xor(Arg_0.1, Arg_1.1)
+}
+"""
+
+
+def _stream(name: str, number: int) -> str:
+    return (f"  state__{name}____rngs____key___value.1 = u32[2]{{0}} parameter({number})\n"
+            f"  state__{name}____rngs____count___value.1 = u32[] parameter({number + 1})\n")
+
+
+def verdicts(text: str) -> dict[str, tuple[str, str, float]]:
+    report = analyze(text, "test.hlo").rng
+    return {s.path: (s.verdict, s.where, s.increments) for s in report.streams}
+
+
+def test_key_handed_back_through_pass_through_ops_and_count_incremented_is_carried():
+    text = f"""HloModule m
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[4]{{0}} parameter(2)
+  sharded.1 = u32[2]{{0}} custom-call(state__a____rngs____key___value.1), custom_call_target="Sharding", sharding={{replicated}}
+  b.1 = u32[1,2]{{1,0}} bitcast(sharded.1)
+  r.1 = u32[2]{{0}} reshape(b.1)
+  c.1 = u32[2]{{0}} copy(r.1)
+  one.1 = u32[] constant(1)
+  inc.1 = u32[] add(state__a____rngs____count___value.1, one.1)
+  t.1 = (u32[2]{{0}}, u32[]) tuple(c.1, inc.1)
+  k.1 = u32[2]{{0}} get-tuple-element(t.1), index=0
+  ROOT out.1 = (f32[4]{{0}}, u32[2]{{0}}, u32[]) tuple(w.1, k.1, inc.1)
+}}
+"""
+    assert verdicts(text) == {"state.a.rngs": ("carried", "", 1)}
+
+
+def test_key_folded_into_random_bits_that_reach_the_loss_is_drawn():
+    text = f"""HloModule m
+{THREEFRY}
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+  bits.1 = u32[2]{{0}} call(state__a____rngs____key___value.1, state__a____rngs____key___value.1), to_apply=threefry2x32.1
+  f.1 = f32[2]{{0}} convert(bits.1)
+  loss.1 = f32[2]{{0}} add(w.1, f.1)
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text) == {"state.a.rngs": ("drawn", "main.1/bits.1", 0)}
+
+
+def test_random_bits_nobody_uses_do_not_make_a_stream_drawn():
+    text = f"""HloModule m
+{THREEFRY}
+ENTRY main.1 {{
+{_stream("a", 0)}  bits.1 = u32[2]{{0}} call(state__a____rngs____key___value.1, state__a____rngs____key___value.1), to_apply=threefry2x32.1
+  ROOT out.1 = (u32[2]{{0}}, u32[]) tuple(state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text)["state.a.rngs"][0] == "carried"
+
+
+LOOP = f"""HloModule m
+{THREEFRY}
+body.2 {{
+  p.2 = (s32[], u32[2]{{0}}, u32[2]{{0}}, u32[], f32[2]{{0}}) parameter(0)
+  i.2 = s32[] get-tuple-element(p.2), index=0
+  one.2 = s32[] constant(1)
+  next.2 = s32[] add(i.2, one.2)
+  drawn_key.2 = u32[2]{{0}} get-tuple-element(p.2), index=1
+  kept_key.2 = u32[2]{{0}} get-tuple-element(p.2), index=2
+  count.2 = u32[] get-tuple-element(p.2), index=3
+  uone.2 = u32[] constant(1)
+  inc.2 = u32[] add(count.2, uone.2)
+  acc.2 = f32[2]{{0}} get-tuple-element(p.2), index=4
+  bits.2 = u32[2]{{0}} call(drawn_key.2, drawn_key.2), to_apply=threefry2x32.1
+  f.2 = f32[2]{{0}} convert(bits.2)
+  acc_next.2 = f32[2]{{0}} add(acc.2, f.2)
+  ROOT t.2 = (s32[], u32[2]{{0}}, u32[2]{{0}}, u32[], f32[2]{{0}}) tuple(next.2, drawn_key.2, kept_key.2, inc.2, acc_next.2)
+}}
+
+cond.3 {{
+  p.3 = (s32[], u32[2]{{0}}, u32[2]{{0}}, u32[], f32[2]{{0}}) parameter(0)
+  i.3 = s32[] get-tuple-element(p.3), index=0
+  n.3 = s32[] constant(4)
+  ROOT lt.3 = pred[] compare(i.3, n.3), direction=LT
+}}
+
+ENTRY main.1 {{
+{_stream("a", 0)}{_stream("b", 2)}  w.1 = f32[2]{{0}} parameter(4)
+  zero.1 = s32[] constant(0)
+  init.1 = (s32[], u32[2]{{0}}, u32[2]{{0}}, u32[], f32[2]{{0}}) tuple(zero.1, state__a____rngs____key___value.1, state__b____rngs____key___value.1, state__b____rngs____count___value.1, w.1)
+  loop.1 = (s32[], u32[2]{{0}}, u32[2]{{0}}, u32[], f32[2]{{0}}) while(init.1), condition=cond.3, body=body.2
+  acc.1 = f32[2]{{0}} get-tuple-element(loop.1), index=4
+  kb.1 = u32[2]{{0}} get-tuple-element(loop.1), index=2
+  cb.1 = u32[] get-tuple-element(loop.1), index=3
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[], u32[2]{{0}}, u32[]) tuple(acc.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1, kb.1, cb.1)
+}}
+"""
+
+
+def test_loop_state_keeps_streams_apart_and_counts_increments_per_trip():
+    """A scan carries two streams in one loop tuple; only one is drawn. The other's count is bumped 4 times."""
+    result = verdicts(LOOP)
+    assert result["state.a.rngs"] == ("drawn", "body.2/bits.2", 0)
+    assert result["state.b.rngs"] == ("carried", "", 4)
+
+
+def test_unknown_trip_count_is_said():
+    text = LOOP.replace("n.3 = s32[] constant(4)", "n.3 = s32[] parameter(1)").replace(
+        "p.3 = (s32[], u32[2]{0}, u32[2]{0}, u32[], f32[2]{0}) parameter(0)",
+        "p.3 = (s32[], u32[2]{0}, u32[2]{0}, u32[], f32[2]{0}) parameter(0)\n  q.3 = s32[] constant(4)")
+    text = text.replace("n.3 = s32[] parameter(1)", "n.3 = s32[] add(i.3, q.3)")
+    report = analyze(text, "test.hlo").rng
+    assert not report.increments_exact
+    assert {s.path: s.increments for s in report.streams}["state.b.rngs"] == 1  # one iteration's worth, flagged
+
+
+def test_key_into_a_custom_call_it_does_not_know_is_unknown_and_says_where():
+    text = f"""HloModule m
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+  mystery.1 = f32[2]{{0}} custom-call(state__a____rngs____key___value.1, w.1), custom_call_target="my_kernel"
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(mystery.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    verdict, where, _ = verdicts(text)["state.a.rngs"]
+    assert verdict == "unknown" and "main.1/mystery.1" in where and "my_kernel" in where
+
+
+def test_key_used_as_plain_data_is_unknown_naming_the_output():
+    text = f"""HloModule m
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+  f.1 = f32[2]{{0}} convert(state__a____rngs____key___value.1)
+  loss.1 = f32[2]{{0}} add(w.1, f.1)
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text)["state.a.rngs"][:2] == ("unknown", "the key reaches output 0 without random-bit generation")
+
+
+def test_a_branch_chosen_by_random_bits_makes_the_stream_drawn():
+    text = f"""HloModule m
+{THREEFRY}
+yes.2 {{
+  y.2 = f32[2]{{0}} parameter(0)
+  ROOT n.2 = f32[2]{{0}} negate(y.2)
+}}
+
+no.3 {{
+  ROOT z.3 = f32[2]{{0}} parameter(0)
+}}
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+  bits.1 = u32[2]{{0}} call(state__a____rngs____key___value.1, state__a____rngs____key___value.1), to_apply=threefry2x32.1
+  first.1 = u32[1]{{0}} slice(bits.1), slice={{[0:1]}}
+  scalar.1 = u32[] reshape(first.1)
+  zero.1 = u32[] constant(0)
+  pick.1 = pred[] compare(scalar.1, zero.1), direction=EQ
+  out.2 = f32[2]{{0}} conditional(pick.1, w.1, w.1), true_computation=yes.2, false_computation=no.3
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(out.2, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text)["state.a.rngs"][0] == "drawn"
+
+
+def test_optimized_dump_fusion_named_threefry_by_metadata_counts_as_random_bits():
+    text = f"""HloModule m
+
+fused.2 {{
+  a.2 = u32[2]{{0}} parameter(0)
+  ROOT x.2 = u32[2]{{0}} xor(a.2, a.2)
+}}
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+  bits.1 = u32[2]{{0}} fusion(state__a____rngs____key___value.1), kind=kLoop, calls=fused.2, metadata={{op_name="jit(train_step)/threefry2x32"}}
+  f.1 = f32[2]{{0}} convert(bits.1)
+  loss.1 = f32[2]{{0}} add(w.1, f.1)
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text)["state.a.rngs"][0] == "drawn"
+
+
+def test_rng_cli_formats_and_bad_input(tmp_path):
+    path = tmp_path / "loop.hlo"
+    path.write_text(LOOP)
+    runner = CliRunner()
+    table = runner.invoke(app, ["rng", str(path), "--streams"])
+    assert table.exit_code == 0, table.output
+    assert "2 RNG streams: 1 drawn, 1 carried (dead state), 0 unknown" in table.output
+    assert "dead state: 2 entry parameters (12 bytes), 4 counter increments per step" in table.output
+    doc = json.loads(runner.invoke(app, ["rng", str(path), "--format", "json", "--streams"]).output)
+    assert doc["schema"] == "hlo-audit/rng/v1" and (doc["drawn"], doc["carried"], doc["unknown"]) == (1, 1, 0)
+    assert [(p["pattern"], p["carried"], p["dead_params"], p["dead_increments"]) for p in doc["patterns"]] == [
+        ("b.rngs", 1, 2, 4), ("a.rngs", 0, 0, 0)]
+    assert {s["path"]: s["verdict"] for s in doc["stream_list"]} == {"state.a.rngs": "drawn", "state.b.rngs": "carried"}
+    md = runner.invoke(app, ["rng", str(path), "--format", "markdown"]).output
+    assert "| `b.rngs` | 1 | 0 | 1 | 0 | 2 | 4 |" in md
+    for bad, message in ((str(tmp_path / "missing.hlo"), "no such file"),
+                         ("llama3-8b/scan-off/int9/L2", "no such cell in the matrix")):
+        result = runner.invoke(app, ["rng", bad])
+        assert result.exit_code == 2 and message in result.output, result.output
+    (tmp_path / "garbage.hlo").write_text("HloModule m\n\nENTRY main {\n  x = f32[] nonsense(\n")
+    result = runner.invoke(app, ["rng", str(tmp_path / "garbage.hlo")])
+    assert result.exit_code == 2 and "garbage.hlo" in result.output
+
+
+@pytest.mark.parametrize("rule_pattern, severity", [(None, "advisory"), ("b.rngs", "waived"), ("x.*", "advisory")])
+def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
+    from hlo_audit.gate import Gate, Policy, Waiver
+    from hlo_audit.matrix import Cell
+    from hlo_audit.run import CellResult
+
+    report = analyze(LOOP, "loop").rng
+    result = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={}, rng=report.to_record())
+    waivers = (Waiver("dead_rng", "known", {}, pattern=rule_pattern),) if rule_pattern else ()
+    gate = Gate(Policy({"dead_rng": "warn"}, waivers), "hlo-audit golden update")
+    finding = gate._apply("dead_rng", result, gate._dead_rng(result))
+    assert finding.severity == severity
+    assert "1 RNG streams never drawn: 2 entry parameters and 4 counter increments per step" in finding.message
+    failing = Gate(Policy({"dead_rng": "fail"}, waivers), "x")
+    assert failing._apply("dead_rng", result, failing._dead_rng(result)).severity == (
+        "waived" if severity == "waived" else "regression")
+    off = Gate(Policy({"dead_rng": "off"}), "x")
+    assert off._apply("dead_rng", result, off._dead_rng(result)) is None
