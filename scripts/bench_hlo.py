@@ -31,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 
 from hlo_audit.hlo.analysis import Analysis, analyze  # noqa: E402
 from hlo_audit.hlo.normalize import normalize  # noqa: E402
+from hlo_audit.hlo.rng_flow import classify_streams  # noqa: E402
 from hlo_audit.hlo.text import HloParseError, read_text  # noqa: E402
 
 MODEL, QUANT, LAYERS = "llama3-8b", "int8", 32
@@ -154,6 +155,8 @@ def _cases(path: pathlib.Path, analysis: Analysis) -> dict[str, Callable[[], obj
         "(c) parse + count": lambda: analyze(read_text(path), str(path)).summary,
         PARSE_NORMALIZE: lambda: analyze(read_text(path), str(path)).normalized,
         NORMALIZE: lambda: normalize(module, params),
+        # The dead-RNG dataflow (`hlo-audit rng`) over every stream at once, on the parsed module.
+        "(f) rng streams (parsed)": lambda: classify_streams(module, params),
     }
 
 
