@@ -54,6 +54,9 @@ def test_config_from_file_and_pyproject(tmp_path):
     ('[policy]\nvibes = "off"\n', "policy.vibes: unknown rule"),
     ('[[waive]]\nrule = "count"\nquant = "int8"\n', "waive[0].reason: every waiver needs a reason"),
     ('[[waive]]\nrule = "colour"\nreason = "x"\n', "waive[0].rule: expected one of"),
+    ('[policy]\ndead_rng = "loud"\n', "policy.dead_rng: expected 'fail', 'warn' or 'off'"),
+    ('[[waive]]\nrule = "count"\npattern = "x.*"\nreason = "x"\n', "waive[0].pattern: unknown key"),
+    ('[[waive]]\nrule = "dead_rng"\npattern = ""\nreason = "x"\n', "waive[0].pattern: expected a glob"),
 ])
 def test_bad_config_names_file_and_key(tmp_path, text, message):
     path = tmp_path / "hlo-audit.toml"
@@ -64,6 +67,15 @@ def test_bad_config_names_file_and_key(tmp_path, text, message):
     result = CliRunner().invoke(app, ["list", "--config", str(path)])
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and message in result.output and "Traceback" not in result.output
+
+
+def test_dead_rng_policy_defaults_to_warn_and_takes_pattern_waivers(tmp_path):
+    assert load_config(cwd=tmp_path).policy["dead_rng"] == "warn"
+    (tmp_path / "hlo-audit.toml").write_text('[policy]\ndead_rng = "fail"\n[[waive]]\nrule = "dead_rng"\n'
+                                             'pattern = "model.decoder.rngs.*"\nreason = "kept for init"\n')
+    config = load_config(cwd=tmp_path)
+    assert config.policy["dead_rng"] == "fail"
+    assert config.waivers == ({"rule": "dead_rng", "pattern": "model.decoder.rngs.*", "reason": "kept for init"},)
 
 
 def test_missing_config_file(tmp_path):

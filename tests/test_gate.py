@@ -234,3 +234,25 @@ def test_a_broken_golden_is_an_input_error(project):
     golden.write_text("{not json")
     result = hlo_audit(project, "check")
     assert result.returncode == 2 and "unreadable golden" in result.stderr
+
+
+def test_dead_rng_policy_fails_on_never_drawn_streams_unless_a_pattern_waiver_accepts_them(project):
+    """The example's dropout0 cells carry a Dropout(0.0) stream per layer that is never drawn."""
+    config = project / "hlo-audit.toml"
+    config.write_text(CONFIG + '\n[policy]\ndead_rng = "fail"\n')
+    result = hlo_audit(project, "check", "--format", "json")
+    doc = json.loads(result.stdout)
+    dead = {f["cell"]: f for f in doc["findings"] if f["rule"] == "dead_rng"}
+    assert result.returncode == 1
+    assert set(dead) == {"mlp/scan-off/dropout0/L2", "mlp/scan-off/dropout0/L3", "mlp/scan-on/dropout0/L2",
+                         "mlp/scan-on/dropout0/L3"}
+    assert {f["severity"] for f in dead.values()} == {"regression"}
+    # Unrolled, 3 layers: 3 streams, 6 entry parameters and one counter increment per stream per step.
+    assert dead["mlp/scan-off/dropout0/L3"]["details"]["dead_params"] == 6
+    assert "3 RNG streams never drawn: 6 entry parameters" in dead["mlp/scan-off/dropout0/L3"]["message"]
+    config.write_text(CONFIG + '\n[policy]\ndead_rng = "fail"\n\n[[waive]]\nrule = "dead_rng"\n'
+                      'pattern = "layers*.dropout.rngs"\nreason = "Dropout(0.0) kept on purpose"\n')
+    result = hlo_audit(project, "check", "--format", "json")
+    assert result.returncode == 0, result.stdout
+    waived = [f for f in json.loads(result.stdout)["findings"] if f["rule"] == "dead_rng"]
+    assert len(waived) == 4 and {f["severity"] for f in waived} == {"waived"}
