@@ -14,8 +14,10 @@ from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.source import read_input
 from hlo_audit import audit
+from hlo_audit import explain as explain_mod
 from hlo_audit.cache import write_atomic as write_report
 from hlo_audit.report import frame, jsonfmt, junit, markdown, table
+from hlo_audit.report import tree as report_tree
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Count, normalize and diff the entry parameters of JAX programs' HLO.")
@@ -163,6 +165,30 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     else:
         table.print_scaling(table.make_console(), series)
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
+
+
+REPORT_WIDTH = 100  # report and explain views fit this many columns, on a terminal or piped
+
+
+@app.command()
+@exit_on_input_error
+def explain(
+    source: Annotated[str, typer.Argument(help="A cell id (llama3-8b/scan-off/int8/L32: read from the cache, else "
+                                          "lowered), an HLO text file, '-' or an --xla_dump_to folder.")],
+    config: ConfigOpt = None, module: ModuleOpt = None, stage: StageOpt = Stage.before, no_cache: NoCacheOpt = False,
+    depth: Annotated[int, typer.Option(min=0, help="Tree levels below the root to show.")] = 3,
+    top: Annotated[int, typer.Option(min=0, help="Children shown per node, largest first (0: all).")] = 8,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Where the entry parameters come from: a tree of path-pattern groups, largest first."""
+    label, params = explain_mod.load_params(source, config, module, stage.value, use_cache=not no_cache)
+    tree = explain_mod.explain(params, label, depth=depth, top=top)
+    if fmt is Format.json:
+        sys.stdout.write(jsonfmt.format_explain(tree))
+    elif fmt is Format.markdown:
+        sys.stdout.write(markdown.format_explain(tree))
+    else:
+        report_tree.print_explain(table.make_console(max_width=REPORT_WIDTH), tree)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")

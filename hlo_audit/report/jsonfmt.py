@@ -102,6 +102,13 @@ def format_scaling(series) -> str:
     return json.dumps({"schema": SCALING_SCHEMA, "series": [series_record(s) for s in series]}, indent=2) + "\n"
 
 
+EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
+
+
+def format_explain(node) -> str:
+    return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record()}, indent=2) + "\n"
+
+
 def format_cells(cells, source: str) -> str:
     return json.dumps({"schema": "hlo-audit/list/v1", "config": source, "cells": [
         {"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,

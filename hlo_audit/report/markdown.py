@@ -81,6 +81,23 @@ def format_scaling(series) -> str:
                              "projected params", "projected u32"], rows)) + "\n"
 
 
+def format_explain(node) -> str:
+    """The explain tree as a nested list: counts, dtypes, roles, bytes per group."""
+    from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
+
+    def lines(n, level: int) -> list[str]:
+        record = n.to_record()
+        out = [f"{'  ' * level}- **{n.count}** `{n.name}`: {_dtype_text(record['by_dtype'])}; "
+               f"{_dtype_text(record['by_role'])}; {human_bytes(n.bytes)}"]
+        for child in n.ordered():
+            out += lines(child, level + 1)
+        if n.hidden:
+            out.append(f"{'  ' * (level + 1)}- {n.hidden_params} in {n.hidden} more")
+        return out
+
+    return "\n".join(lines(node, 0)) + "\n"
+
+
 SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "advisory": "ℹ️", "waived": "➖",
                  "stale": "🗑️", "unavailable": "⏭️", "ok": "✅"}
 
