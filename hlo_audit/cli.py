@@ -15,8 +15,11 @@ from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.source import read_input
 from hlo_audit import audit
 from hlo_audit import explain as explain_mod
+from hlo_audit import matrix_report
 from hlo_audit.cache import write_atomic as write_report
 from hlo_audit.report import frame, jsonfmt, junit, markdown, table
+from hlo_audit.report import html as report_html
+from hlo_audit.report import terminal as report_terminal
 from hlo_audit.report import tree as report_tree
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -100,6 +103,9 @@ JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker proces
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Lower every cell again; do not read or write the cache.")]
 
 
+REPORT_WIDTH = 100  # report and explain views fit this many columns, on a terminal or piped
+
+
 class RunFormat(str, Enum):
     table = "table"
     json = "json"
@@ -167,7 +173,28 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
 
-REPORT_WIDTH = 100  # report and explain views fit this many columns, on a terminal or piped
+@app.command()
+@exit_on_input_error
+def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
+           no_cache: NoCacheOpt = False,
+           fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="table (the views), json (views and "
+                                                  "tidy rows), csv (tidy rows) or markdown.")] = RunFormat.table,
+           html: Annotated[str | None, typer.Option("--html", help="Also write a self-contained HTML report "
+                                                    "(charts and tables) to this file.")] = None) -> None:
+    """The matrix against its goldens, scan on / scan off side by side, depth scaling (cached cells are free)."""
+    plan = audit.plan(config, only, None, layers)
+    view = matrix_report.build(plan, _run(plan, jobs, no_cache))
+    if html:
+        write_report(html, report_html.format_html(view))
+    if fmt is RunFormat.json:
+        sys.stdout.write(jsonfmt.format_report(view))
+    elif fmt is RunFormat.csv:
+        sys.stdout.write(frame.format_tidy_csv(view.cells))
+    elif fmt is RunFormat.markdown:
+        sys.stdout.write(markdown.format_report(view))
+    else:
+        report_terminal.print_report(table.make_console(max_width=REPORT_WIDTH), view)
+    raise typer.Exit(1 if any(r.status == "error" for r in view.results) else 0)
 
 
 @app.command()
