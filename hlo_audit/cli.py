@@ -185,7 +185,7 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
     plan = audit.plan(config, only, None, layers)
     view = matrix_report.build(plan, _run(plan, jobs, no_cache))
     if html:
-        write_report(html, report_html.format_html(view))
+        report_html.write_html(html, view)
     if fmt is RunFormat.json:
         sys.stdout.write(jsonfmt.format_report(view))
     elif fmt is RunFormat.csv:

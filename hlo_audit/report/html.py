@@ -9,6 +9,10 @@ tr[data-cell]``) so a browser test, or a reader's own script, can find every cel
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
+
+from hlo_audit.cache import write_atomic
+from hlo_audit.errors import InputError
 
 from hlo_audit.report.terminal import ROLE_ORDER
 
@@ -192,3 +196,13 @@ def format_html(report) -> str:
         "<h2>Scan on / scan off</h2>", scan_table(report),
         "<h2>Depth scaling</h2>", scaling_table(report),
         "</body></html>", ""])
+
+
+def write_html(path: str, report) -> None:
+    """Write the page atomically; a path that cannot be written is the user's to fix (exit 2, one line)."""
+    if Path(path).is_dir():
+        raise InputError(f"--html {path}: is a folder; give a file name such as {Path(path) / 'report.html'}")
+    try:
+        write_atomic(path, format_html(report))
+    except OSError as exc:
+        raise InputError(f"--html {path}: cannot write: {exc.strerror or exc}") from None

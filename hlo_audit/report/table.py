@@ -128,8 +128,8 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
 
 def print_scaling(console: Console, series) -> None:
     table = _table(console, None, [("series", "left"), ("depths", "left"), ("/layer", "right"),
-                                   ("intercept", "right"), ("u32/layer", "right"), ("rng/layer", "right"),
-                                   ("full", "right"), ("projected", "right"), ("proj. u32", "right")])
+                                   ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
+                                   ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
     for s in series:
         p = s.projected()
         rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
