@@ -35,6 +35,8 @@ def print_matrix(console: Console, report) -> None:
     columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
     table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
+    table.collapse_padding = True  # one space between columns: a dozen count columns and the ids fit 100
+    table.columns[0].min_width = min(40, max((len(v.result.cell.id) for v in ok), default=0))
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
         table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
