@@ -7,6 +7,7 @@ console's width (100 columns for these views), cell ids wrap instead of pushing 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.text import Text
 
 from hlo_audit.report.table import STATUS_STYLE, _table, print_scaling
@@ -35,7 +36,6 @@ def print_matrix(console: Console, report) -> None:
     columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
     table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
-    table.collapse_padding = True  # one space between columns: a dozen count columns and the ids fit 100
     table.columns[0].min_width = min(40, max((len(v.result.cell.id) for v in ok), default=0))
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
@@ -46,6 +46,8 @@ def print_matrix(console: Console, report) -> None:
         if v.result.status == "error":
             table.add_row(Text(v.result.cell.id), Text("error", style=STATUS_STYLE["error"]), "",
                           *[""] * (len(dtypes) + len(roles)))
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True  # one space between columns rather than wrapping the ids
     console.print(table)
     unavailable: dict[str, int] = {}
     for v in report.cells:
