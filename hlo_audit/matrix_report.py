@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hlo_audit import audit, golden
+from hlo_audit.hlo.params import ROLES
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
 
@@ -42,7 +43,7 @@ class CellView:
 
 @dataclass(frozen=True)
 class ScanPair:
-    """The same model, quantization and depth scanned and unrolled (seed 001's table)."""
+    """The same model, quantization and depth scanned and unrolled (seed 001's table); a side not lowered is None."""
 
     model: str
     quant: str
@@ -54,6 +55,11 @@ class ScanPair:
     def label(self) -> str:
         return f"{self.model}/{self.quant}/L{self.layers}"
 
+    @property
+    def gap(self) -> int | None:
+        """Entry parameters unrolled minus scanned, when both sides were lowered."""
+        return None if self.on is None or self.off is None else self.off.entry_params - self.on.entry_params
+
 
 @dataclass(frozen=True)
 class MatrixReport:
@@ -64,6 +70,20 @@ class MatrixReport:
     @property
     def results(self) -> list[CellResult]:
         return [v.result for v in self.cells]
+
+    @property
+    def lowered(self) -> list[CellView]:
+        return [v for v in self.cells if v.result.summary]
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtype columns: every dtype some lowered cell has."""
+        return sorted({k for v in self.lowered for k in v.result.summary["by_dtype"]})
+
+    @property
+    def roles(self) -> list[str]:
+        """The role columns, in ROLES order: every role some lowered cell has."""
+        return [r for r in ROLES if any(r in v.result.summary["by_role"] for v in self.lowered)]
 
 
 def joint_counts(result: CellResult) -> dict[tuple[str, str], tuple[int, int]]:
@@ -109,9 +129,11 @@ def tidy_rows(views: list[CellView]) -> list[dict]:
 
 
 def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
-    """Pairs by (model, quant, depth, platform, stage); a side the selection lacks is None."""
+    """Pairs of lowered cells by (model, quant, depth, platform, stage); a side not lowered is None."""
     sides: dict[tuple, dict[bool, CellResult]] = {}
     for r in results:
+        if not r.summary:
+            continue
         c = r.cell
         sides.setdefault((c.model, c.quant, c.layers, c.platform, c.stage, c.batch, c.seq, c.target), {})[c.scan] = r
     return [ScanPair(model=k[0], quant=k[1], layers=k[2], on=v.get(True), off=v.get(False))

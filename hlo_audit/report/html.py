@@ -14,7 +14,6 @@ from pathlib import Path
 from hlo_audit.cache import write_atomic
 from hlo_audit.errors import InputError
 
-from hlo_audit.report.terminal import ROLE_ORDER
 
 ROLE_COLORS = {"rng_key": "#d62728", "rng_count": "#ff7f0e", "weight": "#1f77b4", "optimizer_state": "#9467bd",
                "step": "#8c564b", "input": "#2ca02c", "other": "#7f7f7f"}
@@ -54,8 +53,7 @@ def _signed_class(delta: int | None) -> tuple[str, str]:
 
 
 def roles_chart(report) -> str:
-    ok = [v.result for v in report.cells if v.result.summary]
-    roles = [r for r in ROLE_ORDER if any(r in x.summary["by_role"] for x in ok)]
+    ok, roles = [v.result for v in report.lowered], report.roles
     label_width, bar_width, row = 300, 520, 18
     height = row * len(ok) + 30
     most = max((x.entry_params for x in ok), default=1) or 1
@@ -135,9 +133,7 @@ def _count(value: int, delta: int | None) -> str:
 
 
 def matrix_table(report) -> str:
-    ok = [v for v in report.cells if v.result.summary]
-    dtypes = sorted({k for v in ok for k in v.result.summary["by_dtype"]})
-    roles = [r for r in ROLE_ORDER if any(r in v.result.summary["by_role"] for v in ok)]
+    dtypes, roles = report.dtypes, report.roles
     rows = []
     for v in report.cells:
         r = v.result
@@ -158,11 +154,8 @@ def matrix_table(report) -> str:
 def scan_table(report) -> str:
     rows = []
     for p in report.scan_pairs:
-        sides = [r if r is not None and r.summary else None for r in (p.on, p.off)]
-        if sides == [None, None]:
-            continue
         cells = [escape(p.label)]
-        for r in sides:
+        for r in (p.on, p.off):
             cells += ["", ""] if r is None else [str(r.entry_params), str(r.count("by_dtype", "u32"))]
         rows.append(({"data-pair": p.label}, cells))
     return _table("scan", ["model/quant/depth", "params on", "u32 on", "params off", "u32 off"], rows)

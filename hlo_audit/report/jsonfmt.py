@@ -109,7 +109,7 @@ def report_record(report) -> dict:
     from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
 
     def side(r):
-        return None if r is None or not r.summary else {
+        return None if r is None else {
             "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"), "rng_params": r.rng_params}
 
     return {

@@ -138,11 +138,8 @@ def format_report(report) -> str:
     out += ["", "### Scan on / scan off", ""]
     pairs = []
     for p in report.scan_pairs:
-        on, off = (r if r is not None and r.summary else None for r in (p.on, p.off))
-        if on is None and off is None:
-            continue
         pairs.append((f"`{p.label}`", *(("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
-                                        for r in (on, off))))
+                                        for r in (p.on, p.off))))
     out += _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
                   [(label, *on, *off) for label, on, off in pairs])
     if report.series:

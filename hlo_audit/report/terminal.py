@@ -13,8 +13,6 @@ from rich.text import Text
 from hlo_audit.report.table import STATUS_STYLE, _table, print_scaling
 from hlo_audit.report.tree import ROLE_SHORT
 
-ROLE_ORDER = ("rng_key", "rng_count", "weight", "optimizer_state", "step", "input", "other")
-
 
 def _with_delta(value: int, delta: int | None) -> Text:
     text = Text(str(value))
@@ -30,9 +28,7 @@ def _delta(delta: int | None) -> Text:
 
 
 def print_matrix(console: Console, report) -> None:
-    ok = [v for v in report.cells if v.result.summary]
-    dtypes = sorted({k for v in ok for k in v.result.summary["by_dtype"]})
-    roles = [k for k in ROLE_ORDER if any(k in v.result.summary["by_role"] for v in ok)]
+    ok, dtypes, roles = report.lowered, report.dtypes, report.roles
     columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
     table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
@@ -62,20 +58,13 @@ def print_scan_pairs(console: Console, report) -> None:
     table = _table(console, "scan on / scan off", [
         ("model/quant/depth", "left"), ("params on", "right"), ("params off", "right"), ("u32 on", "right"),
         ("u32 off", "right"), ("rng on", "right"), ("rng off", "right"), ("off - on", "right")])
+    def cells(r):
+        return ("", "", "") if r is None else (str(r.entry_params), str(r.count("by_dtype", "u32")), str(r.rng_params))
+
     for p in report.scan_pairs:
-        on = p.on if p.on is not None and p.on.summary else None
-        off = p.off if p.off is not None and p.off.summary else None
-        if on is None and off is None:
-            continue
-
-        def cells(r):
-            return ("", "", "") if r is None else (str(r.entry_params), str(r.count("by_dtype", "u32")),
-                                                   str(r.rng_params))
-
-        (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(on), cells(off)
-        gap = off.entry_params - on.entry_params if on is not None and off is not None else None
+        (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(p.on), cells(p.off)
         table.add_row(Text(p.label), p_on, p_off, u_on, u_off, r_on, r_off,
-                      "" if gap is None else Text(f"{gap:+d}", style="red" if gap > 0 else ""))
+                      "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
     console.print(table)
 
 
