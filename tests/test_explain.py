@@ -107,3 +107,11 @@ def test_one_pattern_family_is_named_by_its_pattern():
     params = [{"pattern": "state.layers_*.linear.kernel", "role": "weight", "dtype": "f32", "bytes": 4}] * 3
     (only,) = explain(params, "m").children.values()
     assert (only.name, only.count, only.children) == ("state.layers_*.linear.kernel", 3, {})
+
+
+def test_dump_folder_explains_the_train_step(dump_folder):
+    root = json.loads(run(dump_folder, "--format", "json").stdout)["tree"]
+    assert root["name"].endswith("jit_train_step.before_optimizations.txt")
+    expected = nnx_models.expected_counts(ModelSpec(dropout_rate=0.5))
+    assert root["params"] == expected["total"] and root["by_dtype"]["u32"] == expected["u32"]
+    assert root["children"][0]["name"] == "state.layers_*.dropout.rngs.*"
