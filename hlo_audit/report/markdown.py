@@ -98,28 +98,6 @@ def format_explain(node) -> str:
     return "\n".join(lines(node, 0)) + "\n"
 
 
-SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "advisory": "ℹ️", "waived": "➖",
-                 "stale": "🗑️", "unavailable": "⏭️", "ok": "✅"}
-
-
-def format_check(findings, exit_code: int) -> str:
-    from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
-
-    counts = severity_counts(findings)
-    head = "## hlo-audit check: " + ("**failed**" if exit_code else "passed")
-    out = [head, "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-    notable = [f for f in findings if f.severity not in ("ok", "unavailable")]
-    if notable:
-        out += _table(["", "cell", "rule", "finding"],
-                      [(SEVERITY_ICON.get(f.severity, ""), f"`{f.cell}`", f.rule, f.message) for f in notable])
-    unavailable = [f for f in findings if f.severity == "unavailable"]
-    if unavailable:
-        out += ["", f"<details><summary>{len(unavailable)} cells unavailable here</summary>", ""]
-        out += [f"- `{f.cell}`: {f.message}" for f in unavailable]
-        out += ["", "</details>"]
-    return "\n".join(out) + "\n"
-
-
 def format_report(report) -> str:
     """The report's three views for a PR comment; the tidy rows in a collapsed block."""
     from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
@@ -150,3 +128,26 @@ def format_report(report) -> str:
     out += _table(columns, [tuple("" if r[k] is None else r[k] for k in columns) for r in tidy])
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "advisory": "ℹ️", "waived": "➖",
+                 "stale": "🗑️", "unavailable": "⏭️", "ok": "✅"}
+
+
+def format_check(findings, exit_code: int) -> str:
+    from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
+
+    counts = severity_counts(findings)
+    head = "## hlo-audit check: " + ("**failed**" if exit_code else "passed")
+    out = [head, "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
+    notable = [f for f in findings if f.severity not in ("ok", "unavailable")]
+    if notable:
+        out += _table(["", "cell", "rule", "finding"],
+                      [(SEVERITY_ICON.get(f.severity, ""), f"`{f.cell}`", f.rule, f.message) for f in notable])
+    unavailable = [f for f in findings if f.severity == "unavailable"]
+    if unavailable:
+        out += ["", f"<details><summary>{len(unavailable)} cells unavailable here</summary>", ""]
+        out += [f"- `{f.cell}`: {f.message}" for f in unavailable]
+        out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
