@@ -70,17 +70,6 @@ def format_run(results, slopes: dict[str, float]) -> str:
                             rows)) + "\n"
 
 
-def format_scaling(series) -> str:
-    rows = []
-    for s in series:
-        p = s.projected()
-        rows.append((f"`{s.id}`", ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
-                     f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
-                     p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", "")))
-    return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
-                             "projected params", "projected u32"], rows)) + "\n"
-
-
 def format_explain(node) -> str:
     """The explain tree as a nested list: counts, dtypes, roles, bytes per group."""
     from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
@@ -128,6 +117,17 @@ def format_report(report) -> str:
     out += _table(columns, [tuple("" if r[k] is None else r[k] for k in columns) for r in tidy])
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def format_scaling(series) -> str:
+    rows = []
+    for s in series:
+        p = s.projected()
+        rows.append((f"`{s.id}`", ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
+                     f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
+                     p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", "")))
+    return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
+                             "projected params", "projected u32"], rows)) + "\n"
 
 
 SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "advisory": "ℹ️", "waived": "➖",
