@@ -150,4 +150,3 @@ def format_check(findings, exit_code: int) -> str:
         out += [f"- `{f.cell}`: {f.message}" for f in unavailable]
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
-
