@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup audit test bench clean
+.PHONY: setup browser audit test bench clean
 
 setup: $(STAMP)
 
@@ -19,7 +19,11 @@ $(STAMP): pyproject.toml
 audit: setup
 	$(VENV)/bin/hlo-audit check --jobs 2
 
-test: setup
+# The HTML report's test renders it in headless Chromium; install Debian's package when it is missing.
+browser:
+	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+
+test: setup browser
 	$(PY) -m pytest -n 2 -q
 
 bench: setup

@@ -3,4 +3,13 @@
 from hlo_audit.targets.base import Unavailable
 
 __version__ = "0.1.0"
-__all__ = ["Unavailable", "__version__"]
+__all__ = ["Unavailable", "__version__", "params_frame"]
+
+
+def __getattr__(name: str):
+    # Lazy: `import hlo_audit` stays light; pandas and the pipeline load when a notebook asks for a frame.
+    if name == "params_frame":
+        from hlo_audit.matrix_report import params_frame  # noqa: PLC0415
+
+        return params_frame
+    raise AttributeError(f"module 'hlo_audit' has no attribute {name!r}")

@@ -14,8 +14,13 @@ from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.source import read_input
 from hlo_audit import audit
+from hlo_audit import explain as explain_mod
+from hlo_audit import matrix_report
 from hlo_audit.cache import write_atomic as write_report
 from hlo_audit.report import frame, jsonfmt, junit, markdown, table
+from hlo_audit.report import html as report_html
+from hlo_audit.report import terminal as report_terminal
+from hlo_audit.report import tree as report_tree
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Count, normalize and diff the entry parameters of JAX programs' HLO.")
@@ -96,6 +101,9 @@ LayersOpt = Annotated[str | None, typer.Option("--layers", help="Depths to lower
                                                "N, 'full', or a list such as 2,4,full.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for lowering.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Lower every cell again; do not read or write the cache.")]
+
+
+REPORT_WIDTH = 100  # report and explain views fit this many columns, on a terminal or piped
 
 
 class RunFormat(str, Enum):
@@ -257,6 +265,51 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
     _write_outputs(findings, results, exit_code, junit_path, markdown_path)
     _print_check(fmt, findings, results, exit_code, verbose)
     raise typer.Exit(exit_code)
+
+
+@app.command()
+@exit_on_input_error
+def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
+           no_cache: NoCacheOpt = False,
+           fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="table (the views), json (views and "
+                                                  "tidy rows), csv (tidy rows) or markdown.")] = RunFormat.table,
+           html: Annotated[str | None, typer.Option("--html", help="Also write a self-contained HTML report "
+                                                    "(charts and tables) to this file.")] = None) -> None:
+    """The matrix against its goldens, scan on / scan off side by side, depth scaling (cached cells are free)."""
+    plan = audit.plan(config, only, None, layers)
+    view = matrix_report.build(plan, _run(plan, jobs, no_cache))
+    if html:
+        report_html.write_html(html, view)
+    if fmt is RunFormat.json:
+        sys.stdout.write(jsonfmt.format_report(view))
+    elif fmt is RunFormat.csv:
+        sys.stdout.write(frame.format_tidy_csv(view.cells))
+    elif fmt is RunFormat.markdown:
+        sys.stdout.write(markdown.format_report(view))
+    else:
+        report_terminal.print_report(table.make_console(max_width=REPORT_WIDTH), view)
+    raise typer.Exit(1 if any(r.status == "error" for r in view.results) else 0)
+
+
+@app.command()
+@exit_on_input_error
+def explain(
+    source: Annotated[str, typer.Argument(help="A cell id (llama3-8b/scan-off/int8/L32: read from the cache, else "
+                                          "lowered), an HLO text file, '-' or an --xla_dump_to folder.")],
+    config: ConfigOpt = None, module: ModuleOpt = None, stage: StageOpt = Stage.before, no_cache: NoCacheOpt = False,
+    depth: Annotated[int, typer.Option(min=0, help="Tree levels below the root to show.")] = 3,
+    top: Annotated[int, typer.Option(min=0, help="Children shown per node, largest first (0: all).")] = 8,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Where the entry parameters come from: a tree of path-pattern groups, largest first."""
+    label, params = explain_mod.load_params(source, config, module, stage.value, use_cache=not no_cache)
+    tree = explain_mod.explain(params, label, depth=depth, top=top)
+    if fmt is Format.json:
+        sys.stdout.write(jsonfmt.format_explain(tree))
+    elif fmt is Format.markdown:
+        sys.stdout.write(markdown.format_explain(tree))
+    else:
+        report_tree.print_explain(table.make_console(max_width=REPORT_WIDTH), tree)
 
 
 def main() -> None:

@@ -64,6 +64,8 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         "environment": environment(result.cell),
         "hlo": f"{result.cell.id.rsplit('/', 1)[-1]}{HLO_SUFFIX}" if with_hlo else None,
     }
+    if result.params:  # per dtype x role: what the report's tidy rows compare against
+        record["by_dtype_role"] = _by_dtype_role(result.params)
     if series is not None:
         record["slopes"] = {
             "depths": list(series.depths),
@@ -72,6 +74,14 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
             "by_role": {k: v.slope for k, v in series.by_role.items()},
         }
     return record
+
+
+def _by_dtype_role(params: list[dict]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in params:
+        key = f"{p['dtype']}:{p['role']}"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def dumps(record: dict) -> str:

@@ -99,6 +99,29 @@ def test_scanned_u32_does_not_grow_with_depth(matrix):
         assert cells[f"llama3-8b/scan-on/{quant}/L2"]["slope_per_layer"] == 0
 
 
+def test_explain_puts_the_aqt_rng_streams_on_top(matrix):
+    """The issue's acceptance: "where did 1344 u32 come from" is the first node of one screen (from the cache)."""
+    project, _, _ = matrix
+    config = str(project / "hlo-audit.toml")
+    result = CliRunner().invoke(app, ["explain", "llama3-8b/scan-off/int8/L32", "--config", config, "-f", "json"])
+    assert result.exit_code == 0, result.output
+    root = json.loads(result.stdout)["tree"]
+    assert (root["params"], root["by_dtype"]["u32"]) == (2231, 1351)
+    top = root["children"][0]
+    assert top["name"] == "state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*"
+    assert (top["params"], top["by_dtype"], top["by_role"]) == (1344, {"u32": 1344},
+                                                               {"rng_count": 672, "rng_key": 672})
+    assert top["bytes"] == 672 * 8 + 672 * 4  # key u32[2], count u32[]
+    assert {c["name"]: c["params"] for c in top["children"]} == {"self_attention": 768, "mlp": 576}
+    assert all(leaf["params"] == 192 for c in top["children"] for leaf in c["children"])
+    table = CliRunner().invoke(app, ["explain", "llama3-8b/scan-off/int8/L32", "--config", config])
+    lines = table.stdout.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("├──"))  # the root's first child
+    assert "1344  state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*" in lines[first]
+    assert "u32:1344 | count:672 key:672 | 7.9 KiB" in lines[first + 1]
+    assert len(lines) <= 60 and max(len(line) for line in lines) <= 100
+
+
 def test_transformer_engine_cells_are_unavailable_with_a_reason(matrix):
     _, _, cells = matrix
     te = [c for c in cells.values() if c["quant"].startswith("te_")]

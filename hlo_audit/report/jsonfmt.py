@@ -104,6 +104,37 @@ def format_scaling(series) -> str:
     return json.dumps({"schema": SCALING_SCHEMA, "series": [series_record(s) for s in series]}, indent=2) + "\n"
 
 
+REPORT_SCHEMA = "hlo-audit/report/v1"
+
+
+def report_record(report) -> dict:
+    from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
+
+    def side(r):
+        return None if r is None else {
+            "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"), "rng_params": r.rng_params}
+
+    return {
+        "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
+                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role")} for v in report.cells],
+        "scan": [{"model": p.model, "quant": p.quant, "layers": p.layers, "on": side(p.on), "off": side(p.off)}
+                 for p in report.scan_pairs],
+        "scaling": [series_record(s) for s in report.series],
+        "rows": tidy_rows(report.cells),
+    }
+
+
+def format_report(report) -> str:
+    return json.dumps({"schema": REPORT_SCHEMA, **report_record(report)}, indent=2) + "\n"
+
+
+EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
+
+
+def format_explain(node) -> str:
+    return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record()}, indent=2) + "\n"
+
+
 def format_cells(cells, source: str) -> str:
     return json.dumps({"schema": "hlo-audit/list/v1", "config": source, "cells": [
         {"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,

@@ -70,6 +70,55 @@ def format_run(results, slopes: dict[str, float]) -> str:
                             rows)) + "\n"
 
 
+def format_explain(node) -> str:
+    """The explain tree as a nested list: counts, dtypes, roles, bytes per group."""
+    from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
+
+    def lines(n, level: int) -> list[str]:
+        record = n.to_record()
+        out = [f"{'  ' * level}- **{n.count}** `{n.name}`: {_dtype_text(record['by_dtype'])}; "
+               f"{_dtype_text(record['by_role'])}; {human_bytes(n.bytes)}"]
+        for child in n.ordered():
+            out += lines(child, level + 1)
+        if n.hidden:
+            out.append(f"{'  ' * (level + 1)}- {n.hidden_params} in {n.hidden} more")
+        return out
+
+    return "\n".join(lines(node, 0)) + "\n"
+
+
+def format_report(report) -> str:
+    """The report's three views for a PR comment; the tidy rows in a collapsed block."""
+    from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
+
+    def signed(d):
+        return "new" if d is None else f"{d:+d}" if d else "0"
+
+    out = ["### Entry parameters (Δ against the golden)", ""]
+    rows = []
+    for v in report.cells:
+        if v.result.summary:
+            s = v.result.summary
+            rows.append((f"`{v.result.cell.id}`", s["entry_params"], signed(v.total_delta),
+                         _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"])))
+    out += _table(["cell", "entry params", "Δ", "by dtype", "by role"], rows)
+    out += ["", "### Scan on / scan off", ""]
+    pairs = []
+    for p in report.scan_pairs:
+        pairs.append((f"`{p.label}`", *(("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
+                                        for r in (p.on, p.off))))
+    out += _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
+                  [(label, *on, *off) for label, on, off in pairs])
+    if report.series:
+        out += ["", "### Depth scaling", "", format_scaling(report.series).rstrip("\n")]
+    tidy = tidy_rows(report.cells)
+    out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
+    columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]
+    out += _table(columns, [tuple("" if r[k] is None else r[k] for k in columns) for r in tidy])
+    out += ["", "</details>"]
+    return "\n".join(out) + "\n"
+
+
 def format_scaling(series) -> str:
     rows = []
     for s in series:

@@ -17,12 +17,19 @@ from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import ModuleDiff
 
 
-def make_console(file=None) -> Console:
+def make_console(file=None, max_width: int | None = None) -> Console:
+    """A console for ``file`` (stdout): colors only on a terminal and without NO_COLOR.
+
+    ``max_width`` caps the width (the report views fit 100 columns, wrapping paths, on a terminal or piped);
+    without it, piped output is 160 wide so that the paths of the older commands' tables stay on one line.
+    """
     file = file or sys.stdout
     terminal = file.isatty()
-    # Piped output is for grep and CI logs: no colors, no boxes, wide enough that paths stay on a line.
+    width = None if terminal else 160
+    if max_width is not None:
+        width = min(max_width, Console(file=file).width) if terminal else max_width
     return Console(file=file, force_terminal=terminal, no_color=not terminal or "NO_COLOR" in os.environ,
-                   width=None if terminal else 160, highlight=False, soft_wrap=False)
+                   width=width, highlight=False, soft_wrap=False)
 
 
 def _table(console: Console, title: str, columns: Sequence[tuple[str, str]]) -> Table:
@@ -121,8 +128,8 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
 
 def print_scaling(console: Console, series) -> None:
     table = _table(console, None, [("series", "left"), ("depths", "left"), ("/layer", "right"),
-                                   ("intercept", "right"), ("u32/layer", "right"), ("rng/layer", "right"),
-                                   ("full", "right"), ("projected", "right"), ("proj. u32", "right")])
+                                   ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
+                                   ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
     for s in series:
         p = s.projected()
         rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
@@ -144,8 +151,8 @@ def print_cells(console: Console, cells) -> None:
 
 @contextlib.contextmanager
 def progress(console: Console, total: int):
-    """A progress bar on a terminal; nothing when piped (CI logs stay clean). Yields advance(label)."""
-    if not console.is_terminal or total == 0:
+    """A progress bar on a terminal; nothing when stdout or stderr is piped (clean logs). Yields advance(label)."""
+    if not console.is_terminal or not sys.stdout.isatty() or total == 0:
         yield lambda label: None
         return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

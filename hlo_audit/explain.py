@@ -1,0 +1,160 @@
+"""Where the entry parameters come from: a tree of collapsed path patterns, largest first.
+
+Each parameter's group pattern (``state.model.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.to_nnx__rngs.*``) is
+read as three parts: the prefix up to the last layer container (``state.model.decoder.layers_*``), the module
+path inside a layer (``mlp.wi_0``) and the state itself (``AqtDotGeneral_0.to_nnx__rngs.*`` for RNG state: the
+module that owns the ``Rngs`` and its streams; the variable name, ``kernel``, otherwise). The tree's first
+level is the *family*, prefix and state with the module path wildcarded
+(``state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*``): the same kind of state in every module of
+every layer, which is how per-layer bloat shows up (seven quantized dots x 32 layers x 3 streams x key and
+count = 1344 ``u32``). Below a family, the module paths form a tree (``mlp`` > ``wi_0``). Chains of single
+children are merged into one node so the answer fits one screen.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hlo_audit import audit
+from hlo_audit.errors import InputError
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.source import read_input
+
+# A layer container in a collapsed pattern: `layers_*` (unrolled), `layers` (scanned, stacked), `blocks_*`...
+_LAYER_CONTAINER = re.compile(r"^(layers?|blocks?|h)(_\*)?$")
+_RNG_OWNER = re.compile(r"(^|_)rngs$")
+
+
+@dataclass
+class Node:
+    """A group of entry parameters: counts by role and dtype, bytes, children largest first."""
+
+    name: str
+    count: int = 0
+    bytes: int = 0
+    by_role: Counter = field(default_factory=Counter)
+    by_dtype: Counter = field(default_factory=Counter)
+    children: dict[str, "Node"] = field(default_factory=dict)
+    hidden: int = 0  # children left out by `top`, and their parameters below
+    hidden_params: int = 0
+
+    def add(self, param: Mapping) -> None:
+        self.count += 1
+        self.bytes += param["bytes"]
+        self.by_role[param["role"]] += 1
+        self.by_dtype[param["dtype"]] += 1
+
+    def child(self, name: str) -> "Node":
+        if name not in self.children:
+            self.children[name] = Node(name)
+        return self.children[name]
+
+    def ordered(self) -> list["Node"]:
+        return sorted(self.children.values(), key=lambda n: (-n.count, -n.bytes, n.name))
+
+    def to_record(self) -> dict:
+        return {"name": self.name, "params": self.count, "bytes": self.bytes,
+                "by_role": _largest_first(self.by_role), "by_dtype": _largest_first(self.by_dtype),
+                "children": [c.to_record() for c in self.ordered()],
+                "hidden_children": self.hidden, "hidden_params": self.hidden_params}
+
+
+def _largest_first(counts: Counter) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def split_pattern(pattern: str) -> tuple[str, list[str]]:
+    """(family, module path inside the layer) of a group pattern; patterns outside layers are their own family."""
+    parts = pattern.split(".")
+    containers = [i for i, p in enumerate(parts) if _LAYER_CONTAINER.match(p)]
+    if not containers:
+        return pattern, []
+    start = containers[-1] + 1
+    if start < len(parts) and parts[start] == "*":  # `layers.*`: an nnx.List's integer index, collapsed
+        start += 1
+    # The state: an RNG owner with the module that holds it (`AqtDotGeneral_0.to_nnx__rngs.*`), else the leaf.
+    owner = next((i for i in range(len(parts) - 1, start - 1, -1) if _RNG_OWNER.search(parts[i])), None)
+    end = max(owner - 1, start) if owner is not None and parts[-1] == "*" else len(parts) - 1
+    middle = parts[start:end]
+    if not middle:
+        return pattern, []
+    return ".".join(parts[:start] + ["*"] + parts[end:]), middle
+
+
+def build_tree(params: Iterable[Mapping], name: str) -> Node:
+    """Every parameter counted at the root, its family and each module-path level below it.
+
+    A family that holds one pattern only is named by that pattern (nothing is wildcarded) and has no children.
+    """
+    params = list(params)
+    split = {p["pattern"]: split_pattern(p["pattern"]) for p in params}
+    patterns_of: dict[str, set[str]] = {}
+    for pattern, (family, _) in split.items():
+        patterns_of.setdefault(family, set()).add(pattern)
+    root = Node(name)
+    for p in params:
+        root.add(p)
+        family, middle = split[p["pattern"]]
+        if len(patterns_of[family]) == 1:
+            family, middle = p["pattern"], []
+        node = root.child(family)
+        node.add(p)
+        for part in middle:
+            node = node.child(part)
+            node.add(p)
+    return root
+
+
+def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
+    """A copy that shows ``depth`` levels below ``node`` and ``top`` children per node (0: all).
+
+    With ``merge``, a child whose only child holds all of its parameters becomes one node ``a.b`` (module paths
+    read as paths); families (the root's children) are never merged, their names are patterns.
+    """
+    kept = Node(node.name, node.count, node.bytes, node.by_role, node.by_dtype)
+    children = node.ordered()
+    if depth <= 0:
+        kept.hidden, kept.hidden_params = len(children), node.count if children else 0
+        return kept
+    shown = children if top <= 0 else children[:top]
+    for child in shown:
+        # A single child carrying all of its parent's parameters adds no information: one line `a.b`.
+        while merge and len(child.children) == 1 and next(iter(child.children.values())).count == child.count:
+            (only,) = child.children.values()
+            child = Node(f"{child.name}.{only.name}", only.count, only.bytes, only.by_role, only.by_dtype,
+                         only.children)
+        kept.children[child.name] = prune(child, depth - 1, top)
+    kept.hidden = len(children) - len(shown)
+    kept.hidden_params = sum(c.count for c in children[len(shown):])
+    return kept
+
+
+def explain(params: Iterable[Mapping], name: str, depth: int = 3, top: int = 8) -> Node:
+    """The explain tree of one module's entry parameters (dicts with pattern, role, dtype, bytes)."""
+    return prune(build_tree(params, name), depth, top, merge=False)
+
+
+def _depth_of(cell_id: str) -> str | None:
+    return next((part[1:] for part in cell_id.split("/") if re.fullmatch(r"L\d+", part)), None)
+
+
+def load_params(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
+                use_cache: bool = True) -> tuple[str, list[dict]]:
+    """(label, parameters) of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
+    if spec == "-" or Path(spec).exists():
+        text, source = read_input(spec, module, stage)
+        analysis = analyze(text, source)
+        return source, [{"pattern": p.pattern, "role": p.role, "dtype": p.dtype, "bytes": p.bytes}
+                        for p in analysis.params]
+    depth = _depth_of(spec)
+    plan = audit.plan(config_path, f"id={spec}", None, depth) if depth else None
+    if plan is None or not plan.cells:
+        raise InputError(f"{spec}: neither a file nor a cell id of the matrix (`hlo-audit list` shows cell ids)")
+    (result,) = audit.execute(plan, use_cache=use_cache)
+    if result.status != "ok":
+        raise InputError(f"{spec}: cell is {result.status}: {result.message}")
+    return spec, result.params

@@ -1,0 +1,166 @@
+"""The numbers `hlo-audit report` shows, assembled once: every cell against its golden, scan on beside scan off,
+depth scaling, and the tidy per cell x dtype x role rows behind all of them (pandas, CSV, JSON, HTML).
+
+These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
+parameters, of which u32"). Nothing here lowers anything that `run` or `check` already lowered: results come
+through the same plan -> execute path, so a report after a `check` reads only the cache.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from hlo_audit import audit, golden
+from hlo_audit.hlo.params import ROLES
+from hlo_audit.run import CellResult
+from hlo_audit.scaling import Series
+
+TIDY_COLUMNS = ("id", "model", "scan", "quant", "layers", "platform", "stage", "dtype", "role", "count", "bytes",
+                "golden_count", "golden_delta")
+
+
+@dataclass(frozen=True)
+class CellView:
+    """One cell with its golden's counts: ``golden`` is None when the cell has no golden."""
+
+    result: CellResult
+    golden: dict | None  # the golden summary record
+
+    def delta(self, kind: str) -> dict[str, int] | None:
+        """``kind`` (by_dtype / by_role) minus the golden's, every key of either side; None without a golden."""
+        if self.golden is None or not self.result.summary:
+            return None
+        old, new = self.golden[kind], self.result.summary[kind]
+        return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new))}
+
+    @property
+    def total_delta(self) -> int | None:
+        if self.golden is None or not self.result.summary:
+            return None
+        return self.result.entry_params - self.golden["entry_params"]
+
+
+@dataclass(frozen=True)
+class ScanPair:
+    """The same model, quantization and depth scanned and unrolled (seed 001's table); a side not lowered is None."""
+
+    model: str
+    quant: str
+    layers: int
+    on: CellResult | None
+    off: CellResult | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.quant}/L{self.layers}"
+
+    @property
+    def gap(self) -> int | None:
+        """Entry parameters unrolled minus scanned, when both sides were lowered."""
+        return None if self.on is None or self.off is None else self.off.entry_params - self.on.entry_params
+
+
+@dataclass(frozen=True)
+class MatrixReport:
+    cells: list[CellView]
+    scan_pairs: list[ScanPair]
+    series: list[Series]
+
+    @property
+    def results(self) -> list[CellResult]:
+        return [v.result for v in self.cells]
+
+    @property
+    def lowered(self) -> list[CellView]:
+        return [v for v in self.cells if v.result.summary]
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtype columns: every dtype some lowered cell has."""
+        return sorted({k for v in self.lowered for k in v.result.summary["by_dtype"]})
+
+    @property
+    def roles(self) -> list[str]:
+        """The role columns, in ROLES order: every role some lowered cell has."""
+        return [r for r in ROLES if any(r in v.result.summary["by_role"] for v in self.lowered)]
+
+
+def joint_counts(result: CellResult) -> dict[tuple[str, str], tuple[int, int]]:
+    """(dtype, role) -> (parameters, bytes) of one ok result."""
+    counts: Counter = Counter()
+    sizes: Counter = Counter()
+    for p in result.params:
+        counts[p["dtype"], p["role"]] += 1
+        sizes[p["dtype"], p["role"]] += p["bytes"]
+    return {k: (counts[k], sizes[k]) for k in counts}
+
+
+def golden_joint_counts(record: dict | None) -> dict[tuple[str, str], int] | None:
+    """The golden's (dtype, role) counts; None for goldens written before they were recorded."""
+    if record is None or "by_dtype_role" not in record:
+        return None
+    return {tuple(key.split(":", 1)): n for key, n in record["by_dtype_role"].items()}
+
+
+def tidy_rows(views: list[CellView]) -> list[dict]:
+    """One row per ok cell x dtype x role (pairs only the golden has appear with count 0).
+
+    ``golden_delta`` is count minus the golden's count of that dtype and role; None when the cell has no golden
+    or its golden predates per dtype x role counts (``hlo-audit golden update`` records them).
+    """
+    rows = []
+    for view in views:
+        r = view.result
+        if r.status != "ok":
+            continue
+        current = joint_counts(r)
+        old = golden_joint_counts(view.golden)
+        keys = sorted(set(current) | set(old or {}), key=lambda k: (-current.get(k, (0, 0))[0], k))
+        c = r.cell
+        for dtype, role in keys:
+            count, size = current.get((dtype, role), (0, 0))
+            golden_count = None if old is None else old.get((dtype, role), 0)
+            rows.append({"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,
+                         "platform": c.platform, "stage": c.stage, "dtype": dtype, "role": role, "count": count,
+                         "bytes": size, "golden_count": golden_count,
+                         "golden_delta": None if golden_count is None else count - golden_count})
+    return rows
+
+
+def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
+    """Pairs of lowered cells by (model, quant, depth, platform, stage); a side not lowered is None."""
+    sides: dict[tuple, dict[bool, CellResult]] = {}
+    for r in results:
+        if not r.summary:
+            continue
+        c = r.cell
+        sides.setdefault((c.model, c.quant, c.layers, c.platform, c.stage, c.batch, c.seq, c.target), {})[c.scan] = r
+    return [ScanPair(model=k[0], quant=k[1], layers=k[2], on=v.get(True), off=v.get(False))
+            for k, v in sorted(sides.items(), key=lambda kv: kv[0][:3])]
+
+
+def build(p: audit.Plan, results: list[CellResult]) -> MatrixReport:
+    views = [CellView(r, _golden_record(p, r)) for r in results]
+    return MatrixReport(cells=views, scan_pairs=scan_pairs(results), series=audit.scaling(p, results))
+
+
+def _golden_record(p: audit.Plan, result: CellResult) -> dict | None:
+    stored = golden.load(p.config.golden_dir, result.cell.id)
+    return stored.record if stored is not None else None
+
+
+def params_frame(config: str | None = None, only: str | None = None, layers: str | None = None, jobs: int = 1,
+                 use_cache: bool = True):
+    """The tidy DataFrame of the configured matrix: one row per cell x dtype x role.
+
+    Columns: id, model, scan, quant, layers, platform, stage, dtype, role, count, bytes, golden_count,
+    golden_delta (nullable integers: <NA> where there is no golden to compare with). Cells are read from the
+    results cache where they are, lowered otherwise; ``only`` and ``layers`` are the CLI's ``--only`` and
+    ``--layers``.
+    """
+    from hlo_audit.report.frame import tidy_frame  # noqa: PLC0415 (pandas only for those who ask for a frame)
+
+    p = audit.plan(config, only, None, layers)
+    results = list(audit.execute(p, jobs=jobs, use_cache=use_cache))
+    return tidy_frame(build(p, results).cells)

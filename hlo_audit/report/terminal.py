@@ -1,0 +1,79 @@
+"""`hlo-audit report` on a terminal: the matrix against its goldens, scan on beside scan off, depth scaling.
+
+Counts carry their change against the golden (red for growth, green for shrinkage); every table fits the
+console's width (100 columns for these views), cell ids wrap instead of pushing columns off the screen.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.text import Text
+
+from hlo_audit.report.table import STATUS_STYLE, _table, print_scaling
+from hlo_audit.report.tree import ROLE_SHORT
+
+
+def _with_delta(value: int, delta: int | None) -> Text:
+    text = Text(str(value))
+    if delta:
+        text.append(f" {delta:+d}", style="red" if delta > 0 else "green")
+    return text
+
+
+def _delta(delta: int | None) -> Text:
+    if delta is None:
+        return Text("new", style="yellow")  # no golden to compare with
+    return Text(f"{delta:+d}" if delta else "0", style="red" if delta > 0 else "green" if delta < 0 else "")
+
+
+def print_matrix(console: Console, report) -> None:
+    ok, dtypes, roles = report.lowered, report.dtypes, report.roles
+    columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
+    columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
+    table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
+    table.columns[0].min_width = min(40, max((len(v.result.cell.id) for v in ok), default=0))
+    for v in ok:
+        s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
+        table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
+                      *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
+                      *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles])
+    for v in report.cells:
+        if v.result.status == "error":
+            table.add_row(Text(v.result.cell.id), Text("error", style=STATUS_STYLE["error"]), "",
+                          *[""] * (len(dtypes) + len(roles)))
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True  # one space between columns rather than wrapping the ids
+    console.print(table)
+    unavailable: dict[str, int] = {}
+    for v in report.cells:
+        if v.result.status != "ok":
+            key = f"{v.result.status}: {v.result.message}"
+            unavailable[key] = unavailable.get(key, 0) + 1
+    for message, n in unavailable.items():
+        console.print(Text(f"{n} cells {message}", style="dim"))
+
+
+def print_scan_pairs(console: Console, report) -> None:
+    table = _table(console, "scan on / scan off", [
+        ("model/quant/depth", "left"), ("params on", "right"), ("params off", "right"), ("u32 on", "right"),
+        ("u32 off", "right"), ("rng on", "right"), ("rng off", "right"), ("off - on", "right")])
+    def cells(r):
+        return ("", "", "") if r is None else (str(r.entry_params), str(r.count("by_dtype", "u32")), str(r.rng_params))
+
+    for p in report.scan_pairs:
+        (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(p.on), cells(p.off)
+        table.add_row(Text(p.label), p_on, p_off, u_on, u_off, r_on, r_off,
+                      "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
+    console.print(table)
+
+
+def print_report(console: Console, report) -> None:
+    print_matrix(console, report)
+    console.print()
+    print_scan_pairs(console, report)
+    if report.series:
+        console.print()
+        console.print(Text("depth scaling: params = intercept + slope x layers, projected to full depth",
+                           style="bold"))
+        print_scaling(console, report.series)
