@@ -17,12 +17,9 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hlo_audit import audit
-from hlo_audit.errors import InputError
-from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.source import read_input
+from hlo_audit.hlo.analysis import Analysis
 
 # A layer container in a collapsed pattern: `layers_*` (unrolled), `layers` (scanned, stacked), `blocks_*`...
 _LAYER_CONTAINER = re.compile(r"^(layers?|blocks?|h)(_\*)?$")
@@ -138,23 +135,11 @@ def explain(params: Iterable[Mapping], name: str, depth: int = 3, top: int = 8) 
     return prune(build_tree(params, name), depth, top, merge=False)
 
 
-def _depth_of(cell_id: str) -> str | None:
-    return next((part[1:] for part in cell_id.split("/") if re.fullmatch(r"L\d+", part)), None)
-
-
 def load_params(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
                 use_cache: bool = True) -> tuple[str, list[dict]]:
     """(label, parameters) of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
-    if spec == "-" or Path(spec).exists():
-        text, source = read_input(spec, module, stage)
-        analysis = analyze(text, source)
-        return source, [{"pattern": p.pattern, "role": p.role, "dtype": p.dtype, "bytes": p.bytes}
-                        for p in analysis.params]
-    depth = _depth_of(spec)
-    plan = audit.plan(config_path, f"id={spec}", None, depth) if depth else None
-    if plan is None or not plan.cells:
-        raise InputError(f"{spec}: neither a file nor a cell id of the matrix (`hlo-audit list` shows cell ids)")
-    (result,) = audit.execute(plan, use_cache=use_cache)
-    if result.status != "ok":
-        raise InputError(f"{spec}: cell is {result.status}: {result.message}")
-    return spec, result.params
+    label, loaded = audit.load_source(spec, config_path, module, stage, use_cache)
+    if isinstance(loaded, Analysis):
+        return label, [{"pattern": p.pattern, "role": p.role, "dtype": p.dtype, "bytes": p.bytes}
+                       for p in loaded.params]
+    return label, loaded.params

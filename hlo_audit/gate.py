@@ -216,8 +216,8 @@ def fold_advisories(findings: Sequence[Finding]) -> tuple[list[Finding], list[Fi
 def folded_line(folded: Sequence[Finding]) -> str:
     rules = sorted({f.rule for f in folded})
     params = sum(f.details.get("dead_params", 0) for f in folded)
-    return (f"{len(folded)} cells carry never-drawn RNG streams ({', '.join(rules)}: warn, {params} dead entry "
-            f"params); see `hlo-audit rng CELL`")
+    return (f"{len(folded)} cells carry never-drawn RNG streams ({', '.join(rules)}: warn, {params} dead params); "
+            f"see `hlo-audit rng CELL`")
 
 
 def worst(findings: Sequence[Finding]) -> str:

@@ -32,6 +32,11 @@ def hlo_audit(project: Path, *args, env=None, check=False) -> subprocess.Complet
                           env={**os.environ, **(env or {})}, check=check, timeout=600)
 
 
+def flat(text: str) -> str:
+    """Table output with its wrapping undone: findings wrap inside their column to fit 100 columns."""
+    return " ".join(text.split())
+
+
 def snapshot(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
@@ -75,20 +80,21 @@ def test_count_ratchet(project):
     _edit(golden, by_dtype__u32=4, by_role__rng_key=2, by_role__rng_count=2, entry_params=11)
     result = hlo_audit(project, "check")
     assert result.returncode == 1
-    assert "mlp/scan-off/dropout0/L3" in result.stdout and "u32 +2" in result.stdout
-    assert "hlo-audit golden update --only id=mlp/scan-off/dropout0/L3" in result.stdout
+    assert "mlp/scan-off/dropout0/L3" in flat(result.stdout) and "u32 +2" in flat(result.stdout)
+    assert "hlo-audit golden update --only id=mlp/scan-off/dropout0/L3" in flat(result.stdout)
     _edit(golden, by_dtype__u32=8, by_role__rng_key=4, by_role__rng_count=4, entry_params=15)
     result = hlo_audit(project, "check")
-    assert result.returncode == 0 and "improvement" in result.stdout and "tighten the golden" in result.stdout
+    out = flat(result.stdout)
+    assert result.returncode == 0 and "improvement" in out and "tighten the golden" in out
 
 
 def test_rng_scaling_waiver_and_policy(project):
     result = hlo_audit(project, "check", "--verbose")
-    assert "waived" in result.stdout and "never-drawn dropout stream on purpose" in result.stdout
+    assert "waived" in flat(result.stdout) and "never-drawn dropout stream on purpose" in flat(result.stdout)
     config = project / "hlo-audit.toml"
     config.write_text(CONFIG.split("[[waive]]")[0])
     result = hlo_audit(project, "check")
-    assert result.returncode == 1 and "RNG parameters grow by 2 per layer" in result.stdout
+    assert result.returncode == 1 and "RNG parameters grow by 2 per layer" in flat(result.stdout)
     config.write_text(CONFIG.split("[[waive]]")[0] + '\n[policy]\nrng_scaling = "warn"\n')
     assert hlo_audit(project, "check").returncode == 0
 
@@ -97,10 +103,11 @@ def test_hlo_text_gate_and_environment(project):
     text = project / "golden/mlp/scan-on/none/L2.hlo.txt"
     text.write_text(text.read_text().replace("multiply(", "add(", 1))
     result = hlo_audit(project, "check")
-    assert result.returncode == 1 and "normalized HLO differs from the golden" in result.stdout
+    assert result.returncode == 1 and "normalized HLO differs from the golden" in flat(result.stdout)
     _edit(project / "golden/mlp/scan-on/none/L2.json", environment__jax="0.11.0")
     result = hlo_audit(project, "check")
-    assert result.returncode == 0 and "advisory" in result.stdout and "jax 0.11.0 -> 0.12.0.1" in result.stdout
+    out = flat(result.stdout)
+    assert result.returncode == 0 and "advisory" in out and "jax 0.11.0 -> 0.12.0.1" in out
 
 
 def test_missing_and_stale_goldens(project):
@@ -194,7 +201,7 @@ def test_failing_cell_writes_nothing(project, tmp_path):
         _edit(path, opcodes={})
     edited = snapshot(project / "golden")
     result = hlo_audit(project, "golden", "update")
-    assert result.returncode == 1 and "skipped mlp/scan-off/dropout0/L2: error" in result.stdout
+    assert result.returncode == 1 and "skipped mlp/scan-off/dropout0/L2: error" in flat(result.stdout)
     after = snapshot(project / "golden")
     assert {k for k in after if "dropout0" in k and after[k] != before[k]} == {
         k for k in edited if "dropout0" in k and edited[k] != before[k]}

@@ -17,17 +17,24 @@ from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import ModuleDiff
 
 
+PIPED_WIDTH = 100
+
+
 def make_console(file=None, max_width: int | None = None) -> Console:
     """A console for ``file`` (stdout): colors only on a terminal and without NO_COLOR.
 
-    ``max_width`` caps the width (the report views fit 100 columns, wrapping paths, on a terminal or piped);
-    without it, piped output is 160 wide so that the paths of the older commands' tables stay on one line.
+    Tables fit 100 columns: piped output (CI logs, grep, a PR comment) is 100 wide unless ``COLUMNS`` says
+    otherwise, and long paths wrap inside their cell instead of breaking the layout. On a terminal the
+    terminal's width is used, capped at ``max_width`` when given.
     """
     file = file or sys.stdout
     terminal = file.isatty()
-    width = None if terminal else 160
-    if max_width is not None:
-        width = min(max_width, Console(file=file).width) if terminal else max_width
+    if terminal:
+        width = min(max_width, Console(file=file).width) if max_width else None
+    else:
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) >= 40 else PIPED_WIDTH
+        width = min(width, max_width) if max_width else width
     return Console(file=file, force_terminal=terminal, no_color=not terminal or "NO_COLOR" in os.environ,
                    width=width, highlight=False, soft_wrap=False)
 
@@ -248,24 +255,44 @@ def rng_cost(record: dict) -> str:
             f"{record['dead_increments']} counter increments per step{per_step}")
 
 
+def common_path_prefix(paths: Sequence[str]) -> str:
+    """The dotted components every path starts with (``model.decoder.``), kept whole; "" when there is none."""
+    if len(paths) < 2:
+        return ""
+    split = [p.split(".") for p in paths]
+    shared = []
+    for parts in zip(*(s[:-1] for s in split)):
+        if len(set(parts)) != 1:
+            break
+        shared.append(parts[0])
+    return ".".join(shared) + "." if shared else ""
+
+
 def print_rng(console: Console, source: str, record: dict, streams: bool = False) -> None:
     console.print(Text(f"{source}: {rng_headline(record)}", style="bold"))
     console.print(rng_cost(record))
-    table = _table(console, None, [("stream pattern", "left"), ("streams", "right"), ("drawn", "right"),
-                                   ("carried", "right"), ("unknown", "right"), ("dead params", "right"),
-                                   ("incr/step", "right")])
-    for p in record["patterns"]:
+    patterns = record["patterns"]
+    # Paths are long; the prefix they all share is said once so the rows fit 100 columns.
+    prefix = common_path_prefix([p["pattern"] for p in patterns])
+    table = _table(console, None, [(f"{prefix}*" if prefix else "stream pattern", "left"), ("drawn", "right"),
+                                   ("carried", "right"), ("unknown", "right"), ("params", "right"),
+                                   ("incr", "right")])
+    for p in patterns:
         verdict = "carried" if p["carried"] else "unknown" if p["unknown"] else "drawn"
-        table.add_row(Text(p["pattern"], style=VERDICT_STYLE[verdict]), str(p["streams"]), str(p["drawn"]),
+        table.add_row(Text(p["pattern"][len(prefix):], style=VERDICT_STYLE[verdict]), str(p["drawn"]),
                       str(p["carried"]), str(p["unknown"]), str(p["dead_params"]), str(p["dead_increments"]))
     console.print(table)
-    for p in record["patterns"]:
+    console.print(Text("params, incr: entry parameters and counter increments per step of the carried streams",
+                       style="dim"))
+    for p in patterns:
         if p["unknown"]:
             console.print(Text(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
     if streams:
-        detail = _table(console, None, [("verdict", "left"), ("stream", "left"), ("params", "right"),
+        listed = record.get("stream_list", [])
+        prefix = common_path_prefix([s["path"] for s in listed])
+        detail = _table(console, None, [("verdict", "left"), (f"{prefix}*" if prefix else "stream", "left"),
                                         ("incr/step", "right"), ("where", "left")])
-        for s in record.get("stream_list", []):
-            detail.add_row(Text(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), Text(s["path"]), str(s["params"]),
+        for s in listed:
+            detail.add_row(Text(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), Text(s["path"][len(prefix):]),
                            str(s["increments"]), Text(s["where"]))
         console.print(detail)
