@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
@@ -117,26 +118,51 @@ def _dtypes(by_dtype: dict[str, int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in by_dtype.items())
 
 
+ID_MIN_WIDTH = 40  # every default-matrix id fits; a longer one wraps rather than pushing the table past 100
+
+
+def keep_ids_whole(table: Table, ids) -> None:
+    """Cell and series ids up to 40 characters never wrap: the other columns give way."""
+    table.columns[0].min_width = min(ID_MIN_WIDTH, max((len(i) for i in ids), default=0))
+
+
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     table = _table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
-                                   ("rng", "right"), ("/layer", "right"), ("note", "left")])
+                                   ("rng", "right"), ("/layer", "right"), ("dead", "right")])
+    keep_ids_whole(table, [r.cell.id for r in results])
     for r in results:
         slope = slopes.get(r.cell.id)
-        # Text(), not str: a message such as "pip install '.[te]'" must not be read as rich markup.
         table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
                       str(r.entry_params) if r.summary else "", _dtypes(r.summary["by_dtype"]) if r.summary else "",
                       str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
-                      Text(("cached " if r.cached else "") + r.message))
+                      str(r.rng["dead_params"]) if r.rng else "")
     console.print(table)
+    # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
+    _print_unavailable(console, results)
+    for r in results:
+        if r.status == "error":
+            # Text(), not str: a message such as "pip install '.[te]'" must not be read as rich markup.
+            console.print(Text.assemble(("error", STATUS_STYLE["error"]), f"  {r.cell.id}"))
+            console.print(Padding(Text(r.message), (0, 0, 0, 4)))
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
     console.print(f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
                   f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
+
+
+def _print_unavailable(console: Console, results) -> None:
+    unavailable: dict[str, int] = {}
+    for r in results:
+        if r.status == "unavailable":
+            unavailable[r.message] = unavailable.get(r.message, 0) + 1
+    for message, n in unavailable.items():
+        console.print(Text(f"{n} cells unavailable: {message}", style="dim"))
 
 
 def print_scaling(console: Console, series) -> None:
     table = _table(console, None, [("series", "left"), ("depths", "left"), ("/layer", "right"),
                                    ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
                                    ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
+    keep_ids_whole(table, [s.id for s in series])
     for s in series:
         p = s.projected()
         rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
@@ -150,6 +176,7 @@ def print_scaling(console: Console, series) -> None:
 def print_cells(console: Console, cells) -> None:
     table = _table(console, None, [("cell", "left"), ("model", "left"), ("scan", "left"), ("quant", "left"),
                                    ("layers", "right"), ("platform", "left")])
+    keep_ids_whole(table, [c.id for c in cells])
     for c in cells:
         table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant), str(c.layers), c.platform)
     console.print(table)
@@ -186,13 +213,11 @@ def print_check(console: Console, findings, results, exit_code: int, verbose: bo
     _print_series_summary(console, findings, results)
     listed, folded = (findings, []) if verbose else fold_advisories(findings)
     shown = [f for f in listed if verbose or f.severity not in ("ok", "unavailable", "waived")]
-    if shown:
-        table = _table(console, None, [("severity", "left"), ("cell", "left"), ("rule", "left"),
-                                       ("finding", "left")])
-        for f in shown:
-            table.add_row(Text(f.severity, style=SEVERITY_STYLE.get(f.severity, "")), Text(f.cell), f.rule,
-                          Text(f.message))
-        console.print(table)
+    # A finding is a heading line and its message indented below: messages carry long path patterns, which
+    # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
+    for f in shown:
+        console.print(Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", f.cell, "  ", f.rule))
+        console.print(Padding(Text(f.message), (0, 0, 0, 4)))
     if folded:
         console.print(Text(folded_line(folded), style=SEVERITY_STYLE["advisory"]))
     counts = severity_counts(findings)
@@ -233,12 +258,7 @@ def _print_series_summary(console: Console, findings, results) -> None:
                           " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
                           Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
         console.print(table)
-    unavailable: dict[str, int] = {}
-    for r in results:
-        if r.status == "unavailable":
-            unavailable[r.message] = unavailable.get(r.message, 0) + 1
-    for message, n in unavailable.items():
-        console.print(Text(f"{n} cells unavailable: {message}", style="dim"))
+    _print_unavailable(console, results)
 
 
 VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.text import Text
 
-from hlo_audit.report.table import STATUS_STYLE, _table, print_scaling
+from hlo_audit.report.table import STATUS_STYLE, _table, keep_ids_whole, print_scaling
 from hlo_audit.report.tree import ROLE_SHORT
 
 
@@ -32,7 +32,7 @@ def print_matrix(console: Console, report) -> None:
     columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
     table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
-    table.columns[0].min_width = min(40, max((len(v.result.cell.id) for v in ok), default=0))
+    keep_ids_whole(table, [v.result.cell.id for v in ok])
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
         table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
