@@ -114,7 +114,9 @@ def test_explain_puts_the_aqt_rng_streams_on_top(matrix):
     assert top["bytes"] == 672 * 8 + 672 * 4  # key u32[2], count u32[]
     assert {c["name"]: c["params"] for c in top["children"]} == {"self_attention": 768, "mlp": 576}
     assert all(leaf["params"] == 192 for c in top["children"] for leaf in c["children"])
-    table = CliRunner().invoke(app, ["explain", "llama3-8b/scan-off/int8/L32", "--config", config])
+    # Piped output honors COLUMNS (xdist workers set 80): the acceptance is one screen at 100 columns.
+    table = CliRunner().invoke(app, ["explain", "llama3-8b/scan-off/int8/L32", "--config", config],
+                               env={"COLUMNS": "100"})
     lines = table.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("├──"))  # the root's first child
     assert "1344  state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*" in lines[first]
