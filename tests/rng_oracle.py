@@ -57,6 +57,8 @@ class OracleCase:
     arg_keys: tuple | None  # hlo_audit.attribution.arg_keys(lowered)
     truth: dict[str, bool]  # stream path -> True iff replacing its key changes any other output leaf
     effects: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict, compare=False)
+    # stream path -> how much one step advances its count, summed over its elements (out - in)
+    increments: dict[str, int] = dataclasses.field(default_factory=dict, compare=False)
     # ^ stream path -> the output leaves (paths) that changed; for reports and failure messages
     seconds: float = dataclasses.field(default=0.0, compare=False)  # wall time to build the case
 
@@ -200,6 +202,28 @@ def stream_effects(
     return effects
 
 
+def count_increments(step: Callable, args: Sequence, *, arg_names: Sequence[str] | None = None,
+                     state_outputs: dict[int, int] | None = None) -> dict[str, int]:
+    """Stream path -> the sum over its count's elements of (returned count - given count) for one step."""
+    args = tuple(args)
+    arg_names = tuple(arg_names) if arg_names is not None else _argument_names(step, len(args))
+    state_outputs = {0: 0} if state_outputs is None else dict(state_outputs)
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(args)
+    leaves = [leaf for _, leaf in pairs]
+    flat = [(_names(path), leaf) for path, leaf in pairs]
+    out = step(*jax.tree_util.tree_unflatten(treedef, _fresh(leaves)))
+    returned = {_names(path): _host(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]}
+    increments = {}
+    for names, (_, count_index) in sorted(_find_streams(flat).items()):
+        arg = int(names[0])
+        if count_index is None or arg not in state_outputs:
+            continue
+        given = _host(leaves[count_index]).astype(np.int64)
+        new = returned[(str(state_outputs[arg]),) + flat[count_index][0][1:]].astype(np.int64)
+        increments[".".join((arg_names[arg],) + names[1:])] = int((new - given).sum())
+    return increments
+
+
 def stream_truth(step: Callable, args: Sequence, **kwargs) -> dict[str, bool]:
     """Stream path -> True iff replacing that stream's key changes any output other than its own key/count."""
     return {stream: bool(diff) for stream, diff in stream_effects(step, args, **kwargs).items()}
@@ -217,7 +241,8 @@ def _case(name: str, lowered, step, args, t0: float, **kwargs) -> OracleCase:
             f"  only in the oracle: {sorted(set(truth) - analyzed)}\n"
             f"  only in analyze(): {sorted(analyzed - set(truth))}"
         )
-    return OracleCase(name=name, text=text, arg_keys=keys, truth=truth, effects=effects,
+    increments = count_increments(step, args, **kwargs)
+    return OracleCase(name=name, text=text, arg_keys=keys, truth=truth, effects=effects, increments=increments,
                       seconds=time.perf_counter() - t0)
 
 

@@ -306,13 +306,18 @@ def test_nnx_case_text_is_the_text_nnx_models_lowers():
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _disagreements(case: OracleCase) -> dict[str, tuple[str, str]]:
-    """Stream -> (analysis verdict, where), for every stream where the HLO analysis and the oracle disagree."""
+def _disagreements(case: OracleCase) -> dict[str, tuple]:
+    """Stream -> what the HLO analysis said, for every stream where it disagrees with the oracle: the verdict
+    (drawn <=> some other output changed with the key) or the count increments per step (measured: new - old)."""
     report = rng_oracle.analyze(case.text, case.name, case.arg_keys).rng
-    verdicts = {s.path: s for s in report.streams}
-    assert set(verdicts) == set(case.truth)
-    return {path: (verdicts[path].verdict, verdicts[path].where) for path, used in case.truth.items()
-            if verdicts[path].verdict != ("drawn" if used else "carried")}
+    assert report.increments_exact
+    streams = {s.path: s for s in report.streams}
+    assert set(streams) == set(case.truth) and set(case.increments) <= set(streams)
+    wrong = {path: (streams[path].verdict, streams[path].where) for path, used in case.truth.items()
+             if streams[path].verdict != ("drawn" if used else "carried")}
+    wrong.update({path: ("increments", streams[path].increments, "measured", n)
+                  for path, n in case.increments.items() if streams[path].increments != n})
+    return wrong
 
 
 @pytest.mark.parametrize("spec", NNX_SPECS, ids=[spec_name(s) for s in NNX_SPECS])
