@@ -38,12 +38,14 @@ class Node:
     children: dict[str, "Node"] = field(default_factory=dict)
     hidden: int = 0  # children left out by `top`, and their parameters below
     hidden_params: int = 0
+    dead_rng: int = 0  # parameters of RNG streams the step never draws from (`hlo-audit rng`: carried)
 
     def add(self, param: Mapping) -> None:
         self.count += 1
         self.bytes += param["bytes"]
         self.by_role[param["role"]] += 1
         self.by_dtype[param["dtype"]] += 1
+        self.dead_rng += bool(param.get("dead_rng"))
 
     def child(self, name: str) -> "Node":
         if name not in self.children:
@@ -57,7 +59,7 @@ class Node:
         return {"name": self.name, "params": self.count, "bytes": self.bytes,
                 "by_role": _largest_first(self.by_role), "by_dtype": _largest_first(self.by_dtype),
                 "children": [c.to_record() for c in self.ordered()],
-                "hidden_children": self.hidden, "hidden_params": self.hidden_params}
+                "hidden_children": self.hidden, "hidden_params": self.hidden_params, "dead_rng_params": self.dead_rng}
 
 
 def _largest_first(counts: Counter) -> dict[str, int]:
@@ -112,7 +114,7 @@ def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
     With ``merge``, a child whose only child holds all of its parameters becomes one node ``a.b`` (module paths
     read as paths); families (the root's children) are never merged, their names are patterns.
     """
-    kept = Node(node.name, node.count, node.bytes, node.by_role, node.by_dtype)
+    kept = Node(node.name, node.count, node.bytes, node.by_role, node.by_dtype, dead_rng=node.dead_rng)
     children = node.ordered()
     if depth <= 0:
         kept.hidden, kept.hidden_params = len(children), node.count if children else 0
@@ -123,7 +125,7 @@ def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
         while merge and len(child.children) == 1 and next(iter(child.children.values())).count == child.count:
             (only,) = child.children.values()
             child = Node(f"{child.name}.{only.name}", only.count, only.bytes, only.by_role, only.by_dtype,
-                         only.children)
+                         only.children, dead_rng=only.dead_rng)
         kept.children[child.name] = prune(child, depth - 1, top)
     kept.hidden = len(children) - len(shown)
     kept.hidden_params = sum(c.count for c in children[len(shown):])
@@ -140,6 +142,11 @@ def load_params(spec: str, config_path: str | None = None, module: str | None = 
     """(label, parameters) of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
     label, loaded = audit.load_source(spec, config_path, module, stage, use_cache)
     if isinstance(loaded, Analysis):
-        return label, [{"pattern": p.pattern, "role": p.role, "dtype": p.dtype, "bytes": p.bytes}
-                       for p in loaded.params]
-    return label, loaded.params
+        params = [{"index": p.index, "pattern": p.pattern, "role": p.role, "dtype": p.dtype, "bytes": p.bytes}
+                  for p in loaded.params]
+        streams = loaded.rng.to_record()["stream_list"]
+    else:
+        params, streams = loaded.params, (loaded.rng or {}).get("stream_list", [])
+    # Which RNG parameters are dead state, so each node can say how much of it buys nothing.
+    dead = {s[part] for s in streams if s["verdict"] == "carried" for part in ("key", "count") if s[part] is not None}
+    return label, [{**p, "dead_rng": p["index"] in dead} for p in params]

@@ -22,7 +22,8 @@ LAYERS = 3
 
 
 def run(*args):
-    result = CliRunner().invoke(app, ["explain", *map(str, args)])
+    # Piped output honors COLUMNS, which xdist workers set to 80: these tests are about the 100-column layout.
+    result = CliRunner().invoke(app, ["explain", *map(str, args)], env={"COLUMNS": "100"})
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
 

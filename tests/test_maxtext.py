@@ -120,7 +120,9 @@ def test_explain_puts_the_aqt_rng_streams_on_top(matrix):
     lines = table.stdout.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("├──"))  # the root's first child
     assert "1344  state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*" in lines[first]
-    assert "u32:1344 | count:672 key:672 | 7.9 KiB" in lines[first + 1]
+    # ... and that 896 of them (the dots' `aqt` and `dropout` streams) are never drawn.
+    assert "u32:1344 | count:672 key:672 | 7.9 KiB | never drawn:896" in lines[first + 1]
+    assert top["dead_rng_params"] == 896 and root["dead_rng_params"] == 902
     assert len(lines) <= 60 and max(len(line) for line in lines) <= 100
 
 

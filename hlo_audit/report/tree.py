@@ -24,16 +24,31 @@ def _counts(counts: dict[str, int], short: dict[str, str] | None = None) -> str:
 
 
 def _label(node: Node, width: int, level: int) -> Text:
-    """``count  name  dtypes | roles | bytes``; the details move to a second line when the line would not fit."""
+    """``count  name  dtypes | roles | bytes [| dead]``; details move to lines of their own when they would not fit."""
     record = node.to_record()
-    details = f"{_counts(record['by_dtype'])} | {_counts(record['by_role'], ROLE_SHORT)} | {human_bytes(node.bytes)}"
+    parts = [_counts(record["by_dtype"]), _counts(record["by_role"], ROLE_SHORT), human_bytes(node.bytes)]
+    if node.dead_rng:
+        parts.append(f"never drawn:{node.dead_rng}")  # dead RNG state (`hlo-audit rng`)
     label = Text()
     label.append(f"{node.count:>5}  ", style="bold")
     label.append(node.name, style="bold" if level == 0 else "")
-    indent = 4 * level  # the tree's guides
-    fits = indent + 7 + len(node.name) + 2 + len(details) <= width
-    label.append("  " if fits else "\n       ")
-    label.append(details, style="dim")
+    room = width - 4 * level - 7  # the tree's guides and the count column
+    # All details beside the name when they fit; else on the next line, wrapping at a `|` when still too long.
+    line = len(node.name) + 2
+    if line + len(" | ".join(parts)) > room:
+        label.append("\n       ")
+        line = 0
+    else:
+        label.append("  ")
+    for i, part in enumerate(parts):
+        if i and line + 3 + len(part) > room:
+            label.append("\n       ")
+            line = 0
+        elif i:
+            label.append(" | ", style="dim")
+            line += 3
+        label.append(part, style="dim")
+        line += len(part)
     return label
 
 
