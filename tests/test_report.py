@@ -145,6 +145,7 @@ def test_csv_and_markdown_carry_the_same_rows(project):
     assert frame["golden_delta"].tolist() == expected["golden_delta"].astype(float).tolist()
     md = cli(project, "--format", "markdown").stdout
     assert f"| `{cell('none')}` | 17 | +8 | f32 9, u32 8 |" in md
+    assert re.search(rf"\| `{re.escape(cell('none'))}` \| 17 \|.*\| 8 \|$", md, re.M)  # 8 never-drawn RNG params
     assert f"| `{LONG_MODEL}/none/L4` | 5 | 2 | 17 | 8 |" in md
     assert f"<details><summary>{len(expected)} rows: cell x dtype x role</summary>" in md
     assert f"| {cell('none')} | u32 | rng_key | 4 | 32 | 4 |" in md
@@ -237,6 +238,8 @@ def test_html_report_renders_every_cell_in_chromium(project, tmp_path):
     assert len(re.findall(r'<g class="series" data-series="', dom)) == 6
     leak = re.search(rf'<tr data-cell="{re.escape(cell("none"))}".*?</tr>', dom).group(0)
     assert '<span class="grow">+8</span>' in leak  # the Δ golden column
+    # The leaked Dropout(0.0) streams are never drawn: all 8 new u32 are dead RNG state (last column).
+    assert leak.endswith("<td>8</td></tr>") and "<th>never-drawn RNG</th>" in dom
     shot = ARTIFACTS / "report.png"
     shot.unlink(missing_ok=True)
     chromium(f"--screenshot={shot}", "--window-size=1200,1800", page.resolve().as_uri(),

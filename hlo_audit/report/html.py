@@ -140,15 +140,16 @@ def matrix_table(report) -> str:
         if not r.summary:
             rows.append(({"data-cell": r.cell.id, "data-status": r.status},
                          [escape(r.cell.id), f'<span class="muted">{escape(r.status)}: {escape(r.message)}</span>']
-                         + [""] * (1 + len(dtypes) + len(roles))))
+                         + [""] * (2 + len(dtypes) + len(roles))))
             continue
         text, css = _signed_class(v.total_delta)
         by_dtype, by_role = v.delta("by_dtype") or {}, v.delta("by_role") or {}
         rows.append(({"data-cell": r.cell.id, "data-status": r.status},
                      [escape(r.cell.id), str(r.entry_params), f'<span class="{css}">{text}</span>']
                      + [_count(r.summary["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes]
-                     + [_count(r.summary["by_role"].get(k, 0), by_role.get(k)) for k in roles]))
-    return _table("matrix", ["cell", "entry params", "Δ golden", *dtypes, *roles], rows)
+                     + [_count(r.summary["by_role"].get(k, 0), by_role.get(k)) for k in roles]
+                     + [str(r.rng["dead_params"]) if r.rng else ""]))
+    return _table("matrix", ["cell", "entry params", "Δ golden", *dtypes, *roles, "never-drawn RNG"], rows)
 
 
 def scan_table(report) -> str:

@@ -101,8 +101,9 @@ def format_report(report) -> str:
         if v.result.summary:
             s = v.result.summary
             rows.append((f"`{v.result.cell.id}`", s["entry_params"], signed(v.total_delta),
-                         _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"])))
-    out += _table(["cell", "entry params", "Δ", "by dtype", "by role"], rows)
+                         _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"]),
+                         v.result.rng["dead_params"] if v.result.rng else ""))
+    out += _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
     out += ["", "### Scan on / scan off", ""]
     pairs = []
     for p in report.scan_pairs:

@@ -31,17 +31,19 @@ def print_matrix(console: Console, report) -> None:
     ok, dtypes, roles = report.lowered, report.dtypes, report.roles
     columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
+    columns += [("dead", "right")]  # never-drawn RNG parameters (`hlo-audit rng`)
     table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
     keep_ids_whole(table, [v.result.cell.id for v in ok])
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
         table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
                       *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
-                      *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles])
+                      *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
+                      str(v.result.rng["dead_params"]) if v.result.rng else "")
     for v in report.cells:
         if v.result.status == "error":
             table.add_row(Text(v.result.cell.id), Text("error", style=STATUS_STYLE["error"]), "",
-                          *[""] * (len(dtypes) + len(roles)))
+                          *[""] * (len(dtypes) + len(roles) + 1))
     if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
         table.collapse_padding = True  # one space between columns rather than wrapping the ids
     console.print(table)
