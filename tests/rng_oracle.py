@@ -146,6 +146,16 @@ def _argument_names(step, count: int) -> tuple[str, ...]:
     return tuple(params[i] if i < len(params) else f"arg{i}" for i in range(count))
 
 
+def _flatten(step, args, arg_names, state_outputs):
+    """(argument names, state outputs, treedef, leaves, [(names, leaf)]) with the defaults filled in."""
+    args = tuple(args)
+    arg_names = tuple(arg_names) if arg_names is not None else _argument_names(step, len(args))
+    state_outputs = {0: 0} if state_outputs is None else dict(state_outputs)
+    pairs, treedef = jax.tree_util.tree_flatten_with_path(args)
+    leaves = [leaf for _, leaf in pairs]
+    return arg_names, state_outputs, treedef, leaves, [(_names(path), leaf) for path, leaf in pairs]
+
+
 def stream_effects(
     step: Callable,
     args: Sequence,
@@ -161,12 +171,7 @@ def stream_effects(
     step returns ``(new_state, ...)`` for ``state`` = argument 0); the stream's own key and count leaves there
     are not compared. Output paths in the result look like ``out[0].layers_0.linear.kernel``.
     """
-    args = tuple(args)
-    arg_names = tuple(arg_names) if arg_names is not None else _argument_names(step, len(args))
-    state_outputs = {0: 0} if state_outputs is None else dict(state_outputs)
-    pairs, treedef = jax.tree_util.tree_flatten_with_path(args)
-    leaves = [leaf for _, leaf in pairs]
-    flat = [(_names(path), leaf) for path, leaf in pairs]
+    arg_names, state_outputs, treedef, leaves, flat = _flatten(step, args, arg_names, state_outputs)
     streams = _find_streams(flat)
 
     def run(new_leaves):
@@ -205,12 +210,7 @@ def stream_effects(
 def count_increments(step: Callable, args: Sequence, *, arg_names: Sequence[str] | None = None,
                      state_outputs: dict[int, int] | None = None) -> dict[str, int]:
     """Stream path -> the sum over its count's elements of (returned count - given count) for one step."""
-    args = tuple(args)
-    arg_names = tuple(arg_names) if arg_names is not None else _argument_names(step, len(args))
-    state_outputs = {0: 0} if state_outputs is None else dict(state_outputs)
-    pairs, treedef = jax.tree_util.tree_flatten_with_path(args)
-    leaves = [leaf for _, leaf in pairs]
-    flat = [(_names(path), leaf) for path, leaf in pairs]
+    arg_names, state_outputs, treedef, leaves, flat = _flatten(step, args, arg_names, state_outputs)
     out = step(*jax.tree_util.tree_unflatten(treedef, _fresh(leaves)))
     returned = {_names(path): _host(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]}
     increments = {}
