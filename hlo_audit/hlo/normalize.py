@@ -83,8 +83,7 @@ def _print_order(comp: Computation) -> list[Instruction]:
 
 
 def _kernel_call(instr: Instruction) -> bool:
-    target = instr.attrs.get("custom_call_target", "")
-    return any(k in target for k in KERNEL_CUSTOM_CALLS)
+    return any(k in instr.custom_call_target for k in KERNEL_CUSTOM_CALLS)
 
 
 class _Namer:

@@ -138,13 +138,7 @@ def group_pattern(path: str) -> str:
 
 
 def _param_path(instr: Instruction) -> str:
-    metadata = instr.attrs.get("metadata", "")
-    m = re.search(r'op_name="((?:[^"\\]|\\.)*)"', metadata)
-    if m:
-        path = path_from_keystr(m.group(1))
-        if path:
-            return path
-    return path_from_mangled_name(instr.name)
+    return (instr.op_name and path_from_keystr(instr.op_name)) or path_from_mangled_name(instr.name)
 
 
 def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = None) -> list[EntryParam]:

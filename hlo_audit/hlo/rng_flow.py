@@ -133,15 +133,6 @@ def _first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
     return next((site for mask, site in sites if mask & bits), None)
 
 
-def _custom_call_target(instr: Instruction) -> str:
-    return instr.attrs.get("custom_call_target", "").strip().strip('"')
-
-
-def _op_name(instr: Instruction) -> str:
-    m = re.search(r'op_name="([^"]*)"', instr.attrs.get("metadata", ""))
-    return m.group(1) if m else ""
-
-
 class _Dataflow:
     def __init__(self, module: HloModule, count_bits: int):
         self.module = module
@@ -200,12 +191,12 @@ class _Dataflow:
             return self.while_loop(comp, instr, operands[0], events)
         if op == "conditional":
             return self.conditional(instr, operands, events)
-        if op == "custom-call" and _custom_call_target(instr) in PASS_THROUGH_CUSTOM_CALLS and len(operands) == 1:
+        if op == "custom-call" and instr.custom_call_target in PASS_THROUGH_CUSTOM_CALLS and len(operands) == 1:
             return operands[0]
         leaf = _collapse(Tup(operands))
         if op == "custom-call" or op in SIDE_EFFECTS:
             if leaf[0]:
-                events.opaque.append((leaf[0], f"{site} ({_custom_call_target(instr) or op})"))
+                events.opaque.append((leaf[0], f"{site} ({instr.custom_call_target or op})"))
                 leaf = (leaf[0], leaf[1], leaf[2] | leaf[0])
         elif op == "add":
             self.count_increment(instr, operands, events)
@@ -216,12 +207,12 @@ class _Dataflow:
         if op in RBG_OPCODES:
             return True
         if op == "custom-call":
-            return bool(_RBG_CUSTOM_CALL.search(_custom_call_target(instr)))
+            return bool(_RBG_CUSTOM_CALL.search(instr.custom_call_target))
         if op in ("call", "fusion"):
             called = instr.called_computations()
             if called and _RBG_COMPUTATION.match(strip_number_suffix(called[0])):
                 return True
-        return "metadata" in instr.attrs and bool(_RBG_OP_NAME.search(_op_name(instr)))
+        return bool(_RBG_OP_NAME.search(instr.op_name))
 
     def count_increment(self, instr: Instruction, operands: list, events: _Events) -> None:
         """``count + 1``: one operand depends on exactly one count parameter, the other on nothing RNG."""

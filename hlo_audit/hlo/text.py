@@ -49,6 +49,7 @@ _OPERAND_SYNTAX = re.compile(r'[{(\["/]')  # brackets, strings, comments: operan
 _LAST_WORD_OF_PIECE = re.compile(r"[^\s,]+(?=\s*(?:,|\Z))")
 _INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
+_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
 _COMP_HEAD = re.compile(r"(ENTRY\s+)?%?([A-Za-z_][\w.\-]*)\s*(\(.*)?\{\s*$")
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\[\],]')
 _NUMBER_SUFFIX = re.compile(r"\.\d+$")
@@ -118,6 +119,17 @@ class Instruction:
     @property
     def parameter_number(self) -> int | None:
         return int(self.literal) if self.opcode == "parameter" else None
+
+    @property
+    def custom_call_target(self) -> str:
+        """The custom call's target without quotes; "" for other instructions."""
+        return self.attrs.get("custom_call_target", "").strip().strip('"')
+
+    @property
+    def op_name(self) -> str:
+        """The ``op_name`` of the metadata (jax's primitive or pytree key string, escapes kept); "" if none."""
+        m = _OP_NAME.search(self.attrs.get("metadata", ""))
+        return m.group(1) if m else ""
 
     def called_computations(self) -> list[str]:
         names: list[str] = []
