@@ -246,3 +246,23 @@ def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
         "waived" if severity == "waived" else "regression")
     off = Gate(Policy({"dead_rng": "off"}), "x")
     assert off._apply("dead_rng", result, off._dead_rng(result)) is None
+
+
+def test_random_bits_drawn_inside_an_async_computation_reach_the_output():
+    text = f"""HloModule m
+{THREEFRY}
+wrapped.2 {{
+  k.2 = u32[2]{{0}} parameter(0)
+  ROOT bits.2 = u32[2]{{0}} call(k.2, k.2), to_apply=threefry2x32.1
+}}
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+  start.1 = ((u32[2]{{0}}), u32[2]{{0}}, s32[]) async-start(state__a____rngs____key___value.1), calls=wrapped.2
+  done.1 = u32[2]{{0}} async-done(start.1)
+  f.1 = f32[2]{{0}} convert(done.1)
+  loss.1 = f32[2]{{0}} add(w.1, f.1)
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text)["state.a.rngs"] == ("drawn", "wrapped.2/bits.2", 0)

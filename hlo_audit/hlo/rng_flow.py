@@ -180,13 +180,16 @@ class _Dataflow:
             if k:
                 events.draws.append((k, site))
             return _fill(instr.shape, (k, b | k, u))
-        if op in ("call", "fusion", "async-start") and len(instr.called_computations()) == 1:
-            callee = self.module.computations[instr.called_computations()[0]]
-            if op != "async-start" or _arity_matches(callee, operands):
-                result, inner = self.run(callee, operands)
-                events.merge(inner)
-                if op != "async-start":
-                    return result
+        called = instr.called_computations()
+        if op in ("call", "fusion", "async-start") and len(called) == 1:
+            result, inner = self.run(self.module.computations[called[0]], operands)
+            events.merge(inner)
+            if op != "async-start":
+                return result
+            # ((operands), result, context): async-done reads the result element back.
+            return Tup((Tup(operands), result, *(_fill(e, ZERO) for e in instr.shape.elements[2:])))
+        if op == "async-done" and isinstance(operands[0], Tup):
+            return operands[0][1]
         if op == "while":
             return self.while_loop(comp, instr, operands[0], events)
         if op == "conditional":
@@ -256,10 +259,6 @@ class _Dataflow:
         if result is None:
             result = _fill(instr.shape, ZERO)
         return _add_control(result, _collapse(operands[0]))
-
-
-def _arity_matches(callee: Computation, operands: list) -> bool:
-    return len(callee.parameters) == len(operands)
 
 
 def _ordered(comp: Computation) -> list[Instruction]:
@@ -439,26 +438,18 @@ def pair_streams(params: Sequence[EntryParam]) -> list[tuple[str, EntryParam | N
 def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngReport:
     """Classify every RNG stream of ``module`` (``params`` are its entry parameters, as ``entry_params`` gives)."""
     streams = pair_streams(params)
-    entry_params = module.entry.parameters
-    position = {instr.parameter_number: i for i, instr in enumerate(entry_params)}
-    bit_of: dict[int, int] = {}  # parameter number -> its bit
-    count_bits = 0
+    bit_of: dict[int, int] = {}  # parameter number -> its bit: stream i's key is bit 2i, its count bit 2i+1
     for i, (_, key, count) in enumerate(streams):
-        if key is not None:
-            bit_of[key.index] = 1 << (2 * i)
-        if count is not None:
-            bit_of[count.index] = 1 << (2 * i + 1)
-            count_bits |= 1 << (2 * i + 1)
-    inputs = [None] * len(entry_params)
+        for bit, param in ((1 << 2 * i, key), (1 << 2 * i + 1, count)):
+            if param is not None:
+                bit_of[param.index] = bit
+    count_bits = sum(1 << (2 * i + 1) for i, (_, _, count) in enumerate(streams) if count is not None)
+    entry_params = module.entry.parameters
+    inputs = [ZERO] * (max((p.parameter_number for p in entry_params), default=-1) + 1)  # by parameter number
     for instr in entry_params:
-        bit = bit_of.get(instr.parameter_number, 0)
-        inputs[position[instr.parameter_number]] = _fill(instr.shape, (bit, 0, 0))
-    # Entry parameters are numbered, not positioned: run() indexes inputs by parameter number.
-    by_number = [ZERO] * (max(position, default=-1) + 1)
-    for instr in entry_params:
-        by_number[instr.parameter_number] = inputs[position[instr.parameter_number]]
+        inputs[instr.parameter_number] = _fill(instr.shape, (bit_of.get(instr.parameter_number, 0), 0, 0))
     flow = _Dataflow(module, count_bits)
-    root, events = flow.run(module.entry, by_number)
+    root, events = flow.run(module.entry, inputs)
     outputs = list(zip(_leaves(root), module.entry.root.shape.leaves()))
     result = []
     for i, (path, key, count) in enumerate(streams):
@@ -466,10 +457,7 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
         own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
         own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
         verdict, where = _verdict(outputs, own, own_shapes, key_bit if key is not None else count_bit, events)
-        pattern = collapse_layers(path)
-        if pattern.startswith("state."):
-            pattern = pattern[len("state."):]
-        result.append(Stream(path=path, pattern=pattern, key=key, count=count, verdict=verdict, where=where,
+        result.append(Stream(path=path, pattern=collapse_layers(path).removeprefix("state."), key=key, count=count, verdict=verdict, where=where,
                              increments=events.increments.get(count_bit, 0) if count is not None else 0))
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
 
