@@ -207,7 +207,8 @@ ENTRY main.1 {{
 def test_rng_cli_formats_and_bad_input(tmp_path):
     path = tmp_path / "loop.hlo"
     path.write_text(LOOP)
-    runner = CliRunner()
+    # Wide enough that the headline, which starts with the (long, temporary) path, stays on one line.
+    runner = CliRunner(env={"COLUMNS": "200"})
     table = runner.invoke(app, ["rng", str(path), "--streams"])
     assert table.exit_code == 0, table.output
     assert "2 RNG streams: 1 drawn, 1 carried (dead state), 0 unknown" in table.output
