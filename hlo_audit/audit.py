@@ -136,8 +136,13 @@ def _text_owners(results: list[CellResult], series: dict[str, Series]) -> set[st
     return {r.cell.id for r in results if r.status == "ok" and (r.cell.id not in series or series[r.cell.id].cell == r.cell)}
 
 
-def normalized_text(p: Plan, result: CellResult) -> str:
-    text = result.text or Cache(p.config.cache_dir).hlo_text(result.key)
+def normalized_text(cache: Cache, result: CellResult) -> str:
+    """The cell's canonical text: computed when it was analysed, else from the cache; parsed again only for an
+    entry the cache holds no canonical text for."""
+    normalized = result.normalized or cache.normalized_text(result.key)
+    if normalized is not None:
+        return normalized
+    text = result.text or cache.hlo_text(result.key)
     if text is None:
         raise InputError(f"{result.cell.id}: HLO text is not in the cache; run again without --no-cache")
     # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
@@ -176,10 +181,11 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     gate = Gate(policy, regenerate_command(config_path))
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)
+    cache = Cache(p.config.cache_dir)
     findings: list[Finding] = []
     for r in results:
         stored = golden.load(p.config.golden_dir, r.cell.id)
-        text = normalized_text(p, r) if r.cell.id in owners and stored is not None and stored.hlo is not None else None
+        text = normalized_text(cache, r) if r.cell.id in owners and stored is not None and stored.hlo is not None else None
         findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
     if report_stale:
         findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
@@ -189,8 +195,10 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
 def update_goldens(p: Plan, results: list[CellResult], prune: bool = False) -> golden.UpdateReport:
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)
-    entries = [(r, series.get(r.cell.id), normalized_text(p, r) if r.cell.id in owners else None) for r in results]
-    prune_ids = [cid for cid in golden.stored_ids(p.config.golden_dir) if cid not in full_matrix_ids(p)] if prune else []
+    cache = Cache(p.config.cache_dir)
+    entries = [(r, series.get(r.cell.id), normalized_text(cache, r) if r.cell.id in owners else None) for r in results]
+    matrix_ids = full_matrix_ids(p) if prune else set()
+    prune_ids = [cid for cid in golden.stored_ids(p.config.golden_dir) if cid not in matrix_ids] if prune else []
     return golden.update(p.config.golden_dir, entries, prune_ids)
 
 

@@ -12,6 +12,8 @@ into place, so two runs sharing a cache (or one killed midway) never leave a tor
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +29,7 @@ _FLAG_PREFIXES = ("XLA_FLAGS", "JAX_", "LIBTPU_INIT_ARGS")
 _HLO_AUDIT_ROOT = Path(__file__).resolve().parent
 
 
+@functools.cache  # installed versions do not change while the process runs; asked once per cell
 def package_versions() -> dict[str, str]:
     versions = {}
     for name in _VERSIONED_PACKAGES:
@@ -65,17 +68,9 @@ def write_atomic(path: Path | str, data: str) -> None:
             handle.write(data)
         os.replace(tmp, path)
     except BaseException:
-        with _suppress_missing():
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-class _suppress_missing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        return kind is not None and issubclass(kind, FileNotFoundError)
 
 
 class Cache:
@@ -117,10 +112,21 @@ class Cache:
         except (OSError, ValueError):
             return None
 
-    def put_result(self, key: str, record: dict) -> None:
-        if self.enabled:
-            write_atomic(self._base(key).with_suffix(f".{self._analysis}.result.json"),
-                         json.dumps(record, sort_keys=True))
+    def put_result(self, key: str, record: dict, normalized: str | None = None) -> None:
+        """The analysed result and, when given, the module's canonical text (written first, like the HLO)."""
+        if not self.enabled:
+            return
+        if normalized is not None:
+            write_atomic(self._base(key).with_suffix(f".{self._analysis}.normalized.txt"), normalized)
+        write_atomic(self._base(key).with_suffix(f".{self._analysis}.result.json"), json.dumps(record, sort_keys=True))
+
+    def normalized_text(self, key: str) -> str | None:
+        if not self.enabled:
+            return None
+        try:
+            return self._base(key).with_suffix(f".{self._analysis}.normalized.txt").read_text()
+        except OSError:
+            return None
 
     def hlo_text(self, key: str) -> str | None:
         hit = self.get_lowering(key)

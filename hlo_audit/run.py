@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.base import Lowering, Unavailable, get_target
@@ -38,6 +39,8 @@ class CellResult:
     cached: bool = False
     key: str = ""
     text: str | None = field(default=None, repr=False, compare=False)  # HLO text when just lowered
+    # The canonical text (text-derived paths) when just analysed: what goldens keep, computed with the parse.
+    normalized: str | None = field(default=None, repr=False, compare=False)
 
 
     @property
@@ -55,8 +58,8 @@ class CellResult:
     def to_record(self) -> dict:
         record = asdict(self)
         record["cell"] = {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]}
-        record.pop("cached")
-        record.pop("text")
+        for transient in ("cached", "text", "normalized"):
+            record.pop(transient)
         return record
 
     @classmethod
@@ -80,6 +83,8 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -
                  "bytes": p.bytes, "pattern": p.pattern} for p in analysis.params],
         opcodes=dict(sorted(opcodes.items())), rng=analysis.rng.to_record(),
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
+        # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
+        normalized=normalize(analysis.module),
     )
 
 
@@ -122,9 +127,10 @@ def _target(spec: str):
     return _TARGETS[spec]
 
 
-def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, tuple[str, ...] | None]:
+def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, tuple[str, ...] | None, str | None]:
     result, lowering = _lower_one(target_spec, cell, key)
-    return result.to_record(), (lowering.text if lowering else None), (lowering.arg_keys if lowering else None)
+    return (result.to_record(), (lowering.text if lowering else None), (lowering.arg_keys if lowering else None),
+            result.normalized)
 
 
 def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[CellResult]:
@@ -152,7 +158,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
             keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
             result = analyze_lowering(cell, Lowering(text, keys), meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
-            cache.put_result(key, result.to_record())
+            cache.put_result(key, result.to_record(), result.normalized)
             yield result
             continue
         pending.append((cell, key))
@@ -164,7 +170,7 @@ def _store(cache: Cache, result: CellResult, text: str | None, keys) -> CellResu
     if result.status == "ok" and text is not None:
         cache.put_lowering(result.key, text, {"cell": result.cell.id, "seconds": result.lower_seconds,
                                               "arg_keys": [list(k) for k in keys] if keys is not None else None})
-        cache.put_result(result.key, result.to_record())
+        cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 
 
@@ -183,8 +189,10 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
         for future in concurrent.futures.as_completed(futures):
             cell, key = futures[future]
             try:
-                record, text, keys = future.result()
+                record, text, keys, normalized = future.result()
             except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
                 yield CellResult(cell=cell, status="error", message=f"worker process failed: {one_line(exc)}", key=key)
                 continue
-            yield _store(cache, CellResult.from_record(record), text, keys)
+            result = CellResult.from_record(record)
+            result.normalized = normalized
+            yield _store(cache, result, text, keys)

@@ -116,7 +116,10 @@ def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> lis
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
     added, removed = _param_groups(old, new)
-    old_text, new_text = old.normalized, new.normalized
+    if old.text == new.text:  # nothing to normalize: no computation can differ either
+        old_text = new_text = ""
+    else:
+        old_text, new_text = old.normalized, new.normalized
     old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
     if old.text == new.text:
         verdict, changes = "identical", []
