@@ -18,7 +18,7 @@ from hlo_audit.cache import Cache
 from hlo_audit.config import TE_RECIPES, Config, load_config
 from hlo_audit.errors import InputError
 from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
-from hlo_audit.hlo.analysis import Analysis, analyze
+from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.source import read_input
 from hlo_audit.matrix import Cell, MatrixError, select
 from hlo_audit.run import CellResult, run_cells
@@ -94,23 +94,24 @@ def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = 
     return result
 
 
-def load_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
-                use_cache: bool = True) -> tuple[str, Analysis | CellResult]:
-    """(label, what it holds) for what `rng` and `explain` take: an HLO file, '-', a dump folder, or a cell id.
+@dataclass(frozen=True)
+class Source:
+    """What `rng` and `explain` read, whether from a file or a cell: parameter records and the RNG record."""
 
-    A file is parsed now; a cell comes from the cache (lowered if it is not there) as its analysed result.
-    """
+    label: str
+    params: list[dict]  # EntryParam.to_record() of each entry parameter
+    rng: dict  # RngReport.to_record()
+
+
+def load_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
+                use_cache: bool = True) -> Source:
+    """An HLO file, '-' or dump folder (parsed now), or a cell id (its analysed result: cached, else lowered)."""
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
         text, source = read_input(spec, module, stage)
-        return source, analyze(text, source)
-    return spec, cell_result(spec, config_path, use_cache)
-
-
-def rng_record(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
-               use_cache: bool = True) -> tuple[str, dict]:
-    """(source, RNG stream record: RngReport.to_record) for an HLO file, stdin, dump folder, or matrix cell id."""
-    source, loaded = load_source(spec, config_path, module, stage, use_cache)
-    return source, loaded.rng.to_record() if isinstance(loaded, Analysis) else loaded.rng
+        analysis = analyze(text, source)
+        return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record())
+    result = cell_result(spec, config_path, use_cache)
+    return Source(spec, result.params, result.rng)
 
 
 def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResult]:

@@ -186,13 +186,13 @@ def rng(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown."""
-    source, record = audit.rng_record(spec, config, module, stage.value, use_cache=not no_cache)
+    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache)
     if fmt is Format.json:
-        sys.stdout.write(jsonfmt.format_rng(source, record, streams))
+        sys.stdout.write(jsonfmt.format_rng(source.label, source.rng, streams))
     elif fmt is Format.markdown:
-        sys.stdout.write(markdown.format_rng(source, record, streams))
+        sys.stdout.write(markdown.format_rng(source.label, source.rng, streams))
     else:
-        table.print_rng(table.make_console(), source, record, streams)
+        table.print_rng(table.make_console(), source.label, source.rng, streams)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")

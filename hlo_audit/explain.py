@@ -19,7 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hlo_audit import audit
-from hlo_audit.hlo.analysis import Analysis
 
 # A layer container in a collapsed pattern: `layers_*` (unrolled), `layers` (scanned, stacked), `blocks_*`...
 _LAYER_CONTAINER = re.compile(r"^(layers?|blocks?|h)(_\*)?$")
@@ -140,13 +139,8 @@ def explain(params: Iterable[Mapping], name: str, depth: int = 3, top: int = 8) 
 def load_params(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
                 use_cache: bool = True) -> tuple[str, list[dict]]:
     """(label, parameters) of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
-    label, loaded = audit.load_source(spec, config_path, module, stage, use_cache)
-    if isinstance(loaded, Analysis):
-        params = [{"index": p.index, "pattern": p.pattern, "role": p.role, "dtype": p.dtype, "bytes": p.bytes}
-                  for p in loaded.params]
-        streams = loaded.rng.to_record()["stream_list"]
-    else:
-        params, streams = loaded.params, (loaded.rng or {}).get("stream_list", [])
+    source = audit.load_source(spec, config_path, module, stage, use_cache)
     # Which RNG parameters are dead state, so each node can say how much of it buys nothing.
-    dead = {s[part] for s in streams if s["verdict"] == "carried" for part in ("key", "count") if s[part] is not None}
-    return label, [{**p, "dead_rng": p["index"] in dead} for p in params]
+    dead = {s[part] for s in source.rng["stream_list"] if s["verdict"] == "carried" for part in ("key", "count")
+            if s[part] is not None}
+    return source.label, [{**p, "dead_rng": p["index"] in dead} for p in source.params]

@@ -65,7 +65,7 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         "hlo": f"{result.cell.id.rsplit('/', 1)[-1]}{HLO_SUFFIX}" if with_hlo else None,
     }
     if result.params:  # per dtype x role: what the report's tidy rows compare against
-        record["by_dtype_role"] = _by_dtype_role(result.params)
+        record["by_dtype_role"] = {f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
     if series is not None:
         record["slopes"] = {
             "depths": list(series.depths),
@@ -74,14 +74,6 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
             "by_role": {k: v.slope for k, v in series.by_role.items()},
         }
     return record
-
-
-def _by_dtype_role(params: list[dict]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for p in params:
-        key = f"{p['dtype']}:{p['role']}"
-        counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def dumps(record: dict) -> str:

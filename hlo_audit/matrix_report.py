@@ -8,7 +8,6 @@ through the same plan -> execute path, so a report after a `check` reads only th
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from hlo_audit import audit, golden
@@ -86,16 +85,6 @@ class MatrixReport:
         return [r for r in ROLES if any(r in v.result.summary["by_role"] for v in self.lowered)]
 
 
-def joint_counts(result: CellResult) -> dict[tuple[str, str], tuple[int, int]]:
-    """(dtype, role) -> (parameters, bytes) of one ok result."""
-    counts: Counter = Counter()
-    sizes: Counter = Counter()
-    for p in result.params:
-        counts[p["dtype"], p["role"]] += 1
-        sizes[p["dtype"], p["role"]] += p["bytes"]
-    return {k: (counts[k], sizes[k]) for k in counts}
-
-
 def golden_joint_counts(record: dict | None) -> dict[tuple[str, str], int] | None:
     """The golden's (dtype, role) counts; None for goldens written before they were recorded."""
     if record is None or "by_dtype_role" not in record:
@@ -114,7 +103,7 @@ def tidy_rows(views: list[CellView]) -> list[dict]:
         r = view.result
         if r.status != "ok":
             continue
-        current = joint_counts(r)
+        current = r.by_dtype_role()
         old = golden_joint_counts(view.golden)
         keys = sorted(set(current) | set(old or {}), key=lambda k: (-current.get(k, (0, 0))[0], k))
         c = r.cell

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.matrix import Cell
@@ -51,6 +52,14 @@ class CellResult:
         """by_dtype / by_role lookup, 0 when absent."""
         return self.summary[kind].get(name, 0) if self.summary else 0
 
+    def by_dtype_role(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(dtype, role) -> (parameters, bytes)."""
+        counts: dict[tuple[str, str], tuple[int, int]] = {}
+        for p in self.params:
+            n, size = counts.get((p["dtype"], p["role"]), (0, 0))
+            counts[p["dtype"], p["role"]] = (n + 1, size + p["bytes"])
+        return counts
+
     @property
     def rng_params(self) -> int:
         return self.count("by_role", "rng_key") + self.count("by_role", "rng_count")
@@ -70,18 +79,9 @@ class CellResult:
 
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys)
-    s = analysis.summary
-    opcodes: dict[str, int] = {}
-    for instr in analysis.module.instructions():
-        name = f"{instr.opcode}:{instr.shape.dtype or 'tuple'}"
-        opcodes[name] = opcodes.get(name, 0) + 1
     return CellResult(
-        cell=cell, status="ok",
-        summary={"entry_params": s.entry_params, "by_dtype": s.by_dtype, "by_role": s.by_role,
-                 "groups": s.groups, "bytes_by_role": s.bytes_by_role},
-        params=[{"index": p.index, "path": p.path, "role": p.role, "dtype": p.dtype, "dims": list(p.shape.dims),
-                 "bytes": p.bytes, "pattern": p.pattern} for p in analysis.params],
-        opcodes=dict(sorted(opcodes.items())), rng=analysis.rng.to_record(),
+        cell=cell, status="ok", summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
+        opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),

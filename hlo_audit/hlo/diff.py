@@ -83,7 +83,8 @@ def _param_groups(old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], 
     return rows(added, 1), rows(removed, -1)
 
 
-def _opcode_dtype_histogram(module: HloModule) -> Counter[str]:
+def opcode_dtype_histogram(module: HloModule) -> Counter[str]:
+    """``opcode:dtype`` -> instructions over the whole module (``tuple`` for tuple-shaped ones)."""
     return Counter(f"{i.opcode}:{i.shape.dtype or 'tuple'}" for i in module.instructions())
 
 
@@ -146,7 +147,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         by_dtype_delta=count_delta(old.summary.by_dtype, new.summary.by_dtype),
         by_role_delta=count_delta(old.summary.by_role, new.summary.by_role),
         params_added=added, params_removed=removed,
-        opcode_dtype_delta=count_delta(_opcode_dtype_histogram(old.module), _opcode_dtype_histogram(new.module)),
+        opcode_dtype_delta=count_delta(opcode_dtype_histogram(old.module), opcode_dtype_histogram(new.module)),
         computations_added=sorted((new_comps - old_comps).elements()),
         computations_removed=sorted((old_comps - new_comps).elements()),
         text_diff=text_diff, text_diff_omitted=omitted,

@@ -47,6 +47,11 @@ class EntryParam:
     def is_rng(self) -> bool:
         return self.role in ("rng_key", "rng_count")
 
+    def to_record(self) -> dict:
+        """What results and the cache keep of a parameter (``count --params`` adds name, layout, sharding)."""
+        return {"index": self.index, "path": self.path, "role": self.role, "dtype": self.dtype,
+                "dims": list(self.shape.dims), "bytes": self.bytes, "pattern": self.pattern}
+
 
 def path_from_keystr(keystr: str) -> str | None:
     """``state['model']['layers_0']['rngs']['key'].value`` -> ``state.model.layers_0.rngs.key``."""

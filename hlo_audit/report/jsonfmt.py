@@ -26,12 +26,8 @@ def count_record(a: Analysis, with_params: bool = False) -> dict:
         "groups": s.groups,
     }
     if with_params:
-        record["params"] = [
-            {"index": p.index, "name": p.name, "path": p.path, "role": p.role, "dtype": p.dtype,
-             "dims": list(p.shape.dims), "layout": p.shape.layout, "sharding": p.sharding,
-             "pattern": p.pattern, "bytes": p.bytes}
-            for p in a.params
-        ]
+        record["params"] = [{**p.to_record(), "name": p.name, "layout": p.shape.layout, "sharding": p.sharding}
+                            for p in a.params]
     return record
 
 
