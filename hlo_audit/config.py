@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hlo_audit.matrix import Cell, expand
+from hlo_audit.matrix import RULE_KEYS, Cell, expand, matches_rule
 
 DEFAULT_CONFIG_FILE = "hlo-audit.toml"
 
@@ -57,7 +57,7 @@ DEFAULTS: dict = {
 }
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail",
                   "dead_rng": "warn"}
-_WAIVER_MATCH_KEYS = frozenset({"model", "scan", "quant", "layers", "platform"})
+_WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)
 
 
@@ -94,8 +94,7 @@ class Config:
                       excluded=self._excluded)
 
     def _excluded(self, cell: Cell) -> bool:
-        return any(all(str(getattr(cell, "scan_label" if k == "scan" else k)) == str(v) for k, v in rule.items())
-                   for rule in self.exclude)
+        return any(matches_rule(cell, rule) for rule in self.exclude)
 
 
 def _resolve_depth(depth: int | str, model: str, full_depth) -> int:
@@ -199,9 +198,9 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     if not isinstance(exclude, list) or not all(isinstance(r, dict) for r in exclude):
         fail("exclude", "expected an array of tables, e.g. [[tool.hlo-audit.exclude]] model = 'x'")
     for i, rule in enumerate(exclude):
-        bad = sorted(set(rule) - {"model", "scan", "quant", "layers", "platform"})
+        bad = sorted(set(rule) - _WAIVER_MATCH_KEYS)
         if bad:
-            fail(f"exclude[{i}].{bad[0]}", "unknown key (use model, scan, quant, layers, platform)")
+            fail(f"exclude[{i}].{bad[0]}", f"unknown key (use {', '.join(RULE_KEYS)})")
     policy = merged["policy"]
     if not isinstance(policy, dict):
         fail("policy", "expected a table of rule = 'fail' | 'warn' | 'off'")

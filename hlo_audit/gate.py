@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from hlo_audit.golden import Golden, environment
 from hlo_audit.hlo.diff import count_delta
+from hlo_audit.matrix import matches_rule
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series, rng_slope
 
@@ -42,10 +43,7 @@ class Waiver:
     pattern: str | None = None  # dead_rng only: a glob over stream patterns; None waives the whole finding
 
     def covers(self, rule: str, result: CellResult) -> bool:
-        c = result.cell
-        values = {"model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": str(c.layers),
-                  "platform": c.platform}
-        return rule == self.rule and all(values.get(k) == str(v) for k, v in self.match.items())
+        return rule == self.rule and matches_rule(result.cell, self.match)
 
     def covers_pattern(self, pattern: str) -> bool:
         return self.pattern is not None and fnmatch.fnmatchcase(pattern, self.pattern)

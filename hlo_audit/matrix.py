@@ -8,7 +8,7 @@ pytest item and a report row are named by, so it must never depend on dict order
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 # `--only` keys and the cell attribute each one filters.
@@ -77,6 +77,15 @@ def parse_only(spec: str | None) -> dict[str, set[str]]:
 
 def matches(cell: Cell, filters: dict[str, set[str]]) -> bool:
     return all(str(getattr(cell, FILTER_KEYS[key])) in values for key, values in filters.items())
+
+
+# What a config's exclude rule or waiver may match on.
+RULE_KEYS = ("model", "scan", "quant", "layers", "platform")
+
+
+def matches_rule(cell: Cell, rule: Mapping[str, object]) -> bool:
+    """An exclude rule or a waiver's cell table: every key equals the cell's (``scan`` as on/off)."""
+    return matches(cell, {k: {str(v)} for k, v in rule.items()})
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
