@@ -28,8 +28,6 @@ from hlo_audit.matrix import matches_rule
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series, rng_slope
 
-RULES = ("count", "rng_scaling", "hlo_text", "missing_golden", "dead_rng")
-ACTIONS = ("fail", "warn", "off")
 SEVERITIES = ("ok", "improvement", "advisory", "waived", "stale", "unavailable", "regression", "error")
 FAILING = frozenset({"regression", "error"})
 TEXT_DIFF_LINES = 40

@@ -110,7 +110,7 @@ def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = N
     if picked is None:
         return chosen
     k, n = picked
-    series = sorted({c.series for c in chosen}, key=lambda s: min(c.id for c in chosen if c.series == s))
+    series = list(dict.fromkeys(c.series for c in chosen))  # in order of each series' first (smallest) id
     mine = {s for i, s in enumerate(series) if i % n == k - 1}
     return [c for c in chosen if c.series in mine]
 

@@ -23,8 +23,6 @@ from hlo_audit.hlo.text import HloParseError
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.base import Lowering, Unavailable, get_target
 
-STATUSES = ("ok", "unavailable", "error")
-
 
 @dataclass
 class CellResult:

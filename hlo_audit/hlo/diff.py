@@ -85,7 +85,7 @@ def _param_groups(old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], 
 
 def opcode_dtype_histogram(module: HloModule) -> Counter[str]:
     """``opcode:dtype`` -> instructions over the whole module (``tuple`` for tuple-shaped ones)."""
-    return Counter(f"{i.opcode}:{i.shape.dtype or 'tuple'}" for i in module.instructions())
+    return _histogram(module, lambda i: f"{i.opcode}:{i.shape.dtype or 'tuple'}")
 
 
 def _computation_names(text: str) -> Counter[str]:
@@ -96,22 +96,16 @@ def _computation_names(text: str) -> Counter[str]:
     return names
 
 
-def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> list[str]:
-    def histogram(module: HloModule, key) -> Counter:
-        return Counter(key(i) for i in module.instructions())
+def _histogram(module: HloModule, key) -> Counter:
+    return Counter(key(i) for i in module.instructions())
 
-    kinds = []
-    if params_differ:
-        kinds.append("parameters")
-    if histogram(old, lambda i: i.opcode) != histogram(new, lambda i: i.opcode):
-        kinds.append("ops")
-    if histogram(old, lambda i: (i.opcode, i.shape.dtype, i.shape.dims)) != histogram(
-            new, lambda i: (i.opcode, i.shape.dtype, i.shape.dims)):
-        kinds.append("shapes")
-    if histogram(old, lambda i: i.shape.layout) != histogram(new, lambda i: i.shape.layout):
-        kinds.append("layouts")
-    if histogram(old, lambda i: i.attrs.get("sharding")) != histogram(new, lambda i: i.attrs.get("sharding")):
-        kinds.append("shardings")
+
+def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> list[str]:
+    kinds = ["parameters"] if params_differ else []
+    for kind, key in (("ops", lambda i: i.opcode), ("shapes", lambda i: (i.opcode, i.shape.dtype, i.shape.dims)),
+                      ("layouts", lambda i: i.shape.layout), ("shardings", lambda i: i.attrs.get("sharding"))):
+        if _histogram(old, key) != _histogram(new, key):
+            kinds.append(kind)
     return kinds or ["attributes"]
 
 

@@ -89,8 +89,7 @@ def _kernel_call(instr: Instruction) -> bool:
 class _Namer:
     """Canonical names for one module."""
 
-    def __init__(self, module: HloModule, params: Sequence[EntryParam]):
-        self.module = module
+    def __init__(self, params: Sequence[EntryParam]):
         self.entry_param_names = _entry_param_names(params)
         self.computation_names: dict[str, str] = {}
         self.computation_copies: dict[str, int] = {}
@@ -201,7 +200,7 @@ def _entry_param_names(params: Sequence[EntryParam]) -> dict[int, str]:
 
 def normalize(module: HloModule, params: Sequence[EntryParam] | None = None) -> str:
     """The module's canonical text (ends with a newline)."""
-    namer = _Namer(module, params if params is not None else entry_params(module))
+    namer = _Namer(params if params is not None else entry_params(module))
     header_attrs = ", ".join(f"{k}={v}" for k, v in sorted(module.header_attrs.items()))
     header = f"HloModule {strip_number_suffix(module.name)}" + (f", {header_attrs}" if header_attrs else "")
     lines = [strip_index_comments(header)]

@@ -107,12 +107,12 @@ def collapse_layers(path: str) -> str:
 def _rng_owner(parts: list[str]) -> int | None:
     """Index of the component that holds an Rngs object (``rngs``, ``to_nnx__rngs``...), if any."""
     for i, part in enumerate(parts):
-        if part == "rngs" or part.endswith("__rngs") or part.endswith("_rngs"):
+        if part == "rngs" or part.endswith("_rngs"):  # also `to_nnx__rngs`
             return i
     return None
 
 
-def classify(path: str, shape: Shape, top_level_args: int = 1) -> str:
+def classify(path: str, shape: Shape) -> str:
     parts = path.split(".")
     last = parts[-1]
     owner = _rng_owner(parts)
