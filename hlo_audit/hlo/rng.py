@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, operand_index
 
 # Stands in for an operand computed from RNG state alone (a drawn key, say) once that is stripped.
 RNG_VALUE = "rng_value"
@@ -46,7 +46,7 @@ def rng_derived(entry: Computation, rng_params: set[str]) -> set[str]:
             constant_only.add(instr.name)
         elif bases and all(b in derived or b in constant_only for b in bases) and any(
                 b in derived for b in bases):
-            if instr.opcode == "get-tuple-element" or "#" in "".join(instr.operands):
+            if instr.reads_tuple_element:
                 if not _element_is_derived(instr, entry, derived):
                     continue
             derived.add(instr.name)
@@ -63,10 +63,8 @@ def _element_is_derived(instr: Instruction, entry: Computation, derived: set[str
 
 
 def _element_index(instr: Instruction) -> int:
-    ref = instr.operands[0]
-    if "#" in ref:
-        return int(ref.split("#", 1)[1])
-    return int(instr.attrs["index"])
+    index = operand_index(instr.operands[0])
+    return index if index is not None else int(instr.attrs["index"])
 
 
 def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[HloModule, list[EntryParam]]:
@@ -127,7 +125,7 @@ def _remap_ref(ref: str, tuple_keep: dict[str, list[int]], derived: set[str]) ->
         return RNG_VALUE
     if "#" not in ref or base not in tuple_keep:
         return ref
-    return f"{base}#{tuple_keep[base].index(int(ref.split('#', 1)[1]))}"
+    return f"{base}#{tuple_keep[base].index(operand_index(ref))}"
 
 
 def _tuple_shape(elements: list[Shape]) -> Shape:

@@ -36,8 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo.params import EntryParam, collapse_layers
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, split_name_list, \
-    strip_number_suffix
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, operand_index, \
+    split_name_list, strip_number_suffix
 
 VERDICTS = ("drawn", "carried", "unknown")
 
@@ -155,11 +155,8 @@ class _Dataflow:
         return result
 
     def operand(self, values: dict, ref: str):
-        base = operand_base(ref)
-        value = values[base]
-        if "#" in ref:
-            return value[int(ref.split("#", 1)[1])]
-        return value
+        value, index = values[operand_base(ref)], operand_index(ref)
+        return value if index is None else value[index]
 
     def instruction(self, comp: Computation, instr: Instruction, values: dict, inputs: Sequence,
                     events: _Events):

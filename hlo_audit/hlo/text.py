@@ -117,6 +117,11 @@ class Instruction:
         return [operand_base(op) for op in self.operands]
 
     @property
+    def reads_tuple_element(self) -> bool:
+        """A get-tuple-element, or an operand written ``t#k`` (element k of tuple t)."""
+        return self.opcode == "get-tuple-element" or any("#" in ref for ref in self.operands)
+
+    @property
     def parameter_number(self) -> int | None:
         return int(self.literal) if self.opcode == "parameter" else None
 
@@ -188,6 +193,12 @@ def strip_index_comments(text: str) -> str:
 def operand_base(ref: str) -> str:
     """``arg_tuple.1#0`` -> ``arg_tuple.1``."""
     return ref.split("#", 1)[0]
+
+
+def operand_index(ref: str) -> int | None:
+    """``arg_tuple.1#0`` -> 0: the tuple element a reference reads; None for a plain name (parsed modules only:
+    the parser checks every index)."""
+    return int(ref.split("#", 1)[1]) if "#" in ref else None
 
 
 def split_name_list(value: str) -> list[str]:
@@ -451,7 +462,7 @@ def _link(module: HloModule) -> None:
                 if callee not in module.computations:
                     raise HloParseError(f"{instr.name} calls undefined computation {callee!r}",
                                         module.source, instr.line)
-            if instr.opcode == "get-tuple-element" or "#" in "".join(instr.operands):
+            if instr.reads_tuple_element:
                 _check_tuple_access(instr, by_name, module.source)
     _check_no_call_cycle(module)
 
