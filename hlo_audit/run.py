@@ -21,7 +21,7 @@ from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.matrix import Cell
-from hlo_audit.targets.base import Lowering, Unavailable, get_target
+from hlo_audit.targets.base import CellConfigError, Lowering, TargetError, Unavailable, get_target, one_line
 
 
 @dataclass
@@ -90,12 +90,6 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception as one line: its own message, or its type when it has none."""
-    message = " ".join(str(exc).split())
-    return message or type(exc).__name__
-
-
 def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None]:
     """Lower and analyse one cell; never raises (runs in worker processes too)."""
     started = time.perf_counter()
@@ -110,7 +104,7 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
         return CellResult(cell=cell, status="error", message=f"unparseable HLO: {one_line(exc)}", key=key), None
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
-        if type(exc).__name__ not in ("MaxTextConfigError", "TargetError"):
+        if not isinstance(exc, (CellConfigError, TargetError)):
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             detail = f"{type(exc).__name__}: {detail} ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
         return CellResult(cell=cell, status="error", message=detail, key=key), None

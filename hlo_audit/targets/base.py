@@ -24,12 +24,31 @@ class TargetError(ValueError):
     """The target spec does not resolve, or the target misbehaves; one line naming it."""
 
 
+class CellConfigError(Exception):
+    """The model's own configuration system rejected the cell; its message says why (no code location needed)."""
+
+
 @dataclass(frozen=True)
 class Lowering:
     """What lowering one cell produced: HLO text and, when known, jax's pytree keys of each entry parameter."""
 
     text: str
     arg_keys: tuple[tuple[str, ...], ...] | None = None
+
+    @classmethod
+    def of(cls, lowered, stage: str) -> "Lowering":
+        """The text of a jax ``Lowered`` at ``stage`` ("lowered" or "compiled"), with its argument paths."""
+        if stage == "compiled":
+            # jax does not promise the compiled module keeps the lowering's parameter order: text names only.
+            return cls(text=lowered.compile().as_text())
+        from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax: imported only by what lowers)
+
+        return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its own message, or its type when it has none."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class Target(Protocol):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import jax
 
-from hlo_audit.attribution import arg_keys
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.base import Lowering, TargetError
 
@@ -53,9 +52,7 @@ class CallableTarget:
         else:
             raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
                               "(jax.jit(f).trace(...)) or Lowered")
-        if cell.stage == "compiled":
-            return Lowering(text=lowered.compile().as_text())
-        return Lowering(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
+        return Lowering.of(lowered, cell.stage)
 
     def full_depth(self, model: str) -> int:
         depth = getattr(self.function, "full_depth", None)

@@ -56,6 +56,8 @@ import jax
 import pydantic
 import yaml
 
+from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
+
 __all__ = [
     "MaxTextConfigError",
     "TRAIN_STEP_ARG_NAMES",
@@ -83,7 +85,7 @@ _QUIET_SETTINGS = {
 }
 
 
-class MaxTextConfigError(Exception):
+class MaxTextConfigError(CellConfigError):
     """MaxText rejected the configuration; the message is MaxText's, on one line."""
 
 
@@ -238,7 +240,7 @@ def _one_line(error: Exception) -> str:
         return "; ".join(
             f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e.get('input')!r})" for e in error.errors()
         )
-    return " ".join(str(error).split()) or type(error).__name__
+    return one_line(error)
 
 
 @contextlib.contextmanager
@@ -311,7 +313,6 @@ class MaxTextTarget:
     name = "maxtext"
 
     def check_available(self, cell) -> None:
-        from hlo_audit.targets.base import Unavailable  # noqa: PLC0415
 
         if cell.quant.startswith(TE_PREFIX):
             # TE's JAX extension builds only against a CUDA-enabled jax; its recipes lower custom calls
@@ -324,19 +325,13 @@ class MaxTextTarget:
             raise Unavailable(f"stage 'compiled' needs a {cell.platform} device on this machine")
 
     def lower(self, cell):
-        from hlo_audit.attribution import arg_keys  # noqa: PLC0415
-        from hlo_audit.targets.base import Lowering  # noqa: PLC0415
-
         self.check_available(cell)
         lowered = lower_train_step(
             cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
             per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
             overrides=dict(cell.overrides),
         )
-        if cell.stage == "compiled":
-            # jax does not promise the compiled module keeps the lowering's parameter order: text names only.
-            return Lowering(text=lowered.compile().as_text())
-        return Lowering(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
+        return Lowering.of(lowered, cell.stage)
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
