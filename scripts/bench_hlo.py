@@ -29,6 +29,7 @@ from importlib import metadata
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
+from hlo_audit.cache import write_atomic  # noqa: E402
 from hlo_audit.hlo.analysis import Analysis, analyze  # noqa: E402
 from hlo_audit.hlo.normalize import normalize  # noqa: E402
 from hlo_audit.hlo.rng_flow import classify_streams  # noqa: E402
@@ -107,10 +108,7 @@ def cached_hlo(cache_dir: pathlib.Path | None) -> pathlib.Path:
           file=sys.stderr)
     started = time.perf_counter()
     text = _lower()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    partial.write_text(text)
-    partial.replace(path)  # atomic: a concurrent or interrupted run never sees half a file
+    write_atomic(path, text)  # a concurrent or interrupted run never sees half a file
     print(f"lowered in {time.perf_counter() - started:.0f} s -> {path}", file=sys.stderr)
     return path
 

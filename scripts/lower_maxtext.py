@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import re
 import sys
 import time
 
@@ -26,9 +25,9 @@ import jax
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from hlo_audit.attribution import key_name, parameter_numbers  # noqa: E402
+from hlo_audit.hlo.text import parse_module  # noqa: E402
 from hlo_audit.targets import maxtext  # noqa: E402
 
-_ENTRY_PARAM = re.compile(r"= (\w+)\[([\d,]*)\]\S* parameter\((\d+)\)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,13 +131,8 @@ def _dotted(path) -> str:
 
 
 def _entry_parameters(hlo_text: str) -> dict[int, tuple[str, list[int]]]:
-    """ENTRY parameter number -> (HLO element type, dims), from the ENTRY block's lines."""
-    entry = hlo_text[hlo_text.index("\nENTRY ") :]
-    entry = entry[: entry.index("\n}")]
-    return {
-        int(number): (element, [int(d) for d in dims.split(",") if d])
-        for element, dims, number in _ENTRY_PARAM.findall(entry)
-    }
+    """ENTRY parameter number -> (HLO element type, dims)."""
+    return {p.parameter_number: (p.shape.dtype, list(p.shape.dims)) for p in parse_module(hlo_text).entry.parameters}
 
 
 def _hlo_element_type(dtype: str) -> str:
