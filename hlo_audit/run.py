@@ -119,10 +119,10 @@ def _target(spec: str):
     return _TARGETS[spec]
 
 
-def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, tuple[str, ...] | None, str | None]:
+def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None]:
+    """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
     result, lowering = _lower_one(target_spec, cell, key)
-    return (result.to_record(), (lowering.text if lowering else None), (lowering.arg_keys if lowering else None),
-            result.normalized)
+    return result.to_record(), result.normalized, lowering
 
 
 def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[CellResult]:
@@ -157,11 +157,13 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
     yield from _lower_pending(pending, cache, jobs)
 
 
-def _store(cache: Cache, result: CellResult, text: str | None, keys) -> CellResult:
-    result.text = text
-    if result.status == "ok" and text is not None:
-        cache.put_lowering(result.key, text, {"cell": result.cell.id, "seconds": result.lower_seconds,
-                                              "arg_keys": [list(k) for k in keys] if keys is not None else None})
+def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellResult:
+    if result.status == "ok" and lowering is not None:
+        result.text = lowering.text
+        keys = lowering.arg_keys
+        cache.put_lowering(result.key, lowering.text, {
+            "cell": result.cell.id, "seconds": result.lower_seconds,
+            "arg_keys": [list(k) for k in keys] if keys is not None else None})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 
@@ -172,7 +174,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
     if jobs <= 1 or len(pending) == 1:
         for cell, key in pending:
             result, lowering = _lower_one(cell.target, cell, key)
-            yield _store(cache, result, lowering.text if lowering else None, lowering.arg_keys if lowering else None)
+            yield _store(cache, result, lowering)
         return
     # Spawned, not forked: jax and MaxText hold threads and global config that a fork would copy mid-state.
     context = multiprocessing.get_context("spawn")
@@ -181,10 +183,10 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
         for future in concurrent.futures.as_completed(futures):
             cell, key = futures[future]
             try:
-                record, text, keys, normalized = future.result()
+                record, normalized, lowering = future.result()
             except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
                 yield CellResult(cell=cell, status="error", message=f"worker process failed: {one_line(exc)}", key=key)
                 continue
             result = CellResult.from_record(record)
             result.normalized = normalized
-            yield _store(cache, result, text, keys)
+            yield _store(cache, result, lowering)
