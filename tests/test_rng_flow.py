@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 
+KEY = "state__a____rngs____key___value.1"
+
 THREEFRY = """
 threefry2x32.1 {
   Arg_0.1 = u32[2]{0} parameter(0)
@@ -31,6 +33,19 @@ def _stream(name: str, number: int) -> str:
 def verdicts(text: str) -> dict[str, tuple[str, str, float]]:
     report = analyze(text, "test.hlo").rng
     return {s.path: (s.verdict, s.where, s.increments) for s in report.streams}
+
+
+def one_stream(body: str, out: str, computations: str = THREEFRY) -> str:
+    """A module with stream ``a`` and a weight ``w.1`` in its entry: runs ``body`` (instruction lines) and returns
+    ``(out, a's key, a's count)``, the key and count handed back unchanged."""
+    return f"""HloModule m
+{computations}
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
+{body.strip(chr(10))}
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple({out}, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
+}}
+"""
 
 
 def test_key_handed_back_through_pass_through_ops_and_count_incremented_is_carried():
@@ -53,16 +68,11 @@ ENTRY main.1 {{
 
 
 def test_key_folded_into_random_bits_that_reach_the_loss_is_drawn():
-    text = f"""HloModule m
-{THREEFRY}
-ENTRY main.1 {{
-{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
-  bits.1 = u32[2]{{0}} call(state__a____rngs____key___value.1, state__a____rngs____key___value.1), to_apply=threefry2x32.1
+    text = one_stream(f"""
+  bits.1 = u32[2]{{0}} call({KEY}, {KEY}), to_apply=threefry2x32.1
   f.1 = f32[2]{{0}} convert(bits.1)
   loss.1 = f32[2]{{0}} add(w.1, f.1)
-  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
-}}
-"""
+""", "loss.1")
     assert verdicts(text) == {"state.a.rngs": ("drawn", "main.1/bits.1", 0)}
 
 
@@ -134,73 +144,55 @@ def test_unknown_trip_count_is_said():
 
 
 def test_key_into_a_custom_call_it_does_not_know_is_unknown_and_says_where():
-    text = f"""HloModule m
-
-ENTRY main.1 {{
-{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
-  mystery.1 = f32[2]{{0}} custom-call(state__a____rngs____key___value.1, w.1), custom_call_target="my_kernel"
-  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(mystery.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
-}}
-"""
+    text = one_stream(f"""
+  mystery.1 = f32[2]{{0}} custom-call({KEY}, w.1), custom_call_target="my_kernel"
+""", "mystery.1", computations="")
     verdict, where, _ = verdicts(text)["state.a.rngs"]
     assert verdict == "unknown" and "main.1/mystery.1" in where and "my_kernel" in where
 
 
 def test_key_used_as_plain_data_is_unknown_naming_the_output():
-    text = f"""HloModule m
-
-ENTRY main.1 {{
-{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
-  f.1 = f32[2]{{0}} convert(state__a____rngs____key___value.1)
+    text = one_stream(f"""
+  f.1 = f32[2]{{0}} convert({KEY})
   loss.1 = f32[2]{{0}} add(w.1, f.1)
-  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
-}}
-"""
+""", "loss.1", computations="")
     assert verdicts(text)["state.a.rngs"][:2] == ("unknown", "the key reaches output 0 without random-bit generation")
 
 
 def test_a_branch_chosen_by_random_bits_makes_the_stream_drawn():
-    text = f"""HloModule m
-{THREEFRY}
-yes.2 {{
-  y.2 = f32[2]{{0}} parameter(0)
-  ROOT n.2 = f32[2]{{0}} negate(y.2)
-}}
+    branches = """
+yes.2 {
+  y.2 = f32[2]{0} parameter(0)
+  ROOT n.2 = f32[2]{0} negate(y.2)
+}
 
-no.3 {{
-  ROOT z.3 = f32[2]{{0}} parameter(0)
-}}
-
-ENTRY main.1 {{
-{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
-  bits.1 = u32[2]{{0}} call(state__a____rngs____key___value.1, state__a____rngs____key___value.1), to_apply=threefry2x32.1
+no.3 {
+  ROOT z.3 = f32[2]{0} parameter(0)
+}
+"""
+    text = one_stream(f"""
+  bits.1 = u32[2]{{0}} call({KEY}, {KEY}), to_apply=threefry2x32.1
   first.1 = u32[1]{{0}} slice(bits.1), slice={{[0:1]}}
   scalar.1 = u32[] reshape(first.1)
   zero.1 = u32[] constant(0)
   pick.1 = pred[] compare(scalar.1, zero.1), direction=EQ
   out.2 = f32[2]{{0}} conditional(pick.1, w.1, w.1), true_computation=yes.2, false_computation=no.3
-  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(out.2, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
-}}
-"""
+""", "out.2", computations=THREEFRY + branches)
     assert verdicts(text)["state.a.rngs"][0] == "drawn"
 
 
 def test_optimized_dump_fusion_named_threefry_by_metadata_counts_as_random_bits():
-    text = f"""HloModule m
-
-fused.2 {{
-  a.2 = u32[2]{{0}} parameter(0)
-  ROOT x.2 = u32[2]{{0}} xor(a.2, a.2)
-}}
-
-ENTRY main.1 {{
-{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
-  bits.1 = u32[2]{{0}} fusion(state__a____rngs____key___value.1), kind=kLoop, calls=fused.2, metadata={{op_name="jit(train_step)/threefry2x32"}}
+    fused = """
+fused.2 {
+  a.2 = u32[2]{0} parameter(0)
+  ROOT x.2 = u32[2]{0} xor(a.2, a.2)
+}
+"""
+    text = one_stream(f"""
+  bits.1 = u32[2]{{0}} fusion({KEY}), kind=kLoop, calls=fused.2, metadata={{op_name="jit(train_step)/threefry2x32"}}
   f.1 = f32[2]{{0}} convert(bits.1)
   loss.1 = f32[2]{{0}} add(w.1, f.1)
-  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
-}}
-"""
+""", "loss.1", computations=fused)
     assert verdicts(text)["state.a.rngs"][0] == "drawn"
 
 
@@ -250,20 +242,16 @@ def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
 
 
 def test_random_bits_drawn_inside_an_async_computation_reach_the_output():
-    text = f"""HloModule m
-{THREEFRY}
-wrapped.2 {{
-  k.2 = u32[2]{{0}} parameter(0)
-  ROOT bits.2 = u32[2]{{0}} call(k.2, k.2), to_apply=threefry2x32.1
-}}
-
-ENTRY main.1 {{
-{_stream("a", 0)}  w.1 = f32[2]{{0}} parameter(2)
-  start.1 = ((u32[2]{{0}}), u32[2]{{0}}, s32[]) async-start(state__a____rngs____key___value.1), calls=wrapped.2
+    wrapped = """
+wrapped.2 {
+  k.2 = u32[2]{0} parameter(0)
+  ROOT bits.2 = u32[2]{0} call(k.2, k.2), to_apply=threefry2x32.1
+}
+"""
+    text = one_stream(f"""
+  start.1 = ((u32[2]{{0}}), u32[2]{{0}}, s32[]) async-start({KEY}), calls=wrapped.2
   done.1 = u32[2]{{0}} async-done(start.1)
   f.1 = f32[2]{{0}} convert(done.1)
   loss.1 = f32[2]{{0}} add(w.1, f.1)
-  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]) tuple(loss.1, state__a____rngs____key___value.1, state__a____rngs____count___value.1)
-}}
-"""
+""", "loss.1", computations=THREEFRY + wrapped)
     assert verdicts(text)["state.a.rngs"] == ("drawn", "wrapped.2/bits.2", 0)
