@@ -197,42 +197,23 @@ def _maxtext_kind(stream: str) -> str:
 # AqtDotGeneral draws its stochastic-rounding key from the 'params' stream (prng_name='params'), so the
 # ToNNX fork's 'params' key is used and its 'aqt' and 'dropout' keys are not; MaxText's own Dropout draws at
 # rate > 0; the attention's Rngs and the scanned decoder's Rngs are never drawn.
+STREAMS = ("params", "aqt", "dropout")
+# Each quantized dot's ToNNX fork: AQT's AqtDotGeneral draws from 'params' only.
+AQT = {"AqtDotGeneral_0.to_nnx__rngs.params": True, "AqtDotGeneral_0.to_nnx__rngs.aqt": False,
+       "AqtDotGeneral_0.to_nnx__rngs.dropout": False}
+
+
+def never_drawn(owner: str) -> dict[str, bool]:
+    """An Rngs (``<owner>.rngs``) whose three streams the step never draws from."""
+    return {f"{owner}.rngs.{stream}": False for stream in STREAMS}
+
+
 MAXTEXT_EXPECTED = {
-    "maxtext_int8_unrolled": {
-        "AqtDotGeneral_0.to_nnx__rngs.params": True,
-        "AqtDotGeneral_0.to_nnx__rngs.aqt": False,
-        "AqtDotGeneral_0.to_nnx__rngs.dropout": False,
-        "self_attention.rngs.params": False,
-        "self_attention.rngs.aqt": False,
-        "self_attention.rngs.dropout": False,
-    },
-    "maxtext_int8_unrolled_dropout": {
-        "AqtDotGeneral_0.to_nnx__rngs.params": True,
-        "AqtDotGeneral_0.to_nnx__rngs.aqt": False,
-        "AqtDotGeneral_0.to_nnx__rngs.dropout": False,
-        "attention_op.rngs.params": False,
-        "attention_op.rngs.aqt": False,
-        "attention_op.rngs.dropout": False,
-        "dropout.rngs.params": False,
-        "dropout.rngs.aqt": False,
-        "dropout.rngs.dropout": True,
-    },
-    "maxtext_none_unrolled": {
-        "self_attention.rngs.params": False,
-        "self_attention.rngs.aqt": False,
-        "self_attention.rngs.dropout": False,
-    },
-    "maxtext_int8_scan": {
-        "AqtDotGeneral_0.to_nnx__rngs.params": True,
-        "AqtDotGeneral_0.to_nnx__rngs.aqt": False,
-        "AqtDotGeneral_0.to_nnx__rngs.dropout": False,
-        "self_attention.rngs.params": False,
-        "self_attention.rngs.aqt": False,
-        "self_attention.rngs.dropout": False,
-        "decoder.rngs.params": False,
-        "decoder.rngs.aqt": False,
-        "decoder.rngs.dropout": False,
-    },
+    "maxtext_int8_unrolled": {**AQT, **never_drawn("self_attention")},
+    "maxtext_int8_unrolled_dropout": {**AQT, **never_drawn("attention_op"), **never_drawn("dropout"),
+                                      "dropout.rngs.dropout": True},
+    "maxtext_none_unrolled": never_drawn("self_attention"),
+    "maxtext_int8_scan": {**AQT, **never_drawn("self_attention"), **never_drawn("decoder")},
 }
 
 
