@@ -45,8 +45,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen, nnx
 
+# The shipped example's NNX idioms (scan-over-layers, the SGD train step): the fixtures lower the same code.
+from hlo_audit.examples.nnx_mlp import make_step, scan_layers, stacked_layers
+
 BATCH = 4
-LEARNING_RATE = 0.1
 BRIDGES = (None, "draws", "nodraw")
 
 # The name of the jitted step. In XLA dumps its module is "jit_<STEP_NAME>".
@@ -155,25 +157,14 @@ class Model(nnx.Module):
         if spec.rngs:
             self.rngs = rngs
         if spec.scan:
-
-            @nnx.split_rngs(splits=spec.layers)
-            @nnx.vmap(in_axes=(0,), out_axes=0)
-            def create(r: nnx.Rngs):
-                return Block(spec, r)
-
-            self.layers = create(rngs)
+            self.layers = stacked_layers(lambda r: Block(spec, r), spec.layers, rngs)
         else:
             for i in range(spec.layers):
                 setattr(self, f"layers_{i}", Block(spec, rngs))
 
     def __call__(self, x):
         if self.scan:
-
-            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
-            def forward(h, layer):
-                return layer(h)
-
-            return forward(x, self.layers)
+            return scan_layers(x, self.layers)
         for i in range(self.num_layers):
             x = getattr(self, f"layers_{i}")(x)
         return x
@@ -186,24 +177,6 @@ def build(spec: ModelSpec) -> Model:
 
 def _input(spec: ModelSpec) -> jax.Array:
     return jnp.asarray(np.linspace(-1.0, 1.0, BATCH * spec.width, dtype=np.float32).reshape(BATCH, spec.width))
-
-
-def make_step(graphdef):
-    """``train_step(state, x) -> (new_state, loss)``: merge, forward, loss, grads w.r.t. nnx.Param, SGD."""
-
-    def train_step(state, x):
-        model = nnx.merge(graphdef, state)
-
-        def loss_fn(m):
-            y = m(x)
-            return jnp.mean(y * y)
-
-        loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param))(model)
-        params = nnx.state(model, nnx.Param)
-        nnx.update(model, jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads))
-        return nnx.state(model), loss
-
-    return train_step
 
 
 def _setup(spec: ModelSpec):

@@ -14,6 +14,46 @@ from flax import nnx
 from hlo_audit import Unavailable
 
 DROPOUT = {"none": None, "dropout0": 0.0, "dropout": 0.1}
+LEARNING_RATE = 0.1
+
+
+def stacked_layers(make_block, layers: int, rngs: nnx.Rngs):
+    """``layers`` blocks whose state is stacked on a leading axis: flax's scan-over-layers (split_rngs + vmap)."""
+
+    @nnx.split_rngs(splits=layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def create(r: nnx.Rngs):
+        return make_block(r)
+
+    return create(rngs)
+
+
+def scan_layers(x, layers):
+    """Apply stacked layers with ``nnx.scan``: the body is traced once, whatever the depth."""
+
+    @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
+    def forward(h, layer):
+        return layer(h)
+
+    return forward(x, layers)
+
+
+def make_step(graphdef):
+    """``train_step(state, x) -> (new_state, loss)``: merge, forward, mean-square loss, grads w.r.t. nnx.Param, SGD."""
+
+    def train_step(state, x):
+        model = nnx.merge(graphdef, state)
+
+        def loss_fn(m):
+            y = m(x)
+            return jnp.mean(y * y)
+
+        loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param))(model)
+        params = nnx.state(model, nnx.Param)
+        nnx.update(model, jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads))
+        return nnx.state(model), loss
+
+    return train_step
 
 
 class Block(nnx.Module):
@@ -30,22 +70,13 @@ class MLP(nnx.Module):
     def __init__(self, layers: int, scan: bool, width: int, rate: float | None, rngs: nnx.Rngs):
         self.scan = scan
         if scan:
-            @nnx.split_rngs(splits=layers)
-            @nnx.vmap(in_axes=(0,), out_axes=0)
-            def create(r: nnx.Rngs):
-                return Block(width, rate, r)
-
-            self.layers = create(rngs)
+            self.layers = stacked_layers(lambda r: Block(width, rate, r), layers, rngs)
         else:
             self.layers = nnx.List([Block(width, rate, rngs) for _ in range(layers)])
 
     def __call__(self, x):
         if self.scan:
-            @nnx.scan(in_axes=(nnx.Carry, 0), out_axes=nnx.Carry)
-            def forward(h, layer):
-                return layer(h)
-
-            return forward(x, self.layers)
+            return scan_layers(x, self.layers)
         for layer in self.layers:
             x = layer(x)
         return x
@@ -58,20 +89,8 @@ def lower(cell) -> jax.stages.Traced:
     width = int(dict(cell.overrides).get("width", 16))
     model = nnx.eval_shape(lambda: MLP(cell.layers, cell.scan, width, DROPOUT[cell.quant], nnx.Rngs(0, dropout=1)))
     graphdef, state = nnx.split(model)
-
-    def train_step(state, x):
-        model = nnx.merge(graphdef, state)
-
-        def loss_fn(m):
-            return jnp.mean(m(x) ** 2)
-
-        loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, nnx.Param))(model)
-        params = nnx.state(model, nnx.Param)
-        nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads))
-        return nnx.state(model), loss
-
     x = jax.ShapeDtypeStruct((cell.batch, width), jnp.float32)
-    return jax.jit(train_step, donate_argnums=0).trace(state, x)
+    return jax.jit(make_step(graphdef), donate_argnums=0).trace(state, x)
 
 
 lower.full_depth = {"mlp": 8}
