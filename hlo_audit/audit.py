@@ -10,12 +10,12 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_audit import golden
 from hlo_audit.cache import Cache
-from hlo_audit.config import TE_RECIPES, Config, load_config
+from hlo_audit.config import Config, load_config
 from hlo_audit.errors import InputError
 from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
 from hlo_audit.hlo.analysis import analyze
@@ -55,17 +55,9 @@ def plan(config_path: str | None = None, only: str | None = None, shard: str | N
          layers: str | None = None, cwd: Path | None = None) -> Plan:
     config = load_config(config_path, cwd)
     depths = parse_layers(layers)
-    needs_depth = "full" in (depths or config.layers)
+    needs_depth = "full" in depths if depths else config.uses_full_depth
     full_depth = get_target(config.target).full_depth if needs_depth else None
-    cells = [_te_on_cuda(c) for c in config.cells(full_depth, depths)]
-    return Plan(config=config, cells=select(cells, only, shard))
-
-
-def _te_on_cuda(cell: Cell) -> Cell:
-    """Transformer Engine recipes exist only for CUDA: their cells lower for cuda, and say so in their id."""
-    if cell.target == "maxtext" and cell.quant in TE_RECIPES and cell.platform == "cpu":
-        return replace(cell, platform="cuda")
-    return cell
+    return Plan(config=config, cells=select(config.cells(full_depth, depths), only, shard))
 
 
 _CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L(\d+)(?:/[^/\s]+)*$")
@@ -151,9 +143,7 @@ def normalized_text(cache: Cache, result: CellResult) -> str:
 
 
 def full_matrix_ids(p: Plan) -> set[str]:
-    needs_depth = "full" in p.config.layers
-    cells = p.config.cells(p.full_depth if needs_depth else None)
-    return {_te_on_cuda(c).id for c in cells}
+    return {c.id for c in p.config.cells(p.full_depth if p.config.uses_full_depth else None)}
 
 
 @dataclass
@@ -226,6 +216,7 @@ def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResul
 
 def _result_from_cell_record(c: dict) -> CellResult:
     cell = Cell(model=c["model"], scan=c["scan"] == "on", quant=c["quant"], layers=c["layers"], target=c["target"],
-                platform=c["platform"], stage=c["stage"])
+                batch=c["batch"], seq=c["seq"], platform=c["platform"], stage=c["stage"], step=c["step"],
+                topology=c["topology"], cuda_arch=c["cuda_arch"])
     summary = None if c["entry_params"] is None else {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}
     return CellResult(cell=cell, status=c["status"], message=c["message"], summary=summary, cached=c["cached"])

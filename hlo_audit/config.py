@@ -7,12 +7,13 @@ key (``hlo-audit.toml: quant[2]: unknown quantization 'int9'``), so a broken con
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hlo_audit.matrix import RULE_KEYS, Cell, expand, matches_rule
+from hlo_audit.matrix import RULE_KEYS, Axes, Cell, expand, matches_rule
 
 DEFAULT_CONFIG_FILE = "hlo-audit.toml"
 
@@ -25,16 +26,32 @@ MAXTEXT_QUANTIZATIONS = (
 TE_RECIPES = ("te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4", "te_nvfp4_no_rht")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 STAGES = ("lowered", "compiled")
+STEPS = ("train", "prefill", "generate", "insert")
+_TOPOLOGY = re.compile(r"^v\d+[a-z]*-\d+$")  # MaxText's compile_topology names: v6e-4, v5p-8, v4-16
+_CUDA_ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")  # sm_90, sm_90a, sm_100
+
+
+def is_transformer_engine(quant: str) -> bool:
+    """MaxText's Transformer Engine quantizations (te_no_quant included): they exist only for CUDA."""
+    return quant.startswith("te_")
+
+
+# The axes of a series: top-level keys give the first series and the defaults of every [[matrix]] entry.
+AXIS_KEYS = ("models", "scan", "quant", "layers", "step", "batch", "seq", "platform", "topology", "cuda_arch",
+             "stage", "overrides")
 
 DEFAULTS: dict = {
     "target": "maxtext",
     "models": ["llama3-8b", "qwen3-1.7b", "deepseek3-test"],
     "scan": ["on", "off"],
-    "quant": ["none", "int8", "fp8", "nanoo_fp8", *TE_RECIPES],
+    "quant": ["none", "int8", "fp8", "nanoo_fp8"],
     "layers": [2, 4],
+    "step": ["train"],
     "batch": 1,
     "seq": 128,
     "platform": "cpu",
+    "topology": [],
+    "cuda_arch": [],
     "stage": "lowered",
     "cache_dir": ".hlo-audit-cache",
     "golden_dir": "golden",
@@ -43,6 +60,12 @@ DEFAULTS: dict = {
     # Quantized, its MoE layer's megablox Pallas kernel asserts on the test model's small dims
     # ("v=512 bv=1024"), so the grouped matmul goes through jax's ragged_dot instead.
     "overrides": {"deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False"}},
+    # Further series, each a table of axis keys over the top-level ones (the built-in default's; a config that
+    # sets its own top-level axes and no `matrix` has none of them).
+    "matrix": [
+        # Transformer Engine recipes, cross-lowered for CUDA on any host for a declared GPU architecture.
+        {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"]},
+    ],
     "exclude": [],
     "policy": {},
     "waive": [
@@ -69,29 +92,28 @@ class ConfigError(ValueError):
 class Config:
     source: str  # file the config came from, or "<built-in default>"
     target: str
-    models: tuple[str, ...]
-    scans: tuple[bool, ...]
-    quants: tuple[str, ...]
-    layers: tuple[int | str, ...]  # ints, or "full" for the model's real depth
-    batch: int
-    seq: int
-    platform: str
-    stage: str
+    series: tuple[Axes, ...]  # the top-level series first, then each [[matrix]] entry
     cache_dir: Path
     golden_dir: Path
-    overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     exclude: tuple[Mapping[str, str], ...] = ()
     policy: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_POLICY))
     waivers: tuple[Mapping[str, str], ...] = ()  # each: rule, reason, and cell attributes to match
 
+    @property
+    def uses_full_depth(self) -> bool:
+        return any("full" in axes.layers for axes in self.series)
+
     def cells(self, full_depth=None, layers_override: list[int | str] | None = None) -> list[Cell]:
-        """Expand the matrix. ``full_depth(model) -> int`` resolves "full" (needed only when used)."""
-        wanted = layers_override or list(self.layers)
-        layers_for = {m: sorted({_resolve_depth(d, m, full_depth) for d in wanted}) for m in self.models}
-        return expand(target=self.target, models=self.models, scans=self.scans, quants=self.quants,
-                      layers_for=layers_for, batch=self.batch, seq=self.seq, platform=self.platform,
-                      stage=self.stage, overrides={k: dict(v) for k, v in self.overrides.items()},
-                      excluded=self._excluded)
+        """Expand every series. ``full_depth(model) -> int`` resolves "full" (needed only when used)."""
+        by_id: dict[str, Cell] = {}
+        for axes in self.series:
+            wanted = layers_override or list(axes.layers)
+            layers_for = {m: sorted({_resolve_depth(d, m, full_depth) for d in wanted}) for m in axes.models}
+            for cell in expand(self.target, axes, layers_for, self._excluded):
+                if by_id.setdefault(cell.id, cell) != cell:
+                    raise ConfigError(f"{self.source}: matrix: two series give cell {cell.id} different overrides "
+                                      f"({dict(by_id[cell.id].overrides)} and {dict(cell.overrides)})")
+        return sorted(by_id.values(), key=lambda c: c.id)
 
     def _excluded(self, cell: Cell) -> bool:
         return any(matches_rule(cell, rule) for rule in self.exclude)
@@ -151,6 +173,11 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     if unknown:
         raise ConfigError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KNOWN_KEYS))})")
     merged = {**DEFAULTS, **raw}
+    if "matrix" not in raw and any(key in raw for key in AXIS_KEYS):
+        merged["matrix"] = []  # the default's further series belong to the default's models and quants
+    # The default overrides follow the default models: a config naming its own models starts clean.
+    if "overrides" not in raw:
+        merged["overrides"] = {m: t for m, t in DEFAULTS["overrides"].items() if m in merged["models"]}
 
     def fail(key: str, message: str):
         raise ConfigError(f"{source}: {key}: {message}")
@@ -158,42 +185,18 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     target = _typed(merged, "target", str, fail)
     if target != "maxtext" and ":" not in target:
         fail("target", f"expected 'maxtext' or 'package.module:function', got {target!r}")
-    models = _string_list(merged, "models", fail)
-    scans = []
-    for i, value in enumerate(_string_list(merged, "scan", fail)):
-        if value not in ("on", "off"):
-            fail(f"scan[{i}]", f"expected 'on' or 'off', got {value!r}")
-        scans.append(value == "on")
-    quants = _string_list(merged, "quant", fail)
-    if target == "maxtext":
-        for i, q in enumerate(quants):
-            if q not in MAXTEXT_QUANTIZATIONS:
-                fail(f"quant[{i}]", f"unknown quantization {q!r} (MaxText knows: {', '.join(MAXTEXT_QUANTIZATIONS)})")
-    layers = merged["layers"]
-    if not isinstance(layers, list) or not layers:
-        fail("layers", "expected a non-empty list of depths (integers >= 1, or 'full')")
-    for i, d in enumerate(layers):
-        if not (d == "full" or (isinstance(d, int) and not isinstance(d, bool) and d >= 1)):
-            fail(f"layers[{i}]", f"expected an integer >= 1 or 'full', got {d!r}")
-    batch = _typed(merged, "batch", int, fail)
-    seq = _typed(merged, "seq", int, fail)
-    if batch < 1 or seq < 1:
-        fail("batch" if batch < 1 else "seq", "must be >= 1")
-    platform = _typed(merged, "platform", str, fail)
-    if platform not in PLATFORMS:
-        fail("platform", f"expected one of {', '.join(PLATFORMS)}, got {platform!r}")
-    stage = _typed(merged, "stage", str, fail)
-    if stage not in STAGES:
-        fail("stage", f"expected one of {', '.join(STAGES)}, got {stage!r}")
-    # The default overrides follow the default models: a config naming its own models starts clean.
-    overrides = raw.get("overrides", {m: t for m, t in DEFAULTS["overrides"].items() if m in models})
-    if not isinstance(overrides, dict):
-        fail("overrides", "expected a table of model -> {key = value}")
-    for model, table in overrides.items():
-        if model not in models:
-            fail(f"overrides.{model}", f"model {model!r} is not in models")
-        if not isinstance(table, dict) or not all(isinstance(v, (str, int, float, bool)) for v in table.values()):
-            fail(f"overrides.{model}", "expected a table of key = value (strings, numbers or booleans)")
+    series = [_axes(merged, target, "", fail)]
+    entries = merged["matrix"]
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        fail("matrix", "expected an array of tables: [[matrix]] quant = [...], platform = ...")
+    for i, entry in enumerate(entries):
+        bad = sorted(set(entry) - set(AXIS_KEYS))
+        if bad:
+            fail(f"matrix[{i}].{bad[0]}", f"unknown key (a series sets: {', '.join(AXIS_KEYS)})")
+        inherited = {k: v for k, v in merged.items() if k in AXIS_KEYS}
+        if "models" in entry and "overrides" not in entry:
+            inherited["overrides"] = {m: t for m, t in merged["overrides"].items() if m in entry["models"]}
+        series.append(_axes({**inherited, **entry}, target, f"matrix[{i}].", fail))
     exclude = merged["exclude"]
     if not isinstance(exclude, list) or not all(isinstance(r, dict) for r in exclude):
         fail("exclude", "expected an array of tables, e.g. [[tool.hlo-audit.exclude]] model = 'x'")
@@ -224,11 +227,76 @@ def validate(raw: dict, source: str, base: Path) -> Config:
         if bad:
             fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(allowed))})")
     return Config(
-        source=source, target=target, models=tuple(models), scans=tuple(scans), quants=tuple(quants),
-        layers=tuple(layers), batch=batch, seq=seq, platform=platform, stage=stage,
+        source=source, target=target, series=tuple(series),
         cache_dir=base / _typed(merged, "cache_dir", str, fail), golden_dir=base / _typed(merged, "golden_dir", str, fail),
-        overrides={m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()},
         exclude=tuple(exclude), policy={**DEFAULT_POLICY, **policy}, waivers=tuple(waivers),
+    )
+
+
+def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
+    """One series' axes from a table of axis keys; errors name the key with ``prefix`` (``matrix[1].``)."""
+
+    def bad(key: str, message: str):
+        fail(prefix + key, message)
+
+    models = _string_list(table, "models", bad)
+    scans = []
+    for i, value in enumerate(_string_list(table, "scan", bad)):
+        if value not in ("on", "off"):
+            bad(f"scan[{i}]", f"expected 'on' or 'off', got {value!r}")
+        scans.append(value == "on")
+    platform = _typed(table, "platform", str, bad)
+    if platform not in PLATFORMS:
+        bad("platform", f"expected one of {', '.join(PLATFORMS)}, got {platform!r}")
+    quants = _string_list(table, "quant", bad)
+    for i, q in enumerate(quants):
+        if target == "maxtext" and q not in MAXTEXT_QUANTIZATIONS:
+            bad(f"quant[{i}]", f"unknown quantization {q!r} (MaxText knows: {', '.join(MAXTEXT_QUANTIZATIONS)})")
+        if target == "maxtext" and is_transformer_engine(q) and platform != "cuda":
+            bad(f"quant[{i}]", f"{q} is a Transformer Engine recipe, which exists only for CUDA: "
+                               f"put it in a series with platform = 'cuda' (got {platform!r})")
+    layers = table["layers"]
+    if not isinstance(layers, list) or not layers:
+        bad("layers", "expected a non-empty list of depths (integers >= 1, or 'full')")
+    for i, d in enumerate(layers):
+        if not (d == "full" or (isinstance(d, int) and not isinstance(d, bool) and d >= 1)):
+            bad(f"layers[{i}]", f"expected an integer >= 1 or 'full', got {d!r}")
+    steps = _string_list(table, "step", bad, allow_scalar=True)
+    for i, step in enumerate(steps):
+        if step not in STEPS:
+            bad(f"step[{i}]", f"expected one of {', '.join(STEPS)}, got {step!r}")
+    batch = _typed(table, "batch", int, bad)
+    seq = _typed(table, "seq", int, bad)
+    if batch < 1 or seq < 1:
+        bad("batch" if batch < 1 else "seq", "must be >= 1")
+    topologies = _string_list(table, "topology", bad, allow_scalar=True, allow_empty=True)
+    for i, name in enumerate(topologies):
+        if not _TOPOLOGY.match(name):
+            bad(f"topology[{i}]", f"expected a TPU topology such as 'v6e-4' or 'v5p-8', got {name!r}")
+    if topologies and platform != "tpu":
+        bad("topology", f"a TPU topology needs platform = 'tpu' (got {platform!r})")
+    cuda_archs = _string_list(table, "cuda_arch", bad, allow_scalar=True, allow_empty=True)
+    for i, arch in enumerate(cuda_archs):
+        if not _CUDA_ARCH.match(arch):
+            bad(f"cuda_arch[{i}]", f"expected a GPU architecture such as 'sm_90' or 'sm_100', got {arch!r}")
+    if cuda_archs and platform != "cuda":
+        bad("cuda_arch", f"a CUDA architecture needs platform = 'cuda' (got {platform!r})")
+    stage = _typed(table, "stage", str, bad)
+    if stage not in STAGES:
+        bad("stage", f"expected one of {', '.join(STAGES)}, got {stage!r}")
+    overrides = table["overrides"]
+    if not isinstance(overrides, dict):
+        bad("overrides", "expected a table of model -> {key = value}")
+    for model, values in overrides.items():
+        if model not in models:
+            bad(f"overrides.{model}", f"model {model!r} is not in models")
+        if not isinstance(values, dict) or not all(isinstance(v, (str, int, float, bool)) for v in values.values()):
+            bad(f"overrides.{model}", "expected a table of key = value (strings, numbers or booleans)")
+    return Axes(
+        models=tuple(models), scans=tuple(scans), quants=tuple(quants), layers=tuple(layers), batch=batch, seq=seq,
+        platform=platform, topologies=tuple(topologies) or ("",), cuda_archs=tuple(cuda_archs) or ("",),
+        stage=stage, steps=tuple(steps),
+        overrides={m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()},
     )
 
 
@@ -239,10 +307,12 @@ def _typed(merged: dict, key: str, kind: type, fail):
     return value
 
 
-def _string_list(merged: dict, key: str, fail) -> list[str]:
+def _string_list(merged: dict, key: str, fail, allow_scalar: bool = False, allow_empty: bool = False) -> list[str]:
     value = merged[key]
-    if not isinstance(value, list) or not value:
-        fail(key, "expected a non-empty list of strings")
+    if allow_scalar and isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not (value or allow_empty):
+        fail(key, "expected a non-empty list of strings" + (" (or one string)" if allow_scalar else ""))
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item:
             fail(f"{key}[{i}]", f"expected a non-empty string, got {item!r}")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_audit.cache import package_versions
+from hlo_audit.config import is_transformer_engine
 from hlo_audit.matrix import Cell
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
@@ -37,9 +38,9 @@ def environment(cell: Cell) -> dict[str, str]:
     env = {k: versions[k] for k in ("jax", "jaxlib", "flax")}
     if cell.target == "maxtext":
         env["maxtext"] = versions["maxtext"]
-    if cell.quant.startswith("te_"):
+    if is_transformer_engine(cell.quant):
         env["transformer-engine-jax"] = versions["transformer-engine-jax"]
-    env["platform"] = cell.platform
+    env["platform"] = cell.platform_label
     env["stage"] = cell.stage
     return env
 

@@ -1,19 +1,23 @@
 """Cells of the audit matrix: one lowering each, with a stable id.
 
-A cell is everything that decides what HLO comes out: target, model, scan on/off, quantization, depth,
-batch and sequence length, platform, stage and per-model overrides. Its id is what a golden file, a
-pytest item and a report row are named by, so it must never depend on dict order or run order.
+A cell is everything that decides what HLO comes out: target, model, scan on/off, quantization, depth, the
+step (MaxText's train step, or an inference step), batch and sequence length, the platform with what
+names the exact device (a TPU topology, a CUDA architecture), the stage (lowered or compiled) and
+per-model overrides. Its id is what a golden file, a pytest item and a report row are named by, so it must
+never depend on dict order or run order.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 # `--only` keys and the cell attribute each one filters.
-FILTER_KEYS = {"model": "model", "scan": "scan_label", "quant": "quant", "layers": "layers",
-               "platform": "platform", "stage": "stage", "id": "id", "target": "target"}
+FILTER_KEYS = {"model": "model", "scan": "scan_label", "quant": "quant", "layers": "layers", "step": "step",
+               "platform": "platform", "topology": "topology", "cuda_arch": "cuda_arch", "stage": "stage",
+               "id": "id", "target": "target"}
 
 
 class MatrixError(ValueError):
@@ -32,28 +36,49 @@ class Cell:
     platform: str = "cpu"
     stage: str = "lowered"
     overrides: tuple[tuple[str, str], ...] = field(default=())
+    step: str = "train"
+    topology: str = ""  # platform "tpu": the TPU topology compiled for (MaxText's names: v6e-4, v5p-8...)
+    cuda_arch: str = ""  # platform "cuda": the GPU architecture declared to the compiler stack (sm_90...)
 
     @property
     def scan_label(self) -> str:
         return "on" if self.scan else "off"
 
     @property
+    def platform_label(self) -> str:
+        """``cpu``, ``cuda-sm_90``, ``tpu-v6e-4``: the platform with the device it names, if any."""
+        device = self.topology or self.cuda_arch
+        return f"{self.platform}-{device}" if device else self.platform
+
+    @property
     def id(self) -> str:
-        """``llama3-8b/scan-off/int8/L2``; platform and stage appear only when not the defaults."""
+        """``llama3-8b/scan-off/int8/L2``; step, platform, stage, batch/seq appear only when not the defaults."""
         parts = [self.model, f"scan-{self.scan_label}", self.quant, f"L{self.layers}"]
-        if self.platform != "cpu":
-            parts.append(self.platform)
+        if self.step != "train":
+            parts.append(self.step)
+        if self.platform_label != "cpu":
+            parts.append(self.platform_label)
         if self.stage != "lowered":
             parts.append(self.stage)
         if self.batch != 1 or self.seq != 128:
             parts.append(f"b{self.batch}s{self.seq}")
         return "/".join(parts)
 
+    def key_without(self, name: str) -> tuple:
+        """Every field but ``name``, in field order: cells equal in it differ only in that axis."""
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name != name)
+
     @property
     def series(self) -> tuple:
         """Everything but the depth: cells of one series differ only in layers (depth scaling)."""
-        return (self.target, self.model, self.scan, self.quant, self.batch, self.seq, self.platform,
-                self.stage, self.overrides)
+        return self.key_without("layers")
+
+    def record(self) -> dict:
+        """The cell's identity as report rows and JSON name it (scan as on/off)."""
+        return {"id": self.id, "target": self.target, "model": self.model, "scan": self.scan_label,
+                "quant": self.quant, "layers": self.layers, "step": self.step, "platform": self.platform,
+                "topology": self.topology, "cuda_arch": self.cuda_arch, "stage": self.stage,
+                "batch": self.batch, "seq": self.seq}
 
     def key_material(self) -> str:
         """Canonical JSON of every field (the cache key starts from this)."""
@@ -80,7 +105,7 @@ def matches(cell: Cell, filters: dict[str, set[str]]) -> bool:
 
 
 # What a config's exclude rule or waiver may match on.
-RULE_KEYS = ("model", "scan", "quant", "layers", "platform")
+RULE_KEYS = ("model", "scan", "quant", "layers", "step", "platform", "topology", "cuda_arch", "stage")
 
 
 def matches_rule(cell: Cell, rule: Mapping[str, object]) -> bool:
@@ -115,18 +140,34 @@ def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = N
     return [c for c in chosen if c.series in mine]
 
 
-def expand(*, target: str, models: Sequence[str], scans: Sequence[bool], quants: Sequence[str],
-           layers_for: dict[str, list[int]], batch: int, seq: int, platform: str, stage: str,
-           overrides: dict[str, dict[str, str]], excluded) -> list[Cell]:
-    """The cross product, minus excluded combinations, in a stable order."""
+@dataclass(frozen=True)
+class Axes:
+    """One series of the matrix: the values of each axis whose cross product gives its cells."""
+
+    models: tuple[str, ...]
+    scans: tuple[bool, ...]
+    quants: tuple[str, ...]
+    layers: tuple[int | str, ...]  # ints, or "full" for the model's real depth
+    batch: int = 1
+    seq: int = 128
+    platform: str = "cpu"
+    topologies: tuple[str, ...] = ("",)
+    cuda_archs: tuple[str, ...] = ("",)
+    stage: str = "lowered"
+    steps: tuple[str, ...] = ("train",)
+    overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # model -> MaxText key -> value
+
+
+def expand(target: str, axes: Axes, layers_for: Mapping[str, Sequence[int]], excluded) -> list[Cell]:
+    """The cross product of one series, minus excluded combinations, in a stable order."""
     cells = []
-    for model in models:
-        model_overrides = tuple(sorted(overrides.get(model, {}).items()))
-        for scan in scans:
-            for quant in quants:
-                for layers in layers_for[model]:
-                    cell = Cell(model=model, scan=scan, quant=quant, layers=layers, target=target, batch=batch,
-                                seq=seq, platform=platform, stage=stage, overrides=model_overrides)
-                    if not excluded(cell):
-                        cells.append(cell)
+    for model in axes.models:
+        model_overrides = tuple(sorted((k, str(v)) for k, v in axes.overrides.get(model, {}).items()))
+        for scan, quant, layers, step, topology, cuda_arch in itertools.product(
+                axes.scans, axes.quants, layers_for[model], axes.steps, axes.topologies, axes.cuda_archs):
+            cell = Cell(model=model, scan=scan, quant=quant, layers=layers, target=target, batch=axes.batch,
+                        seq=axes.seq, platform=axes.platform, stage=axes.stage, overrides=model_overrides,
+                        step=step, topology=topology, cuda_arch=cuda_arch)
+            if not excluded(cell):
+                cells.append(cell)
     return sorted(set(cells), key=lambda c: c.id)

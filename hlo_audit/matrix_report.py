@@ -15,8 +15,8 @@ from hlo_audit.hlo.params import ROLES
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
 
-TIDY_COLUMNS = ("id", "model", "scan", "quant", "layers", "platform", "stage", "dtype", "role", "count", "bytes",
-                "golden_count", "golden_delta")
+CELL_COLUMNS = ("id", "model", "scan", "quant", "layers", "step", "platform", "topology", "cuda_arch", "stage")
+TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,14 @@ class CellView:
 class ScanPair:
     """The same model, quantization and depth scanned and unrolled (seed 001's table); a side not lowered is None."""
 
-    model: str
-    quant: str
-    layers: int
+    label: str  # the cells' id without its scan part: llama3-8b/int8/L2, llama3-8b/none/L4/tpu-v6e-4/compiled
     on: CellResult | None
     off: CellResult | None
 
     @property
-    def label(self) -> str:
-        return f"{self.model}/{self.quant}/L{self.layers}"
+    def cell(self):
+        """Either side's cell (they differ only in scan)."""
+        return (self.on or self.off).cell
 
     @property
     def gap(self) -> int | None:
@@ -110,8 +109,8 @@ def tidy_rows(views: list[CellView]) -> list[dict]:
         for dtype, role in keys:
             count, size = current.get((dtype, role), (0, 0))
             golden_count = None if old is None else old.get((dtype, role), 0)
-            rows.append({"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,
-                         "platform": c.platform, "stage": c.stage, "dtype": dtype, "role": role, "count": count,
+            identity = c.record()
+            rows.append({**{k: identity[k] for k in CELL_COLUMNS}, "dtype": dtype, "role": role, "count": count,
                          "bytes": size, "golden_count": golden_count,
                          "golden_delta": None if golden_count is None else count - golden_count})
     return rows
@@ -124,9 +123,14 @@ def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
         if not r.summary:
             continue
         c = r.cell
-        sides.setdefault((c.model, c.quant, c.layers, c.platform, c.stage, c.batch, c.seq, c.target), {})[c.scan] = r
-    return [ScanPair(model=k[0], quant=k[1], layers=k[2], on=v.get(True), off=v.get(False))
-            for k, v in sorted(sides.items(), key=lambda kv: kv[0][:3])]
+        sides.setdefault(c.key_without("scan"), {})[c.scan] = r
+    pairs = [ScanPair(label=_without_scan(next(iter(v.values())).cell), on=v.get(True), off=v.get(False))
+             for v in sides.values()]
+    return sorted(pairs, key=lambda pair: pair.label)
+
+
+def _without_scan(cell) -> str:
+    return cell.id.replace(f"/scan-{cell.scan_label}/", "/", 1)
 
 
 def build(p: audit.Plan, results: list[CellResult]) -> MatrixReport:

@@ -17,9 +17,10 @@ def test_builtin_default_matrix(tmp_path):
     ids = [c.id for c in p.cells]
     assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2
     assert "llama3-8b/scan-off/int8/L2" in ids
-    # Transformer Engine recipes exist only for CUDA, and their ids say so.
-    assert "llama3-8b/scan-off/te_nvfp4/L2/cuda" in ids
-    assert all(c.platform == "cuda" for c in p.cells if c.quant.startswith("te_"))
+    # Transformer Engine recipes exist only for CUDA: a series of their own, whose ids name the architecture.
+    assert "llama3-8b/scan-off/te_nvfp4/L2/cuda-sm_90" in ids
+    assert all(c.platform == "cuda" and c.cuda_arch == "sm_90" for c in p.cells if c.quant.startswith("te_"))
+    assert all(c.platform == "cpu" for c in p.cells if not c.quant.startswith("te_"))
     deepseek = next(c for c in p.cells if c.model == "deepseek3-test")
     assert dict(deepseek.overrides) == {"first_num_dense_layers": "1", "megablox": "False"}
 
@@ -32,7 +33,8 @@ def test_config_from_file_and_pyproject(tmp_path):
     assert [c.id for c in config.cells()] == [
         "llama3-8b/scan-off/int8/L2", "llama3-8b/scan-off/int8/L4", "llama3-8b/scan-off/int8/L8",
         "llama3-8b/scan-off/none/L2", "llama3-8b/scan-off/none/L4", "llama3-8b/scan-off/none/L8"]
-    assert config.overrides == {}  # the default deepseek override follows the default models only
+    assert config.series[0].overrides == {}  # the default deepseek override follows the default models only
+    assert len(config.series) == 1  # a config with its own axes does not inherit the default's further series
     (tmp_path / "hlo-audit.toml").write_text('models = ["qwen3-1.7b"]\nlayers = [3]\nquant = ["fp8"]\n')
     assert load_config(cwd=tmp_path).source == "hlo-audit.toml"  # wins over pyproject.toml
 
@@ -109,3 +111,56 @@ def test_known_quantizations_match_maxtext():
     from maxtext.configs.types import QuantizationType
 
     assert set(MAXTEXT_QUANTIZATIONS) == {q.value or "none" for q in QuantizationType}
+
+
+def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text('models = ["llama3-8b", "deepseek3-test"]\nscan = ["off"]\nquant = ["none"]\nlayers = [2]\n'
+                    '[overrides.deepseek3-test]\nfirst_num_dense_layers = 1\n'
+                    '[[matrix]]\nquant = ["te_mxfp8"]\nplatform = "cuda"\ncuda_arch = ["sm_90", "sm_100"]\n'
+                    '[[matrix]]\nmodels = ["deepseek3-test"]\nscan = ["on"]\nlayers = [4]\nplatform = "tpu"\n'
+                    'topology = "v6e-4"\nstage = "compiled"\noverrides = {}\n'
+                    '[[matrix]]\nmodels = ["llama3-8b"]\nstep = ["prefill", "generate"]\n')
+    cells = {c.id: c for c in load_config(str(path)).cells()}
+    assert sorted(cells) == [
+        "deepseek3-test/scan-off/none/L2", "deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_100",
+        "deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90", "deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled",
+        "llama3-8b/scan-off/none/L2", "llama3-8b/scan-off/none/L2/generate", "llama3-8b/scan-off/none/L2/prefill",
+        "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100", "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_90"]
+    # A series inherits the top-level overrides of its models unless it sets its own (the TPU one: stock model).
+    assert dict(cells["deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90"].overrides) == {"first_num_dense_layers": "1"}
+    assert cells["deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled"].overrides == ()
+    tpu = cells["deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled"]
+    assert (tpu.platform, tpu.topology, tpu.stage, tpu.platform_label) == ("tpu", "v6e-4", "compiled", "tpu-v6e-4")
+    # --only and exclude rules reach the new axes.
+    assert [c.id for c in select(cells.values(), "cuda_arch=sm_100,model=llama3-8b")] == [
+        "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100"]
+    assert len(select(cells.values(), "step=prefill")) == 1
+    assert len(select(cells.values(), "topology=v6e-4")) == 1
+
+
+@pytest.mark.parametrize("text,message", [
+    ('quant = ["te_nvfp4"]\n', "quant[0]: te_nvfp4 is a Transformer Engine recipe, which exists only for CUDA"),
+    ('topology = "v6e-4"\n', "topology: a TPU topology needs platform = 'tpu'"),
+    ('platform = "tpu"\ntopology = ["v6e"]\n', "topology[0]: expected a TPU topology such as 'v6e-4'"),
+    ('platform = "cuda"\ncuda_arch = "hopper"\n', "cuda_arch[0]: expected a GPU architecture such as 'sm_90'"),
+    ('cuda_arch = "sm_90"\n', "cuda_arch: a CUDA architecture needs platform = 'cuda'"),
+    ('step = ["decode"]\n', "step[0]: expected one of train, prefill, generate, insert"),
+    ('[[matrix]]\ncolour = "red"\n', "matrix[0].colour: unknown key"),
+    ('[[matrix]]\nplatform = "tpu"\nquant = ["int9"]\n', "matrix[0].quant[0]: unknown quantization 'int9'"),
+    ('matrix = "tpu"\n', "matrix: expected an array of tables"),
+])
+def test_bad_series_names_file_and_key(tmp_path, text, message):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
+def test_two_series_may_not_give_one_cell_two_configurations(tmp_path):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text('models = ["llama3-8b"]\nscan = ["off"]\nquant = ["none"]\nlayers = [2]\n'
+                    '[[matrix]]\noverrides = {llama3-8b = {mlp_dim = 64}}\n')
+    with pytest.raises(ConfigError, match="two series give cell llama3-8b/scan-off/none/L2 different overrides"):
+        load_config(str(path)).cells()

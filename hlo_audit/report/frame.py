@@ -11,8 +11,7 @@ def cells_frame(results, slopes: dict[str, float] | None = None) -> pd.DataFrame
     rows = []
     for r in results:
         c = r.cell
-        row = {"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,
-               "platform": c.platform, "stage": c.stage, "status": r.status, "entry_params": r.entry_params,
+        row = {**c.record(), "status": r.status, "entry_params": r.entry_params,
                "rng_params": r.rng_params if r.summary else None, "slope_per_layer": slopes.get(c.id),
                "message": r.message}
         if r.summary:

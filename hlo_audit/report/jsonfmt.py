@@ -66,8 +66,7 @@ SCALING_SCHEMA = "hlo-audit/scaling/v1"
 def cell_record(r, slope: float | None = None) -> dict:
     c = r.cell
     return {
-        "id": c.id, "target": c.target, "model": c.model, "scan": c.scan_label, "quant": c.quant,
-        "layers": c.layers, "platform": c.platform, "stage": c.stage, "status": r.status, "message": r.message,
+        **c.record(), "status": r.status, "message": r.message,
         "entry_params": r.entry_params,
         "by_dtype": r.summary["by_dtype"] if r.summary else {},
         "by_role": r.summary["by_role"] if r.summary else {},
@@ -113,7 +112,8 @@ def report_record(report) -> dict:
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
                    "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role")} for v in report.cells],
-        "scan": [{"model": p.model, "quant": p.quant, "layers": p.layers, "on": side(p.on), "off": side(p.off)}
+        "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
+                  "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],
         "scaling": [series_record(s) for s in report.series],
         "rows": tidy_rows(report.cells),
@@ -132,9 +132,8 @@ def format_explain(node) -> str:
 
 
 def format_cells(cells, source: str) -> str:
-    return json.dumps({"schema": "hlo-audit/list/v1", "config": source, "cells": [
-        {"id": c.id, "model": c.model, "scan": c.scan_label, "quant": c.quant, "layers": c.layers,
-         "platform": c.platform, "stage": c.stage} for c in cells]}, indent=2) + "\n"
+    return json.dumps({"schema": "hlo-audit/list/v1", "config": source, "cells": [c.record() for c in cells]},
+                      indent=2) + "\n"
 
 
 CHECK_SCHEMA = "hlo-audit/check/v1"

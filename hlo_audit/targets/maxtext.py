@@ -56,6 +56,7 @@ import jax
 import pydantic
 import yaml
 
+from hlo_audit.config import is_transformer_engine
 from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
 
 __all__ = [
@@ -304,17 +305,16 @@ def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> jax.stages.Lo
 # The matrix target
 # --------------------------------------------------------------------------------------------------------------
 
-TE_PREFIX = "te_"
-
-
 class MaxTextTarget:
     """Cells lowered through MaxText's own config system and train step."""
 
     name = "maxtext"
 
     def check_available(self, cell) -> None:
+        if cell.step != "train":
+            raise Unavailable(f"step {cell.step!r}: this target lowers MaxText's train step only so far")
 
-        if cell.quant.startswith(TE_PREFIX):
+        if is_transformer_engine(cell.quant):
             # TE's JAX extension builds only against a CUDA-enabled jax; its recipes lower custom calls
             # that exist only for CUDA, so without both there is nothing real to lower.
             if importlib.util.find_spec("transformer_engine") is None:
