@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.params import EntryParam, entry_params
 from hlo_audit.hlo.text import (
-    COMPUTATION_ATTRS, Computation, HloModule, Instruction, operand_base, split_name_list, strip_index_comments,
+    COMPUTATION_ATTRS, Computation, HloModule, Instruction, split_name_list, strip_index_comments,
     strip_number_suffix,
 )
 
@@ -102,7 +102,7 @@ class _Namer:
         body: list[str] = []
         for instr in _print_order(comp):
             opcode = instr.opcode
-            operands = [_operand(names, op) for op in instr.operands]
+            operands = [names.get(op, op) for op in instr.operands]
             if opcode in COMMUTATIVE:
                 operands.sort()
             attrs = self._attrs(instr, names) if instr.attrs else ""
@@ -168,19 +168,6 @@ class _Namer:
                 value = strip_index_comments(value)
             rendered += f", {key}={value}"
         return rendered
-
-
-def _operand(names: dict[str, str], ref: str) -> str:
-    """Canonical name of an operand reference (``t.1#0``: of its tuple, keeping the element).
-
-    A name defined nowhere in the computation is a placeholder left by a transformation
-    (strip_rng_state's rng_value) and stays as it is; parsed modules have none (the parser checks every
-    reference).
-    """
-    if "#" not in ref:  # the common case, a plain name
-        return names.get(ref, ref)
-    base = operand_base(ref)
-    return names.get(base, base) + ref[len(base):]
 
 
 def _name_list(original: str, names: Iterable[str]) -> str:

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hlo_audit.hlo.text import HloModule, Instruction, Shape, strip_number_suffix
+from hlo_audit.hlo.shapes import Shape
+from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 
 ROLES = ("rng_key", "rng_count", "weight", "optimizer_state", "step", "input", "other")
 
