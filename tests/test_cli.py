@@ -566,16 +566,31 @@ def test_bad_input_exits_2_with_one_line(make, command, tmp_path, write_hlo):
             "diff-new": ["diff", good, path]}[command]
     result = cli(*args)
     assert result.exit_code == 2, (result.exit_code, result.stdout[-500:], result.stderr)
-    assert result.stdout == ""
-    assert_one_line_error(result.stderr, str(path), *must)
+    line = assert_one_line_error(result.stderr, str(path), *must)
+    if command == "count":  # JSON says which input failed and why, in its place
+        assert json.loads(result.stdout)["modules"] == [{"source": str(path), "error": line.removeprefix(ERROR_PREFIX)}]
+    else:
+        assert result.stdout == ""
 
 
-def test_bad_input_among_good_paths_fails_the_whole_count(write_hlo, tmp_path):
-    good = write_hlo(ModelSpec())
+@pytest.mark.parametrize("fmt", ["json", "table", "markdown"])
+def test_bad_input_among_good_paths_reports_each(write_hlo, tmp_path, fmt):
+    """`count A B C` with B unreadable: A and C their numbers, B its error, exit 2."""
+    specs = [ModelSpec(), ModelSpec(layers=4, dropout_rate=0.0)]
+    good = [write_hlo(spec) for spec in specs]
     missing = tmp_path / "missing.hlo"
-    result = cli("count", good, missing, "--format", "json")
+    result = cli("count", good[0], missing, good[1], "--format", fmt)
     assert result.exit_code == 2
-    assert_one_line_error(result.stderr, str(missing))
+    line = assert_one_line_error(result.stderr, str(missing))
+    totals = [nnx_models.expected_counts(spec)["total"] for spec in specs]
+    if fmt == "json":
+        modules = json.loads(result.stdout)["modules"]
+        assert [m["source"] for m in modules] == [str(good[0]), str(missing), str(good[1])]
+        assert [modules[0]["entry_params"], modules[2]["entry_params"]] == totals
+        assert modules[1] == {"source": str(missing), "error": line.removeprefix(ERROR_PREFIX)}
+    else:
+        for path, total in zip(good, totals):
+            assert f"{path}" in result.stdout and f"{total} entry parameters" in result.stdout
 
 
 def test_bad_module_regex(dump_folder):

@@ -453,7 +453,7 @@ class _Parser:
                     pending = None
             if not c:
                 raise HloParseError(f"truncated module: computation {comp.name} (opened at line {comp.line}) is "
-                                    "not closed", self.source, self.line(self.end))
+                                    "not closed", self.source, self.line(len(self.text.rstrip())))
             if c == "}":
                 break
             eol = text.find("\n", pos)

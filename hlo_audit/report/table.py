@@ -48,8 +48,11 @@ def _table(console: Console, title: str, columns: Sequence[tuple[str, str]]) -> 
     return table
 
 
-def print_count(console: Console, analyses: Sequence[Analysis], top: int = 20) -> None:
+def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
+    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI)."""
     for a in analyses:
+        if not isinstance(a, Analysis):
+            continue
         s = a.summary
         console.print(Text(f"{a.source}  module {a.module.name}: {s.entry_params} entry parameters", style="bold"))
         dtypes = _table(console, "by dtype", [("dtype", "left"), ("params", "right")])
