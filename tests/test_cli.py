@@ -660,3 +660,21 @@ def test_non_utf8_stdin_is_an_input_error_in_any_locale():
     proc = run_module("count", "-", input=b"HloModule m\n\xff\xfe\n", env={"PYTHONIOENCODING": "utf-8:strict"})
     assert proc.returncode == 2
     assert_one_line_error(proc.stderr.decode(), "<stdin>")
+
+
+def test_status_lines_are_never_hard_wrapped(tmp_path):
+    """Tables fit the width; a headline or summary stays one line whatever COLUMNS says (scripts grep them)."""
+    deep = tmp_path / ("folder-name-that-makes-every-path-longer-than-the-terminal-" * 2)
+    deep.mkdir()
+    old, new = deep / "old.hlo.txt", deep / "new.hlo.txt"
+    old.write_text(nnx_models.hlo_text(ModelSpec()))
+    new.write_text(nnx_models.hlo_text(ModelSpec(dropout_rate=0.0)))
+    env = {"COLUMNS": "60"}
+    count = CliRunner().invoke(app, ["count", str(old)], env=env)
+    assert f"{old}  module jit_train_step: {nnx_models.expected_counts(ModelSpec())['total']} entry parameters" \
+        in count.stdout.splitlines()
+    diff = CliRunner().invoke(app, ["diff", str(old), str(new)], env=env)
+    lines = diff.stdout.splitlines()
+    assert lines[0] == "verdict: rng-state-only"
+    assert lines[1].startswith("entry parameters: ") and lines[1].endswith(f"({old} -> {new})")
+    assert all(len(line) <= 60 for line in lines if line.startswith(("dtype ", "role ")))  # table rows fit
