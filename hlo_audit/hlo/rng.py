@@ -16,17 +16,17 @@ from dataclasses import replace
 
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.shapes import tuple_shape
-from hlo_audit.hlo.text import Computation, HloModule, Instruction
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_top_level
 
 # Stands in for an operand computed from RNG state alone (a drawn key, say) once that is stripped.
 RNG_VALUE = "rng_value"
 
 _MESH_DECLARATION = re.compile(r"(\w+) = #sdy\.mesh<")
 
-POSITIONAL_HEADER_ATTRS = frozenset({
-    "entry_computation_layout", "input_output_alias", "buffer_donor",
-    "allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output",
-})
+POSITIONAL_HEADER_ATTRS = frozenset({"entry_computation_layout", "input_output_alias", "buffer_donor"})
+# `{1}: (3, {}, may-alias)`: output index -> (parameter number, index within it, kind)
+_ALIAS = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+)\s*)?\)")
+_DONOR = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 
 # Kept even when nothing reads them: removing them would change what the program does.
 SIDE_EFFECTING = frozenset({
@@ -77,7 +77,8 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
                 tuple_keep[instr.name] = positions
                 instr = replace(
                     instr, operands=tuple(instr.operands[i] for i in positions),
-                    shape=tuple_shape([instr.shape.elements[i] for i in positions]), users=[])
+                    shape=tuple_shape([instr.shape.elements[i] for i in positions]),
+                    attrs=_strip_tuple_sharding(instr, positions), users=[])
         elif instr.opcode == "get-tuple-element" and instr.operands[0] in tuple_keep:
             new_index = tuple_keep[instr.operands[0]].index(int(instr.attrs["index"]))
             instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)}, users=[])
@@ -88,16 +89,62 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
         kept.append(instr)
     kept = _live(kept)
     stripped_entry = Computation(name=entry.name, is_entry=True, line=entry.line, instructions=kept,
-                                 by_name={i.name: i for i in kept})
+                                 by_name={i.name: i for i in kept}, attrs=entry.attrs)
     computations = {n: (stripped_entry if c is entry else c) for n, c in module.computations.items()}
-    # These header attributes enumerate every parameter / output position, RNG ones included, so they
-    # cannot survive the stripping; the instructions still carry every remaining shape and layout.
-    header = {k: v for k, v in module.header_attrs.items() if k not in POSITIONAL_HEADER_ATTRS}
+    # The header enumerates parameter and output positions, RNG ones included: those go, the rest renumber.
+    removed = {p.index for p in params if p.is_rng}
+    outputs = tuple_keep.get(entry.root.name)
+    header = {k: _strip_positions(k, v, removed, outputs, len(params)) for k, v in module.header_attrs.items()}
     if _declares_only_unused_meshes(header.get("frontend_attributes", ""), computations.values()):
         # jax declares the (empty) mesh only because some value, here an RNG key, was sharded.
         del header["frontend_attributes"]
     stripped = replace(module, computations=computations, entry=stripped_entry, header_attrs=header)
     return stripped, [p for p in params if not p.is_rng]
+
+
+def _strip_tuple_sharding(tup: Instruction, positions: list[int]) -> dict[str, str]:
+    """A tuple's per-leaf sharding list (``{{replicated}, {devices=...}, ...}``) without the removed elements'."""
+    sharding = tup.attrs.get("sharding", "")
+    entries = split_top_level(sharding.strip()[1:-1]) if sharding.strip().startswith("{{") else []
+    leaves = [len(e.leaves()) for e in tup.shape.elements]
+    if len(entries) != sum(leaves):  # one sharding for the whole tuple: it still applies
+        return tup.attrs
+    starts = [sum(leaves[:i]) for i in range(len(leaves))]
+    kept = [entries[starts[i] + j].strip() for i in positions for j in range(leaves[i])]
+    return {**tup.attrs, "sharding": "{" + ", ".join(kept) + "}"}
+
+
+def _strip_positions(key: str, value: str, removed: set[int], outputs: list[int] | None, n_params: int) -> str:
+    """A header attribute with the removed parameters (by number, of ``n_params``) and outputs (root tuple
+    positions not in ``outputs``) taken out of it and the rest renumbered; other attributes as they are."""
+    if key not in POSITIONAL_HEADER_ATTRS or not removed and outputs is None:
+        return value
+    if key == "entry_computation_layout":
+        params_text, _, result = value.strip()[1:-1].partition("->")
+        params = [p.strip() for i, p in enumerate(split_top_level(params_text.strip()[1:-1])) if i not in removed]
+        result = result.strip()
+        if outputs is not None and result.startswith("("):
+            elements = split_top_level(result[1:-1])
+            result = "(" + ", ".join(elements[i].strip() for i in outputs) + ")"
+        return "{(" + ", ".join(p for p in params if p) + ")->" + result + "}"
+    rank = {n: i for i, n in enumerate(n for n in range(n_params) if n not in removed)}
+    if key == "input_output_alias":
+        entries = []
+        for m in _ALIAS.finditer(value):
+            output = [int(i) for i in m.group(1).replace(" ", "").split(",") if i]
+            param = int(m.group(2))
+            if param in removed or param not in rank or (outputs is not None and output and output[0] not in outputs):
+                continue
+            if outputs is not None and output:
+                output[0] = outputs.index(output[0])
+            kind = f", {m.group(4)}" if m.group(4) else ""
+            entries.append(f"{{{','.join(map(str, output))}}}: ({rank[param]}, {{{m.group(3)}}}{kind})")
+        return "{ " + ", ".join(entries) + " }"
+    if key == "buffer_donor":
+        entries = [f"({rank[int(m.group(1))]}, {{{m.group(2)}}})" for m in _DONOR.finditer(value)
+                   if int(m.group(1)) in rank]
+        return "{ " + ", ".join(entries) + " }"
+    return value
 
 
 def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool:
