@@ -116,12 +116,13 @@ def _reordered(text: str, computation: str) -> str:
     comp = module.computations[computation]
     lines = text.splitlines()
     waiting = {i.name: set(i.operands) for i in comp.instructions}
+    users = {i.name: [u.name for u in comp.instructions if i.name in u.operands] for i in comp.instructions}
     ready = [i for i in comp.instructions if not waiting[i.name]]
     order = []
     while ready:
         instr = ready.pop()
         order.append(instr)
-        for user in dict.fromkeys(instr.users):
+        for user in users[instr.name]:
             waiting[user].discard(instr.name)
             if not waiting[user] and comp.by_name[user] not in order and comp.by_name[user] not in ready:
                 ready.append(comp.by_name[user])

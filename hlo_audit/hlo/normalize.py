@@ -8,9 +8,9 @@ computations by a digest of their canonical body. Inserting or removing one inst
 only its own line and the lines that really use it.
 
 The order is the graph's, not the printer's: parameters first by number, then every instruction right
-after the operands (and control predecessors) it needs, depth first from the root; computations callees
-first. So a shared constant, or any instruction that depends on nothing before it, prints in the same place
-wherever the printer put it. An ``entry_computation_layout`` that only spells out the default layouts of the
+after the operands (and control predecessors) it needs, depth first from the root (a commutative op's
+operands by what they are); computations callees first. So a shared constant, or any instruction that
+depends on nothing before it, prints in the same place wherever the printer put it. An ``entry_computation_layout`` that only spells out the default layouts of the
 entry's parameters and root says nothing and is left out, as are ``/*...*/`` and ``//`` comments.
 
 Dropped as volatile: metadata (op_name, source file/line, stack_frame_id), the dump's FileNames /
@@ -21,14 +21,14 @@ other attribute.
 
 from __future__ import annotations
 
-import hashlib
 import re
+import zlib
 from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.params import EntryParam, entry_params
 from hlo_audit.hlo.shapes import with_default_layout
 from hlo_audit.hlo.text import (
-    COMPUTATION_ATTRS, Computation, HloModule, Instruction, split_name_list, strip_number_suffix,
+    COMPUTATION_ATTRS, Computation, HloModule, Instruction, cyclic_gc_paused, split_name_list, strip_number_suffix,
 )
 
 VOLATILE_ATTRS = frozenset({"metadata", "statistics_viz", "origin"})
@@ -47,7 +47,8 @@ _NUMBER_SUFFIX_AT_END = re.compile(r"\.\d+$")
 
 
 def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=4).hexdigest()
+    """Eight hex digits of ``text``: CRC-32, the same in every process and fast (a module has ~100k)."""
+    return f"{zlib.crc32(text.encode()):08x}"
 
 
 def call_graph_postorder(module: HloModule) -> list[Computation]:
@@ -81,39 +82,28 @@ def call_graph_postorder(module: HloModule) -> list[Computation]:
 
 
 def _callees(comp: Computation) -> list[str]:
-    return [c for instr in comp.instructions for c in instr.called_computations()]
+    return [c for instr in comp.instructions if not COMPUTATION_ATTRS.isdisjoint(instr.attrs)
+            for c in instr.called_computations()]
 
 
-def print_order(comp: Computation, names: dict[str, str]) -> list[Instruction]:
-    """Parameters by number, then each instruction right after its operands and control predecessors, depth
-    first from the root (operands in order; a commutative op's by ``names``). Instructions the root does not
-    reach follow, in printed order."""
-    by_name = comp.by_name
-    order = comp.parameters
-    placed = {p.name for p in order}
-    for start in (comp.root, *comp.instructions):
-        if start.name in placed:
-            continue
-        stack = [(start, False)]
-        while stack:
-            instr, expanded = stack.pop()
-            name = instr.name
-            if name in placed:
-                continue
-            if expanded:
-                placed.add(name)
-                order.append(instr)
-                continue
-            stack.append((instr, True))
-            needs = instr.operands
-            if instr.opcode in COMMUTATIVE:
-                needs = sorted(needs, key=lambda ref: names.get(ref, ref))
-            if "control-predecessors" in instr.attrs:
-                needs = (*needs, *split_name_list(instr.attrs["control-predecessors"]))
-            for ref in reversed(needs):
-                if ref not in placed and ref in by_name:  # not a placeholder (rng.RNG_VALUE)
-                    stack.append((by_name[ref], False))
-    return order
+def _needs(instr: Instruction, by_name: dict[str, Instruction]):
+    """What prints before an instruction: its operands in canonical order, then its control predecessors."""
+    needs = _operand_order(instr, by_name)
+    if "control-predecessors" in instr.attrs:
+        needs = (*needs, *split_name_list(instr.attrs["control-predecessors"]))
+    return needs
+
+
+def _operand_order(instr: Instruction, by_name: dict[str, Instruction]):
+    """Operands as written; a commutative op's by what they are (opcode, shape, literal; ties as written)."""
+    if instr.opcode in COMMUTATIVE and len(instr.operands) > 1:
+        return sorted(instr.operands, key=lambda ref: _what(by_name.get(ref)))
+    return instr.operands
+
+
+def _what(instr: Instruction | None) -> tuple[str, str, str]:
+    """What an operand is, before it has a name (rng.RNG_VALUE is nothing)."""
+    return ("", "", "") if instr is None else (instr.opcode, instr.shape.text, instr.literal)
 
 
 def _kernel_call(instr: Instruction) -> bool:
@@ -128,58 +118,71 @@ class _Namer:
         self.computation_names: dict[str, str] = {}  # name in the module -> canonical name
         self.bodies: dict[str, list[str]] = {}  # canonical name -> lines; identical computations print once
         self.callees: dict[str, list[str]] = {}  # canonical name -> canonical callees, in the order named
-        self.rendered_attrs: dict[tuple[tuple[str, str], ...], str] = {}
+        self.rendered_attrs: dict[tuple[tuple[str, str], ...], tuple[str, list[str]]] = {}  # -> text, callees
+        self.callees_of: dict[str, list[str]] = {}  # this computation's instruction -> canonical callees
 
     def computation(self, comp: Computation) -> None:
-        """Name one computation and its instructions (its callees first) and keep its canonical lines.
+        """Name, order and print one computation (its callees are done) and keep its canonical lines.
 
-        An instruction's name is a digest of what it computes, from its operands' names; the printed order
-        then comes from the graph; identical instructions are numbered in that order (``.2``, ``.3``).
+        One depth-first walk from the root places each instruction right after what it needs; placing it
+        names it (a digest of what it computes: opcode, shape, its operands' names or literal, attributes)
+        and prints its line. Identical instructions are numbered in printed order (``.2``, ``.3``).
         """
-        base: dict[str, str] = {}
-        attrs_of: dict[str, str] = {}
-        for instr in comp.instructions:  # operands before users, as the parser guarantees
-            opcode = instr.opcode
-            attrs = attrs_of[instr.name] = self._attrs(instr) if instr.attrs else ""
-            if opcode == "parameter":
-                n = instr.parameter_number
-                base[instr.name] = self.entry_param_names.get(n, f"arg{n}") if comp.is_entry else f"p{n}"
-                continue
-            operands = [base.get(op, op) for op in instr.operands]
-            if opcode in COMMUTATIVE:
-                operands.sort()
-            key = "|".join((opcode, instr.shape.text, ",".join(operands), attrs, instr.literal))
-            base[instr.name] = f"{opcode}.{_digest(key)}"
-        order = print_order(comp, base)
-        names: dict[str, str] = {}
+        by_name = comp.by_name
+        entry_names = self.entry_param_names if comp.is_entry else None
+        self.callees_of = {}
+        names: dict[str, str] = {}  # canonical names; holding one means placed
         taken: dict[str, int] = {}
-        for instr in order:
-            name = base[instr.name]
-            copies = taken.get(name, 0)
-            taken[name] = copies + 1
-            # Identical instructions repeated (constants, mostly): number the copies in printed order.
-            names[instr.name] = f"{name}.{copies + 1}" if copies else name
         body: list[str] = []
+        late: list[tuple[int, Instruction]] = []  # lines naming control predecessors printed after them
         callees: list[str] = []
-        for instr in order:
-            opcode = instr.opcode
-            attrs = attrs_of[instr.name]
-            if "control-predecessors" in instr.attrs:  # they may be printed later: named only now
-                attrs = self._render_attrs(instr, names)
-            if opcode == "parameter" and comp.is_entry:
-                args = ""  # position is the line order; a number would shift on every insertion
-            elif opcode in ("parameter", "constant"):
-                args = instr.literal
-            else:
-                operands = [names.get(op, op) for op in instr.operands]
-                if opcode in COMMUTATIVE:
-                    operands.sort()
-                args = "%" + ", %".join(operands) if operands else ""
-            if not COMPUTATION_ATTRS.isdisjoint(instr.attrs):
-                callees.extend(self.computation_names[c] for key in sorted(instr.attrs) if key in COMPUTATION_ATTRS
-                               for c in split_name_list(instr.attrs[key]))
-            root = "ROOT " if instr.is_root else ""
-            body.append(f"  {root}%{names[instr.name]} = {instr.shape.text} {opcode}({args}){attrs}")
+
+        # Parameters first, by number; then depth first from the root; what the root does not reach, as written.
+        seen: set[str] = set()
+        for start in (*comp.parameters, comp.root, *comp.instructions):
+            if start.name in seen:
+                continue
+            seen.add(start.name)
+            stack = [(start, iter(_needs(start, by_name)))]
+            while stack:
+                instr, needs = stack[-1]
+                for ref in needs:  # what it needs comes first (a DAG: nothing on the stack is needed again)
+                    if ref not in seen and ref in by_name:  # not a placeholder (rng.RNG_VALUE)
+                        seen.add(ref)
+                        needed = by_name[ref]
+                        plain = needed.opcode not in COMMUTATIVE and "control-predecessors" not in needed.attrs
+                        stack.append((needed, iter(needed.operands if plain else _needs(needed, by_name))))
+                        break
+                else:
+                    stack.pop()
+                    opcode = instr.opcode
+                    held = instr.attrs
+                    # Placed: named and printed. Most of jax's instructions hold metadata alone, which is dropped.
+                    attrs = "" if not held or len(held) == 1 and "metadata" in held else self._attrs(instr)
+                    if opcode == "parameter":
+                        n = instr.parameter_number
+                        name = entry_names.get(n, f"arg{n}") if entry_names is not None else f"p{n}"
+                        args = "" if entry_names is not None else instr.literal  # entry: the line order is the number
+                    else:
+                        # A commutative op's operands print in the order they were visited (so the text reads
+                        # back to the same order) and enter its name sorted (so either order names it alike).
+                        operands = [names.get(op, op) for op in _operand_order(instr, by_name)]
+                        args = instr.literal if opcode == "constant" else "%" + ", %".join(operands) if operands else ""
+                        what = f"%{', %'.join(sorted(operands))}" if opcode in COMMUTATIVE else args
+                        name = f"{opcode}.{_digest(f'{opcode}|{instr.shape.text}|{what}|{attrs}')}"
+                        copies = taken.get(name, 0)
+                        taken[name] = copies + 1
+                        if copies:  # identical instructions repeated (constants, mostly)
+                            name = f"{name}.{copies + 1}"
+                    names[instr.name] = name
+                    if instr.name in self.callees_of:
+                        callees.extend(self.callees_of[instr.name])
+                    if "control-predecessors" in held:
+                        late.append((len(body), instr))
+                    root = "ROOT " if instr.is_root else ""
+                    body.append(f"  {root}%{name} = {instr.shape.text} {opcode}({args}){attrs}")
+        for at, instr in late:  # every instruction is named now
+            body[at] += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
         tail = "}" + "".join(f", {k}={v}" for k, v in sorted(comp.attrs.items()))  # execution_thread
         if comp.is_entry:
             canonical = strip_number_suffix(comp.name)
@@ -224,22 +227,26 @@ class _Namer:
 
     def _attrs(self, instr: Instruction) -> str:
         """``, key=value`` for every kept attribute but control predecessors, sorted by key: what the
-        instruction's name is a digest of (control predecessors order it, they do not change its value)."""
-        if not COMPUTATION_ATTRS.isdisjoint(instr.attrs):
-            return self._render_attrs(instr, None)
-        # Attributes that name nothing render the same wherever they appear, and a module has few
-        # distinct lists of them (", dimensions={0,1}", ", direction=EQ", ...): render each list once.
-        key = tuple(instr.attrs.items())
-        rendered = self.rendered_attrs.get(key)
-        if rendered is None:
-            rendered = self.rendered_attrs[key] = self._render_attrs(instr, None)
-        return rendered
+        instruction's name is a digest of (control predecessors order it, they do not change its value).
+        Records the computations it calls, in that order, in ``callees_of``."""
+        # A module has few distinct attribute lists once metadata is left out (", dimensions={0,1}",
+        # ", to_apply=%region_0.5"...), and each renders the same wherever it appears: render each once.
+        key = tuple(item for item in instr.attrs.items() if item[0] not in VOLATILE_ATTRS)
+        cached = self.rendered_attrs.get(key)
+        if cached is None:
+            callees = [self.computation_names[c] for name, value in sorted(key) if name in COMPUTATION_ATTRS
+                       for c in split_name_list(value)]
+            cached = self.rendered_attrs[key] = (self._render_attrs(instr), callees)
+        if cached[1]:
+            self.callees_of[instr.name] = cached[1]
+        return cached[0]
 
-    def _render_attrs(self, instr: Instruction, names: dict[str, str] | None) -> str:
-        """The attributes as printed; control predecessors only with ``names`` (their canonical names)."""
+    def _render_attrs(self, instr: Instruction, names: dict[str, str] | None = None,
+                      only: frozenset[str] | None = None) -> str:
+        """The attributes as printed, control predecessors only with ``names`` (theirs) and alone (``only``)."""
         rendered = ""
         for key in sorted(instr.attrs):
-            if key in VOLATILE_ATTRS:
+            if key in VOLATILE_ATTRS or (only is not None and key not in only):
                 continue
             value = instr.attrs[key]
             if key in COMPUTATION_ATTRS:
@@ -279,6 +286,11 @@ def _entry_param_names(params: Sequence[EntryParam]) -> dict[int, str]:
 
 def normalize(module: HloModule, params: Sequence[EntryParam] | None = None) -> str:
     """The module's canonical text (ends with a newline)."""
+    with cyclic_gc_paused():
+        return _normalize(module, params)
+
+
+def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> str:
     namer = _Namer(params if params is not None else entry_params(module))
     header_attrs = ", ".join(f"{k}={v}" for k, v in sorted(module.header_attrs.items())
                              if k != "entry_computation_layout" or not spells_out_defaults(module, v))

@@ -78,14 +78,13 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
                 instr = replace(
                     instr, operands=tuple(instr.operands[i] for i in positions),
                     shape=tuple_shape([instr.shape.elements[i] for i in positions]),
-                    attrs=_strip_tuple_sharding(instr, positions), users=[])
+                    attrs=_strip_tuple_sharding(instr, positions))
         elif instr.opcode == "get-tuple-element" and instr.operands[0] in tuple_keep:
             new_index = tuple_keep[instr.operands[0]].index(int(instr.attrs["index"]))
-            instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)}, users=[])
+            instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)})
         elif any(op in derived for op in instr.operands):
             # A value computed from RNG state alone reads as RNG_VALUE.
-            instr = replace(instr, operands=tuple(RNG_VALUE if op in derived else op for op in instr.operands),
-                            users=[])
+            instr = replace(instr, operands=tuple(RNG_VALUE if op in derived else op for op in instr.operands))
         kept.append(instr)
     kept = _live(kept)
     stripped_entry = Computation(name=entry.name, is_entry=True, line=entry.line, instructions=kept,

@@ -107,10 +107,9 @@ class Instruction:
     shape: Shape
     operands: tuple[str, ...]  # names of instructions of the same computation, defined before this one
     literal: str  # raw operand text of parameter / constant, "" otherwise
-    attrs: dict[str, str]  # attribute -> raw value text, in printed order
+    attrs: dict[str, str]  # attribute -> raw value text, in printed order; may be shared: never change in place
     is_root: bool
     line: int
-    users: list[str] = field(default_factory=list)
 
     @property
     def parameter_number(self) -> int | None:
@@ -242,17 +241,17 @@ def _join_lines(text: str, m: re.Match) -> str:
 
 def parse_module(text: str, source: str = "<text>") -> HloModule:
     """Parse one HLO module. Raises HloParseError naming ``source`` and the line."""
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         return _Parser(text, source).module()
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused():
-    """Pause Python's cycle collector while a module is built.
+def cyclic_gc_paused():
+    """Pause Python's cycle collector while a module is built or walked (parse, normalize).
 
     A 9 MB module is ~100k instructions of several objects each, and none of them form reference
     cycles, so the collector finds nothing; but it runs every few hundred allocations and its older
-    generations walk the whole growing module again and again: a fifth of the parse time.
+    generations walk the whole module again and again: a fifth of the parse time.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -441,9 +440,12 @@ class _Parser:
         # it on the following lines; if one does, the general parser reads it again from its start.
         pending: Instruction | None = None
         pending_start = 0
+        skip, simple, end = _SKIP.match, _SIMPLE_INSTRUCTION.match, self.end
         while True:
-            pos = self.skip(pos)
-            c = text[pos] if pos < self.end else ""
+            gap = skip(text, pos)
+            if gap is not None:
+                pos = gap.end()
+            c = text[pos] if pos < end else ""
             if pending is not None:
                 if c == ",":
                     pos, pending = pending_start, None
@@ -458,8 +460,8 @@ class _Parser:
                 break
             eol = text.find("\n", pos)
             if eol < 0:
-                eol = self.end
-            fast = _SIMPLE_INSTRUCTION.match(text, pos, eol)
+                eol = end
+            fast = simple(text, pos, eol)
             if fast is not None:
                 try:
                     pending, pending_start = self.simple_instruction(fast, pos), pos
@@ -506,9 +508,9 @@ class _Parser:
         attrs = self.seen_attrs.get(rest)
         if attrs is None:
             # A module repeats few distinct attribute lists (", dimensions={0,1}", ", direction=EQ", ...):
-            # parse each once per module and hand every instruction its own copy.
+            # parse each once per module; instructions share the dict (nothing changes one in place).
             attrs = self.seen_attrs[rest] = _simple_attributes(rest)
-        if opcode in ("parameter", "constant"):
+        if opcode == "parameter" or opcode == "constant":
             literal = operand_text.strip()
             operands: tuple[str, ...] = ()
             if opcode == "parameter" and not literal.isdigit():
@@ -520,8 +522,8 @@ class _Parser:
             shape = parse_shape(shape_text)
         except ValueError:
             raise _Declined from None
-        return Instruction(name=name, opcode=opcode, shape=shape, operands=operands, literal=literal,
-                           attrs=attrs.copy(), is_root=bool(root), line=self.line(start))
+        # Positional: a keyword call costs measurably on 100k instructions.
+        return Instruction(name, opcode, shape, operands, literal, attrs, bool(root), self.line(start))
 
     # -- instructions: the general parser -------------------------------------------------------------------
 
@@ -761,23 +763,23 @@ class _Parser:
     def add(self, comp: Computation, instr: Instruction) -> None:
         """Append ``instr``: its operands must be defined (as XLA: before it), its name new."""
         by_name = comp.by_name
-        if instr.name in by_name:
-            raise HloParseError(f"instruction {instr.name!r} defined twice in computation {comp.name}",
-                                self.source, instr.line)
+        name = instr.name
+        if name in by_name:
+            raise HloParseError(f"instruction {name!r} defined twice in computation {comp.name}", self.source,
+                                instr.line)
         for ref in instr.operands:
-            target = by_name.get(ref)
-            if target is None:
-                raise HloParseError(f"{instr.name} uses undefined operand {ref!r}", self.source, instr.line)
-            target.users.append(instr.name)
+            if ref not in by_name:
+                raise HloParseError(f"{name} uses undefined operand {ref!r}", self.source, instr.line)
         opcode = instr.opcode
         if opcode == "get-tuple-element":
             self.check_tuple_access(instr, by_name)
-        elif opcode.endswith(("-start", "-update", "-done")) and opcode not in NATIVE_ASYNC_OPCODES:
+        elif "-" in opcode and opcode.endswith(("-start", "-update", "-done")) and opcode not in NATIVE_ASYNC_OPCODES:
             self.unfold_async(comp, instr)
-        if not COMPUTATION_ATTRS.isdisjoint(instr.attrs):
+        attrs = instr.attrs
+        if attrs and not COMPUTATION_ATTRS.isdisjoint(attrs):
             self.calling.append((comp.name, instr))
         comp.instructions.append(instr)
-        by_name[instr.name] = instr
+        by_name[name] = instr
 
     def check_tuple_access(self, instr: Instruction, by_name: dict[str, Instruction]) -> None:
         """Element indices must be integers within the tuple: later passes index with them."""
@@ -828,12 +830,30 @@ class _Parser:
         instr.attrs["calls"] = "%" + name
 
     def check_calls(self, module: HloModule) -> None:
-        for _, instr in self.calling:
+        """Every named computation exists, and none calls itself (HLO has no recursion; a cycle from a garbled
+        or hand-edited module would loop every later pass)."""
+        calls: dict[str, list[tuple[str, Instruction]]] = {}
+        for caller, instr in self.calling:
             for callee in instr.called_computations():
                 if callee not in module.computations:
                     raise HloParseError(f"{instr.name} calls undefined computation {callee!r}", self.source,
                                         instr.line)
-        _check_no_call_cycle(module, self.calling)
+                calls.setdefault(caller, []).append((callee, instr))
+        state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+        def visit(name: str, path: list[str]) -> None:
+            state[name] = 1
+            for callee, instr in calls.get(name, ()):
+                if state.get(callee) == 1:
+                    cycle = " -> ".join([*path[path.index(callee):], callee])
+                    raise HloParseError(f"call cycle {cycle}", module.source, instr.line)
+                if callee not in state:
+                    visit(callee, [*path, callee])
+            state[name] = 2
+
+        for name in calls:
+            if name not in state:
+                visit(name, [name])
 
 
 def _simple_attributes(rest: str) -> dict[str, str]:
@@ -895,28 +915,6 @@ def _simple_operands(text: str) -> tuple[str, ...]:
     if "/" in text:
         raise _Declined
     return tuple([words[-1] for words in map(str.split, split_top_level(text)) if words])
-
-
-def _check_no_call_cycle(module: HloModule, calling: list[tuple[str, Instruction]]) -> None:
-    """HLO has no recursion; a cycle (a garbled or hand-edited module) would loop every later pass."""
-    calls: dict[str, list[tuple[str, Instruction]]] = {}
-    for caller, instr in calling:
-        calls.setdefault(caller, []).extend((callee, instr) for callee in instr.called_computations())
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(name: str, path: list[str]) -> None:
-        state[name] = 1
-        for callee, instr in calls.get(name, ()):
-            if state.get(callee) == 1:
-                cycle = " -> ".join([*path[path.index(callee):], callee])
-                raise HloParseError(f"call cycle {cycle}", module.source, instr.line)
-            if callee not in state:
-                visit(callee, [*path, callee])
-        state[name] = 2
-
-    for name in calls:
-        if name not in state:
-            visit(name, [name])
 
 
 def read_text(path: Path | str) -> str:
