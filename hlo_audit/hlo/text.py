@@ -294,7 +294,10 @@ class _Parser:
 
     def skip(self, pos: int) -> int:
         m = _SKIP.match(self.text, pos)
-        return m.end() if m else pos
+        pos = m.end() if m else pos
+        if self.text.startswith("/*", pos):  # _SKIP takes only closed comments
+            raise self.error("unterminated /* comment", pos)
+        return pos
 
     def peek(self, pos: int) -> str:
         return self.text[pos] if pos < self.end else ""
@@ -530,7 +533,7 @@ class _Parser:
     def instruction(self, comp: Computation, pos: int) -> int:
         """``[ROOT] name = [shape] opcode(operands) [, attribute=value]*`` from ``pos``; returns its end."""
         text = self.text
-        start = pos
+        start = pos = self.skip(pos)
         is_root = bool(_ROOT.match(text, pos))
         if is_root:
             pos = self.skip(pos + 4)
