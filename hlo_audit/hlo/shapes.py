@@ -15,7 +15,9 @@ _ELEMENT_TYPE = re.compile(r"(?:s|u|f|bf|c)(\d+)(?:e\d+m\d+[a-z0-9]*)?")
 _SPECIAL_TYPES = {"pred": 8, "token": 0, "opaque": 0}
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]\s*(\{[^}]*\})?")
-_SHAPE_TOKEN = re.compile(r"[(){}\[\],]")
+# Brackets, commas, strings, comment starts and lone quotes (an unterminated string): what splitting a shape
+# or an attribute list at its top-level commas must see.
+TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//|/\*|["\']|[{}()\[\],]')
 
 
 def element_bits(dtype: str) -> int | None:
@@ -87,7 +89,7 @@ def parse_shape(text: str) -> Shape:
         inner = text[1:-1].strip()
         if not text.endswith(")"):
             raise ValueError(f"not an HLO shape: {text[:60]!r}")
-        elements = tuple(parse_shape(p) for p in _split_elements(inner)) if inner else ()
+        elements = tuple(parse_shape(p) for p in split_top_level(inner)) if inner else ()
         return tuple_shape(elements)
     if text.startswith("b(") and text.endswith(")"):
         array = parse_shape(text[2:-1])
@@ -104,20 +106,21 @@ def parse_shape(text: str) -> Shape:
     return Shape(text=text, dtype=m.group(1), dims=dims, layout=layout)
 
 
-def _split_elements(inner: str) -> list[str]:
-    """A tuple's element texts: the commas outside every bracket (dims, layouts, nested tuples)."""
+def split_top_level(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets, braces, parentheses and string literals."""
     parts: list[str] = []
-    depth = start = 0
-    for m in _SHAPE_TOKEN.finditer(inner):
+    depth = 0
+    start = 0
+    for m in TOKEN.finditer(text):
         tok = m.group()
-        if tok in "({[":
+        if tok in "{([":
             depth += 1
-        elif tok in ")}]":
+        elif tok in "})]":
             depth -= 1
-        elif depth == 0:
-            parts.append(inner[start:m.start()])
+        elif tok == sep and depth == 0:
+            parts.append(text[start:m.start()])
             start = m.end()
-    parts.append(inner[start:])
+    parts.append(text[start:])
     return parts
 
 

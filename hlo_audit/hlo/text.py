@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hlo_audit.hlo.shape_inference import ShapeInferenceError, infer_shape
-from hlo_audit.hlo.shapes import Shape, is_element_type, parse_shape, tuple_shape
+from hlo_audit.hlo.shapes import TOKEN, Shape, is_element_type, parse_shape, split_top_level, tuple_shape
 
 # Attributes whose value names computations (single name or a {a, b} list).
 COMPUTATION_ATTRS = frozenset({
@@ -63,8 +63,6 @@ _WORD = re.compile(r"(?:[^\s,{}()\[\]\"'/]|/(?![/*]))+")
 _INT = re.compile(r"\s*(\d+)\s*")
 # Brackets, strings and comments: what a bracket scan must see (a brace in a string or comment is text).
 _BRACKET_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//[^\n]*|/\*.*?\*/|[{}()\[\]]', re.S)
-# The same, plus commas and lone quotes (an unterminated string), for splitting one line's attributes.
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//|/\*|["\']|[{}()\[\],]')
 
 # The fast path: one instruction on one line, array shape, operands without nested parentheses.
 _SIMPLE_INSTRUCTION = re.compile(
@@ -188,24 +186,6 @@ def split_name_list(value: str) -> list[str]:
     if value.startswith("{"):
         value = value[1:-1]
     return [v.strip().lstrip("%") for v in value.split(",") if v.strip()]
-
-
-def split_top_level(text: str, sep: str = ",") -> list[str]:
-    """Split at ``sep`` outside brackets, braces, parentheses and string literals."""
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for m in _TOKEN.finditer(text):
-        tok = m.group()
-        if tok in "{([":
-            depth += 1
-        elif tok in "})]":
-            depth -= 1
-        elif tok == sep and depth == 0:
-            parts.append(text[start:m.start()])
-            start = m.end()
-    parts.append(text[start:])
-    return parts
 
 
 def tidy(text: str) -> str:
@@ -367,18 +347,24 @@ class _Parser:
     def single_value_attributes(self, pos: int) -> tuple[dict[str, str], int]:
         """``, key=value`` pairs whose values are one token or bracket group (module header, after a body)."""
         attrs: dict[str, str] = {}
+        while (found := self.next_attribute(pos, "")) is not None:
+            key, value_start = found
+            pos = self.atom(value_start, key)
+            attrs[key] = tidy(self.text[value_start:pos])
+        return attrs, pos
+
+    def next_attribute(self, pos: int, where: str) -> tuple[str, int] | None:
+        """(key, where its value starts) of the ``, key=value`` after ``pos``; None if no comma follows."""
         text = self.text
-        while True:
-            start = self.skip(pos)
-            if not text.startswith(",", start):
-                return attrs, pos
-            at = self.skip(start + 1)
-            m = _KEY.match(text, at)
-            if not m:
-                raise self.error(f"expected 'attribute=value' after ',', found {self.found(at)}", at)
-            value_start = self.skip(m.end())
-            pos = self.atom(value_start, m.group(1))
-            attrs[m.group(1)] = tidy(text[value_start:pos])
+        start = self.skip(pos)
+        if not text.startswith(",", start):
+            return None
+        at = self.skip(start + 1)
+        m = _KEY.match(text, at)
+        if not m:
+            word = _WORD.match(text, at)
+            raise self.error(f"attribute without '=': {word.group() if word else self.found(at)!r}{where}", at)
+        return m.group(1), self.skip(m.end())
 
     def skip_dump_tables(self, pos: int) -> int:
         """The FileNames / FunctionNames / FileLocations / StackFrames tables of an XLA dump: numbers,
@@ -675,25 +661,15 @@ class _Parser:
 
     def attributes(self, comp: Computation, pos: int, owner: str) -> tuple[dict[str, str], int]:
         """``, key=value`` pairs; a value runs to the next top-level ',' or the instruction's end."""
-        text = self.text
         attrs: dict[str, str] = {}
-        while True:
-            start = self.skip(pos)
-            if not text.startswith(",", start):
-                return attrs, pos
-            at = self.skip(start + 1)
-            m = _KEY.match(text, at)
-            if not m:
-                word = _WORD.match(text, at)
-                raise self.error(f"attribute without '=': {word.group() if word else self.found(at)!r} in "
-                                 f"computation {comp.name}", at)
-            key = m.group(1)
-            value_start = self.skip(m.end())
+        while (found := self.next_attribute(pos, f" in computation {comp.name}")) is not None:
+            key, value_start = found
             if key in COMPUTATION_ATTRS and self.inline_body_follows(value_start):
                 attrs[key], pos = self.inline_computations(value_start, f"{owner}.{key}")
             else:
                 pos = self.value_end(value_start, key, comp)
-                attrs[key] = tidy(text[value_start:pos])
+                attrs[key] = tidy(self.text[value_start:pos])
+        return attrs, pos
 
     def value_end(self, pos: int, key: str, comp: Computation) -> int:
         """End of an attribute value: atoms (``[1,8]<=[8]`` is three) up to ',' or the instruction's end."""
@@ -872,7 +848,7 @@ def _simple_attributes(rest: str) -> dict[str, str]:
     attrs: dict[str, str] = {}
     depth = 0
     start = 1
-    for m in _TOKEN.finditer(rest, 1):
+    for m in TOKEN.finditer(rest, 1):
         tok = m.group()
         if tok in "{([":
             depth += 1
