@@ -137,3 +137,30 @@ def test_another_mesh_split_is_a_change_of_shardings(lowered):
     assert d.verdict == "changed"
     assert d.changes == ["shardings"]
     assert d.entry_params[0] == d.entry_params[1]
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama3-8b" / "scan-off"
+
+
+@pytest.mark.parametrize("quant", ["fp8", "int8"])
+def test_goldens_are_read_like_any_module(lowered, quant):
+    """`diff golden/<cell>.hlo.txt <lowering>` says what `check` says for that cell: the released step is its
+    golden (identical after normalization); with the fix reverted, RNG state only, by check's deltas; `rng` and
+    `count` read the golden as they read the lowering."""
+    golden_text, summary = GOLDEN / quant / "L2.hlo.txt", json.loads((GOLDEN / quant / "L2.json").read_text())
+    runner = CliRunner()
+    same = runner.invoke(app, ["diff", str(golden_text), str(lowered(quant, False, 2)), "--format", "json"])
+    assert (same.exit_code, json.loads(same.stdout)["verdict"]) == (0, "identical-after-normalization")
+    reverted = lowered(quant, False, 2, ("prefix",))
+    leak = json.loads(runner.invoke(app, ["diff", str(golden_text), str(reverted), "--format", "json"]).stdout)
+    now = analyze(reverted.read_text(), "now").summary
+    assert leak["verdict"] == "rng-state-only"
+    assert leak["by_dtype_delta"] == {k: v for k, v in ((d, now.by_dtype.get(d, 0) - summary["by_dtype"].get(d, 0))
+                                                        for d in sorted({*now.by_dtype, *summary["by_dtype"]})) if v}
+    (counted,) = json.loads(runner.invoke(app, ["count", str(golden_text), "--format", "json"]).stdout)["modules"]
+    assert (counted["entry_params"], counted["by_dtype"], counted["by_role"]) == (
+        summary["entry_params"], summary["by_dtype"], summary["by_role"])
+    rng = [json.loads(runner.invoke(app, ["rng", str(path), "--format", "json"]).stdout)
+           for path in (golden_text, lowered(quant, False, 2))]
+    keys = ("streams", "drawn", "carried", "unknown", "dead_params", "dead_increments")
+    assert [{k: r[k] for k in keys} for r in rng][0] == [{k: r[k] for k in keys} for r in rng][1]
