@@ -10,8 +10,9 @@ only its own line and the lines that really use it.
 The order is the graph's, not the printer's: parameters first by number, then every instruction right
 after the operands (and control predecessors) it needs, depth first from the root (a commutative op's
 operands by what they are); computations callees first. So a shared constant, or any instruction that
-depends on nothing before it, prints in the same place wherever the printer put it. An ``entry_computation_layout`` that only spells out the default layouts of the
-entry's parameters and root says nothing and is left out, as are ``/*...*/`` and ``//`` comments.
+depends on nothing before it, prints in the same place wherever the printer put it. A shape without a layout
+prints with XLA's default one (the same shape to XLA). An ``entry_computation_layout`` that only spells out the
+default layouts of the entry's parameters and root says nothing and is left out, as are comments.
 
 Dropped as volatile: metadata (op_name, source file/line, stack_frame_id), the dump's FileNames /
 StackFrames tables, ``/*index=N*/`` comments, module-id suffixes, and serialized kernel bodies in
@@ -21,12 +22,13 @@ other attribute.
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.params import EntryParam, entry_params
-from hlo_audit.hlo.shapes import with_default_layout
+from hlo_audit.hlo.shapes import Shape, with_default_layout
 from hlo_audit.hlo.text import (
     COMPUTATION_ATTRS, Computation, HloModule, Instruction, cyclic_gc_paused, split_name_list, strip_number_suffix,
 )
@@ -101,6 +103,12 @@ def _operand_order(instr: Instruction, by_name: dict[str, Instruction]):
     return instr.operands
 
 
+@functools.cache
+def _canonical_shape(shape: Shape) -> str:
+    """The shape with XLA's default layout where it has none: ``f32[4]`` and ``f32[4]{0}`` are one shape."""
+    return with_default_layout(shape)
+
+
 def _what(instr: Instruction | None) -> tuple[str, str, str]:
     """What an operand is, before it has a name (rng.RNG_VALUE is nothing)."""
     return ("", "", "") if instr is None else (instr.opcode, instr.shape.text, instr.literal)
@@ -157,6 +165,7 @@ class _Namer:
                     stack.pop()
                     opcode = instr.opcode
                     held = instr.attrs
+                    shape = _canonical_shape(instr.shape)
                     # Placed: named and printed. Most of jax's instructions hold metadata alone, which is dropped.
                     attrs = "" if not held or len(held) == 1 and "metadata" in held else self._attrs(instr)
                     if opcode == "parameter":
@@ -169,7 +178,7 @@ class _Namer:
                         operands = [names.get(op, op) for op in _operand_order(instr, by_name)]
                         args = instr.literal if opcode == "constant" else "%" + ", %".join(operands) if operands else ""
                         what = f"%{', %'.join(sorted(operands))}" if opcode in COMMUTATIVE else args
-                        name = f"{opcode}.{_digest(f'{opcode}|{instr.shape.text}|{what}|{attrs}')}"
+                        name = f"{opcode}.{_digest(f'{opcode}|{shape}|{what}|{attrs}')}"
                         copies = taken.get(name, 0)
                         taken[name] = copies + 1
                         if copies:  # identical instructions repeated (constants, mostly)
@@ -180,7 +189,7 @@ class _Namer:
                     if "control-predecessors" in held:
                         late.append((len(body), instr))
                     root = "ROOT " if instr.is_root else ""
-                    body.append(f"  {root}%{name} = {instr.shape.text} {opcode}({args}){attrs}")
+                    body.append(f"  {root}%{name} = {shape} {opcode}({args}){attrs}")
         for at, instr in late:  # every instruction is named now
             body[at] += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
         tail = "}" + "".join(f", {k}={v}" for k, v in sorted(comp.attrs.items()))  # execution_thread
