@@ -22,7 +22,6 @@ other attribute.
 
 from __future__ import annotations
 
-import functools
 import re
 import zlib
 from collections.abc import Iterable, Sequence
@@ -88,25 +87,26 @@ def _callees(comp: Computation) -> list[str]:
             for c in instr.called_computations()]
 
 
-def _needs(instr: Instruction, by_name: dict[str, Instruction]):
-    """What prints before an instruction: its operands in canonical order, then its control predecessors."""
-    needs = _operand_order(instr, by_name)
+def _needs(instr: Instruction, by_name: dict[str, Instruction], orders: dict[str, list[str]]):
+    """What prints before an instruction: its operands, a commutative op's by what they are (opcode, shape,
+    literal; ties as written, and kept in ``orders`` for its line), then its control predecessors."""
+    needs = instr.operands
+    if instr.opcode in COMMUTATIVE and len(needs) > 1:
+        needs = orders[instr.name] = sorted(needs, key=lambda ref: _what(by_name.get(ref)))
     if "control-predecessors" in instr.attrs:
         needs = (*needs, *split_name_list(instr.attrs["control-predecessors"]))
     return needs
 
 
-def _operand_order(instr: Instruction, by_name: dict[str, Instruction]):
-    """Operands as written; a commutative op's by what they are (opcode, shape, literal; ties as written)."""
-    if instr.opcode in COMMUTATIVE and len(instr.operands) > 1:
-        return sorted(instr.operands, key=lambda ref: _what(by_name.get(ref)))
-    return instr.operands
+_CANONICAL_SHAPES: dict[str, str] = {}  # shape text -> with its default layout (few distinct shapes)
 
 
-@functools.cache
 def _canonical_shape(shape: Shape) -> str:
     """The shape with XLA's default layout where it has none: ``f32[4]`` and ``f32[4]{0}`` are one shape."""
-    return with_default_layout(shape)
+    text = _CANONICAL_SHAPES.get(shape.text)
+    if text is None:
+        text = _CANONICAL_SHAPES[shape.text] = with_default_layout(shape)
+    return text
 
 
 def _what(instr: Instruction | None) -> tuple[str, str, str]:
@@ -147,11 +147,12 @@ class _Namer:
 
         # Parameters first, by number; then depth first from the root; what the root does not reach, as written.
         seen: set[str] = set()
+        orders: dict[str, list[str]] = {}  # a commutative op's operands in the order visited and printed
         for start in (*comp.parameters, comp.root, *comp.instructions):
             if start.name in seen:
                 continue
             seen.add(start.name)
-            stack = [(start, iter(_needs(start, by_name)))]
+            stack = [(start, iter(_needs(start, by_name, orders)))]
             while stack:
                 instr, needs = stack[-1]
                 for ref in needs:  # what it needs comes first (a DAG: nothing on the stack is needed again)
@@ -159,7 +160,7 @@ class _Namer:
                         seen.add(ref)
                         needed = by_name[ref]
                         plain = needed.opcode not in COMMUTATIVE and "control-predecessors" not in needed.attrs
-                        stack.append((needed, iter(needed.operands if plain else _needs(needed, by_name))))
+                        stack.append((needed, iter(needed.operands if plain else _needs(needed, by_name, orders))))
                         break
                 else:
                     stack.pop()
@@ -175,7 +176,7 @@ class _Namer:
                     else:
                         # A commutative op's operands print in the order they were visited (so the text reads
                         # back to the same order) and enter its name sorted (so either order names it alike).
-                        operands = [names.get(op, op) for op in _operand_order(instr, by_name)]
+                        operands = [names.get(op, op) for op in orders.get(instr.name, instr.operands)]
                         args = instr.literal if opcode == "constant" else "%" + ", %".join(operands) if operands else ""
                         what = f"%{', %'.join(sorted(operands))}" if opcode in COMMUTATIVE else args
                         name = f"{opcode}.{_digest(f'{opcode}|{shape}|{what}|{attrs}')}"
