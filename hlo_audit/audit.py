@@ -18,8 +18,9 @@ from hlo_audit.cache import Cache
 from hlo_audit.config import Config, load_config
 from hlo_audit.errors import InputError
 from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
-from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.source import read_input
+from hlo_audit.hlo.text import HloParseError
 from hlo_audit.matrix import Cell, MatrixError, select
 from hlo_audit.run import CellResult, run_cells
 from hlo_audit.scaling import Series, fit_series
@@ -104,6 +105,26 @@ def load_source(spec: str, config_path: str | None = None, module: str | None = 
         return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record())
     result = cell_result(spec, config_path, use_cache)
     return Source(spec, result.params, result.rng)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An input `count` could not read: its one-line error names the file (and line)."""
+
+    source: str
+    error: str
+
+
+def analyze_each(specs: list[str], module: str | None = None, stage: str = "before") -> list[Analysis | Unreadable]:
+    """Each input analysed on its own, so one bad file costs only its own report."""
+    results: list[Analysis | Unreadable] = []
+    for spec in specs:
+        try:
+            text, source = read_input(spec, module, stage)
+            results.append(analyze(text, source))
+        except (HloParseError, InputError) as exc:
+            results.append(Unreadable(spec, str(exc)))
+    return results
 
 
 def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResult]:

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit.errors import InputError, exit_on_input_error
+from hlo_audit.errors import EXIT_INPUT_ERROR, InputError, exit_on_input_error
+from hlo_audit.errors import report as report_error
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.source import read_input
@@ -58,14 +59,18 @@ def count(
     top: Annotated[int, typer.Option(help="Groups to show in table/markdown (0: all).")] = 20,
     params: Annotated[bool, typer.Option("--params", help="JSON: list every entry parameter.")] = False,
 ) -> None:
-    """Count entry parameters by dtype, role and state-path group."""
-    analyses = [_load(p, module, stage) for p in paths]
+    """Count entry parameters by dtype, role and state-path group. Exit 2 if any input could not be read."""
+    analyses = audit.analyze_each(paths, module, stage.value)
     if fmt is Format.json:
         sys.stdout.write(jsonfmt.format_count(analyses, with_params=params))
     elif fmt is Format.markdown:
         sys.stdout.write(markdown.format_count(analyses, top))
     else:
         table.print_count(table.make_console(), analyses, top)
+    unreadable = [a for a in analyses if isinstance(a, audit.Unreadable)]
+    for a in unreadable:
+        report_error(a.error)
+    raise typer.Exit(EXIT_INPUT_ERROR if unreadable else 0)
 
 
 @app.command()

@@ -23,13 +23,18 @@ class InputError(Exception):
 USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError)
 
 
+def report(message: object) -> None:
+    """The one line a user error prints on stderr."""
+    print(f"hlo-audit: error: {message}", file=sys.stderr)
+
+
 def exit_on_input_error(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
-            print(f"hlo-audit: error: {exc}", file=sys.stderr)
+            report(exc)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
         except KeyboardInterrupt:
             print("hlo-audit: interrupted", file=sys.stderr)

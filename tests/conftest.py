@@ -24,3 +24,9 @@ def write_hlo(tmp_path):
         return path
 
     return write
+
+
+def pytest_addoption(parser):
+    parser.addoption("--hlo-corpus", default=None, metavar="DIR",
+                     help="Real-HLO corpus (INDEX.tsv, gzip modules) that test_corpus.py holds the parser to "
+                          "XLA's with; default $HLO_AUDIT_CORPUS, else those tests are skipped.")

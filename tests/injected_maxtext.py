@@ -1,26 +1,74 @@
-"""MaxText's train step with one of seed 000's RNG fixes reverted on demand, for the gate's end-to-end test.
+"""MaxText's train step with seed 000's RNG fixes reverted on demand: the regressions the gate and diff must see.
 
-With ``HLO_AUDIT_INJECT=fp8-keeps-rngs`` the fp8 backend (which never draws at apply time) claims it needs
-its RNGs again, so every quantized dot's ToNNX wrapper keeps its forked Rngs: the regression seed 000 fixed.
+MaxText 0.2.5 carries seed 000's fix in three parts; each can be reverted at run time:
+
+* ``fp8-keeps-rngs``: the quantization bridge. fp8 and nanoo_fp8 (which never draw at apply time) claim they
+  need their RNGs again, so every quantized dot's ToNNX wrapper keeps its forked Rngs.
+* ``dropout0-forks``: ``Dropout`` keeps its forked Rngs even at rate 0, where it never draws.
+* ``attention-holds-rngs``: ``AttentionOp`` holds the layer's Rngs without attention dropout.
+
+``HLO_AUDIT_INJECT`` names the reverts (comma-separated) for the ``lower`` target; ``prefix`` is all three,
+MaxText as it was before the fix. ``reverted(...)`` applies them in-process and undoes them on exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from hlo_audit.targets.maxtext import lower_train_step, model_num_layers
 
 INJECT = "HLO_AUDIT_INJECT"
+REVERTS = ("fp8-keeps-rngs", "dropout0-forks", "attention-holds-rngs")
+
+
+@contextlib.contextmanager
+def reverted(*names: str):
+    """MaxText with the named parts of seed 000's fix undone (``prefix``: all of them) while inside."""
+    from flax import nnx
+    from maxtext.layers import attention_op, linears, quantizations
+
+    names = REVERTS if "prefix" in names else names
+    unknown = set(names) - set(REVERTS)
+    if unknown:
+        raise ValueError(f"unknown revert {sorted(unknown)} (known: {', '.join(REVERTS)}, prefix)")
+    saved = [(quantizations.Fp8Quantization, "needs_apply_rngs"),
+             (quantizations.NANOOFp8Quantization, "needs_apply_rngs"),
+             (linears.Dropout, "__init__"), (attention_op.AttentionOp, "__init__")]
+    saved = [(owner, attr, owner.__dict__[attr]) for owner, attr in saved]
+    if "fp8-keeps-rngs" in names:
+        quantizations.Fp8Quantization.needs_apply_rngs = True
+        quantizations.NANOOFp8Quantization.needs_apply_rngs = True
+    if "dropout0-forks" in names:
+        def init_keeping_fork(self, rate, *, broadcast_dims=(), deterministic=False, rng_collection="dropout",
+                              rngs=None):
+            # MaxText's Dropout.__init__ before the fix: the fork is kept whatever the rate.
+            self.rate, self.broadcast_dims = rate, broadcast_dims
+            self.deterministic, self.rng_collection = deterministic, rng_collection
+            self.rngs = rngs.fork() if hasattr(type(rngs), "fork") else rngs
+
+        linears.Dropout.__init__ = init_keeping_fork
+    if "attention-holds-rngs" in names:
+        attention_init = attention_op.AttentionOp.__init__
+
+        def init_holding_rngs(self, *args, rngs=None, **kwargs):
+            attention_init(self, *args, rngs=rngs, **kwargs)
+            self.rngs = nnx.data(rngs)  # the fixed __init__ made the attribute static (None)
+
+        attention_op.AttentionOp.__init__ = init_holding_rngs
+    try:
+        yield
+    finally:
+        for owner, attr, value in saved:
+            setattr(owner, attr, value)
 
 
 def lower(cell):
-    if os.environ.get(INJECT) == "fp8-keeps-rngs":
-        from maxtext.layers import quantizations
-
-        quantizations.Fp8Quantization.needs_apply_rngs = True
-    return lower_train_step(cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
-                            per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
-                            overrides=dict(cell.overrides))
+    names = [n for n in os.environ.get(INJECT, "").split(",") if n]
+    with reverted(*names):
+        return lower_train_step(cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
+                                per_device_batch_size=cell.batch, max_target_length=cell.seq,
+                                platform=cell.platform, overrides=dict(cell.overrides))
 
 
 lower.full_depth = model_num_layers

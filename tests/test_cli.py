@@ -566,16 +566,31 @@ def test_bad_input_exits_2_with_one_line(make, command, tmp_path, write_hlo):
             "diff-new": ["diff", good, path]}[command]
     result = cli(*args)
     assert result.exit_code == 2, (result.exit_code, result.stdout[-500:], result.stderr)
-    assert result.stdout == ""
-    assert_one_line_error(result.stderr, str(path), *must)
+    line = assert_one_line_error(result.stderr, str(path), *must)
+    if command == "count":  # JSON says which input failed and why, in its place
+        assert json.loads(result.stdout)["modules"] == [{"source": str(path), "error": line.removeprefix(ERROR_PREFIX)}]
+    else:
+        assert result.stdout == ""
 
 
-def test_bad_input_among_good_paths_fails_the_whole_count(write_hlo, tmp_path):
-    good = write_hlo(ModelSpec())
+@pytest.mark.parametrize("fmt", ["json", "table", "markdown"])
+def test_bad_input_among_good_paths_reports_each(write_hlo, tmp_path, fmt):
+    """`count A B C` with B unreadable: A and C their numbers, B its error, exit 2."""
+    specs = [ModelSpec(), ModelSpec(layers=4, dropout_rate=0.0)]
+    good = [write_hlo(spec) for spec in specs]
     missing = tmp_path / "missing.hlo"
-    result = cli("count", good, missing, "--format", "json")
+    result = cli("count", good[0], missing, good[1], "--format", fmt)
     assert result.exit_code == 2
-    assert_one_line_error(result.stderr, str(missing))
+    line = assert_one_line_error(result.stderr, str(missing))
+    totals = [nnx_models.expected_counts(spec)["total"] for spec in specs]
+    if fmt == "json":
+        modules = json.loads(result.stdout)["modules"]
+        assert [m["source"] for m in modules] == [str(good[0]), str(missing), str(good[1])]
+        assert [modules[0]["entry_params"], modules[2]["entry_params"]] == totals
+        assert modules[1] == {"source": str(missing), "error": line.removeprefix(ERROR_PREFIX)}
+    else:
+        for path, total in zip(good, totals):
+            assert f"{path}" in result.stdout and f"{total} entry parameters" in result.stdout
 
 
 def test_bad_module_regex(dump_folder):
@@ -645,3 +660,21 @@ def test_non_utf8_stdin_is_an_input_error_in_any_locale():
     proc = run_module("count", "-", input=b"HloModule m\n\xff\xfe\n", env={"PYTHONIOENCODING": "utf-8:strict"})
     assert proc.returncode == 2
     assert_one_line_error(proc.stderr.decode(), "<stdin>")
+
+
+def test_status_lines_are_never_hard_wrapped(tmp_path):
+    """Tables fit the width; a headline or summary stays one line whatever COLUMNS says (scripts grep them)."""
+    deep = tmp_path / ("folder-name-that-makes-every-path-longer-than-the-terminal-" * 2)
+    deep.mkdir()
+    old, new = deep / "old.hlo.txt", deep / "new.hlo.txt"
+    old.write_text(nnx_models.hlo_text(ModelSpec()))
+    new.write_text(nnx_models.hlo_text(ModelSpec(dropout_rate=0.0)))
+    env = {"COLUMNS": "60"}
+    count = CliRunner().invoke(app, ["count", str(old)], env=env)
+    assert f"{old}  module jit_train_step: {nnx_models.expected_counts(ModelSpec())['total']} entry parameters" \
+        in count.stdout.splitlines()
+    diff = CliRunner().invoke(app, ["diff", str(old), str(new)], env=env)
+    lines = diff.stdout.splitlines()
+    assert lines[0] == "verdict: rng-state-only"
+    assert lines[1].startswith("entry parameters: ") and lines[1].endswith(f"({old} -> {new})")
+    assert all(len(line) <= 60 for line in lines if line.startswith(("dtype ", "role ")))  # table rows fit

@@ -8,6 +8,7 @@ import nnx_models
 from nnx_models import ModelSpec
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.hlo.text import parse_module
 
 
 def _diff(old_spec: ModelSpec, new_spec: ModelSpec, **kw):
@@ -105,3 +106,30 @@ def test_layout_and_sharding_changes_are_named():
     assert diff_modules(analyze(NO_COUNTER), analyze(relaid)).changes == ["layouts"]
     sharded = NO_COUNTER.replace("%w = f32[4]{0} parameter(0)", "%w = f32[4]{0} parameter(0), sharding={replicated}")
     assert diff_modules(analyze(NO_COUNTER), analyze(sharded)).changes == ["shardings"]
+
+
+def _drop_header_attribute(text: str, key: str) -> str:
+    module = parse_module(text)
+    value = module.header_attrs[key]
+    header, rest = text.split("\n", 1)
+    start = header.index(f", {key}=")
+    assert header[start + len(key) + 3:].startswith(value)
+    return header[:start] + header[start + len(key) + 3 + len(value):] + "\n" + rest
+
+
+def test_default_entry_layout_added_is_no_change_without_rng():
+    """Two modules with no RNG state, one spelling out the default entry layout: nothing changed."""
+    text = nnx_models.hlo_text(ModelSpec(rngs=False, dropout_rate=None))
+    assert not any(p.is_rng for p in analyze(text).params)
+    bare = _drop_header_attribute(text, "entry_computation_layout")
+    d = diff_modules(analyze(bare, "bare"), analyze(text, "with-layout"))
+    assert d.verdict == "identical-after-normalization" and not d.differs
+
+
+def test_no_rng_state_is_never_rng_state_only():
+    """Stripping RNG state drops a mesh declaration nothing uses; without RNG state that is a real change."""
+    text = nnx_models.hlo_text(ModelSpec(rngs=False, dropout_rate=None))
+    header, rest = text.split("\n", 1)
+    declared = header + ", frontend_attributes={xla.sdy.meshes={empty_mesh = #sdy.mesh<[]>}}\n" + rest
+    d = diff_modules(analyze(text, "a"), analyze(declared, "b"))
+    assert d.verdict == "changed" and d.changes == ["attributes"]

@@ -11,6 +11,7 @@ import json
 import re
 
 import pytest
+from rich.cells import cell_len
 from typer.testing import CliRunner
 
 import nnx_models
@@ -116,3 +117,25 @@ def test_dump_folder_explains_the_train_step(dump_folder):
     expected = nnx_models.expected_counts(ModelSpec(dropout_rate=0.5))
     assert root["params"] == expected["total"] and root["by_dtype"]["u32"] == expected["u32"]
     assert root["children"][0]["name"] == "state.layers_*.dropout.rngs.*"
+
+
+@pytest.mark.parametrize("kind", ["file", "dump-folder", "stdin", "cell-id"])
+def test_every_input_kind_fits_100_columns(kind, tmp_path, dump_folder):
+    """At COLUMNS=100 no line is wider than 100, whatever the root is named by (a long path breaks at '/')."""
+    deep = tmp_path / ("a-folder-name-long-enough-to-push-the-path-past-the-width-" * 2) / "x"
+    deep.mkdir(parents=True)
+    path = deep / "bridge-model-with-a-long-file-name.hlo.txt"
+    path.write_text(nnx_models.hlo_text(ModelSpec(layers=LAYERS, bridge="nodraw")))
+    config = tmp_path / "hlo-audit.toml"
+    config.write_text('target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["dropout0"]\n')
+    args, stdin = {"file": ([path], None), "dump-folder": ([dump_folder], None),
+                   "stdin": (["-"], path.read_text()),
+                   "cell-id": (["mlp/scan-off/dropout0/L3", "--config", config], None)}[kind]
+    result = CliRunner().invoke(app, ["explain", *map(str, args), "--depth", "9", "--top", "0"], input=stdin,
+                                env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) > 5 and max(cell_len(line) for line in lines) <= 100
+    if kind == "file":
+        total = nnx_models.expected_counts(ModelSpec(layers=LAYERS, bridge="nodraw"))["total"]
+        assert re.sub(r"\s+", "", "".join(lines[:3])).startswith(f"{total}{path}")  # the whole path, in pieces

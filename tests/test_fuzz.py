@@ -243,9 +243,10 @@ def test_cli_count_and_diff_exit_cleanly(corpus, fuzz_dir, data):
         assert isinstance(module["entry_params"], int)
         assert sum(module["by_dtype"].values()) == sum(module["groups"].values()) == module["entry_params"]
     else:
-        assert count.stdout == ""
+        (module,) = json.loads(count.stdout)["modules"]  # the input's error in place of its numbers
+        assert set(module) == {"source", "error"} and module["error"].startswith(str(path))
         lines = count.stderr.splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"hlo-audit: error: {path}"), count.stderr
+        assert len(lines) == 1 and lines[0] == f"hlo-audit: error: {module['error']}", count.stderr
 
     diff = runner.invoke(app, ["diff", str(original), str(path), "--format", "json"])
     assert diff.exception is None or isinstance(diff.exception, SystemExit), repr(diff.exception)

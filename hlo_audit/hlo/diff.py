@@ -101,12 +101,33 @@ def _histogram(module: HloModule, key) -> Counter:
 
 
 def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> list[str]:
+    """What differs between two modules whose canonical texts differ: ``ops`` (opcode counts), ``shapes``
+    (opcode x dtype x dims counts), ``layouts`` / ``shardings`` (for an opcode and shape both modules have,
+    the layouts / shardings its instructions carry; a shape only one module has is a change of shapes),
+    else ``attributes``."""
     kinds = ["parameters"] if params_differ else []
-    for kind, key in (("ops", lambda i: i.opcode), ("shapes", lambda i: (i.opcode, i.shape.dtype, i.shape.dims)),
-                      ("layouts", lambda i: i.shape.layout), ("shardings", lambda i: i.attrs.get("sharding"))):
-        if _histogram(old, key) != _histogram(new, key):
+    if _histogram(old, lambda i: i.opcode) != _histogram(new, lambda i: i.opcode):
+        kinds.append("ops")
+    if _histogram(old, _shape_key) != _histogram(new, _shape_key):
+        kinds.append("shapes")
+    for kind, aspect in (("layouts", lambda i: i.shape.layout), ("shardings", lambda i: i.attrs.get("sharding"))):
+        before, after = _aspects_by_shape(old, aspect), _aspects_by_shape(new, aspect)
+        if any(before[key] != after[key] for key in before.keys() & after.keys()):
             kinds.append(kind)
     return kinds or ["attributes"]
+
+
+def _shape_key(instr) -> tuple:
+    return instr.opcode, instr.shape.dtype, instr.shape.dims
+
+
+def _aspects_by_shape(module: HloModule, aspect) -> dict[tuple, set]:
+    """Per opcode and shape, the set of values ``aspect`` takes: how many instructions have them is the
+    business of ``ops`` and ``shapes``."""
+    found: dict[tuple, set] = {}
+    for instr in module.instructions():
+        found.setdefault(_shape_key(instr), set()).add(aspect(instr))
+    return found
 
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
@@ -123,7 +144,8 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     else:
         old_stripped, old_kept = strip_rng_state(old.module, old.params)
         new_stripped, new_kept = strip_rng_state(new.module, new.params)
-        if normalize(old_stripped, old_kept) == normalize(new_stripped, new_kept):
+        has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
+        if has_rng_state and normalize(old_stripped, old_kept) == normalize(new_stripped, new_kept):
             verdict, changes = "rng-state-only", []
         else:
             non_rng_params_differ = any(not g.role.startswith("rng_") for g in added + removed)

@@ -15,17 +15,18 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, operand_index
+from hlo_audit.hlo.shapes import tuple_shape
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_top_level
 
 # Stands in for an operand computed from RNG state alone (a drawn key, say) once that is stripped.
 RNG_VALUE = "rng_value"
 
 _MESH_DECLARATION = re.compile(r"(\w+) = #sdy\.mesh<")
 
-POSITIONAL_HEADER_ATTRS = frozenset({
-    "entry_computation_layout", "input_output_alias", "buffer_donor",
-    "allow_spmd_sharding_propagation_to_parameters", "allow_spmd_sharding_propagation_to_output",
-})
+POSITIONAL_HEADER_ATTRS = frozenset({"entry_computation_layout", "input_output_alias", "buffer_donor"})
+# `{1}: (3, {}, may-alias)`: output index -> (parameter number, index within it, kind)
+_ALIAS = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+)\s*)?\)")
+_DONOR = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 
 # Kept even when nothing reads them: removing them would change what the program does.
 SIDE_EFFECTING = frozenset({
@@ -41,30 +42,23 @@ def rng_derived(entry: Computation, rng_params: set[str]) -> set[str]:
     for instr in entry.instructions:
         if instr.opcode == "parameter":
             continue
-        bases = instr.operand_bases
+        bases = instr.operands
         if instr.opcode == "constant" or (bases and all(b in constant_only for b in bases)):
             constant_only.add(instr.name)
         elif bases and all(b in derived or b in constant_only for b in bases) and any(
                 b in derived for b in bases):
-            if instr.reads_tuple_element:
-                if not _element_is_derived(instr, entry, derived):
-                    continue
+            if instr.opcode == "get-tuple-element" and not _element_is_derived(instr, entry, derived):
+                continue
             derived.add(instr.name)
     return derived
 
 
 def _element_is_derived(instr: Instruction, entry: Computation, derived: set[str]) -> bool:
     """A tuple element access is RNG-derived only if the element itself is."""
-    tup = entry.by_name[instr.operand_bases[0]]
+    tup = entry.by_name[instr.operands[0]]
     if tup.opcode != "tuple":
         return True
-    index = _element_index(instr)
-    return operand_base(tup.operands[index]) in derived
-
-
-def _element_index(instr: Instruction) -> int:
-    index = operand_index(instr.operands[0])
-    return index if index is not None else int(instr.attrs["index"])
+    return tup.operands[int(instr.attrs["index"])] in derived
 
 
 def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[HloModule, list[EntryParam]]:
@@ -78,32 +72,78 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
         if instr.name in derived and not instr.is_root:
             continue
         if instr.opcode == "tuple":
-            positions = [i for i, op in enumerate(instr.operands) if operand_base(op) not in derived]
+            positions = [i for i, op in enumerate(instr.operands) if op not in derived]
             if len(positions) != len(instr.operands):
                 tuple_keep[instr.name] = positions
                 instr = replace(
                     instr, operands=tuple(instr.operands[i] for i in positions),
-                    shape=_tuple_shape([instr.shape.elements[i] for i in positions]), users=[])
-        elif instr.opcode == "get-tuple-element" and instr.operand_bases[0] in tuple_keep:
-            new_index = tuple_keep[instr.operand_bases[0]].index(_element_index(instr))
-            instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)}, users=[])
-        elif any(operand_base(op) in derived or ("#" in op and operand_base(op) in tuple_keep)
-                 for op in instr.operands):
-            instr = replace(instr, operands=tuple(_remap_ref(op, tuple_keep, derived)
-                                                  for op in instr.operands), users=[])
+                    shape=tuple_shape([instr.shape.elements[i] for i in positions]),
+                    attrs=_strip_tuple_sharding(instr, positions))
+        elif instr.opcode == "get-tuple-element" and instr.operands[0] in tuple_keep:
+            new_index = tuple_keep[instr.operands[0]].index(int(instr.attrs["index"]))
+            instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)})
+        elif any(op in derived for op in instr.operands):
+            # A value computed from RNG state alone reads as RNG_VALUE.
+            instr = replace(instr, operands=tuple(RNG_VALUE if op in derived else op for op in instr.operands))
         kept.append(instr)
     kept = _live(kept)
     stripped_entry = Computation(name=entry.name, is_entry=True, line=entry.line, instructions=kept,
-                                 by_name={i.name: i for i in kept})
+                                 by_name={i.name: i for i in kept}, attrs=entry.attrs)
     computations = {n: (stripped_entry if c is entry else c) for n, c in module.computations.items()}
-    # These header attributes enumerate every parameter / output position, RNG ones included, so they
-    # cannot survive the stripping; the instructions still carry every remaining shape and layout.
-    header = {k: v for k, v in module.header_attrs.items() if k not in POSITIONAL_HEADER_ATTRS}
+    # The header enumerates parameter and output positions, RNG ones included: those go, the rest renumber.
+    removed = {p.index for p in params if p.is_rng}
+    outputs = tuple_keep.get(entry.root.name)
+    header = {k: _strip_positions(k, v, removed, outputs, len(params)) for k, v in module.header_attrs.items()}
     if _declares_only_unused_meshes(header.get("frontend_attributes", ""), computations.values()):
         # jax declares the (empty) mesh only because some value, here an RNG key, was sharded.
         del header["frontend_attributes"]
     stripped = replace(module, computations=computations, entry=stripped_entry, header_attrs=header)
     return stripped, [p for p in params if not p.is_rng]
+
+
+def _strip_tuple_sharding(tup: Instruction, positions: list[int]) -> dict[str, str]:
+    """A tuple's per-leaf sharding list (``{{replicated}, {devices=...}, ...}``) without the removed elements'."""
+    sharding = tup.attrs.get("sharding", "")
+    entries = split_top_level(sharding.strip()[1:-1]) if sharding.strip().startswith("{{") else []
+    leaves = [len(e.leaves()) for e in tup.shape.elements]
+    if len(entries) != sum(leaves):  # one sharding for the whole tuple: it still applies
+        return tup.attrs
+    starts = [sum(leaves[:i]) for i in range(len(leaves))]
+    kept = [entries[starts[i] + j].strip() for i in positions for j in range(leaves[i])]
+    return {**tup.attrs, "sharding": "{" + ", ".join(kept) + "}"}
+
+
+def _strip_positions(key: str, value: str, removed: set[int], outputs: list[int] | None, n_params: int) -> str:
+    """A header attribute with the removed parameters (by number, of ``n_params``) and outputs (root tuple
+    positions not in ``outputs``) taken out of it and the rest renumbered; other attributes as they are."""
+    if key not in POSITIONAL_HEADER_ATTRS or not removed and outputs is None:
+        return value
+    if key == "entry_computation_layout":
+        params_text, _, result = value.strip()[1:-1].partition("->")
+        params = [p.strip() for i, p in enumerate(split_top_level(params_text.strip()[1:-1])) if i not in removed]
+        result = result.strip()
+        if outputs is not None and result.startswith("("):
+            elements = split_top_level(result[1:-1])
+            result = "(" + ", ".join(elements[i].strip() for i in outputs) + ")"
+        return "{(" + ", ".join(p for p in params if p) + ")->" + result + "}"
+    rank = {n: i for i, n in enumerate(n for n in range(n_params) if n not in removed)}
+    if key == "input_output_alias":
+        entries = []
+        for m in _ALIAS.finditer(value):
+            output = [int(i) for i in m.group(1).replace(" ", "").split(",") if i]
+            param = int(m.group(2))
+            if param in removed or param not in rank or (outputs is not None and output and output[0] not in outputs):
+                continue
+            if outputs is not None and output:
+                output[0] = outputs.index(output[0])
+            kind = f", {m.group(4)}" if m.group(4) else ""
+            entries.append(f"{{{','.join(map(str, output))}}}: ({rank[param]}, {{{m.group(3)}}}{kind})")
+        return "{ " + ", ".join(entries) + " }"
+    if key == "buffer_donor":
+        entries = [f"({rank[int(m.group(1))]}, {{{m.group(2)}}})" for m in _DONOR.finditer(value)
+                   if int(m.group(1)) in rank]
+        return "{ " + ", ".join(entries) + " }"
+    return value
 
 
 def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool:
@@ -118,20 +158,6 @@ def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool
     return True
 
 
-def _remap_ref(ref: str, tuple_keep: dict[str, list[int]], derived: set[str]) -> str:
-    """Renumber tuple element references; a value computed from RNG state alone reads as ``RNG_VALUE``."""
-    base = operand_base(ref)
-    if base in derived:
-        return RNG_VALUE
-    if "#" not in ref or base not in tuple_keep:
-        return ref
-    return f"{base}#{tuple_keep[base].index(operand_index(ref))}"
-
-
-def _tuple_shape(elements: list[Shape]) -> Shape:
-    return Shape(text="(" + ", ".join(e.text for e in elements) + ")", elements=tuple(elements))
-
-
 def _live(instructions: list[Instruction]) -> list[Instruction]:
     """Drop what nothing live reads any more (constants that only fed a removed count increment)."""
     by_name = {i.name: i for i in instructions}
@@ -142,5 +168,5 @@ def _live(instructions: list[Instruction]) -> list[Instruction]:
         if name in live or name not in by_name:
             continue
         live.add(name)
-        stack.extend(by_name[name].operand_bases)
+        stack.extend(by_name[name].operands)
     return [i for i in instructions if i.name in live]

@@ -1,12 +1,20 @@
-"""pandas views of run results (CSV export goes through these too)."""
+"""pandas views of run results (CSV export goes through these too).
+
+pandas is imported by the functions that build a frame: a command that prints no CSV never pays for it.
+"""
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def cells_frame(results, slopes: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per cell: identity, status, entry params, one column per dtype and per role."""
+    import pandas as pd  # noqa: PLC0415
+
     slopes = slopes or {}
     rows = []
     for r in results:
@@ -30,6 +38,8 @@ def format_run_csv(results, slopes: dict[str, float]) -> str:
 
 def tidy_frame(views) -> pd.DataFrame:
     """One row per cell x dtype x role (see ``matrix_report.tidy_rows``); golden columns are nullable integers."""
+    import pandas as pd  # noqa: PLC0415
+
     from hlo_audit.matrix_report import TIDY_COLUMNS, tidy_rows  # noqa: PLC0415
 
     frame = pd.DataFrame(tidy_rows(views), columns=list(TIDY_COLUMNS))

@@ -31,8 +31,11 @@ def count_record(a: Analysis, with_params: bool = False) -> dict:
     return record
 
 
-def format_count(analyses: Sequence[Analysis], with_params: bool = False) -> str:
-    doc = {"schema": COUNT_SCHEMA, "modules": [count_record(a, with_params) for a in analyses]}
+def format_count(analyses: Sequence, with_params: bool = False) -> str:
+    """Every input in order: its counts, or ``{"source", "error"}`` for one that could not be read."""
+    modules = [count_record(a, with_params) if isinstance(a, Analysis) else {"source": a.source, "error": a.error}
+               for a in analyses]
+    doc = {"schema": COUNT_SCHEMA, "modules": modules}
     return json.dumps(doc, indent=2) + "\n"
 
 

@@ -17,6 +17,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
 def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
     out: list[str] = []
     for a in analyses:
+        if not isinstance(a, Analysis):  # unreadable: its error in place of its numbers
+            out.append(f"### `{a.source}` — not read\n\n{a.error}\n")
+            continue
         s = a.summary
         out.append(f"### `{a.module.name}` — {s.entry_params} entry parameters")
         out.append(f"\nSource: `{a.source}`\n")

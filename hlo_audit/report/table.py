@@ -40,6 +40,12 @@ def make_console(file=None, max_width: int | None = None) -> Console:
                    width=width, highlight=False, soft_wrap=False)
 
 
+def status(console: Console, line: str | Text) -> None:
+    """A status line, summary or message: never hard-wrapped, whatever the width (scripts grep them); only
+    tables and findings fit the width."""
+    console.print(line, soft_wrap=True)
+
+
 def _table(console: Console, title: str, columns: Sequence[tuple[str, str]]) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if console.is_terminal else None,
                   pad_edge=False, show_edge=False)
@@ -48,10 +54,13 @@ def _table(console: Console, title: str, columns: Sequence[tuple[str, str]]) -> 
     return table
 
 
-def print_count(console: Console, analyses: Sequence[Analysis], top: int = 20) -> None:
+def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
+    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI)."""
     for a in analyses:
+        if not isinstance(a, Analysis):
+            continue
         s = a.summary
-        console.print(Text(f"{a.source}  module {a.module.name}: {s.entry_params} entry parameters", style="bold"))
+        status(console, Text(f"{a.source}  module {a.module.name}: {s.entry_params} entry parameters", style="bold"))
         dtypes = _table(console, "by dtype", [("dtype", "left"), ("params", "right")])
         for dtype, n in s.by_dtype.items():
             dtypes.add_row(dtype, str(n))
@@ -75,8 +84,8 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
     verdict = Text(f"verdict: {d.verdict}", style=f"bold {style}")
     if d.changes:
         verdict.append(f" ({', '.join(d.changes)})")
-    console.print(verdict)
-    console.print(f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})")
+    status(console, verdict)
+    status(console, f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})")
     if d.by_dtype_delta or d.by_role_delta:
         deltas = _table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
         for k, v in d.by_dtype_delta.items():
@@ -97,14 +106,14 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
             ops.add_row(k, _signed(v))
         console.print(ops)
     if d.computations_added or d.computations_removed:
-        console.print(f"computations: +{len(d.computations_added)} -{len(d.computations_removed)}")
+        status(console, f"computations: +{len(d.computations_added)} -{len(d.computations_removed)}")
     if d.text_diff:
-        console.print(Text("normalized text diff:", style="bold"))
+        status(console, Text("normalized text diff:", style="bold"))
         for line in d.text_diff:
             color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
-            console.print(Text(line, style=color or ""), soft_wrap=True)
+            status(console, Text(line, style=color or ""))
         if d.text_diff_omitted:
-            console.print(f"... {d.text_diff_omitted} more lines (use --max-lines)")
+            status(console, f"... {d.text_diff_omitted} more lines (use --max-lines)")
 
 
 def _signed(v: int) -> Text:
@@ -142,10 +151,10 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     for r in results:
         if r.status == "error":
             # Text(), not str: a message such as "pip install '.[te]'" must not be read as rich markup.
-            console.print(Text.assemble(("error", STATUS_STYLE["error"]), f"  {r.cell.id}"))
-            console.print(Padding(Text(r.message), (0, 0, 0, 4)))
+            status(console, Text.assemble(("error", STATUS_STYLE["error"]), f"  {r.cell.id}"))
+            status(console, Text(f"    {r.message}"))
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
-    console.print(f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
+    status(console, f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
                   f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
 
 
@@ -155,7 +164,7 @@ def _print_unavailable(console: Console, results) -> None:
         if r.status == "unavailable":
             unavailable[r.message] = unavailable.get(r.message, 0) + 1
     for message, n in unavailable.items():
-        console.print(Text(f"{n} cells unavailable: {message}", style="dim"))
+        status(console, Text(f"{n} cells unavailable: {message}", style="dim"))
 
 
 def print_scaling(console: Console, series) -> None:
@@ -180,7 +189,7 @@ def print_cells(console: Console, cells) -> None:
     for c in cells:
         table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant), str(c.layers), c.platform)
     console.print(table)
-    console.print(f"{len(cells)} cells")
+    status(console, f"{len(cells)} cells")
 
 
 @contextlib.contextmanager
@@ -216,21 +225,21 @@ def print_check(console: Console, findings, results, exit_code: int, verbose: bo
     # A finding is a heading line and its message indented below: messages carry long path patterns, which
     # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
     for f in shown:
-        console.print(Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", f.cell, "  ", f.rule))
+        status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", f.cell, "  ", f.rule))
         console.print(Padding(Text(f.message), (0, 0, 0, 4)))
     if folded:
-        console.print(Text(folded_line(folded), style=SEVERITY_STYLE["advisory"]))
+        status(console, Text(folded_line(folded), style=SEVERITY_STYLE["advisory"]))
     counts = severity_counts(findings)
     cells = len({f.cell for f in findings})
     verdict = Text("FAILED" if exit_code else "passed", style="bold red" if exit_code else "bold green")
-    console.print(Text.assemble("hlo-audit check ", verdict, f": {cells} cells; ",
+    status(console, Text.assemble("hlo-audit check ", verdict, f": {cells} cells; ",
                                 ", ".join(f"{n} {k}" for k, n in counts.items())))
 
 
 def print_golden_update(console: Console, report, root) -> None:
     for cell_id, why in report.skipped:
-        console.print(Text(f"skipped {cell_id}: {why}", style="yellow"))
-    console.print(f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
+        status(console, Text(f"skipped {cell_id}: {why}", style="yellow"))
+    status(console, f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
                   f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")
 
 
@@ -289,8 +298,8 @@ def common_path_prefix(paths: Sequence[str]) -> str:
 
 
 def print_rng(console: Console, source: str, record: dict, streams: bool = False) -> None:
-    console.print(Text(f"{source}: {rng_headline(record)}", style="bold"))
-    console.print(rng_cost(record))
+    status(console, Text(f"{source}: {rng_headline(record)}", style="bold"))
+    status(console, rng_cost(record))
     patterns = record["patterns"]
     # Paths are long; the prefix they all share is said once so the rows fit 100 columns.
     prefix = common_path_prefix([p["pattern"] for p in patterns])
@@ -302,11 +311,11 @@ def print_rng(console: Console, source: str, record: dict, streams: bool = False
         table.add_row(Text(p["pattern"][len(prefix):], style=VERDICT_STYLE[verdict]), str(p["drawn"]),
                       str(p["carried"]), str(p["unknown"]), str(p["dead_params"]), str(p["dead_increments"]))
     console.print(table)
-    console.print(Text("params, incr: entry parameters and counter increments per step of the carried streams",
+    status(console, Text("params, incr: entry parameters and counter increments per step of the carried streams",
                        style="dim"))
     for p in patterns:
         if p["unknown"]:
-            console.print(Text(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
+            status(console, Text(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
     if streams:
         listed = record.get("stream_list", [])
         prefix = common_path_prefix([s["path"] for s in listed])

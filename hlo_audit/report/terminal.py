@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.text import Text
 
-from hlo_audit.report.table import STATUS_STYLE, _table, keep_ids_whole, print_scaling
+from hlo_audit.report.table import STATUS_STYLE, _table, keep_ids_whole, print_scaling, status
 from hlo_audit.report.tree import ROLE_SHORT
 
 
@@ -53,7 +53,7 @@ def print_matrix(console: Console, report) -> None:
             key = f"{v.result.status}: {v.result.message}"
             unavailable[key] = unavailable.get(key, 0) + 1
     for message, n in unavailable.items():
-        console.print(Text(f"{n} cells {message}", style="dim"))
+        status(console, Text(f"{n} cells {message}", style="dim"))
 
 
 def print_scan_pairs(console: Console, report) -> None:
@@ -76,6 +76,6 @@ def print_report(console: Console, report) -> None:
     print_scan_pairs(console, report)
     if report.series:
         console.print()
-        console.print(Text("depth scaling: params = intercept + slope x layers, projected to full depth",
+        status(console, Text("depth scaling: params = intercept + slope x layers, projected to full depth",
                            style="bold"))
         print_scaling(console, report.series)

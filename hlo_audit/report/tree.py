@@ -31,10 +31,12 @@ def _label(node: Node, width: int, level: int) -> Text:
         parts.append(f"never drawn:{node.dead_rng}")  # dead RNG state (`hlo-audit rng`)
     label = Text()
     label.append(f"{node.count:>5}  ", style="bold")
-    label.append(node.name, style="bold" if level == 0 else "")
     room = width - 4 * level - 7  # the tree's guides and the count column
+    # A name longer than the room (a file's path) breaks after a '/', under itself.
+    name_lines = _fold(node.name, room)
+    label.append("\n       ".join(name_lines), style="bold" if level == 0 else "")
     # All details beside the name when they fit; else on the next line, wrapping at a `|` when still too long.
-    line = len(node.name) + 2
+    line = len(name_lines[-1]) + 2
     if line + len(" | ".join(parts)) > room:
         label.append("\n       ")
         line = 0
@@ -50,6 +52,16 @@ def _label(node: Node, width: int, level: int) -> Text:
         label.append(part, style="dim")
         line += len(part)
     return label
+
+
+def _fold(name: str, room: int) -> list[str]:
+    """``name`` in lines of at most ``room`` characters, broken after a '/' where it can be."""
+    lines: list[str] = []
+    while len(name) > room > 0:
+        cut = name.rfind("/", 0, room) + 1 or room
+        lines.append(name[:cut])
+        name = name[cut:]
+    return [*lines, name]
 
 
 def _grow(tree: Tree, node: Node, width: int, level: int) -> None:

@@ -1,0 +1,166 @@
+"""`diff` on real regression pairs: MaxText's train step before and after seed 000's fix.
+
+Seed 000 removed never-drawn RNG state in three places (the quantization bridge's forks for fp8 and
+nanoo_fp8, ``Dropout`` forking at rate 0, ``AttentionOp`` holding rngs); ``injected_maxtext.reverted`` undoes
+them in MaxText 0.2.5. Each pair is the same configuration lowered with the fix reverted and as released:
+the review statement "the only difference is the dropped u32 RNG arrays and the renumbering that follows"
+must come out ``rng-state-only``, with the u32 delta equal to the RNG parameters the fix dropped, for every
+quantization, scanned and unrolled, at two depths. Real changes that are not RNG state must come out
+``changed``, with the kinds that changed.
+
+Lowerings are cached under pytest's cache folder, keyed by the library versions and the sources that lower
+them, so a second run lowers nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import injected_maxtext
+from hlo_audit.cli import app
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.targets import maxtext as maxtext_target
+
+pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
+
+QUANTS = ("none", "fp8", "nanoo_fp8", "int8")
+PAIRS = [(q, scan, layers) for q in QUANTS for scan in (False, True) for layers in (2, 4)]
+
+
+def _pair_id(quant: str, scan: bool, layers: int) -> str:
+    return f"{quant}/scan-{'on' if scan else 'off'}/L{layers}"
+
+
+@pytest.fixture(scope="session")
+def lowered(request):
+    """``lowered(quant, scan, layers, reverts=(), overrides=None)`` -> path of the HLO text, lowered once."""
+    versions = "".join(metadata.version(d) for d in ("jax", "jaxlib", "flax", "maxtext"))
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (injected_maxtext, maxtext_target))
+    folder = Path(request.config.cache.mkdir("hlo-audit-seed-pairs")) / hashlib.sha256(
+        versions.encode() + sources).hexdigest()[:16]
+    folder.mkdir(exist_ok=True)
+
+    def lower(quant: str, scan: bool, layers: int, reverts: tuple[str, ...] = (), overrides: dict | None = None):
+        name = "_".join([quant, "scan" if scan else "unrolled", f"L{layers}", *reverts,
+                         *(f"{k}={v}" for k, v in sorted((overrides or {}).items()))])
+        path = folder / f"{name}.hlo.txt"
+        if not path.exists():
+            with injected_maxtext.reverted(*reverts):
+                text = maxtext_target.lower_train_step("llama3-8b", scan_layers=scan, quantization=quant,
+                                                       num_layers=layers, overrides=overrides).as_text(dialect="hlo")
+            path.with_suffix(".tmp").write_text(text)
+            path.with_suffix(".tmp").replace(path)
+        return path
+
+    return lower
+
+
+def _rng_params(path: Path) -> int:
+    return sum(p.is_rng for p in analyze(path.read_text(), str(path)).params)
+
+
+@pytest.mark.parametrize("quant,scan,layers", PAIRS, ids=[_pair_id(*p) for p in PAIRS])
+def test_fix_reverted_is_rng_state_only(lowered, quant, scan, layers):
+    """`hlo-audit diff BEFORE AFTER` on MaxText without and with seed 000's fix: rng-state-only, exit 1."""
+    before, after = lowered(quant, scan, layers, ("prefix",)), lowered(quant, scan, layers)
+    dropped = _rng_params(before) - _rng_params(after)
+    assert dropped > 0  # every configuration carried never-drawn state before the fix
+    result = CliRunner().invoke(app, ["diff", str(before), str(after), "--format", "json", "--max-lines", "0"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "rng-state-only"
+    assert report["by_dtype_delta"] == {"u32": -dropped}
+    assert report["by_role_delta"] == {"rng_count": -dropped // 2, "rng_key": -dropped // 2}
+
+
+@pytest.mark.parametrize("part", injected_maxtext.REVERTS)
+@pytest.mark.parametrize("quant", ["fp8", "nanoo_fp8"])
+def test_each_part_of_the_fix_is_rng_state_only(lowered, quant, part):
+    """Each part reverted alone (fp8 and nanoo_fp8 unrolled at two layers, where all three show)."""
+    before, after = lowered(quant, False, 2, (part,)), lowered(quant, False, 2)
+    d = diff_modules(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    assert d.verdict == "rng-state-only"
+    assert d.by_dtype_delta.get("u32", 0) == _rng_params(after) - _rng_params(before)
+    assert all(g.role.startswith("rng_") for g in d.params_added + d.params_removed)
+
+
+def test_another_mlp_width_changes_parameters_and_shapes(lowered):
+    """Half the MLP width on the fp8 unrolled step: the same parameters and ops, other shapes."""
+    before, after = lowered("fp8", False, 2), lowered("fp8", False, 2, overrides={"base_mlp_dim": "7168"})
+    d = diff_modules(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    assert (d.verdict, d.changes) == ("changed", ["parameters", "shapes"])
+    assert d.entry_params[0] == d.entry_params[1] and d.by_dtype_delta == {}
+    # wi_0, wi_1 and wo of both layers change shape, their Adam mu and nu with them: removed + added.
+    assert sum(g.count for g in d.params_added) == -sum(g.count for g in d.params_removed) == 2 * 3 * 3
+
+
+def test_another_activation_dtype_changes_ops_and_shapes(lowered):
+    """float32 activations instead of bfloat16: converts go, shapes change dtype; the parameters stay."""
+    before, after = lowered("fp8", False, 2), lowered("fp8", False, 2, overrides={"dtype": "float32"})
+    d = diff_modules(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    assert d.verdict == "changed" and d.changes[:2] == ["ops", "shapes"] and "parameters" not in d.changes
+    assert d.opcode_dtype_delta.get("convert:bf16", 0) < 0
+
+
+SHARDED = """
+import os
+import sys
+from hlo_audit.targets.maxtext import lower_train_step
+for parallelism, path in zip(("ici_fsdp_parallelism", "ici_tensor_parallelism"), sys.argv[1:]):
+    overrides = {"ici_fsdp_parallelism": "1", parallelism: "4"}
+    text = lower_train_step("llama3-8b", scan_layers=False, quantization="fp8", num_layers=2, overrides=overrides)
+    open(path + ".tmp", "w").write(text.as_text(dialect="hlo"))
+for path in sys.argv[1:]:
+    os.replace(path + ".tmp", path)
+"""
+
+
+def test_another_mesh_split_is_a_change_of_shardings(lowered):
+    """On 4 (host) devices, the fp8 step with its weights split fsdp-wise and tensor-wise: shardings only."""
+    folder = lowered("fp8", False, 2).parent
+    fsdp, tensor = folder / "fp8_unrolled_L2_fsdp4.hlo.txt", folder / "fp8_unrolled_L2_tensor4.hlo.txt"
+    if not (fsdp.exists() and tensor.exists()):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+        subprocess.run([sys.executable, "-c", SHARDED, str(fsdp), str(tensor)], env=env, check=True,
+                       capture_output=True, timeout=900)
+    d = diff_modules(analyze(fsdp.read_text(), "fsdp"), analyze(tensor.read_text(), "tensor"))
+    assert d.verdict == "changed"
+    assert d.changes == ["shardings"]
+    assert d.entry_params[0] == d.entry_params[1]
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama3-8b" / "scan-off"
+
+
+@pytest.mark.parametrize("quant", ["fp8", "int8"])
+def test_goldens_are_read_like_any_module(lowered, quant):
+    """`diff golden/<cell>.hlo.txt <lowering>` says what `check` says for that cell: the released step is its
+    golden (identical after normalization); with the fix reverted, RNG state only, by check's deltas; `rng` and
+    `count` read the golden as they read the lowering."""
+    golden_text, summary = GOLDEN / quant / "L2.hlo.txt", json.loads((GOLDEN / quant / "L2.json").read_text())
+    runner = CliRunner()
+    same = runner.invoke(app, ["diff", str(golden_text), str(lowered(quant, False, 2)), "--format", "json"])
+    assert (same.exit_code, json.loads(same.stdout)["verdict"]) == (0, "identical-after-normalization")
+    reverted = lowered(quant, False, 2, ("prefix",))
+    leak = json.loads(runner.invoke(app, ["diff", str(golden_text), str(reverted), "--format", "json"]).stdout)
+    now = analyze(reverted.read_text(), "now").summary
+    assert leak["verdict"] == "rng-state-only"
+    assert leak["by_dtype_delta"] == {k: v for k, v in ((d, now.by_dtype.get(d, 0) - summary["by_dtype"].get(d, 0))
+                                                        for d in sorted({*now.by_dtype, *summary["by_dtype"]})) if v}
+    (counted,) = json.loads(runner.invoke(app, ["count", str(golden_text), "--format", "json"]).stdout)["modules"]
+    assert (counted["entry_params"], counted["by_dtype"], counted["by_role"]) == (
+        summary["entry_params"], summary["by_dtype"], summary["by_role"])
+    rng = [json.loads(runner.invoke(app, ["rng", str(path), "--format", "json"]).stdout)
+           for path in (golden_text, lowered(quant, False, 2))]
+    keys = ("streams", "drawn", "carried", "unknown", "dead_params", "dead_increments")
+    assert [{k: r[k] for k in keys} for r in rng][0] == [{k: r[k] for k in keys} for r in rng][1]
