@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 
 import nnx_models
+from hlo_audit import platforms
+
+# As the CLI does: on a host without accelerators, jax starts no TPU runtime (libtpu is installed for
+# compiling to TPU topologies, which needs none).
+platforms.skip_idle_tpu_runtime()
 from nnx_models import ModelSpec
 
 

@@ -75,6 +75,8 @@ def cell_record(r, slope: float | None = None) -> dict:
         "slope_per_layer": slope,
         # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
         "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
+        # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
+        "memory": r.memory, "cost": r.cost,
         "cached": r.cached, "lower_seconds": r.lower_seconds,
     }
 
