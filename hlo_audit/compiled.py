@@ -96,13 +96,13 @@ def kept_argument_signatures(compiled: jax.stages.Compiled) -> list[tuple] | Non
 
 def compiled_parameter_signatures(compiled: jax.stages.Compiled) -> list[tuple] | None:
     """(dtype, dims, sharding or None) of each entry parameter as XLA's compiled module declares them."""
-    from jax._src.lib import xla_client  # noqa: PLC0415 (the program shape has no public jax view)
+    from jax._src.lib import hlo  # noqa: PLC0415 (the program shape has no public jax view)
 
     executable = compiled.runtime_executable()
     modules = executable.hlo_modules()
     if len(modules) != 1:
         return None
-    program = xla_client.XlaComputation(modules[0].as_serialized_hlo_module_proto()).program_shape()
+    program = hlo.XlaComputation(modules[0].as_serialized_hlo_module_proto()).program_shape()
     shapes = program.parameter_shapes()
     shardings = executable.get_parameter_shardings()
     if shardings is None:  # not SPMD-partitioned (one device): XLA declares no shardings
@@ -110,4 +110,4 @@ def compiled_parameter_signatures(compiled: jax.stages.Compiled) -> list[tuple] 
     if len(shardings) != len(shapes):
         return None
     return [(str(shape.numpy_dtype()), tuple(shape.dimensions()),
-             None if op is None else str(xla_client.HloSharding.from_proto(op))) for shape, op in zip(shapes, shardings)]
+             None if op is None else str(hlo.HloSharding.from_proto(op))) for shape, op in zip(shapes, shardings)]

@@ -90,14 +90,22 @@ def tpu_topology_devices(topology: str, num_slices: int = 1) -> list:
     spec = _tpu_system(topology)
     from jax.experimental.topologies import get_topology_desc  # noqa: PLC0415
 
-    # Compile-only: libtpu must never ask a cloud metadata server where it runs (there is none, and CI has no
-    # network). jax sets this itself when it finds no TPU chip; set it before libtpu loads, whatever the order.
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    compile_only_libtpu()
     with _fd2_captured("loading libtpu"):
         return list(get_topology_desc(
             platform="tpu", topology_name=spec.topology_name, chip_config_name=spec.chip_config_name,
             chips_per_host_bounds=spec.chips_per_host_bounds, num_slices=num_slices, wrap=spec.wrap,
         ).devices)
+
+
+def compile_only_libtpu() -> None:
+    """Settings for libtpu loaded only to compile (call before it loads; MaxText's train_compile needs them too)."""
+    # libtpu must never ask a cloud metadata server where it runs (there is none, and CI has no network). jax
+    # sets this itself when it finds no TPU chip; set it before libtpu loads, whatever the order.
+    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+    # libtpu takes /tmp/libtpu_lockfile so that two processes never drive one chip; compiling drives none, and
+    # without this a second worker (or a second run on the machine) fails to load it.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 
 
 def _tpu_system(topology: str):

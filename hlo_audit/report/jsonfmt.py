@@ -113,7 +113,8 @@ def report_record(report) -> dict:
 
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
-                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role")} for v in report.cells],
+                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
+                   "memory_delta": v.memory_delta()} for v in report.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],
