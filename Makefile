@@ -29,6 +29,7 @@ test: setup browser
 bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_matrix.py
+	$(PY) scripts/bench_tpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

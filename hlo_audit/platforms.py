@@ -88,8 +88,12 @@ def default_device(cell: Cell) -> Iterator[None]:
 def tpu_topology_devices(topology: str, num_slices: int = 1) -> list:
     """Compile-only devices of a TPU topology (MaxText's name, e.g. v6e-4), from libtpu on any host."""
     spec = _tpu_system(topology)
+    import jax  # noqa: PLC0415
     from jax.experimental.topologies import get_topology_desc  # noqa: PLC0415
 
+    # jax's own backends start first: libtpu's start-up switches C++ INFO logging to stderr, which creating
+    # the CPU client afterwards would fill with device counts.
+    jax.devices()
     compile_only_libtpu()
     with _fd2_captured("loading libtpu"):
         return list(get_topology_desc(

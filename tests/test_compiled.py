@@ -53,7 +53,7 @@ def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
 def project(tmp_path_factory):
     project = tmp_path_factory.mktemp("compiled")
     (project / "hlo-audit.toml").write_text(CONFIG)
-    run = hlo_audit(project, "run", "--format", "json")
+    run = hlo_audit(project, "run", "--format", "json", "--jobs", "2")  # in worker processes, as `make audit`
     assert run.returncode == 0, run.stderr
     return project, run
 
