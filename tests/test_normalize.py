@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 import subprocess
 import sys
+
+from jax._src.lib import hlo  # XLA's own parser: the judge of what is valid HLO
 
 import nnx_models
 from nnx_models import ModelSpec
@@ -46,7 +49,6 @@ def test_inserted_rng_state_does_not_renumber_the_rest():
 
 def test_renumbered_ids_normalize_identically():
     text = nnx_models.hlo_text(ModelSpec(dropout_rate=0.5))
-    import re
     renumbered = re.sub(r"\b([A-Za-z_][\w\-]*)\.(\d+)\b", lambda m: f"{m.group(1)}.{int(m.group(2)) * 7 + 1000}",
                         text)
     assert renumbered != text
@@ -105,3 +107,87 @@ def test_kernel_bodies_dropped_commutative_operands_sorted_shardings_kept():
 def test_analysis_normalizes_once():
     a = analyze(nnx_models.hlo_text(ModelSpec()))
     assert a.normalized is a.normalized
+
+
+def _reordered(text: str, computation: str) -> str:
+    """``text`` with the instructions of ``computation`` printed in another valid order: each instruction
+    after its operands, but the last-ready first (the printer's choice reversed wherever it had one)."""
+    module = parse_module(text)
+    comp = module.computations[computation]
+    lines = text.splitlines()
+    waiting = {i.name: set(i.operands) for i in comp.instructions}
+    ready = [i for i in comp.instructions if not waiting[i.name]]
+    order = []
+    while ready:
+        instr = ready.pop()
+        order.append(instr)
+        for user in dict.fromkeys(instr.users):
+            waiting[user].discard(instr.name)
+            if not waiting[user] and comp.by_name[user] not in order and comp.by_name[user] not in ready:
+                ready.append(comp.by_name[user])
+    assert len(order) == len(comp.instructions)
+    first = min(i.line for i in comp.instructions) - 1
+    body = [lines[i.line - 1] for i in order]
+    return "\n".join(lines[:first] + body + lines[first + len(body):]) + "\n"
+
+
+def test_printed_order_does_not_matter():
+    """A shared constant printed elsewhere, independent instructions swapped: the same canonical text."""
+    text = nnx_models.hlo_text(ModelSpec(layers=4, dropout_rate=0.0))
+    module = parse_module(text)
+    reordered = _reordered(text, module.entry.name)
+    assert reordered != text
+    assert [i.name for i in parse_module(reordered).entry.instructions] != [i.name for i in module.entry.instructions]
+    assert normalize(parse_module(reordered)) == normalize(module)
+
+
+def test_entry_layout_that_spells_out_defaults_is_no_change():
+    text = nnx_models.hlo_text(ModelSpec())
+    header, rest = text.split("\n", 1)
+    assert "entry_computation_layout={" in header
+    start = header.index(", entry_computation_layout={")
+    depth, end = 0, start
+    for end, c in enumerate(header[start:], start):
+        depth += {"{": 1, "}": -1}.get(c, 0)
+        if c == "}" and depth == 0:
+            break
+    without = header[:start] + header[end + 1:] + "\n" + rest
+    assert "entry_computation_layout" not in without.split("\n", 1)[0]
+    assert normalize(parse_module(without)) == normalize(parse_module(text))
+    # A layout other than the parameters' own is a change.
+    moved = header.replace("entry_computation_layout={(f32[8]{0}", "entry_computation_layout={(f32[8]{0:S(1)}") + \
+        "\n" + rest
+    assert moved != text and normalize(parse_module(moved)) != normalize(parse_module(text))
+
+
+def test_canonical_text_reads_back_to_itself(dump_folder):
+    """Goldens are canonical text: hlo-audit reads them, and normalizing them again changes nothing."""
+    modules = [nnx_models.hlo_text(spec) for spec in (ModelSpec(), ModelSpec(scan=True, dropout_rate=0.5),
+                                                      ModelSpec(bridge="draws"))]
+    modules.append(pick_dump_module(dump_folder, stage="after").read_text())
+    for text in modules:
+        canonical = analyze(text).normalized
+        again = analyze(canonical, "golden")
+        assert again.normalized == canonical
+        assert [p.path for p in again.params] == [p.path for p in analyze(text).params]
+
+
+# From XLA's async_collective_creator_test: control predecessors name an entry parameter and an instruction
+# printed after the parameters.
+CONTROL_PREDECESSOR = '''HloModule test
+
+ENTRY %entry (p0: f32[128], p1: f32[128]) -> f32[1024] {
+  %p0 = f32[128]{0} parameter(0)
+  %ag = f32[1024]{0} all-gather(%p0), replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}, control-predecessors={%p0}
+  %p1 = f32[128]{0} parameter(1), control-predecessors={%ag}
+  ROOT %sum = f32[1024]{0} add(%ag, %ag)
+}
+'''
+
+
+def test_control_predecessors_are_renamed_with_the_instructions():
+    hlo.hlo_module_from_text(CONTROL_PREDECESSOR)  # valid HLO, as XLA's parser says
+    renamed = CONTROL_PREDECESSOR.replace("%p0", "%p0.7").replace("%ag", "%all-gather.12")
+    text = normalize(parse_module(CONTROL_PREDECESSOR))
+    assert normalize(parse_module(renamed)) == text
+    assert "control-predecessors={%all-gather." in text and "control-predecessors={%p0}" in text

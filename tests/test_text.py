@@ -45,7 +45,7 @@ def test_jax_printer_has_no_percent_and_no_signature():
     # Every operand resolves; users are the inverse relation.
     for comp in module.computations.values():
         for instr in comp.instructions:
-            for op in instr.operand_bases:
+            for op in instr.operands:
                 assert instr.name in comp.by_name[op].users
 
 
@@ -140,7 +140,12 @@ def test_xla_syntax_corners():
     assert entry.by_name["ard"].operands == ("ars",)
     assert entry.by_name["w"].called_computations() == ["cond.5", "body.4"]
     assert entry.by_name["cc"].attrs["custom_call_target"] == r'"weird\"target,{"'
-    assert module.computations["body.4"].by_name["i.2"].operands == ("arg_tuple.1#0", "one")
+    # %arg_tuple.1#0 is XLA's shorthand for a get-tuple-element, which XLA's parser builds (and names so).
+    body = module.computations["body.4"]
+    assert body.by_name["i.2"].operands == ("arg_tuple.1_0", "one")
+    assert (body.by_name["arg_tuple.1_0"].opcode, body.by_name["arg_tuple.1_0"].attrs) == (
+        "get-tuple-element", {"index": "0"})
+    assert body.by_name["t"].operands == ("i.2", "arg_tuple.1_1")
     assert entry.root.name == "out"
 
 
@@ -148,7 +153,7 @@ def test_xla_syntax_corners():
     ("", "empty input"),
     ("hello world\n", "not HLO text"),
     ("HloModule m\n\nENTRY %e {\n  %p = f32[] parameter(0)\n", "truncated module"),
-    ("HloModule m\n\n%c {\n  ROOT %p = f32[] parameter(0)\n}\n", "no ENTRY computation"),
+    ("HloModule m, is_scheduled=true\n", "no computation after the HloModule header"),
     ("HloModule m\nENTRY %e {\n  ROOT %a = f32[] add(%p, %p)\n}\n", "undefined operand 'p'"),
     ("HloModule m\nENTRY %e {\n  ROOT %a = f32[ add(%p)\n}\n", "expected a shape"),
     ("HloModule m\nENTRY %e {\n  ROOT %a = f32[] call(), to_apply=%nowhere\n}\n", "undefined computation"),

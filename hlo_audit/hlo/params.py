@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hlo_audit.hlo.text import HloModule, Instruction, Shape, strip_number_suffix
+from hlo_audit.hlo.shapes import Shape
+from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 
 ROLES = ("rng_key", "rng_count", "weight", "optimizer_state", "step", "input", "other")
 
@@ -23,6 +24,7 @@ _LAYER_INDEX = re.compile(r"^(layers?|blocks?|h)_\d+$")
 _FLOAT = re.compile(r"^(f|bf|c)\d")
 _OPTIMIZER_WORDS = frozenset({"opt_state", "optimizer", "mu", "nu", "momentum", "trace", "inner_state"})
 _STATE_ROOTS = frozenset({"state", "params", "model", "train_state", "variables"})
+DUPLICATE_PATH = re.compile(r"-\d+$")  # canonical text's second parameter of one path: `<path>-<number>`
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +144,9 @@ def group_pattern(path: str) -> str:
     return ".".join(parts)
 
 
-def _param_path(instr: Instruction) -> str:
+def _param_path(instr: Instruction, named_by_path: bool) -> str:
+    if named_by_path:  # canonical text: the name is the path (a second one of a path: `<path>-<number>`)
+        return DUPLICATE_PATH.sub("", instr.name)
     return (instr.op_name and path_from_keystr(instr.op_name)) or path_from_mangled_name(instr.name)
 
 
@@ -156,7 +160,7 @@ def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = N
     use_args = arg_keys is not None and len(arg_keys) == len(params)
     result = []
     for i, instr in enumerate(params):
-        path = _param_path(instr)
+        path = _param_path(instr, module.params_named_by_path)
         if use_args:
             path = ".".join([path.split(".", 1)[0], *arg_keys[i]])
         result.append(EntryParam(

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, operand_index
+from hlo_audit.hlo.shapes import tuple_shape
+from hlo_audit.hlo.text import Computation, HloModule, Instruction
 
 # Stands in for an operand computed from RNG state alone (a drawn key, say) once that is stripped.
 RNG_VALUE = "rng_value"
@@ -41,30 +42,23 @@ def rng_derived(entry: Computation, rng_params: set[str]) -> set[str]:
     for instr in entry.instructions:
         if instr.opcode == "parameter":
             continue
-        bases = instr.operand_bases
+        bases = instr.operands
         if instr.opcode == "constant" or (bases and all(b in constant_only for b in bases)):
             constant_only.add(instr.name)
         elif bases and all(b in derived or b in constant_only for b in bases) and any(
                 b in derived for b in bases):
-            if instr.reads_tuple_element:
-                if not _element_is_derived(instr, entry, derived):
-                    continue
+            if instr.opcode == "get-tuple-element" and not _element_is_derived(instr, entry, derived):
+                continue
             derived.add(instr.name)
     return derived
 
 
 def _element_is_derived(instr: Instruction, entry: Computation, derived: set[str]) -> bool:
     """A tuple element access is RNG-derived only if the element itself is."""
-    tup = entry.by_name[instr.operand_bases[0]]
+    tup = entry.by_name[instr.operands[0]]
     if tup.opcode != "tuple":
         return True
-    index = _element_index(instr)
-    return operand_base(tup.operands[index]) in derived
-
-
-def _element_index(instr: Instruction) -> int:
-    index = operand_index(instr.operands[0])
-    return index if index is not None else int(instr.attrs["index"])
+    return tup.operands[int(instr.attrs["index"])] in derived
 
 
 def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[HloModule, list[EntryParam]]:
@@ -78,19 +72,19 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
         if instr.name in derived and not instr.is_root:
             continue
         if instr.opcode == "tuple":
-            positions = [i for i, op in enumerate(instr.operands) if operand_base(op) not in derived]
+            positions = [i for i, op in enumerate(instr.operands) if op not in derived]
             if len(positions) != len(instr.operands):
                 tuple_keep[instr.name] = positions
                 instr = replace(
                     instr, operands=tuple(instr.operands[i] for i in positions),
-                    shape=_tuple_shape([instr.shape.elements[i] for i in positions]), users=[])
-        elif instr.opcode == "get-tuple-element" and instr.operand_bases[0] in tuple_keep:
-            new_index = tuple_keep[instr.operand_bases[0]].index(_element_index(instr))
+                    shape=tuple_shape([instr.shape.elements[i] for i in positions]), users=[])
+        elif instr.opcode == "get-tuple-element" and instr.operands[0] in tuple_keep:
+            new_index = tuple_keep[instr.operands[0]].index(int(instr.attrs["index"]))
             instr = replace(instr, attrs={**instr.attrs, "index": str(new_index)}, users=[])
-        elif any(operand_base(op) in derived or ("#" in op and operand_base(op) in tuple_keep)
-                 for op in instr.operands):
-            instr = replace(instr, operands=tuple(_remap_ref(op, tuple_keep, derived)
-                                                  for op in instr.operands), users=[])
+        elif any(op in derived for op in instr.operands):
+            # A value computed from RNG state alone reads as RNG_VALUE.
+            instr = replace(instr, operands=tuple(RNG_VALUE if op in derived else op for op in instr.operands),
+                            users=[])
         kept.append(instr)
     kept = _live(kept)
     stripped_entry = Computation(name=entry.name, is_entry=True, line=entry.line, instructions=kept,
@@ -118,20 +112,6 @@ def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool
     return True
 
 
-def _remap_ref(ref: str, tuple_keep: dict[str, list[int]], derived: set[str]) -> str:
-    """Renumber tuple element references; a value computed from RNG state alone reads as ``RNG_VALUE``."""
-    base = operand_base(ref)
-    if base in derived:
-        return RNG_VALUE
-    if "#" not in ref or base not in tuple_keep:
-        return ref
-    return f"{base}#{tuple_keep[base].index(operand_index(ref))}"
-
-
-def _tuple_shape(elements: list[Shape]) -> Shape:
-    return Shape(text="(" + ", ".join(e.text for e in elements) + ")", elements=tuple(elements))
-
-
 def _live(instructions: list[Instruction]) -> list[Instruction]:
     """Drop what nothing live reads any more (constants that only fed a removed count increment)."""
     by_name = {i.name: i for i in instructions}
@@ -142,5 +122,5 @@ def _live(instructions: list[Instruction]) -> list[Instruction]:
         if name in live or name not in by_name:
             continue
         live.add(name)
-        stack.extend(by_name[name].operand_bases)
+        stack.extend(by_name[name].operands)
     return [i for i in instructions if i.name in live]

@@ -36,8 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo.params import EntryParam, collapse_layers
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base, operand_index, \
-    split_name_list, strip_number_suffix
+from hlo_audit.hlo.shapes import Shape
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
 
 VERDICTS = ("drawn", "carried", "unknown")
 
@@ -148,15 +148,11 @@ class _Dataflow:
             return hit
         events = _Events()
         values: dict[str, object] = {}
-        for instr in _ordered(comp):
+        for instr in comp.instructions:
             values[instr.name] = self.instruction(comp, instr, values, inputs, events)
         result = (values[comp.root.name], events)
         self.memo[key] = result
         return result
-
-    def operand(self, values: dict, ref: str):
-        value, index = values[operand_base(ref)], operand_index(ref)
-        return value if index is None else value[index]
 
     def instruction(self, comp: Computation, instr: Instruction, values: dict, inputs: Sequence,
                     events: _Events):
@@ -166,7 +162,7 @@ class _Dataflow:
             return inputs[n] if n < len(inputs) else _fill(instr.shape, ZERO)
         if op in NO_DATA:
             return _fill(instr.shape, ZERO)
-        operands = [self.operand(values, ref) for ref in instr.operands]
+        operands = [values[ref] for ref in instr.operands]
         site = f"{comp.name}/{instr.name}"
         if op == "tuple":
             return Tup(operands)
@@ -258,33 +254,6 @@ class _Dataflow:
         return _add_control(result, _collapse(operands[0]))
 
 
-def _ordered(comp: Computation) -> list[Instruction]:
-    """Instructions with every operand before its user (printed HLO already is, almost always)."""
-    seen: set[str] = set()
-    for instr in comp.instructions:
-        if any(operand_base(ref) not in seen for ref in instr.operands):
-            break
-        seen.add(instr.name)
-    else:
-        return comp.instructions
-    order: list[Instruction] = []
-    done: set[str] = set()
-    for start in comp.instructions:
-        stack = [(start, False)]
-        while stack:
-            instr, expanded = stack.pop()
-            if instr.name in done:
-                continue
-            if expanded:
-                done.add(instr.name)
-                order.append(instr)
-                continue
-            stack.append((instr, True))
-            stack.extend((comp.by_name[operand_base(r)], False) for r in instr.operands
-                         if operand_base(r) not in done)
-    return order
-
-
 def trip_count(comp: Computation, loop: Instruction, condition: Computation) -> int | None:
     """Iterations of a while loop: XLA's known_trip_count, or jax's ``i < N`` with ``i`` starting at 0."""
     m = _TRIP_COUNT.search(loop.attrs.get("backend_config", ""))
@@ -296,14 +265,14 @@ def trip_count(comp: Computation, loop: Instruction, condition: Computation) -> 
     direction = _DIRECTION.search("direction=" + root.attrs.get("direction", ""))
     if not direction or direction.group(1) != "LT":
         return None
-    counter, bound = (condition.by_name[operand_base(r)] for r in root.operands)
+    counter, bound = (condition.by_name[r] for r in root.operands)
     if counter.opcode != "get-tuple-element" or bound.opcode != "constant":
         return None
     index = int(counter.attrs["index"])
-    init = comp.by_name.get(operand_base(loop.operands[0]))
+    init = comp.by_name.get(loop.operands[0])
     if init is None or init.opcode != "tuple" or index >= len(init.operands):
         return None
-    start = comp.by_name.get(operand_base(init.operands[index]))
+    start = comp.by_name.get(init.operands[index])
     try:
         if start is None or start.opcode != "constant" or int(start.literal) != 0:
             return None

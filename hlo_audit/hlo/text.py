@@ -1,59 +1,94 @@
-"""HLO text parser.
+"""HLO text parser: XLA's grammar, read the way XLA's own parser reads it.
 
-No public Python parser for XLA's HLO text exists, so this one is hand-written. It reads both printers
-that users meet:
+Valid input is what XLA's parser (jaxlib's ``hlo_module_from_text``) accepts: the test suite holds this
+parser to XLA's on a corpus of real modules nobody here wrote (README: "Valid HLO"). So whitespace,
+newlines included, only separates tokens; ``//`` and ``/* */`` comments may stand anywhere; strings are
+double- or single-quoted and may hold newlines and escaped quotes; a computation may lack ``ROOT`` (its last
+instruction is the root) and a module may lack ``ENTRY`` (its last computation is the entry). Where XLA
+builds something from a shorthand, so does this parser, so that both count the same instructions:
 
-* jax's ``Lowered.as_text(dialect="hlo")``: names without ``%``, operands as bare names, ``ENTRY main.2 {``
-  with no signature;
-* XLA's ``--xla_dump_to`` files: ``%name``, operands prefixed by their shape, computation signatures, and
-  the FileNames / FunctionNames / FileLocations / StackFrames tables between header and computations.
+* a nested operand instruction (``add(f32[] constant(1), x)``) becomes an instruction of its own,
+  ``<opcode>.anon``;
+* ``%t#1#0`` becomes get-tuple-element instructions (``t_1``, ``t_1_0``), shared by every use;
+* an inline body (``to_apply={ ... }``) becomes a computation;
+* ``custom-call-start`` and every other ``<op>-start/-update/-done`` that is no opcode of its own becomes
+  ``async-start/-update/-done``, the start calling a wrapped computation around ``<op>``;
+* a missing result shape is inferred (shape_inference.py).
 
-It is line-oriented (XLA prints one instruction per line) and keeps the raw text of attribute values: the
-analyses only need a few attributes decoded, and decoding all of them would cost most of the parse time
-on a 9 MB module.
+Speed: a 9 MB module is ~100k instructions, nearly all printed one per line. Such a line takes a fast path
+(one regex; each distinct attribute list parsed once). Anything else (an instruction over several lines,
+a comment, a nested operand, a tuple shape) goes through the general parser, which reads XLA's whole
+grammar from that point on. The fast path only ever declines; every error message comes from the general
+parser, as one line naming the source and the line.
+
+Canonical text (normalize.py) is read too: its entry parameters carry no number (``parameter()``: the
+number is the order, so that a golden stays insertion-stable), which XLA would not accept.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Bytes per element for every HLO primitive type we may meet; sub-byte types round up per element
-# only when summed (see Shape.bytes).
-DTYPE_BITS: dict[str, int] = {
-    "pred": 8, "s2": 2, "s4": 4, "s8": 8, "s16": 16, "s32": 32, "s64": 64,
-    "u2": 2, "u4": 4, "u8": 8, "u16": 16, "u32": 32, "u64": 64,
-    "f16": 16, "bf16": 16, "f32": 32, "f64": 64, "c64": 64, "c128": 128,
-    "f4e2m1fn": 4, "f8e3m4": 8, "f8e4m3": 8, "f8e4m3fn": 8, "f8e4m3fnuz": 8, "f8e4m3b11fnuz": 8,
-    "f8e5m2": 8, "f8e5m2fnuz": 8, "f8e8m0fnu": 8, "token": 0, "opaque": 0,
-}
+from hlo_audit.hlo.shape_inference import ShapeInferenceError, infer_shape
+from hlo_audit.hlo.shapes import Shape, is_element_type, parse_shape, tuple_shape
 
 # Attributes whose value names computations (single name or a {a, b} list).
 COMPUTATION_ATTRS = frozenset({
     "calls", "to_apply", "body", "condition", "true_computation", "false_computation",
     "branch_computations", "called_computations", "scatter", "select", "async_wrapped_computation",
 })
+# XLA's own opcodes that end like the asynchronous shorthand; any other `<op>-start` wraps `<op>`.
+NATIVE_ASYNC_OPCODES = frozenset({
+    "async-start", "async-update", "async-done", "all-gather-start", "all-gather-done", "all-reduce-start",
+    "all-reduce-done", "collective-permute-start", "collective-permute-done", "copy-start", "copy-done",
+    "send-done", "recv-done",
+})
+# Attributes an asynchronous shorthand keeps on the async instruction; the rest belong to the wrapped op.
+_ASYNC_ATTRS = frozenset({"async_execution_thread", "async_group_id", "metadata", "backend_config",
+                          "frontend_attributes", "sharding"})
+
+# Whitespace and comments: what separates tokens.
+_SKIP = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)+", re.S)
+_NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
+_OPCODE = re.compile(r"[a-z][a-z0-9_.\-]*(?=\s*\()")
+_KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=")
+_INSTRUCTION_START = re.compile(r"ROOT\b|%?[A-Za-z_][\w.\-]*\s*=(?!=)")
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[[^\]\n]*\](?:\s*\{(?=\s*[\d:}])[^}]*\})?")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', re.S)
+_WORD = re.compile(r"(?:[^\s,{}()\[\]\"'/]|/(?![/*]))+")
+_INT = re.compile(r"\s*(\d+)\s*")
+# Brackets, strings and comments: what a bracket scan must see (a brace in a string or comment is text).
+_BRACKET_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//[^\n]*|/\*.*?\*/|[{}()\[\]]', re.S)
+# The same, plus commas and lone quotes (an unterminated string), for splitting one line's attributes.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//|/\*|["\']|[{}()\[\],]')
+
+# The fast path: one instruction on one line, array shape, operands without nested parentheses.
+_SIMPLE_INSTRUCTION = re.compile(
+    r"(ROOT\s+)?%?([A-Za-z_][\w.\-]*)\s*=\s*([a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?)\s+([a-z][a-z0-9\-_]*)"
+    r"\(([^()]*)\)(.*)")
+# An attribute list of the common kind: `, key=value` where a value is a string, a flat {...} (strings
+# inside allowed) or a bare word. Anything else (nested braces, brackets, comments) is split by tokens.
+_SIMPLE_VALUE = r'(?:"(?:[^"\\\n]|\\.)*"|\{(?:[^{}"/\n]|"(?:[^"\\\n]|\\.)*")*\}|[^\s,{}()\[\]"\'/]+)'
+_SIMPLE_ATTRIBUTE = re.compile(r",\s*([A-Za-z_][\w.\-]*)=(" + _SIMPLE_VALUE + r")\s*")
+_SIMPLE_ATTRIBUTES = re.compile(r"(?:,\s*[A-Za-z_][\w.\-]*=" + _SIMPLE_VALUE + r"\s*)*")
+_PERCENT_NAME = re.compile(r"%([^\s,()%]+)")
+_OPERAND_SYNTAX = re.compile(r'[{(\["/#]')  # operands that need more than "a, b"
+_LAST_WORD_OF_PIECE = re.compile(r"[^\s,]+(?=\s*(?:,|\Z))")
 
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
-_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^}]*\})?")
-# One regex for the common line: array shape, operands without nested parentheses.
-_SIMPLE_INSTRUCTION = re.compile(
-    r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*([a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?)\s+([a-z][a-z0-9\-_]*)\(([^()]*)\)(.*)")
-_PERCENT_NAME = re.compile(r"%([^\s,()%]+)")
-_NEEDS_TOKENIZER = re.compile(r'[{(\["]')
-_OPERAND_SYNTAX = re.compile(r'[{(\["/]')  # brackets, strings, comments: operands need the tokenizer
-_LAST_WORD_OF_PIECE = re.compile(r"[^\s,]+(?=\s*(?:,|\Z))")
-_INSTR_HEAD = re.compile(r"\s*(ROOT\s+)?%?([^\s=]+)\s*=\s*")
-_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-_]*)\(")
+_LINE_BREAK = re.compile(r"\s*\n\s*")
+_ROOT = re.compile(r"ROOT\b")
+_ENTRY = re.compile(r"ENTRY\b")
+_HLO_MODULE = re.compile(r"HloModule\b")
+_SHAPE_START = re.compile(r"([a-z][a-z0-9]*)(?=\s*[\[(])")
+_DIGITS = re.compile(r"\d+")
 _OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
-_COMP_HEAD = re.compile(r"(ENTRY\s+)?%?([A-Za-z_][\w.\-]*)\s*(\(.*)?\{\s*$")
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}()\[\],]')
 _NUMBER_SUFFIX = re.compile(r"\.\d+$")
-_DUMP_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+_DUMP_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
 
 class HloParseError(ValueError):
@@ -65,61 +100,17 @@ class HloParseError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """An HLO shape: an array (dtype, dims, layout) or a tuple of shapes."""
-
-    text: str
-    dtype: str | None = None  # None for tuples
-    dims: tuple[int, ...] = ()
-    layout: str | None = None
-    elements: tuple["Shape", ...] = ()
-
-    @property
-    def is_tuple(self) -> bool:
-        return self.dtype is None
-
-    @property
-    def num_elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= max(d, 0)
-        return n
-
-    @property
-    def bytes(self) -> int:
-        if self.is_tuple:
-            return sum(e.bytes for e in self.elements)
-        return (self.num_elements * DTYPE_BITS.get(self.dtype, 0) + 7) // 8
-
-    def leaves(self) -> list["Shape"]:
-        if not self.is_tuple:
-            return [self]
-        return [leaf for e in self.elements for leaf in e.leaves()]
-
-
 @dataclass(slots=True)
 class Instruction:
     name: str
     opcode: str
     shape: Shape
-    # Operand references (empty for parameter / constant). Newer XLA prints ``%t#2`` for element 2 of
-    # tuple ``t``; operand_base() strips that.
-    operands: tuple[str, ...]
+    operands: tuple[str, ...]  # names of instructions of the same computation, defined before this one
     literal: str  # raw operand text of parameter / constant, "" otherwise
     attrs: dict[str, str]  # attribute -> raw value text, in printed order
     is_root: bool
     line: int
     users: list[str] = field(default_factory=list)
-
-    @property
-    def operand_bases(self) -> list[str]:
-        return [operand_base(op) for op in self.operands]
-
-    @property
-    def reads_tuple_element(self) -> bool:
-        """A get-tuple-element, or an operand written ``t#k`` (element k of tuple t)."""
-        return self.opcode == "get-tuple-element" or any("#" in ref for ref in self.operands)
 
     @property
     def parameter_number(self) -> int | None:
@@ -128,7 +119,7 @@ class Instruction:
     @property
     def custom_call_target(self) -> str:
         """The custom call's target without quotes; "" for other instructions."""
-        return self.attrs.get("custom_call_target", "").strip().strip('"')
+        return self.attrs.get("custom_call_target", "").strip().strip("\"'")
 
     @property
     def op_name(self) -> str:
@@ -153,6 +144,7 @@ class Computation:
     line: int
     instructions: list[Instruction] = field(default_factory=list)
     by_name: dict[str, Instruction] = field(default_factory=dict)
+    attrs: dict[str, str] = field(default_factory=dict)  # after the closing brace: execution_thread
 
     @property
     def root(self) -> Instruction:
@@ -174,6 +166,8 @@ class HloModule:
     computations: dict[str, Computation]
     entry: Computation
     source: str = "<text>"
+    # Canonical text (normalize.py): entry parameters unnumbered, each named by its state path.
+    params_named_by_path: bool = False
 
     def instructions(self):
         for comp in self.computations.values():
@@ -188,17 +182,6 @@ def strip_number_suffix(name: str) -> str:
 def strip_index_comments(text: str) -> str:
     """Drop the ``/*index=N*/`` comments XLA prints every fifth tuple element."""
     return _INDEX_COMMENT.sub("", text) if "/*" in text else text
-
-
-def operand_base(ref: str) -> str:
-    """``arg_tuple.1#0`` -> ``arg_tuple.1``."""
-    return ref.split("#", 1)[0]
-
-
-def operand_index(ref: str) -> int | None:
-    """``arg_tuple.1#0`` -> 0: the tuple element a reference reads; None for a plain name (parsed modules only:
-    the parser checks every index)."""
-    return int(ref.split("#", 1)[1]) if "#" in ref else None
 
 
 def split_name_list(value: str) -> list[str]:
@@ -226,134 +209,41 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return parts
 
 
-def _match_close(text: str, start: int) -> int:
-    """Index just past the bracket that closes the one at ``start`` (strings respected); -1 if none."""
-    depth = 0
-    for m in _TOKEN.finditer(text, start):
+def tidy(text: str) -> str:
+    """One line for an attribute value or literal that was written over several lines or with comments.
+
+    Comments go; a line break becomes one space, or nothing beside a bracket or before a comma; a newline
+    inside a string becomes ``\\n`` (XLA unescapes strings, so the value is the same). One-line text without
+    comments is returned as it is.
+    """
+    if "\n" not in text and "/" not in text and "\r" not in text:
+        return text.strip()
+    pieces: list[str] = []
+    pos = 0
+    for m in _BRACKET_TOKEN.finditer(text):
         tok = m.group()
-        if tok in "{([":
-            depth += 1
-        elif tok in "})]":
-            depth -= 1
-            if depth == 0:
-                return m.end()
-    return -1
+        if tok[0] in "\"'":
+            pieces.append(text[pos:m.start()])
+            pieces.append(tok.replace("\r\n", "\\n").replace("\n", "\\n"))
+            pos = m.end()
+        elif tok[0] == "/":
+            pieces.append(text[pos:m.start()] + "\n")
+            pos = m.end()
+    pieces.append(text[pos:])
+    joined = "".join(pieces)
+    return _LINE_BREAK.sub(lambda m: _join_lines(joined, m), joined).strip()
 
 
-@functools.lru_cache(maxsize=65536)
-def parse_shape(text: str) -> Shape:
-    """Parse a shape such as ``f32[2,4]{1,0}``, ``u32[]`` or ``(f32[], /*index=1*/s32[2])``."""
-    text = _INDEX_COMMENT.sub("", text).strip()
-    if text.startswith("("):
-        inner = text[1:-1].strip()
-        elements = tuple(parse_shape(p) for p in split_top_level(inner)) if inner else ()
-        return Shape(text=text, elements=elements)
-    m = _ARRAY_SHAPE.fullmatch(text)
-    if not m or m.group(1) not in DTYPE_BITS:
-        raise ValueError(f"not an HLO shape: {text[:60]!r}")
-    dims = tuple(_parse_dim(d) for d in m.group(2).split(",") if d.strip())
-    layout = m.group(3)[1:-1] if m.group(3) else None
-    return Shape(text=text, dtype=m.group(1), dims=dims, layout=layout)
-
-
-def _parse_dim(d: str) -> int:
-    d = d.strip()
-    if d == "?":
-        return -1
-    return int(d.removeprefix("<="))
-
-
-def _parse_instruction(text: str, lineno: int, seen_attrs: dict[str, dict[str, str]]) -> Instruction:
-    fast = _SIMPLE_INSTRUCTION.match(text)
-    if fast is None:
-        return _parse_instruction_slow(text, lineno, seen_attrs)
-    return _build_instruction(*fast.groups(), lineno, seen_attrs)
-
-
-def _build_instruction(root: str | None, name: str, shape_text: str, opcode: str, operand_text: str, rest: str,
-                       lineno: int, seen_attrs: dict[str, dict[str, str]]) -> Instruction:
-    """An Instruction from the pieces of its line, in the order the line has them."""
-    if opcode in ("parameter", "constant"):
-        operands: tuple[str, ...] = ()
-        literal = operand_text.strip()
-        if opcode == "parameter" and not literal.isdigit():
-            raise ValueError(f"parameter number must be a non-negative integer, got {literal[:20]!r}")
-    else:
-        literal = ""
-        operands = _parse_operands(operand_text)
-    # A module repeats few distinct attribute lists (", dimensions={0,1}", ", direction=EQ", ...): parse
-    # each once per module and hand every instruction its own copy.
-    attrs = seen_attrs.get(rest)
-    if attrs is None:
-        attrs = seen_attrs[rest] = _parse_attributes(rest)
-    return Instruction(
-        name=name.lstrip("%"), opcode=opcode, shape=parse_shape(shape_text), operands=operands,
-        literal=literal, attrs=attrs.copy(), is_root=bool(root), line=lineno,
-    )
-
-
-def _parse_operands(text: str) -> tuple[str, ...]:
-    if "%" in text:  # XLA dump: "f32[8]{0} %a, (s32[], f32[]) %t" -- every name has a %
-        return tuple(_PERCENT_NAME.findall(text))
-    if not text:
-        return ()
-    # jax: "a, b" (names only). An operand is the last word of its comma-separated piece; blank pieces
-    # are skipped. The common line has no brackets, strings or comments, and one regex does that.
-    if _OPERAND_SYNTAX.search(text) is None:
-        return tuple(_LAST_WORD_OF_PIECE.findall(text))
-    text = strip_index_comments(text)
-    parts = split_top_level(text) if _NEEDS_TOKENIZER.search(text) else text.split(",")
-    return tuple([words[-1] for words in map(str.split, parts) if words])
-
-
-def _parse_attributes(rest: str) -> dict[str, str]:
-    """``, a={0,1}, b=x`` (the text after the operand list) -> {"a": "{0,1}", "b": "x"}."""
-    attrs: dict[str, str] = {}
-    rest = rest.strip()
-    if not rest:
-        return attrs
-    if not rest.startswith(","):
-        raise ValueError(f"unexpected text after operands: {rest[:40]!r}")
-    parts = split_top_level(rest[1:]) if _NEEDS_TOKENIZER.search(rest) else rest[1:].split(",")
-    for part in parts:
-        key, eq, value = part.partition("=")
-        if not eq:
-            raise ValueError(f"attribute without '=': {part.strip()[:40]!r}")
-        attrs[key.strip()] = value.strip()
-    return attrs
-
-
-def _parse_instruction_slow(text: str, lineno: int, seen_attrs: dict[str, dict[str, str]]) -> Instruction:
-    """Tuple shapes, tiled layouts, tuple-typed operands: anything with nested parentheses."""
-    head = _INSTR_HEAD.match(text)
-    if not head:
-        raise ValueError("expected 'name = shape opcode(operands)'")
-    pos = head.end()
-    if text.startswith("(", pos):
-        end = _match_close(text, pos)
-        if end < 0:
-            raise ValueError("unbalanced parentheses in tuple shape")
-    else:
-        m = _ARRAY_SHAPE.match(text, pos)
-        if not m:
-            raise ValueError("expected a shape after '='")
-        end = m.end()
-    shape_text = text[pos:end]
-    op = _OPCODE.match(text, end)
-    if not op:
-        raise ValueError("expected an opcode followed by '('")
-    open_paren = op.end() - 1
-    close = _match_close(text, open_paren)
-    if close < 0:
-        raise ValueError("unbalanced parentheses in operand list")
-    return _build_instruction(head.group(1), head.group(2), shape_text, op.group(1),
-                              text[open_paren + 1:close - 1], text[close:], lineno, seen_attrs)
+def _join_lines(text: str, m: re.Match) -> str:
+    before = text[m.start() - 1] if m.start() else ""
+    after = text[m.end()] if m.end() < len(text) else ""
+    return "" if not before or not after or before in "{([" or after in "})]," else " "
 
 
 def parse_module(text: str, source: str = "<text>") -> HloModule:
     """Parse one HLO module. Raises HloParseError naming ``source`` and the line."""
     with _cyclic_gc_paused():
-        return _parse_module(text, source)
+        return _Parser(text, source).module()
 
 
 @contextlib.contextmanager
@@ -373,130 +263,658 @@ def _cyclic_gc_paused():
             gc.enable()
 
 
-def _parse_module(text: str, source: str) -> HloModule:
-    if not text.strip():
-        raise HloParseError("empty input, expected an HLO module", source)
-    lines = text.splitlines()
-    lineno, header = next((n, l) for n, l in enumerate(lines, 1) if l.strip())
-    if not header.startswith("HloModule "):
-        raise HloParseError(f"not HLO text: expected 'HloModule' but found {header.strip()[:40]!r}",
-                            source, lineno)
-    name, *attr_parts = split_top_level(header[len("HloModule "):])
-    header_attrs = {}
-    for part in attr_parts:
-        key, _, value = part.partition("=")
-        header_attrs[key.strip()] = value.strip()
-
-    computations: dict[str, Computation] = {}
-    entry: Computation | None = None
-    current: Computation | None = None
-    in_table = False
-    seen_attrs: dict[str, dict[str, str]] = {}
-    for n in range(lineno, len(lines)):
-        raw = lines[n]
-        line = raw.strip()
-        num = n + 1
-        if current is not None:
-            if line == "}":
-                if not current.instructions:
-                    raise HloParseError(f"computation {current.name} has no instructions", source, num)
-                computations[current.name] = current
-                current = None
-                continue
-            if not line or line.startswith("//"):
-                continue
-            try:
-                instr = _parse_instruction(raw, num, seen_attrs)
-            except ValueError as exc:
-                raise HloParseError(f"{exc} in computation {current.name}", source, num) from None
-            if instr.name in current.by_name:
-                raise HloParseError(f"instruction {instr.name!r} defined twice in computation {current.name}",
-                                    source, num)
-            current.instructions.append(instr)
-            current.by_name[instr.name] = instr
-            continue
-        if not line or line.startswith("//"):
-            in_table = False if not line else in_table
-            continue
-        if line in _DUMP_TABLES:
-            in_table = True
-            continue
-        if in_table:
-            continue
-        head = _COMP_HEAD.match(line)
-        if not head:
-            raise HloParseError(f"unexpected text outside a computation: {line[:40]!r}", source, num)
-        current = Computation(name=head.group(2), is_entry=bool(head.group(1)), line=num)
-        if current.name in computations:
-            raise HloParseError(f"computation {current.name!r} defined twice", source, num)
-        if current.is_entry:
-            if entry is not None:
-                raise HloParseError(f"second ENTRY computation {current.name!r} (first: {entry.name!r})",
-                                    source, num)
-            entry = current
-    if current is not None:
-        raise HloParseError(
-            f"truncated module: computation {current.name} (opened at line {current.line}) is not closed",
-            source, len(lines))
-    if entry is None:
-        raise HloParseError("no ENTRY computation", source)
-    module = HloModule(name=name.strip(), header_attrs=header_attrs, computations=computations,
-                       entry=entry, source=source)
-    _link(module)
-    return module
+class _Declined(Exception):
+    """The fast path cannot read this line; the general parser will."""
 
 
-def _link(module: HloModule) -> None:
-    """Resolve operand and computation references, fill ``users``; dangling names are parse errors."""
-    for comp in module.computations.values():
+class _Parser:
+    def __init__(self, text: str, source: str):
+        self.text = text
+        self.end = len(text)
+        self.source = source
+        self.computations: dict[str, Computation] = {}
+        self.calling: list[tuple[str, Instruction]] = []  # (computation, instruction naming computations)
+        self.seen_attrs: dict[str, dict[str, str]] = {}
+        self.anonymous: dict[str, int] = {}  # name -> uses, for XLA's `<opcode>.anon` names
+        self.unnumbered: set[int] = set()  # id() of parameters written `parameter()`, numbered by order
+        self._line_pos = 0
+        self._line_no = 1
+
+    # -- positions and errors ---------------------------------------------------------------------------
+
+    def line(self, pos: int) -> int:
+        """1-based line of ``pos``; counts incrementally, since the parser moves forward."""
+        if pos < self._line_pos:
+            self._line_pos, self._line_no = 0, 1
+        self._line_no += self.text.count("\n", self._line_pos, pos)
+        self._line_pos = pos
+        return self._line_no
+
+    def error(self, message: str, pos: int) -> HloParseError:
+        return HloParseError(message, self.source, self.line(min(pos, self.end)))
+
+    def skip(self, pos: int) -> int:
+        m = _SKIP.match(self.text, pos)
+        return m.end() if m else pos
+
+    def peek(self, pos: int) -> str:
+        return self.text[pos] if pos < self.end else ""
+
+    def found(self, pos: int) -> str:
+        if pos >= self.end:
+            return "the end of the text"
+        return repr(self.text[pos:pos + 30].split("\n", 1)[0])
+
+    def expect(self, pos: int, token: str, what: str) -> int:
+        if not self.text.startswith(token, pos):
+            raise self.error(f"expected '{token}' {what}, found {self.found(pos)}", pos)
+        return self.skip(pos + len(token))
+
+    def close(self, pos: int) -> int:
+        """Index just past the bracket that closes the one at ``pos`` (strings and comments skipped)."""
+        depth = 0
+        for m in _BRACKET_TOKEN.finditer(self.text, pos):
+            tok = m.group()
+            if tok in "{([":
+                depth += 1
+            elif tok in "})]":
+                depth -= 1
+                if depth == 0:
+                    return m.end()
+        raise self.error(f"unbalanced {self.text[pos]!r}: not closed before the end of the text", pos)
+
+    # -- module ---------------------------------------------------------------------------------------------
+
+    def module(self) -> HloModule:
+        text = self.text
+        if not text.strip():
+            raise HloParseError("empty input, expected an HLO module", self.source)
+        pos = self.skip(0)
+        if not _HLO_MODULE.match(text, pos):
+            raise self.error(f"not HLO text: expected 'HloModule' but found {self.found(pos)}", pos)
+        pos = self.skip(pos + len("HloModule"))
+        m = _NAME.match(text, pos)
+        if not m:
+            raise self.error(f"expected the module name after 'HloModule', found {self.found(pos)}", pos)
+        name = m.group(1)
+        pos = m.end() + (text.startswith(":", m.end()))
+        header, pos = self.single_value_attributes(pos)
+        pos = self.skip_dump_tables(self.skip(pos))
+        entry: Computation | None = None
+        last: Computation | None = None
+        while pos < self.end:
+            comp, pos = self.computation(pos)
+            pos = self.skip(pos)
+            last = comp
+            if comp.is_entry:
+                if entry is not None:
+                    raise HloParseError(f"second ENTRY computation {comp.name!r} (first: {entry.name!r})",
+                                        self.source, comp.line)
+                entry = comp
+        if last is None:
+            raise HloParseError("no computation after the HloModule header", self.source, self.line(pos))
+        if entry is None:  # as XLA: without ENTRY, the last computation is the entry
+            entry = last
+            entry.is_entry = True
+        params = [i for i in entry.instructions if i.opcode == "parameter"]
+        module = HloModule(name=name, header_attrs=header, computations=self.computations, entry=entry,
+                           source=self.source, params_named_by_path=bool(params) and id(params[0]) in self.unnumbered)
+        self.check_calls(module)
+        return module
+
+    def single_value_attributes(self, pos: int) -> tuple[dict[str, str], int]:
+        """``, key=value`` pairs whose values are one token or bracket group (module header, after a body)."""
+        attrs: dict[str, str] = {}
+        text = self.text
+        while True:
+            start = self.skip(pos)
+            if not text.startswith(",", start):
+                return attrs, pos
+            at = self.skip(start + 1)
+            m = _KEY.match(text, at)
+            if not m:
+                raise self.error(f"expected 'attribute=value' after ',', found {self.found(at)}", at)
+            value_start = self.skip(m.end())
+            pos = self.atom(value_start, m.group(1))
+            attrs[m.group(1)] = tidy(text[value_start:pos])
+
+    def skip_dump_tables(self, pos: int) -> int:
+        """The FileNames / FunctionNames / FileLocations / StackFrames tables of an XLA dump: numbers,
+        strings and braces, up to the first computation."""
+        if not self.text.startswith(_DUMP_TABLES[0], pos):
+            return pos
+        while True:
+            pos = self.skip(pos)
+            c = self.peek(pos)
+            if c.isdigit() or c in "\"'{":
+                pos = self.atom(pos, "FileNames")
+            elif any(self.text.startswith(t, pos) for t in _DUMP_TABLES):
+                pos += next(len(t) for t in _DUMP_TABLES if self.text.startswith(t, pos))
+            else:
+                return pos
+
+    def atom(self, pos: int, what: str) -> int:
+        """End of one value token at ``pos``: a bracket group, a string or a word."""
+        c = self.peek(pos)
+        if c in ("{", "(", "["):
+            return self.close(pos)
+        if c in ("'", '"'):
+            m = _STRING.match(self.text, pos)
+            if not m:
+                raise self.error(f"unterminated string in {what}", pos)
+            return m.end()
+        m = _WORD.match(self.text, pos)
+        if not m:
+            raise self.error(f"expected a value for {what}, found {self.found(pos)}", pos)
+        return m.end()
+
+    # -- computations ---------------------------------------------------------------------------------------
+
+    def computation(self, pos: int) -> tuple[Computation, int]:
+        """``[ENTRY] name [(params) -> shape] { instructions } [, execution_thread=...]``."""
+        text = self.text
+        start = pos
+        is_entry = bool(_ENTRY.match(text, pos))
+        if is_entry:
+            pos = self.skip(pos + 5)
+        m = _NAME.match(text, pos)
+        if not m:
+            raise self.error(f"unexpected text outside a computation: {self.found(pos)}", pos)
+        name = m.group(1)
+        pos = self.skip(m.end() + text.startswith(":", m.end()))
+        if text.startswith("(", pos):  # the signature: checked by XLA, implied by the parameters here
+            pos = self.skip(self.close(pos))
+            pos = self.expect(pos, "->", f"after the parameter list of computation {name}")
+            _, pos = self.shape(pos)
+            pos = self.skip(pos)
+        if not text.startswith("{", pos):
+            raise self.error(f"expected '{{' to open computation {name}, found {self.found(pos)}", pos)
+        comp = Computation(name=name, is_entry=is_entry, line=self.line(start))
+        pos = self.body(comp, pos + 1)
+        comp.attrs, pos = self.single_value_attributes(pos)
+        return comp, pos
+
+    def body(self, comp: Computation, pos: int) -> int:
+        """Instructions up to the closing brace; returns the position after it and registers ``comp``."""
+        text = self.text
+        # A fast-path instruction waits here until the next token shows that no `, attribute=...` continues
+        # it on the following lines; if one does, the general parser reads it again from its start.
+        pending: Instruction | None = None
+        pending_start = 0
+        while True:
+            pos = self.skip(pos)
+            c = text[pos] if pos < self.end else ""
+            if pending is not None:
+                if c == ",":
+                    pos, pending = pending_start, None
+                    c = text[pos]
+                else:
+                    self.add(comp, pending)
+                    pending = None
+            if not c:
+                raise HloParseError(f"truncated module: computation {comp.name} (opened at line {comp.line}) is "
+                                    "not closed", self.source, self.line(self.end))
+            if c == "}":
+                break
+            eol = text.find("\n", pos)
+            if eol < 0:
+                eol = self.end
+            fast = _SIMPLE_INSTRUCTION.match(text, pos, eol)
+            if fast is not None:
+                try:
+                    pending, pending_start = self.simple_instruction(fast, pos), pos
+                    pos = eol
+                    continue
+                except _Declined:
+                    pass
+            pos = self.instruction(comp, pos)
+        self.finish(comp, pos)
+        return pos + 1
+
+    def finish(self, comp: Computation, pos: int) -> None:
+        if not comp.instructions:
+            raise self.error(f"computation {comp.name} has no instructions", pos)
+        roots = [i for i in comp.instructions if i.is_root]
+        if len(roots) > 1:
+            raise HloParseError(f"computation {comp.name} has two ROOT instructions ({roots[0].name}, "
+                                f"{roots[1].name})", self.source, roots[1].line)
+        if not roots:  # as XLA: the last instruction is the root
+            comp.instructions[-1].is_root = True
+        self.number_parameters(comp)
+        if comp.name in self.computations:
+            raise HloParseError(f"computation {comp.name!r} defined twice", self.source, comp.line)
+        self.computations[comp.name] = comp
+
+    def number_parameters(self, comp: Computation) -> None:
+        """Canonical text writes entry parameters as ``parameter()``: their order is their number."""
+        params = [i for i in comp.instructions if i.opcode == "parameter"]
+        unnumbered = [i for i in params if i.literal == ""]
+        if not unnumbered:
+            return
+        if len(unnumbered) != len(params):
+            raise HloParseError("parameter number must be a non-negative integer, got ''", self.source,
+                                unnumbered[0].line)
+        for n, instr in enumerate(params):
+            instr.literal = str(n)
+        self.unnumbered.update(map(id, params))
+
+    # -- instructions: the fast path ----------------------------------------------------------------------
+
+    def simple_instruction(self, m: re.Match, start: int) -> Instruction:
+        """One-line instruction of the common kind; _Declined if the line is anything else."""
+        root, name, shape_text, opcode, operand_text, rest = m.groups()
+        attrs = self.seen_attrs.get(rest)
+        if attrs is None:
+            # A module repeats few distinct attribute lists (", dimensions={0,1}", ", direction=EQ", ...):
+            # parse each once per module and hand every instruction its own copy.
+            attrs = self.seen_attrs[rest] = _simple_attributes(rest)
+        if opcode in ("parameter", "constant"):
+            literal = operand_text.strip()
+            operands: tuple[str, ...] = ()
+            if opcode == "parameter" and not literal.isdigit():
+                raise _Declined
+        else:
+            literal = ""
+            operands = _simple_operands(operand_text)
+        try:
+            shape = parse_shape(shape_text)
+        except ValueError:
+            raise _Declined from None
+        return Instruction(name=name, opcode=opcode, shape=shape, operands=operands, literal=literal,
+                           attrs=attrs.copy(), is_root=bool(root), line=self.line(start))
+
+    # -- instructions: the general parser -------------------------------------------------------------------
+
+    def instruction(self, comp: Computation, pos: int) -> int:
+        """``[ROOT] name = [shape] opcode(operands) [, attribute=value]*`` from ``pos``; returns its end."""
+        text = self.text
+        start = pos
+        is_root = bool(_ROOT.match(text, pos))
+        if is_root:
+            pos = self.skip(pos + 4)
+        m = _NAME.match(text, pos)
+        if not m:
+            raise self.error(f"expected 'name = shape opcode(operands)' in computation {comp.name}, found "
+                             f"{self.found(pos)}", pos)
+        pos = self.skip(m.end())
+        if not text.startswith("=", pos):
+            raise self.error(f"expected 'name = shape opcode(operands)' in computation {comp.name}, found "
+                             f"{self.found(pos)} after {m.group(1)!r}", pos)
+        instr, pos = self.right_hand_side(comp, m.group(1), is_root, self.skip(pos + 1), self.line(start), True)
+        self.add(comp, instr)
+        return pos
+
+    def right_hand_side(self, comp: Computation, name: str, is_root: bool, pos: int, line: int,
+                        with_attributes: bool, shape: Shape | None = None) -> tuple[Instruction, int]:
+        """``[shape] opcode(operands) [attributes]``; ``shape`` when the caller has read it already."""
+        text = self.text
+        if shape is None and self.starts_shape(pos):
+            shape, pos = self.shape(pos)
+            pos = self.skip(pos)
+        m = _OPCODE.match(text, pos)
+        if not m:
+            word = _SHAPE_START.match(text, pos)
+            if shape is None and word and text.startswith("[", word.end()):
+                raise self.error(f"not an HLO shape: unknown element type {word.group(1)!r}", pos)
+            what = "an opcode followed by '('" if shape is not None else "a shape or an opcode after '='"
+            raise self.error(f"expected {what} in computation {comp.name}, found {self.found(pos)}", pos)
+        opcode = m.group()
+        pos = self.skip(m.end())
+        literal = ""
+        operands: tuple[str, ...] = ()
+        if opcode in ("parameter", "constant"):
+            end = self.close(pos)
+            literal = tidy(text[pos + 1:end - 1])
+            if opcode == "parameter" and literal and not literal.isdigit():
+                raise self.error(f"parameter number must be a non-negative integer, got {literal[:20]!r}", pos)
+            pos = end
+        else:
+            operands, pos = self.operands(comp, pos)
+        attrs: dict[str, str] = {}
+        if with_attributes:
+            attrs, pos = self.attributes(comp, pos, name)
+        if shape is None:
+            shape = self.inferred_shape(comp, opcode, operands, attrs, pos)
+        return Instruction(name=name, opcode=opcode, shape=shape, operands=operands, literal=literal, attrs=attrs,
+                           is_root=is_root, line=line), pos
+
+    def starts_shape(self, pos: int) -> bool:
+        """As XLA: a shape starts with '(' or an element type (``b(...)`` for a buffer)."""
+        c = self.peek(pos)
+        if c == "(":
+            return True
+        m = _SHAPE_START.match(self.text, pos)
+        if not m:
+            return False
+        word = m.group(1)
+        return is_element_type(word) or (word == "b" and self.text.startswith("(", self.skip(m.end())))
+
+    def shape(self, pos: int) -> tuple[Shape, int]:
+        text = self.text
+        if text.startswith("(", pos):
+            end = self.close(pos)
+        elif text.startswith("b", pos) and text.startswith("(", self.skip(pos + 1)):
+            end = self.close(self.skip(pos + 1))
+        else:
+            m = _ARRAY_SHAPE.match(text, pos)
+            if not m:
+                raise self.error(f"expected a shape, found {self.found(pos)}", pos)
+            end = m.end()
+        try:
+            return parse_shape(text[pos:end]), end
+        except ValueError as exc:
+            raise self.error(str(exc), pos) from None
+
+    def operands(self, comp: Computation, pos: int) -> tuple[tuple[str, ...], int]:
+        """``(a, f32[] %b, f32[] constant(1), %t#1#0)``: names, nested instructions, tuple elements."""
+        text = self.text
+        pos = self.skip(pos + 1)
+        refs: list[str] = []
+        if text.startswith(")", pos):
+            return (), pos + 1
+        while True:
+            shape = None
+            if self.starts_shape(pos):
+                shape, pos = self.shape(pos)
+                pos = self.skip(pos)
+            m = _NAME.match(text, pos)
+            if not m:
+                raise self.error(f"expected an operand in computation {comp.name}, found {self.found(pos)}", pos)
+            after = self.skip(m.end())
+            if text[pos] != "%" and text.startswith("(", after):  # a nested instruction, as XLA allows
+                nested_name = self.anonymous_name(m.group(1))
+                nested, pos = self.right_hand_side(comp, nested_name, False, pos, self.line(pos), False, shape)
+                self.add(comp, nested)
+                refs.append(nested.name)
+            else:
+                ref, pos = m.group(1), m.end()
+                while text.startswith("#", pos):  # %t#1#0: element 0 of element 1 of t
+                    index = _DIGITS.match(text, pos + 1)
+                    if not index:
+                        raise self.error(f"expected a tuple index after '#', found {self.found(pos + 1)}", pos)
+                    ref = self.tuple_element(comp, ref, int(index.group()), pos)
+                    pos = index.end()
+                refs.append(ref)
+            pos = self.skip(pos)
+            c = self.peek(pos)
+            if c == ",":
+                pos = self.skip(pos + 1)
+            elif c == ")":
+                return tuple(refs), pos + 1
+            else:
+                raise self.error(f"expected ',' or ')' in the operands, found {self.found(pos)}", pos)
+
+    def anonymous_name(self, opcode: str) -> str:
+        n = self.anonymous.get(opcode, 0)
+        self.anonymous[opcode] = n + 1
+        return f"{opcode}.anon" + (f".{n}" if n else "")
+
+    def tuple_element(self, comp: Computation, base: str, index: int, pos: int) -> str:
+        """The get-tuple-element XLA builds for ``base#index``, made once and shared by later uses."""
+        name = f"{base}_{index}"
+        existing = comp.by_name.get(name)
+        if existing is not None and existing.operands == (base,) and existing.attrs.get("index") == str(index):
+            return name
+        tup = comp.by_name.get(base)
+        if tup is None:
+            raise self.error(f"uses undefined operand {base!r}", pos)
+        if not tup.shape.is_tuple or index >= len(tup.shape.elements):
+            arity = f"{len(tup.shape.elements)} elements" if tup.shape.is_tuple else "no tuple shape"
+            raise self.error(f"reads element {index} of {base!r}, which has {arity}", pos)
+        while name in comp.by_name:
+            name += "_"
+        self.add(comp, Instruction(name=name, opcode="get-tuple-element", shape=tup.shape.elements[index],
+                                   operands=(base,), literal="", attrs={"index": str(index)}, is_root=False,
+                                   line=self.line(pos)))
+        return name
+
+    def attributes(self, comp: Computation, pos: int, owner: str) -> tuple[dict[str, str], int]:
+        """``, key=value`` pairs; a value runs to the next top-level ',' or the instruction's end."""
+        text = self.text
+        attrs: dict[str, str] = {}
+        while True:
+            start = self.skip(pos)
+            if not text.startswith(",", start):
+                return attrs, pos
+            at = self.skip(start + 1)
+            m = _KEY.match(text, at)
+            if not m:
+                word = _WORD.match(text, at)
+                raise self.error(f"attribute without '=': {word.group() if word else self.found(at)!r} in "
+                                 f"computation {comp.name}", at)
+            key = m.group(1)
+            value_start = self.skip(m.end())
+            if key in COMPUTATION_ATTRS and self.inline_body_follows(value_start):
+                attrs[key], pos = self.inline_computations(value_start, f"{owner}.{key}")
+            else:
+                pos = self.value_end(value_start, key, comp)
+                attrs[key] = tidy(text[value_start:pos])
+
+    def value_end(self, pos: int, key: str, comp: Computation) -> int:
+        """End of an attribute value: atoms (``[1,8]<=[8]`` is three) up to ',' or the instruction's end."""
+        text = self.text
+        if self.peek(pos) in (",", "}", ")", ""):
+            raise self.error(f"attribute {key} has no value in computation {comp.name}", pos)
+        while True:
+            pos = self.atom(pos, f"attribute {key}")
+            nxt = self.skip(pos)
+            c = self.peek(nxt)
+            if c in (",", "}", ")", "") or _INSTRUCTION_START.match(text, nxt):
+                return pos
+            pos = nxt
+
+    def inline_body_follows(self, pos: int) -> bool:
+        """``{ p = f32[] parameter(0) ... }`` (or a list of them) rather than ``{%a, %b}``."""
+        if not self.text.startswith("{", pos):
+            return False
+        inner = self.skip(pos + 1)
+        return bool(_INSTRUCTION_START.match(self.text, inner)) or self.inline_body_follows(inner)
+
+    def inline_computations(self, pos: int, name: str) -> tuple[str, int]:
+        """An inline body (or a ``{{...}, {...}}`` list of them) as computations; returns their names."""
+        text = self.text
+        inner = self.skip(pos + 1)
+        if not text.startswith("{", inner):
+            return "%" + self.inline_computation(pos, name), self.close(pos)
+        names = []
+        while True:
+            names.append("%" + self.inline_computation(inner, f"{name}.{len(names)}"))
+            inner = self.skip(self.close(inner))
+            if text.startswith(",", inner):
+                inner = self.skip(inner + 1)
+            elif text.startswith("}", inner):
+                return "{" + ", ".join(names) + "}", inner + 1
+            else:
+                raise self.error(f"expected ',' or '}}' between inline computations, found {self.found(inner)}",
+                                 inner)
+
+    def inline_computation(self, pos: int, name: str) -> str:
+        while name in self.computations:
+            name += "_"
+        comp = Computation(name=name, is_entry=False, line=self.line(pos))
+        self.body(comp, pos + 1)
+        return name
+
+    def inferred_shape(self, comp: Computation, opcode: str, operands: tuple[str, ...], attrs: dict[str, str],
+                       pos: int) -> Shape:
+        def callee_root(key: str) -> Shape:
+            names = split_name_list(attrs.get(key, ""))
+            callee = self.computations.get(names[0]) if names else None
+            if callee is None:
+                raise ShapeInferenceError(f"{opcode} calls {names[0] if names else 'nothing'}, which is not "
+                                          "defined before it")
+            return callee.root.shape
+
+        shapes = []
+        for ref in operands:
+            target = comp.by_name.get(ref)
+            if target is None:
+                raise self.error(f"uses undefined operand {ref!r}", pos)
+            shapes.append(target.shape)
+        try:
+            return infer_shape(opcode, shapes, attrs, callee_root)
+        except ShapeInferenceError as exc:
+            raise self.error(f"cannot infer a result shape: {exc} (in computation {comp.name})", pos) from None
+
+    # -- linking --------------------------------------------------------------------------------------------
+
+    def add(self, comp: Computation, instr: Instruction) -> None:
+        """Append ``instr``: its operands must be defined (as XLA: before it), its name new."""
         by_name = comp.by_name
-        for instr in comp.instructions:
-            for ref in instr.operands:
-                op = operand_base(ref)
-                target = by_name.get(op)
-                if target is None:
-                    raise HloParseError(f"{instr.name} uses undefined operand {op!r}", module.source,
-                                        instr.line)
-                target.users.append(instr.name)
-            for callee in instr.called_computations():
-                if callee not in module.computations:
-                    raise HloParseError(f"{instr.name} calls undefined computation {callee!r}",
-                                        module.source, instr.line)
-            if instr.reads_tuple_element:
-                _check_tuple_access(instr, by_name, module.source)
-    _check_no_call_cycle(module)
+        if instr.name in by_name:
+            raise HloParseError(f"instruction {instr.name!r} defined twice in computation {comp.name}",
+                                self.source, instr.line)
+        for ref in instr.operands:
+            target = by_name.get(ref)
+            if target is None:
+                raise HloParseError(f"{instr.name} uses undefined operand {ref!r}", self.source, instr.line)
+            target.users.append(instr.name)
+        opcode = instr.opcode
+        if opcode == "get-tuple-element":
+            self.check_tuple_access(instr, by_name)
+        elif opcode.endswith(("-start", "-update", "-done")) and opcode not in NATIVE_ASYNC_OPCODES:
+            self.unfold_async(comp, instr)
+        if not COMPUTATION_ATTRS.isdisjoint(instr.attrs):
+            self.calling.append((comp.name, instr))
+        comp.instructions.append(instr)
+        by_name[instr.name] = instr
 
-
-def _check_tuple_access(instr: Instruction, by_name: dict[str, Instruction], source: str) -> None:
-    """Element indices must be integers within the tuple: later passes index with them."""
-    accesses = [(ref.split("#", 1)[1], operand_base(ref)) for ref in instr.operands if "#" in ref]
-    if instr.opcode == "get-tuple-element":
-        accesses.append((instr.attrs.get("index", ""), operand_base(instr.operands[0]) if instr.operands else ""))
-    for index, base in accesses:
-        target = by_name.get(base)
+    def check_tuple_access(self, instr: Instruction, by_name: dict[str, Instruction]) -> None:
+        """Element indices must be integers within the tuple: later passes index with them."""
+        index = instr.attrs.get("index", "")
+        target = by_name.get(instr.operands[0]) if len(instr.operands) == 1 else None
         arity = len(target.shape.elements) if target is not None and target.shape.is_tuple else None
         if not index.isdigit() or arity is None or int(index) >= arity:
+            base = instr.operands[0] if instr.operands else ""
             raise HloParseError(f"{instr.name} reads element {index!r} of {base!r}, which has "
-                                f"{'no tuple shape' if arity is None else f'{arity} elements'}", source, instr.line)
+                                f"{'no tuple shape' if arity is None else f'{arity} elements'}", self.source,
+                                instr.line)
+
+    def unfold_async(self, comp: Computation, instr: Instruction) -> None:
+        """``custom-call-start(x), custom_call_target=...`` is XLA's shorthand for an ``async-start`` that calls
+        a computation wrapping the custom call; ``-update`` and ``-done`` become ``async-update/-done``."""
+        kind = instr.opcode.rsplit("-", 1)[1]
+        wrapped_opcode = instr.opcode[:-len(kind) - 1]
+        instr.opcode = f"async-{kind}"
+        if kind != "start":
+            return
+        shape = instr.shape
+        if not shape.is_tuple or len(shape.elements) < 2:
+            raise HloParseError(f"{instr.name}: {wrapped_opcode}-start must have a tuple shape "
+                                "((operands), result, context)", self.source, instr.line)
+        name = f"{instr.name}.wrapped"
+        while name in self.computations:
+            name += "_"
+        wrapped = Computation(name=name, is_entry=False, line=instr.line)
+        # One parameter per operand; an operand-less call or fusion takes its callee's parameters (as XLA).
+        shapes = [comp.by_name[ref].shape for ref in instr.operands]
+        callee = self.computations.get(next(iter(instr.called_computations()), ""))
+        if not shapes and callee is not None:
+            shapes = [p.shape for p in callee.parameters]
+        params = []
+        for n, param_shape in enumerate(shapes):
+            param = Instruction(name=f"async_param.{n}", opcode="parameter", shape=param_shape,
+                                operands=(), literal=str(n), attrs={}, is_root=False, line=instr.line)
+            params.append(param.name)
+            wrapped.instructions.append(param)
+            wrapped.by_name[param.name] = param
+        op = Instruction(name=wrapped_opcode, opcode=wrapped_opcode, shape=shape.elements[1],
+                         operands=tuple(params), literal="",
+                         attrs={k: v for k, v in instr.attrs.items() if k != "async_execution_thread"},
+                         is_root=True, line=instr.line)
+        self.add(wrapped, op)
+        self.computations[name] = wrapped
+        instr.attrs = {k: v for k, v in instr.attrs.items() if k in _ASYNC_ATTRS}
+        instr.attrs["calls"] = "%" + name
+
+    def check_calls(self, module: HloModule) -> None:
+        for _, instr in self.calling:
+            for callee in instr.called_computations():
+                if callee not in module.computations:
+                    raise HloParseError(f"{instr.name} calls undefined computation {callee!r}", self.source,
+                                        instr.line)
+        _check_no_call_cycle(module, self.calling)
 
 
-def _check_no_call_cycle(module: HloModule) -> None:
+def _simple_attributes(rest: str) -> dict[str, str]:
+    """``, a={0,1}, b=x`` (the rest of a one-line instruction) -> {"a": "{0,1}", "b": "x"}; _Declined unless
+    the list is complete on this line and holds no comment."""
+    rest = rest.strip()
+    if not rest:
+        return {}
+    if _SIMPLE_ATTRIBUTES.fullmatch(rest):
+        return dict(_SIMPLE_ATTRIBUTE.findall(rest))
+    if not rest.startswith(","):
+        raise _Declined
+    attrs: dict[str, str] = {}
+    depth = 0
+    start = 1
+    for m in _TOKEN.finditer(rest, 1):
+        tok = m.group()
+        if tok in "{([":
+            depth += 1
+        elif tok in "})]":
+            depth -= 1
+            if depth < 0:
+                raise _Declined
+        elif tok == ",":
+            if depth == 0:
+                _add_attribute(attrs, rest[start:m.start()])
+                start = m.end()
+        elif tok in ("//", "/*", '"', "'"):  # a comment, or a string that does not end on this line
+            raise _Declined
+    if depth:
+        raise _Declined
+    _add_attribute(attrs, rest[start:])
+    return attrs
+
+
+def _add_attribute(attrs: dict[str, str], part: str) -> None:
+    key, eq, value = part.partition("=")
+    key, value = key.strip(), value.strip()
+    if not eq or not value or not re.fullmatch(r"[A-Za-z_][\w.\-]*", key) or key in COMPUTATION_ATTRS and \
+            value.startswith("{") and "=" in value:
+        raise _Declined  # no '=', no value, or an inline computation body: the general parser's job
+    attrs[key] = value
+
+
+def _simple_operands(text: str) -> tuple[str, ...]:
+    if "%" in text:  # XLA dump: "f32[8]{0} %a, (s32[], f32[]) %t" -- every name has a %
+        if "#" in text or "/" in strip_index_comments(text):
+            raise _Declined
+        return tuple(_PERCENT_NAME.findall(text))
+    if not text:
+        return ()
+    # jax: "a, b" (names only). An operand is the last word of its comma-separated piece; blank pieces
+    # are skipped. The common line has no brackets, strings or comments, and one regex does that.
+    if _OPERAND_SYNTAX.search(text) is None:
+        return tuple(_LAST_WORD_OF_PIECE.findall(text))
+    if "#" in text or "//" in text or "\"" in text:
+        raise _Declined
+    text = strip_index_comments(text)
+    if "/" in text:
+        raise _Declined
+    return tuple([words[-1] for words in map(str.split, split_top_level(text)) if words])
+
+
+def _check_no_call_cycle(module: HloModule, calling: list[tuple[str, Instruction]]) -> None:
     """HLO has no recursion; a cycle (a garbled or hand-edited module) would loop every later pass."""
+    calls: dict[str, list[tuple[str, Instruction]]] = {}
+    for caller, instr in calling:
+        calls.setdefault(caller, []).extend((callee, instr) for callee in instr.called_computations())
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(name: str, path: list[str]) -> None:
         state[name] = 1
-        comp = module.computations[name]
-        for instr in comp.instructions:
-            for callee in instr.called_computations():
-                if state.get(callee) == 1:
-                    cycle = " -> ".join([*path[path.index(callee):], callee])
-                    raise HloParseError(f"call cycle {cycle}", module.source, instr.line)
-                if callee not in state:
-                    visit(callee, [*path, callee])
+        for callee, instr in calls.get(name, ()):
+            if state.get(callee) == 1:
+                cycle = " -> ".join([*path[path.index(callee):], callee])
+                raise HloParseError(f"call cycle {cycle}", module.source, instr.line)
+            if callee not in state:
+                visit(callee, [*path, callee])
         state[name] = 2
 
-    for name in module.computations:
+    for name in calls:
         if name not in state:
             visit(name, [name])
 
