@@ -4,7 +4,8 @@ Two levels, because lowering is the expensive part and analysis code changes mor
 
 * ``<key>.hlo.txt`` + ``<key>.lowering.json``: the HLO text and jax's argument paths (and a compiled cell's
   memory and cost), keyed by the cell, the versions of jax/jaxlib/flax/maxtext and of the cell's own
-  compiler (libtpu for a TPU topology), the target's source fingerprint and the XLA/JAX flags;
+  compiler (libtpu for a TPU topology), the target's source fingerprint, hlo_audit's own lowering code
+  (platforms, compiled, attribution) and the XLA/JAX flags;
 * ``<key>.<analysis>.result.json``: the analysed result, keyed additionally by hlo_audit's own source.
 
 JSON and text only, never pickle. Every write goes to a temporary file in the same folder and is renamed
@@ -53,12 +54,26 @@ def _flags() -> dict[str, str]:
 
 def lowering_key(cell: Cell, target_fingerprint: str) -> str:
     material = {"cell": cell.key_material(), "versions": package_versions(),
-                "target": target_fingerprint, "flags": _flags()}
+                "target": target_fingerprint, "flags": _flags(), "lowering": lowering_fingerprint()}
     toolchain = platforms.toolchain(cell)
     if toolchain:  # only where the cell depends on it: a libtpu upgrade re-lowers TPU cells, not CPU ones
         material["toolchain"] = toolchain
     material = json.dumps(material, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+# hlo_audit's own code between a target and the text it hands on: the devices a cell gets, how it compiles.
+_LOWERING_SOURCES = ("platforms.py", "compiled.py", "attribution.py", "targets/base.py")
+
+
+@functools.cache
+def lowering_fingerprint() -> str:
+    """The source of hlo_audit's lowering side: a change to what a cell lowers for must not serve stale text."""
+    digest = hashlib.sha256()
+    for name in _LOWERING_SOURCES:
+        digest.update(name.encode())
+        digest.update((_HLO_AUDIT_ROOT / name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def analysis_fingerprint() -> str:

@@ -6,7 +6,7 @@
 For each of MaxText's three HLO-gate configs (v6e-4, 4 layers, batch 1, seq 128, scan on, stock model
 configs) it compiles the train step twice through hlo-audit's TPU cells: as MaxText 0.2.5 ships it
 ("released") and with seed 000's fixes reverted ("reverted", tests/injected_maxtext.py, HLO_AUDIT_INJECT=
-seed-000), then diffs the two compiled modules with hlo-audit's diff. Per model it prints the verdict, the
+prefix), then diffs the two compiled modules with hlo-audit's diff. Per model it prints the verdict, the
 u32 entry parameters each side has and how many the fixes dropped, by owner pattern.
 
 The seed's own numbers (30 llama3_8b, 54 deepseek3, 18 qwen3_1.7b) were read off MaxText's reference files
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     models = [m for m in args.models.split(",") if m]
     sides = {"released": ("maxtext", ROOT / ".hlo-audit-cache", {}),
              "reverted": ("injected_maxtext:lower", ROOT / ".hlo-audit-cache" / "seed-000",
-                          {"HLO_AUDIT_INJECT": "seed-000", "PYTHONPATH": str(ROOT / "tests")})}
+                          {"HLO_AUDIT_INJECT": "prefix", "PYTHONPATH": str(ROOT / "tests")})}
     texts: dict[str, dict[str, str]] = {}
     with tempfile.TemporaryDirectory() as work:
         for side, (target, cache, env) in sides.items():
@@ -114,7 +114,7 @@ def header_u32_arrays(text: str) -> int:
 def maxtext_row(model: str, work: pathlib.Path) -> dict:
     """The same two sides through MaxText's own train_compile (unsafe_rbg keys), counted on its dumps."""
     texts = {}
-    for side, inject in (("released", None), ("reverted", "seed-000")):
+    for side, inject in (("released", None), ("reverted", "prefix")):
         dump = work / f"{model}-{side}"
         command = [sys.executable, str(ROOT / "scripts" / "train_compile_dump.py"), "--model", model, "--layers", "4",
                    "--topology", "v6e-4", "--dump", str(dump)] + (["--inject", inject] if inject else [])

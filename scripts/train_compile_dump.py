@@ -2,7 +2,7 @@
 """MaxText's own AOT path, as its HLO gate runs it, and XLA's own count of what it compiled.
 
     python scripts/train_compile_dump.py --model llama3-8b --layers 4 --topology v6e-4 --dump /tmp/dump \\
-        [--scan on|off] [--inject seed-000] [--json out.json]
+        [--scan on|off] [--inject prefix] [--json out.json]
 
 Calls ``maxtext.trainers.pre_train.train_compile.main`` with the arguments MaxText's
 ``tests/integration/hlo_diff_test.py`` gives it (base.yml + model_name, synthetic data, batch 1, seq 128,
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import pathlib
 import resource
 import sys
@@ -36,8 +35,6 @@ def main(argv: list[str] | None = None) -> int:
 
     platforms.skip_idle_tpu_runtime()
     platforms.compile_only_libtpu()
-    if args.inject:
-        os.environ["HLO_AUDIT_INJECT"] = args.inject
     started = time.perf_counter()
     module = train_compile(args)
     seconds = time.perf_counter() - started
@@ -57,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--topology", required=True, help="compile_topology, e.g. v6e-4")
     parser.add_argument("--scan", choices=("on", "off"), help="scan_layers (default: MaxText's, on)")
     parser.add_argument("--dump", type=pathlib.Path, required=True, help="--xla_dump_to folder")
-    parser.add_argument("--inject", help="HLO_AUDIT_INJECT: seed-000 fixes to revert first")
+    parser.add_argument("--inject", help="seed 000 fixes to revert first, as HLO_AUDIT_INJECT names them "
+                                         "(comma-separated; prefix: all)")
     parser.add_argument("--json", type=pathlib.Path, help="also write the record here")
     return parser
 
@@ -67,11 +65,6 @@ def train_compile(args: argparse.Namespace) -> pathlib.Path:
     from hlo_audit.targets.maxtext import load_maxtext
 
     maxtext = load_maxtext()
-    if args.inject:
-        sys.path.insert(0, str(ROOT / "tests"))
-        import injected_maxtext
-
-        injected_maxtext.apply()
     from absl import flags
 
     if not flags.FLAGS.is_parsed():  # as hlo_diff_test does, so train_compile's absl flags parse
@@ -84,7 +77,12 @@ def train_compile(args: argparse.Namespace) -> pathlib.Path:
             f'--xla_dump_hlo_module_re=jit_train_step"']
     if args.scan:
         argv.append(f"scan_layers={args.scan == 'on'}")
-    with contextlib.redirect_stdout(sys.stderr):  # train_compile prints its progress and analyses
+    sys.path.insert(0, str(ROOT / "tests"))
+    import injected_maxtext
+
+    reverts = [n for n in (args.inject or "").split(",") if n]
+    # train_compile prints its progress and analyses: onto stderr, so stdout is the record alone.
+    with injected_maxtext.reverted(*reverts), contextlib.redirect_stdout(sys.stderr):
         maxtext.train_compile.main(tuple(argv))
     dumped = sorted(args.dump.glob("*.after_optimizations.txt"))
     if not dumped:

@@ -87,7 +87,7 @@ def test_committed_tpu_golden_passes_and_reverted_seed_000_fixes_fail_it(release
     # MaxText before seed 000 (its Dropout and AttentionOp fixes reverted) against the same golden.
     (tmp_path / "reverted.toml").write_text(
         f'target = "injected_maxtext:lower"\ngolden_dir = "{ROOT / "golden"}"\n' + ACCEPTANCE)
-    env = {"HLO_AUDIT_INJECT": "seed-000", "PYTHONPATH": str(Path(__file__).parent)}
+    env = {"HLO_AUDIT_INJECT": "prefix", "PYTHONPATH": str(Path(__file__).parent)}
     failed = hlo_audit(tmp_path, "check", "--config", "reverted.toml", env=env)
     assert failed.returncode == 1, failed.stdout + failed.stderr
     out = " ".join(failed.stdout.split())
