@@ -44,7 +44,7 @@ def package_versions() -> dict[str, str]:
 
 
 # Which backends jax starts on this host, not what a lowering for the cell's named platform produces
-# (hlo-audit itself sets it where the host has no accelerator: platforms.skip_idle_tpu_runtime).
+# (hlo-audit itself sets it where the host has no accelerator: platforms.setup_own_process).
 _NOT_FLAGS = frozenset({"JAX_PLATFORMS"})
 
 

@@ -313,5 +313,5 @@ def explain(
 
 
 def main() -> None:
-    platforms.skip_idle_tpu_runtime()
+    platforms.setup_own_process()
     app()

@@ -12,7 +12,7 @@ every target asks this module instead of branching on platform names itself:
   topology), for the cache key and the golden's environment fingerprint.
 * ``memory_per_worker(cell)``: what one worker process lowering the cell holds at its peak, so ``--jobs``
   never starts more workers than the machine's memory can hold.
-* ``skip_idle_tpu_runtime()``: with libtpu installed, jax starts the TPU runtime at its first backend use on
+* ``setup_own_process()``: with libtpu installed, jax starts the TPU runtime at its first backend use on
   every host, and on one without a TPU chip that costs ~200 MB per process and prints libtpu's complaints
   about the cloud VM it is not on. The processes hlo-audit owns (the CLI, its workers, its tests) call this
   first; compiling for a topology does not need that runtime.
@@ -88,12 +88,8 @@ def default_device(cell: Cell) -> Iterator[None]:
 def tpu_topology_devices(topology: str, num_slices: int = 1) -> list:
     """Compile-only devices of a TPU topology (MaxText's name, e.g. v6e-4), from libtpu on any host."""
     spec = _tpu_system(topology)
-    import jax  # noqa: PLC0415
     from jax.experimental.topologies import get_topology_desc  # noqa: PLC0415
 
-    # jax's own backends start first: libtpu's start-up switches C++ INFO logging to stderr, which creating
-    # the CPU client afterwards would fill with device counts.
-    jax.devices()
     compile_only_libtpu()
     with _fd2_captured("loading libtpu"):
         return list(get_topology_desc(
@@ -110,6 +106,10 @@ def compile_only_libtpu() -> None:
     # libtpu takes /tmp/libtpu_lockfile so that two processes never drive one chip; compiling drives none, and
     # without this a second worker (or a second run on the machine) fails to load it.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    # libtpu's start-up sends every C++ INFO line of the process to stderr from then on (a PjRt client's device
+    # count each time one is created); warnings and errors still show. jaxlib reads the level once, so the
+    # processes hlo-audit owns set it at their start (setup_own_process).
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
 def _tpu_system(topology: str):
@@ -214,13 +214,17 @@ def workers_for(cells: list[Cell], jobs: int, memory: int | None = None) -> int:
 _ACCELERATOR_PCI_VENDORS = frozenset({"0x1ae0", "0x10de", "0x1002"})
 
 
-def skip_idle_tpu_runtime() -> None:
-    """On a host with no accelerator at all, let jax start only its CPU backend (see the module doc).
+def setup_own_process() -> None:
+    """What the processes hlo-audit owns (the CLI, its workers, its tests) set before jax starts.
 
-    A no-op when the user chose ``JAX_PLATFORMS``, when jax's backends already started, or when the host has
-    a PCI device of an accelerator vendor: then jax's own choice stands. Before jax is imported this only
-    sets the environment (so worker processes inherit it and a command that never touches jax pays nothing).
+    The libtpu settings of ``compile_only_libtpu``, from the start: a C++ log level read before libtpu loads
+    holds after it, and worker processes inherit them. Then, on a host with no accelerator at all, jax starts
+    only its CPU backend (see the module doc): a no-op when the user chose ``JAX_PLATFORMS``, when jax's
+    backends already started, or when the host has a PCI device of an accelerator vendor (jax's own choice
+    stands). Before jax is imported this only sets the environment, so a command that never touches jax pays
+    nothing.
     """
+    compile_only_libtpu()
     if "JAX_PLATFORMS" in os.environ or _has_accelerator_device():
         return
     if "jax" not in sys.modules:

@@ -125,7 +125,7 @@ def _target(spec: str):
 
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None]:
     """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
-    platforms.skip_idle_tpu_runtime()
+    platforms.setup_own_process()
     result, lowering = _lower_one(target_spec, cell, key)
     return result.to_record(), result.normalized, lowering
 

@@ -54,9 +54,9 @@ BARE = textwrap.dedent("""
 MAXTEXT_ARGS = ["model_name=llama3-8b", "dataset_type=synthetic", "override_model_config=true",
                 "compile_topology_num_slices=1", "compile_topology=v6e-4", "base_num_decoder_layers=4",
                 "per_device_batch_size=1", "max_target_length=128"]
-# Compile-only libtpu and no idle TPU runtime, for every process alike (platforms.compile_only_libtpu,
-# skip_idle_tpu_runtime: hlo-audit sets these itself).
-ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+# Compile-only libtpu and no idle TPU runtime, for every process alike (hlo-audit's own processes set these
+# themselves: platforms.setup_own_process).
+ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 def measure(command: list[str], cwd: Path) -> tuple[float, int]:

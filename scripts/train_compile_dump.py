@@ -33,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from hlo_audit import platforms
 
-    platforms.skip_idle_tpu_runtime()
-    platforms.compile_only_libtpu()
+    platforms.setup_own_process()  # libtpu compile-only, as hlo-audit's own processes
     started = time.perf_counter()
     module = train_compile(args)
     seconds = time.perf_counter() - started

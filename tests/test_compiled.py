@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from hlo_audit import compiled, platforms
 from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.callable import CallableTarget
@@ -47,6 +49,11 @@ def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}  # as a user's shell has it
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=project, capture_output=True, text=True,
                           env=env, timeout=600)
+
+
+def cli(project: Path, *args):
+    """The CLI in this process (MaxText-free, jax already imported): the config file is the project's."""
+    return CliRunner().invoke(app, [*args, "--config", str(project / "hlo-audit.toml")])
 
 
 @pytest.fixture(scope="module")
@@ -109,41 +116,41 @@ def test_golden_memory_ratchet_and_report(project, tmp_path):
     config = CONFIG.replace(
         "[[matrix]]", f'cache_dir = "{project_dir / ".hlo-audit-cache"}"\ngolden_dir = "{tmp_path / "golden"}"\n\n[[matrix]]')
     (tmp_path / "hlo-audit.toml").write_text(config)
-    assert hlo_audit(tmp_path, "golden", "update").returncode == 0
+    assert cli(tmp_path, "golden", "update").exit_code == 0
     path = tmp_path / "golden" / f"{TPU_CELL}.json"
     record = json.loads(path.read_text())
     assert record["environment"]["libtpu"] == "0.0.52" and record["environment"]["platform"] == "tpu-v6e-4"
     assert set(record["memory"]) == MEMORY_KEYS and record["cost"]["flops"] > 0
     assert "libtpu" not in json.loads((tmp_path / "golden" / f"{CPU_CELL}.json").read_text())["environment"]
-    assert hlo_audit(tmp_path, "check").returncode == 0
+    assert cli(tmp_path, "check").exit_code == 0
 
     # The golden remembers a smaller temp buffer: the step now needs more than the 2% the rule allows.
     temp = record["memory"]["temp_bytes"]
     record["memory"]["temp_bytes"] = int(temp / 1.1)
     path.write_text(json.dumps(record))
-    warned = hlo_audit(tmp_path, "check", "--format", "json")
-    assert warned.returncode == 0  # memory: warn by default
+    warned = cli(tmp_path, "check", "--format", "json")
+    assert warned.exit_code == 0  # memory: warn by default
     finding = next(f for f in json.loads(warned.stdout)["findings"] if f["rule"] == "memory")
     assert (finding["cell"], finding["severity"]) == (TPU_CELL, "advisory")
     assert "temp_bytes" in finding["message"] and "+10.0%" in finding["message"]
     strict = config + '\n[policy]\nmemory = "fail"\n'
     (tmp_path / "hlo-audit.toml").write_text(strict)
-    failed = hlo_audit(tmp_path, "check")
-    assert failed.returncode == 1 and "compiled memory grew beyond 2% of the golden" in " ".join(failed.stdout.split())
+    failed = cli(tmp_path, "check")
+    assert failed.exit_code == 1 and "compiled memory grew beyond 2% of the golden" in " ".join(failed.stdout.split())
     (tmp_path / "hlo-audit.toml").write_text("memory_tolerance = 0.2\n" + strict)
-    assert hlo_audit(tmp_path, "check").returncode == 0  # within a 20% tolerance
+    assert cli(tmp_path, "check").exit_code == 0  # within a 20% tolerance
 
     # The report shows the compiled view with the change against the golden, in every format.
-    report = hlo_audit(tmp_path, "report", "--html", "report.html")
-    assert report.returncode == 0
+    report = cli(tmp_path, "report", "--html", str(tmp_path / "report.html"))
+    assert report.exit_code == 0
     table = report.stdout[report.stdout.index("compiled: memory per device"):]
     assert TPU_CELL in " ".join(table.split()) and "+" in table
     html = (tmp_path / "report.html").read_text()
     assert f'<tr data-cell="{TPU_CELL}"' in html and f'data-temp-bytes="{temp}"' in html
-    doc = json.loads(hlo_audit(tmp_path, "report", "--format", "json").stdout)
+    doc = json.loads(cli(tmp_path, "report", "--format", "json").stdout)
     view = next(c for c in doc["cells"] if c["id"] == TPU_CELL)
     assert view["memory_delta"]["temp_bytes"] == temp - int(temp / 1.1) and view["memory_delta"]["argument_bytes"] == 0
-    assert "### Compiled: memory per device" in hlo_audit(tmp_path, "report", "--format", "markdown").stdout
+    assert "### Compiled: memory per device" in cli(tmp_path, "report", "--format", "markdown").stdout
 
 
 def _compiled_on_topology():
@@ -208,7 +215,7 @@ def test_no_tpu_runtime_starts_on_a_host_without_accelerators():
     code = ("import os, re, jax; jax.devices(); import jax.numpy as jnp; jnp.ones(3).block_until_ready();"
             "print(os.environ.get('JAX_PLATFORMS'), re.search(r'VmHWM:\\s*(\\d+)', open('/proc/self/status').read())[1])")
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    quiet = subprocess.run([sys.executable, "-c", "from hlo_audit import platforms; platforms.skip_idle_tpu_runtime();"
+    quiet = subprocess.run([sys.executable, "-c", "from hlo_audit import platforms; platforms.setup_own_process();"
                             + code], capture_output=True, text=True, env=env, timeout=120)
     noisy = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert quiet.returncode == noisy.returncode == 0
