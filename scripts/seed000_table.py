@@ -12,7 +12,7 @@ u32 entry parameters each side has and how many the fixes dropped, by owner patt
 The seed's own numbers (30 llama3_8b, 54 deepseek3, 18 qwen3_1.7b) were read off MaxText's reference files
 (tests/utils/reference_hlo_*.txt: the first 2000 lines of the dump, which hold no ENTRY computation, only the
 HloModule header with its entry_computation_layout). The table also gives that count: u32 shapes of rank >= 1
-in the layout's parameters and results (XLA's program shape), dropped by the fixes. ``--maxtext`` also runs
+in the layout's parameters and results, dropped by the fixes. ``--maxtext`` also runs
 MaxText's own train_compile (scripts/train_compile_dump.py: unsafe_rbg keys, as its hlo_diff_test) for both
 sides and counts the same on its dumps.
 
@@ -89,19 +89,28 @@ def row(model: str, released: str, reverted: str) -> dict:
     return {"model": model, "verdict": d.verdict, "u32": (old.summary.by_dtype.get("u32", 0),
                                                            new.summary.by_dtype.get("u32", 0)),
             "dropped": -d.by_dtype_delta.get("u32", 0), "entry_params": d.entry_params,
-            "removed": [(g.pattern, g.count) for g in d.params_removed],
-            "header_arrays": header_u32_arrays(reverted) - header_u32_arrays(released)}
+            "changes": d.changes, "removed": _by_pattern(d.params_removed),
+            "header_arrays": header_u32_arrays(old) - header_u32_arrays(new)}
 
 
-def header_u32_arrays(text: str) -> int:
-    """u32 shapes of rank >= 1 among the entry computation's parameters and results, as XLA's parser reads them."""
-    from jax._src.lib import hlo  # noqa: PLC0415
+def _by_pattern(groups) -> dict[str, int]:
+    """Parameters removed per owner pattern (the diff's groups are per pattern, role and dtype)."""
+    counts: dict[str, int] = {}
+    for g in groups:
+        counts[g.pattern] = counts.get(g.pattern, 0) + abs(g.count)
+    return counts
 
-    module = hlo.hlo_module_from_text(text)
-    program = hlo.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
-    result = program.result_shape()
-    shapes = [*program.parameter_shapes(), *(result.tuple_shapes() if result.is_tuple() else [result])]
-    return sum(1 for s in shapes if str(s).startswith("u32[") and not str(s).startswith("u32[]"))
+
+def header_u32_arrays(analysis) -> int:
+    """u32 shapes of rank >= 1 among the entry computation's parameters and results (its layout in the header).
+
+    Read with hlo-audit's parser: XLA's own aborts the process on some compiled modules' text ("custom-call is
+    not scheduled after its operand"), a check of its schedule that printing does not keep.
+    """
+    entry = analysis.module.entry
+    result = entry.root.shape
+    shapes = [p.shape for p in entry.parameters] + list(result.elements if result.is_tuple else [result])
+    return sum(1 for s in shapes if s.dtype == "u32" and s.dims)
 
 
 def maxtext_row(model: str, work: pathlib.Path) -> dict:
@@ -130,7 +139,8 @@ def print_table(rows: list[dict]) -> None:
     print("dropped u32: entry parameters the fixes removed (hlo-audit diff); header arrays: u32 shapes of rank >= 1")
     print("the fixes removed from the HloModule header's entry_computation_layout, parameters and results together")
     for r in rows:
-        print(f"{r['model']}: " + ", ".join(f"{pattern} -{n}" for pattern, n in r["removed"]))
+        changes = f" (changed: {', '.join(r['changes'])})" if r["changes"] else ""
+        print(f"{r['model']}{changes}: " + ", ".join(f"{pattern} -{n}" for pattern, n in r["removed"].items()))
 
 
 if __name__ == "__main__":
