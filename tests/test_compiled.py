@@ -191,10 +191,10 @@ def test_platform_requirements_and_worker_sizing(monkeypatch, tmp_path):
     before = (lowering_key(tpu, "t"), lowering_key(lowered, "t"))
     monkeypatch.setattr(platforms, "toolchain", lambda cell: {"libtpu": "9.9"} if platforms.uses_topology(cell) else {})
     assert lowering_key(tpu, "t") != before[0] and lowering_key(lowered, "t") == before[1]
-    # --jobs is an upper bound; memory is the other: a compiled TPU worker needs 2 GiB, a lowering 1 GiB.
+    # --jobs is an upper bound; memory is the other: a compiled TPU worker needs 3 GiB, a lowering 1 GiB.
     gib = 1 << 30
-    assert platforms.workers_for([tpu] * 8, jobs=4, memory=5 * gib) == 2
-    assert platforms.workers_for([lowered] * 8, jobs=4, memory=5 * gib) == 4
+    assert platforms.workers_for([tpu] * 8, jobs=4, memory=7 * gib) == 2
+    assert platforms.workers_for([lowered] * 8, jobs=4, memory=7 * gib) == 4
     assert platforms.workers_for([tpu, lowered], jobs=4, memory=64 * gib) == 2  # no more workers than cells
     assert platforms.workers_for([tpu], jobs=4, memory=gib // 2) == 1  # always one
     # An unknown topology is the config's error: one line naming the file and the key.
