@@ -52,8 +52,9 @@ def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
 
 
 def cli(project: Path, *args):
-    """The CLI in this process (MaxText-free, jax already imported): the config file is the project's."""
-    return CliRunner().invoke(app, [*args, "--config", str(project / "hlo-audit.toml")])
+    """The CLI in this process (MaxText-free, jax already imported): the config file is the project's; 200
+    columns, so that no cell id wraps inside its table column."""
+    return CliRunner().invoke(app, [*args, "--config", str(project / "hlo-audit.toml")], env={"COLUMNS": "200"})
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.cache import Cache
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.matrix import Cell
-from hlo_audit.targets.maxtext import MaxTextTarget
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("tpu")]
 
@@ -48,9 +46,7 @@ def released(tmp_path_factory):
     run = hlo_audit(project, "run", "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
     cell = {c["id"]: c for c in json.loads(run.stdout)["cells"]}[CELL]
-    key = lowering_key(Cell("llama3-8b", True, "none", 4, platform="tpu", topology="v6e-4", stage="compiled"),
-                       MaxTextTarget().fingerprint())
-    text, meta = Cache(project / ".hlo-audit-cache").get_lowering(key)
+    text, meta = Cache(project / ".hlo-audit-cache").get_lowering(_only_key(project / ".hlo-audit-cache"))
     return project, cell, text, meta
 
 
