@@ -55,15 +55,15 @@ ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU
 
 def measure(command: list[str], cwd: Path) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one fresh process."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, **ENV})
-    _, status, usage = os.wait4(proc.pid, 0)
-    elapsed = time.perf_counter() - started
-    stderr = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"benchmark step failed: {' '.join(command)}\n{stderr[-3000:]}")
+    # stderr to a file, not a pipe: train_compile logs more than a pipe holds, and wait4 would never return.
+    with tempfile.TemporaryFile() as log:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, **ENV})
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - started
+        if os.waitstatus_to_exitcode(status) != 0:
+            log.seek(0)
+            sys.exit(f"benchmark step failed: {' '.join(command)}\n{log.read().decode(errors='replace')[-3000:]}")
     return elapsed, usage.ru_maxrss * 1024
 
 
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeat):
             for name, (command, cwd) in steps.items():
                 seconds, rss = measure(command, cwd)
+                print(f"  {name}: {seconds:.1f} s, {rss / 2**30:.2f} GiB", flush=True)
                 kept = best.get(name)
                 best[name] = (min(seconds, kept[0]) if kept else seconds, max(rss, kept[1]) if kept else rss)
     print(f"compiled TPU cell {CELL}, best of {args.repeat}, each a fresh process")
