@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), f"hlo-audit needs Python >= 3.12, found {sys.version.split()[0]} (.python-version says 3.12)"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[maxtext,dev]'
+	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]'
 	touch $(STAMP)
 
 audit: setup
@@ -29,6 +29,7 @@ test: setup browser
 bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_matrix.py
+	$(PY) scripts/bench_tpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -3,7 +3,7 @@
 from hlo_audit.targets.base import Unavailable
 
 __version__ = "0.1.0"
-__all__ = ["Unavailable", "__version__", "params_frame"]
+__all__ = ["Unavailable", "__version__", "devices", "params_frame"]
 
 
 def __getattr__(name: str):
@@ -12,4 +12,8 @@ def __getattr__(name: str):
         from hlo_audit.matrix_report import params_frame  # noqa: PLC0415
 
         return params_frame
+    if name == "devices":  # a callable target's mesh devices for a cell (a TPU topology's, from libtpu)
+        from hlo_audit.platforms import devices  # noqa: PLC0415
+
+        return devices
     raise AttributeError(f"module 'hlo_audit' has no attribute {name!r}")

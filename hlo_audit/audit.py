@@ -189,7 +189,7 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     policy = Policy(p.config.policy, tuple(
         Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
                match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")})
-        for w in p.config.waivers))
+        for w in p.config.waivers), memory_tolerance=p.config.memory_tolerance)
     gate = Gate(policy, regenerate_command(config_path))
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)

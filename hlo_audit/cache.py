@@ -2,8 +2,10 @@
 
 Two levels, because lowering is the expensive part and analysis code changes more often:
 
-* ``<key>.hlo.txt`` + ``<key>.lowering.json``: the HLO text and jax's argument paths, keyed by the cell,
-  the versions of jax/jaxlib/flax/maxtext, the target's source fingerprint and the XLA/JAX flags;
+* ``<key>.hlo.txt`` + ``<key>.lowering.json``: the HLO text and jax's argument paths (and a compiled cell's
+  memory and cost), keyed by the cell, the versions of jax/jaxlib/flax/maxtext and of the cell's own
+  compiler (libtpu for a TPU topology), the target's source fingerprint, hlo_audit's own lowering code
+  (platforms, compiled, attribution) and the XLA/JAX flags;
 * ``<key>.<analysis>.result.json``: the analysed result, keyed additionally by hlo_audit's own source.
 
 JSON and text only, never pickle. Every write goes to a temporary file in the same folder and is renamed
@@ -21,6 +23,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from hlo_audit import platforms
 from hlo_audit.matrix import Cell
 
 LAYOUT_VERSION = "v1"
@@ -40,14 +43,37 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+# Which backends jax starts on this host, not what a lowering for the cell's named platform produces
+# (hlo-audit itself sets it where the host has no accelerator: platforms.setup_own_process).
+_NOT_FLAGS = frozenset({"JAX_PLATFORMS"})
+
+
 def _flags() -> dict[str, str]:
-    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_FLAG_PREFIXES)}
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_FLAG_PREFIXES) and k not in _NOT_FLAGS}
 
 
 def lowering_key(cell: Cell, target_fingerprint: str) -> str:
-    material = json.dumps({"cell": cell.key_material(), "versions": package_versions(),
-                           "target": target_fingerprint, "flags": _flags()}, sort_keys=True)
+    material = {"cell": cell.key_material(), "versions": package_versions(),
+                "target": target_fingerprint, "flags": _flags(), "lowering": lowering_fingerprint()}
+    toolchain = platforms.toolchain(cell)
+    if toolchain:  # only where the cell depends on it: a libtpu upgrade re-lowers TPU cells, not CPU ones
+        material["toolchain"] = toolchain
+    material = json.dumps(material, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+# hlo_audit's own code between a target and the text it hands on: the devices a cell gets, how it compiles.
+_LOWERING_SOURCES = ("platforms.py", "compiled.py", "attribution.py", "targets/base.py")
+
+
+@functools.cache
+def lowering_fingerprint() -> str:
+    """The source of hlo_audit's lowering side: a change to what a cell lowers for must not serve stale text."""
+    digest = hashlib.sha256()
+    for name in _LOWERING_SOURCES:
+        digest.update(name.encode())
+        digest.update((_HLO_AUDIT_ROOT / name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def analysis_fingerprint() -> str:

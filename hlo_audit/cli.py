@@ -14,7 +14,7 @@ from hlo_audit.errors import report as report_error
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.source import read_input
-from hlo_audit import audit
+from hlo_audit import audit, platforms
 from hlo_audit import explain as explain_mod
 from hlo_audit import matrix_report
 from hlo_audit.cache import write_atomic as write_report
@@ -318,4 +318,5 @@ def explain(
 
 
 def main() -> None:
+    platforms.setup_own_process()
     app()

@@ -13,6 +13,10 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
 * ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
   costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
   ``pattern`` (a glob over stream patterns) to accept known dead state and still catch new dead streams.
+* ``memory`` (default ``warn``): a ratchet on a compiled cell's memory analysis, as ``count`` is on entry
+  parameters: argument, output, temp or generated-code bytes above the golden's by more than
+  ``memory_tolerance`` (a fraction, default 2%) is a regression; below it by as much, an improvement that asks
+  to tighten the golden. Alias bytes are not gated: more of them means less memory.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from hlo_audit.matrix import matches_rule
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series, rng_slope
 
+# Memory kinds the memory rule ratchets on (compiled.MEMORY_FIELDS' keys but alias_bytes).
+GATED_MEMORY = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
 SEVERITIES = ("ok", "improvement", "advisory", "waived", "stale", "unavailable", "regression", "error")
 FAILING = frozenset({"regression", "error"})
 TEXT_DIFF_LINES = 40
@@ -51,6 +57,7 @@ class Waiver:
 class Policy:
     actions: Mapping[str, str]
     waivers: Sequence[Waiver] = ()
+    memory_tolerance: float = 0.02  # the memory rule's allowance over the golden, as a fraction
 
     def waiver(self, rule: str, result: CellResult) -> Waiver | None:
         return next((w for w in self.waivers if w.covers(rule, result) and w.pattern is None), None)
@@ -74,6 +81,12 @@ class Finding:
 
 def _signed(d: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v:+d}" for k, v in d.items())
+
+
+def _byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
+    """``temp_bytes 2,671,656,960 -> 2,800,000,000 (+4.8%)``, one per kind."""
+    return ", ".join(f"{k} {a:,} -> {b:,} ({(b - a) / a:+.1%})" if a else f"{k} {a:,} -> {b:,}"
+                     for k, (a, b) in changes.items())
 
 
 class Gate:
@@ -112,6 +125,7 @@ class Gate:
         else:
             findings.append(self._apply("count", result, self._count(result, golden)))
             findings.append(self._apply("hlo_text", result, self._text(result, golden, normalized)))
+            findings.append(self._apply("memory", result, self._memory(result, golden)))
         findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
         findings.append(self._apply("dead_rng", result, self._dead_rng(result)))
         kept = [f for f in findings if f is not None]
@@ -153,6 +167,26 @@ class Gate:
                            details)
         return Finding(cid, "regression", "hlo_text",
                        f"normalized HLO differs from the golden in {changed} lines. If intended: {self._command(cid)}",
+                       details)
+
+    def _memory(self, result: CellResult, golden: Golden) -> Finding | None:
+        old, new = golden.record.get("memory"), result.memory
+        if old is None or new is None:
+            return None
+        cid, tolerance = result.cell.id, self.policy.memory_tolerance
+        changed = {k: (old[k], new[k]) for k in GATED_MEMORY
+                   if k in old and k in new and abs(new[k] - old[k]) > tolerance * old[k]}
+        if not changed:
+            return None
+        details = {"memory": {k: {"golden": a, "now": b} for k, (a, b) in changed.items()},
+                   "tolerance": tolerance, "regenerate": self._command(cid)}
+        grown = {k: v for k, v in changed.items() if v[1] > v[0]}
+        if grown:
+            return Finding(cid, "regression", "memory",
+                           f"compiled memory grew beyond {tolerance:.0%} of the golden: {_byte_changes(grown)}."
+                           f" If intended: {self._command(cid)}", details)
+        return Finding(cid, "improvement", "memory",
+                       f"compiled memory shrank: {_byte_changes(changed)}; tighten the golden: {self._command(cid)}",
                        details)
 
     def _rng_scaling(self, result: CellResult, series: Series | None) -> Finding | None:

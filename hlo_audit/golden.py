@@ -1,8 +1,8 @@
 """The golden store: what each cell looked like when a human last accepted it.
 
 Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode
-histogram, the depth series' per-layer slopes and the environment fingerprint (jax, jaxlib, flax, maxtext,
-platform, stage). Per depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized
+histogram, the depth series' per-layer slopes, a compiled cell's memory and cost, and the environment
+fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized
 module. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
 
 Writing is all-or-nothing, as syrupy's ``--snapshot-update`` is: every lowering happens first, the new files
@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo_audit import platforms
 from hlo_audit.cache import package_versions
 from hlo_audit.config import is_transformer_engine
 from hlo_audit.matrix import Cell
@@ -40,6 +41,7 @@ def environment(cell: Cell) -> dict[str, str]:
         env["maxtext"] = versions["maxtext"]
     if is_transformer_engine(cell.quant):
         env["transformer-engine-jax"] = versions["transformer-engine-jax"]
+    env.update(platforms.toolchain(cell))
     env["platform"] = cell.platform_label
     env["stage"] = cell.stage
     return env
@@ -65,6 +67,10 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         "environment": environment(result.cell),
         "hlo": f"{result.cell.id.rsplit('/', 1)[-1]}{HLO_SUFFIX}" if with_hlo else None,
     }
+    if result.memory is not None:  # compiled cells: what the memory rule ratchets on
+        record["memory"] = result.memory
+    if result.cost is not None:
+        record["cost"] = result.cost
     if result.params:  # per dtype x role: what the report's tidy rows compare against
         record["by_dtype_role"] = {f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
     if series is not None:

@@ -1,6 +1,9 @@
 """The numbers `hlo-audit report` shows, assembled once: every cell against its golden, scan on beside scan off,
 depth scaling, and the tidy per cell x dtype x role rows behind all of them (pandas, CSV, JSON, HTML).
 
+Compiled cells add a fourth view: what XLA's memory and cost analyses say (bytes by kind, flops, bytes
+accessed), against the golden's.
+
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
 parameters, of which u32"). Nothing here lowers anything that `run` or `check` already lowered: results come
 through the same plan -> execute path, so a report after a `check` reads only the cache.
@@ -17,6 +20,9 @@ from hlo_audit.scaling import Series
 
 CELL_COLUMNS = ("id", "model", "scan", "quant", "layers", "step", "platform", "topology", "cuda_arch", "stage")
 TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
+# A compiled cell's memory kinds (compiled.MEMORY_FIELDS' keys), each with its column heading in the views.
+MEMORY_COLUMNS = (("argument_bytes", "argument"), ("output_bytes", "output"), ("alias_bytes", "alias"),
+                  ("temp_bytes", "temp"), ("generated_code_bytes", "code"))
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,13 @@ class CellView:
         if self.golden is None or not self.result.summary:
             return None
         return self.result.entry_params - self.golden["entry_params"]
+
+    def memory_delta(self) -> dict[str, int] | None:
+        """A compiled cell's bytes by kind minus its golden's; None without a golden that recorded memory."""
+        old, new = (self.golden or {}).get("memory"), self.result.memory
+        if old is None or new is None:
+            return None
+        return {k: new[k] - old.get(k, 0) for k in new}
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,11 @@ class MatrixReport:
     @property
     def lowered(self) -> list[CellView]:
         return [v for v in self.cells if v.result.summary]
+
+    @property
+    def compiled(self) -> list[CellView]:
+        """Cells with XLA's memory analysis (stage compiled)."""
+        return [v for v in self.cells if v.result.memory is not None]
 
     @property
     def dtypes(self) -> list[str]:

@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
+from hlo_audit import platforms
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
@@ -33,6 +34,8 @@ class CellResult:
     params: list[dict] = field(default_factory=list)  # per entry parameter: path, role, dtype, dims, bytes
     opcodes: dict[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
     rng: dict | None = None  # RNG streams drawn / carried / unknown (RngReport.to_record)
+    memory: dict | None = None  # compiled cells: bytes by kind (argument, output, alias, temp, generated_code)
+    cost: dict | None = None  # compiled cells: flops, transcendentals, bytes_accessed
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
     cached: bool = False
@@ -80,6 +83,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -
     return CellResult(
         cell=cell, status="ok", summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
+        memory=lowering.memory, cost=lowering.cost,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),
@@ -121,6 +125,7 @@ def _target(spec: str):
 
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None]:
     """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
+    platforms.setup_own_process()
     result, lowering = _lower_one(target_spec, cell, key)
     return result.to_record(), result.normalized, lowering
 
@@ -148,7 +153,8 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
             keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
-            result = analyze_lowering(cell, Lowering(text, keys), meta.get("seconds", 0.0), key)
+            lowering = Lowering(text, keys, memory=meta.get("memory"), cost=meta.get("cost"))
+            result = analyze_lowering(cell, lowering, meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
             yield result
@@ -163,7 +169,8 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
         keys = lowering.arg_keys
         cache.put_lowering(result.key, lowering.text, {
             "cell": result.cell.id, "seconds": result.lower_seconds,
-            "arg_keys": [list(k) for k in keys] if keys is not None else None})
+            "arg_keys": [list(k) for k in keys] if keys is not None else None,
+            "memory": lowering.memory, "cost": lowering.cost})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 
@@ -171,14 +178,16 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
 def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> Iterator[CellResult]:
     if not pending:
         return
-    if jobs <= 1 or len(pending) == 1:
+    # A worker compiling a TPU cell holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
+    workers = platforms.workers_for([cell for cell, _ in pending], jobs)
+    if workers <= 1:
         for cell, key in pending:
             result, lowering = _lower_one(cell.target, cell, key)
             yield _store(cache, result, lowering)
         return
     # Spawned, not forked: jax and MaxText hold threads and global config that a fork would copy mid-state.
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(_worker, cell.target, cell, key): (cell, key) for cell, key in pending}
         for future in concurrent.futures.as_completed(futures):
             cell, key = futures[future]

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-import nnx_models
-from nnx_models import ModelSpec
+from hlo_audit import platforms
+
+# As the CLI does, before jax starts: on a host without accelerators jax starts no TPU runtime (libtpu is
+# installed for compiling to TPU topologies, which needs none), and libtpu is compile-only.
+platforms.setup_own_process()
+
+import nnx_models  # noqa: E402 (jax starts here)
+from nnx_models import ModelSpec  # noqa: E402
 
 
 @pytest.fixture(scope="session")

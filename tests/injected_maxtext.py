@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from hlo_audit.targets.maxtext import lower_train_step, model_num_layers
+from hlo_audit.targets.maxtext import lower_cell, model_num_layers
 
 INJECT = "HLO_AUDIT_INJECT"
 REVERTS = ("fp8-keeps-rngs", "dropout0-forks", "attention-holds-rngs")
@@ -64,11 +64,13 @@ def reverted(*names: str):
 
 
 def lower(cell):
-    names = [n for n in os.environ.get(INJECT, "").split(",") if n]
-    with reverted(*names):
-        return lower_train_step(cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
-                                per_device_batch_size=cell.batch, max_target_length=cell.seq,
-                                platform=cell.platform, overrides=dict(cell.overrides))
+    with reverted(*injected()):
+        return lower_cell(cell)  # for the cell's platform: a TPU topology's devices too
+
+
+def injected() -> list[str]:
+    """The reverts HLO_AUDIT_INJECT names."""
+    return [n for n in os.environ.get(INJECT, "").split(",") if n]
 
 
 lower.full_depth = model_num_layers

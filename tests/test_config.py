@@ -15,12 +15,17 @@ def test_builtin_default_matrix(tmp_path):
     p = plan(cwd=tmp_path)
     assert p.config.source == "<built-in default>"
     ids = [c.id for c in p.cells]
-    assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2
+    assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2 + 3 * 2
     assert "llama3-8b/scan-off/int8/L2" in ids
     # Transformer Engine recipes exist only for CUDA: a series of their own, whose ids name the architecture.
     assert "llama3-8b/scan-off/te_nvfp4/L2/cuda-sm_90" in ids
     assert all(c.platform == "cuda" and c.cuda_arch == "sm_90" for c in p.cells if c.quant.startswith("te_"))
-    assert all(c.platform == "cpu" for c in p.cells if not c.quant.startswith("te_"))
+    # MaxText's own HLO gate: its three stock configs compiled for TPU v6e-4 at 4 layers, scanned and unrolled.
+    tpu = [c for c in p.cells if c.platform == "tpu"]
+    assert sorted(c.id for c in tpu if c.scan) == [f"{m}/scan-on/none/L4/tpu-v6e-4/compiled"
+                                                   for m in ("deepseek3-test", "llama3-8b", "qwen3-1.7b")]
+    assert len(tpu) == 6 and all(c.stage == "compiled" and not c.overrides for c in tpu)  # stock deepseek3-test
+    assert all(c.platform == "cpu" for c in p.cells if not c.quant.startswith("te_") and c not in tpu)
     deepseek = next(c for c in p.cells if c.model == "deepseek3-test")
     assert dict(deepseek.overrides) == {"first_num_dense_layers": "1", "megablox": "False"}
 
@@ -59,6 +64,10 @@ def test_config_from_file_and_pyproject(tmp_path):
     ('[policy]\ndead_rng = "loud"\n', "policy.dead_rng: expected 'fail', 'warn' or 'off'"),
     ('[[waive]]\nrule = "count"\npattern = "x.*"\nreason = "x"\n', "waive[0].pattern: unknown key"),
     ('[[waive]]\nrule = "dead_rng"\npattern = ""\nreason = "x"\n', "waive[0].pattern: expected a glob"),
+    ('memory_tolerance = 2\n', "memory_tolerance: expected a fraction in [0, 1)"),
+    ('[policy]\nmemory = "loud"\n', "policy.memory: expected 'fail', 'warn' or 'off'"),
+    ('platform = "tpu"\ntopology = "v6e-5"\n', "topology[0]: unknown TPU topology 'v6e-5'"),
+    ('topology = "v6e-4"\n', "topology: a TPU topology needs platform = 'tpu'"),
 ])
 def test_bad_config_names_file_and_key(tmp_path, text, message):
     path = tmp_path / "hlo-audit.toml"
@@ -101,7 +110,7 @@ def test_only_and_shard(tmp_path):
 
 
 def test_layers_option(tmp_path):
-    p = plan(only="model=llama3-8b,quant=none,scan=off", layers="2,full", cwd=tmp_path)
+    p = plan(only="model=llama3-8b,quant=none,scan=off,platform=cpu", layers="2,full", cwd=tmp_path)
     assert [c.layers for c in p.cells] == [2, 32]
     with pytest.raises(MatrixError):
         plan(layers="two", cwd=tmp_path)

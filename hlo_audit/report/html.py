@@ -3,7 +3,7 @@
 Charts are hand-written SVG: entry parameters per cell stacked by role, and each depth series' line
 (intercept + slope x layers) out to the model's full depth. Elements carry stable ids and ``data-*``
 attributes (``#chart-roles g.bar[data-cell]``, ``#chart-scaling g.series[data-series]``, ``#matrix
-tr[data-cell]``) so a browser test, or a reader's own script, can find every cell.
+tr[data-cell]``, ``#compiled tr[data-cell]``) so a browser test, or a reader's own script, can find every cell.
 """
 
 from __future__ import annotations
@@ -175,6 +175,26 @@ def scaling_table(report) -> str:
                               "projected params", "projected u32"], rows)
 
 
+def compiled_table(report) -> str:
+    """Compiled cells: memory per device by kind (with its change against the golden) and cost."""
+    from hlo_audit.matrix_report import MEMORY_COLUMNS  # noqa: PLC0415
+    from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
+
+    rows = []
+    for v in report.compiled:
+        memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
+        cells = [escape(v.result.cell.id)]
+        for key, _ in MEMORY_COLUMNS:
+            d = delta.get(key)
+            change = f' <span class="{"grow" if d > 0 else "shrink"}">{"+" if d > 0 else "-"}{human_bytes(abs(d))}</span>' if d else ""
+            cells.append(human_bytes(memory[key]) + change)
+        cells += [f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "",
+                  human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else ""]
+        attrs = {"data-cell": v.result.cell.id, **{f"data-{k.replace('_', '-')}": n for k, n in memory.items()}}
+        rows.append((attrs, cells))
+    return _table("compiled", ["cell", *(label for _, label in MEMORY_COLUMNS), "GFLOP", "bytes accessed"], rows)
+
+
 def format_html(report) -> str:
     ok = sum(1 for v in report.cells if v.result.status == "ok")
     return "\n".join([
@@ -189,6 +209,7 @@ def format_html(report) -> str:
         "<h2>Cells against their goldens</h2>", matrix_table(report),
         "<h2>Scan on / scan off</h2>", scan_table(report),
         "<h2>Depth scaling</h2>", scaling_table(report),
+        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(report)] if report.compiled else []),
         "</body></html>", ""])
 
 

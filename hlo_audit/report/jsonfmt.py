@@ -78,6 +78,8 @@ def cell_record(r, slope: float | None = None) -> dict:
         "slope_per_layer": slope,
         # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
         "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
+        # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
+        "memory": r.memory, "cost": r.cost,
         "cached": r.cached, "lower_seconds": r.lower_seconds,
     }
 
@@ -114,7 +116,8 @@ def report_record(report) -> dict:
 
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
-                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role")} for v in report.cells],
+                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
+                   "memory_delta": v.memory_delta()} for v in report.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import ModuleDiff
+from hlo_audit.report.tree import human_bytes
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -91,6 +92,23 @@ def format_explain(node) -> str:
     return "\n".join(lines(node, 0)) + "\n"
 
 
+def _memory_cells(view) -> list[str]:
+    from hlo_audit.matrix_report import MEMORY_COLUMNS  # noqa: PLC0415 (as format_report imports tidy_rows)
+
+    delta = view.memory_delta() or {}
+    cells = []
+    for key, _ in MEMORY_COLUMNS:
+        d = delta.get(key)
+        change = f" ({'+' if d > 0 else '-'}{human_bytes(abs(d))})" if d else ""
+        cells.append(human_bytes(view.result.memory[key]) + change)
+    return cells
+
+
+def _cost_cells(cost: dict) -> tuple[str, str]:
+    return (f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "",
+            human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else "")
+
+
 def format_report(report) -> str:
     """The report's three views for a PR comment; the tidy rows in a collapsed block."""
     from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
@@ -116,6 +134,13 @@ def format_report(report) -> str:
                   [(label, *on, *off) for label, on, off in pairs])
     if report.series:
         out += ["", "### Depth scaling", "", format_scaling(report.series).rstrip("\n")]
+    if report.compiled:
+        from hlo_audit.matrix_report import MEMORY_COLUMNS  # noqa: PLC0415
+
+        out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
+        out += _table(["cell", *(label for _, label in MEMORY_COLUMNS), "GFLOP", "bytes accessed"],
+                      [(f"`{v.result.cell.id}`", *_memory_cells(v), *_cost_cells(v.result.cost or {}))
+                       for v in report.compiled])
     tidy = tidy_rows(report.cells)
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
     columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]

@@ -10,8 +10,9 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.text import Text
 
+from hlo_audit.matrix_report import MEMORY_COLUMNS
 from hlo_audit.report.table import STATUS_STYLE, _table, keep_ids_whole, print_scaling, status
-from hlo_audit.report.tree import ROLE_SHORT
+from hlo_audit.report.tree import ROLE_SHORT, human_bytes
 
 
 def _with_delta(value: int, delta: int | None) -> Text:
@@ -70,10 +71,39 @@ def print_scan_pairs(console: Console, report) -> None:
     console.print(table)
 
 
+def _bytes_with_delta(value: int, delta: int | None) -> Text:
+    text = Text(human_bytes(value))
+    if delta:
+        text.append(f" {'+' if delta > 0 else '-'}{human_bytes(abs(delta))}", style="red" if delta > 0 else "green")
+    return text
+
+
+# The terminal's 100 columns hold four memory kinds and the flops; markdown, HTML and JSON have every field.
+TERMINAL_MEMORY = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
+
+
+def print_compiled(console: Console, report) -> None:
+    """Compiled cells: XLA's memory analysis (per device) and cost analysis, memory against the golden."""
+    labels = dict(MEMORY_COLUMNS)
+    columns = [("cell", "left"), *((labels[k], "right") for k in TERMINAL_MEMORY), ("GFLOP", "right")]
+    table = _table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step", columns)
+    keep_ids_whole(table, [v.result.cell.id for v in report.compiled])
+    for v in report.compiled:
+        memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
+        table.add_row(Text(v.result.cell.id), *[_bytes_with_delta(memory[k], delta.get(k)) for k in TERMINAL_MEMORY],
+                      f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True
+    console.print(table)
+
+
 def print_report(console: Console, report) -> None:
     print_matrix(console, report)
     console.print()
     print_scan_pairs(console, report)
+    if report.compiled:
+        console.print()
+        print_compiled(console, report)
     if report.series:
         console.print()
         status(console, Text("depth scaling: params = intercept + slope x layers, projected to full depth",

@@ -30,18 +30,25 @@ class CellConfigError(Exception):
 
 @dataclass(frozen=True)
 class Lowering:
-    """What lowering one cell produced: HLO text and, when known, jax's pytree keys of each entry parameter."""
+    """What lowering one cell produced: HLO text and, when known, jax's pytree keys of each entry parameter.
+
+    A compiled cell's text is the module after XLA's optimizations, with what only compiling tells:
+    ``memory`` (bytes by kind, from ``memory_analysis()``) and ``cost`` (flops, bytes accessed...).
+    """
 
     text: str
     arg_keys: tuple[tuple[str, ...], ...] | None = None
+    memory: dict[str, int] | None = None
+    cost: dict[str, float] | None = None
 
     @classmethod
     def of(cls, lowered, stage: str) -> "Lowering":
         """The text of a jax ``Lowered`` at ``stage`` ("lowered" or "compiled"), with its argument paths."""
         if stage == "compiled":
-            # jax does not promise the compiled module keeps the lowering's parameter order: text names only.
-            return cls(text=lowered.compile().as_text())
-        from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax: imported only by what lowers)
+            from hlo_audit.compiled import compile_lowering  # noqa: PLC0415 (jax: imported only by what lowers)
+
+            return compile_lowering(lowered)
+        from hlo_audit.attribution import arg_keys  # noqa: PLC0415
 
         return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
 

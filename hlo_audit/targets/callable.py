@@ -2,7 +2,10 @@
 
 The function receives the cell (model, scan, quant, layers, batch, seq, platform, overrides) and returns
 a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform``) or a ``jax.stages.Lowered``. It may raise
-``hlo_audit.Unavailable("why")`` for cells it cannot build here. Optional attribute
+``hlo_audit.Unavailable("why")`` for cells it cannot build here. It runs with jax's default device set to the
+cell's first device (one chip of a TPU topology, for a ``tpu`` cell with a ``topology``), so unsharded code
+lowers and compiles for that platform as it is; a function that shards builds its mesh over
+``hlo_audit.devices(cell)``. Optional attribute
 ``function.full_depth``: a dict model -> layers, or a callable model -> layers, for ``--layers full`` and
 scaling projections.
 """
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import jax
 
+from hlo_audit import platforms
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.base import Lowering, TargetError
 
@@ -41,18 +45,20 @@ class CallableTarget:
         self.function = function
 
     def check_available(self, cell: Cell) -> None:
-        """Only the function knows; it raises Unavailable from lower()."""
+        """What the platform needs (libtpu for a topology...); the rest only the function knows (lower())."""
+        platforms.check_available(cell)
 
     def lower(self, cell: Cell) -> Lowering:
-        produced = self.function(cell)
-        if isinstance(produced, jax.stages.Traced):
-            lowered = produced.lower(lowering_platforms=(cell.platform,))
-        elif isinstance(produced, jax.stages.Lowered):
-            lowered = produced
-        else:
-            raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
-                              "(jax.jit(f).trace(...)) or Lowered")
-        return Lowering.of(lowered, cell.stage)
+        with platforms.default_device(cell):
+            produced = self.function(cell)
+            if isinstance(produced, jax.stages.Traced):
+                lowered = produced.lower(lowering_platforms=(cell.platform,))
+            elif isinstance(produced, jax.stages.Lowered):
+                lowered = produced
+            else:
+                raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
+                                  "(jax.jit(f).trace(...)) or Lowered")
+            return Lowering.of(lowered, cell.stage)
 
     def full_depth(self, model: str) -> int:
         depth = getattr(self.function, "full_depth", None)

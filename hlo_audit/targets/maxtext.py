@@ -17,11 +17,15 @@ Why it is done this way:
   ``pure_nnx=True`` is now a config error). Should a MaxText that still has
   those fields be installed, they are set to True (``_nnx_settings``), and the
   lowered state is checked to be an ``nnx.State`` either way.
-* Accelerators: the mesh is built over the host's own devices and the step is
-  lowered for the requested platform with
+* Accelerators: the mesh is built over the devices ``hlo_audit.platforms`` gives
+  the cell and the step is lowered for the requested platform with
   ``jitted.trace(...).lower(lowering_platforms=(platform,))``; no GPU/TPU is
-  needed. MaxText picks kernels from the devices it sees, so "autoselected"
-  attention resolves to the dot-product path on a CPU host.
+  needed. For most cells those are the host's own devices, and MaxText, which
+  picks kernels from the devices it sees, resolves "autoselected" attention to
+  the dot-product path. A TPU cell with a topology (v6e-4) gets that topology's
+  compile-only devices from libtpu and MaxText's ``compile_topology`` settings,
+  exactly as ``train_compile`` builds its mesh: MaxText then picks the TPU
+  kernels (splash attention) and the step AOT-compiles on a CPU host.
 * The PRNG implementation is left at JAX's default (threefry, keys lower as
   ``u32[2]``). MaxText's train/train_compile switch it to ``unsafe_rbg``
   process-wide (keys ``u32[4]``); a library must not change global state.
@@ -56,6 +60,7 @@ import jax
 import pydantic
 import yaml
 
+from hlo_audit import platforms
 from hlo_audit.config import is_transformer_engine
 from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
 
@@ -63,6 +68,7 @@ __all__ = [
     "MaxTextConfigError",
     "TRAIN_STEP_ARG_NAMES",
     "load_maxtext",
+    "lower_cell",
     "lower_train_step",
     "maxtext_version",
     "model_num_layers",
@@ -163,13 +169,15 @@ def lower_train_step(
     max_target_length: int = 128,
     platform: str = "cpu",
     overrides: dict[str, str] | None = None,
+    devices: list | None = None,
 ) -> jax.stages.Lowered:
     """Lower MaxText's NNX train step for one configuration, for `platform`.
 
     `quantization` "" or "none" means unquantized; `num_layers` None means the
     model's full depth; `overrides` are further MaxText config keys (strings,
-    as on MaxText's command line) and win over everything else. Raises
-    MaxTextConfigError when MaxText rejects the configuration.
+    as on MaxText's command line) and win over everything else; `devices` the
+    mesh's devices (default: the host's). Raises MaxTextConfigError when
+    MaxText rejects the configuration.
     """
     settings = _settings(
         model,
@@ -182,10 +190,27 @@ def lower_train_step(
     )
     config = _config(settings)
     with _trainer_jax_flags(config):
-        mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, jax.devices())
+        mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, devices or jax.devices())
         step, args, jit_kwargs = _train_step_and_args(config, mesh)
         _check_nnx_state(args[0])
         return _lower(step, args, jit_kwargs, config, mesh, platform)
+
+
+def lower_cell(cell) -> jax.stages.Lowered:
+    """A matrix cell's train step, lowered for the devices of its platform."""
+    return lower_train_step(
+        cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
+        per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
+        overrides={**_platform_settings(cell), **dict(cell.overrides)}, devices=platforms.devices(cell),
+    )
+
+
+def _platform_settings(cell) -> dict[str, str]:
+    """MaxText's own keys for the cell's devices: a TPU topology is train_compile's compile_topology, which
+    MaxText also sizes the global batch and the mesh's -1 axes by."""
+    if platforms.uses_topology(cell):
+        return {"compile_topology": cell.topology, "compile_topology_num_slices": "1"}
+    return {}
 
 
 def _settings(
@@ -319,19 +344,13 @@ class MaxTextTarget:
             # that exist only for CUDA, so without both there is nothing real to lower.
             if importlib.util.find_spec("transformer_engine") is None:
                 raise Unavailable("transformer_engine is not installed (pip install '.[te]' on a CUDA machine)")
-            if not _has_devices("cuda"):
+            if not platforms.host_has("cuda"):
                 raise Unavailable("no CUDA device: Transformer Engine recipes lower only with a CUDA-enabled jax")
-        if cell.stage == "compiled" and not _has_devices(cell.platform):
-            raise Unavailable(f"stage 'compiled' needs a {cell.platform} device on this machine")
+        platforms.check_available(cell)
 
     def lower(self, cell):
         self.check_available(cell)
-        lowered = lower_train_step(
-            cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
-            per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
-            overrides=dict(cell.overrides),
-        )
-        return Lowering.of(lowered, cell.stage)
+        return Lowering.of(lower_cell(cell), cell.stage)
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
@@ -349,9 +368,3 @@ class MaxTextTarget:
                     digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
 
-
-def _has_devices(platform: str) -> bool:
-    try:
-        return bool(jax.devices(platform))
-    except RuntimeError:
-        return False
