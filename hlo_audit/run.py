@@ -78,7 +78,7 @@ class CellResult:
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys)
     return CellResult(
-        cell=cell, status="ok", summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
+        cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
@@ -148,7 +148,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
             keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
-            result = analyze_lowering(cell, Lowering(text, keys), meta.get("seconds", 0.0), key)
+            result = analyze_lowering(cell, Lowering(text, keys, meta.get("note", "")), meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
             yield result
@@ -163,7 +163,7 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
         keys = lowering.arg_keys
         cache.put_lowering(result.key, lowering.text, {
             "cell": result.cell.id, "seconds": result.lower_seconds,
-            "arg_keys": [list(k) for k in keys] if keys is not None else None})
+            "arg_keys": [list(k) for k in keys] if keys is not None else None, "note": lowering.note})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 

@@ -34,16 +34,18 @@ class Lowering:
 
     text: str
     arg_keys: tuple[tuple[str, ...], ...] | None = None
+    # What a reader of an ok cell must know about it, e.g. a recipe cross-lowered for an architecture it cannot run on.
+    note: str = ""
 
     @classmethod
-    def of(cls, lowered, stage: str) -> "Lowering":
+    def of(cls, lowered, stage: str, note: str = "") -> "Lowering":
         """The text of a jax ``Lowered`` at ``stage`` ("lowered" or "compiled"), with its argument paths."""
         if stage == "compiled":
             # jax does not promise the compiled module keeps the lowering's parameter order: text names only.
-            return cls(text=lowered.compile().as_text())
+            return cls(text=lowered.compile().as_text(), note=note)
         from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax: imported only by what lowers)
 
-        return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
+        return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered), note=note)
 
 
 def one_line(exc: BaseException) -> str:
@@ -69,6 +71,9 @@ class Target(Protocol):
 
 def get_target(spec: str) -> Target:
     """``maxtext`` or ``package.module:function``."""
+    from hlo_audit.targets.te import lower_on_cpu_backend_without_gpu  # noqa: PLC0415 (imports jax)
+
+    lower_on_cpu_backend_without_gpu()
     if spec == "maxtext":
         from hlo_audit.targets.maxtext import MaxTextTarget  # noqa: PLC0415 (jax/maxtext import on demand)
 

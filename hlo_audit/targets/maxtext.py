@@ -56,7 +56,7 @@ import jax
 import pydantic
 import yaml
 
-from hlo_audit.config import is_transformer_engine
+from hlo_audit.targets import te
 from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
 
 __all__ = [
@@ -313,25 +313,19 @@ class MaxTextTarget:
     def check_available(self, cell) -> None:
         if cell.step != "train":
             raise Unavailable(f"step {cell.step!r}: this target lowers MaxText's train step only so far")
-
-        if is_transformer_engine(cell.quant):
-            # TE's JAX extension builds only against a CUDA-enabled jax; its recipes lower custom calls
-            # that exist only for CUDA, so without both there is nothing real to lower.
-            if importlib.util.find_spec("transformer_engine") is None:
-                raise Unavailable("transformer_engine is not installed (pip install '.[te]' on a CUDA machine)")
-            if not _has_devices("cuda"):
-                raise Unavailable("no CUDA device: Transformer Engine recipes lower only with a CUDA-enabled jax")
+        te.check_available(cell)
         if cell.stage == "compiled" and not _has_devices(cell.platform):
             raise Unavailable(f"stage 'compiled' needs a {cell.platform} device on this machine")
 
     def lower(self, cell):
         self.check_available(cell)
-        lowered = lower_train_step(
-            cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
-            per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
-            overrides=dict(cell.overrides),
-        )
-        return Lowering.of(lowered, cell.stage)
+        with te.cross_lowering(cell, te_recipe) as notes:
+            lowered = lower_train_step(
+                cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
+                per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
+                overrides=dict(cell.overrides),
+            )
+            return Lowering.of(lowered, cell.stage, note="; ".join(notes))
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
@@ -340,7 +334,8 @@ class MaxTextTarget:
     def fingerprint(self) -> str:
         """MaxText's installed sources and configs, plus this file: any edit invalidates cached cells."""
         digest = hashlib.sha256(maxtext_version().encode())
-        digest.update(pathlib.Path(__file__).read_bytes())
+        for source in (__file__, te.__file__):  # the TE cells' environment and declaration are part of lowering
+            digest.update(pathlib.Path(source).read_bytes())
         spec = importlib.util.find_spec("maxtext")
         for root in (spec.submodule_search_locations or []) if spec else []:
             for path in sorted(pathlib.Path(root).rglob("*")):
@@ -348,6 +343,14 @@ class MaxTextTarget:
                     digest.update(str(path.relative_to(root)).encode())
                     digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
+
+
+def te_recipe(quant: str):
+    """The Transformer Engine recipe MaxText builds for ``quant`` (None for te_no_quant): MaxText's own table."""
+    with _captured_stdout():
+        from maxtext.layers.quantizations import TransformerEngineQuantization  # noqa: PLC0415
+
+    return TransformerEngineQuantization._get_recipe(quant)  # noqa: SLF001
 
 
 def _has_devices(platform: str) -> bool:
