@@ -1,7 +1,7 @@
 """MaxText's real NNX train step (PyPI maxtext 0.2.5), lowered on this CPU from abstract shapes.
 
 One matrix run, shared by every test here (they run in one xdist group): llama3-8b unrolled at 2, 4 and 32
-layers, unquantized and int8; scanned at 2 and 4; four Transformer Engine recipes cross-lowered for sm_90 at 2
+layers, unquantized and int8; scanned at 2 and 4; the five Transformer Engine recipes cross-lowered for sm_90 at 2
 layers (te_nvfp4_no_rht, seed 001's row, at 4 too); and a model name MaxText does not know. The numbers are the
 seeds' (000, 001), DESIGN.md's and ../shared/te-on-cpu/NOTES.md's.
 """
@@ -37,7 +37,7 @@ layers = [2, 4, 32]
 [[matrix]]
 models = ["llama3-8b"]
 scan = ["off"]
-quant = ["te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4_no_rht"]
+quant = ["te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4", "te_nvfp4_no_rht"]
 layers = [2]
 platform = "cuda"
 cuda_arch = "sm_90"
@@ -152,6 +152,7 @@ TE_AT_L2 = {
     "te_fp8_currentscaling": {"f32": 63, "s32": 7, "u32": 7},
     "te_fp8_delayedscaling": {"f32": 147, "s32": 7, "u32": 7},  # + amax histories and scales of 14 TE dots
     "te_mxfp8": {"f32": 63, "s32": 7, "u32": 7},
+    "te_nvfp4": {"f32": 63, "s32": 7, "u32": 91},
     "te_nvfp4_no_rht": {"f32": 63, "s32": 7, "u32": 91},  # + 14 dots x 3 forked streams x (key, count)
 }
 
