@@ -64,7 +64,12 @@ DEFAULTS: dict = {
     # sets its own top-level axes and no `matrix` has none of them).
     "matrix": [
         # Transformer Engine recipes, cross-lowered for CUDA on any host for a declared GPU architecture.
-        {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"]},
+        # Attention is pinned: MaxText's "autoselected" resolves to dot_product on a CPU mesh but to tokamax's
+        # Pallas-Triton flash kernel on a GPU one, so unpinned the same cell would be another program on a GPU host.
+        {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"],
+         "overrides": {"llama3-8b": {"attention": "dot_product"}, "qwen3-1.7b": {"attention": "dot_product"},
+                       "deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False",
+                                          "attention": "dot_product"}}},
     ],
     # TE's NVFP4 with the Hadamard transform fuses it into the cast only for rows % 64 and columns % 128, and
     # refuses anything else ("eligible for RHT cast fusion"); deepseek3-test's MoE dims (576) do not fit, on any GPU.
