@@ -21,7 +21,9 @@ Why it is done this way:
   lowered for the requested platform with
   ``jitted.trace(...).lower(lowering_platforms=(platform,))``; no GPU/TPU is
   needed. MaxText picks kernels from the devices it sees, so "autoselected"
-  attention resolves to the dot-product path on a CPU host.
+  attention resolves to the dot-product path on a CPU host. Transformer Engine
+  cells lower inside ``te.cross_lowering`` (targets/te.py): TE loaded and
+  answering the cell's ``cuda_arch``; the recipe is MaxText's own table's.
 * The PRNG implementation is left at JAX's default (threefry, keys lower as
   ``u32[2]``). MaxText's train/train_compile switch it to ``unsafe_rbg``
   process-wide (keys ``u32[4]``); a library must not change global state.
