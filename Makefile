@@ -2,18 +2,32 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# TE=1 (the default) installs Transformer Engine, so the TE cells cross-lower for CUDA on this host; `make setup
+# TE=0` leaves it out (about 5 GB less) and those cells report `unavailable`.
+TE ?= 1
+STAMP := $(VENV)/.installed-te$(TE)
+TE_WHEELS := third_party/wheels
+TE_WHEEL_SUMS := $(wildcard $(TE_WHEELS)/*.whl.sha256)
+# libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
+DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
 .PHONY: setup browser audit test bench clean
 
 setup: $(STAMP)
 
-# Reinstall only when the dependency declaration changes.
-$(STAMP): pyproject.toml
+# Reinstall only when the dependency declaration (or the TE wheel) changes.
+$(STAMP): pyproject.toml $(TE_WHEEL_SUMS)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), f"hlo-audit needs Python >= 3.12, found {sys.version.split()[0]} (.python-version says 3.12)"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+ifeq ($(TE),1)
+	cd $(TE_WHEELS) && sha256sum --check --quiet *.whl.sha256
+	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev,te]' --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
+	bash scripts/fetch_libcuda.sh $(DRIVER_DIR)
+else
 	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]'
+endif
+	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
 audit: setup

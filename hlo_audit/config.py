@@ -67,14 +67,21 @@ DEFAULTS: dict = {
     # sets its own top-level axes and no `matrix` has none of them).
     "matrix": [
         # Transformer Engine recipes, cross-lowered for CUDA on any host for a declared GPU architecture.
-        {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"]},
+        # Attention is pinned: MaxText's "autoselected" resolves to dot_product on a CPU mesh but to tokamax's
+        # Pallas-Triton flash kernel on a GPU one, so unpinned the same cell would be another program on a GPU host.
+        {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"],
+         "overrides": {"llama3-8b": {"attention": "dot_product"}, "qwen3-1.7b": {"attention": "dot_product"},
+                       "deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False",
+                                          "attention": "dot_product"}}},
         # MaxText's own HLO gate (its tests/integration/hlo_diff_test.py): the three stock model configs
         # (deepseek3-test keeps its 3 dense layers) AOT-compiled for TPU v6e-4 through libtpu at 4 layers,
         # batch 1, seq 128; scanned as that test runs them, and unrolled, where seed 000's leak grew.
         {"models": ["deepseek3-test", "llama3-8b", "qwen3-1.7b"], "quant": ["none"], "layers": [4],
          "platform": "tpu", "topology": ["v6e-4"], "stage": "compiled", "overrides": {}},
     ],
-    "exclude": [],
+    # TE's NVFP4 with the Hadamard transform fuses it into the cast only for rows % 64 and columns % 128, and
+    # refuses anything else ("eligible for RHT cast fusion"); deepseek3-test's MoE dims (576) do not fit, on any GPU.
+    "exclude": [{"model": "deepseek3-test", "quant": "te_nvfp4"}],
     "policy": {},
     "waive": [
         {"rule": "rng_scaling", "quant": "int8",
@@ -84,6 +91,12 @@ DEFAULTS: dict = {
            "reason": "MaxText 0.2.5 leak found by this gate: MoeBlock's quant_einsums (wi_0, wi_1, wo from "
                      "create_fp8_einsum) keep forked RNG streams that fp8 never draws, 18 u32 per MoE layer; "
                      "drop this waiver when MaxText releases them"} for quant in ("fp8", "nanoo_fp8")),
+        *({"rule": "rng_scaling", "quant": quant,
+           "reason": "MaxText 0.2.5's TE bridge keeps a forked Rngs per NVFP4 dot, and TE draws it: sr_rng seeds "
+                     "the stochastic rounding of the DGRAD quantizer (hlo-audit rng: its params streams are drawn "
+                     "by te_dbias_quantize_ffi). Drawn, but it need not be per layer: seed 001 (one shared RNG "
+                     "stream for the bridged NVFP4 quantizers) takes llama3-8b unrolled from 2231 to 887 entry "
+                     "parameters; drop this waiver when MaxText ships it"} for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
     ],
 }
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail",

@@ -38,13 +38,15 @@ class Node:
     hidden: int = 0  # children left out by `top`, and their parameters below
     hidden_params: int = 0
     dead_rng: int = 0  # parameters of RNG streams the step never draws from (`hlo-audit rng`: carried)
+    drawn_rng: int = 0  # parameters of RNG streams it does draw from: needed, though perhaps not per layer
 
     def add(self, param: Mapping) -> None:
         self.count += 1
         self.bytes += param["bytes"]
         self.by_role[param["role"]] += 1
         self.by_dtype[param["dtype"]] += 1
-        self.dead_rng += bool(param.get("dead_rng"))
+        self.dead_rng += param.get("rng_verdict") == "carried"
+        self.drawn_rng += param.get("rng_verdict") == "drawn"
 
     def child(self, name: str) -> "Node":
         if name not in self.children:
@@ -58,7 +60,8 @@ class Node:
         return {"name": self.name, "params": self.count, "bytes": self.bytes,
                 "by_role": _largest_first(self.by_role), "by_dtype": _largest_first(self.by_dtype),
                 "children": [c.to_record() for c in self.ordered()],
-                "hidden_children": self.hidden, "hidden_params": self.hidden_params, "dead_rng_params": self.dead_rng}
+                "hidden_children": self.hidden, "hidden_params": self.hidden_params, "dead_rng_params": self.dead_rng,
+                "drawn_rng_params": self.drawn_rng}
 
 
 def _largest_first(counts: Counter) -> dict[str, int]:
@@ -113,7 +116,8 @@ def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
     With ``merge``, a child whose only child holds all of its parameters becomes one node ``a.b`` (module paths
     read as paths); families (the root's children) are never merged, their names are patterns.
     """
-    kept = Node(node.name, node.count, node.bytes, node.by_role, node.by_dtype, dead_rng=node.dead_rng)
+    kept = Node(node.name, node.count, node.bytes, node.by_role, node.by_dtype, dead_rng=node.dead_rng,
+                drawn_rng=node.drawn_rng)
     children = node.ordered()
     if depth <= 0:
         kept.hidden, kept.hidden_params = len(children), node.count if children else 0
@@ -124,7 +128,7 @@ def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
         while merge and len(child.children) == 1 and next(iter(child.children.values())).count == child.count:
             (only,) = child.children.values()
             child = Node(f"{child.name}.{only.name}", only.count, only.bytes, only.by_role, only.by_dtype,
-                         only.children, dead_rng=only.dead_rng)
+                         only.children, dead_rng=only.dead_rng, drawn_rng=only.drawn_rng)
         kept.children[child.name] = prune(child, depth - 1, top)
     kept.hidden = len(children) - len(shown)
     kept.hidden_params = sum(c.count for c in children[len(shown):])
@@ -140,7 +144,7 @@ def load_params(spec: str, config_path: str | None = None, module: str | None = 
                 use_cache: bool = True) -> tuple[str, list[dict]]:
     """(label, parameters) of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
     source = audit.load_source(spec, config_path, module, stage, use_cache)
-    # Which RNG parameters are dead state, so each node can say how much of it buys nothing.
-    dead = {s[part] for s in source.rng["stream_list"] if s["verdict"] == "carried" for part in ("key", "count")
-            if s[part] is not None}
-    return source.label, [{**p, "dead_rng": p["index"] in dead} for p in source.params]
+    # Each RNG parameter's stream verdict, so a node can say how much of it is drawn and how much buys nothing.
+    verdict = {s[part]: s["verdict"] for s in source.rng["stream_list"] for part in ("key", "count")
+               if s[part] is not None}
+    return source.label, [{**p, "rng_verdict": verdict.get(p["index"])} for p in source.params]

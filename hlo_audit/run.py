@@ -81,7 +81,7 @@ class CellResult:
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys)
     return CellResult(
-        cell=cell, status="ok", summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
+        cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
         memory=lowering.memory, cost=lowering.cost,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
@@ -153,7 +153,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
             keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
-            lowering = Lowering(text, keys, memory=meta.get("memory"), cost=meta.get("cost"))
+            lowering = Lowering(text, keys, meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))
             result = analyze_lowering(cell, lowering, meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
@@ -169,7 +169,7 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
         keys = lowering.arg_keys
         cache.put_lowering(result.key, lowering.text, {
             "cell": result.cell.id, "seconds": result.lower_seconds,
-            "arg_keys": [list(k) for k in keys] if keys is not None else None,
+            "arg_keys": [list(k) for k in keys] if keys is not None else None, "note": lowering.note,
             "memory": lowering.memory, "cost": lowering.cost})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result

@@ -8,7 +8,10 @@ MaxText 0.2.5 carries seed 000's fix in three parts; each can be reverted at run
 * ``attention-holds-rngs``: ``AttentionOp`` holds the layer's Rngs without attention dropout.
 
 ``HLO_AUDIT_INJECT`` names the reverts (comma-separated) for the ``lower`` target; ``prefix`` is all three,
-MaxText as it was before the fix. ``reverted(...)`` applies them in-process and undoes them on exit.
+MaxText as it was before the fix. ``te-keeps-rngs`` does to the Transformer Engine backend what
+``fp8-keeps-rngs`` does to fp8 (every recipe keeps its forked Rngs, not only NVFP4, whose stochastic rounding
+draws). ``reverted(...)`` applies them in-process and undoes them on exit; TE cells lower as the maxtext
+target lowers them.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import os
 
-from hlo_audit.targets.maxtext import lower_cell, model_num_layers
+from hlo_audit.targets import te
+from hlo_audit.targets.maxtext import lower_cell, model_num_layers, te_recipe
 
 INJECT = "HLO_AUDIT_INJECT"
-REVERTS = ("fp8-keeps-rngs", "dropout0-forks", "attention-holds-rngs")
+REVERTS = ("fp8-keeps-rngs", "te-keeps-rngs", "dropout0-forks", "attention-holds-rngs")
 
 
 @contextlib.contextmanager
@@ -34,11 +38,14 @@ def reverted(*names: str):
         raise ValueError(f"unknown revert {sorted(unknown)} (known: {', '.join(REVERTS)}, prefix)")
     saved = [(quantizations.Fp8Quantization, "needs_apply_rngs"),
              (quantizations.NANOOFp8Quantization, "needs_apply_rngs"),
+             (quantizations.TransformerEngineQuantization, "needs_apply_rngs"),
              (linears.Dropout, "__init__"), (attention_op.AttentionOp, "__init__")]
     saved = [(owner, attr, owner.__dict__[attr]) for owner, attr in saved]
     if "fp8-keeps-rngs" in names:
         quantizations.Fp8Quantization.needs_apply_rngs = True
         quantizations.NANOOFp8Quantization.needs_apply_rngs = True
+    if "te-keeps-rngs" in names:
+        quantizations.TransformerEngineQuantization.needs_apply_rngs = True
     if "dropout0-forks" in names:
         def init_keeping_fork(self, rate, *, broadcast_dims=(), deterministic=False, rng_collection="dropout",
                               rngs=None):
@@ -64,7 +71,7 @@ def reverted(*names: str):
 
 
 def lower(cell):
-    with reverted(*injected()):
+    with reverted(*injected()), te.cross_lowering(cell, te_recipe):
         return lower_cell(cell)  # for the cell's platform: a TPU topology's devices too
 
 

@@ -1,8 +1,9 @@
 """MaxText's real NNX train step (PyPI maxtext 0.2.5), lowered on this CPU from abstract shapes.
 
 One matrix run, shared by every test here (they run in one xdist group): llama3-8b unrolled at 2, 4 and 32
-layers, unquantized and int8; scanned at 2 and 4; two Transformer Engine recipes; and a model name MaxText
-does not know. The numbers are the seeds' (000, 001) and DESIGN.md's.
+layers, unquantized and int8; scanned at 2 and 4; the five Transformer Engine recipes cross-lowered for sm_90 at 2
+layers (te_nvfp4_no_rht, seed 001's row, at 4 too); and a model name MaxText does not know. The numbers are the
+seeds' (000, 001), DESIGN.md's and ../shared/te-on-cpu/NOTES.md's.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -33,7 +35,18 @@ quant = ["none", "int8"]
 layers = [2, 4, 32]
 
 [[matrix]]
-quant = ["te_fp8_currentscaling", "te_nvfp4_no_rht"]
+models = ["llama3-8b"]
+scan = ["off"]
+quant = ["te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4", "te_nvfp4_no_rht"]
+layers = [2]
+platform = "cuda"
+cuda_arch = "sm_90"
+
+[[matrix]]
+models = ["llama3-8b"]
+scan = ["off"]
+quant = ["te_nvfp4_no_rht"]
+layers = [4]
 platform = "cuda"
 cuda_arch = "sm_90"
 
@@ -78,18 +91,20 @@ def test_full_depth_unrolled_counts_match_the_seeds(matrix):
     assert int8["rng_params"] == 1350  # + the optimizer step, the 1351st u32
 
 
+def _projected(cells, cell: Cell) -> dict:
+    """The full-depth projection of ``cell``'s series from its depths 2 and 4 in the run."""
+    shallow = [CellResult(cell=replace(cell, layers=d), status="ok", summary={
+        k: cells[replace(cell, layers=d).id][k] for k in ("entry_params", "by_dtype", "by_role", "groups")})
+        for d in (2, 4)]
+    (series,) = fit_series(shallow, MaxTextTarget().full_depth)
+    return series.projected()
+
+
 def test_projection_from_two_shallow_depths_equals_the_real_lowering(matrix):
     _, _, cells = matrix
     for quant in ("none", "int8"):
-        shallow = [CellResult.from_record({
-            "cell": {"model": "llama3-8b", "scan": False, "quant": quant, "layers": c["layers"],
-                     "target": "maxtext", "batch": 1, "seq": 128, "platform": "cpu", "stage": "lowered",
-                     "overrides": []},
-            "status": "ok", "summary": {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}})
-            for c in cells.values() if c["id"] in (f"llama3-8b/scan-off/{quant}/L2", f"llama3-8b/scan-off/{quant}/L4")]
-        (series,) = fit_series(shallow, MaxTextTarget().full_depth)
         full = _result(cells, f"llama3-8b/scan-off/{quant}/L32")
-        projected = series.projected()
+        projected = _projected(cells, Cell("llama3-8b", False, quant, 2))
         assert projected == {"layers": 32, "entry_params": full["entry_params"], "by_dtype": full["by_dtype"],
                              "by_role": full["by_role"]}
     # Per unrolled layer: 9 weights x (param, mu, nu) = 27, and int8 adds 7 dots x 3 streams x (key, count).
@@ -126,28 +141,65 @@ def test_explain_puts_the_aqt_rng_streams_on_top(matrix):
     first = next(i for i, line in enumerate(lines) if line.startswith("├──"))  # the root's first child
     assert "1344  state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*" in lines[first]
     # ... and that 896 of them (the dots' `aqt` and `dropout` streams) are never drawn.
-    assert "u32:1344 | count:672 key:672 | 7.9 KiB | never drawn:896" in lines[first + 1]
+    assert "u32:1344 | count:672 key:672 | 7.9 KiB | drawn:448 never drawn:896" in lines[first + 1]
     assert top["dead_rng_params"] == 896 and root["dead_rng_params"] == 902
+    assert top["drawn_rng_params"] == root["drawn_rng_params"] == 448  # the dots' `params` streams
     assert len(lines) <= 60 and max(len(line) for line in lines) <= 100
 
 
-def test_transformer_engine_cells_are_unavailable_with_a_reason(matrix):
+# Measured with MaxText 0.2.5 on a GPU-less host (../shared/te-on-cpu/NOTES.md, at SM 100): llama3-8b, 2 layers.
+TE_AT_L2 = {
+    "te_fp8_currentscaling": {"f32": 63, "s32": 7, "u32": 7},
+    "te_fp8_delayedscaling": {"f32": 147, "s32": 7, "u32": 7},  # + amax histories and scales of 14 TE dots
+    "te_mxfp8": {"f32": 63, "s32": 7, "u32": 7},
+    "te_nvfp4": {"f32": 63, "s32": 7, "u32": 91},
+    "te_nvfp4_no_rht": {"f32": 63, "s32": 7, "u32": 91},  # + 14 dots x 3 forked streams x (key, count)
+}
+
+
+@pytest.mark.te
+def test_transformer_engine_cells_cross_lower_for_sm_90_with_the_measured_numbers(matrix):
     _, _, cells = matrix
-    te = [c for c in cells.values() if c["quant"].startswith("te_")]
-    assert len(te) == 2 * (2 + 3) + 2 * 2  # llama3-8b: 2 recipes x (2 scanned + 3 unrolled depths); llama9: 2 x 2
-    for c in te:
-        assert (c["platform"], c["cuda_arch"]) == ("cuda", "sm_90") and c["id"].endswith("/cuda-sm_90")
-        assert c["status"] == "unavailable"
-        assert "transformer_engine" in c["message"] or "CUDA" in c["message"]
+    for quant, by_dtype in TE_AT_L2.items():
+        c = _result(cells, f"llama3-8b/scan-off/{quant}/L2/cuda-sm_90")
+        assert (c["platform"], c["cuda_arch"]) == ("cuda", "sm_90")
+        assert c["by_dtype"] == by_dtype and c["entry_params"] == sum(by_dtype.values()), quant
+    # TE's own support check, answered for the declared architecture: the cell lowers and its note says why it
+    # would not run there (TE: MXFP8 needs SM 9.9+, i.e. Blackwell; NVFP4 SM 10.0+). FP8 runs on Hopper.
+    notes = {q: cells[f"llama3-8b/scan-off/{q}/L2/cuda-sm_90"]["message"] for q in TE_AT_L2}
+    assert notes["te_fp8_currentscaling"] == notes["te_fp8_delayedscaling"] == ""
+    assert notes["te_mxfp8"].startswith("cross-lowered for sm_90, where this recipe does not run:")
+    assert "capability 9.9 or higher required for MXFP8" in notes["te_mxfp8"]
+    assert "capability 10.0 or higher required for NVFP4" in notes["te_nvfp4_no_rht"]
+
+
+@pytest.mark.te
+def test_seed_001_row_projects_to_2231_and_its_rng_streams_are_drawn_or_dead(matrix):
+    """llama3-8b unrolled te_nvfp4_no_rht: MaxText 0.2.5 has seed 000's fix, not seed 001's shared RNGs."""
+    project, _, cells = matrix
+    projected = _projected(cells, Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", cuda_arch="sm_90"))
+    assert (projected["entry_params"], projected["by_dtype"]["u32"]) == (2231, 1351)  # seed 001's "main" row
+    result = subprocess.run([sys.executable, "-m", "hlo_audit", "rng", "llama3-8b/scan-off/te_nvfp4_no_rht/L4/cuda-sm_90",
+                             "--format", "json"], cwd=project, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    # Every stream understood: TE draws each dot's forked `params` stream (sr_rng, stochastic rounding of the DGRAD
+    # quantizer, through te_dbias_quantize_ffi); the forks' `dropout` and `aqt` streams are dead.
+    assert (doc["streams"], doc["drawn"], doc["carried"], doc["unknown"]) == (87, 28, 59, 0)
+    te = [p for p in doc["patterns"] if ".TEWrapper_dot_general_0.to_nnx__rngs." in p["pattern"]]
+    assert len(te) == 7 * 3
+    for p in te:
+        expected = (4, 0) if p["pattern"].endswith(".params") else (0, 4)
+        assert (p["drawn"], p["carried"], p["unknown"]) == (*expected, 0), p["pattern"]
 
 
 def test_unknown_model_is_an_error_row_and_the_run_exits_nonzero(matrix):
     _, proc, cells = matrix
     assert proc.returncode == 1
-    broken = [c for c in cells.values() if c["model"] == "llama9" and not c["quant"].startswith("te_")]
+    broken = [c for c in cells.values() if c["model"] == "llama9"]
     assert broken and all(c["status"] == "error" for c in broken)
     assert all("model_name" in c["message"] and "llama9" in c["message"] for c in broken)
-    assert sum(c["status"] == "ok" for c in cells.values()) == 10  # llama3-8b: 2 quants x (2 + 3) depths
+    assert sum(c["status"] == "ok" and c["platform"] == "cpu" for c in cells.values()) == 10  # 2 quants x (2 + 3)
 
 
 def _cached_text(project, cell: Cell) -> str:
@@ -204,35 +256,44 @@ def test_args_info_paths_agree_with_the_text(matrix):
 INJECTION_CONFIG = """
 target = "injected_maxtext:lower"
 models = ["llama3-8b"]
-quant = ["fp8"]
+quant = ["{quant}"]
 scan = ["off"]
 layers = [2, 3]
+{platform}
 """
+CUDA_SM_90 = 'platform = "cuda"\ncuda_arch = "sm_90"'
 
 
-def test_reverted_rng_fix_fails_the_gate(tmp_path):
+@pytest.mark.parametrize("quant, inject, platform, wrapper", [
+    ("fp8", "fp8-keeps-rngs", "", "Fp8DirectDotGeneralOp_0"),
+    # The same revert for a TE recipe, cross-lowered (its own xdist group: it need not wait for the matrix).
+    pytest.param("te_fp8_currentscaling", "te-keeps-rngs", CUDA_SM_90, "TEWrapper_dot_general_0",
+                 marks=[pytest.mark.te, pytest.mark.xdist_group("te")]),
+])
+def test_reverted_rng_fix_fails_the_gate(tmp_path, quant, inject, platform, wrapper):
     """Revert seed 000's quantization-bridge fix at run time: `check` must fail and say what leaked where."""
     from pathlib import Path
 
-    (tmp_path / "hlo-audit.toml").write_text(INJECTION_CONFIG)
+    (tmp_path / "hlo-audit.toml").write_text(INJECTION_CONFIG.format(quant=quant, platform=platform))
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
 
-    def hlo_audit(*args, inject=False):
-        run_env = {**env, "HLO_AUDIT_INJECT": "fp8-keeps-rngs"} if inject else env
+    def hlo_audit(*args, injected=False):
+        run_env = {**env, "HLO_AUDIT_INJECT": inject} if injected else env
         return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
                               text=True, env=run_env, timeout=900)
 
     assert hlo_audit("golden", "update").returncode == 0
     clean = hlo_audit("check")
     assert clean.returncode == 0, clean.stdout
-    injected = hlo_audit("check", "--no-cache", inject=True)
-    assert injected.returncode == 1
-    out = " ".join(injected.stdout.split())  # the table wraps long messages
-    assert "llama3-8b/scan-off/fp8/L3" in out
+    reverted = hlo_audit("check", "--no-cache", injected=True)
+    assert reverted.returncode == 1
+    out = " ".join(reverted.stdout.split())  # the table wraps long messages
+    cell = f"llama3-8b/scan-off/{quant}/L3" + ("/cuda-sm_90" if platform else "")
+    assert cell in out
     assert "u32 +126" in out  # 7 dots x 3 streams x (key, count) x 3 layers
-    assert "state.model.decoder.layers_*.mlp.wi_0.Fp8DirectDotGeneralOp_0.to_nnx__rngs.* +18" in out
+    assert f"state.model.decoder.layers_*.mlp.wi_0.{wrapper}.to_nnx__rngs.* +18" in out
     assert "RNG parameters grow by 42 per layer" in out
-    assert "hlo-audit golden update --only id=llama3-8b/scan-off/fp8/L3" in out
+    assert f"hlo-audit golden update --only id={cell}" in out
 
 
 def test_committed_goldens_pass_the_gate(tmp_path):

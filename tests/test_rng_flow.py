@@ -255,3 +255,70 @@ wrapped.2 {
   loss.1 = f32[2]{{0}} add(w.1, f.1)
 """, "loss.1", computations=THREEFRY + wrapped)
     assert verdicts(text)["state.a.rngs"] == ("drawn", "wrapped.2/bits.2", 0)
+
+
+# Transformer Engine's custom calls as MaxText's te_nvfp4 recipes lower them (operands and backend_config copied from
+# llama3-8b/scan-off/te_nvfp4_no_rht/L2/cuda-sm_90; shapes shrunk). hlo/custom_calls.py cites TE's source for each.
+TE_BITS = """
+threefry2x32.1 {
+  Arg_0.1 = u32[2]{0} parameter(0)
+  Arg_1.1 = u32[2]{0} parameter(1)
+  ROOT xor.1 = u32[2]{0} xor(Arg_0.1, Arg_1.1)
+}
+
+randint.2 {
+  k.2 = u32[2]{0} parameter(0)
+  bits.2 = u32[2]{0} call(k.2, k.2), to_apply=threefry2x32.1
+  ROOT state.2 = u32[1,4]{1,0} broadcast(bits.2), dimensions={1}
+}
+"""
+QUANTIZE = ("q.1 = (f4e2m1fn[2]{{0}}, f4e2m1fn[2]{{0}}, f8e4m3fn[1]{{0}}, f8e4m3fn[1]{{0}}, f32[1]{{0}}, bf16[1]{{0}}, "
+            "f32[1]{{0}}) custom-call(w.1, empty.1, empty.1, {state}, empty.1, empty.2), "
+            'custom_call_target="te_dbias_quantize_ffi", api_version=API_VERSION_TYPED_FFI, '
+            "backend_config={{flatten_axis = -1 : i64, is_dbias = {dbias}, q_layout = 2 : i64, scaling_mode = 4 : i64, "
+            "stochastic_rounding = {sr}, use_rht = false}}")
+
+
+def te_step(sr: str = "true", dbias: str = "false", result: int = 0, state: str = "sr.1") -> str:
+    """A key drawn into TE's rng state (fold_in + randint, as TE's NVFP4ScalingQuantizeConfig does), quantized,
+    then multiplied by te_gemm_v2_ffi into the loss; ``result`` is the quantize result the gemm reads."""
+    source = (f"sr.1 = u32[1,4]{{1,0}} call({KEY}), to_apply=randint.2" if state == "sr.1" else
+              f"{state} = u32[1,4]{{1,0}} broadcast({KEY}), dimensions={{1}}")
+    return one_stream(f"""
+  {source}
+  empty.1 = f32[1]{{0}} custom-call(), custom_call_target="AllocateBuffer"
+  empty.2 = bf16[1,1]{{1,0}} custom-call(), custom_call_target="AllocateBuffer"
+  {QUANTIZE.format(state=state, sr=sr, dbias=dbias)}
+  d.1 = f4e2m1fn[2]{{0}} get-tuple-element(q.1), index={result}
+  g.1 = (f32[2]{{0}}, u8[8]{{0}}) custom-call(d.1, empty.1, d.1, empty.1, empty.1, empty.1, empty.1), custom_call_target="te_gemm_v2_ffi", api_version=API_VERSION_TYPED_FFI
+  loss.1 = f32[2]{{0}} get-tuple-element(g.1), index=0
+""", "loss.1", computations=TE_BITS)
+
+
+def test_te_stochastic_rounding_state_reaching_the_gemm_is_drawn():
+    assert verdicts(te_step())["state.a.rngs"][:2] == ("drawn", "randint.2/bits.2")
+
+
+def test_te_quantize_draws_from_its_rng_state_operand_itself():
+    """quantization.cpp: with stochastic_rounding the kernel seeds Philox from operand 3: random-bit generation."""
+    verdict, where, _ = verdicts(te_step(state="raw.1"))["state.a.rngs"]
+    assert verdict == "drawn" and where == "main.1/q.1 (te_dbias_quantize_ffi)"
+
+
+@pytest.mark.parametrize("sr, dbias", [("false", "false"), ("true", "true")])
+def test_te_quantize_that_does_not_round_stochastically_never_reads_its_rng_state(sr, dbias):
+    """stochastic_rounding = false, or is_dbias (nvte_quantize_dbias takes no quant_config): operand 3 is unread."""
+    assert verdicts(te_step(sr=sr, dbias=dbias))["state.a.rngs"][0] == "carried"
+
+
+def test_te_quantize_scales_do_not_depend_on_the_rng_state():
+    """Only the quantized tensors (results 0 and 1) are rounded with the random bits; scale_inv (2) is not."""
+    assert verdicts(te_step(result=2))["state.a.rngs"][0] == "carried"
+    assert verdicts(te_step(result=1))["state.a.rngs"][0] == "drawn"
+
+
+def test_random_bits_into_a_kernel_nobody_has_read_are_unknown_not_drawn():
+    """The kernel may drop them: past an unknown custom call the stream is unknown, naming the call."""
+    text = te_step().replace('"te_gemm_v2_ffi"', '"their_gemm"')
+    verdict, where, _ = verdicts(text)["state.a.rngs"]
+    assert verdict == "unknown" and "main.1/g.1 (their_gemm)" in where

@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from hlo_audit.hlo import custom_calls
 from hlo_audit.hlo.params import EntryParam, collapse_layers
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
@@ -189,14 +190,39 @@ class _Dataflow:
             return self.conditional(instr, operands, events)
         if op == "custom-call" and instr.custom_call_target in PASS_THROUGH_CUSTOM_CALLS and len(operands) == 1:
             return operands[0]
+        if op == "custom-call" and (known := custom_calls.flow(instr)) is not None:
+            return self.known_custom_call(instr, operands, known, site, events)
         leaf = _collapse(Tup(operands))
         if op == "custom-call" or op in SIDE_EFFECTS:
             if leaf[0]:
                 events.opaque.append((leaf[0], f"{site} ({instr.custom_call_target or op})"))
-                leaf = (leaf[0], leaf[1], leaf[2] | leaf[0])
+                # Random bits that enter a kernel nobody has read may be dropped there: past it, a stream's key
+                # is followed as unknown, never as drawn.
+                leaf = (leaf[0], 0, leaf[2] | leaf[0])
         elif op == "add":
             self.count_increment(instr, operands, events)
         return _fill(instr.shape, leaf)
+
+    def known_custom_call(self, instr: Instruction, operands: list, known: custom_calls.Flow, site: str,
+                          events: _Events):
+        """A custom call whose semantics custom_calls.py states: data and random-bit seeds, result by result."""
+        leaves = [_collapse(o) for o in operands]
+        shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
+        results = []
+        for index, shape in enumerate(shapes):
+            used = known.data(index)
+            k = b = u = 0
+            for operand in range(len(leaves)) if used is None else used:
+                k, b, u = k | leaves[operand][0], b | leaves[operand][1], u | leaves[operand][2]
+            for operand, reached in known.seeds:
+                if index in reached:  # the kernel draws bits from this operand: it is random-bit generation
+                    sk, sb, su = leaves[operand]
+                    k, b, u = k | sk, b | sk | sb, u | su
+            results.append(_fill(shape, (k, b, u)))
+        for operand, _ in known.seeds:
+            if leaves[operand][0]:
+                events.draws.append((leaves[operand][0], f"{site} ({instr.custom_call_target})"))
+        return Tup(results) if instr.shape.is_tuple else results[0]
 
     def is_random_bits(self, instr: Instruction) -> bool:
         op = instr.opcode

@@ -80,7 +80,7 @@ def format_explain(node) -> str:
 
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
-        dead = f"; never drawn {n.dead_rng}" if n.dead_rng else ""
+        dead = (f"; drawn {n.drawn_rng}" if n.drawn_rng else "") + (f"; never drawn {n.dead_rng}" if n.dead_rng else "")
         out = [f"{'  ' * level}- **{n.count}** `{n.name}`: {_dtype_text(record['by_dtype'])}; "
                f"{_dtype_text(record['by_role'])}; {human_bytes(n.bytes)}{dead}"]
         for child in n.ordered():

@@ -159,12 +159,14 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
 
 
 def _print_unavailable(console: Console, results) -> None:
-    unavailable: dict[str, int] = {}
-    for r in results:
-        if r.status == "unavailable":
-            unavailable[r.message] = unavailable.get(r.message, 0) + 1
-    for message, n in unavailable.items():
-        status(console, Text(f"{n} cells unavailable: {message}", style="dim"))
+    """Why cells did not lower, and what ok cells note (a recipe lowered for an architecture it cannot run on)."""
+    for kind, label in (("unavailable", "unavailable"), ("ok", "ok, noted")):
+        messages: dict[str, int] = {}
+        for r in results:
+            if r.status == kind and r.message:
+                messages[r.message] = messages.get(r.message, 0) + 1
+        for message, n in messages.items():
+            status(console, Text(f"{n} cells {label}: {message}", style="dim"))
 
 
 def print_scaling(console: Console, series) -> None:
@@ -219,8 +221,10 @@ def print_check(console: Console, findings, results, exit_code: int, verbose: bo
 
     from hlo_audit.gate import fold_advisories, folded_line  # noqa: PLC0415
 
-    _print_series_summary(console, findings, results)
     listed, folded = (findings, []) if verbose else fold_advisories(findings)
+    # A row's verdict says what is wrong with that row: folded advisories (dead RNG state, in every MaxText cell
+    # today) have their own column and summary line instead.
+    _print_series_summary(console, listed, results)
     shown = [f for f in listed if verbose or f.severity not in ("ok", "unavailable", "waived")]
     # A finding is a heading line and its message indented below: messages carry long path patterns, which
     # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
@@ -229,7 +233,10 @@ def print_check(console: Console, findings, results, exit_code: int, verbose: bo
         console.print(Padding(Text(f.message), (0, 0, 0, 4)))
     if folded:
         status(console, Text(folded_line(folded), style=SEVERITY_STYLE["advisory"]))
-    counts = severity_counts(findings)
+    counts = severity_counts(listed)
+    quiet = {f.cell for f in folded} - {f.cell for f in listed}  # cells whose only finding was folded
+    if quiet:
+        counts = dict(sorted({**counts, "ok": counts.get("ok", 0) + len(quiet)}.items()))
     cells = len({f.cell for f in findings})
     verdict = Text("FAILED" if exit_code else "passed", style="bold red" if exit_code else "bold green")
     status(console, Text.assemble("hlo-audit check ", verdict, f": {cells} cells; ",

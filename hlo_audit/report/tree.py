@@ -27,8 +27,11 @@ def _label(node: Node, width: int, level: int) -> Text:
     """``count  name  dtypes | roles | bytes [| dead]``; details move to lines of their own when they would not fit."""
     record = node.to_record()
     parts = [_counts(record["by_dtype"]), _counts(record["by_role"], ROLE_SHORT), human_bytes(node.bytes)]
+    rng = [f"drawn:{node.drawn_rng}"] if node.drawn_rng else []  # RNG state the step draws from (`hlo-audit rng`)
     if node.dead_rng:
-        parts.append(f"never drawn:{node.dead_rng}")  # dead RNG state (`hlo-audit rng`)
+        rng.append(f"never drawn:{node.dead_rng}")  # dead RNG state
+    if rng:
+        parts.append(" ".join(rng))
     label = Text()
     label.append(f"{node.count:>5}  ", style="bold")
     room = width - 4 * level - 7  # the tree's guides and the count column

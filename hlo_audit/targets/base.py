@@ -6,7 +6,7 @@ for its dependency sources.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from hlo_audit.matrix import Cell
@@ -38,19 +38,21 @@ class Lowering:
 
     text: str
     arg_keys: tuple[tuple[str, ...], ...] | None = None
+    # What a reader of an ok cell must know about it, e.g. a recipe cross-lowered for an architecture it cannot run on.
+    note: str = ""
     memory: dict[str, int] | None = None
     cost: dict[str, float] | None = None
 
     @classmethod
-    def of(cls, lowered, stage: str) -> "Lowering":
+    def of(cls, lowered, stage: str, note: str = "") -> "Lowering":
         """The text of a jax ``Lowered`` at ``stage`` ("lowered" or "compiled"), with its argument paths."""
         if stage == "compiled":
             from hlo_audit.compiled import compile_lowering  # noqa: PLC0415 (jax: imported only by what lowers)
 
-            return compile_lowering(lowered)
+            return replace(compile_lowering(lowered), note=note)
         from hlo_audit.attribution import arg_keys  # noqa: PLC0415
 
-        return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered))
+        return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered), note=note)
 
 
 def one_line(exc: BaseException) -> str:
@@ -76,6 +78,9 @@ class Target(Protocol):
 
 def get_target(spec: str) -> Target:
     """``maxtext`` or ``package.module:function``."""
+    from hlo_audit.targets.te import lower_on_cpu_backend_without_gpu  # noqa: PLC0415 (imports jax)
+
+    lower_on_cpu_backend_without_gpu()
     if spec == "maxtext":
         from hlo_audit.targets.maxtext import MaxTextTarget  # noqa: PLC0415 (jax/maxtext import on demand)
 

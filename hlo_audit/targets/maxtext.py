@@ -26,6 +26,9 @@ Why it is done this way:
   compile-only devices from libtpu and MaxText's ``compile_topology`` settings,
   exactly as ``train_compile`` builds its mesh: MaxText then picks the TPU
   kernels (splash attention) and the step AOT-compiles on a CPU host.
+  Transformer Engine cells lower inside ``te.cross_lowering`` (targets/te.py):
+  TE loaded and answering the cell's ``cuda_arch``; the recipe is MaxText's
+  own table's.
 * The PRNG implementation is left at JAX's default (threefry, keys lower as
   ``u32[2]``). MaxText's train/train_compile switch it to ``unsafe_rbg``
   process-wide (keys ``u32[4]``); a library must not change global state.
@@ -61,7 +64,7 @@ import pydantic
 import yaml
 
 from hlo_audit import platforms
-from hlo_audit.config import is_transformer_engine
+from hlo_audit.targets import te
 from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
 
 __all__ = [
@@ -339,18 +342,13 @@ class MaxTextTarget:
         if cell.step != "train":
             raise Unavailable(f"step {cell.step!r}: this target lowers MaxText's train step only so far")
 
-        if is_transformer_engine(cell.quant):
-            # TE's JAX extension builds only against a CUDA-enabled jax; its recipes lower custom calls
-            # that exist only for CUDA, so without both there is nothing real to lower.
-            if importlib.util.find_spec("transformer_engine") is None:
-                raise Unavailable("transformer_engine is not installed (pip install '.[te]' on a CUDA machine)")
-            if not platforms.host_has("cuda"):
-                raise Unavailable("no CUDA device: Transformer Engine recipes lower only with a CUDA-enabled jax")
+        te.check_available(cell)
         platforms.check_available(cell)
 
     def lower(self, cell):
         self.check_available(cell)
-        return Lowering.of(lower_cell(cell), cell.stage)
+        with te.cross_lowering(cell, te_recipe) as notes:
+            return Lowering.of(lower_cell(cell), cell.stage, note="; ".join(notes))
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
@@ -359,7 +357,8 @@ class MaxTextTarget:
     def fingerprint(self) -> str:
         """MaxText's installed sources and configs, plus this file: any edit invalidates cached cells."""
         digest = hashlib.sha256(maxtext_version().encode())
-        digest.update(pathlib.Path(__file__).read_bytes())
+        for source in (__file__, te.__file__):  # the TE cells' environment and declaration are part of lowering
+            digest.update(pathlib.Path(source).read_bytes())
         spec = importlib.util.find_spec("maxtext")
         for root in (spec.submodule_search_locations or []) if spec else []:
             for path in sorted(pathlib.Path(root).rglob("*")):
@@ -367,4 +366,12 @@ class MaxTextTarget:
                     digest.update(str(path.relative_to(root)).encode())
                     digest.update(path.read_bytes())
         return digest.hexdigest()[:16]
+
+
+def te_recipe(quant: str):
+    """The Transformer Engine recipe MaxText builds for ``quant`` (None for te_no_quant): MaxText's own table."""
+    with _captured_stdout():
+        from maxtext.layers.quantizations import TransformerEngineQuantization  # noqa: PLC0415
+
+    return TransformerEngineQuantization._get_recipe(quant)  # noqa: SLF001
 
