@@ -20,7 +20,7 @@ from hlo_audit.errors import InputError
 from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.source import read_input
-from hlo_audit.matrix import Cell, MatrixError, select
+from hlo_audit.matrix import DEFAULT_PREFILL, Cell, MatrixError, select
 from hlo_audit.run import CellResult, run_cells
 from hlo_audit.scaling import Series, fit_series
 from hlo_audit.targets.base import get_target
@@ -217,6 +217,8 @@ def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResul
 def _result_from_cell_record(c: dict) -> CellResult:
     cell = Cell(model=c["model"], scan=c["scan"] == "on", quant=c["quant"], layers=c["layers"], target=c["target"],
                 batch=c["batch"], seq=c["seq"], platform=c["platform"], stage=c["stage"], step=c["step"],
-                topology=c["topology"], cuda_arch=c["cuda_arch"])
+                topology=c["topology"], cuda_arch=c["cuda_arch"],
+                # Shards written before the AQT-mode and prefill axes existed lack them: the defaults.
+                quant_mode=c.get("quant_mode", "train"), prefill=c.get("prefill", DEFAULT_PREFILL))
     summary = None if c["entry_params"] is None else {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}
     return CellResult(cell=cell, status=c["status"], message=c["message"], summary=summary, cached=c["cached"])

@@ -15,7 +15,8 @@ from hlo_audit.hlo.params import ROLES
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
 
-CELL_COLUMNS = ("id", "model", "scan", "quant", "layers", "step", "platform", "topology", "cuda_arch", "stage")
+CELL_COLUMNS = ("id", "model", "scan", "quant", "quant_mode", "layers", "step", "platform", "topology", "cuda_arch",
+                "stage")
 TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
 
 

@@ -139,6 +139,40 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
     assert len(select(cells.values(), "topology=v6e-4")) == 1
 
 
+def test_aqt_serve_mode_and_prefill_are_part_of_an_inference_cell(tmp_path):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text('models = ["llama3-8b"]\nscan = ["off"]\nquant = ["none", "int8"]\nlayers = [2]\n'
+                    'step = ["train", "prefill"]\nprefill = 32\n'
+                    '[[matrix]]\nquant = ["int8"]\nquant_mode = "serve"\nstep = ["prefill", "generate"]\nprefill = 64\n')
+    cells = {c.id: c for c in load_config(str(path)).cells()}
+    assert sorted(cells) == [
+        "llama3-8b/scan-off/int8-serve/L2/generate", "llama3-8b/scan-off/int8-serve/L2/prefill",
+        "llama3-8b/scan-off/int8/L2", "llama3-8b/scan-off/int8/L2/prefill/b1s128p32",
+        "llama3-8b/scan-off/none/L2", "llama3-8b/scan-off/none/L2/prefill/b1s128p32"]
+    serve = cells["llama3-8b/scan-off/int8-serve/L2/prefill"]
+    assert (serve.quant, serve.quant_mode, serve.prefill, serve.quant_label) == ("int8", "serve", 64, "int8-serve")
+    # A train step prefills nothing: the series' prefill leaves its cells (and their ids) as they were.
+    assert cells["llama3-8b/scan-off/int8/L2"].prefill == 64
+    assert [c.id for c in select(cells.values(), "quant_mode=serve,step=prefill")] == [serve.id]
+    assert len(select(cells.values(), "quant=int8")) == 4  # the quantization, in either mode
+
+
+@pytest.mark.parametrize("text,message", [
+    ('quant = ["int8"]\nquant_mode = "convert"\nstep = "prefill"\n', "quant_mode[0]: expected one of train, serve"),
+    ('quant = ["int8"]\nquant_mode = "serve"\n', "quant_mode: 'serve' is MaxEngine's pre-quantized-checkpoint mode"),
+    ('quant = ["none", "int8"]\nquant_mode = ["train", "serve"]\nstep = "generate"\n',
+     "quant[0]: quant_mode 'serve' needs an AQT quantization (int8, intmp), got 'none'"),
+    ('step = "prefill"\nprefill = 256\n', "prefill: the prompt (256) must fit the sequence it starts (seq = 128)"),
+    ('[[matrix]]\nprefill = 0\n', "matrix[0].prefill: must be >= 1"),
+])
+def test_bad_inference_axes_name_file_and_key(tmp_path, text, message):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path))
+    assert str(path) in str(info.value) and message in str(info.value)
+
+
 @pytest.mark.parametrize("text,message", [
     ('quant = ["te_nvfp4"]\n', "quant[0]: te_nvfp4 is a Transformer Engine recipe, which exists only for CUDA"),
     ('topology = "v6e-4"\n', "topology: a TPU topology needs platform = 'tpu'"),

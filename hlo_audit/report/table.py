@@ -178,7 +178,7 @@ def print_cells(console: Console, cells) -> None:
                                    ("layers", "right"), ("platform", "left")])
     keep_ids_whole(table, [c.id for c in cells])
     for c in cells:
-        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant), str(c.layers), c.platform)
+        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant_label), str(c.layers), c.platform)
     console.print(table)
     console.print(f"{len(cells)} cells")
 
