@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.hlo.analysis import Analysis
+from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
@@ -24,6 +25,7 @@ def count_record(a: Analysis, with_params: bool = False) -> dict:
         "rng_params": s.rng_params,
         "bytes_by_role": s.bytes_by_role,
         "groups": s.groups,
+        "constants": a.constants.to_record(),
     }
     if with_params:
         record["params"] = [{**p.to_record(), "name": p.name, "layout": p.shape.layout, "sharding": p.sharding}
@@ -52,6 +54,7 @@ def diff_record(d: ModuleDiff, old: str, new: str) -> dict:
         "computations_removed": d.computations_removed,
         "text_diff": d.text_diff,
         "text_diff_omitted": d.text_diff_omitted,
+        "constants_delta": d.constants,
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff
+from hlo_audit.hlo.diff import ModuleDiff, captured_change
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -29,8 +29,15 @@ def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
         out += _table(["pattern", "params"], [(f"`{p}`", n) for p, n in shown])
         if len(shown) < len(groups):
             out.append(f"\n{len(groups) - len(shown)} more groups not shown.")
-        out.append("")
+        out += ["", _constants_line(a.constants.to_record()), ""]
     return "\n".join(out) + "\n"
+
+
+def _constants_line(record: dict) -> str:
+    from hlo_audit.report.table import captured_text, constants_headline  # noqa: PLC0415 (shared wording)
+
+    captured = f"; captured state: {captured_text(record['captured'])}" if record["captured"] else ""
+    return f"{constants_headline(record)}{captured}."
 
 
 def format_diff(d: ModuleDiff, old: str, new: str) -> str:
@@ -47,6 +54,8 @@ def format_diff(d: ModuleDiff, old: str, new: str) -> str:
         out += _table(["delta", "role", "dtype", "pattern"],
                       [(f"{g.count:+d}", g.role, g.dtype, f"`{g.pattern}`") for g in groups])
         out.append("")
+    if d.constants:
+        out += [f"Baked-in state: {captured_change(d.constants)}.", ""]
     if d.text_diff:
         out += ["<details><summary>normalized text diff</summary>", "", "```diff", *d.text_diff, "```"]
         if d.text_diff_omitted:
