@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
@@ -33,6 +34,7 @@ class CellResult:
     params: list[dict] = field(default_factory=list)  # per entry parameter: path, role, dtype, dims, bytes
     opcodes: dict[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
     rng: dict | None = None  # RNG streams drawn / carried / unknown (RngReport.to_record)
+    constants: dict | None = None  # constants, large ones, literal keys, captured arrays (ConstantReport.to_record)
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
     cached: bool = False
@@ -59,6 +61,11 @@ class CellResult:
         return counts
 
     @property
+    def captured(self) -> dict | None:
+        """What the step closes over (captured_summary plus ``arrays_list``); None when not known."""
+        return self.constants.get("captured") if self.constants else None
+
+    @property
     def rng_params(self) -> int:
         return self.count("by_role", "rng_key") + self.count("by_role", "rng_count")
 
@@ -76,10 +83,11 @@ class CellResult:
 
 
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
-    analysis = analyze(lowering.text, cell.id, lowering.arg_keys)
+    analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured)
     return CellResult(
         cell=cell, status="ok", summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
+        constants=analysis.constants.to_record(),
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),
@@ -148,7 +156,10 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
             keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
-            result = analyze_lowering(cell, Lowering(text, keys), meta.get("seconds", 0.0), key)
+            captured = meta.get("captured")
+            if captured is not None:
+                captured = tuple(CapturedArray.from_record(a) for a in captured)
+            result = analyze_lowering(cell, Lowering(text, keys, captured), meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
             yield result
@@ -161,9 +172,11 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
     if result.status == "ok" and lowering is not None:
         result.text = lowering.text
         keys = lowering.arg_keys
+        captured = lowering.captured
         cache.put_lowering(result.key, lowering.text, {
             "cell": result.cell.id, "seconds": result.lower_seconds,
-            "arg_keys": [list(k) for k in keys] if keys is not None else None})
+            "arg_keys": [list(k) for k in keys] if keys is not None else None,
+            "captured": [a.to_record() for a in captured] if captured is not None else None})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 

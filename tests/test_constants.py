@@ -163,3 +163,34 @@ def test_count_shows_constants_large_ones_and_literal_keys(tmp_path, closed_over
     constants = json.loads(doc)["modules"][0]["constants"]
     assert constants["captured"] is None  # a file: only what the module shows
     assert constants["large"][0]["paths"] == [] and len(constants["literal_keys"]) == 1
+
+
+CLOSING_TARGET = '''
+import jax, jax.numpy as jnp
+TABLE = jnp.arange(4096.0).reshape(64, 64)  # module state the step reads without taking it
+
+def lower(cell):
+    return jax.jit(lambda x: x @ TABLE).trace(jax.ShapeDtypeStruct((2, 64), jnp.float32))
+
+lower.full_depth = {"table": 1}
+'''
+
+
+def test_captured_state_survives_the_cache_and_a_reanalysis(tmp_path, monkeypatch):
+    from hlo_audit.cache import Cache
+    from hlo_audit.matrix import Cell
+    from hlo_audit.run import run_cells
+
+    (tmp_path / "closing_target.py").write_text(CLOSING_TARGET)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cell = Cell(model="table", scan=False, quant="none", layers=1, target="closing_target:lower")
+    cache = Cache(tmp_path / "cache")
+    (fresh,) = run_cells([cell], cache)
+    assert fresh.captured["arrays"] == 1 and fresh.captured["by_dtype"] == {"f32": 1}
+    assert fresh.captured["arrays_list"][0]["path"] is None  # no tree names it: the function's own global
+    (cached,) = run_cells([cell], cache)
+    assert cached.cached and cached.constants == fresh.constants
+    for result in (tmp_path / "cache").rglob("*.result.json"):  # analysis code changed: re-read the lowering
+        result.unlink()
+    (again,) = run_cells([cell], cache)
+    assert again.cached and again.constants == fresh.constants

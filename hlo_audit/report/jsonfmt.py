@@ -78,6 +78,8 @@ def cell_record(r, slope: float | None = None) -> dict:
         "slope_per_layer": slope,
         # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
         "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
+        # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
+        "constants": r.constants,
         "cached": r.cached, "lower_seconds": r.lower_seconds,
     }
 
