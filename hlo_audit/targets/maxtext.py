@@ -56,7 +56,9 @@ import jax
 import pydantic
 import yaml
 
+from hlo_audit.capture import captured_arrays
 from hlo_audit.config import is_transformer_engine
+from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
 
 __all__ = [
@@ -180,6 +182,11 @@ def lower_train_step(
         max_target_length=max_target_length,
         overrides=overrides,
     )
+    return _lower_train_step(settings, platform)[0]
+
+
+def _lower_train_step(settings: dict[str, str], platform: str) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
+    """The lowered train step and the arrays it closes over (none that are state, in MaxText 0.2.5)."""
     config = _config(settings)
     with _trainer_jax_flags(config):
         mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, jax.devices())
@@ -292,13 +299,13 @@ def _check_nnx_state(state) -> None:
         raise TypeError(f"expected MaxText's NNX train state, got {type(state).__name__}")
 
 
-def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> jax.stages.Lowered:
+def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
     """jit + lower under MaxText's mesh and logical axis rules, as train_compile does."""
     from flax.core.spmd import logical_axis_rules  # noqa: PLC0415
 
     with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
-        jitted = jax.jit(step, **jit_kwargs)
-        return jitted.trace(*args).lower(lowering_platforms=(platform,))
+        traced = jax.jit(step, **jit_kwargs).trace(*args)
+        return traced.lower(lowering_platforms=(platform,)), captured_arrays(traced)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -311,9 +318,6 @@ class MaxTextTarget:
     name = "maxtext"
 
     def check_available(self, cell) -> None:
-        if cell.step != "train":
-            raise Unavailable(f"step {cell.step!r}: this target lowers MaxText's train step only so far")
-
         if is_transformer_engine(cell.quant):
             # TE's JAX extension builds only against a CUDA-enabled jax; its recipes lower custom calls
             # that exist only for CUDA, so without both there is nothing real to lower.
@@ -326,21 +330,30 @@ class MaxTextTarget:
 
     def lower(self, cell):
         self.check_available(cell)
-        lowered = lower_train_step(
-            cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
-            per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
-            overrides=dict(cell.overrides),
-        )
-        return Lowering.of(lowered, cell.stage)
+        if cell.is_inference:  # MaxEngine's prefill / generate / insert
+            from hlo_audit.targets.maxengine import lower_inference_step  # noqa: PLC0415
+
+            lowered, captured = lower_inference_step(
+                cell.model, cell.step, scan_layers=cell.scan, quantization=cell.quant, quant_mode=cell.quant_mode,
+                num_layers=cell.layers, per_device_batch_size=cell.batch, max_target_length=cell.seq,
+                max_prefill_length=cell.prefill, platform=cell.platform, overrides=dict(cell.overrides))
+        else:
+            settings = _settings(cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
+                                 per_device_batch_size=cell.batch, max_target_length=cell.seq,
+                                 overrides=dict(cell.overrides))
+            lowered, captured = _lower_train_step(settings, cell.platform)
+        return Lowering.of(lowered, cell.stage, captured)
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
 
     @functools.cache
     def fingerprint(self) -> str:
-        """MaxText's installed sources and configs, plus this file: any edit invalidates cached cells."""
+        """MaxText's installed sources and configs, plus this target's files: any edit invalidates cached cells."""
         digest = hashlib.sha256(maxtext_version().encode())
-        digest.update(pathlib.Path(__file__).read_bytes())
+        here = pathlib.Path(__file__)
+        for own in (here, here.with_name("maxengine.py"), here.parent.parent / "capture.py"):
+            digest.update(own.read_bytes())
         spec = importlib.util.find_spec("maxtext")
         for root in (spec.submodule_search_locations or []) if spec else []:
             for path in sorted(pathlib.Path(root).rglob("*")):
