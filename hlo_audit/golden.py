@@ -1,7 +1,7 @@
 """The golden store: what each cell looked like when a human last accepted it.
 
 Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode
-histogram, the depth series' per-layer slopes and the environment fingerprint (jax, jaxlib, flax, maxtext,
+histogram, the state captured as constants, the depth series' per-layer slopes and the environment fingerprint (jax, jaxlib, flax, maxtext,
 platform, stage). Per depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized
 module. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
 
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hlo_audit.cache import package_versions
 from hlo_audit.config import is_transformer_engine
+from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.matrix import Cell
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
@@ -65,6 +66,8 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         "environment": environment(result.cell),
         "hlo": f"{result.cell.id.rsplit('/', 1)[-1]}{HLO_SUFFIX}" if with_hlo else None,
     }
+    if result.constants is not None:  # state baked in as constants: the count ratchet covers it too
+        record["constants"] = golden_summary(result.constants)
     if result.params:  # per dtype x role: what the report's tidy rows compare against
         record["by_dtype_role"] = {f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
     if series is not None:

@@ -4,12 +4,18 @@ when that state moves into the step's arguments. MaxEngine's own steps: test_max
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
-from flax import nnx
 from typer.testing import CliRunner
+
+from decoder_steps import WIDTH, traced_step
 
 from hlo_audit.capture import captured_arrays, hlo_dtype
 from hlo_audit.cli import app
@@ -18,44 +24,9 @@ from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES, frozen_rng, golden_sum
 from hlo_audit.hlo.diff import captured_delta, diff_modules
 from hlo_audit.targets.base import hlo_text
 
-WIDTH = 1024  # an int8 [1024, 1024] weight is exactly LARGE_CONSTANT_BYTES
-
-
-class Frozen(nnx.Variable):
-    """Kept outside nnx.Param, as AQT's serve mode keeps its pre-quantized weights (qrhs.frozen)."""
-
-
-class Decoder(nnx.Module):
-    def __init__(self, rngs: nnx.Rngs, real_weights: bool):
-        values = np.random.default_rng(0).integers(-127, 128, (WIDTH, WIDTH)) if real_weights else 0
-        self.embed = nnx.Param(jnp.ones((8, WIDTH)))
-        self.qvalue = Frozen(jnp.zeros((WIDTH, WIDTH), jnp.int8) + jnp.asarray(values, jnp.int8))
-        self.scale = Frozen(jnp.full((1, WIDTH), 0.5, jnp.bfloat16))
-        self.dropout = nnx.Dropout(0.5, rngs=rngs)
-
-    def __call__(self, x):
-        h = x @ self.embed
-        h = (h.astype(jnp.int8) @ self.qvalue[...]).astype(jnp.bfloat16) * self.scale[...]
-        return self.dropout(h.astype(jnp.float32))
-
-
-def lowered_step(real_weights: bool = False, rest_as_argument: bool = False):
-    """A decode step as MaxEngine writes it: params in, the rest of the model state closed over (or passed in);
-    merged with copy=True, as MaxEngine merges, since the closed-over Variables outlive the trace."""
-    model = Decoder(nnx.Rngs(0, dropout=1), real_weights)
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
-    x = jax.ShapeDtypeStruct((2, 8), jnp.float32)
-    if rest_as_argument:
-        traced = jax.jit(lambda params, rest, x: nnx.merge(graphdef, params, rest, copy=True)(x)).trace(abstract, rest, x)
-    else:
-        traced = jax.jit(lambda params, x: nnx.merge(graphdef, params, rest, copy=True)(x)).trace(abstract, x)
-    return traced, rest
-
-
 @pytest.fixture(scope="module")
 def closed_over():
-    traced, rest = lowered_step()
+    traced, rest = traced_step()
     return traced, rest, analyze(hlo_text(traced.lower()), "closed-over", captured=captured_arrays(traced, {"model": rest}))
 
 
@@ -85,7 +56,7 @@ def test_placeholder_weights_are_a_scalar_broadcast_and_the_dropout_key_a_litera
 
 
 def test_real_weights_print_elided_and_xla_reads_them_back():
-    traced, _ = lowered_step(real_weights=True)
+    traced, _ = traced_step(real_weights=True)
     lowered = traced.lower()
     full, elided = lowered.as_text(dialect="hlo"), hlo_text(lowered)
     assert len(full) > 3 * WIDTH * WIDTH > 100 * len(elided)  # every weight printed, then none of them
@@ -127,7 +98,7 @@ def test_a_scanned_key_stack_is_found_inside_the_loop():
 
 
 def test_moving_the_rest_into_the_arguments_trades_constants_for_entry_parameters(tmp_path, closed_over):
-    traced, rest = lowered_step(rest_as_argument=True)
+    traced, rest = traced_step(rest_as_argument=True)
     passed = analyze(hlo_text(traced.lower()), "passed", captured=captured_arrays(traced, {"model": rest}))
     _, _, captured = closed_over
     assert passed.captured == () and passed.constants.literal_keys == []
@@ -158,8 +129,6 @@ def test_count_shows_constants_large_ones_and_literal_keys(tmp_path, closed_over
     assert "large: 1 (1,048,576 bytes: s8 1); literal RNG keys: 1 (never advance)" in out
     assert "broadcast" in out and "s8[1024,1024]" in out
     doc = CliRunner().invoke(app, ["count", str(path), "--format", "json"]).output
-    import json
-
     constants = json.loads(doc)["modules"][0]["constants"]
     assert constants["captured"] is None  # a file: only what the module shows
     assert constants["large"][0]["paths"] == [] and len(constants["literal_keys"]) == 1
@@ -194,3 +163,34 @@ def test_captured_state_survives_the_cache_and_a_reanalysis(tmp_path, monkeypatc
         result.unlink()
     (again,) = run_cells([cell], cache)
     assert again.cached and again.constants == fresh.constants
+
+
+def test_the_gate_ratchets_captured_state_both_ways(tmp_path):
+    """Golden with the rest closed over; moved into the arguments: more entry parameters (a regression, with
+    their paths) and fewer captured arrays. Golden with it passed in; baked in again: captured growth fails."""
+    (tmp_path / "hlo-audit.toml").write_text('target = "decoder_steps:lower"\nmodels = ["decoder"]\nscan = ["off"]\n'
+                                             'quant = ["none"]\nlayers = [1]\n')
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "COLUMNS": "200"}
+
+    def hlo_audit(*args, inject=False):
+        run_env = {**env, "HLO_AUDIT_INJECT": "rest-as-args"} if inject else env
+        return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
+                              text=True, env=run_env, timeout=600)
+
+    assert hlo_audit("golden", "update").returncode == 0
+    record = json.loads((tmp_path / "golden/decoder/scan-off/none/L1.json").read_text())
+    assert record["constants"]["captured"]["by_dtype"] == {"u32": 2, "bf16": 1, "s8": 1}
+    assert record["constants"]["literal_keys"] == 1
+    moved = hlo_audit("check", "--no-cache", inject=True)
+    out = " ".join(moved.stdout.split())
+    assert moved.returncode == 1, out
+    assert ("entry parameters 2 -> 6: bf16 +1, s8 +1, u32 +2 (input +2, rng_count +1, rng_key +1); new or grown "
+            "path patterns: rest.dropout.rngs.* +2, rest.qvalue +1, rest.scale +1") in out
+    assert "captured arrays 4 -> 0 (1,050,636 -> 0 bytes): bf16 -1, s8 -1, u32 -2; literal RNG keys 1 -> 0" in out
+    assert hlo_audit("golden", "update", "--no-cache", inject=True).returncode == 0
+    baked = hlo_audit("check", "--no-cache")
+    out = " ".join(baked.stdout.split())
+    assert baked.returncode == 1, out
+    assert ("entry parameters 6 -> 2: bf16 -1, s8 -1, u32 -2 (input -2, rng_count -1, rng_key -1); new or grown "
+            "path patterns: none; captured arrays 0 -> 4 (0 -> 1,050,636 bytes): bf16 +1, s8 +1, u32 +2; "
+            "literal RNG keys 0 -> 1") in out
