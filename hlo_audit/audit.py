@@ -88,11 +88,12 @@ def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = 
 
 @dataclass(frozen=True)
 class Source:
-    """What `rng` and `explain` read, whether from a file or a cell: parameter records and the RNG record."""
+    """What `rng` and `explain` read, whether from a file or a cell: parameter, RNG and constants records."""
 
     label: str
     params: list[dict]  # EntryParam.to_record() of each entry parameter
     rng: dict  # RngReport.to_record()
+    constants: dict | None = None  # ConstantReport.to_record(): captured state, literal RNG keys
 
 
 def load_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
@@ -101,9 +102,10 @@ def load_source(spec: str, config_path: str | None = None, module: str | None = 
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
         text, source = read_input(spec, module, stage)
         analysis = analyze(text, source)
-        return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record())
+        return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record(),
+                      analysis.constants.to_record())
     result = cell_result(spec, config_path, use_cache)
-    return Source(spec, result.params, result.rng)
+    return Source(spec, result.params, result.rng, result.constants)
 
 
 def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResult]:

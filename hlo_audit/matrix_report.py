@@ -2,7 +2,7 @@
 depth scaling, and the tidy per cell x dtype x role rows behind all of them (pandas, CSV, JSON, HTML).
 
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
-parameters, of which u32"). Nothing here lowers anything that `run` or `check` already lowered: results come
+parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here lowers anything that `run` or `check` already lowered: results come
 through the same plan -> execute path, so a report after a `check` reads only the cache.
 """
 
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_audit import audit, golden
+from hlo_audit.hlo.constants import golden_summary
+from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
@@ -33,6 +35,14 @@ class CellView:
             return None
         old, new = self.golden[kind], self.result.summary[kind]
         return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new))}
+
+    @property
+    def constants_delta(self) -> dict | None:
+        """Baked-in state against the golden's (``diff.captured_delta``); None without a golden that records it,
+        or when nothing changed."""
+        if self.golden is None or "constants" not in self.golden or self.result.constants is None:
+            return None
+        return captured_delta(self.golden["constants"], golden_summary(self.result.constants))
 
     @property
     def total_delta(self) -> int | None:
@@ -73,6 +83,14 @@ class MatrixReport:
     @property
     def lowered(self) -> list[CellView]:
         return [v for v in self.cells if v.result.summary]
+
+    @property
+    def baking(self) -> list[CellView]:
+        """Lowered cells whose program holds state as constants: captured arrays, large constants, literal keys."""
+        def bakes(c: dict | None) -> bool:
+            return bool(c and ((c["captured"] or {}).get("arrays") or c["large"] or c["literal_keys"]))
+
+        return [v for v in self.lowered if bakes(v.result.constants)]
 
     @property
     def dtypes(self) -> list[str]:

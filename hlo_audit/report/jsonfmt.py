@@ -116,7 +116,8 @@ def report_record(report) -> dict:
 
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
-                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role")} for v in report.cells],
+                   "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
+                   "constants_delta": v.constants_delta} for v in report.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],
@@ -132,8 +133,9 @@ def format_report(report) -> str:
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
 
 
-def format_explain(node) -> str:
-    return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record()}, indent=2) + "\n"
+def format_explain(node, captured=None) -> str:
+    return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record(),
+                       "captured_tree": captured.to_record() if captured is not None else None}, indent=2) + "\n"
 
 
 def format_cells(cells, source: str) -> str:
@@ -164,6 +166,7 @@ def format_check(findings, results, exit_code: int) -> str:
 RNG_SCHEMA = "hlo-audit/rng/v1"
 
 
-def format_rng(source: str, record: dict, streams: bool = False) -> str:
+def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
     body = {k: v for k, v in record.items() if streams or k != "stream_list"}
-    return json.dumps({"schema": RNG_SCHEMA, "source": source, **body}, indent=2) + "\n"
+    frozen = frozen_rng(constants) if constants is not None else None  # RNG state written in as literals
+    return json.dumps({"schema": RNG_SCHEMA, "source": source, **body, "frozen": frozen}, indent=2) + "\n"

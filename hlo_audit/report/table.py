@@ -168,7 +168,7 @@ def _dtypes(by_dtype: dict[str, int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in by_dtype.items())
 
 
-ID_MIN_WIDTH = 40  # every default-matrix id fits; a longer one wraps rather than pushing the table past 100
+ID_MIN_WIDTH = 41  # every CPU id of the default matrix fits; a longer one wraps rather than pushing the table past 100
 
 
 def keep_ids_whole(table: Table, ids) -> None:
@@ -178,15 +178,21 @@ def keep_ids_whole(table: Table, ids) -> None:
 
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     table = _table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
-                                   ("rng", "right"), ("/layer", "right"), ("dead", "right")])
+                                   ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
     keep_ids_whole(table, [r.cell.id for r in results])
     for r in results:
         slope = slopes.get(r.cell.id)
+        captured = r.captured
         table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
                       str(r.entry_params) if r.summary else "", _dtypes(r.summary["by_dtype"]) if r.summary else "",
                       str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
-                      str(r.rng["dead_params"]) if r.rng else "")
+                      str(r.rng["dead_params"]) if r.rng else "", str(captured["arrays"]) if captured else "")
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True  # one space between columns rather than squeezing one to nothing
     console.print(table)
+    if any(r.captured and r.captured["arrays"] for r in results):
+        console.print(Text("const: arrays the step captured (closes over), baked into the program as constants "
+                           "(`hlo-audit explain CELL` shows which)", style="dim"))
     # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
     _print_unavailable(console, results)
     for r in results:
@@ -338,10 +344,37 @@ def common_path_prefix(paths: Sequence[str]) -> str:
     return ".".join(shared) + "." if shared else ""
 
 
-def print_rng(console: Console, source: str, record: dict, streams: bool = False) -> None:
+def frozen_rng_line(constants: dict | None) -> str:
+    """RNG state written into the program as literals, in one sentence; "" when there is none (or nothing is known)."""
+    if constants is None:
+        return ""
+    frozen = frozen_rng(constants)
+    if not frozen["literal_keys"] and not frozen["captured_streams"]:
+        return ""
+    text = (f"{frozen['literal_keys']} RNG keys are literals in the program: a literal key never advances, every "
+            f"call draws the same bits")
+    if frozen["sites"]:
+        text += f" (first drawn at {frozen['sites'][0]})"
+    if frozen["captured_streams"]:
+        text += f"; {sum(frozen['captured_streams'].values())} of the step's RNG streams are captured (key and count)"
+    return text
+
+
+def print_rng(console: Console, source: str, record: dict, streams: bool = False, constants: dict | None = None) -> None:
     console.print(Text(f"{source}: {rng_headline(record)}", style="bold"))
     console.print(rng_cost(record))
+    frozen = frozen_rng_line(constants)
+    if frozen:
+        console.print(Text(frozen, style="bold yellow"))
+        captured = frozen_rng(constants)["captured_streams"]
+        if captured:
+            table = _table(console, None, [("captured RNG stream pattern", "left"), ("streams", "right")])
+            for pattern, n in captured.items():
+                table.add_row(Text(pattern, style="yellow"), str(n))
+            console.print(table)
     patterns = record["patterns"]
+    if not patterns:
+        return
     # Paths are long; the prefix they all share is said once so the rows fit 100 columns.
     prefix = common_path_prefix([p["pattern"] for p in patterns])
     table = _table(console, None, [(f"{prefix}*" if prefix else "stream pattern", "left"), ("drawn", "right"),
