@@ -51,6 +51,7 @@ def test_placeholder_weights_are_a_scalar_broadcast_and_the_dropout_key_a_litera
     assert large["bytes"] == LARGE_CONSTANT_BYTES and large["paths"] == ["model.qvalue"]
     frozen = frozen_rng(report)
     assert frozen["literal_keys"] == 1 and frozen["captured_streams"] == {"model.dropout.rngs.*": 1}
+    assert frozen["used"] == 1  # the dropout mask reaches the output: the same mask on every call
     assert "threefry" in frozen["sites"][0]
     assert report["captured"]["bytes_by_dtype"] == {"bf16": 2 * WIDTH, "s8": WIDTH * WIDTH, "u32": 12}
 
@@ -94,7 +95,7 @@ def test_a_scanned_key_stack_is_found_inside_the_loop():
 
     module = analyze(hlo_text(jax.jit(step).trace(jnp.ones((4,))).lower()))
     (key,) = module.constants.literal_keys
-    assert key["dims"] == [5, 2] and frozen_rng(module.constants.to_record())["literal_keys"] == 5
+    assert key["dims"] == [5, 2] and key["used"] and frozen_rng(module.constants.to_record())["literal_keys"] == 5
 
 
 def test_moving_the_rest_into_the_arguments_trades_constants_for_entry_parameters(tmp_path, closed_over):

@@ -205,14 +205,16 @@ def golden_summary(record: dict) -> dict:
 
 
 def frozen_rng(record: dict) -> dict:
-    """RNG state written into the program: keys that are literals (a literal key never advances, so every call
-    draws the same bits) and, when known, the captured RNG streams by pattern."""
+    """RNG state written into the program: keys that are literals (a literal key never advances: every call draws
+    the same bits), how many of them feed an output (``used``; the rest only feed random bits no output reads),
+    and, when known, the captured RNG streams by pattern."""
     keys = record["literal_keys"]
     streams: dict[str, int] = {}
     for a in (record.get("captured") or {}).get("arrays_list", []):
         if a["role"] == "rng_key":
             streams[a["pattern"]] = streams.get(a["pattern"], 0) + _leading(a["dims"])
     return {"literal_keys": sum(_leading(k["dims"]) for k in keys), "literal_key_constants": len(keys),
+            "used": sum(_leading(k["dims"]) for k in keys if k["used"]),
             "sites": sorted({k["site"] for k in keys}), "captured_streams": _largest_first(streams)}
 
 

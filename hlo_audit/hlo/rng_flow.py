@@ -493,7 +493,9 @@ def literal_keys(module: HloModule) -> list[dict]:
     draws the same bits from it. Candidates are ``u32`` constants shaped like raw keys (last dimension 2 for
     threefry, 4 for rbg; a leading layer dimension when scanned) outside jax's random-bit computations (whose
     own constants are rotation tables); each is followed forward, through calls and loops as RNG parameters
-    are, to the random-bit sites it reaches. Returns ``{"name", "dims", "site"}`` per literal key, in module order.
+    are, to the random-bit sites it reaches. Returns ``{"name", "dims", "site", "used"}`` per literal key, in
+    module order; ``used``: its random bits reach an output (else jax draws bits nobody reads, as it does for
+    a stream that is carried).
     """
     flow = _Dataflow(module, count_bits=0)
     candidates = [(comp.name, instr) for comp in _outside_random_bits(flow)
@@ -502,12 +504,15 @@ def literal_keys(module: HloModule) -> list[dict]:
         return []
     flow.constant_bits = {(comp, instr.name): 1 << i for i, (comp, instr) in enumerate(candidates)}
     inputs = [_fill(p.shape, ZERO) for p in module.entry.parameters]
-    _, events = flow.run(module.entry, inputs)
+    root, events = flow.run(module.entry, inputs)
+    used = 0  # keys whose random bits reach an output
+    for _, b, _ in _leaves(root):
+        used |= b
     keys = []
     for i, (_, instr) in enumerate(candidates):
         site = _first_site(events.draws, 1 << i)
         if site is not None:
-            keys.append({"name": instr.name, "dims": list(instr.shape.dims), "site": site})
+            keys.append({"name": instr.name, "dims": list(instr.shape.dims), "site": site, "used": bool(used >> i & 1)})
     return keys
 
 

@@ -351,10 +351,14 @@ def frozen_rng_line(constants: dict | None) -> str:
     frozen = frozen_rng(constants)
     if not frozen["literal_keys"] and not frozen["captured_streams"]:
         return ""
-    text = (f"{frozen['literal_keys']} RNG keys are literals in the program: a literal key never advances, every "
-            f"call draws the same bits")
+    keys, used = frozen["literal_keys"], frozen["used"]
+    text = f"{keys} RNG keys are literals in the program: a literal key never advances"
+    if used:
+        text += f"; {used} feed the outputs (every call draws the same bits)"
+    if keys - used:
+        text += f"; {keys - used} only feed random bits no output reads (dead RNG state, baked in)"
     if frozen["sites"]:
-        text += f" (first drawn at {frozen['sites'][0]})"
+        text += f"; first drawn at {frozen['sites'][0]}"
     if frozen["captured_streams"]:
         text += f"; {sum(frozen['captured_streams'].values())} of the step's RNG streams are captured (key and count)"
     return text
