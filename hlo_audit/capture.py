@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import jax
 
-from hlo_audit.attribution import key_name
+from hlo_audit.attribution import state_keys
 from hlo_audit.hlo.constants import CapturedArray
 
 
@@ -42,16 +42,11 @@ def _as_hlo_array(value) -> tuple[str, tuple[int, ...]]:
 
 
 def tree_paths(trees: Mapping[str, object]) -> dict[int, str]:
-    """id(leaf) -> ``label.key.key`` for every array leaf of the named trees.
-
-    NNX ``Variable`` and ``Partitioned`` wrappers add a ``.value`` attribute to every path; like an entry
-    parameter's path, a captured array's path leaves those out.
-    """
+    """id(leaf) -> ``label.key.key`` for every array leaf of the named trees, named as entry parameters are."""
     paths: dict[int, str] = {}
     for label, tree in trees.items():
         for keypath, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            keys = [key_name(k) for k in keypath if not (isinstance(k, jax.tree_util.GetAttrKey) and k.name == "value")]
-            paths[id(leaf)] = ".".join([label, *keys])
+            paths[id(leaf)] = ".".join([label, *state_keys(keypath)])
     return paths
 
 
