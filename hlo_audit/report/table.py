@@ -90,8 +90,14 @@ def captured_text(captured: dict | None) -> str:
     """``56 arrays, 416.2 MiB (s8 14, bf16 14, u32 28)``; ``unknown`` when the step was not traced here."""
     if captured is None:
         return "unknown"
-    detail = f" ({_counts(captured['by_dtype'])})" if captured["by_dtype"] else ""
+    by_dtype = captured_by_dtype(captured)
+    detail = f" ({_counts(by_dtype)})" if by_dtype else ""
     return f"{captured['arrays']} arrays, {human_bytes(captured['bytes'])}{detail}"
+
+
+def captured_by_dtype(captured: dict | None) -> dict[str, int]:
+    """Captured arrays per dtype, most first (a cached result's JSON has its keys sorted by name)."""
+    return dict(sorted((captured or {}).get("by_dtype", {}).items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -13,8 +13,8 @@ from rich.text import Text
 
 from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import captured_change
-from hlo_audit.report.table import STATUS_STYLE, _table, captured_text, keep_ids_whole, print_scaling
-from hlo_audit.report.tree import ROLE_SHORT
+from hlo_audit.report.table import STATUS_STYLE, _dtypes, _table, captured_by_dtype, keep_ids_whole, print_scaling
+from hlo_audit.report.tree import ROLE_SHORT, human_bytes
 
 
 def _with_delta(value: int, delta: int | None) -> Text:
@@ -76,15 +76,18 @@ def print_scan_pairs(console: Console, report) -> None:
 def print_captured(console: Console, report) -> None:
     """Cells whose program holds state as constants: what they captured, large constants, literal RNG keys."""
     table = _table(console, "state baked in as constants (captured: arrays the step closes over)", [
-        ("cell", "left"), ("captured", "left"), ("large", "right"), ("keys", "right"), ("Δ", "left")])
+        ("cell", "left"), ("captured", "right"), ("bytes", "right"), ("by dtype", "left"), ("large", "right"),
+        ("keys", "right"), ("Δ", "left")])
     keep_ids_whole(table, [v.result.cell.id for v in report.baking])
     for v in report.baking:
         c = v.result.constants
+        captured = c["captured"]
         delta = v.constants_delta
         change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
             Text(captured_change(delta), style="red") if delta else Text("0"))
-        table.add_row(Text(v.result.cell.id), Text(captured_text(c["captured"])), str(len(c["large"])),
-                      str(frozen_rng(c)["literal_keys"]), change)
+        table.add_row(Text(v.result.cell.id), str(captured["arrays"]) if captured else "?",
+                      human_bytes(captured["bytes"]) if captured else "", _dtypes(captured_by_dtype(captured)),
+                      str(len(c["large"])), str(frozen_rng(c)["literal_keys"]), change)
     console.print(table)
 
 
