@@ -73,6 +73,12 @@ DEFAULTS: dict = {
     "matrix": [
         # Transformer Engine recipes, cross-lowered for CUDA on any host for a declared GPU architecture.
         {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"]},
+        # Inference: MaxEngine's prefill and decode step, unquantized and AQT int8 (quantizing on every call),
+        # then int8 on pre-quantized weights (serve mode), which needs a series of its own. One depth: what a
+        # decode step bakes in is gated per cell, and nothing in it scales with depth the way train RNG state did.
+        {"models": ["llama3-8b"], "quant": ["none", "int8"], "step": ["prefill", "generate"], "layers": [2]},
+        {"models": ["llama3-8b"], "quant": ["int8"], "quant_mode": "serve", "step": ["prefill", "generate"],
+         "layers": [2]},
     ],
     "exclude": [],
     "policy": {},

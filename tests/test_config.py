@@ -15,8 +15,11 @@ def test_builtin_default_matrix(tmp_path):
     p = plan(cwd=tmp_path)
     assert p.config.source == "<built-in default>"
     ids = [c.id for c in p.cells]
-    assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2
+    # Train steps: 3 models x 2 scans x 9 quantizations x 2 depths; inference: prefill and generate of llama3-8b
+    # at depth 2, scanned or not, unquantized, int8 and int8 in AQT's serve mode.
+    assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2 + 2 * 2 * 3
     assert "llama3-8b/scan-off/int8/L2" in ids
+    assert "llama3-8b/scan-on/int8-serve/L2/generate" in ids and "llama3-8b/scan-off/none/L2/prefill" in ids
     # Transformer Engine recipes exist only for CUDA: a series of their own, whose ids name the architecture.
     assert "llama3-8b/scan-off/te_nvfp4/L2/cuda-sm_90" in ids
     assert all(c.platform == "cuda" and c.cuda_arch == "sm_90" for c in p.cells if c.quant.startswith("te_"))
