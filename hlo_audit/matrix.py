@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
@@ -144,8 +145,10 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
 def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = None) -> list[Cell]:
     """Filter by --only, then keep shard K of N.
 
-    Shards are dealt by depth series, round-robin in id order: a series stays whole in one shard, because
-    the RNG-scaling rule needs all its depths.
+    Shards are dealt by depth series, longest first and then in id order, each to the shard with the fewest
+    cells so far: a series stays whole in one shard, because the RNG-scaling rule needs all its depths, and
+    series of different lengths (a train series of two depths, a one-depth inference series) leave the shards
+    even.
     """
     filters = parse_only(only)
     chosen = sorted((c for c in cells if matches(c, filters)), key=lambda c: c.id)
@@ -153,8 +156,14 @@ def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = N
     if picked is None:
         return chosen
     k, n = picked
-    series = list(dict.fromkeys(c.series for c in chosen))  # in order of each series' first (smallest) id
-    mine = {s for i, s in enumerate(series) if i % n == k - 1}
+    sizes = Counter(c.series for c in chosen)  # in order of each series' first (smallest) id
+    load = [0] * n
+    mine = set()
+    for s, size in sorted(sizes.items(), key=lambda kv: -kv[1]):  # stable: id order among equal lengths
+        shard_index = load.index(min(load))
+        load[shard_index] += size
+        if shard_index == k - 1:
+            mine.add(s)
     return [c for c in chosen if c.series in mine]
 
 

@@ -90,9 +90,9 @@ def test_missing_config_file(tmp_path):
 
 def test_only_and_shard(tmp_path):
     cells = plan(cwd=tmp_path).cells
-    chosen = select(cells, "model=llama3-8b,quant=int8,scan=off")
+    chosen = select(cells, "model=llama3-8b,quant=int8,scan=off,step=train")
     assert [c.id for c in chosen] == ["llama3-8b/scan-off/int8/L2", "llama3-8b/scan-off/int8/L4"]
-    assert len(select(cells, "quant=int8,quant=fp8")) == 3 * 2 * 2 * 2
+    assert len(select(cells, "quant=int8,quant=fp8,step=train")) == 3 * 2 * 2 * 2
     shards = [select(cells, None, f"{k}/3") for k in (1, 2, 3)]
     assert sorted(c.id for s in shards for c in s) == sorted(c.id for c in cells)
     assert max(map(len, shards)) - min(map(len, shards)) <= 1
@@ -104,7 +104,7 @@ def test_only_and_shard(tmp_path):
 
 
 def test_layers_option(tmp_path):
-    p = plan(only="model=llama3-8b,quant=none,scan=off", layers="2,full", cwd=tmp_path)
+    p = plan(only="model=llama3-8b,quant=none,scan=off,step=train", layers="2,full", cwd=tmp_path)
     assert [c.layers for c in p.cells] == [2, 32]
     with pytest.raises(MatrixError):
         plan(layers="two", cwd=tmp_path)
@@ -123,12 +123,15 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
                     '[[matrix]]\nquant = ["te_mxfp8"]\nplatform = "cuda"\ncuda_arch = ["sm_90", "sm_100"]\n'
                     '[[matrix]]\nmodels = ["deepseek3-test"]\nscan = ["on"]\nlayers = [4]\nplatform = "tpu"\n'
                     'topology = "v6e-4"\nstage = "compiled"\noverrides = {}\n'
-                    '[[matrix]]\nmodels = ["llama3-8b"]\nstep = ["prefill", "generate"]\n')
+                    '[[matrix]]\nmodels = ["llama3-8b"]\nstep = ["prefill", "generate"]\n'
+                    '[[matrix]]\nmodels = ["llama3-8b"]\nquant = ["int8"]\nquant_mode = "serve"\nstep = "prefill"\n'
+                    'prefill = 32\n')
     cells = {c.id: c for c in load_config(str(path)).cells()}
     assert sorted(cells) == [
         "deepseek3-test/scan-off/none/L2", "deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_100",
         "deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90", "deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled",
-        "llama3-8b/scan-off/none/L2", "llama3-8b/scan-off/none/L2/generate", "llama3-8b/scan-off/none/L2/prefill",
+        "llama3-8b/scan-off/int8-serve/L2/prefill/b1s128p32", "llama3-8b/scan-off/none/L2",
+        "llama3-8b/scan-off/none/L2/generate", "llama3-8b/scan-off/none/L2/prefill",
         "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100", "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_90"]
     # A series inherits the top-level overrides of its models unless it sets its own (the TPU one: stock model).
     assert dict(cells["deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90"].overrides) == {"first_num_dense_layers": "1"}
@@ -138,42 +141,13 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
     # --only and exclude rules reach the new axes.
     assert [c.id for c in select(cells.values(), "cuda_arch=sm_100,model=llama3-8b")] == [
         "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100"]
-    assert len(select(cells.values(), "step=prefill")) == 1
+    assert len(select(cells.values(), "step=prefill")) == 2
     assert len(select(cells.values(), "topology=v6e-4")) == 1
-
-
-def test_aqt_serve_mode_and_prefill_are_part_of_an_inference_cell(tmp_path):
-    path = tmp_path / "hlo-audit.toml"
-    path.write_text('models = ["llama3-8b"]\nscan = ["off"]\nquant = ["none", "int8"]\nlayers = [2]\n'
-                    'step = ["train", "prefill"]\nprefill = 32\n'
-                    '[[matrix]]\nquant = ["int8"]\nquant_mode = "serve"\nstep = ["prefill", "generate"]\nprefill = 64\n')
-    cells = {c.id: c for c in load_config(str(path)).cells()}
-    assert sorted(cells) == [
-        "llama3-8b/scan-off/int8-serve/L2/generate", "llama3-8b/scan-off/int8-serve/L2/prefill",
-        "llama3-8b/scan-off/int8/L2", "llama3-8b/scan-off/int8/L2/prefill/b1s128p32",
-        "llama3-8b/scan-off/none/L2", "llama3-8b/scan-off/none/L2/prefill/b1s128p32"]
-    serve = cells["llama3-8b/scan-off/int8-serve/L2/prefill"]
-    assert (serve.quant, serve.quant_mode, serve.prefill, serve.quant_label) == ("int8", "serve", 64, "int8-serve")
-    # A train step prefills nothing: the series' prefill leaves its cells (and their ids) as they were.
-    assert cells["llama3-8b/scan-off/int8/L2"].prefill == 64
-    assert [c.id for c in select(cells.values(), "quant_mode=serve,step=prefill")] == [serve.id]
-    assert len(select(cells.values(), "quant=int8")) == 4  # the quantization, in either mode
-
-
-@pytest.mark.parametrize("text,message", [
-    ('quant = ["int8"]\nquant_mode = "convert"\nstep = "prefill"\n', "quant_mode[0]: expected one of train, serve"),
-    ('quant = ["int8"]\nquant_mode = "serve"\n', "quant_mode: 'serve' is MaxEngine's pre-quantized-checkpoint mode"),
-    ('quant = ["none", "int8"]\nquant_mode = ["train", "serve"]\nstep = "generate"\n',
-     "quant[0]: quant_mode 'serve' needs an AQT quantization (int8, intmp), got 'none'"),
-    ('step = "prefill"\nprefill = 256\n', "prefill: the prompt (256) must fit the sequence it starts (seq = 128)"),
-    ('[[matrix]]\nprefill = 0\n', "matrix[0].prefill: must be >= 1"),
-])
-def test_bad_inference_axes_name_file_and_key(tmp_path, text, message):
-    path = tmp_path / "hlo-audit.toml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as info:
-        load_config(str(path))
-    assert str(path) in str(info.value) and message in str(info.value)
+    # AQT's serve mode and the prompt length are part of an inference cell: id, --only, and prefill only there.
+    serve = cells["llama3-8b/scan-off/int8-serve/L2/prefill/b1s128p32"]
+    assert (serve.quant, serve.quant_mode, serve.prefill, serve.quant_label) == ("int8", "serve", 32, "int8-serve")
+    assert [c.id for c in select(cells.values(), "quant_mode=serve")] == [serve.id]
+    assert cells["llama3-8b/scan-off/none/L2/prefill"].prefill == 64
 
 
 @pytest.mark.parametrize("text,message", [
@@ -186,6 +160,12 @@ def test_bad_inference_axes_name_file_and_key(tmp_path, text, message):
     ('[[matrix]]\ncolour = "red"\n', "matrix[0].colour: unknown key"),
     ('[[matrix]]\nplatform = "tpu"\nquant = ["int9"]\n', "matrix[0].quant[0]: unknown quantization 'int9'"),
     ('matrix = "tpu"\n', "matrix: expected an array of tables"),
+    ('quant = ["int8"]\nquant_mode = "convert"\nstep = "prefill"\n', "quant_mode[0]: expected one of train, serve"),
+    ('quant = ["int8"]\nquant_mode = "serve"\n', "quant_mode: 'serve' is MaxEngine's pre-quantized-checkpoint mode"),
+    ('quant = ["none", "int8"]\nquant_mode = ["train", "serve"]\nstep = "generate"\n',
+     "quant[0]: quant_mode 'serve' needs an AQT quantization (int8, intmp), got 'none'"),
+    ('step = "prefill"\nprefill = 256\n', "prefill: the prompt (256) must fit the sequence it starts (seq = 128)"),
+    ('[[matrix]]\nprefill = 0\n', "matrix[0].prefill: must be >= 1"),
 ])
 def test_bad_series_names_file_and_key(tmp_path, text, message):
     path = tmp_path / "hlo-audit.toml"
