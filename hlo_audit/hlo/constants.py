@@ -164,7 +164,7 @@ def large_constants(module: HloModule, captured: Sequence[CapturedArray] = ()) -
     entry = module.entry
     found = []
     for instr in entry.instructions:
-        if instr.shape.is_tuple or instr.shape.bytes < LARGE_CONSTANT_BYTES:
+        if instr.opcode not in ("constant", "broadcast") or instr.shape.bytes < LARGE_CONSTANT_BYTES:
             continue
         if instr.opcode == "constant":
             form, value = "literal", ""

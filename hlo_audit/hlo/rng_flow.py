@@ -529,9 +529,10 @@ def _outside_random_bits(flow: _Dataflow) -> list[Computation]:
     while stack:
         comp = stack.pop()
         for instr in comp.instructions:
-            if flow.is_random_bits(instr):
+            callees = instr.called_computations()  # most instructions call nothing: ask that first
+            if not callees or flow.is_random_bits(instr):
                 continue
-            for callee in instr.called_computations():
+            for callee in callees:
                 if callee not in seen:
                     seen.add(callee)
                     stack.append(module.computations[callee])
