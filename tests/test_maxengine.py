@@ -7,6 +7,7 @@ scanned int8, each step. It runs in one process so a config's engine is built on
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -45,10 +46,17 @@ def hlo_audit(project: Path, *args, env: dict | None = None) -> subprocess.Compl
 
 
 @pytest.fixture(scope="session")
-def engine_cells(tmp_path_factory):
-    project = tmp_path_factory.mktemp("maxengine")
-    (project / "hlo-audit.toml").write_text(CONFIG)
-    proc = hlo_audit(project, "run", "--format", "json")
+def engine_cells(tmp_path_factory, worker_id):
+    """The run, once per pytest run. pytest 9 ignores xdist_group (xdist 3.8 renames items through a node id
+    pytest no longer reads), so both workers may get tests of this module: the first lowers, the other waits
+    on a lock and reads every cell from the cache they share."""
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    project = shared / "maxengine"
+    with open(shared / "maxengine.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        project.mkdir(exist_ok=True)
+        (project / "hlo-audit.toml").write_text(CONFIG)
+        proc = hlo_audit(project, "run", "--format", "json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project, {c["id"]: c for c in json.loads(proc.stdout)["cells"]}
 
