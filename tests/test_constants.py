@@ -87,6 +87,18 @@ def test_step_arithmetic_on_state_sized_arrays_is_not_state():
     assert analyze(text).constants.large == []
 
 
+def test_a_scan_reads_captured_state_in_its_body_and_fills_its_own_accumulator():
+    table = jnp.zeros((WIDTH, WIDTH), jnp.int8)  # a placeholder weight, closed over: a splat
+
+    def step(xs):
+        def body(acc, x):  # acc: a zero-filled f32 buffer of 4 MiB the loop writes, carried
+            return acc + table.astype(jnp.float32) * x, None
+        return jax.lax.scan(body, jnp.zeros((WIDTH, WIDTH)), xs)[0]
+
+    module = analyze(hlo_text(jax.jit(step).trace(jax.ShapeDtypeStruct((3,), jnp.float32)).lower()))
+    assert [(c.form, c.shape.dtype) for c in module.constants.large] == [("broadcast", "s8")]
+
+
 def test_a_scanned_key_stack_is_found_inside_the_loop():
     keys = jax.random.split(jax.random.key(3), 5)  # one key per layer, closed over
 

@@ -11,10 +11,10 @@ Three views of one module:
 
 * every ``constant`` instruction, counted with its bytes by dtype;
 * *large* constants, the size of model state: literals, and broadcasts of a scalar constant, of at least
-  ``LARGE_CONSTANT_BYTES`` in the entry computation, where jax stages what a step closes over. A scalar
-  broadcast that only feeds elementwise arithmetic or a buffer the step writes into is the step's own
-  computation (Adam's hyperparameters, a zero-filled gradient) and is left out. This is the view of an HLO
-  file, and a heuristic;
+  ``LARGE_CONSTANT_BYTES``, wherever jax staged them (the entry computation, or the loop body of a scan
+  that reads them). A scalar broadcast that only feeds elementwise arithmetic or a buffer the step writes
+  into is the step's own computation (Adam's hyperparameters, a zero-filled gradient, a scan's accumulator,
+  the shifts of random bits) and is left out. This is the view of an HLO file, and a heuristic;
 * *captured* arrays, exact, when the tool lowered the step itself: the jaxpr's constants that survive jit's
   dead-code elimination, with the state path of each (``hlo_audit.capture``). Equal placeholder arrays (a
   freshly initialized model's zero weights) may share one HLO constant, so the two views can count
@@ -31,14 +31,15 @@ from dataclasses import dataclass
 
 from hlo_audit.hlo.params import classify, group_pattern
 from hlo_audit.hlo.rng_flow import literal_keys
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, Shape, operand_base
 
 LARGE_CONSTANT_BYTES = 1 << 20  # a layer's weights in any real model are megabytes
 # A scalar broadcast is computation, not state, when all it feeds is elementwise arithmetic (jax broadcasts a
 # scalar operand to its partner's shape: an optimizer's hyperparameters, epsilons) or a buffer the step fills in.
 _COMPUTING_USERS = frozenset({
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "remainder", "atan2", "compare",
-    "select", "clamp", "and", "or", "xor", "scatter", "dynamic-update-slice", "pad",
+    "select", "clamp", "and", "or", "xor", "shift-left", "shift-right-logical", "shift-right-arithmetic",
+    "scatter", "dynamic-update-slice", "pad",
 })
 
 
@@ -156,33 +157,53 @@ def constant_report(module: HloModule, captured: Sequence[CapturedArray] | None 
 
 
 def large_constants(module: HloModule, captured: Sequence[CapturedArray] = ()) -> list[LargeConstant]:
-    """Literals and scalar broadcasts of at least LARGE_CONSTANT_BYTES in the entry computation, largest first."""
+    """Literals and scalar broadcasts of at least LARGE_CONSTANT_BYTES anywhere in the module, largest first."""
     by_shape: dict[tuple[str, tuple[int, ...]], list[str]] = {}
     for a in captured:
         if a.path:
             by_shape.setdefault((a.dtype, a.dims), []).append(a.path)
-    entry = module.entry
     found = []
-    for instr in entry.instructions:
-        if instr.opcode not in ("constant", "broadcast") or instr.shape.bytes < LARGE_CONSTANT_BYTES:
-            continue
-        if instr.opcode == "constant":
-            form, value = "literal", ""
-        elif instr.opcode == "broadcast" and len(instr.operands) == 1:
-            source = entry.by_name[instr.operand_bases[0]]
-            if source.opcode != "constant" or source.shape.dims or _computes(instr, entry):
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            if instr.opcode not in ("constant", "broadcast") or instr.shape.bytes < LARGE_CONSTANT_BYTES:
                 continue
-            form, value = "broadcast", source.literal
-        else:
-            continue
-        paths = tuple(by_shape.get((instr.shape.dtype, instr.shape.dims), ()))
-        found.append(LargeConstant(instr.name, form, instr.shape, value, paths))
+            if instr.opcode == "constant":
+                form, value = "literal", ""
+            elif len(instr.operands) == 1:
+                source = comp.by_name[instr.operand_bases[0]]
+                if source.opcode != "constant" or source.shape.dims or _computes(instr, comp, module):
+                    continue
+                form, value = "broadcast", source.literal
+            else:
+                continue
+            paths = tuple(by_shape.get((instr.shape.dtype, instr.shape.dims), ()))
+            found.append(LargeConstant(instr.name, form, instr.shape, value, paths))
     return sorted(found, key=lambda c: (-c.shape.bytes, c.name))
 
 
-def _computes(broadcast: Instruction, comp: Computation) -> bool:
+def _computes(broadcast: Instruction, comp: Computation, module: HloModule) -> bool:
     users = [comp.by_name[u] for u in broadcast.users]
-    return bool(users) and all(u.opcode in _COMPUTING_USERS for u in users)
+    return bool(users) and all(u.opcode in _COMPUTING_USERS or _filled_by_loop(broadcast, u, comp, module)
+                               for u in users)
+
+
+def _filled_by_loop(value: Instruction, tup: Instruction, comp: Computation, module: HloModule) -> bool:
+    """``value`` starts a while loop's state that the loop writes: an accumulator (a scanned train step's
+    zero-filled gradients), not a constant it reads. An element the body hands back unchanged is read only."""
+    loops = [comp.by_name[u] for u in tup.users] if tup.opcode == "tuple" else []
+    if not loops or any(loop.opcode != "while" for loop in loops):
+        return False
+    indices = [i for i, ref in enumerate(tup.operands) if operand_base(ref) == value.name]
+    for loop in loops:
+        body = module.computations[loop.attrs["body"].strip().lstrip("%")]
+        if body.root.opcode != "tuple":
+            return False
+        for i in indices:
+            out = body.by_name[operand_base(body.root.operands[i])]
+            if out.opcode == "get-tuple-element" and out.attrs.get("index") == str(i) and \
+                    body.by_name[out.operand_bases[0]].opcode == "parameter":
+                return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------------
