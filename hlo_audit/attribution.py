@@ -58,8 +58,15 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
     for (keypath, _), number in zip(leaves, numbers):
         if number is None:
             continue
-        keys = [key_name(k) for k in keypath[2:]]  # (args-or-kwargs, argument, *keys)
+        keys = state_keys(keypath[2:])  # (args-or-kwargs, argument, *keys)
         if keys and keys[-1] == "value":  # NNX Variable.value
             keys.pop()
         result.append(tuple(keys))
     return tuple(result)
+
+
+def state_keys(keypath) -> list[str]:
+    """Pytree keys as a state path names them: NNX ``Variable`` and ``Partitioned`` wrappers add a ``.value``
+    attribute (inside the path too, where a Variable holds a pytree: AQT's ``qrhs.frozen.value.qvalue.value``),
+    which is not part of the state's name. A module named ``value`` (a dict key) stays."""
+    return [key_name(k) for k in keypath if not (isinstance(k, jax.tree_util.GetAttrKey) and k.name == "value")]

@@ -21,7 +21,7 @@ from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError
-from hlo_audit.matrix import Cell, MatrixError, select
+from hlo_audit.matrix import DEFAULT_PREFILL, Cell, MatrixError, select
 from hlo_audit.run import CellResult, run_cells
 from hlo_audit.scaling import Series, fit_series
 from hlo_audit.targets.base import get_target
@@ -89,11 +89,12 @@ def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = 
 
 @dataclass(frozen=True)
 class Source:
-    """What `rng` and `explain` read, whether from a file or a cell: parameter records and the RNG record."""
+    """What `rng` and `explain` read, whether from a file or a cell: parameter, RNG and constants records."""
 
     label: str
     params: list[dict]  # EntryParam.to_record() of each entry parameter
     rng: dict  # RngReport.to_record()
+    constants: dict | None = None  # ConstantReport.to_record(): captured state, literal RNG keys
 
 
 def load_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
@@ -102,9 +103,10 @@ def load_source(spec: str, config_path: str | None = None, module: str | None = 
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
         text, source = read_input(spec, module, stage)
         analysis = analyze(text, source)
-        return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record())
+        return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record(),
+                      analysis.constants.to_record())
     result = cell_result(spec, config_path, use_cache)
-    return Source(spec, result.params, result.rng)
+    return Source(spec, result.params, result.rng, result.constants)
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,8 @@ def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResul
 def _result_from_cell_record(c: dict) -> CellResult:
     cell = Cell(model=c["model"], scan=c["scan"] == "on", quant=c["quant"], layers=c["layers"], target=c["target"],
                 batch=c["batch"], seq=c["seq"], platform=c["platform"], stage=c["stage"], step=c["step"],
-                topology=c["topology"], cuda_arch=c["cuda_arch"])
+                topology=c["topology"], cuda_arch=c["cuda_arch"],
+                # Shards written before the AQT-mode and prefill axes existed lack them: the defaults.
+                quant_mode=c.get("quant_mode", "train"), prefill=c.get("prefill", DEFAULT_PREFILL))
     summary = None if c["entry_params"] is None else {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}
     return CellResult(cell=cell, status=c["status"], message=c["message"], summary=summary, cached=c["cached"])

@@ -190,14 +190,15 @@ def rng(
     streams: Annotated[bool, typer.Option("--streams", help="Also list every stream with its verdict.")] = False,
     no_cache: NoCacheOpt = False,
 ) -> None:
-    """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown."""
+    """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
+    written into the program as literals (they never advance)."""
     source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache)
     if fmt is Format.json:
-        sys.stdout.write(jsonfmt.format_rng(source.label, source.rng, streams))
+        sys.stdout.write(jsonfmt.format_rng(source.label, source.rng, streams, source.constants))
     elif fmt is Format.markdown:
-        sys.stdout.write(markdown.format_rng(source.label, source.rng, streams))
+        sys.stdout.write(markdown.format_rng(source.label, source.rng, streams, source.constants))
     else:
-        table.print_rng(table.make_console(), source.label, source.rng, streams)
+        table.print_rng(table.make_console(), source.label, source.rng, streams, source.constants)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
@@ -306,15 +307,17 @@ def explain(
     top: Annotated[int, typer.Option(min=0, help="Children shown per node, largest first (0: all).")] = 8,
     fmt: FormatOpt = Format.table,
 ) -> None:
-    """Where the entry parameters come from: a tree of path-pattern groups, largest first."""
-    label, params = explain_mod.load_params(source, config, module, stage.value, use_cache=not no_cache)
+    """Where the entry parameters come from: a tree of path-pattern groups, largest first; and, for a step that
+    closes over state, the same tree of what it captured as constants."""
+    label, params, captured = explain_mod.load_params(source, config, module, stage.value, use_cache=not no_cache)
     tree = explain_mod.explain(params, label, depth=depth, top=top)
+    captured_tree = explain_mod.explain(captured, f"{label} captured", depth=depth, top=top) if captured else None
     if fmt is Format.json:
-        sys.stdout.write(jsonfmt.format_explain(tree))
+        sys.stdout.write(jsonfmt.format_explain(tree, captured_tree))
     elif fmt is Format.markdown:
-        sys.stdout.write(markdown.format_explain(tree))
+        sys.stdout.write(markdown.format_explain(tree, captured_tree))
     else:
-        report_tree.print_explain(table.make_console(max_width=REPORT_WIDTH), tree)
+        report_tree.print_explain(table.make_console(max_width=REPORT_WIDTH), tree, captured_tree)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hlo_audit import platforms
-from hlo_audit.matrix import RULE_KEYS, Axes, Cell, expand, matches_rule
+from hlo_audit.matrix import DEFAULT_PREFILL, RULE_KEYS, TRAIN_STEP, Axes, Cell, expand, matches_rule
 
 DEFAULT_CONFIG_FILE = "hlo-audit.toml"
 
@@ -28,6 +28,12 @@ TE_RECIPES = ("te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
 STAGES = ("lowered", "compiled")
 STEPS = ("train", "prefill", "generate", "insert")
+# AQT's modes as MaxEngine selects them: "serve" when the checkpoint is already quantized
+# (checkpoint_is_quantized -> quant_mode_str "serve"), else "train". ("convert" is a checkpoint-conversion
+# utility's mode, not a step MaxEngine runs.)
+QUANT_MODES = ("train", "serve")
+# MaxText 0.2.5's quantizations that configure_quantization backs with AQT, the only ones with a serve mode.
+AQT_QUANTIZATIONS = ("int8", "intmp")
 _TOPOLOGY = re.compile(r"^v\d+[a-z]*-\d+$")  # MaxText's compile_topology names: v6e-4, v5p-8, v4-16
 _CUDA_ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")  # sm_90, sm_90a, sm_100
 
@@ -38,18 +44,20 @@ def is_transformer_engine(quant: str) -> bool:
 
 
 # The axes of a series: top-level keys give the first series and the defaults of every [[matrix]] entry.
-AXIS_KEYS = ("models", "scan", "quant", "layers", "step", "batch", "seq", "platform", "topology", "cuda_arch",
-             "stage", "overrides")
+AXIS_KEYS = ("models", "scan", "quant", "quant_mode", "layers", "step", "batch", "seq", "prefill", "platform",
+             "topology", "cuda_arch", "stage", "overrides")
 
 DEFAULTS: dict = {
     "target": "maxtext",
     "models": ["llama3-8b", "qwen3-1.7b", "deepseek3-test"],
     "scan": ["on", "off"],
     "quant": ["none", "int8", "fp8", "nanoo_fp8"],
+    "quant_mode": ["train"],
     "layers": [2, 4],
     "step": ["train"],
     "batch": 1,
     "seq": 128,
+    "prefill": DEFAULT_PREFILL,
     "platform": "cpu",
     "topology": [],
     "cuda_arch": [],
@@ -78,6 +86,12 @@ DEFAULTS: dict = {
         # batch 1, seq 128; scanned as that test runs them, and unrolled, where seed 000's leak grew.
         {"models": ["deepseek3-test", "llama3-8b", "qwen3-1.7b"], "quant": ["none"], "layers": [4],
          "platform": "tpu", "topology": ["v6e-4"], "stage": "compiled", "overrides": {}},
+        # Inference: MaxEngine's prefill and decode step, unquantized and AQT int8 (quantizing on every call),
+        # then int8 on pre-quantized weights (serve mode), which needs a series of its own. One depth: what a
+        # decode step bakes in is gated per cell, and nothing in it scales with depth the way train RNG state did.
+        {"models": ["llama3-8b"], "quant": ["none", "int8"], "step": ["prefill", "generate"], "layers": [2]},
+        {"models": ["llama3-8b"], "quant": ["int8"], "quant_mode": "serve", "step": ["prefill", "generate"],
+         "layers": [2]},
     ],
     # TE's NVFP4 with the Hadamard transform fuses it into the cast only for rows % 64 and columns % 128, and
     # refuses anything else ("eligible for RHT cast fusion"); deepseek3-test's MoE dims (576) do not fit, on any GPU.
@@ -290,10 +304,26 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
     for i, step in enumerate(steps):
         if step not in STEPS:
             bad(f"step[{i}]", f"expected one of {', '.join(STEPS)}, got {step!r}")
+    quant_modes = _string_list(table, "quant_mode", bad, allow_scalar=True)
+    for i, mode in enumerate(quant_modes):
+        if mode not in QUANT_MODES:
+            bad(f"quant_mode[{i}]", f"expected one of {', '.join(QUANT_MODES)}, got {mode!r}")
+    if target == "maxtext" and "serve" in quant_modes:
+        # MaxEngine serves pre-quantized AQT weights; a train step or an unquantized model has no serve mode.
+        if TRAIN_STEP in steps:
+            bad("quant_mode", "'serve' is MaxEngine's pre-quantized-checkpoint mode: only inference steps "
+                              "(prefill, generate, insert) have it; put it in a series without step 'train'")
+        for i, q in enumerate(quants):
+            if q not in AQT_QUANTIZATIONS:
+                bad(f"quant[{i}]", f"quant_mode 'serve' needs an AQT quantization ({', '.join(AQT_QUANTIZATIONS)}), "
+                                   f"got {q!r}: put it in a series of its own")
     batch = _typed(table, "batch", int, bad)
     seq = _typed(table, "seq", int, bad)
-    if batch < 1 or seq < 1:
-        bad("batch" if batch < 1 else "seq", "must be >= 1")
+    prefill = _typed(table, "prefill", int, bad)
+    if batch < 1 or seq < 1 or prefill < 1:
+        bad("batch" if batch < 1 else "seq" if seq < 1 else "prefill", "must be >= 1")
+    if prefill > seq and any(step != TRAIN_STEP for step in steps):
+        bad("prefill", f"the prompt ({prefill}) must fit the sequence it starts (seq = {seq})")
     topologies = _string_list(table, "topology", bad, allow_scalar=True, allow_empty=True)
     for i, name in enumerate(topologies):
         if not _TOPOLOGY.match(name):
@@ -323,7 +353,7 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
     return Axes(
         models=tuple(models), scans=tuple(scans), quants=tuple(quants), layers=tuple(layers), batch=batch, seq=seq,
         platform=platform, topologies=tuple(topologies) or ("",), cuda_archs=tuple(cuda_archs) or ("",),
-        stage=stage, steps=tuple(steps),
+        stage=stage, steps=tuple(steps), quant_modes=tuple(quant_modes), prefill=prefill,
         overrides={m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()},
     )
 

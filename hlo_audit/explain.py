@@ -77,9 +77,11 @@ def split_pattern(pattern: str) -> tuple[str, list[str]]:
     start = containers[-1] + 1
     if start < len(parts) and parts[start] == "*":  # `layers.*`: an nnx.List's integer index, collapsed
         start += 1
-    # The state: an RNG owner with the module that holds it (`AqtDotGeneral_0.to_nnx__rngs.*`), else the leaf.
+    # The state: an RNG owner with the module that holds it (`AqtDotGeneral_0.to_nnx__rngs.*`), else the leaf,
+    # with the list index of a leaf in a list (AQT's `scale.0`).
     owner = next((i for i in range(len(parts) - 1, start - 1, -1) if _RNG_OWNER.search(parts[i])), None)
-    end = max(owner - 1, start) if owner is not None and parts[-1] == "*" else len(parts) - 1
+    leaf = len(parts) - 2 if parts[-1].isdigit() and len(parts) - 2 >= start else len(parts) - 1
+    end = max(owner - 1, start) if owner is not None and parts[-1] == "*" else leaf
     middle = parts[start:end]
     if not middle:
         return pattern, []
@@ -141,10 +143,12 @@ def explain(params: Iterable[Mapping], name: str, depth: int = 3, top: int = 8) 
 
 
 def load_params(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
-                use_cache: bool = True) -> tuple[str, list[dict]]:
-    """(label, parameters) of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
+                use_cache: bool = True) -> tuple[str, list[dict], list[dict]]:
+    """(label, parameters, captured arrays) of a cell id (from the cache, else lowered) or an HLO file, '-' or
+    dump folder; the captured arrays (path, role, dtype, bytes, pattern) are known for cells only."""
     source = audit.load_source(spec, config_path, module, stage, use_cache)
     # Each RNG parameter's stream verdict, so a node can say how much of it is drawn and how much buys nothing.
     verdict = {s[part]: s["verdict"] for s in source.rng["stream_list"] for part in ("key", "count")
                if s[part] is not None}
-    return source.label, [{**p, "rng_verdict": verdict.get(p["index"])} for p in source.params]
+    captured = ((source.constants or {}).get("captured") or {}).get("arrays_list", [])
+    return source.label, [{**p, "rng_verdict": verdict.get(p["index"])} for p in source.params], captured

@@ -3,7 +3,9 @@
 Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver must carry a reason):
 
 * ``count``: a ratchet. More entry parameters of any dtype or role than the golden is a regression; fewer
-  is an improvement that asks to tighten the golden.
+  is an improvement that asks to tighten the golden. State captured as constants counts the same way, in
+  arrays and bytes per dtype: a step that starts baking state into its program fails like one that grows
+  its entry parameters (``hlo_audit.hlo.constants``).
 * ``rng_scaling``: in an unrolled (scan off) series, RNG parameters must not grow with depth. That growth
   is the seed-000 bug: per-layer RNG state the host marshals every step.
 * ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
@@ -27,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.golden import Golden, environment
-from hlo_audit.hlo.diff import count_delta
+from hlo_audit.hlo.constants import golden_summary
+from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, signed_counts
 from hlo_audit.matrix import matches_rule
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series, rng_slope
@@ -77,10 +80,6 @@ class Finding:
     @property
     def failing(self) -> bool:
         return self.severity in FAILING
-
-
-def _signed(d: Mapping[str, int]) -> str:
-    return ", ".join(f"{k} {v:+d}" for k, v in d.items())
 
 
 def _byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
@@ -136,18 +135,30 @@ class Gate:
         by_dtype = count_delta(old["by_dtype"], new["by_dtype"])
         by_role = count_delta(old["by_role"], new["by_role"])
         groups = count_delta(old["groups"], new["groups"])
+        # A golden written before captured state was recorded ratchets entry parameters only.
+        captured = (captured_delta(old["constants"], golden_summary(result.constants))
+                    if "constants" in old and result.constants is not None else None)
         details = {"entry_params": {"golden": old["entry_params"], "now": new["entry_params"]},
-                   "by_dtype": by_dtype, "by_role": by_role, "groups": groups, "regenerate": self._command(cid)}
-        if any(v > 0 for v in (*by_dtype.values(), *by_role.values())):
+                   "by_dtype": by_dtype, "by_role": by_role, "groups": groups, "captured": captured,
+                   "regenerate": self._command(cid)}
+        params = f"entry parameters {old['entry_params']} -> {new['entry_params']}"
+        grew = any(v > 0 for v in (*by_dtype.values(), *by_role.values()))
+        baked = captured is not None and (any(v > 0 for v in (*captured["by_dtype"].values(),
+                                                               *captured["bytes_by_dtype"].values()))
+                                           or captured["literal_keys"][1] > captured["literal_keys"][0])
+        if grew or baked:
             grown = {k: v for k, v in groups.items() if v > 0}
-            message = (f"entry parameters {old['entry_params']} -> {new['entry_params']}: {_signed(by_dtype)}"
-                       f" ({_signed(by_role)}); new or grown path patterns: {_signed(grown) or 'none'}."
-                       f" If intended: {self._command(cid)}")
+            message = (f"{params}: {signed_counts(by_dtype) or 'unchanged'}"
+                       + (f" ({signed_counts(by_role)}); new or grown path patterns: {signed_counts(grown) or 'none'}"
+                          if by_dtype or by_role else "")
+                       + (f"; {captured_change(captured)}" if captured else "")
+                       + f". If intended: {self._command(cid)}")
             return Finding(cid, "regression", "count", message, details)
-        if by_dtype or by_role:
+        if by_dtype or by_role or captured:
+            changes = [f"{params}: {signed_counts(by_dtype)}"] if by_dtype or by_role else []
+            changes += [captured_change(captured)] if captured else []
             return Finding(cid, "improvement", "count",
-                           f"entry parameters {old['entry_params']} -> {new['entry_params']}: {_signed(by_dtype)};"
-                           f" tighten the golden: {self._command(cid)}", details)
+                           f"{'; '.join(changes)}; tighten the golden: {self._command(cid)}", details)
         return None
 
     def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:

@@ -1,8 +1,9 @@
 """The golden store: what each cell looked like when a human last accepted it.
 
 Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode
-histogram, the depth series' per-layer slopes, a compiled cell's memory and cost, and the environment
-fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized
+histogram, the state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost,
+and the environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per
+depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized
 module. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
 
 Writing is all-or-nothing, as syrupy's ``--snapshot-update`` is: every lowering happens first, the new files
@@ -24,6 +25,7 @@ from pathlib import Path
 from hlo_audit import platforms
 from hlo_audit.cache import package_versions
 from hlo_audit.config import is_transformer_engine
+from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.matrix import Cell
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
@@ -71,6 +73,8 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         record["memory"] = result.memory
     if result.cost is not None:
         record["cost"] = result.cost
+    if result.constants is not None:  # state baked in as constants: the count ratchet covers it too
+        record["constants"] = golden_summary(result.constants)
     if result.params:  # per dtype x role: what the report's tidy rows compare against
         record["by_dtype_role"] = {f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
     if series is not None:

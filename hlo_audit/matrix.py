@@ -1,9 +1,9 @@
 """Cells of the audit matrix: one lowering each, with a stable id.
 
-A cell is everything that decides what HLO comes out: target, model, scan on/off, quantization, depth, the
-step (MaxText's train step, or an inference step), batch and sequence length, the platform with what
-names the exact device (a TPU topology, a CUDA architecture), the stage (lowered or compiled) and
-per-model overrides. Its id is what a golden file, a pytest item and a report row are named by, so it must
+A cell is everything that decides what HLO comes out: target, model, scan on/off, quantization and its AQT
+mode, depth, the step (MaxText's train step, or an inference step), batch, sequence and prefill length, the
+platform with what names the exact device (a TPU topology, a CUDA architecture), the stage (lowered or
+compiled) and per-model overrides. Its id is what a golden file, a pytest item and a report row are named by, so it must
 never depend on dict order or run order.
 """
 
@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
 # `--only` keys and the cell attribute each one filters.
-FILTER_KEYS = {"model": "model", "scan": "scan_label", "quant": "quant", "layers": "layers", "step": "step",
-               "platform": "platform", "topology": "topology", "cuda_arch": "cuda_arch", "stage": "stage",
-               "id": "id", "target": "target"}
+FILTER_KEYS = {"model": "model", "scan": "scan_label", "quant": "quant", "quant_mode": "quant_mode",
+               "layers": "layers", "step": "step", "platform": "platform", "topology": "topology",
+               "cuda_arch": "cuda_arch", "stage": "stage", "id": "id", "target": "target"}
+
+TRAIN_STEP = "train"
+# MaxText's max_prefill_predict_length default (base.yml): the prompt length an inference cell prefills.
+DEFAULT_PREFILL = 64
 
 
 class MatrixError(ValueError):
@@ -39,6 +44,10 @@ class Cell:
     step: str = "train"
     topology: str = ""  # platform "tpu": the TPU topology compiled for (MaxText's names: v6e-4, v5p-8...)
     cuda_arch: str = ""  # platform "cuda": the GPU architecture declared to the compiler stack (sm_90...)
+    # AQT's mode: "train" quantizes full-precision weights on every call; "serve" runs on weights quantized
+    # ahead of time (MaxEngine with checkpoint_is_quantized). Part of the id, as `int8-serve`, when not "train".
+    quant_mode: str = "train"
+    prefill: int = DEFAULT_PREFILL  # inference steps: the prompt length prefilled (train cells keep the default)
 
     @property
     def scan_label(self) -> str:
@@ -51,17 +60,27 @@ class Cell:
         return f"{self.platform}-{device}" if device else self.platform
 
     @property
+    def quant_label(self) -> str:
+        """``int8``, or ``int8-serve`` for AQT's serve mode: the quantization as ids and labels show it."""
+        return self.quant if self.quant_mode == "train" else f"{self.quant}-{self.quant_mode}"
+
+    @property
+    def is_inference(self) -> bool:
+        return self.step != TRAIN_STEP
+
+    @property
     def id(self) -> str:
-        """``llama3-8b/scan-off/int8/L2``; step, platform, stage, batch/seq appear only when not the defaults."""
-        parts = [self.model, f"scan-{self.scan_label}", self.quant, f"L{self.layers}"]
-        if self.step != "train":
+        """``llama3-8b/scan-off/int8/L2``; step, platform, stage, batch/seq/prefill appear only when not the defaults."""
+        parts = [self.model, f"scan-{self.scan_label}", self.quant_label, f"L{self.layers}"]
+        if self.is_inference:
             parts.append(self.step)
         if self.platform_label != "cpu":
             parts.append(self.platform_label)
         if self.stage != "lowered":
             parts.append(self.stage)
-        if self.batch != 1 or self.seq != 128:
-            parts.append(f"b{self.batch}s{self.seq}")
+        custom_prefill = self.is_inference and self.prefill != DEFAULT_PREFILL
+        if self.batch != 1 or self.seq != 128 or custom_prefill:
+            parts.append(f"b{self.batch}s{self.seq}" + (f"p{self.prefill}" if custom_prefill else ""))
         return "/".join(parts)
 
     def key_without(self, name: str) -> tuple:
@@ -76,9 +95,9 @@ class Cell:
     def record(self) -> dict:
         """The cell's identity as report rows and JSON name it (scan as on/off)."""
         return {"id": self.id, "target": self.target, "model": self.model, "scan": self.scan_label,
-                "quant": self.quant, "layers": self.layers, "step": self.step, "platform": self.platform,
-                "topology": self.topology, "cuda_arch": self.cuda_arch, "stage": self.stage,
-                "batch": self.batch, "seq": self.seq}
+                "quant": self.quant, "quant_mode": self.quant_mode, "layers": self.layers, "step": self.step,
+                "platform": self.platform, "topology": self.topology, "cuda_arch": self.cuda_arch,
+                "stage": self.stage, "batch": self.batch, "seq": self.seq, "prefill": self.prefill}
 
     def key_material(self) -> str:
         """Canonical JSON of every field (the cache key starts from this)."""
@@ -105,7 +124,7 @@ def matches(cell: Cell, filters: dict[str, set[str]]) -> bool:
 
 
 # What a config's exclude rule or waiver may match on.
-RULE_KEYS = ("model", "scan", "quant", "layers", "step", "platform", "topology", "cuda_arch", "stage")
+RULE_KEYS = ("model", "scan", "quant", "quant_mode", "layers", "step", "platform", "topology", "cuda_arch", "stage")
 
 
 def matches_rule(cell: Cell, rule: Mapping[str, object]) -> bool:
@@ -126,8 +145,10 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
 def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = None) -> list[Cell]:
     """Filter by --only, then keep shard K of N.
 
-    Shards are dealt by depth series, round-robin in id order: a series stays whole in one shard, because
-    the RNG-scaling rule needs all its depths.
+    Shards are dealt by depth series, longest first and then in id order, each to the shard with the fewest
+    cells so far: a series stays whole in one shard, because the RNG-scaling rule needs all its depths, and
+    series of different lengths (a train series of two depths, a one-depth inference series) leave the shards
+    even.
     """
     filters = parse_only(only)
     chosen = sorted((c for c in cells if matches(c, filters)), key=lambda c: c.id)
@@ -135,8 +156,14 @@ def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = N
     if picked is None:
         return chosen
     k, n = picked
-    series = list(dict.fromkeys(c.series for c in chosen))  # in order of each series' first (smallest) id
-    mine = {s for i, s in enumerate(series) if i % n == k - 1}
+    sizes = Counter(c.series for c in chosen)  # in order of each series' first (smallest) id
+    load = [0] * n
+    mine = set()
+    for s, size in sorted(sizes.items(), key=lambda kv: -kv[1]):  # stable: id order among equal lengths
+        shard_index = load.index(min(load))
+        load[shard_index] += size
+        if shard_index == k - 1:
+            mine.add(s)
     return [c for c in chosen if c.series in mine]
 
 
@@ -155,6 +182,8 @@ class Axes:
     cuda_archs: tuple[str, ...] = ("",)
     stage: str = "lowered"
     steps: tuple[str, ...] = ("train",)
+    quant_modes: tuple[str, ...] = ("train",)
+    prefill: int = DEFAULT_PREFILL
     overrides: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # model -> MaxText key -> value
 
 
@@ -163,11 +192,14 @@ def expand(target: str, axes: Axes, layers_for: Mapping[str, Sequence[int]], exc
     cells = []
     for model in axes.models:
         model_overrides = tuple(sorted((k, str(v)) for k, v in axes.overrides.get(model, {}).items()))
-        for scan, quant, layers, step, topology, cuda_arch in itertools.product(
-                axes.scans, axes.quants, layers_for[model], axes.steps, axes.topologies, axes.cuda_archs):
+        for scan, quant, quant_mode, layers, step, topology, cuda_arch in itertools.product(
+                axes.scans, axes.quants, axes.quant_modes, layers_for[model], axes.steps, axes.topologies,
+                axes.cuda_archs):
+            # A train step prefills nothing: its cells keep the default, so a series' prefill never splits them.
+            prefill = axes.prefill if step != TRAIN_STEP else DEFAULT_PREFILL
             cell = Cell(model=model, scan=scan, quant=quant, layers=layers, target=target, batch=axes.batch,
                         seq=axes.seq, platform=axes.platform, stage=axes.stage, overrides=model_overrides,
-                        step=step, topology=topology, cuda_arch=cuda_arch)
+                        step=step, topology=topology, cuda_arch=cuda_arch, quant_mode=quant_mode, prefill=prefill)
             if not excluded(cell):
                 cells.append(cell)
     return sorted(set(cells), key=lambda c: c.id)

@@ -5,7 +5,7 @@ Compiled cells add a fourth view: what XLA's memory and cost analyses say (bytes
 accessed), against the golden's.
 
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
-parameters, of which u32"). Nothing here lowers anything that `run` or `check` already lowered: results come
+parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here lowers anything that `run` or `check` already lowered: results come
 through the same plan -> execute path, so a report after a `check` reads only the cache.
 """
 
@@ -14,11 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_audit import audit, golden
+from hlo_audit.hlo.constants import golden_summary
+from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
 from hlo_audit.run import CellResult
 from hlo_audit.scaling import Series
 
-CELL_COLUMNS = ("id", "model", "scan", "quant", "layers", "step", "platform", "topology", "cuda_arch", "stage")
+CELL_COLUMNS = ("id", "model", "scan", "quant", "quant_mode", "layers", "step", "platform", "topology", "cuda_arch",
+                "stage")
 TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
 # A compiled cell's memory kinds (compiled.MEMORY_FIELDS' keys), each with its column heading in the views.
 MEMORY_COLUMNS = (("argument_bytes", "argument"), ("output_bytes", "output"), ("alias_bytes", "alias"),
@@ -38,6 +41,14 @@ class CellView:
             return None
         old, new = self.golden[kind], self.result.summary[kind]
         return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new))}
+
+    @property
+    def constants_delta(self) -> dict | None:
+        """Baked-in state against the golden's (``diff.captured_delta``); None without a golden that records it,
+        or when nothing changed."""
+        if self.golden is None or "constants" not in self.golden or self.result.constants is None:
+            return None
+        return captured_delta(self.golden["constants"], golden_summary(self.result.constants))
 
     @property
     def total_delta(self) -> int | None:
@@ -90,6 +101,14 @@ class MatrixReport:
     def compiled(self) -> list[CellView]:
         """Cells with XLA's memory analysis (stage compiled)."""
         return [v for v in self.cells if v.result.memory is not None]
+
+    @property
+    def baking(self) -> list[CellView]:
+        """Lowered cells whose program holds state as constants: captured arrays, large constants, literal keys."""
+        def bakes(c: dict | None) -> bool:
+            return bool(c and ((c["captured"] or {}).get("arrays") or c["large"] or c["literal_keys"]))
+
+        return [v for v in self.lowered if bakes(v.result.constants)]
 
     @property
     def dtypes(self) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from hlo_audit import platforms
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
@@ -36,6 +37,7 @@ class CellResult:
     rng: dict | None = None  # RNG streams drawn / carried / unknown (RngReport.to_record)
     memory: dict | None = None  # compiled cells: bytes by kind (argument, output, alias, temp, generated_code)
     cost: dict | None = None  # compiled cells: flops, transcendentals, bytes_accessed
+    constants: dict | None = None  # constants, large ones, literal keys, captured arrays (ConstantReport.to_record)
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
     cached: bool = False
@@ -62,6 +64,11 @@ class CellResult:
         return counts
 
     @property
+    def captured(self) -> dict | None:
+        """What the step closes over (captured_summary plus ``arrays_list``); None when not known."""
+        return self.constants.get("captured") if self.constants else None
+
+    @property
     def rng_params(self) -> int:
         return self.count("by_role", "rng_key") + self.count("by_role", "rng_count")
 
@@ -79,11 +86,11 @@ class CellResult:
 
 
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
-    analysis = analyze(lowering.text, cell.id, lowering.arg_keys)
+    analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured)
     return CellResult(
         cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
-        memory=lowering.memory, cost=lowering.cost,
+        memory=lowering.memory, cost=lowering.cost, constants=analysis.constants.to_record(),
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),
@@ -153,7 +160,11 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
             keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
-            lowering = Lowering(text, keys, meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))
+            captured = meta.get("captured")
+            if captured is not None:
+                captured = tuple(CapturedArray.from_record(a) for a in captured)
+            lowering = Lowering(text, keys, captured=captured, note=meta.get("note", ""), memory=meta.get("memory"),
+                                cost=meta.get("cost"))
             result = analyze_lowering(cell, lowering, meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
@@ -167,10 +178,12 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
     if result.status == "ok" and lowering is not None:
         result.text = lowering.text
         keys = lowering.arg_keys
+        captured = lowering.captured
         cache.put_lowering(result.key, lowering.text, {
             "cell": result.cell.id, "seconds": result.lower_seconds,
             "arg_keys": [list(k) for k in keys] if keys is not None else None, "note": lowering.note,
-            "memory": lowering.memory, "cost": lowering.cost})
+            "memory": lowering.memory, "cost": lowering.cost,
+            "captured": [a.to_record() for a in captured] if captured is not None else None})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 

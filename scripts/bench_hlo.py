@@ -31,6 +31,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 
 from hlo_audit.cache import write_atomic  # noqa: E402
 from hlo_audit.hlo.analysis import Analysis, analyze  # noqa: E402
+from hlo_audit.hlo.constants import constant_report  # noqa: E402
 from hlo_audit.hlo.normalize import normalize  # noqa: E402
 from hlo_audit.hlo.rng_flow import classify_streams  # noqa: E402
 from hlo_audit.hlo.text import HloParseError, read_text  # noqa: E402
@@ -155,6 +156,8 @@ def _cases(path: pathlib.Path, analysis: Analysis) -> dict[str, Callable[[], obj
         NORMALIZE: lambda: normalize(module, params),
         # The dead-RNG dataflow (`hlo-audit rng`) over every stream at once, on the parsed module.
         "(f) rng streams (parsed)": lambda: classify_streams(module, params),
+        # Constants by dtype, large ones, literal RNG keys (the captured-state view), on the parsed module.
+        "(g) constants (parsed)": lambda: constant_report(module),
     }
 
 

@@ -42,7 +42,7 @@ TWO_CELLS = "platform=tpu,scan=on,model=llama3-8b,model=qwen3-1.7b"
 BARE = textwrap.dedent("""
     from hlo_audit.matrix import Cell
     from hlo_audit.targets.maxtext import lower_cell
-    lower_cell(Cell("llama3-8b", True, "none", 4, platform="tpu", topology="v6e-4", stage="compiled")).compile()
+    lower_cell(Cell("llama3-8b", True, "none", 4, platform="tpu", topology="v6e-4", stage="compiled"))[0].compile()
 """)
 # What MaxText's hlo_diff_test passes to train_compile (src/maxtext/configs/base.yml + model_name...).
 MAXTEXT_ARGS = ["model_name=llama3-8b", "dataset_type=synthetic", "override_model_config=true",

@@ -12,6 +12,10 @@ MaxText as it was before the fix. ``te-keeps-rngs`` does to the Transformer Engi
 ``fp8-keeps-rngs`` does to fp8 (every recipe keeps its forked Rngs, not only NVFP4, whose stochastic rounding
 draws). ``reverted(...)`` applies them in-process and undoes them on exit; TE cells lower as the maxtext
 target lowers them.
+
+``rest-as-args`` changes MaxEngine's inference steps instead: they take the model's rest state (RNG streams, AQT
+serve mode's quantized weights) as a jit argument, as the train step takes its state, instead of closing over it,
+so what was captured as constants becomes entry parameters.
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from __future__ import annotations
 import contextlib
 import os
 
-from hlo_audit.targets import te
-from hlo_audit.targets.maxtext import lower_cell, model_num_layers, te_recipe
+import jax
+
+from hlo_audit.capture import captured_arrays
+from hlo_audit.targets.base import Lowering
+from hlo_audit.targets.maxengine import inference_settings, inference_step
+from hlo_audit.targets.maxtext import MaxTextTarget, _trainer_jax_flags, model_num_layers
 
 INJECT = "HLO_AUDIT_INJECT"
+REST_AS_ARGS = "rest-as-args"
 REVERTS = ("fp8-keeps-rngs", "te-keeps-rngs", "dropout0-forks", "attention-holds-rngs")
 
 
@@ -71,13 +80,49 @@ def reverted(*names: str):
 
 
 def lower(cell):
-    with reverted(*injected()), te.cross_lowering(cell, te_recipe):
-        return lower_cell(cell)  # for the cell's platform: a TPU topology's devices too
+    names = injected()
+    if cell.is_inference and REST_AS_ARGS in names:
+        return _rest_as_arguments(cell)
+    with reverted(*(n for n in names if n != REST_AS_ARGS)):
+        return MaxTextTarget().lower(cell)  # as the maxtext target lowers: platform devices, TE declared
 
 
 def injected() -> list[str]:
-    """The reverts HLO_AUDIT_INJECT names."""
+    """The changes HLO_AUDIT_INJECT names."""
     return [n for n in os.environ.get(INJECT, "").split(",") if n]
 
 
 lower.full_depth = model_num_layers
+
+
+def _rest_as_arguments(cell) -> Lowering:
+    settings = inference_settings(cell.model, scan_layers=cell.scan, quantization=cell.quant,
+                                  quant_mode=cell.quant_mode, num_layers=cell.layers, per_device_batch_size=cell.batch,
+                                  max_target_length=cell.seq, max_prefill_length=cell.prefill,
+                                  overrides=dict(cell.overrides))
+    call = inference_step(settings, cell.step)
+    engine = call.engine
+
+    def with_rest(rest, run):
+        saved, engine._nnx_rest_state = engine._nnx_rest_state, rest
+        try:
+            return run()
+        finally:
+            engine._nnx_rest_state = saved
+
+    # One wrapper per step, so every argument keeps the name MaxEngine's own method gives it.
+    def prefill(rest, *, params, padded_tokens, true_length, rng):
+        return with_rest(rest, lambda: call.jitted(engine, params=params, padded_tokens=padded_tokens,
+                                                   true_length=true_length, rng=rng))
+
+    def generate(rest, params, decode_state, *, rng):
+        return with_rest(rest, lambda: call.jitted(engine, params, decode_state, rng=rng))
+
+    def insert(rest, prefix, decode_state, slot):
+        return with_rest(rest, lambda: call.jitted(engine, prefix, decode_state, slot))
+
+    step = {"prefill": prefill, "generate": generate, "insert": insert}[cell.step]
+    with _trainer_jax_flags(engine.config):
+        traced = jax.jit(step).trace(call.rest_state, *call.args[1:], **call.kwargs)
+        captured = captured_arrays(traced, {"model": call.rest_state})
+        return Lowering.of(traced.lower(lowering_platforms=(cell.platform,)), cell.stage, captured)

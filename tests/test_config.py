@@ -15,12 +15,14 @@ def test_builtin_default_matrix(tmp_path):
     p = plan(cwd=tmp_path)
     assert p.config.source == "<built-in default>"
     ids = [c.id for c in p.cells]
-    # 3 models x 2 scans x (4 quantizations + 5 TE recipes) x 2 depths, less deepseek3-test's te_nvfp4 (its MoE dims
-    # do not fit TE's RHT cast fusion: excluded by default), plus the TPU series (3 models x 2 scans).
-    assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2 - 2 * 2 + 3 * 2
+    # Train steps: 3 models x 2 scans x (4 quantizations + 5 TE recipes) x 2 depths, less deepseek3-test's te_nvfp4
+    # (its MoE dims do not fit TE's RHT cast fusion: excluded by default); the TPU series (3 models x 2 scans);
+    # inference: prefill and generate of llama3-8b at depth 2, scanned or not, unquantized, int8 and int8 serve.
+    assert len(ids) == len(set(ids)) == 3 * 2 * 9 * 2 - 2 * 2 + 3 * 2 + 2 * 2 * 3
     assert "deepseek3-test/scan-off/te_nvfp4_no_rht/L2/cuda-sm_90" in ids
     assert "deepseek3-test/scan-off/te_nvfp4/L2/cuda-sm_90" not in ids
     assert "llama3-8b/scan-off/int8/L2" in ids
+    assert "llama3-8b/scan-on/int8-serve/L2/generate" in ids and "llama3-8b/scan-off/none/L2/prefill" in ids
     # Transformer Engine recipes exist only for CUDA: a series of their own, whose ids name the architecture.
     assert "llama3-8b/scan-off/te_nvfp4/L2/cuda-sm_90" in ids
     assert all(c.platform == "cuda" and c.cuda_arch == "sm_90" for c in p.cells if c.quant.startswith("te_"))
@@ -100,9 +102,9 @@ def test_missing_config_file(tmp_path):
 
 def test_only_and_shard(tmp_path):
     cells = plan(cwd=tmp_path).cells
-    chosen = select(cells, "model=llama3-8b,quant=int8,scan=off")
+    chosen = select(cells, "model=llama3-8b,quant=int8,scan=off,step=train")
     assert [c.id for c in chosen] == ["llama3-8b/scan-off/int8/L2", "llama3-8b/scan-off/int8/L4"]
-    assert len(select(cells, "quant=int8,quant=fp8")) == 3 * 2 * 2 * 2
+    assert len(select(cells, "quant=int8,quant=fp8,step=train")) == 3 * 2 * 2 * 2
     shards = [select(cells, None, f"{k}/3") for k in (1, 2, 3)]
     assert sorted(c.id for s in shards for c in s) == sorted(c.id for c in cells)
     series = [len({c.series for c in shard}) for shard in shards]  # shards are dealt whole series
@@ -115,7 +117,7 @@ def test_only_and_shard(tmp_path):
 
 
 def test_layers_option(tmp_path):
-    p = plan(only="model=llama3-8b,quant=none,scan=off,platform=cpu", layers="2,full", cwd=tmp_path)
+    p = plan(only="model=llama3-8b,quant=none,scan=off,platform=cpu,step=train", layers="2,full", cwd=tmp_path)
     assert [c.layers for c in p.cells] == [2, 32]
     with pytest.raises(MatrixError):
         plan(layers="two", cwd=tmp_path)
@@ -134,12 +136,15 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
                     '[[matrix]]\nquant = ["te_mxfp8"]\nplatform = "cuda"\ncuda_arch = ["sm_90", "sm_100"]\n'
                     '[[matrix]]\nmodels = ["deepseek3-test"]\nscan = ["on"]\nlayers = [4]\nplatform = "tpu"\n'
                     'topology = "v6e-4"\nstage = "compiled"\noverrides = {}\n'
-                    '[[matrix]]\nmodels = ["llama3-8b"]\nstep = ["prefill", "generate"]\n')
+                    '[[matrix]]\nmodels = ["llama3-8b"]\nstep = ["prefill", "generate"]\n'
+                    '[[matrix]]\nmodels = ["llama3-8b"]\nquant = ["int8"]\nquant_mode = "serve"\nstep = "prefill"\n'
+                    'prefill = 32\n')
     cells = {c.id: c for c in load_config(str(path)).cells()}
     assert sorted(cells) == [
         "deepseek3-test/scan-off/none/L2", "deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_100",
         "deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90", "deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled",
-        "llama3-8b/scan-off/none/L2", "llama3-8b/scan-off/none/L2/generate", "llama3-8b/scan-off/none/L2/prefill",
+        "llama3-8b/scan-off/int8-serve/L2/prefill/b1s128p32", "llama3-8b/scan-off/none/L2",
+        "llama3-8b/scan-off/none/L2/generate", "llama3-8b/scan-off/none/L2/prefill",
         "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100", "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_90"]
     # A series inherits the top-level overrides of its models unless it sets its own (the TPU one: stock model).
     assert dict(cells["deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90"].overrides) == {"first_num_dense_layers": "1"}
@@ -149,8 +154,13 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
     # --only and exclude rules reach the new axes.
     assert [c.id for c in select(cells.values(), "cuda_arch=sm_100,model=llama3-8b")] == [
         "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100"]
-    assert len(select(cells.values(), "step=prefill")) == 1
+    assert len(select(cells.values(), "step=prefill")) == 2
     assert len(select(cells.values(), "topology=v6e-4")) == 1
+    # AQT's serve mode and the prompt length are part of an inference cell: id, --only, and prefill only there.
+    serve = cells["llama3-8b/scan-off/int8-serve/L2/prefill/b1s128p32"]
+    assert (serve.quant, serve.quant_mode, serve.prefill, serve.quant_label) == ("int8", "serve", 32, "int8-serve")
+    assert [c.id for c in select(cells.values(), "quant_mode=serve")] == [serve.id]
+    assert cells["llama3-8b/scan-off/none/L2/prefill"].prefill == 64
 
 
 @pytest.mark.parametrize("text,message", [
@@ -163,6 +173,12 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
     ('[[matrix]]\ncolour = "red"\n', "matrix[0].colour: unknown key"),
     ('[[matrix]]\nplatform = "tpu"\nquant = ["int9"]\n', "matrix[0].quant[0]: unknown quantization 'int9'"),
     ('matrix = "tpu"\n', "matrix: expected an array of tables"),
+    ('quant = ["int8"]\nquant_mode = "convert"\nstep = "prefill"\n', "quant_mode[0]: expected one of train, serve"),
+    ('quant = ["int8"]\nquant_mode = "serve"\n', "quant_mode: 'serve' is MaxEngine's pre-quantized-checkpoint mode"),
+    ('quant = ["none", "int8"]\nquant_mode = ["train", "serve"]\nstep = "generate"\n',
+     "quant[0]: quant_mode 'serve' needs an AQT quantization (int8, intmp), got 'none'"),
+    ('step = "prefill"\nprefill = 256\n', "prefill: the prompt (256) must fit the sequence it starts (seq = 128)"),
+    ('[[matrix]]\nprefill = 0\n', "matrix[0].prefill: must be >= 1"),
 ])
 def test_bad_series_names_file_and_key(tmp_path, text, message):
     path = tmp_path / "hlo-audit.toml"

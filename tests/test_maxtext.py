@@ -307,7 +307,7 @@ def test_committed_goldens_pass_the_gate(tmp_path):
     # The default matrix, with this repository's goldens and a private cache.
     config.write_text(f'golden_dir = "{root / "golden"}"\ncache_dir = "{tmp_path / "cache"}"\n')
     result = subprocess.run([sys.executable, "-m", "hlo_audit", "check", "--config", str(config), "--format", "json",
-                             "--only", "model=llama3-8b,model=qwen3-1.7b,quant=fp8,quant=none,platform=cpu"],
+                             "--only", "model=llama3-8b,model=qwen3-1.7b,quant=fp8,quant=none,platform=cpu,step=train"],
                             capture_output=True, text=True, timeout=900)
     doc = json.loads(result.stdout)
     assert result.returncode == 0, [f for f in doc["findings"] if f["severity"] in ("regression", "error")]

@@ -110,9 +110,9 @@ def test_json_deltas_against_the_golden(project):
 
 def test_tidy_frame_rows_sum_to_the_cells(project):
     frame = hlo_audit.params_frame(config=str(project / "hlo-audit.toml"))
-    assert list(frame.columns) == ["id", "model", "scan", "quant", "layers", "step", "platform", "topology",
-                                   "cuda_arch", "stage", "dtype", "role", "count", "bytes", "golden_count",
-                                   "golden_delta"]
+    assert list(frame.columns) == ["id", "model", "scan", "quant", "quant_mode", "layers", "step", "platform",
+                                   "topology", "cuda_arch", "stage", "dtype", "role", "count", "bytes",
+                                   "golden_count", "golden_delta"]
     report = built(project)
     totals = frame.groupby("id")["count"].sum().to_dict()
     assert totals == {v.result.cell.id: v.result.entry_params for v in report.cells}

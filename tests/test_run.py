@@ -43,6 +43,7 @@ def test_run_json_and_cache(project):
         "ok", 13, {"f32": 7, "u32": 6}, 6)
     assert leak["by_role"] == {"input": 1, "rng_count": 3, "rng_key": 3, "weight": 6}
     assert leak["groups"]["state.layers.*.dropout.rngs.*"] == 6
+    assert leak["constants"]["captured"]["arrays"] == 0  # a train step takes its state: it closes over none
     assert leak["slope_per_layer"] == 4  # kernel, bias, key, count per unrolled layer
     assert cells["mlp/scan-on/dropout0/L3"]["slope_per_layer"] == 0
     unavailable = cells["mlp/scan-off/int8/L2"]

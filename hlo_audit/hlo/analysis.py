@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from hlo_audit.hlo.constants import CapturedArray, ConstantReport, constant_report
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.params import EntryParam, ParamSummary, entry_params
 from hlo_audit.hlo.rng_flow import RngReport, classify_streams
@@ -22,6 +23,7 @@ class Analysis:
     text: str
     module: HloModule
     params: list[EntryParam]
+    captured: Sequence[CapturedArray] | None = None  # what the step closes over, when the tool traced it
 
     @cached_property
     def summary(self) -> ParamSummary:
@@ -33,11 +35,18 @@ class Analysis:
         return classify_streams(self.module, self.params)
 
     @cached_property
+    def constants(self) -> ConstantReport:
+        """Constants by dtype, the large ones, literal RNG keys, and the captured arrays when known."""
+        return constant_report(self.module, self.captured)
+
+    @cached_property
     def normalized(self) -> str:
         return normalize(self.module, self.params)
 
 
-def analyze(text: str, source: str = "<text>", arg_keys: Sequence[Sequence[str]] | None = None) -> Analysis:
+def analyze(text: str, source: str = "<text>", arg_keys: Sequence[Sequence[str]] | None = None,
+            captured: Sequence[CapturedArray] | None = None) -> Analysis:
     """Parse ``text`` and attribute its entry parameters (``arg_keys`` from jax's args_info win)."""
     module = parse_module(text, source)
-    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_keys))
+    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_keys),
+                    captured=captured)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo.analysis import Analysis
+from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import HloModule
@@ -45,6 +46,8 @@ class ModuleDiff:
     computations_removed: list[str]
     text_diff: list[str] = field(default_factory=list)
     text_diff_omitted: int = 0
+    constants: dict | None = None  # captured_delta of the two modules: state baked in as constants
+
 
     @property
     def differs(self) -> bool:
@@ -55,6 +58,42 @@ def count_delta(old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, int
     """new - old per key, only where they differ, keys sorted (shared with the gate)."""
     keys = sorted(set(old) | set(new))
     return {k: new.get(k, 0) - old.get(k, 0) for k in keys if new.get(k, 0) != old.get(k, 0)}
+
+
+def captured_delta(old: Mapping, new: Mapping) -> dict | None:
+    """Growth and shrinkage of state baked in as constants, between two ``constants.golden_summary`` records;
+    None when nothing changed (shared with the gate).
+
+    Captured arrays are compared when both sides know them (steps the tool traced); otherwise the modules'
+    large constants, the view an HLO text alone gives. Literal RNG keys are counted from the module either way.
+    """
+    if old.get("captured") is not None and new.get("captured") is not None:
+        basis, before, after = "captured arrays", old["captured"], new["captured"]
+        groups = count_delta(before["groups"], after["groups"])
+    else:
+        basis, before, after, groups = "large constants", old["large"], new["large"], {}
+    by_dtype = count_delta(before["by_dtype"], after["by_dtype"])
+    bytes_by_dtype = count_delta(before["bytes_by_dtype"], after["bytes_by_dtype"])
+    keys = [old["literal_keys"], new["literal_keys"]]
+    if not by_dtype and not bytes_by_dtype and keys[0] == keys[1]:
+        return None
+    return {"basis": basis, "arrays": [sum(before["by_dtype"].values()), sum(after["by_dtype"].values())],
+            "bytes": [sum(before["bytes_by_dtype"].values()), sum(after["bytes_by_dtype"].values())],
+            "by_dtype": by_dtype, "bytes_by_dtype": bytes_by_dtype, "groups": groups, "literal_keys": keys}
+
+
+def captured_change(delta: dict) -> str:
+    """In words, as the gate and `diff` print it: ``captured arrays 56 -> 0 (436,379,816 -> 0 bytes): s8 -14, ...; literal RNG keys 14 -> 0; path patterns: ...``"""
+    (old_n, new_n), (old_b, new_b), (old_k, new_k) = delta["arrays"], delta["bytes"], delta["literal_keys"]
+    text = f"{delta['basis']} {old_n} -> {new_n} ({old_b:,} -> {new_b:,} bytes)"
+    text += f": {signed_counts(delta['by_dtype'])}" if delta["by_dtype"] else ""
+    text += f"; literal RNG keys {old_k} -> {new_k}" if old_k != new_k else ""
+    return text + (f"; path patterns: {signed_counts(delta['groups'])}" if delta["groups"] else "")
+
+
+def signed_counts(d: Mapping[str, int]) -> str:
+    """``u32 +126, f32 -2``: a delta dict in words (shared with the gate)."""
+    return ", ".join(f"{k} {v:+d}" for k, v in d.items())
 
 
 def _param_groups(old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], list[ParamGroupDelta]]:
@@ -167,4 +206,5 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         computations_added=sorted((new_comps - old_comps).elements()),
         computations_removed=sorted((old_comps - new_comps).elements()),
         text_diff=text_diff, text_diff_omitted=omitted,
+        constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
     )

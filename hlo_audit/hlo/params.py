@@ -125,7 +125,7 @@ def classify(path: str, shape: Shape) -> str:
     if any(p in _OPTIMIZER_WORDS for p in parts):
         return "optimizer_state"
     if parts[0] in _STATE_ROOTS:
-        if shape.dtype and _FLOAT.match(shape.dtype):
+        if shape.dtype and _FLOAT.match(shape.dtype) or last == "qvalue":  # qvalue: AQT's integer-quantized kernel
             return "weight"
         return "other"
     return "input"

@@ -135,9 +135,10 @@ def _first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
 
 
 class _Dataflow:
-    def __init__(self, module: HloModule, count_bits: int):
+    def __init__(self, module: HloModule, count_bits: int, constant_bits: dict[tuple[str, str], int] | None = None):
         self.module = module
         self.count_bits = count_bits
+        self.constant_bits = constant_bits or {}  # (computation, constant) -> its bit, when constants are followed
         self.memo: dict[tuple[str, tuple], tuple[object, _Events]] = {}
 
     # -- computations ---------------------------------------------------------------------------------------
@@ -162,7 +163,8 @@ class _Dataflow:
             n = instr.parameter_number
             return inputs[n] if n < len(inputs) else _fill(instr.shape, ZERO)
         if op in NO_DATA:
-            return _fill(instr.shape, ZERO)
+            bit = self.constant_bits.get((comp.name, instr.name), 0) if op == "constant" else 0
+            return _fill(instr.shape, (bit, 0, 0))
         operands = [values[ref] for ref in instr.operands]
         site = f"{comp.name}/{instr.name}"
         if op == "tuple":
@@ -472,3 +474,61 @@ def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_sh
     index, (k, b, _) = influenced[0]
     what = "key" if k & key_bit else "count"
     return "unknown", f"the {what} reaches output {index} without random-bit generation"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keys that are literals
+# ---------------------------------------------------------------------------------------------------------
+
+
+def literal_keys(module: HloModule) -> list[dict]:
+    """Constants that random bits are drawn from: RNG keys written into the program, which never advance.
+
+    A jitted step that closes over a key (MaxEngine's RNG streams) holds it as a ``u32`` literal: every call
+    draws the same bits from it. Candidates are ``u32`` constants shaped like raw keys (last dimension 2 for
+    threefry, 4 for rbg; a leading layer dimension when scanned) outside jax's random-bit computations (whose
+    own constants are rotation tables); each is followed forward, through calls and loops as RNG parameters
+    are, to the random-bit sites it reaches. Returns ``{"name", "dims", "site", "used"}`` per literal key, in
+    module order; ``used``: its random bits reach an output (else jax draws bits nobody reads, as it does for
+    a stream that is carried).
+    """
+    flow = _Dataflow(module, count_bits=0)
+    candidates = [(comp.name, instr) for comp in _outside_random_bits(flow)
+                  for instr in comp.instructions if _key_shaped_literal(instr)]
+    if not candidates:
+        return []
+    flow.constant_bits = {(comp, instr.name): 1 << i for i, (comp, instr) in enumerate(candidates)}
+    inputs = [_fill(p.shape, ZERO) for p in module.entry.parameters]
+    root, events = flow.run(module.entry, inputs)
+    used = 0  # keys whose random bits reach an output
+    for _, b, _ in _leaves(root):
+        used |= b
+    keys = []
+    for i, (_, instr) in enumerate(candidates):
+        site = _first_site(events.draws, 1 << i)
+        if site is not None:
+            keys.append({"name": instr.name, "dims": list(instr.shape.dims), "site": site, "used": bool(used >> i & 1)})
+    return keys
+
+
+def _key_shaped_literal(instr: Instruction) -> bool:
+    dims = instr.shape.dims
+    return instr.opcode == "constant" and instr.shape.dtype == "u32" and bool(dims) and dims[-1] in (2, 4)
+
+
+def _outside_random_bits(flow: _Dataflow) -> list[Computation]:
+    """Computations reachable from the entry without entering a random-bit computation."""
+    module = flow.module
+    seen = {module.entry.name}
+    stack = [module.entry]
+    while stack:
+        comp = stack.pop()
+        for instr in comp.instructions:
+            callees = instr.called_computations()  # most instructions call nothing: ask that first
+            if not callees or flow.is_random_bits(instr):
+                continue
+            for callee in callees:
+                if callee not in seen:
+                    seen.add(callee)
+                    stack.append(module.computations[callee])
+    return [c for c in module.computations.values() if c.name in seen]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.hlo.analysis import Analysis
+from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
@@ -24,6 +25,7 @@ def count_record(a: Analysis, with_params: bool = False) -> dict:
         "rng_params": s.rng_params,
         "bytes_by_role": s.bytes_by_role,
         "groups": s.groups,
+        "constants": a.constants.to_record(),
     }
     if with_params:
         record["params"] = [{**p.to_record(), "name": p.name, "layout": p.shape.layout, "sharding": p.sharding}
@@ -55,6 +57,7 @@ def diff_record(d: ModuleDiff, old: str, new: str) -> dict:
         "computations_removed": d.computations_removed,
         "text_diff": d.text_diff,
         "text_diff_omitted": d.text_diff_omitted,
+        "constants_delta": d.constants,
     }
 
 
@@ -80,6 +83,8 @@ def cell_record(r, slope: float | None = None) -> dict:
         "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
         # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
         "memory": r.memory, "cost": r.cost,
+        # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
+        "constants": r.constants,
         "cached": r.cached, "lower_seconds": r.lower_seconds,
     }
 
@@ -117,7 +122,7 @@ def report_record(report) -> dict:
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
                    "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
-                   "memory_delta": v.memory_delta()} for v in report.cells],
+                   "memory_delta": v.memory_delta(), "constants_delta": v.constants_delta} for v in report.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],
@@ -133,8 +138,9 @@ def format_report(report) -> str:
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
 
 
-def format_explain(node) -> str:
-    return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record()}, indent=2) + "\n"
+def format_explain(node, captured=None) -> str:
+    return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record(),
+                       "captured_tree": captured.to_record() if captured is not None else None}, indent=2) + "\n"
 
 
 def format_cells(cells, source: str) -> str:
@@ -165,6 +171,7 @@ def format_check(findings, results, exit_code: int) -> str:
 RNG_SCHEMA = "hlo-audit/rng/v1"
 
 
-def format_rng(source: str, record: dict, streams: bool = False) -> str:
+def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
     body = {k: v for k, v in record.items() if streams or k != "stream_list"}
-    return json.dumps({"schema": RNG_SCHEMA, "source": source, **body}, indent=2) + "\n"
+    frozen = frozen_rng(constants) if constants is not None else None  # RNG state written in as literals
+    return json.dumps({"schema": RNG_SCHEMA, "source": source, **body, "frozen": frozen}, indent=2) + "\n"

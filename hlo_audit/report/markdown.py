@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff
+from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.report.tree import human_bytes
 
 
@@ -33,8 +33,15 @@ def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
         out += _table(["pattern", "params"], [(f"`{p}`", n) for p, n in shown])
         if len(shown) < len(groups):
             out.append(f"\n{len(groups) - len(shown)} more groups not shown.")
-        out.append("")
+        out += ["", _constants_line(a.constants.to_record()), ""]
     return "\n".join(out) + "\n"
+
+
+def _constants_line(record: dict) -> str:
+    from hlo_audit.report.table import captured_text, constants_headline  # noqa: PLC0415 (shared wording)
+
+    captured = f"; captured state: {captured_text(record['captured'])}" if record["captured"] else ""
+    return f"{constants_headline(record)}{captured}."
 
 
 def format_diff(d: ModuleDiff, old: str, new: str) -> str:
@@ -51,6 +58,8 @@ def format_diff(d: ModuleDiff, old: str, new: str) -> str:
         out += _table(["delta", "role", "dtype", "pattern"],
                       [(f"{g.count:+d}", g.role, g.dtype, f"`{g.pattern}`") for g in groups])
         out.append("")
+    if d.constants:
+        out += [f"Baked-in state: {captured_change(d.constants)}.", ""]
     if d.text_diff:
         out += ["<details><summary>normalized text diff</summary>", "", "```diff", *d.text_diff, "```"]
         if d.text_diff_omitted:
@@ -67,15 +76,17 @@ def format_run(results, slopes: dict[str, float]) -> str:
     rows = []
     for r in results:
         slope = slopes.get(r.cell.id)
+        captured = r.captured
         rows.append((f"`{r.cell.id}`", r.status, r.entry_params if r.summary else "",
                      _dtype_text(r.summary["by_dtype"]) if r.summary else "", r.rng_params if r.summary else "",
-                     "" if slope is None else f"{slope:g}", r.message))
-    return "\n".join(_table(["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "note"],
-                            rows)) + "\n"
+                     "" if slope is None else f"{slope:g}",
+                     f"{captured['arrays']}: {_dtype_text(captured['by_dtype'])}" if captured else "", r.message))
+    return "\n".join(_table(["cell", "status", "entry params", "by dtype", "RNG params", "params/layer",
+                             "captured arrays", "note"], rows)) + "\n"
 
 
-def format_explain(node) -> str:
-    """The explain tree as a nested list: counts, dtypes, roles, bytes per group."""
+def format_explain(node, captured=None) -> str:
+    """The explain tree as a nested list: counts, dtypes, roles, bytes per group; then the captured state's."""
     from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
 
     def lines(n, level: int) -> list[str]:
@@ -89,7 +100,11 @@ def format_explain(node) -> str:
             out.append(f"{'  ' * (level + 1)}- {n.hidden_params} in {n.hidden} more")
         return out
 
-    return "\n".join(lines(node, 0)) + "\n"
+    out = lines(node, 0)
+    if captured is not None:
+        out += ["", "Captured as constants (arrays the step closes over instead of taking them):", ""]
+        out += lines(captured, 0)
+    return "\n".join(out) + "\n"
 
 
 def _memory_cells(view) -> list[str]:
@@ -125,6 +140,17 @@ def format_report(report) -> str:
                          _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"]),
                          v.result.rng["dead_params"] if v.result.rng else ""))
     out += _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
+    if report.baking:
+        from hlo_audit.hlo.constants import frozen_rng  # noqa: PLC0415
+        from hlo_audit.report.table import captured_text  # noqa: PLC0415 (shared wording)
+
+        out += ["", "### State baked in as constants (captured: arrays the step closes over)", ""]
+        out += _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
+                      [(f"`{v.result.cell.id}`", captured_text(v.result.constants["captured"]),
+                        len(v.result.constants["large"]), frozen_rng(v.result.constants)["literal_keys"],
+                        "new" if v.golden is None or "constants" not in v.golden
+                        else captured_change(v.constants_delta) if v.constants_delta else "0")
+                       for v in report.baking])
     out += ["", "### Scan on / scan off", ""]
     pairs = []
     for p in report.scan_pairs:
@@ -188,10 +214,13 @@ def format_check(findings, exit_code: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def format_rng(source: str, record: dict, streams: bool = False) -> str:
-    from hlo_audit.report.table import rng_cost, rng_headline  # noqa: PLC0415 (shared wording)
+def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
+    from hlo_audit.report.table import frozen_rng_line, rng_cost, rng_headline  # noqa: PLC0415 (shared wording)
 
     out = [f"### RNG streams of `{source}`", "", f"{rng_headline(record)}; {rng_cost(record)}.", ""]
+    frozen = frozen_rng_line(constants)
+    if frozen:
+        out += [f"**{frozen}.**", ""]
     out += _table(["stream pattern", "streams", "drawn", "carried", "unknown", "dead params", "increments/step",
                    "where"],
                   [(f"`{p['pattern']}`", p["streams"], p["drawn"], p["carried"], p["unknown"], p["dead_params"],

@@ -9,13 +9,16 @@ from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff
+from hlo_audit.hlo.constants import frozen_rng
+from hlo_audit.hlo.diff import ModuleDiff, captured_change
+from hlo_audit.report.tree import human_bytes
 
 
 PIPED_WIDTH = 100
@@ -75,7 +78,58 @@ def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
         for pattern, n in shown:
             table.add_row(Text(pattern), str(n))
         console.print(table)
+        print_constants(console, a.constants.to_record())
         console.print()
+
+
+def constants_headline(record: dict) -> str:
+    """``constants: 90 (475 bytes); large: 5 (155,189,248 bytes: s8 5); literal RNG keys: 14 (never advance)``"""
+    large = record["large"]
+    by_dtype: dict[str, int] = {}
+    for c in large:
+        by_dtype[c["dtype"]] = by_dtype.get(c["dtype"], 0) + 1
+    text = f"constants: {record['constants']} ({record['constant_bytes']:,} bytes)"
+    text += f"; large: {len(large)} ({record['large_bytes']:,} bytes" + (
+        f": {_counts(by_dtype)})" if by_dtype else ")")
+    keys = frozen_rng(record)["literal_keys"]
+    return text + f"; literal RNG keys: {keys}" + (" (never advance)" if keys else "")
+
+
+def captured_text(captured: dict | None) -> str:
+    """``56 arrays, 416.2 MiB (s8 14, bf16 14, u32 28)``; ``unknown`` when the step was not traced here."""
+    if captured is None:
+        return "unknown"
+    by_dtype = captured_by_dtype(captured)
+    detail = f" ({_counts(by_dtype)})" if by_dtype else ""
+    return f"{captured['arrays']} arrays, {human_bytes(captured['bytes'])}{detail}"
+
+
+def captured_by_dtype(captured: dict | None) -> dict[str, int]:
+    """Captured arrays per dtype, most first (a cached result's JSON has its keys sorted by name)."""
+    return dict(sorted((captured or {}).get("by_dtype", {}).items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def print_constants(console: Console, record: dict) -> None:
+    """The module's constants in one line, then its large constants and (when known) the captured state by pattern."""
+    console.print(constants_headline(record))
+    if record["large"]:
+        large = _table(console, "large constants (the size of model state)",
+                       [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"), ("bytes", "right")])
+        for c in record["large"]:
+            large.add_row(c["name"], c["form"], f"{c['dtype']}[{','.join(map(str, c['dims']))}]", c["value"],
+                          f"{c['bytes']:,}")
+        console.print(large)
+    captured = record["captured"]
+    if captured:
+        console.print(f"captured state (arrays the step closes over, baked in as constants): {captured_text(captured)}")
+        groups = _table(console, None, [("pattern", "left"), ("arrays", "right")])
+        for pattern, n in captured["groups"].items():
+            groups.add_row(Text(pattern), str(n))
+        console.print(groups)
 
 
 def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
@@ -105,6 +159,8 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
         for k, v in sorted(d.opcode_dtype_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0])):
             ops.add_row(k, _signed(v))
         console.print(ops)
+    if d.constants:
+        console.print(f"baked-in state: {captured_change(d.constants)}")
     if d.computations_added or d.computations_removed:
         status(console, f"computations: +{len(d.computations_added)} -{len(d.computations_removed)}")
     if d.text_diff:
@@ -127,7 +183,7 @@ def _dtypes(by_dtype: dict[str, int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in by_dtype.items())
 
 
-ID_MIN_WIDTH = 40  # every default-matrix id fits; a longer one wraps rather than pushing the table past 100
+ID_MIN_WIDTH = 41  # every CPU id of the default matrix fits; a longer one wraps rather than pushing the table past 100
 
 
 def keep_ids_whole(table: Table, ids) -> None:
@@ -137,15 +193,21 @@ def keep_ids_whole(table: Table, ids) -> None:
 
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     table = _table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
-                                   ("rng", "right"), ("/layer", "right"), ("dead", "right")])
+                                   ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
     keep_ids_whole(table, [r.cell.id for r in results])
     for r in results:
         slope = slopes.get(r.cell.id)
+        captured = r.captured
         table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
                       str(r.entry_params) if r.summary else "", _dtypes(r.summary["by_dtype"]) if r.summary else "",
                       str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
-                      str(r.rng["dead_params"]) if r.rng else "")
+                      str(r.rng["dead_params"]) if r.rng else "", str(captured["arrays"]) if captured else "")
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True  # one space between columns rather than squeezing one to nothing
     console.print(table)
+    if any(r.captured and r.captured["arrays"] for r in results):
+        console.print(Text("const: arrays the step captured (closes over), baked into the program as constants "
+                           "(`hlo-audit explain CELL` shows which)", style="dim"))
     # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
     _print_unavailable(console, results)
     for r in results:
@@ -189,7 +251,7 @@ def print_cells(console: Console, cells) -> None:
                                    ("layers", "right"), ("platform", "left")])
     keep_ids_whole(table, [c.id for c in cells])
     for c in cells:
-        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant), str(c.layers), c.platform)
+        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant_label), str(c.layers), c.platform)
     console.print(table)
     status(console, f"{len(cells)} cells")
 
@@ -304,10 +366,41 @@ def common_path_prefix(paths: Sequence[str]) -> str:
     return ".".join(shared) + "." if shared else ""
 
 
-def print_rng(console: Console, source: str, record: dict, streams: bool = False) -> None:
+def frozen_rng_line(constants: dict | None) -> str:
+    """RNG state written into the program as literals, in one sentence; "" when there is none (or nothing is known)."""
+    if constants is None:
+        return ""
+    frozen = frozen_rng(constants)
+    if not frozen["literal_keys"] and not frozen["captured_streams"]:
+        return ""
+    keys, used = frozen["literal_keys"], frozen["used"]
+    text = f"{keys} RNG keys are literals in the program: a literal key never advances"
+    if used:
+        text += f"; {used} feed the outputs (every call draws the same bits)"
+    if keys - used:
+        text += f"; {keys - used} only feed random bits no output reads (dead RNG state, baked in)"
+    if frozen["sites"]:
+        text += f"; first drawn at {frozen['sites'][0]}"
+    if frozen["captured_streams"]:
+        text += f"; {sum(frozen['captured_streams'].values())} of the step's RNG streams are captured (key and count)"
+    return text
+
+
+def print_rng(console: Console, source: str, record: dict, streams: bool = False, constants: dict | None = None) -> None:
     status(console, Text(f"{source}: {rng_headline(record)}", style="bold"))
     status(console, rng_cost(record))
+    frozen = frozen_rng_line(constants)
+    if frozen:
+        status(console, Text(frozen, style="bold yellow"))
+        captured = frozen_rng(constants)["captured_streams"]
+        if captured:
+            table = _table(console, None, [("captured RNG stream pattern", "left"), ("streams", "right")])
+            for pattern, n in captured.items():
+                table.add_row(Text(pattern, style="yellow"), str(n))
+            console.print(table)
     patterns = record["patterns"]
+    if not patterns:
+        return
     # Paths are long; the prefix they all share is said once so the rows fit 100 columns.
     prefix = common_path_prefix([p["pattern"] for p in patterns])
     table = _table(console, None, [(f"{prefix}*" if prefix else "stream pattern", "left"), ("drawn", "right"),

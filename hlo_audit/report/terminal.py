@@ -1,4 +1,5 @@
-"""`hlo-audit report` on a terminal: the matrix against its goldens, scan on beside scan off, depth scaling.
+"""`hlo-audit report` on a terminal: the matrix against its goldens, state baked in as constants (when a cell has
+any), scan on beside scan off, depth scaling.
 
 Counts carry their change against the golden (red for growth, green for shrinkage); every table fits the
 console's width (100 columns for these views), cell ids wrap instead of pushing columns off the screen.
@@ -10,8 +11,11 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.text import Text
 
+from hlo_audit.hlo.constants import frozen_rng
+from hlo_audit.hlo.diff import captured_change
 from hlo_audit.matrix_report import MEMORY_COLUMNS
-from hlo_audit.report.table import STATUS_STYLE, _table, keep_ids_whole, print_scaling, status
+from hlo_audit.report.table import (STATUS_STYLE, _dtypes, _table, captured_by_dtype, keep_ids_whole, print_scaling,
+                                    status)
 from hlo_audit.report.tree import ROLE_SHORT, human_bytes
 
 
@@ -97,8 +101,29 @@ def print_compiled(console: Console, report) -> None:
     console.print(table)
 
 
+def print_captured(console: Console, report) -> None:
+    """Cells whose program holds state as constants: what they captured, large constants, literal RNG keys."""
+    table = _table(console, "state baked in as constants (captured: arrays the step closes over)", [
+        ("cell", "left"), ("captured", "right"), ("bytes", "right"), ("by dtype", "left"), ("large", "right"),
+        ("keys", "right"), ("Δ", "left")])
+    keep_ids_whole(table, [v.result.cell.id for v in report.baking])
+    for v in report.baking:
+        c = v.result.constants
+        captured = c["captured"]
+        delta = v.constants_delta
+        change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
+            Text(captured_change(delta), style="red") if delta else Text("0"))
+        table.add_row(Text(v.result.cell.id), str(captured["arrays"]) if captured else "?",
+                      human_bytes(captured["bytes"]) if captured else "", _dtypes(captured_by_dtype(captured)),
+                      str(len(c["large"])), str(frozen_rng(c)["literal_keys"]), change)
+    console.print(table)
+
+
 def print_report(console: Console, report) -> None:
     print_matrix(console, report)
+    if report.baking:
+        console.print()
+        print_captured(console, report)
     console.print()
     print_scan_pairs(console, report)
     if report.compiled:

@@ -74,7 +74,14 @@ def _grow(tree: Tree, node: Node, width: int, level: int) -> None:
         tree.add(Text(f"{node.hidden_params:>5}  ... {node.hidden} more", style="dim italic"))
 
 
-def print_explain(console: Console, node: Node) -> None:
-    tree = Tree(_label(node, console.width, 0), guide_style="dim")
-    _grow(tree, node, console.width, 0)
-    console.print(tree)
+def print_explain(console: Console, node: Node, captured: Node | None = None) -> None:
+    """The entry parameters' tree, then (when the step closes over state) the tree of what it captured."""
+    for root in (node, captured):
+        if root is None:
+            continue
+        if root is captured:
+            console.print(Text("captured as constants: arrays the step closes over instead of taking them",
+                               style="bold"))
+        tree = Tree(_label(root, console.width, 0), guide_style="dim")
+        _grow(tree, root, console.width, 0)
+        console.print(tree)

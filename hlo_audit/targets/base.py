@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.matrix import Cell
 
 
@@ -30,7 +31,8 @@ class CellConfigError(Exception):
 
 @dataclass(frozen=True)
 class Lowering:
-    """What lowering one cell produced: HLO text and, when known, jax's pytree keys of each entry parameter.
+    """What lowering one cell produced: HLO text and, when known, jax's pytree keys of each entry parameter and
+    the arrays the step closes over (``hlo_audit.capture``).
 
     A compiled cell's text is the module after XLA's optimizations, with what only compiling tells:
     ``memory`` (bytes by kind, from ``memory_analysis()``) and ``cost`` (flops, bytes accessed...).
@@ -38,21 +40,38 @@ class Lowering:
 
     text: str
     arg_keys: tuple[tuple[str, ...], ...] | None = None
+    captured: tuple[CapturedArray, ...] | None = None
     # What a reader of an ok cell must know about it, e.g. a recipe cross-lowered for an architecture it cannot run on.
     note: str = ""
     memory: dict[str, int] | None = None
     cost: dict[str, float] | None = None
 
     @classmethod
-    def of(cls, lowered, stage: str, note: str = "") -> "Lowering":
+    def of(cls, lowered, stage: str, captured: tuple[CapturedArray, ...] | None = None, note: str = "") -> "Lowering":
         """The text of a jax ``Lowered`` at ``stage`` ("lowered" or "compiled"), with its argument paths."""
         if stage == "compiled":
             from hlo_audit.compiled import compile_lowering  # noqa: PLC0415 (jax: imported only by what lowers)
 
-            return replace(compile_lowering(lowered), note=note)
-        from hlo_audit.attribution import arg_keys  # noqa: PLC0415
+            return replace(compile_lowering(lowered), captured=captured, note=note)
+        from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax: imported only by what lowers)
 
-        return cls(text=lowered.as_text(dialect="hlo"), arg_keys=arg_keys(lowered), note=note)
+        return cls(text=hlo_text(lowered), arg_keys=arg_keys(lowered), captured=captured, note=note)
+
+
+def hlo_text(lowered) -> str:
+    """``lowered.as_text(dialect="hlo")``, except that constants of more than ten elements print as ``{...}``.
+
+    A step that closes over model state holds it as literals, and jax prints them in full: MaxEngine's serve-mode
+    decode step with real weights is ~1.93 GB of text at 2 layers. XLA's parser reads ``{...}`` back (the shape
+    stays, the values go), and no analysis here reads the values of a constant that large. jax has no public
+    switch for it, so its own printer is called with XLA's ``print_large_constants`` off.
+    """
+    from jax._src.lib import hlo  # noqa: PLC0415 (jax's HloPrintOptions; no public name)
+
+    options = hlo.HloPrintOptions.short_parsable()  # what as_text(dialect="hlo") uses, without metadata
+    options.print_metadata = False
+    options.print_large_constants = False
+    return lowered.compiler_ir(dialect="hlo").as_hlo_module().to_string(options)
 
 
 def one_line(exc: BaseException) -> str:

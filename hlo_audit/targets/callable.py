@@ -1,7 +1,8 @@
 """Any JAX project: ``target = "package.module:function"``.
 
 The function receives the cell (model, scan, quant, layers, batch, seq, platform, overrides) and returns
-a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform``) or a ``jax.stages.Lowered``. It may raise
+a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform`` and records the arrays it closes over) or a
+``jax.stages.Lowered`` (or the ``Lowering`` a built-in target returns, for a function that wraps one). It may raise
 ``hlo_audit.Unavailable("why")`` for cells it cannot build here. It runs with jax's default device set to the
 cell's first device (one chip of a TPU topology, for a ``tpu`` cell with a ``topology``), so unsharded code
 lowers and compiles for that platform as it is; a function that shards builds its mesh over
@@ -21,6 +22,7 @@ from pathlib import Path
 import jax
 
 from hlo_audit import platforms
+from hlo_audit.capture import captured_arrays
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.base import Lowering, TargetError
 
@@ -51,14 +53,18 @@ class CallableTarget:
     def lower(self, cell: Cell) -> Lowering:
         with platforms.default_device(cell):
             produced = self.function(cell)
+            if isinstance(produced, Lowering):  # a function that wraps a built-in target
+                return produced
+            captured = None  # what the function closes over: known from a trace only
             if isinstance(produced, jax.stages.Traced):
+                captured = captured_arrays(produced)
                 lowered = produced.lower(lowering_platforms=(cell.platform,))
             elif isinstance(produced, jax.stages.Lowered):
                 lowered = produced
             else:
                 raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
                                   "(jax.jit(f).trace(...)) or Lowered")
-            return Lowering.of(lowered, cell.stage)
+            return Lowering.of(lowered, cell.stage, captured)
 
     def full_depth(self, model: str) -> int:
         depth = getattr(self.function, "full_depth", None)

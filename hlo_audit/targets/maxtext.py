@@ -64,6 +64,8 @@ import pydantic
 import yaml
 
 from hlo_audit import platforms
+from hlo_audit.capture import captured_arrays
+from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.targets import te
 from hlo_audit.targets.base import CellConfigError, Lowering, Unavailable, one_line
 
@@ -191,6 +193,12 @@ def lower_train_step(
         max_target_length=max_target_length,
         overrides=overrides,
     )
+    return _lower_train_step(settings, platform, devices)[0]
+
+
+def _lower_train_step(settings: dict[str, str], platform: str,
+                      devices: list | None = None) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
+    """The lowered train step and the arrays it closes over (none that are state, in MaxText 0.2.5)."""
     config = _config(settings)
     with _trainer_jax_flags(config):
         mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, devices or jax.devices())
@@ -199,13 +207,20 @@ def lower_train_step(
         return _lower(step, args, jit_kwargs, config, mesh, platform)
 
 
-def lower_cell(cell) -> jax.stages.Lowered:
-    """A matrix cell's train step, lowered for the devices of its platform."""
-    return lower_train_step(
-        cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
-        per_device_batch_size=cell.batch, max_target_length=cell.seq, platform=cell.platform,
-        overrides={**_platform_settings(cell), **dict(cell.overrides)}, devices=platforms.devices(cell),
-    )
+def lower_cell(cell) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
+    """A matrix cell's step (train, or MaxEngine's prefill / generate / insert), lowered for the devices of its
+    platform, and the arrays it closes over."""
+    overrides = {**_platform_settings(cell), **dict(cell.overrides)}
+    if cell.is_inference:
+        from hlo_audit.targets.maxengine import lower_inference_step  # noqa: PLC0415 (only inference cells need it)
+
+        return lower_inference_step(
+            cell.model, cell.step, scan_layers=cell.scan, quantization=cell.quant, quant_mode=cell.quant_mode,
+            num_layers=cell.layers, per_device_batch_size=cell.batch, max_target_length=cell.seq,
+            max_prefill_length=cell.prefill, platform=cell.platform, overrides=overrides)
+    settings = _settings(cell.model, scan_layers=cell.scan, quantization=cell.quant, num_layers=cell.layers,
+                         per_device_batch_size=cell.batch, max_target_length=cell.seq, overrides=overrides)
+    return _lower_train_step(settings, cell.platform, platforms.devices(cell))
 
 
 def _platform_settings(cell) -> dict[str, str]:
@@ -320,13 +335,13 @@ def _check_nnx_state(state) -> None:
         raise TypeError(f"expected MaxText's NNX train state, got {type(state).__name__}")
 
 
-def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> jax.stages.Lowered:
+def _lower(step, args, jit_kwargs, config, mesh, platform: str) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
     """jit + lower under MaxText's mesh and logical axis rules, as train_compile does."""
     from flax.core.spmd import logical_axis_rules  # noqa: PLC0415
 
     with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules):
-        jitted = jax.jit(step, **jit_kwargs)
-        return jitted.trace(*args).lower(lowering_platforms=(platform,))
+        traced = jax.jit(step, **jit_kwargs).trace(*args)
+        return traced.lower(lowering_platforms=(platform,)), captured_arrays(traced)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -339,26 +354,28 @@ class MaxTextTarget:
     name = "maxtext"
 
     def check_available(self, cell) -> None:
-        if cell.step != "train":
-            raise Unavailable(f"step {cell.step!r}: this target lowers MaxText's train step only so far")
-
+        if cell.is_inference and platforms.uses_topology(cell):
+            raise Unavailable("MaxEngine steps lower for the host's own devices only so far, not a TPU topology's")
         te.check_available(cell)
         platforms.check_available(cell)
 
     def lower(self, cell):
         self.check_available(cell)
         with te.cross_lowering(cell, te_recipe) as notes:
-            return Lowering.of(lower_cell(cell), cell.stage, note="; ".join(notes))
+            lowered, captured = lower_cell(cell)
+            return Lowering.of(lowered, cell.stage, captured, note="; ".join(notes))
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
 
     @functools.cache
     def fingerprint(self) -> str:
-        """MaxText's installed sources and configs, plus this file: any edit invalidates cached cells."""
+        """MaxText's installed sources and configs, plus this target's files: any edit invalidates cached cells."""
         digest = hashlib.sha256(maxtext_version().encode())
-        for source in (__file__, te.__file__):  # the TE cells' environment and declaration are part of lowering
-            digest.update(pathlib.Path(source).read_bytes())
+        here = pathlib.Path(__file__)
+        # MaxEngine's steps, what a trace closes over, and the TE cells' environment and declaration are part of lowering.
+        for own in (here, here.with_name("maxengine.py"), here.parent.parent / "capture.py", pathlib.Path(te.__file__)):
+            digest.update(own.read_bytes())
         spec = importlib.util.find_spec("maxtext")
         for root in (spec.submodule_search_locations or []) if spec else []:
             for path in sorted(pathlib.Path(root).rglob("*")):
