@@ -270,7 +270,9 @@ class _Parser:
         return self._line_no
 
     def error(self, message: str, pos: int) -> HloParseError:
-        return HloParseError(message, self.source, self.line(min(pos, self.end)))
+        # At the end of a text that ends in a newline, point at its last line, not the empty one after it.
+        last_line = max(1, self.text.count("\n") + (not self.text.endswith("\n")))
+        return HloParseError(message, self.source, min(self.line(min(pos, self.end)), last_line))
 
     def skip(self, pos: int) -> int:
         m = _SKIP.match(self.text, pos)
@@ -334,7 +336,7 @@ class _Parser:
                                         self.source, comp.line)
                 entry = comp
         if last is None:
-            raise HloParseError("no computation after the HloModule header", self.source, self.line(pos))
+            raise self.error("no computation after the HloModule header", pos)
         if entry is None:  # as XLA: without ENTRY, the last computation is the entry
             entry = last
             entry.is_entry = True
