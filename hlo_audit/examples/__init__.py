@@ -1,1 +1,1 @@
-"""Example targets, small enough to read in one sitting; see README "Any JAX function"."""
+"""Example targets, small enough to read in one sitting; see docs/configuration.md, "Any JAX function"."""

@@ -1,7 +1,7 @@
 """HLO text parser: XLA's grammar, read the way XLA's own parser reads it.
 
 Valid input is what XLA's parser (jaxlib's ``hlo_module_from_text``) accepts: the test suite holds this
-parser to XLA's on a corpus of real modules nobody here wrote (README: "Valid HLO"). So whitespace,
+parser to XLA's on a corpus of real modules nobody here wrote (docs/valid-hlo.md). So whitespace,
 newlines included, only separates tokens; ``//`` and ``/* */`` comments may stand anywhere; strings are
 double- or single-quoted and may hold newlines and escaped quotes; a computation may lack ``ROOT`` (its last
 instruction is the root) and a module may lack ``ENTRY`` (its last computation is the entry). Where XLA

@@ -1,4 +1,4 @@
-"""Stable machine-readable output (``--format json``). Keys are part of the CLI contract; see README."""
+"""Stable machine-readable output (``--format json``). Keys are part of the CLI contract; see docs/commands.md."""
 
 from __future__ import annotations
 
