@@ -131,8 +131,8 @@ def _frontend_attributes(value: str, kept: KeptPositions) -> str:
 
 
 def _pick_outputs(items: Sequence[str], kept: KeptPositions) -> list[str] | None:
-    """The kept outputs' entries of a list with one per output leaf (or, the same where every output is an
-    array, one per root tuple element); None when the list has neither length."""
+    """The kept outputs' entries of a list with one entry per leaf of the output shape, or one per root tuple
+    element (the same list where every output is an array); None when the list has neither length."""
     elements = kept.output_shape.elements
     leaves = [len(e.leaves()) for e in elements]
     if len(items) == sum(leaves):
