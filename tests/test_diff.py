@@ -6,8 +6,10 @@ import pytest
 
 import nnx_models
 from nnx_models import ModelSpec
+from xla_oracle import our_counts, xla_counts
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import parse_module
 
 
@@ -133,3 +135,89 @@ def test_no_rng_state_is_never_rng_state_only():
     declared = header + ", frontend_attributes={xla.sdy.meshes={empty_mesh = #sdy.mesh<[]>}}\n" + rest
     d = diff_modules(analyze(text, "a"), analyze(declared, "b"))
     assert d.verdict == "changed" and d.changes == ["attributes"]
+
+
+# Compiled, SPMD-partitioned modules, as XLA prints them after optimization: the header enumerates every entry
+# parameter and output (aliases, layouts, propagation flags, PJRT's per-argument and per-result lists), and so
+# does the ROOT tuple's sharding. REVERTED carries two never-drawn RNG streams between the weights, the step
+# last (parameter 6, output 1); RELEASED is the same step without them. Every per-position value that is not
+# RNG state differs from its neighbours (b's memory space, the step's propagation flag, the aliases' order),
+# so a strip that drops or renumbers the wrong entry cannot come out equal.
+COMPILED_REVERTED = """HloModule jit_train_step, is_scheduled=true, input_output_alias={ {0}: (0, {}, may-alias), {1}: (6, {}, may-alias), {2}: (1, {}, may-alias), {3}: (2, {}, may-alias), {4}: (3, {}, may-alias), {5}: (4, {}, may-alias), {6}: (5, {}, may-alias) }, entry_computation_layout={(f32[8]{0:T(256)}, u32[]{:T(128)}, u32[2]{0:T(128)}, f32[8]{0:T(256)}, u32[]{:T(128)}, /*index=5*/u32[2]{0:T(128)}, s32[]{:T(128)})->(f32[8]{0:T(256)}, s32[]{:T(128)}, u32[]{:T(128)}, u32[2]{0:T(128)}, f32[8]{0:T(256)}, /*index=5*/u32[]{:T(128)}, u32[2]{0:T(128)})}, allow_spmd_sharding_propagation_to_parameters={false,false,false,false,false,false,true}, allow_spmd_sharding_propagation_to_output={false,true,false,false,false,false,false}, num_partitions=4, frontend_attributes={arg_layout_modes="default;default;default;default;default;default;default",arg_memory_spaces="0;0;0;1;0;0;0",out_layout_modes="default;default;default;default;default;default;default",out_memory_spaces="0;0;0;0;1;0;0"}
+
+ENTRY %main.12_spmd (param.0: f32[8], param.1: u32[], param.2: u32[2], param.3: f32[8], param.4: u32[], param.5: u32[2], param.6: s32[]) -> (f32[8], s32[], u32[], u32[2], f32[8], /*index=5*/u32[], u32[2]) {
+  %param.0 = f32[8]{0:T(256)} parameter(0), metadata={op_name="state[\\'model\\'][\\'w\\'].value"}
+  %param.1 = u32[]{:T(128)} parameter(1), metadata={op_name="state[\\'model\\'][\\'dropout\\'][\\'rngs\\'][\\'dropout\\'][\\'count\\'].value"}
+  %param.2 = u32[2]{0:T(128)} parameter(2), metadata={op_name="state[\\'model\\'][\\'dropout\\'][\\'rngs\\'][\\'dropout\\'][\\'key\\'].value"}
+  %param.3 = f32[8]{0:T(256)} parameter(3), metadata={op_name="state[\\'model\\'][\\'b\\'].value"}
+  %param.4 = u32[]{:T(128)} parameter(4), metadata={op_name="state[\\'model\\'][\\'attention_op\\'][\\'rngs\\'][\\'params\\'][\\'count\\'].value"}
+  %param.5 = u32[2]{0:T(128)} parameter(5), metadata={op_name="state[\\'model\\'][\\'attention_op\\'][\\'rngs\\'][\\'params\\'][\\'key\\'].value"}
+  %param.6 = s32[]{:T(128)} parameter(6), metadata={op_name="state[\\'step\\'].value"}
+  %copy.1 = u32[2]{0:T(128)} copy(%param.2)
+  %constant.1 = s32[]{:T(128)} constant(1)
+  %add.1 = s32[]{:T(128)} add(%param.6, %constant.1)
+  %multiply.1 = f32[8]{0:T(256)} multiply(%param.0, %param.3)
+  %add.2 = f32[8]{0:T(256)} add(%param.3, %multiply.1)
+  ROOT %tuple.1 = (f32[8]{0:T(256)}, s32[]{:T(128)}, u32[]{:T(128)}, u32[2]{0:T(128)}, f32[8]{0:T(256)}, /*index=5*/u32[]{:T(128)}, u32[2]{0:T(128)}) tuple(%multiply.1, %add.1, %param.1, %copy.1, %add.2, /*index=5*/%param.4, %param.5), sharding={{devices=[4]<=[4]}, {maximal device=0}, {replicated}, {replicated}, {devices=[4]<=[4]}, {replicated}, {replicated}}
+}
+"""
+COMPILED_RELEASED = """HloModule jit_train_step, is_scheduled=true, input_output_alias={ {0}: (0, {}, may-alias), {1}: (2, {}, may-alias), {2}: (1, {}, may-alias) }, entry_computation_layout={(f32[8]{0:T(256)}, f32[8]{0:T(256)}, s32[]{:T(128)})->(f32[8]{0:T(256)}, s32[]{:T(128)}, f32[8]{0:T(256)})}, allow_spmd_sharding_propagation_to_parameters={false,false,true}, allow_spmd_sharding_propagation_to_output={false,true,false}, num_partitions=4, frontend_attributes={arg_layout_modes="default;default;default",arg_memory_spaces="0;1;0",out_layout_modes="default;default;default",out_memory_spaces="0;0;1"}
+
+ENTRY %main.12_spmd (param.0: f32[8], param.1: f32[8], param.2: s32[]) -> (f32[8], s32[], f32[8]) {
+  %param.0 = f32[8]{0:T(256)} parameter(0), metadata={op_name="state[\\'model\\'][\\'w\\'].value"}
+  %param.1 = f32[8]{0:T(256)} parameter(1), metadata={op_name="state[\\'model\\'][\\'b\\'].value"}
+  %param.2 = s32[]{:T(128)} parameter(2), metadata={op_name="state[\\'step\\'].value"}
+  %constant.1 = s32[]{:T(128)} constant(1)
+  %add.1 = s32[]{:T(128)} add(%param.2, %constant.1)
+  %multiply.1 = f32[8]{0:T(256)} multiply(%param.0, %param.1)
+  %add.2 = f32[8]{0:T(256)} add(%param.1, %multiply.1)
+  ROOT %tuple.1 = (f32[8]{0:T(256)}, s32[]{:T(128)}, f32[8]{0:T(256)}) tuple(%multiply.1, %add.1, %add.2), sharding={{devices=[4]<=[4]}, {maximal device=0}, {devices=[4]<=[4]}}
+}
+"""
+
+
+def _edit(text: str, old: str, new: str, count: int = 1) -> str:
+    assert text.count(old) == count, f"{old!r} occurs {text.count(old)} times"
+    return text.replace(old, new)
+
+
+# Real changes to the released module that are not RNG state, and the kinds diff must name for each.
+COMPILED_CHANGES = {
+    "alias-of-b-dropped": (_edit(COMPILED_RELEASED, ", {2}: (1, {}, may-alias)", ""), ["attributes"]),
+    "alias-of-b-must": (_edit(COMPILED_RELEASED, "{2}: (1, {}, may-alias)", "{2}: (1, {}, must-alias)"),
+                        ["attributes"]),
+    "step-propagation-flag": (_edit(COMPILED_RELEASED, "parameters={false,false,true}", "parameters={false,false,false}"),
+                              ["attributes"]),
+    "b-memory-space": (_edit(COMPILED_RELEASED, 'arg_memory_spaces="0;1;0"', 'arg_memory_spaces="0;0;0"'),
+                       ["attributes"]),
+    "step-s64": (_edit(COMPILED_RELEASED, "s32[]", "s64[]", count=8), ["parameters", "shapes"]),
+}
+
+
+@pytest.mark.parametrize("text", [COMPILED_REVERTED, COMPILED_RELEASED, *(t for t, _ in COMPILED_CHANGES.values())],
+                         ids=["reverted", "released", *COMPILED_CHANGES])
+def test_compiled_style_modules_are_what_xla_parses(text):
+    assert our_counts(text) == xla_counts(text)
+
+
+def test_compiled_rng_state_leaves_no_trace_in_header_or_root():
+    """Seed 000's compiled TPU pairs in small: the two streams' four u32 parameters and outputs go from every
+    per-position list of the header and the ROOT tuple, and what remains is renumbered as RELEASED numbers it."""
+    reverted, released = analyze(COMPILED_REVERTED, "reverted"), analyze(COMPILED_RELEASED, "released")
+    stripped, kept = strip_rng_state(reverted.module, reverted.params)
+    assert [p.path for p in kept] == ["state.model.w", "state.model.b", "state.step"]
+    assert stripped.header_attrs == released.module.header_attrs
+    assert stripped.entry.root.attrs["sharding"] == released.module.entry.root.attrs["sharding"]
+    d = diff_modules(reverted, released)
+    assert (d.verdict, d.changes) == ("rng-state-only", [])
+    assert d.by_dtype_delta == {"u32": -4} and d.by_role_delta == {"rng_count": -2, "rng_key": -2}
+    assert d.entry_params == (7, 3)
+    assert diff_modules(released, reverted).verdict == "rng-state-only"
+
+
+@pytest.mark.parametrize("changed,kinds", COMPILED_CHANGES.values(), ids=COMPILED_CHANGES)
+def test_compiled_change_besides_rng_state_is_changed(changed, kinds):
+    d = diff_modules(analyze(COMPILED_REVERTED, "reverted"), analyze(changed, "changed"))
+    assert (d.verdict, d.changes) == ("changed", kinds)
+    d = diff_modules(analyze(changed, "changed"), analyze(COMPILED_REVERTED, "reverted"))
+    assert (d.verdict, d.changes) == ("changed", kinds)

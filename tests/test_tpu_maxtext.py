@@ -83,7 +83,7 @@ def reverted(released, tmp_path_factory):
     (folder / "reverted.hlo.txt").write_text(text)
     (folder / "released.hlo.txt").write_text(released[2])
     diff = hlo_audit(folder, "diff", "reverted.hlo.txt", "released.hlo.txt", "--format", "json")
-    return check, json.loads(diff.stdout), text
+    return check, json.loads(diff.stdout), text, diff.returncode
 
 
 def test_committed_tpu_golden_passes_and_reverted_seed_000_fixes_fail_it(released, reverted, tmp_path):
@@ -110,7 +110,7 @@ def test_diff_names_what_the_fixes_dropped_and_the_seeds_count(released, reverte
     scan) the fixes removed from the HloModule header's entry_computation_layout, parameters and results
     together, the only place MaxText's 2000-line reference files show entry parameters. Both numbers come out.
     """
-    _, record, reverted_text = reverted
+    _, record, reverted_text, _ = reverted
     assert record["entry_params"] == {"old": 74, "new": 56}
     assert record["by_dtype_delta"] == {"u32": -18}
     # AttentionOp's Rngs is the layer's own (one object, one state path): released, it is named from the layer.
@@ -128,11 +128,13 @@ def test_diff_names_what_the_fixes_dropped_and_the_seeds_count(released, reverte
     assert header_u32_arrays(reverted_text) - header_u32_arrays(released[2]) == 30
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: the compiled module's header (input_output_alias, "
-                   "allow_spmd_sharding_propagation_to_output, entry_computation_layout) and ROOT tuple still carry "
-                   "the dropped RNG outputs after strip_rng_state, so diff says 'changed (attributes)'")
 def test_diff_of_reverted_vs_released_compiled_modules_is_rng_state_only(reverted):
-    assert reverted[1]["verdict"] == "rng-state-only", reverted[1]["changes"]
+    """After optimization the header lists every parameter and output (aliases, layouts, propagation flags,
+    PJRT's per-argument lists): stripped of the RNG state's entries and renumbered, nothing else differs."""
+    _, record, _, returncode = reverted
+    assert (record["verdict"], record["changes"], returncode) == ("rng-state-only", [], 1)
+    assert record["by_dtype_delta"] == {"u32": -18}
+    assert record["by_role_delta"] == {"rng_count": -9, "rng_key": -9}
 
 
 def by_pattern(groups: list[dict]) -> dict[str, int]:

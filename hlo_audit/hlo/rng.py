@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import replace
 
+from hlo_audit.hlo.header import KeptPositions, drop_positions
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.shapes import tuple_shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_top_level
@@ -22,11 +23,6 @@ from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_top_le
 RNG_VALUE = "rng_value"
 
 _MESH_DECLARATION = re.compile(r"(\w+) = #sdy\.mesh<")
-
-POSITIONAL_HEADER_ATTRS = frozenset({"entry_computation_layout", "input_output_alias", "buffer_donor"})
-# `{1}: (3, {}, may-alias)`: output index -> (parameter number, index within it, kind)
-_ALIAS = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+)\s*)?\)")
-_DONOR = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 
 # Kept even when nothing reads them: removing them would change what the program does.
 SIDE_EFFECTING = frozenset({
@@ -91,9 +87,11 @@ def strip_rng_state(module: HloModule, params: Sequence[EntryParam]) -> tuple[Hl
                                  by_name={i.name: i for i in kept}, attrs=entry.attrs)
     computations = {n: (stripped_entry if c is entry else c) for n, c in module.computations.items()}
     # The header enumerates parameter and output positions, RNG ones included: those go, the rest renumber.
-    removed = {p.index for p in params if p.is_rng}
     outputs = tuple_keep.get(entry.root.name)
-    header = {k: _strip_positions(k, v, removed, outputs, len(params)) for k, v in module.header_attrs.items()}
+    kept_positions = KeptPositions(
+        params=tuple(sorted(p.index for p in params if not p.is_rng)), n_params=len(params),
+        outputs=None if outputs is None else tuple(outputs), output_shape=entry.root.shape)
+    header = drop_positions(module.header_attrs, kept_positions)
     if _declares_only_unused_meshes(header.get("frontend_attributes", ""), computations.values()):
         # jax declares the (empty) mesh only because some value, here an RNG key, was sharded.
         del header["frontend_attributes"]
@@ -111,39 +109,6 @@ def _strip_tuple_sharding(tup: Instruction, positions: list[int]) -> dict[str, s
     starts = [sum(leaves[:i]) for i in range(len(leaves))]
     kept = [entries[starts[i] + j].strip() for i in positions for j in range(leaves[i])]
     return {**tup.attrs, "sharding": "{" + ", ".join(kept) + "}"}
-
-
-def _strip_positions(key: str, value: str, removed: set[int], outputs: list[int] | None, n_params: int) -> str:
-    """A header attribute with the removed parameters (by number, of ``n_params``) and outputs (root tuple
-    positions not in ``outputs``) taken out of it and the rest renumbered; other attributes as they are."""
-    if key not in POSITIONAL_HEADER_ATTRS or not removed and outputs is None:
-        return value
-    if key == "entry_computation_layout":
-        params_text, _, result = value.strip()[1:-1].partition("->")
-        params = [p.strip() for i, p in enumerate(split_top_level(params_text.strip()[1:-1])) if i not in removed]
-        result = result.strip()
-        if outputs is not None and result.startswith("("):
-            elements = split_top_level(result[1:-1])
-            result = "(" + ", ".join(elements[i].strip() for i in outputs) + ")"
-        return "{(" + ", ".join(p for p in params if p) + ")->" + result + "}"
-    rank = {n: i for i, n in enumerate(n for n in range(n_params) if n not in removed)}
-    if key == "input_output_alias":
-        entries = []
-        for m in _ALIAS.finditer(value):
-            output = [int(i) for i in m.group(1).replace(" ", "").split(",") if i]
-            param = int(m.group(2))
-            if param in removed or param not in rank or (outputs is not None and output and output[0] not in outputs):
-                continue
-            if outputs is not None and output:
-                output[0] = outputs.index(output[0])
-            kind = f", {m.group(4)}" if m.group(4) else ""
-            entries.append(f"{{{','.join(map(str, output))}}}: ({rank[param]}, {{{m.group(3)}}}{kind})")
-        return "{ " + ", ".join(entries) + " }"
-    if key == "buffer_donor":
-        entries = [f"({rank[int(m.group(1))]}, {{{m.group(2)}}})" for m in _DONOR.finditer(value)
-                   if int(m.group(1)) in rank]
-        return "{ " + ", ".join(entries) + " }"
-    return value
 
 
 def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool:
