@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # TE=0` leaves it out (about 5 GB less) and those cells report `unavailable`.
 TE ?= 1
 STAMP := $(VENV)/.installed-te$(TE)
-TE_WHEELS := third_party/wheels
+TE_WHEELS := scripts/wheels
 TE_WHEEL_SUMS := $(wildcard $(TE_WHEELS)/*.whl.sha256)
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver

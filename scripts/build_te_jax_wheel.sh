@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the transformer_engine_jax wheel that `make setup` installs (third_party/wheels/), from PyPI's sdist.
+# Build the transformer_engine_jax wheel that `make setup` installs (scripts/wheels/), from PyPI's sdist.
 #
 #   bash scripts/build_te_jax_wheel.sh [SCRATCH]      # ~7 min on 2 cores; SCRATCH defaults to a temp folder
 #
@@ -17,7 +17,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 SCRATCH=${1:-$(mktemp -d)}
 PYTHON=${PYTHON:-python3}
 TE_VERSION=2.20.2
-OUT="$HERE/third_party/wheels"
+OUT="$HERE/scripts/wheels"
 
 "$PYTHON" -m venv "$SCRATCH/venv"
 PIP="$SCRATCH/venv/bin/pip"

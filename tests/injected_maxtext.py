@@ -7,7 +7,7 @@ MaxText 0.2.5 carries seed 000's fix in three parts; each can be reverted at run
 * ``dropout0-forks``: ``Dropout`` keeps its forked Rngs even at rate 0, where it never draws.
 * ``attention-holds-rngs``: ``AttentionOp`` holds the layer's Rngs without attention dropout.
 
-``HLO_AUDIT_INJECT`` names the reverts (comma-separated) for the ``lower`` target; ``prefix`` is all three,
+``HLO_AUDIT_INJECT`` names the reverts (comma-separated) for the ``lower`` target; ``prefix`` is all of them,
 MaxText as it was before the fix. ``te-keeps-rngs`` does to the Transformer Engine backend what
 ``fp8-keeps-rngs`` does to fp8 (every recipe keeps its forked Rngs, not only NVFP4, whose stochastic rounding
 draws). ``reverted(...)`` applies them in-process and undoes them on exit; TE cells lower as the maxtext
