@@ -17,6 +17,7 @@ import pytest
 
 from hlo_audit.cache import Cache
 from hlo_audit.hlo.analysis import analyze
+from xla_oracle import xla_counts
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("tpu")]
 
@@ -62,6 +63,15 @@ def test_entry_params_equal_xla_count_of_maxtexts_own_train_compile_dump(release
     assert xla["module"].endswith(".after_optimizations.txt")
     assert (cell["entry_params"], cell["by_dtype"]) == (xla["entry_params"], xla["by_dtype"])
     assert cell["by_dtype"]["u32"] == 13  # the optimizer step and MaxText 0.2.5's two never-drawn Rngs
+    # `hlo-audit count` on MaxText's own dump files, before and after optimizations: XLA's parser's numbers.
+    after = Path(xla["module"])
+    before = after.with_name(after.name.replace(".after_optimizations.txt", ".before_optimizations.txt"))
+    for dumped in (before, after):
+        count = hlo_audit(ROOT, "count", str(dumped), "--format", "json")
+        assert count.returncode == 0, count.stderr
+        [ours] = json.loads(count.stdout)["modules"]
+        theirs = xla_counts(dumped.read_text())
+        assert (ours["entry_params"], ours["by_dtype"]) == (theirs["entry_params"], theirs["by_dtype"]), dumped.name
     # SPMD-partitioned for the topology's 4 chips: parameters hold one device's shard (embed sharded 4 ways).
     assert "num_partitions=4" in text.split("\n", 1)[0]
     embedding = next(p for p in analyze(text).params if p.path == "state.model.token_embedder.embedding")
