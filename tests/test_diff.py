@@ -221,3 +221,43 @@ def test_compiled_change_besides_rng_state_is_changed(changed, kinds):
     assert (d.verdict, d.changes) == ("changed", kinds)
     d = diff_modules(analyze(changed, "changed"), analyze(COMPILED_REVERTED, "reverted"))
     assert (d.verdict, d.changes) == ("changed", kinds)
+
+
+# Two reductions whose reducers jax emits once per call site: identical bodies under two names.
+TWO_REDUCERS = """HloModule jit_sums
+
+region_0.1 {
+  a.2 = f32[] parameter(0)
+  b.3 = f32[] parameter(1)
+  ROOT add.4 = f32[] add(a.2, b.3)
+}
+
+region_1.5 {
+  a.6 = f32[] parameter(0)
+  b.7 = f32[] parameter(1)
+  ROOT add.8 = f32[] add(a.6, b.7)
+}
+
+ENTRY main.9 {
+  x.10 = f32[4,8] parameter(0)
+  zero.11 = f32[] constant(0)
+  rows.12 = f32[4] reduce(x.10, zero.11), dimensions={1}, to_apply=region_0.1
+  cols.13 = f32[8] reduce(x.10, zero.11), dimensions={0}, to_apply=region_1.5
+  ROOT out.14 = (f32[4], f32[8]) tuple(rows.12, cols.13)
+}
+"""
+
+
+def test_a_golden_text_against_its_raw_lowering_has_no_opcode_deltas():
+    """The canonical text prints identical computations once; the raw module beside it holds both: the same
+    program, so no op counts as added (they used to: add:f32 +1, parameter:f32 +2)."""
+    raw = analyze(TWO_REDUCERS, "raw")
+    assert xla_counts(TWO_REDUCERS)["computations"] == 3
+    canonical = raw.normalized
+    assert canonical.count("\n%region") == 1  # one reducer printed
+    d = diff_modules(analyze(canonical, "golden"), raw)
+    assert (d.verdict, d.opcode_dtype_delta) == ("identical-after-normalization", {})
+    # A real change still counts: the second reducer multiplies, a computation of its own (its 2 parameters too).
+    changed = TWO_REDUCERS.replace("ROOT add.8 = f32[] add(a.6, b.7)", "ROOT multiply.8 = f32[] multiply(a.6, b.7)")
+    d = diff_modules(analyze(canonical, "golden"), analyze(changed, "new"))
+    assert d.verdict == "changed" and d.opcode_dtype_delta == {"multiply:f32": 1, "parameter:f32": 2}

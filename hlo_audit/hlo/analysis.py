@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from hlo_audit.hlo.constants import CapturedArray, ConstantReport, constant_report
-from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.normalize import normalize_with_printed
 from hlo_audit.hlo.params import EntryParam, ParamSummary, entry_params
 from hlo_audit.hlo.rng_flow import RngReport, classify_streams
 from hlo_audit.hlo.text import HloModule, parse_module
@@ -40,8 +40,18 @@ class Analysis:
         return constant_report(self.module, self.captured)
 
     @cached_property
+    def _canonical(self) -> tuple[str, frozenset[str]]:
+        return normalize_with_printed(self.module, self.params)
+
+    @property
     def normalized(self) -> str:
-        return normalize(self.module, self.params)
+        return self._canonical[0]
+
+    @property
+    def printed_computations(self) -> frozenset[str]:
+        """The computations the canonical text prints: identical ones (jax emits one reducer per call site)
+        print once, so a golden's text holds one of each."""
+        return self._canonical[1]
 
 
 def analyze(text: str, source: str = "<text>", arg_keys: Sequence[Sequence[str]] | None = None,

@@ -296,11 +296,17 @@ def _entry_param_names(params: Sequence[EntryParam]) -> dict[int, str]:
 
 def normalize(module: HloModule, params: Sequence[EntryParam] | None = None) -> str:
     """The module's canonical text (ends with a newline)."""
+    return normalize_with_printed(module, params)[0]
+
+
+def normalize_with_printed(module: HloModule,
+                           params: Sequence[EntryParam] | None = None) -> tuple[str, frozenset[str]]:
+    """The canonical text and the module's computations it prints: one of each set of identical ones."""
     with cyclic_gc_paused():
         return _normalize(module, params)
 
 
-def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> str:
+def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[str, frozenset[str]]:
     namer = _Namer(params if params is not None else entry_params(module))
     header_attrs = ", ".join(f"{k}={v}" for k, v in sorted(module.header_attrs.items())
                              if k != "entry_computation_layout" or not spells_out_defaults(module, v))
@@ -310,7 +316,10 @@ def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> str:
     for name in namer.print_order(namer.computation_names[module.entry.name]):
         lines.append("")
         lines.extend(namer.bodies[name])
-    return "\n".join(lines) + "\n"
+    first_of_each: dict[str, str] = {}
+    for name, canonical in namer.computation_names.items():
+        first_of_each.setdefault(canonical, name)
+    return "\n".join(lines) + "\n", frozenset(first_of_each.values())
 
 
 def spells_out_defaults(module: HloModule, layout: str) -> bool:
