@@ -47,7 +47,10 @@ BARE = textwrap.dedent("""
 # What MaxText's hlo_diff_test passes to train_compile (src/maxtext/configs/base.yml + model_name...).
 MAXTEXT_ARGS = ["model_name=llama3-8b", "dataset_type=synthetic", "override_model_config=true",
                 "compile_topology_num_slices=1", "compile_topology=v6e-4", "base_num_decoder_layers=4",
-                "per_device_batch_size=1", "max_target_length=128"]
+                "per_device_batch_size=1", "max_target_length=128",
+                # No persistent compile cache (base.yml: ~/jax_cache, on unless dump_hlo): a repeated run must
+                # compile again, as hlo-audit's --no-cache and the bare compile do.
+                "jax_cache_dir="]
 # Compile-only libtpu and no idle TPU runtime, for every process alike (hlo-audit's own processes set these
 # themselves: platforms.setup_own_process).
 ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
