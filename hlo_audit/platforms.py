@@ -219,23 +219,29 @@ def setup_own_process() -> None:
     """What the processes hlo-audit owns (the CLI, its workers, its tests) set before jax starts.
 
     The libtpu settings of ``compile_only_libtpu``, from the start: a C++ log level read before libtpu loads
-    holds after it, and worker processes inherit them. Then, on a host with no accelerator at all, jax starts
-    only its CPU backend (see the module doc): a no-op when the user chose ``JAX_PLATFORMS``, when jax's
-    backends already started, or when the host has a PCI device of an accelerator vendor (jax's own choice
-    stands). Before jax is imported this only sets the environment, so a command that never touches jax pays
-    nothing.
+    holds after it, and worker processes inherit them. Then ``cpu_backend_only_without_accelerators``. Before
+    jax is imported this only sets the environment, so a command that never touches jax pays nothing.
     """
     compile_only_libtpu()
+    cpu_backend_only_without_accelerators()
+
+
+def cpu_backend_only_without_accelerators() -> None:
+    """On a host with no accelerator at all, jax starts only its CPU backend: every platform is lowered from it
+    (``lowering_platforms``), and the backends jax would otherwise try cost memory and warnings (libtpu's idle
+    runtime, see the module doc; the CUDA plugin installed for Transformer Engine, which prints a traceback when
+    it finds no GPU). A no-op when the user chose platforms (``JAX_PLATFORMS`` or jax's config), when jax's
+    backends already started, or when the host has a PCI device of an accelerator vendor (jax's choice stands).
+    """
     if "JAX_PLATFORMS" in os.environ or _has_accelerator_device():
         return
     if "jax" not in sys.modules:
         os.environ["JAX_PLATFORMS"] = "cpu"
         return
+    import jax  # noqa: PLC0415
     from jax._src import xla_bridge  # noqa: PLC0415
 
-    if not xla_bridge.backends_are_initialized():
-        import jax  # noqa: PLC0415
-
+    if not jax.config.jax_platforms and not xla_bridge.backends_are_initialized():
         jax.config.update("jax_platforms", "cpu")
 
 

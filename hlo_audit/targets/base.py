@@ -97,9 +97,9 @@ class Target(Protocol):
 
 def get_target(spec: str) -> Target:
     """``maxtext`` or ``package.module:function``."""
-    from hlo_audit.targets.te import lower_on_cpu_backend_without_gpu  # noqa: PLC0415 (imports jax)
+    from hlo_audit.platforms import cpu_backend_only_without_accelerators  # noqa: PLC0415 (imports this module)
 
-    lower_on_cpu_backend_without_gpu()
+    cpu_backend_only_without_accelerators()  # for library callers too, not only the processes hlo-audit owns
     if spec == "maxtext":
         from hlo_audit.targets.maxtext import MaxTextTarget  # noqa: PLC0415 (jax/maxtext import on demand)
 

@@ -60,22 +60,6 @@ NOT_INSTALLED = ("Transformer Engine is not installed (`make setup` installs it;
                  "or pip install '.[te]' plus libcuda.so.1, see README)")
 
 
-def lower_on_cpu_backend_without_gpu() -> None:
-    """On a host without a GPU, let jax start its CPU backend only, unless the user chose platforms.
-
-    jax's CUDA plugin, installed for TE, otherwise tries to start a GPU backend at jax's first use and, finding no
-    device, prints a traceback and a warning on every run. Nothing here needs a GPU backend: every platform is
-    lowered from the CPU one (``lowering_platforms``). Must run before jax starts its backends (get_target does).
-    """
-    import jax  # noqa: PLC0415
-
-    if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or Path("/dev/nvidia0").exists():
-        return
-    if importlib.util.find_spec("jax_plugins") is None or importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
-        return
-    jax.config.update("jax_platforms", "cpu")
-
-
 def compute_capability(cuda_arch: str) -> int:
     """``sm_90`` -> 90, ``sm_100a`` -> 100: the number TE compares against (major * 10 + minor)."""
     match = _ARCH.match(cuda_arch)
