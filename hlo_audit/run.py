@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from hlo_audit import platforms
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
@@ -159,13 +158,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         hit = cache.get_lowering(key)
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
-            keys = tuple(map(tuple, meta["arg_keys"])) if meta.get("arg_keys") is not None else None
-            captured = meta.get("captured")
-            if captured is not None:
-                captured = tuple(CapturedArray.from_record(a) for a in captured)
-            lowering = Lowering(text, keys, captured=captured, note=meta.get("note", ""), memory=meta.get("memory"),
-                                cost=meta.get("cost"))
-            result = analyze_lowering(cell, lowering, meta.get("seconds", 0.0), key)
+            result = analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), key)
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
             yield result
@@ -177,13 +170,8 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
 def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellResult:
     if result.status == "ok" and lowering is not None:
         result.text = lowering.text
-        keys = lowering.arg_keys
-        captured = lowering.captured
-        cache.put_lowering(result.key, lowering.text, {
-            "cell": result.cell.id, "seconds": result.lower_seconds,
-            "arg_keys": [list(k) for k in keys] if keys is not None else None, "note": lowering.note,
-            "memory": lowering.memory, "cost": lowering.cost,
-            "captured": [a.to_record() for a in captured] if captured is not None else None})
+        cache.put_lowering(result.key, lowering.text,
+                           {"cell": result.cell.id, "seconds": result.lower_seconds, **lowering.meta()})
         cache.put_result(result.key, result.to_record(), result.normalized)
     return result
 

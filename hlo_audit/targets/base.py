@@ -57,6 +57,20 @@ class Lowering:
 
         return cls(text=hlo_text(lowered), arg_keys=arg_keys(lowered), captured=captured, note=note)
 
+    def meta(self) -> dict:
+        """Everything but the text, as the cache stores it beside the text (JSON)."""
+        return {"arg_keys": [list(k) for k in self.arg_keys] if self.arg_keys is not None else None,
+                "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
+                "note": self.note, "memory": self.memory, "cost": self.cost}
+
+    @classmethod
+    def from_cache(cls, text: str, meta: dict) -> "Lowering":
+        """The lowering ``meta()`` and its text were stored from (older entries may lack the later fields)."""
+        keys, captured = meta.get("arg_keys"), meta.get("captured")
+        return cls(text, arg_keys=tuple(map(tuple, keys)) if keys is not None else None,
+                   captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
+                   note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))
+
 
 def hlo_text(lowered) -> str:
     """``lowered.as_text(dialect="hlo")``, except that constants of more than ten elements print as ``{...}``.
