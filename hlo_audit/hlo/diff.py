@@ -125,10 +125,7 @@ def _param_groups(old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], 
 def opcode_dtype_histogram(module: HloModule, computations: Collection[str] | None = None) -> Counter[str]:
     """``opcode:dtype`` -> instructions over the whole module, or over ``computations`` of it (``tuple`` for
     tuple-shaped ones)."""
-    if computations is None:
-        return _histogram(module, lambda i: f"{i.opcode}:{i.shape.dtype or 'tuple'}")
-    return Counter(f"{i.opcode}:{i.shape.dtype or 'tuple'}" for name in computations
-                   for i in module.computations[name].instructions)
+    return _histogram(module, lambda i: f"{i.opcode}:{i.shape.dtype or 'tuple'}", computations)
 
 
 def _computation_names(text: str) -> Counter[str]:
@@ -139,8 +136,10 @@ def _computation_names(text: str) -> Counter[str]:
     return names
 
 
-def _histogram(module: HloModule, key) -> Counter:
-    return Counter(key(i) for i in module.instructions())
+def _histogram(module: HloModule, key, computations: Collection[str] | None = None) -> Counter:
+    if computations is None:
+        return Counter(key(i) for i in module.instructions())
+    return Counter(key(i) for name in computations for i in module.computations[name].instructions)
 
 
 def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> list[str]:
