@@ -164,6 +164,7 @@ def large_constants(module: HloModule, captured: Sequence[CapturedArray] = ()) -
         if a.path:
             by_shape.setdefault((a.dtype, a.dims), []).append(a.path)
     found = []
+    users = _UsersIndex()
     for comp in module.computations.values():
         for instr in comp.instructions:
             if instr.opcode not in ("constant", "broadcast") or instr.shape.bytes < LARGE_CONSTANT_BYTES:
@@ -172,7 +173,7 @@ def large_constants(module: HloModule, captured: Sequence[CapturedArray] = ()) -
                 form, value = "literal", ""
             elif len(instr.operands) == 1:
                 source = comp.by_name[instr.operands[0]]
-                if source.opcode != "constant" or source.shape.dims or _computes(instr, comp, module):
+                if source.opcode != "constant" or source.shape.dims or _computes(instr, comp, module, users):
                     continue
                 form, value = "broadcast", source.literal
             else:
@@ -182,21 +183,34 @@ def large_constants(module: HloModule, captured: Sequence[CapturedArray] = ()) -
     return sorted(found, key=lambda c: (-c.shape.bytes, c.name))
 
 
-def _computes(broadcast: Instruction, comp: Computation, module: HloModule) -> bool:
-    users = _users(comp, broadcast.name)
-    return bool(users) and all(u.opcode in _COMPUTING_USERS or _filled_by_loop(broadcast, u, comp, module)
-                               for u in users)
+class _UsersIndex:
+    """Each instruction's users, indexed per computation the first time one of its instructions is asked about:
+    the parser keeps no users lists (nothing else needs them), and only computations with a large broadcast ask."""
+
+    def __init__(self):
+        self._by_computation: dict[str, dict[str, list[Instruction]]] = {}
+
+    def __call__(self, comp: Computation, name: str) -> list[Instruction]:
+        index = self._by_computation.get(comp.name)
+        if index is None:
+            index = self._by_computation[comp.name] = {}
+            for instr in comp.instructions:
+                for operand in dict.fromkeys(instr.operands):
+                    index.setdefault(operand, []).append(instr)
+        return index.get(name, [])
 
 
-def _users(comp: Computation, name: str) -> list[Instruction]:
-    # The parser keeps no users lists (nothing else needs them); only a large broadcast's few users are asked for.
-    return [i for i in comp.instructions if name in i.operands]
+def _computes(broadcast: Instruction, comp: Computation, module: HloModule, users: _UsersIndex) -> bool:
+    of_broadcast = users(comp, broadcast.name)
+    return bool(of_broadcast) and all(
+        u.opcode in _COMPUTING_USERS or _filled_by_loop(broadcast, u, comp, module, users) for u in of_broadcast)
 
 
-def _filled_by_loop(value: Instruction, tup: Instruction, comp: Computation, module: HloModule) -> bool:
+def _filled_by_loop(value: Instruction, tup: Instruction, comp: Computation, module: HloModule,
+                    users: _UsersIndex) -> bool:
     """``value`` starts a while loop's state that the loop writes: an accumulator (a scanned train step's
     zero-filled gradients), not a constant it reads. An element the body hands back unchanged is read only."""
-    loops = _users(comp, tup.name) if tup.opcode == "tuple" else []
+    loops = users(comp, tup.name) if tup.opcode == "tuple" else []
     if not loops or any(loop.opcode != "while" for loop in loops):
         return False
     indices = [i for i, ref in enumerate(tup.operands) if ref == value.name]
