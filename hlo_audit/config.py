@@ -26,7 +26,7 @@ MAXTEXT_QUANTIZATIONS = (
 )
 TE_RECIPES = ("te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4", "te_nvfp4_no_rht")
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-STAGES = ("lowered", "compiled")
+STAGES = ("lowered", "optimized", "compiled")
 STEPS = ("train", "prefill", "generate", "insert")
 # AQT's modes as MaxEngine selects them: "serve" when the checkpoint is already quantized
 # (checkpoint_is_quantized -> quant_mode_str "serve"), else "train". ("convert" is a checkpoint-conversion
@@ -82,10 +82,11 @@ DEFAULTS: dict = {
                        "deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False",
                                           "attention": "dot_product"}}},
         # MaxText's own HLO gate (its tests/integration/hlo_diff_test.py): the three stock model configs
-        # (deepseek3-test keeps its 3 dense layers) AOT-compiled for TPU v6e-4 through libtpu at 4 layers,
-        # batch 1, seq 128; scanned as that test runs them, and unrolled, where seed 000's leak grew.
+        # (deepseek3-test keeps its 3 dense layers) through XLA's TPU compiler for v6e-4 (libtpu) at 4 layers,
+        # batch 1, seq 128; scanned as that test runs them, and unrolled, where seed 000's leak grew. Stage
+        # optimized: the after-optimizations module that test diffs, without the TPU codegen it never reads.
         {"models": ["deepseek3-test", "llama3-8b", "qwen3-1.7b"], "quant": ["none"], "layers": [4],
-         "platform": "tpu", "topology": ["v6e-4"], "stage": "compiled", "overrides": {}},
+         "platform": "tpu", "topology": ["v6e-4"], "stage": "optimized", "overrides": {}},
         # Inference: MaxEngine's prefill and decode step, unquantized and AQT int8 (quantizing on every call),
         # then int8 on pre-quantized weights (serve mode), which needs a series of its own. One depth: what a
         # decode step bakes in is gated per cell, and nothing in it scales with depth the way train RNG state did.
@@ -342,6 +343,9 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
     stage = _typed(table, "stage", str, bad)
     if stage not in STAGES:
         bad("stage", f"expected one of {', '.join(STAGES)}, got {stage!r}")
+    if stage == "optimized" and not (platform == "tpu" and topologies):
+        bad("stage", "stage 'optimized' runs XLA's TPU compiler up to codegen: it needs platform = 'tpu' and a "
+                     "topology (for other platforms use 'compiled')")
     overrides = table["overrides"]
     if not isinstance(overrides, dict):
         bad("overrides", "expected a table of model -> {key = value}")

@@ -99,7 +99,7 @@ class MatrixReport:
 
     @property
     def compiled(self) -> list[CellView]:
-        """Cells with XLA's memory analysis (stage compiled)."""
+        """Cells with XLA's memory analysis (stages compiled and optimized)."""
         return [v for v in self.cells if v.result.memory is not None]
 
     @property

@@ -56,6 +56,9 @@ def check_available(cell: Cell) -> None:
         if importlib.util.find_spec("libtpu") is None:
             raise Unavailable(f"TPU topology {cell.topology} needs libtpu (pip install '.[tpu]'; `make setup` does)")
         return
+    if cell.stage == "optimized":
+        raise Unavailable("stage 'optimized' runs XLA's TPU compiler up to codegen: it needs platform 'tpu' and a "
+                          "topology (for other platforms use 'compiled')")
     if cell.stage != "compiled":
         return  # cross-lowering needs no device of the platform
     if cell.platform == "tpu":
@@ -181,7 +184,7 @@ def _version(package: str) -> str:
 
 def memory_per_worker(cell: Cell) -> int:
     """Bytes one worker process holds at its peak while it lowers (and compiles) the cell."""
-    if cell.stage == "compiled" and uses_topology(cell):
+    if cell.stage in ("compiled", "optimized") and uses_topology(cell):
         return _COMPILED_TPU_WORKER_BYTES
     return _LOWERING_WORKER_BYTES
 

@@ -127,4 +127,4 @@ def _rest_as_arguments(cell) -> Lowering:
     with _trainer_jax_flags(engine.config):
         traced = jax.jit(step).trace(call.rest_state, *call.args[1:], **call.kwargs)
         captured = captured_arrays(traced, {"model": call.rest_state})
-        return Lowering.of(traced.lower(lowering_platforms=(cell.platform,)), cell.stage, captured)
+        return Lowering.of(traced.lower(lowering_platforms=(cell.platform,)), cell, captured)

@@ -185,6 +185,9 @@ def compiled_table(report) -> str:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
         cells = [escape(v.result.cell.id)]
         for key, _ in MEMORY_COLUMNS:
+            if key not in memory:  # stage optimized generates no code
+                cells.append("")
+                continue
             d = delta.get(key)
             change = f' <span class="{"grow" if d > 0 else "shrink"}">{"+" if d > 0 else "-"}{human_bytes(abs(d))}</span>' if d else ""
             cells.append(human_bytes(memory[key]) + change)

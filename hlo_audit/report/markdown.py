@@ -113,6 +113,9 @@ def _memory_cells(view) -> list[str]:
     delta = view.memory_delta() or {}
     cells = []
     for key, _ in MEMORY_COLUMNS:
+        if key not in view.result.memory:  # stage optimized generates no code
+            cells.append("")
+            continue
         d = delta.get(key)
         change = f" ({'+' if d > 0 else '-'}{human_bytes(abs(d))})" if d else ""
         cells.append(human_bytes(view.result.memory[key]) + change)

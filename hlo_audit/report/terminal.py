@@ -94,7 +94,8 @@ def print_compiled(console: Console, report) -> None:
     keep_ids_whole(table, [v.result.cell.id for v in report.compiled])
     for v in report.compiled:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
-        table.add_row(Text(v.result.cell.id), *[_bytes_with_delta(memory[k], delta.get(k)) for k in TERMINAL_MEMORY],
+        table.add_row(Text(v.result.cell.id), *[_bytes_with_delta(memory[k], delta.get(k)) if k in memory else Text("")
+                        for k in TERMINAL_MEMORY],
                       f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
     if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
         table.collapse_padding = True

@@ -35,7 +35,9 @@ class Lowering:
     the arrays the step closes over (``hlo_audit.capture``).
 
     A compiled cell's text is the module after XLA's optimizations, with what only compiling tells:
-    ``memory`` (bytes by kind, from ``memory_analysis()``) and ``cost`` (flops, bytes accessed...).
+    ``memory`` (bytes by kind, from ``memory_analysis()``) and ``cost`` (flops, bytes accessed...). An optimized
+    cell's is the same module before codegen, with memory and cost from XLA's buffer assignment and cost analysis
+    (``hlo_audit.optimized``).
     """
 
     text: str
@@ -47,12 +49,17 @@ class Lowering:
     cost: dict[str, float] | None = None
 
     @classmethod
-    def of(cls, lowered, stage: str, captured: tuple[CapturedArray, ...] | None = None, note: str = "") -> "Lowering":
-        """The text of a jax ``Lowered`` at ``stage`` ("lowered" or "compiled"), with its argument paths."""
-        if stage == "compiled":
+    def of(cls, lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = None, note: str = "") -> "Lowering":
+        """The text of a jax ``Lowered`` at the cell's stage ("lowered", "optimized" or "compiled"), with its argument
+        paths."""
+        if cell.stage == "compiled":
             from hlo_audit.compiled import compile_lowering  # noqa: PLC0415 (jax: imported only by what lowers)
 
             return replace(compile_lowering(lowered), captured=captured, note=note)
+        if cell.stage == "optimized":
+            from hlo_audit.optimized import optimize_lowering  # noqa: PLC0415 (jax: imported only by what lowers)
+
+            return replace(optimize_lowering(lowered, cell.topology), captured=captured, note=note)
         from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax: imported only by what lowers)
 
         return cls(text=hlo_text(lowered), arg_keys=arg_keys(lowered), captured=captured, note=note)

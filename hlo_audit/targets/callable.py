@@ -64,7 +64,7 @@ class CallableTarget:
             else:
                 raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
                                   "(jax.jit(f).trace(...)) or Lowered")
-            return Lowering.of(lowered, cell.stage, captured)
+            return Lowering.of(lowered, cell, captured)
 
     def full_depth(self, model: str) -> int:
         depth = getattr(self.function, "full_depth", None)

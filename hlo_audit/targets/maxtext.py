@@ -363,7 +363,7 @@ class MaxTextTarget:
         self.check_available(cell)
         with te.cross_lowering(cell, te_recipe) as notes:
             lowered, captured = lower_cell(cell)
-            return Lowering.of(lowered, cell.stage, captured, note="; ".join(notes))
+            return Lowering.of(lowered, cell, captured, note="; ".join(notes))
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)

@@ -1,0 +1,245 @@
+"""Stage ``optimized``: XLA's optimization pipeline and buffer assignment for a TPU topology, without codegen.
+
+Why this stage exists: MaxText's own HLO gate (its ``tests/integration/hlo_diff_test.py``) compares the
+``*.after_optimizations.txt`` file that a full ``train_compile`` dumps. For a TPU topology, getting there is a
+small part of the compile. llama3-8b at 4 layers for v6e-4 on the 2-core CI machine: ~1-2 s of HLO passes and
+buffer assignment, then ~21 s of TPU code generation, whose output neither that gate nor this tool reads. Stage
+``compiled`` pays for codegen because what it reports needs it: the codegen-annotated text,
+``generated_code_bytes`` and the backend's cost model. Stage ``optimized`` gives the module MaxText's gate diffs,
+in a tenth of the compile time.
+
+How, since jax has no call that stops after the HLO passes and an XLA compile cannot be cancelled:
+
+1. ``compile_request``: the compile jax would run is captured instead of run. ``lowered.compile()`` is called
+   with jax's backend compile call replaced, for that call only, by one that records the module, the
+   ``CompileOptions`` and the device order, then stops. The options are therefore jax's own (SPMD partitioning,
+   device assignment, jax's debug options, a user's ``compiler_options``), not a copy of how jax builds them.
+2. A child process (``python -m hlo_audit.optimized DIR``) builds the same topology's compile-only client and
+   compiles that request in a thread, with XLA's dump on. XLA writes the module after optimizations, then its
+   buffer assignment, then ``*.after_optimizations_after_buffer_assignment.txt``. Once that last file exists,
+   the first two are complete. The child reads them, writes its result and exits, abandoning codegen. If the
+   compile ends first (an XLA error, such as the program not fitting in HBM), it reports how it ended.
+3. ``memory``: argument, output and alias bytes are the buffer assignment's parameter and maybe-live-out
+   allocations, which is what the compiled executable's ``memory_analysis()`` reports (tests compare them).
+   ``temp_bytes`` is the preallocated temp buffer of the default memory space. Codegen adds scratch to it, so
+   stage compiled's is a little larger (16 KiB for llama3-8b L4). ``generated_code_bytes`` is absent, since no
+   code is generated.
+4. ``cost``: XLA's device-independent ``HloCostAnalysis`` of the optimized module. Its flops and
+   transcendentals equal the TPU compile's; its bytes accessed follow the generic model, not the TPU's
+   (32,408,725,504 vs 32,431,265,792 B for llama3-8b L4).
+
+Argument paths come from jax's ``args_info``, as for the other stages. They are used only once the optimized
+entry parameters are checked, in order, to be the arguments jax kept (dtype and per-device dims).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from hlo_audit.targets.base import Lowering, one_line
+
+# The files of XLA's dump this stage reads, and the one written after both (the child's signal to stop).
+_MODULE_SUFFIX = ".after_optimizations.txt"
+_BUFFERS_SUFFIX = ".after_optimizations-buffer-assignment.txt"
+_DONE_SUFFIX = ".after_optimizations_after_buffer_assignment.txt"
+_POLL_SECONDS = 0.02
+# `allocation 3: size 525336576, page 0, parameter 47, shape |f32[...]| at ShapeIndex {}, maybe-live-out:`
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (.*):$", re.M)
+
+
+class OptimizeError(RuntimeError):
+    """XLA's optimization pipeline failed for the cell, or the child running it did; XLA's message, on one line."""
+
+
+class _Captured(Exception):
+    """Raised in place of jax's backend compile once its arguments are recorded."""
+
+
+def optimize_lowering(lowered, topology: str) -> Lowering:
+    """The module after XLA's optimizations for ``topology``'s devices, its memory and cost (module doc)."""
+    module, options, device_ids = compile_request(lowered)
+    with tempfile.TemporaryDirectory(prefix="hlo-audit-optimize-") as work:
+        work = Path(work)
+        (work / "module.mlirbc").write_bytes(module)
+        (work / "options.pb").write_bytes(options)
+        (work / "request.json").write_text(json.dumps({"topology": topology, "device_ids": device_ids}))
+        child = subprocess.run([sys.executable, "-m", "hlo_audit.optimized", str(work)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+        result_path = work / "result.json"
+        if not result_path.exists():
+            last = [line for line in child.stderr.splitlines() if line.strip()][-1:] or [f"exit {child.returncode}"]
+            raise OptimizeError(f"the child running XLA's optimization pipeline failed: {last[0].strip()}")
+        result = json.loads(result_path.read_text())
+        if "error" in result:
+            raise OptimizeError(result["error"])
+        text = Path(result["module"]).read_text()
+    return Lowering(text=text, arg_keys=checked_arg_keys(lowered, text), memory=result["memory"],
+                    cost=result["cost"])
+
+
+def compile_request(lowered) -> tuple[bytes, bytes, list[int]]:
+    """What ``lowered.compile()`` would hand XLA: the module (MLIR bytecode), the serialized ``CompileOptions``
+    and the ids of the executable's devices in order. Nothing is compiled."""
+    from jax._src import compiler  # noqa: PLC0415 (jax's compile call; no public hook before XLA)
+    from jax._src.interpreters import mlir  # noqa: PLC0415
+
+    request: dict = {}
+
+    def record(backend, module, executable_devices, options, host_callbacks):
+        request.update(module=mlir.module_to_bytecode(module), options=options.SerializeAsString(),
+                       device_ids=[device.id for device in executable_devices])
+        raise _Captured
+
+    real = compiler.backend_compile_and_load
+    compiler.backend_compile_and_load = record
+    try:
+        lowered.compile()
+    except _Captured:
+        pass
+    finally:
+        compiler.backend_compile_and_load = real
+    if not request:  # jax answered from a cache of its own without compiling
+        raise OptimizeError("jax compiled nothing to optimize (an in-memory or persistent compile cache answered)")
+    return request["module"], request["options"], request["device_ids"]
+
+
+def memory_from_buffer_assignment(text: str) -> dict[str, int]:
+    """Bytes by kind from XLA's buffer assignment dump (the ``memory`` record of stage compiled, less codegen's)."""
+    record = {"argument_bytes": 0, "output_bytes": 0, "alias_bytes": 0, "temp_bytes": 0}
+    for size, flags in _ALLOCATION.findall(text):
+        size = int(size)
+        parameter = re.search(r"(?:^|, )parameter \d+", flags) is not None
+        live_out = "maybe-live-out" in flags
+        if parameter:
+            record["argument_bytes"] += size
+        if live_out:
+            record["output_bytes"] += size
+        if parameter and live_out:
+            record["alias_bytes"] += size
+        if "preallocated-temp" in flags and "color " not in flags:  # the default memory space (HBM)
+            record["temp_bytes"] += size
+    return record
+
+
+def checked_arg_keys(lowered, text: str):
+    """The lowering's argument keys, if the optimized entry parameters are, in order, the arguments jax kept."""
+    from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax)
+    from hlo_audit.hlo.text import parse_module  # noqa: PLC0415
+
+    keys = arg_keys(lowered)
+    expected = lowered_argument_signatures(lowered)
+    if keys is None or expected is None:
+        return None
+    actual = [(p.shape.dtype, p.shape.dims) for p in parse_module(text, "optimized module").entry.parameters]
+    if not len(keys) == len(expected) == len(actual):
+        return None
+    for want, got in zip(expected, actual):
+        if want[0] != got[0] or (want[1] is not None and want[1] != got[1]):
+            return None
+    return keys
+
+
+def lowered_argument_signatures(lowered) -> list[tuple] | None:
+    """(HLO element type, per-device dims or None) of each argument jax kept, from the lowering's own arguments
+    and input shardings (dims None where jax left the sharding to XLA's propagation)."""
+    from jax._src import core  # noqa: PLC0415 (PRNG keys' physical shape: key<fry>[] is uint32[2] in HLO)
+    from jax._src.lib import hlo  # noqa: PLC0415 (XLA's own name of a dtype: bfloat16 -> bf16, bool -> pred)
+
+    try:
+        args = lowered._lowering.compile_args  # noqa: SLF001 (no public view of the kept arguments)
+        kept, avals, shardings = sorted(args["kept_var_idx"]), args["global_in_avals"], args["in_shardings"]
+    except (AttributeError, KeyError, TypeError):
+        return None
+    if len(avals) != len(shardings):
+        return None
+    signatures = []
+    for aval, sharding in zip(avals, shardings):
+        aval = core.physical_aval(aval)
+        dtype = str(hlo.Shape.array_shape(aval.dtype, ())).split("[", 1)[0]
+        dims = tuple(sharding.shard_shape(aval.shape)) if hasattr(sharding, "shard_shape") else None
+        signatures.append((dtype, dims))
+    return signatures if len(signatures) == len(kept) else [signatures[i] for i in kept]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The child: `python -m hlo_audit.optimized DIR`
+# --------------------------------------------------------------------------------------------------------------
+
+def _child(work: Path) -> None:
+    """Run the request in ``work`` up to buffer assignment; write ``result.json``; exit without waiting for codegen."""
+    from hlo_audit import platforms  # noqa: PLC0415
+
+    platforms.setup_own_process()
+    request = json.loads((work / "request.json").read_text())
+    try:
+        result = _optimize(work, request)
+    except Exception as error:  # noqa: BLE001 (XLA's message is the cell's, reported by the parent)
+        result = {"error": one_line(error)}
+    (work / "result.json.partial").write_text(json.dumps(result))
+    os.replace(work / "result.json.partial", work / "result.json")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the compile thread is still generating code nobody reads: do not wait for it
+
+
+def _optimize(work: Path, request: dict) -> dict:
+    import jax  # noqa: PLC0415
+    from jax._src.interpreters import mlir  # noqa: PLC0415
+    from jax._src.lib import xla_client  # noqa: PLC0415
+    from jax._src.lib.mlir import ir  # noqa: PLC0415
+
+    from hlo_audit import platforms  # noqa: PLC0415
+
+    devices = {device.id: device for device in platforms.tpu_topology_devices(request["topology"])}
+    executable_devices = xla_client.DeviceList(tuple(devices[i] for i in request["device_ids"]))
+    client = executable_devices[0].client
+    dump = work / "dump"
+    options = xla_client.CompileOptions.ParseFromString((work / "options.pb").read_bytes())
+    options.env_option_overrides = [*options.env_option_overrides, ("xla_dump_to", str(dump)),
+                                    ("xla_dump_hlo_as_text", True), ("xla_dump_hlo_module_re", ".*")]
+    module = ir.Module.parse((work / "module.mlirbc").read_bytes(), context=mlir.make_ir_context())
+
+    ended: list[BaseException | None] = []
+
+    def compile_in_thread() -> None:
+        try:
+            client.compile(module, executable_devices=executable_devices, compile_options=options)
+            ended.append(None)
+        except BaseException as error:  # noqa: BLE001 (handed to the polling thread)
+            ended.append(error)
+
+    threading.Thread(target=compile_in_thread, daemon=True).start()
+    while not ended and not list(dump.glob("*" + _DONE_SUFFIX)):
+        time.sleep(_POLL_SECONDS)
+    if ended and ended[0] is not None:
+        raise ended[0]
+    modules = sorted(dump.glob("*" + _MODULE_SUFFIX))
+    buffers = sorted(dump.glob("*" + _BUFFERS_SUFFIX))
+    if len(modules) != 1 or len(buffers) != 1:
+        raise OptimizeError(f"XLA's dump in {dump} has {len(modules)} optimized modules and {len(buffers)} buffer "
+                            "assignments, expected one of each")
+    return {"module": str(modules[0]),
+            "memory": memory_from_buffer_assignment(buffers[0].read_text()),
+            "cost": _generic_cost(modules[0].read_text(), jax.devices("cpu")[0].client)}
+
+
+def _generic_cost(text: str, cpu_client) -> dict[str, float]:
+    """XLA's HloCostAnalysis of the optimized module (the child runs XLA anyway; the parent never parses with it)."""
+    from jax._src.lib import _jax, hlo  # noqa: PLC0415
+
+    from hlo_audit.compiled import COST_FIELDS  # noqa: PLC0415
+
+    cost = _jax.hlo_module_cost_analysis(cpu_client, hlo.hlo_module_from_text(text))
+    return {key: float(cost[name]) for name, key in COST_FIELDS.items() if name in cost}
+
+
+if __name__ == "__main__":
+    _child(Path(sys.argv[1]))
