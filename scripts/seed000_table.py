@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Seed 000's review table, reproduced: what its Dropout and AttentionOp fixes dropped from the compiled TPU step.
+"""Seed 000's review table, reproduced: what its Dropout and AttentionOp fixes dropped from the optimized TPU step.
 
     python scripts/seed000_table.py [--models llama3-8b,deepseek3-test,qwen3-1.7b] [--maxtext] [--jobs 2]
 
 For each of MaxText's three HLO-gate configs (v6e-4, 4 layers, batch 1, seq 128, scan on, stock model
-configs) it compiles the train step twice through hlo-audit's TPU cells: as MaxText 0.2.5 ships it
+configs) it runs the train step through XLA's TPU compiler twice, as hlo-audit's shipped TPU cells (stage
+optimized: the after-optimizations module MaxText's hlo_diff_test diffs): as MaxText 0.2.5 ships it
 ("released") and with seed 000's fixes reverted ("reverted", tests/injected_maxtext.py, HLO_AUDIT_INJECT=
-prefix), then diffs the two compiled modules with hlo-audit's diff. Per model it prints the verdict, the
+prefix), then diffs the two optimized modules with hlo-audit's diff. Per model it prints the verdict, the
 u32 entry parameters each side has and how many the fixes dropped, by owner pattern.
 
 The seed's own numbers (30 llama3_8b, 54 deepseek3, 18 qwen3_1.7b) were read off MaxText's reference files
@@ -126,7 +127,7 @@ def maxtext_row(model: str, work: pathlib.Path) -> dict:
 
 
 def print_table(rows: list[dict]) -> None:
-    print("seed 000's Dropout and AttentionOp fixes, reverted vs released, compiled for TPU v6e-4 (L4, scan on)")
+    print("seed 000's Dropout and AttentionOp fixes, reverted vs released, optimized for TPU v6e-4 (L4, scan on)")
     header = f"{'model':<16} {'verdict':<15} {'u32 reverted -> released':>25} {'dropped u32':>12} " \
              f"{'header arrays':>14} {'seed 000':>9}"
     print(header)
