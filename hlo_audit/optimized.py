@@ -203,8 +203,12 @@ def _optimize(work: Path, request: dict) -> dict:
     client = executable_devices[0].client
     dump = work / "dump"
     options = xla_client.CompileOptions.ParseFromString((work / "options.pb").read_bytes())
+    # The dump is this stage's output, so its form is fixed here whatever XLA_FLAGS says: text, every module,
+    # XLA's long form with metadata (its defaults), large constants as `{...}` (as the other stages print them).
     options.env_option_overrides = [*options.env_option_overrides, ("xla_dump_to", str(dump)),
-                                    ("xla_dump_hlo_as_text", True), ("xla_dump_hlo_module_re", ".*")]
+                                    ("xla_dump_hlo_as_text", True), ("xla_dump_hlo_as_long_text", True),
+                                    ("xla_dump_hlo_module_re", ".*"), ("xla_dump_large_constants", False),
+                                    ("xla_dump_disable_metadata", False)]
     module = ir.Module.parse((work / "module.mlirbc").read_bytes(), context=mlir.make_ir_context())
 
     ended: list[BaseException | None] = []

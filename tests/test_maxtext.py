@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import replace
 
 import pytest
@@ -313,3 +314,22 @@ def test_committed_goldens_pass_the_gate(tmp_path):
     assert result.returncode == 0, [f for f in doc["findings"] if f["severity"] in ("regression", "error")]
     # Every cell carries dead RNG state (dead_rng, default warn): advisories, not failures.
     assert doc["summary"] == {"advisory": 16}
+
+
+def test_maxtext_config_leaves_xla_flags_alone(tmp_path):
+    """MaxText's config validation sets XLA_FLAGS to its dump_hlo defaults when unset and starts jax's backends, so
+    XLA kept them: every train step compiled afterwards was dumped to /tmp/xla_dump and any other dump filtered to
+    jit_train_step. In a fresh process (XLA not yet started), after MaxText's config: no XLA_FLAGS, and an XLA dump
+    asked for by a compile keeps its module."""
+    code = textwrap.dedent(f"""
+        import os, pathlib, jax
+        from hlo_audit.targets import maxtext
+        maxtext._config(maxtext._settings("llama3-8b", scan_layers=True, quantization=""))
+        jax.jit(lambda x: x + 1).lower(1.0).compile(
+            compiler_options={{"xla_dump_to": "{tmp_path}", "xla_dump_hlo_as_text": True}})
+        print(os.environ.get("XLA_FLAGS"), len(list(pathlib.Path("{tmp_path}").glob("*after_optimizations.txt"))))
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["None", "1"]

@@ -58,7 +58,8 @@ def both(tmp_path_factory):
     lowered = _train_step_on_topology()
     result = optimized.optimize_lowering(lowered, "v6e-4")
     dump = tmp_path_factory.mktemp("dump")
-    executable = lowered.compile(compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True})
+    executable = lowered.compile(compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True,
+                                                   "xla_dump_hlo_module_re": ".*"})
     [after] = dump.glob("*.after_optimizations.txt")
     return lowered, result, executable, after.read_text()
 

@@ -273,9 +273,40 @@ def _config(settings: dict[str, str]):
     argv = [None, base_yml, *(f"{key}={value}" for key, value in settings.items())]
     try:
         # pyconfig.initialize minus its exit/termination-log handler (see module doc).
-        return pyconfig.HyperParameters(pyconfig._initialize_pydantic(argv))  # noqa: SLF001
+        with _xla_flags_kept():
+            return pyconfig.HyperParameters(pyconfig._initialize_pydantic(argv))  # noqa: SLF001
     except Exception as error:
         raise MaxTextConfigError(_one_line(error)) from error
+
+
+_XLA_DEFAULT_FLAG = "--xla_dump_hlo_as_text=false"
+
+
+@contextlib.contextmanager
+def _xla_flags_kept() -> Iterator[None]:
+    """Keep MaxText's config validation from setting XLA_FLAGS.
+
+    When XLA_FLAGS is unset, that validation sets it to MaxText's ``dump_hlo`` defaults:
+    ``--xla_dump_to=/tmp/xla_dump/ --xla_dump_large_constants --xla_dump_hlo_module_re=jit_train_step``. It then
+    starts jax's backends, so XLA reads those flags for the rest of the process (and every process started from it).
+    Every train step compiled afterwards was dumped to /tmp/xla_dump, ~5 MB a TPU compile; an XLA dump asked for
+    elsewhere kept only modules named jit_train_step; and the flags joined the cache key of cells keyed later.
+    Undoing the variable afterwards would be too late. So it is set, for the block only, to one flag at its default
+    value: MaxText leaves a set XLA_FLAGS alone, and XLA reads nothing it would not have had anyway (it takes a
+    blank value for a file name).
+    """
+    if os.environ.get("XLA_FLAGS"):
+        yield  # MaxText keeps a user's flags as they are
+        return
+    saved = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = _XLA_DEFAULT_FLAG
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = saved
 
 
 def _one_line(error: Exception) -> str:
