@@ -167,3 +167,12 @@ def test_cli_run_of_an_optimized_cell(tmp_path):
     assert (cell["id"], cell["status"]) == ("mlp/scan-off/dropout0/L2/tpu-v6e-4/optimized", "ok")
     assert cell["memory"]["argument_bytes"] > 0 and "generated_code_bytes" not in cell["memory"]
     assert cell["by_role"].get("weight", 0) > 0  # attributed through args_info
+    # The report's memory views leave the code column blank: no code was generated.
+    for fmt in ("table", "markdown"):
+        report = subprocess.run([sys.executable, "-m", "hlo_audit", "report", "--format", fmt, "--html", "r.html"],
+                                cwd=tmp_path, capture_output=True, text=True, env={**env, "COLUMNS": "200"},
+                                timeout=300)
+        assert report.returncode == 0, report.stderr
+        assert "tpu-v6e-4/optimized" in report.stdout
+    html = (tmp_path / "r.html").read_text()
+    assert f'data-argument-bytes="{cell["memory"]["argument_bytes"]}"' in html
