@@ -39,7 +39,8 @@ from hlo_audit.targets.base import Unavailable
 
 # Peak RSS of one worker process, measured on the 2-core CPU machine (`make bench` prints the real numbers):
 # MaxText imported and one TPU train step compiled holds ~1.4 GB for llama3-8b at 4 layers, up to 2.6 GB for
-# the default matrix's largest (deepseek3-test unrolled); a lowering alone ~0.7 GB. Rounded up, since running
+# the default matrix's largest (deepseek3-test unrolled); a lowering alone ~0.7 GB. A stage optimized TPU cell
+# holds its lowering (~0.9 GB) while its XLA child runs (~1.0 GB), ~1.9 GB together. Rounded up, since running
 # out of memory kills a worker and loses every cell it held.
 _COMPILED_TPU_WORKER_BYTES = 3 << 30
 _LOWERING_WORKER_BYTES = 1 << 30
