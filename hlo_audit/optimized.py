@@ -18,7 +18,8 @@ How, since jax has no call that stops after the HLO passes and an XLA compile ca
    compiles that request in a thread, with XLA's dump on. XLA writes the module after optimizations, then its
    buffer assignment, then ``*.after_optimizations_after_buffer_assignment.txt``. Once that last file exists,
    the first two are complete. The child reads them, writes its result and exits, abandoning codegen. If the
-   compile ends first (an XLA error, such as the program not fitting in HBM), it reports how it ended.
+   compile ends first (an XLA error, such as the program not fitting in HBM), it reports how it ended. An error
+   that only codegen would raise is never seen here; stage compiled sees it.
 3. ``memory``: argument, output and alias bytes are the buffer assignment's parameter and maybe-live-out
    allocations, which is what the compiled executable's ``memory_analysis()`` reports (tests compare them).
    ``temp_bytes`` is the preallocated temp buffer of the default memory space. Codegen adds scratch to it, so
