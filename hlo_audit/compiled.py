@@ -89,9 +89,15 @@ def kept_argument_signatures(compiled: jax.stages.Compiled) -> list[tuple] | Non
         aval, sharding = core.physical_aval(avals[index]), shardings[index]
         if sharding is None:
             return None
-        signatures.append((str(aval.dtype), tuple(sharding.shard_shape(aval.shape)),
-                           str(sharding._to_xla_hlo_sharding(aval.ndim))))  # noqa: SLF001
+        signatures.append((*shard_signature(aval, sharding), str(sharding._to_xla_hlo_sharding(aval.ndim))))  # noqa: SLF001
     return signatures
+
+
+def shard_signature(aval, sharding) -> tuple[str, tuple[int, ...] | None]:
+    """(dtype, per-device dims) of one argument as its entry parameter has it (dims None where XLA chooses the
+    sharding); ``aval`` is physical (a PRNG key's uint32 data)."""
+    dims = tuple(sharding.shard_shape(aval.shape)) if hasattr(sharding, "shard_shape") else None
+    return str(aval.dtype), dims
 
 
 def compiled_parameter_signatures(compiled: jax.stages.Compiled) -> list[tuple] | None:
@@ -102,12 +108,18 @@ def compiled_parameter_signatures(compiled: jax.stages.Compiled) -> list[tuple] 
     modules = executable.hlo_modules()
     if len(modules) != 1:
         return None
-    program = hlo.XlaComputation(modules[0].as_serialized_hlo_module_proto()).program_shape()
-    shapes = program.parameter_shapes()
+    shapes = parameter_shapes(modules[0])
     shardings = executable.get_parameter_shardings()
     if shardings is None:  # not SPMD-partitioned (one device): XLA declares no shardings
         shardings = [None] * len(shapes)
     if len(shardings) != len(shapes):
         return None
-    return [(str(shape.numpy_dtype()), tuple(shape.dimensions()),
-             None if op is None else str(hlo.HloSharding.from_proto(op))) for shape, op in zip(shapes, shardings)]
+    return [(*shape, None if op is None else str(hlo.HloSharding.from_proto(op))) for shape, op in zip(shapes, shardings)]
+
+
+def parameter_shapes(module) -> list[tuple[str, tuple[int, ...]]]:
+    """(dtype, dims) of each entry parameter of an XLA ``HloModule``, from its program shape."""
+    from jax._src.lib import hlo  # noqa: PLC0415 (the program shape has no public jax view)
+
+    program = hlo.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
+    return [(str(shape.numpy_dtype()), tuple(shape.dimensions())) for shape in program.parameter_shapes()]

@@ -30,7 +30,8 @@ How, since jax has no call that stops after the HLO passes and an XLA compile ca
    (32,408,725,504 vs 32,431,265,792 B for llama3-8b L4).
 
 Argument paths come from jax's ``args_info``, as for the other stages. They are used only once the optimized
-entry parameters are checked, in order, to be the arguments jax kept (dtype and per-device dims).
+entry parameters (XLA's program shape, read in the child) are checked, in order, to be the arguments jax kept
+(dtype and per-device dims).
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def optimize_lowering(lowered, topology: str) -> Lowering:
         if "error" in result:
             raise OptimizeError(result["error"])
         text = Path(result["module"]).read_text()
-    return Lowering(text=text, arg_keys=checked_arg_keys(lowered, text), memory=result["memory"],
+    parameters = [(dtype, tuple(dims)) for dtype, dims in result["parameters"]]  # JSON gave lists
+    return Lowering(text=text, arg_keys=checked_arg_keys(lowered, parameters), memory=result["memory"],
                     cost=result["cost"])
 
 
@@ -130,29 +132,27 @@ def memory_from_buffer_assignment(text: str) -> dict[str, int]:
     return record
 
 
-def checked_arg_keys(lowered, text: str):
-    """The lowering's argument keys, if the optimized entry parameters are, in order, the arguments jax kept."""
+def checked_arg_keys(lowered, parameters: list[tuple[str, tuple[int, ...]]]):
+    """The lowering's argument keys, if the optimized entry ``parameters`` ((dtype, dims), XLA's) are, in order,
+    the arguments jax kept."""
     from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax)
-    from hlo_audit.hlo.text import parse_module  # noqa: PLC0415
 
     keys = arg_keys(lowered)
     expected = lowered_argument_signatures(lowered)
-    if keys is None or expected is None:
+    if keys is None or expected is None or not len(keys) == len(expected) == len(parameters):
         return None
-    actual = [(p.shape.dtype, p.shape.dims) for p in parse_module(text, "optimized module").entry.parameters]
-    if not len(keys) == len(expected) == len(actual):
-        return None
-    for want, got in zip(expected, actual):
-        if want[0] != got[0] or (want[1] is not None and want[1] != got[1]):
+    for (dtype, dims), got in zip(expected, parameters):
+        if (dtype, dims if dims is not None else got[1]) != got:
             return None
     return keys
 
 
 def lowered_argument_signatures(lowered) -> list[tuple] | None:
-    """(HLO element type, per-device dims or None) of each argument jax kept, from the lowering's own arguments
-    and input shardings (dims None where jax left the sharding to XLA's propagation)."""
+    """(dtype, per-device dims or None) of each argument jax kept, from the lowering's own arguments and input
+    shardings (``compiled.shard_signature``: dims None where jax left the sharding to XLA's propagation)."""
     from jax._src import core  # noqa: PLC0415 (PRNG keys' physical shape: key<fry>[] is uint32[2] in HLO)
-    from jax._src.lib import hlo  # noqa: PLC0415 (XLA's own name of a dtype: bfloat16 -> bf16, bool -> pred)
+
+    from hlo_audit.compiled import shard_signature  # noqa: PLC0415 (jax)
 
     try:
         args = lowered._lowering.compile_args  # noqa: SLF001 (no public view of the kept arguments)
@@ -161,12 +161,7 @@ def lowered_argument_signatures(lowered) -> list[tuple] | None:
         return None
     if len(avals) != len(shardings):
         return None
-    signatures = []
-    for aval, sharding in zip(avals, shardings):
-        aval = core.physical_aval(aval)
-        dtype = str(hlo.Shape.array_shape(aval.dtype, ())).split("[", 1)[0]
-        dims = tuple(sharding.shard_shape(aval.shape)) if hasattr(sharding, "shard_shape") else None
-        signatures.append((dtype, dims))
+    signatures = [shard_signature(core.physical_aval(aval), sharding) for aval, sharding in zip(avals, shardings)]
     return signatures if len(signatures) == len(kept) else [signatures[i] for i in kept]
 
 
@@ -231,19 +226,18 @@ def _optimize(work: Path, request: dict) -> dict:
     if len(modules) != 1 or len(buffers) != 1:
         raise OptimizeError(f"XLA's dump in {dump} has {len(modules)} optimized modules and {len(buffers)} buffer "
                             "assignments, expected one of each")
-    return {"module": str(modules[0]),
-            "memory": memory_from_buffer_assignment(buffers[0].read_text()),
-            "cost": _generic_cost(modules[0].read_text(), jax.devices("cpu")[0].client)}
-
-
-def _generic_cost(text: str, cpu_client) -> dict[str, float]:
-    """XLA's HloCostAnalysis of the optimized module (the child runs XLA anyway; the parent never parses with it)."""
+    # XLA's own reading of the module (the child runs XLA anyway; the parent never parses with it): the entry
+    # parameters the argument paths are checked against, and XLA's HloCostAnalysis.
     from jax._src.lib import _jax, hlo  # noqa: PLC0415
 
-    from hlo_audit.compiled import COST_FIELDS  # noqa: PLC0415
+    from hlo_audit.compiled import COST_FIELDS, parameter_shapes  # noqa: PLC0415
 
-    cost = _jax.hlo_module_cost_analysis(cpu_client, hlo.hlo_module_from_text(text))
-    return {key: float(cost[name]) for name, key in COST_FIELDS.items() if name in cost}
+    module = hlo.hlo_module_from_text(modules[0].read_text())
+    cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+    return {"module": str(modules[0]),
+            "parameters": parameter_shapes(module),
+            "memory": memory_from_buffer_assignment(buffers[0].read_text()),
+            "cost": {key: float(cost[name]) for name, key in COST_FIELDS.items() if name in cost}}
 
 
 if __name__ == "__main__":

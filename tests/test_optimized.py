@@ -95,7 +95,8 @@ def test_argument_paths_are_checked_against_the_optimized_parameters(both, monke
     # Parameters that do not match jax's kept arguments in order are attributed from the text, never by position.
     signatures = optimized.lowered_argument_signatures(lowered)
     monkeypatch.setattr(optimized, "lowered_argument_signatures", lambda _: signatures[::-1])
-    assert optimized.checked_arg_keys(lowered, result.text) is None
+    parameters = [signature[:2] for signature in compiled.compiled_parameter_signatures(executable)]
+    assert optimized.checked_arg_keys(lowered, parameters) is None
 
 
 def test_an_xla_error_is_the_cells_error_with_xlas_message():
