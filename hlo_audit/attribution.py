@@ -8,8 +8,10 @@ the lowering's ``kept_var_idx`` (jax has no public view of it; without it the te
 
 from __future__ import annotations
 
-import jax
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    import jax
 
 
 def key_name(key) -> str:
@@ -49,6 +51,8 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
     parameter after the argument, so the analysis takes the argument's name from the HLO text and the keys
     from here (``entry_params``), without parsing the module twice.
     """
+    import jax  # noqa: PLC0415 (jax: imported only by what lowers; stage optimized's child sets up first)
+
     leaves, _ = jax.tree_util.tree_flatten_with_path(lowered.args_info)
     numbers = parameter_numbers(lowered, len(leaves))
     if numbers is None:
@@ -69,4 +73,6 @@ def state_keys(keypath) -> list[str]:
     """Pytree keys as a state path names them: NNX ``Variable`` and ``Partitioned`` wrappers add a ``.value``
     attribute (inside the path too, where a Variable holds a pytree: AQT's ``qrhs.frozen.value.qvalue.value``),
     which is not part of the state's name. A module named ``value`` (a dict key) stays."""
-    return [key_name(k) for k in keypath if not (isinstance(k, jax.tree_util.GetAttrKey) and k.name == "value")]
+    from jax.tree_util import GetAttrKey  # noqa: PLC0415 (jax: imported only by what lowers)
+
+    return [key_name(k) for k in keypath if not (isinstance(k, GetAttrKey) and k.name == "value")]

@@ -13,18 +13,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit import golden
+from hlo_audit import golden, matrix_report
 from hlo_audit.cache import Cache
 from hlo_audit.config import Config, load_config
 from hlo_audit.errors import InputError
-from hlo_audit.gate import Finding, Gate, Policy, Waiver, stale
+from hlo_audit.explain import Node, explain
+from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, stale
 from hlo_audit.hlo.analysis import Analysis, analyze
+from hlo_audit.hlo.diff import ModuleDiff, diff_modules
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError
-from hlo_audit.matrix import DEFAULT_PREFILL, Cell, MatrixError, select
-from hlo_audit.run import CellResult, run_cells
+from hlo_audit.matrix import Cell, MatrixError, select
+from hlo_audit.report.frame import tidy_frame
+from hlo_audit.results import CellResult, Finding
+from hlo_audit.run import run_cells
 from hlo_audit.scaling import Series, fit_series
-from hlo_audit.targets.base import get_target
+from hlo_audit.targets import get_target
 
 
 @dataclass
@@ -101,9 +105,8 @@ def load_source(spec: str, config_path: str | None = None, module: str | None = 
                 use_cache: bool = True) -> Source:
     """An HLO file, '-' or dump folder (parsed now), or a cell id (its analysed result: cached, else lowered)."""
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
-        text, source = read_input(spec, module, stage)
-        analysis = analyze(text, source)
-        return Source(source, [p.to_record() for p in analysis.params], analysis.rng.to_record(),
+        analysis = analyze_input(spec, module, stage)
+        return Source(analysis.source, [p.to_record() for p in analysis.params], analysis.rng.to_record(),
                       analysis.constants.to_record())
     result = cell_result(spec, config_path, use_cache)
     return Source(spec, result.params, result.rng, result.constants)
@@ -117,13 +120,23 @@ class Unreadable:
     error: str
 
 
+def analyze_input(spec: str, module: str | None = None, stage: str = "before") -> Analysis:
+    """One HLO file, '-' or dump folder, parsed and analysed."""
+    text, source = read_input(spec, module, stage)
+    return analyze(text, source)
+
+
+def diff(old: Analysis, new: Analysis, max_text_lines: int) -> ModuleDiff:
+    """What changed from ``old`` to ``new``, with a verdict (``hlo_audit.hlo.diff``)."""
+    return diff_modules(old, new, max_text_lines=max_text_lines)
+
+
 def analyze_each(specs: list[str], module: str | None = None, stage: str = "before") -> list[Analysis | Unreadable]:
     """Each input analysed on its own, so one bad file costs only its own report."""
     results: list[Analysis | Unreadable] = []
     for spec in specs:
         try:
-            text, source = read_input(spec, module, stage)
-            results.append(analyze(text, source))
+            results.append(analyze_input(spec, module, stage))
         except (HloParseError, InputError) as exc:
             results.append(Unreadable(spec, str(exc)))
     return results
@@ -135,6 +148,26 @@ def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResu
 
 def scaling(p: Plan, results: list[CellResult]) -> list[Series]:
     return fit_series(results, p.full_depth)
+
+
+def slopes_by_cell(p: Plan, results: list[CellResult]) -> dict[str, float]:
+    """Each cell's series' entry parameters per layer (cells of a series of one depth have none)."""
+    by_series = {s.cell.series: s.total.slope for s in scaling(p, results)}
+    return {c.id: by_series[c.series] for c in p.cells if c.series in by_series}
+
+
+def explain_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
+                   use_cache: bool = True, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:
+    """The explain trees of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder: its entry
+    parameters', and, for a step that closes over state, its captured arrays' (known for cells only)."""
+    source = load_source(spec, config_path, module, stage, use_cache)
+    # Each RNG parameter's stream verdict, so a node can say how much of it is drawn and how much buys nothing.
+    verdict = {s[part]: s["verdict"] for s in source.rng["stream_list"] for part in ("key", "count")
+               if s[part] is not None}
+    params = [{**p, "rng_verdict": verdict.get(p["index"])} for p in source.params]
+    captured = ((source.constants or {}).get("captured") or {}).get("arrays_list", [])
+    tree = explain(params, source.label, depth=depth, top=top)
+    return tree, explain(captured, f"{source.label} captured", depth=depth, top=top) if captured else None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -167,20 +200,6 @@ def normalized_text(cache: Cache, result: CellResult) -> str:
 
 def full_matrix_ids(p: Plan) -> set[str]:
     return {c.id for c in p.config.cells(p.full_depth if p.config.uses_full_depth else None)}
-
-
-@dataclass
-class CheckReport:
-    findings: list[Finding]
-    results: list[CellResult]
-
-    @property
-    def failing(self) -> list[Finding]:
-        return [f for f in self.findings if f.failing]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failing else 0
 
 
 def regenerate_command(config_path: str | None) -> str:
@@ -216,7 +235,7 @@ def update_goldens(p: Plan, results: list[CellResult], prune: bool = False) -> g
     return golden.update(p.config.golden_dir, entries, prune_ids)
 
 
-def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResult]]:
+def merge_check_reports(paths: list[str]) -> CheckReport:
     """Findings and cells of several shards' JSON; a finding reported by two shards (stale) counts once."""
 
     findings: dict[tuple, Finding] = {}
@@ -234,14 +253,37 @@ def merge_check_reports(paths: list[str]) -> tuple[list[Finding], list[CellResul
             finding = Finding(f["cell"], f["severity"], f["rule"], f["message"], f.get("details", {}))
             findings[(finding.cell, finding.rule, finding.severity, finding.message)] = finding
         results.extend(_result_from_cell_record(c) for c in doc["cells"])
-    return list(findings.values()), results
+    return CheckReport(list(findings.values()), results)
 
 
 def _result_from_cell_record(c: dict) -> CellResult:
-    cell = Cell(model=c["model"], scan=c["scan"] == "on", quant=c["quant"], layers=c["layers"], target=c["target"],
-                batch=c["batch"], seq=c["seq"], platform=c["platform"], stage=c["stage"], step=c["step"],
-                topology=c["topology"], cuda_arch=c["cuda_arch"],
-                # Shards written before the AQT-mode and prefill axes existed lack them: the defaults.
-                quant_mode=c.get("quant_mode", "train"), prefill=c.get("prefill", DEFAULT_PREFILL))
+    cell = Cell.from_record(c)
     summary = None if c["entry_params"] is None else {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}
     return CellResult(cell=cell, status=c["status"], message=c["message"], summary=summary, cached=c["cached"])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------------------------
+
+
+def report(p: Plan, results: list[CellResult]) -> matrix_report.MatrixReport:
+    """The matrix against its goldens, scan pairs and depth scaling, for ``report`` and ``params_frame``."""
+    goldens = {}
+    for r in results:
+        stored = golden.load(p.config.golden_dir, r.cell.id)
+        goldens[r.cell.id] = stored.record if stored is not None else None
+    return matrix_report.build(results, scaling(p, results), goldens)
+
+
+def params_frame(config: str | None = None, only: str | None = None, layers: str | None = None, jobs: int = 1,
+                 use_cache: bool = True):
+    """The tidy DataFrame of the configured matrix: one row per cell x dtype x role.
+
+    Columns: id, model, scan, quant, layers, platform, stage, dtype, role, count, bytes, golden_count,
+    golden_delta (nullable integers: <NA> where there is no golden to compare with). Cells are read from the
+    results cache where they are, lowered otherwise; ``only`` and ``layers`` are the CLI's ``--only`` and
+    ``--layers``.
+    """
+    p = plan(config, only, None, layers)
+    return tidy_frame(report(p, list(execute(p, jobs=jobs, use_cache=use_cache))))

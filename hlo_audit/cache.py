@@ -4,8 +4,8 @@ Two levels, because lowering is the expensive part and analysis code changes mor
 
 * ``<key>.hlo.txt`` + ``<key>.lowering.json``: the HLO text and jax's argument paths (and a compiled cell's
   memory and cost), keyed by the cell, the versions of jax/jaxlib/flax/maxtext and of the cell's own
-  compiler (libtpu for a TPU topology), the target's source fingerprint, hlo_audit's own lowering code
-  (platforms, compiled, attribution) and the XLA/JAX flags;
+  compiler (libtpu for a TPU topology), the target's source fingerprint, hlo_audit's own lowering side (every
+  module of the layers up to ``targets``: ``hlo_audit.layers``) and the XLA/JAX flags;
 * ``<key>.<analysis>.result.json``: the analysed result, keyed additionally by hlo_audit's own source.
 
 JSON and text only, never pickle. Every write goes to a temporary file in the same folder and is renamed
@@ -14,37 +14,29 @@ into place, so two runs sharing a cache (or one killed midway) never leave a tor
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
 import os
-import tempfile
-from importlib import metadata
 from pathlib import Path
 
-from hlo_audit import platforms
+from hlo_audit import host, layers, platforms
+from hlo_audit.files import write_atomic
 from hlo_audit.matrix import Cell
 
-LAYOUT_VERSION = "v1"
+# v2: cells name one device (hlo_audit.platforms) and results carry their environment.
+LAYOUT_VERSION = "v2"
 _VERSIONED_PACKAGES = ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax")
 _FLAG_PREFIXES = ("XLA_FLAGS", "JAX_", "LIBTPU_INIT_ARGS")
 _HLO_AUDIT_ROOT = Path(__file__).resolve().parent
 
 
-@functools.cache  # installed versions do not change while the process runs; asked once per cell
 def package_versions() -> dict[str, str]:
-    versions = {}
-    for name in _VERSIONED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "absent"
-    return versions
+    return {name: host.installed_version(name) for name in _VERSIONED_PACKAGES}
 
 
 # Which backends jax starts on this host, not what a lowering for the cell's named platform produces
-# (hlo-audit itself sets it where the host has no accelerator: platforms.setup_own_process).
+# (hlo-audit itself sets it where the host has no accelerator: host.setup_own_process).
 _NOT_FLAGS = frozenset({"JAX_PLATFORMS"})
 
 
@@ -55,24 +47,27 @@ def _flags() -> dict[str, str]:
 def lowering_key(cell: Cell, target_fingerprint: str) -> str:
     material = {"cell": cell.key_material(), "versions": package_versions(),
                 "target": target_fingerprint, "flags": _flags(), "lowering": lowering_fingerprint()}
-    toolchain = platforms.toolchain(cell)
+    toolchain = platforms.of(cell).toolchain(cell)
     if toolchain:  # only where the cell depends on it: a libtpu upgrade re-lowers TPU cells, not CPU ones
         material["toolchain"] = toolchain
     material = json.dumps(material, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-# hlo_audit's own code between a target and the text it hands on: the devices a cell gets, how it compiles.
-_LOWERING_SOURCES = ("platforms.py", "compiled.py", "attribution.py", "targets/base.py")
+def _module_name(path: Path) -> str:
+    """``platforms/tpu.py`` -> ``platforms.tpu``; a package's ``__init__.py`` is the package."""
+    parts = path.relative_to(_HLO_AUDIT_ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 @functools.cache
 def lowering_fingerprint() -> str:
     """The source of hlo_audit's lowering side: a change to what a cell lowers for must not serve stale text."""
     digest = hashlib.sha256()
-    for name in _LOWERING_SOURCES:
-        digest.update(name.encode())
-        digest.update((_HLO_AUDIT_ROOT / name).read_bytes())
+    for path in sorted(_HLO_AUDIT_ROOT.rglob("*.py")):
+        if layers.is_lowering_side(_module_name(path)):
+            digest.update(str(path.relative_to(_HLO_AUDIT_ROOT)).encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
@@ -83,20 +78,6 @@ def analysis_fingerprint() -> str:
         digest.update(str(path.relative_to(_HLO_AUDIT_ROOT)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
-
-
-def write_atomic(path: Path | str, data: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 class Cache:

@@ -7,45 +7,24 @@ key (``hlo-audit.toml: quant[2]: unknown quantization 'int9'``), so a broken con
 
 from __future__ import annotations
 
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hlo_audit import platforms
-from hlo_audit.matrix import DEFAULT_PREFILL, RULE_KEYS, TRAIN_STEP, Axes, Cell, expand, matches_rule
+from hlo_audit.matrix import RULE_KEYS, Axes, Cell, expand, matches_rule
+from hlo_audit.stages import STAGES
+from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, DEFAULT_PREFILL, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS,
+                                     TE_RECIPES, TRAIN_STEP, is_transformer_engine)
 
 DEFAULT_CONFIG_FILE = "hlo-audit.toml"
-
-# MaxText 0.2.5's QuantizationType values ("" spelled "none"); a test keeps this equal to MaxText's enum.
-MAXTEXT_QUANTIZATIONS = (
-    "none", "fp4", "int4", "int8", "intmp", "fp8_e5m2", "fp8_e4m3", "fp8", "nanoo_fp8", "fp8_nanoo", "fp8_gpu",
-    "fp8_full", "te_no_quant", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_mxfp8", "te_nvfp4",
-    "te_nvfp4_no_rht", "serve_fp8_weight",
-)
-TE_RECIPES = ("te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4", "te_nvfp4_no_rht")
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-STAGES = ("lowered", "optimized", "compiled")
-STEPS = ("train", "prefill", "generate", "insert")
-# AQT's modes as MaxEngine selects them: "serve" when the checkpoint is already quantized
-# (checkpoint_is_quantized -> quant_mode_str "serve"), else "train". ("convert" is a checkpoint-conversion
-# utility's mode, not a step MaxEngine runs.)
-QUANT_MODES = ("train", "serve")
-# MaxText 0.2.5's quantizations that configure_quantization backs with AQT, the only ones with a serve mode.
-AQT_QUANTIZATIONS = ("int8", "intmp")
-_TOPOLOGY = re.compile(r"^v\d+[a-z]*-\d+$")  # MaxText's compile_topology names: v6e-4, v5p-8, v4-16
-_CUDA_ARCH = re.compile(r"^sm_\d{2,3}[a-z]?$")  # sm_90, sm_90a, sm_100
-
-
-def is_transformer_engine(quant: str) -> bool:
-    """MaxText's Transformer Engine quantizations (te_no_quant included): they exist only for CUDA."""
-    return quant.startswith("te_")
-
+# The config keys naming a platform's devices (topology, cuda_arch), each owned by its platform.
+DEVICE_KEYS = tuple(p.device_key for p in platforms.PLATFORMS.values() if p.device_key)
 
 # The axes of a series: top-level keys give the first series and the defaults of every [[matrix]] entry.
 AXIS_KEYS = ("models", "scan", "quant", "quant_mode", "layers", "step", "batch", "seq", "prefill", "platform",
-             "topology", "cuda_arch", "stage", "overrides")
+             *DEVICE_KEYS, "stage", "overrides")
 
 DEFAULTS: dict = {
     "target": "maxtext",
@@ -59,8 +38,7 @@ DEFAULTS: dict = {
     "seq": 128,
     "prefill": DEFAULT_PREFILL,
     "platform": "cpu",
-    "topology": [],
-    "cuda_arch": [],
+    **{key: [] for key in DEVICE_KEYS},
     "stage": "lowered",
     "cache_dir": ".hlo-audit-cache",
     "golden_dir": "golden",
@@ -222,6 +200,19 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     target = _typed(merged, "target", str, fail)
     if target != "maxtext" and ":" not in target:
         fail("target", f"expected 'maxtext' or 'package.module:function', got {target!r}")
+    tolerance = merged["memory_tolerance"]
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+        fail("memory_tolerance", f"expected a fraction in [0, 1), e.g. 0.02 for 2%, got {tolerance!r}")
+    return Config(
+        source=source, target=target, series=_series(merged, target, fail), memory_tolerance=float(tolerance),
+        cache_dir=base / _typed(merged, "cache_dir", str, fail), golden_dir=base / _typed(merged, "golden_dir", str, fail),
+        exclude=_exclude(merged["exclude"], fail), policy={**DEFAULT_POLICY, **_policy(merged["policy"], fail)},
+        waivers=_waivers(merged["waive"], fail),
+    )
+
+
+def _series(merged: dict, target: str, fail) -> tuple[Axes, ...]:
+    """The top-level series, then one per [[matrix]] entry (over the top-level axes)."""
     series = [_axes(merged, target, "", fail)]
     entries = merged["matrix"]
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -234,14 +225,20 @@ def validate(raw: dict, source: str, base: Path) -> Config:
         if "models" in entry and "overrides" not in entry:
             inherited["overrides"] = {m: t for m, t in merged["overrides"].items() if m in entry["models"]}
         series.append(_axes({**inherited, **entry}, target, f"matrix[{i}].", fail))
-    exclude = merged["exclude"]
+    return tuple(series)
+
+
+def _exclude(exclude, fail) -> tuple[Mapping[str, str], ...]:
     if not isinstance(exclude, list) or not all(isinstance(r, dict) for r in exclude):
         fail("exclude", "expected an array of tables, e.g. [[tool.hlo-audit.exclude]] model = 'x'")
     for i, rule in enumerate(exclude):
         bad = sorted(set(rule) - _WAIVER_MATCH_KEYS)
         if bad:
             fail(f"exclude[{i}].{bad[0]}", f"unknown key (use {', '.join(RULE_KEYS)})")
-    policy = merged["policy"]
+    return tuple(exclude)
+
+
+def _policy(policy, fail) -> dict[str, str]:
     if not isinstance(policy, dict):
         fail("policy", "expected a table of rule = 'fail' | 'warn' | 'off'")
     for rule, action in policy.items():
@@ -249,7 +246,10 @@ def validate(raw: dict, source: str, base: Path) -> Config:
             fail(f"policy.{rule}", f"unknown rule (known: {', '.join(DEFAULT_POLICY)})")
         if action not in ("fail", "warn", "off"):
             fail(f"policy.{rule}", f"expected 'fail', 'warn' or 'off', got {action!r}")
-    waivers = merged["waive"]
+    return policy
+
+
+def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
     if not isinstance(waivers, list) or not all(isinstance(w, dict) for w in waivers):
         fail("waive", "expected an array of tables: [[tool.hlo-audit.waive]] rule = ..., reason = ...")
     for i, waiver in enumerate(waivers):
@@ -263,14 +263,7 @@ def validate(raw: dict, source: str, base: Path) -> Config:
             fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")
         if bad:
             fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(allowed))})")
-    tolerance = merged["memory_tolerance"]
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
-        fail("memory_tolerance", f"expected a fraction in [0, 1), e.g. 0.02 for 2%, got {tolerance!r}")
-    return Config(
-        source=source, target=target, series=tuple(series), memory_tolerance=float(tolerance),
-        cache_dir=base / _typed(merged, "cache_dir", str, fail), golden_dir=base / _typed(merged, "golden_dir", str, fail),
-        exclude=tuple(exclude), policy={**DEFAULT_POLICY, **policy}, waivers=tuple(waivers),
-    )
+    return tuple(waivers)
 
 
 def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
@@ -280,14 +273,33 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
         fail(prefix + key, message)
 
     models = _string_list(table, "models", bad)
+    platform = _typed(table, "platform", str, bad)
+    if platform not in platforms.PLATFORMS:
+        bad("platform", f"expected one of {', '.join(platforms.PLATFORMS)}, got {platform!r}")
+    quants = _quants(table, target, platform, bad)
+    steps = _one_of(table, "step", STEPS, bad)
+    quant_modes = _one_of(table, "quant_mode", QUANT_MODES, bad)
+    if target == "maxtext" and "serve" in quant_modes:
+        _check_serve_mode(steps, quants, bad)
+    batch, seq, prefill = _sizes(table, steps, bad)
+    devices = _devices(table, platform, bad)
+    return Axes(
+        models=tuple(models), scans=_scans(table, bad), quants=tuple(quants), layers=_depths(table, bad), batch=batch,
+        seq=seq, platform=platform, devices=devices, stage=_stage(table, platform, devices, bad), steps=tuple(steps),
+        quant_modes=tuple(quant_modes), prefill=prefill, overrides=_overrides(table, models, bad),
+    )
+
+
+def _scans(table: dict, bad) -> tuple[bool, ...]:
     scans = []
     for i, value in enumerate(_string_list(table, "scan", bad)):
         if value not in ("on", "off"):
             bad(f"scan[{i}]", f"expected 'on' or 'off', got {value!r}")
         scans.append(value == "on")
-    platform = _typed(table, "platform", str, bad)
-    if platform not in PLATFORMS:
-        bad("platform", f"expected one of {', '.join(PLATFORMS)}, got {platform!r}")
+    return tuple(scans)
+
+
+def _quants(table: dict, target: str, platform: str, bad) -> list[str]:
     quants = _string_list(table, "quant", bad)
     for i, q in enumerate(quants):
         if target == "maxtext" and q not in MAXTEXT_QUANTIZATIONS:
@@ -295,57 +307,59 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
         if target == "maxtext" and is_transformer_engine(q) and platform != "cuda":
             bad(f"quant[{i}]", f"{q} is a Transformer Engine recipe, which exists only for CUDA: "
                                f"put it in a series with platform = 'cuda' (got {platform!r})")
+    return quants
+
+
+def _depths(table: dict, bad) -> tuple[int | str, ...]:
     layers = table["layers"]
     if not isinstance(layers, list) or not layers:
         bad("layers", "expected a non-empty list of depths (integers >= 1, or 'full')")
     for i, d in enumerate(layers):
         if not (d == "full" or (isinstance(d, int) and not isinstance(d, bool) and d >= 1)):
             bad(f"layers[{i}]", f"expected an integer >= 1 or 'full', got {d!r}")
-    steps = _string_list(table, "step", bad, allow_scalar=True)
-    for i, step in enumerate(steps):
-        if step not in STEPS:
-            bad(f"step[{i}]", f"expected one of {', '.join(STEPS)}, got {step!r}")
-    quant_modes = _string_list(table, "quant_mode", bad, allow_scalar=True)
-    for i, mode in enumerate(quant_modes):
-        if mode not in QUANT_MODES:
-            bad(f"quant_mode[{i}]", f"expected one of {', '.join(QUANT_MODES)}, got {mode!r}")
-    if target == "maxtext" and "serve" in quant_modes:
-        # MaxEngine serves pre-quantized AQT weights; a train step or an unquantized model has no serve mode.
-        if TRAIN_STEP in steps:
-            bad("quant_mode", "'serve' is MaxEngine's pre-quantized-checkpoint mode: only inference steps "
-                              "(prefill, generate, insert) have it; put it in a series without step 'train'")
-        for i, q in enumerate(quants):
-            if q not in AQT_QUANTIZATIONS:
-                bad(f"quant[{i}]", f"quant_mode 'serve' needs an AQT quantization ({', '.join(AQT_QUANTIZATIONS)}), "
-                                   f"got {q!r}: put it in a series of its own")
-    batch = _typed(table, "batch", int, bad)
-    seq = _typed(table, "seq", int, bad)
-    prefill = _typed(table, "prefill", int, bad)
+    return tuple(layers)
+
+
+def _one_of(table: dict, key: str, known: tuple[str, ...], bad) -> list[str]:
+    values = _string_list(table, key, bad, allow_scalar=True)
+    for i, value in enumerate(values):
+        if value not in known:
+            bad(f"{key}[{i}]", f"expected one of {', '.join(known)}, got {value!r}")
+    return values
+
+
+def _check_serve_mode(steps: list[str], quants: list[str], bad) -> None:
+    """MaxEngine serves pre-quantized AQT weights; a train step or an unquantized model has no serve mode."""
+    if TRAIN_STEP in steps:
+        bad("quant_mode", "'serve' is MaxEngine's pre-quantized-checkpoint mode: only inference steps "
+                          "(prefill, generate, insert) have it; put it in a series without step 'train'")
+    for i, q in enumerate(quants):
+        if q not in AQT_QUANTIZATIONS:
+            bad(f"quant[{i}]", f"quant_mode 'serve' needs an AQT quantization ({', '.join(AQT_QUANTIZATIONS)}), "
+                               f"got {q!r}: put it in a series of its own")
+
+
+def _sizes(table: dict, steps: list[str], bad) -> tuple[int, int, int]:
+    batch, seq, prefill = (_typed(table, key, int, bad) for key in ("batch", "seq", "prefill"))
     if batch < 1 or seq < 1 or prefill < 1:
         bad("batch" if batch < 1 else "seq" if seq < 1 else "prefill", "must be >= 1")
     if prefill > seq and any(step != TRAIN_STEP for step in steps):
         bad("prefill", f"the prompt ({prefill}) must fit the sequence it starts (seq = {seq})")
-    topologies = _string_list(table, "topology", bad, allow_scalar=True, allow_empty=True)
-    for i, name in enumerate(topologies):
-        if not _TOPOLOGY.match(name):
-            bad(f"topology[{i}]", f"expected a TPU topology such as 'v6e-4' or 'v5p-8', got {name!r}")
-        problem = platforms.unknown_topology(name)
-        if problem:
-            bad(f"topology[{i}]", problem)
-    if topologies and platform != "tpu":
-        bad("topology", f"a TPU topology needs platform = 'tpu' (got {platform!r})")
-    cuda_archs = _string_list(table, "cuda_arch", bad, allow_scalar=True, allow_empty=True)
-    for i, arch in enumerate(cuda_archs):
-        if not _CUDA_ARCH.match(arch):
-            bad(f"cuda_arch[{i}]", f"expected a GPU architecture such as 'sm_90' or 'sm_100', got {arch!r}")
-    if cuda_archs and platform != "cuda":
-        bad("cuda_arch", f"a CUDA architecture needs platform = 'cuda' (got {platform!r})")
+    return batch, seq, prefill
+
+
+def _stage(table: dict, platform: str, devices: tuple[str, ...], bad) -> str:
     stage = _typed(table, "stage", str, bad)
     if stage not in STAGES:
         bad("stage", f"expected one of {', '.join(STAGES)}, got {stage!r}")
-    if stage == "optimized" and not (platform == "tpu" and topologies):
-        bad("stage", "stage 'optimized' runs XLA's TPU compiler up to codegen: it needs platform = 'tpu' and a "
-                     "topology (for other platforms use 'compiled')")
+    for device in devices:
+        problem = platforms.get(platform).stage_problem(device, stage)
+        if problem:
+            bad("stage", problem)
+    return stage
+
+
+def _overrides(table: dict, models: list[str], bad) -> dict[str, dict[str, str]]:
     overrides = table["overrides"]
     if not isinstance(overrides, dict):
         bad("overrides", "expected a table of model -> {key = value}")
@@ -354,12 +368,24 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
             bad(f"overrides.{model}", f"model {model!r} is not in models")
         if not isinstance(values, dict) or not all(isinstance(v, (str, int, float, bool)) for v in values.values()):
             bad(f"overrides.{model}", "expected a table of key = value (strings, numbers or booleans)")
-    return Axes(
-        models=tuple(models), scans=tuple(scans), quants=tuple(quants), layers=tuple(layers), batch=batch, seq=seq,
-        platform=platform, topologies=tuple(topologies) or ("",), cuda_archs=tuple(cuda_archs) or ("",),
-        stage=stage, steps=tuple(steps), quant_modes=tuple(quant_modes), prefill=prefill,
-        overrides={m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()},
-    )
+    return {m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()}
+
+
+def _devices(table: dict, platform: str, bad) -> tuple[str, ...]:
+    """The series' devices from the platform's own key (``topology`` for tpu...); ("",) for the host's own."""
+    devices: tuple[str, ...] = ("",)
+    for key in DEVICE_KEYS:
+        names = _string_list(table, key, bad, allow_scalar=True, allow_empty=True)
+        owner = platforms.by_device_key(key)
+        if names and owner.name != platform:
+            bad(key, f"a {owner.device_word} needs platform = {owner.name!r} (got {platform!r})")
+        for i, name in enumerate(names):
+            problem = owner.device_problem(name)
+            if problem:
+                bad(f"{key}[{i}]", problem)
+        if names:
+            devices = tuple(names)
+    return devices
 
 
 def _typed(merged: dict, key: str, kind: type, fail):

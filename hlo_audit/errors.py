@@ -8,10 +8,11 @@ import sys
 import typer
 
 from hlo_audit.config import ConfigError
+from hlo_audit.files import OutputError
 from hlo_audit.golden import GoldenError
 from hlo_audit.hlo.text import HloParseError
+from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MatrixError
-from hlo_audit.targets.base import TargetError
 
 EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
 
@@ -20,7 +21,7 @@ class InputError(Exception):
     """Bad input or usage the user can fix; the message names what and where."""
 
 
-USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError)
+USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError)
 
 
 def report(message: object) -> None:

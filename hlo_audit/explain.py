@@ -18,8 +18,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hlo_audit import audit
-
 # A layer container in a collapsed pattern: `layers_*` (unrolled), `layers` (scanned, stacked), `blocks_*`...
 _LAYER_CONTAINER = re.compile(r"^(layers?|blocks?|h)(_\*)?$")
 _RNG_OWNER = re.compile(r"(^|_)rngs$")
@@ -140,15 +138,3 @@ def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
 def explain(params: Iterable[Mapping], name: str, depth: int = 3, top: int = 8) -> Node:
     """The explain tree of one module's entry parameters (dicts with pattern, role, dtype, bytes)."""
     return prune(build_tree(params, name), depth, top, merge=False)
-
-
-def load_params(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
-                use_cache: bool = True) -> tuple[str, list[dict], list[dict]]:
-    """(label, parameters, captured arrays) of a cell id (from the cache, else lowered) or an HLO file, '-' or
-    dump folder; the captured arrays (path, role, dtype, bytes, pattern) are known for cells only."""
-    source = audit.load_source(spec, config_path, module, stage, use_cache)
-    # Each RNG parameter's stream verdict, so a node can say how much of it is drawn and how much buys nothing.
-    verdict = {s[part]: s["verdict"] for s in source.rng["stream_list"] for part in ("key", "count")
-               if s[part] is not None}
-    captured = ((source.constants or {}).get("captured") or {}).get("arrays_list", [])
-    return source.label, [{**p, "rng_verdict": verdict.get(p["index"])} for p in source.params], captured

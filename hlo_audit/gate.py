@@ -28,17 +28,15 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hlo_audit.golden import Golden, environment
+from hlo_audit.golden import Golden
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, signed_counts
+from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import matches_rule
-from hlo_audit.run import CellResult
+from hlo_audit.results import CellResult, Finding, worst
 from hlo_audit.scaling import Series, rng_slope
 
-# Memory kinds the memory rule ratchets on (compiled.MEMORY_FIELDS' keys but alias_bytes).
-GATED_MEMORY = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
-SEVERITIES = ("ok", "improvement", "advisory", "waived", "stale", "unavailable", "regression", "error")
-FAILING = frozenset({"regression", "error"})
+GATED_MEMORY = tuple(kind.key for kind in MEMORY_KINDS if kind.gated)
 TEXT_DIFF_LINES = 40
 
 
@@ -67,19 +65,6 @@ class Policy:
 
     def pattern_waiver(self, rule: str, result: CellResult, pattern: str) -> Waiver | None:
         return next((w for w in self.waivers if w.covers(rule, result) and w.covers_pattern(pattern)), None)
-
-
-@dataclass
-class Finding:
-    cell: str
-    severity: str
-    rule: str
-    message: str
-    details: dict = field(default_factory=dict)
-
-    @property
-    def failing(self) -> bool:
-        return self.severity in FAILING
 
 
 def _byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
@@ -169,7 +154,7 @@ class Gate:
                                          lineterm="", n=0))
         changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
         details = {"changed_lines": changed, "diff": diff[:TEXT_DIFF_LINES], "regenerate": self._command(cid)}
-        env_now, env_then = environment(result.cell), golden.environment
+        env_now, env_then = result.environment, golden.environment
         if env_now != env_then:
             moved = {k: f"{env_then.get(k)} -> {v}" for k, v in env_now.items() if env_then.get(k) != v}
             return Finding(cid, "advisory", "hlo_text",
@@ -261,5 +246,64 @@ def folded_line(folded: Sequence[Finding]) -> str:
             f"see `hlo-audit rng CELL`")
 
 
-def worst(findings: Sequence[Finding]) -> str:
-    return max((f.severity for f in findings), key=SEVERITIES.index, default="ok")
+def severity_counts(findings: Sequence[Finding]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """A check's findings and cells, with what every format prints about them decided here, once."""
+
+    findings: list[Finding]
+    results: list[CellResult]
+
+    @property
+    def failing(self) -> list[Finding]:
+        return [f for f in self.findings if f.failing]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failing else 0
+
+    @property
+    def passed(self) -> bool:
+        return not self.exit_code
+
+    def listed_and_folded(self, verbose: bool = False) -> tuple[list[Finding], list[Finding]]:
+        """(findings to list one by one, folded advisories); ``verbose`` folds nothing."""
+        return (list(self.findings), []) if verbose else fold_advisories(self.findings)
+
+    @property
+    def folded_line(self) -> str:
+        return folded_line(self.listed_and_folded()[1])
+
+    def verdicts(self, verbose: bool = False) -> dict[str, str]:
+        """Each cell's verdict: its worst listed finding; a cell whose only findings were folded is ok."""
+        listed, folded = self.listed_and_folded(verbose)
+        by_cell: dict[str, list[Finding]] = {}
+        for f in [*listed, *folded]:
+            by_cell.setdefault(f.cell, [])
+        for f in listed:
+            by_cell[f.cell].append(f)
+        return {cell: worst(fs) for cell, fs in by_cell.items()}
+
+    def summary_counts(self, verbose: bool = False) -> dict[str, int]:
+        """Listed findings by severity, with the cells whose only findings were folded counted as ok."""
+        listed, folded = self.listed_and_folded(verbose)
+        counts = severity_counts(listed)
+        quiet = {f.cell for f in folded} - {f.cell for f in listed}
+        if quiet:
+            counts = dict(sorted({**counts, "ok": counts.get("ok", 0) + len(quiet)}.items()))
+        return counts
+
+    @property
+    def finding_counts(self) -> dict[str, int]:
+        """Every finding by severity (the JSON summary)."""
+        return severity_counts(self.findings)
+
+    @property
+    def cells(self) -> int:
+        return len({f.cell for f in self.findings})

@@ -22,31 +22,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit import platforms
-from hlo_audit.cache import package_versions
-from hlo_audit.config import is_transformer_engine
 from hlo_audit.hlo.constants import golden_summary
-from hlo_audit.matrix import Cell
-from hlo_audit.run import CellResult
+from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
 
 SUMMARY_SUFFIX = ".json"
 REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
 HLO_SUFFIX = ".hlo.txt"
-
-
-def environment(cell: Cell) -> dict[str, str]:
-    """What the exact HLO text depends on besides the model: the text gate only applies when it matches."""
-    versions = package_versions()
-    env = {k: versions[k] for k in ("jax", "jaxlib", "flax")}
-    if cell.target == "maxtext":
-        env["maxtext"] = versions["maxtext"]
-    if is_transformer_engine(cell.quant):
-        env["transformer-engine-jax"] = versions["transformer-engine-jax"]
-    env.update(platforms.toolchain(cell))
-    env["platform"] = cell.platform_label
-    env["stage"] = cell.stage
-    return env
 
 
 def summary_path(root: Path, cell_id: str) -> Path:
@@ -66,8 +48,8 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         "by_role": s["by_role"],
         "groups": s["groups"],
         "opcodes": result.opcodes,
-        "environment": environment(result.cell),
-        "hlo": f"{result.cell.id.rsplit('/', 1)[-1]}{HLO_SUFFIX}" if with_hlo else None,
+        "environment": result.environment,
+        "hlo": hlo_path(Path(), result.cell.id).name if with_hlo else None,
     }
     if result.memory is not None:  # compiled cells: what the memory rule ratchets on
         record["memory"] = result.memory

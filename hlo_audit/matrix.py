@@ -2,9 +2,9 @@
 
 A cell is everything that decides what HLO comes out: target, model, scan on/off, quantization and its AQT
 mode, depth, the step (MaxText's train step, or an inference step), batch, sequence and prefill length, the
-platform with what names the exact device (a TPU topology, a CUDA architecture), the stage (lowered or
-compiled) and per-model overrides. Its id is what a golden file, a pytest item and a report row are named by, so it must
-never depend on dict order or run order.
+platform and the device it names (a TPU topology, a CUDA architecture: ``hlo_audit.platforms`` says what a
+device name means), the stage (lowered, optimized or compiled) and per-model overrides. Its id is what a golden
+file, a pytest item and a report row are named by, so it must never depend on dict order or run order.
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 
-# `--only` keys and the cell attribute each one filters.
-FILTER_KEYS = {"model": "model", "scan": "scan_label", "quant": "quant", "quant_mode": "quant_mode",
-               "layers": "layers", "step": "step", "platform": "platform", "topology": "topology",
-               "cuda_arch": "cuda_arch", "stage": "stage", "id": "id", "target": "target"}
+from hlo_audit import platforms
+from hlo_audit.targets.vocab import DEFAULT_PREFILL, TRAIN_STEP
 
-TRAIN_STEP = "train"
-# MaxText's max_prefill_predict_length default (base.yml): the prompt length an inference cell prefills.
-DEFAULT_PREFILL = 64
+# The record's keys for the device, as every v1 JSON document and `--only` name it: each platform's own key.
+DEVICE_RECORD_KEYS = ("topology", "cuda_arch")
+# The axes a cell is named by, as its record, `--only`, exclude rules and waivers spell them.
+AXES = ("model", "scan", "quant", "quant_mode", "layers", "step", "platform", *DEVICE_RECORD_KEYS, "stage")
+# `--only` keys: every axis, the id and the target.
+FILTER_KEYS = (*AXES, "id", "target")
+# What a config's exclude rule or waiver may match on.
+RULE_KEYS = AXES
 
 
 class MatrixError(ValueError):
@@ -42,8 +45,9 @@ class Cell:
     stage: str = "lowered"
     overrides: tuple[tuple[str, str], ...] = field(default=())
     step: str = "train"
-    topology: str = ""  # platform "tpu": the TPU topology compiled for (MaxText's names: v6e-4, v5p-8...)
-    cuda_arch: str = ""  # platform "cuda": the GPU architecture declared to the compiler stack (sm_90...)
+    # What the platform names the exact device by: a TPU topology compiled for (MaxText's names: v6e-4), a CUDA
+    # architecture declared to the compiler stack (sm_90); "" for the host's own devices.
+    device: str = ""
     # AQT's mode: "train" quantizes full-precision weights on every call; "serve" runs on weights quantized
     # ahead of time (MaxEngine with checkpoint_is_quantized). Part of the id, as `int8-serve`, when not "train".
     quant_mode: str = "train"
@@ -56,8 +60,13 @@ class Cell:
     @property
     def platform_label(self) -> str:
         """``cpu``, ``cuda-sm_90``, ``tpu-v6e-4``: the platform with the device it names, if any."""
-        device = self.topology or self.cuda_arch
-        return f"{self.platform}-{device}" if device else self.platform
+        return platforms.of(self).label(self.device)
+
+    @property
+    def device_fields(self) -> dict[str, str]:
+        """The device under its record key (``topology``, ``cuda_arch``): every key of DEVICE_RECORD_KEYS, "" when
+        the cell names none."""
+        return {**dict.fromkeys(DEVICE_RECORD_KEYS, ""), **platforms.of(self).record_fields(self.device)}
 
     @property
     def quant_label(self) -> str:
@@ -71,7 +80,11 @@ class Cell:
     @property
     def id(self) -> str:
         """``llama3-8b/scan-off/int8/L2``; step, platform, stage, batch/seq/prefill appear only when not the defaults."""
-        parts = [self.model, f"scan-{self.scan_label}", self.quant_label, f"L{self.layers}"]
+        return self.id_with_depth(f"L{self.layers}")
+
+    def id_with_depth(self, depth: str) -> str:
+        """The id with ``depth`` in place of ``L<layers>``: ``llama3-8b/scan-off/int8/L2,4`` names a series' row."""
+        parts = [self.model, f"scan-{self.scan_label}", self.quant_label, depth]
         if self.is_inference:
             parts.append(self.step)
         if self.platform_label != "cpu":
@@ -83,6 +96,15 @@ class Cell:
             parts.append(f"b{self.batch}s{self.seq}" + (f"p{self.prefill}" if custom_prefill else ""))
         return "/".join(parts)
 
+    def series_id(self, depths: Sequence[int] | None = None) -> str:
+        """``llama3-8b/scan-off/int8/L*``, or with the series' depths: ``.../L2,4``."""
+        return self.id_with_depth("L*" if depths is None else "L" + ",".join(map(str, depths)))
+
+    @property
+    def id_without_scan(self) -> str:
+        """``llama3-8b/int8/L2``: the label of a scan on / scan off pair."""
+        return "/".join(part for part in self.id.split("/") if part != f"scan-{self.scan_label}")
+
     def key_without(self, name: str) -> tuple:
         """Every field but ``name``, in field order: cells equal in it differ only in that axis."""
         return tuple(getattr(self, f.name) for f in fields(self) if f.name != name)
@@ -93,11 +115,21 @@ class Cell:
         return self.key_without("layers")
 
     def record(self) -> dict:
-        """The cell's identity as report rows and JSON name it (scan as on/off)."""
+        """The cell's identity as report rows and JSON name it (scan as on/off, the device under its record key)."""
         return {"id": self.id, "target": self.target, "model": self.model, "scan": self.scan_label,
                 "quant": self.quant, "quant_mode": self.quant_mode, "layers": self.layers, "step": self.step,
-                "platform": self.platform, "topology": self.topology, "cuda_arch": self.cuda_arch,
-                "stage": self.stage, "batch": self.batch, "seq": self.seq, "prefill": self.prefill}
+                "platform": self.platform, **self.device_fields, "stage": self.stage, "batch": self.batch,
+                "seq": self.seq, "prefill": self.prefill}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> "Cell":
+        """The cell a ``record()`` names (a merged shard's cells); its overrides are not in the record."""
+        device = next((record[k] for k in DEVICE_RECORD_KEYS if record.get(k)), "")
+        return cls(model=record["model"], scan=record["scan"] == "on", quant=record["quant"], layers=record["layers"],
+                   target=record["target"], batch=record["batch"], seq=record["seq"], platform=record["platform"],
+                   stage=record["stage"], step=record["step"], device=device,
+                   # Shards written before the AQT-mode and prefill axes existed lack them: the defaults.
+                   quant_mode=record.get("quant_mode", "train"), prefill=record.get("prefill", DEFAULT_PREFILL))
 
     def key_material(self) -> str:
         """Canonical JSON of every field (the cache key starts from this)."""
@@ -120,11 +152,8 @@ def parse_only(spec: str | None) -> dict[str, set[str]]:
 
 
 def matches(cell: Cell, filters: dict[str, set[str]]) -> bool:
-    return all(str(getattr(cell, FILTER_KEYS[key])) in values for key, values in filters.items())
-
-
-# What a config's exclude rule or waiver may match on.
-RULE_KEYS = ("model", "scan", "quant", "quant_mode", "layers", "step", "platform", "topology", "cuda_arch", "stage")
+    record = cell.record()
+    return all(str(record[key]) in values for key, values in filters.items())
 
 
 def matches_rule(cell: Cell, rule: Mapping[str, object]) -> bool:
@@ -178,8 +207,7 @@ class Axes:
     batch: int = 1
     seq: int = 128
     platform: str = "cpu"
-    topologies: tuple[str, ...] = ("",)
-    cuda_archs: tuple[str, ...] = ("",)
+    devices: tuple[str, ...] = ("",)  # the devices the platform names ("": the host's own)
     stage: str = "lowered"
     steps: tuple[str, ...] = ("train",)
     quant_modes: tuple[str, ...] = ("train",)
@@ -192,14 +220,13 @@ def expand(target: str, axes: Axes, layers_for: Mapping[str, Sequence[int]], exc
     cells = []
     for model in axes.models:
         model_overrides = tuple(sorted((k, str(v)) for k, v in axes.overrides.get(model, {}).items()))
-        for scan, quant, quant_mode, layers, step, topology, cuda_arch in itertools.product(
-                axes.scans, axes.quants, axes.quant_modes, layers_for[model], axes.steps, axes.topologies,
-                axes.cuda_archs):
+        for scan, quant, quant_mode, layers, step, device in itertools.product(
+                axes.scans, axes.quants, axes.quant_modes, layers_for[model], axes.steps, axes.devices):
             # A train step prefills nothing: its cells keep the default, so a series' prefill never splits them.
             prefill = axes.prefill if step != TRAIN_STEP else DEFAULT_PREFILL
             cell = Cell(model=model, scan=scan, quant=quant, layers=layers, target=target, batch=axes.batch,
                         seq=axes.seq, platform=axes.platform, stage=axes.stage, overrides=model_overrides,
-                        step=step, topology=topology, cuda_arch=cuda_arch, quant_mode=quant_mode, prefill=prefill)
+                        step=step, device=device, quant_mode=quant_mode, prefill=prefill)
             if not excluded(cell):
                 cells.append(cell)
     return sorted(set(cells), key=lambda c: c.id)

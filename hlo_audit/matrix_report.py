@@ -6,26 +6,23 @@ accessed), against the golden's.
 
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
 parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here lowers anything that `run` or `check` already lowered: results come
-through the same plan -> execute path, so a report after a `check` reads only the cache.
+through the same plan -> execute path, so a report after a `check` reads only the cache (``audit.report``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hlo_audit import audit, golden
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
-from hlo_audit.run import CellResult
+from hlo_audit.matrix import AXES
+from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
 
-CELL_COLUMNS = ("id", "model", "scan", "quant", "quant_mode", "layers", "step", "platform", "topology", "cuda_arch",
-                "stage")
+CELL_COLUMNS = ("id", *AXES)
 TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
-# A compiled cell's memory kinds (compiled.MEMORY_FIELDS' keys), each with its column heading in the views.
-MEMORY_COLUMNS = (("argument_bytes", "argument"), ("output_bytes", "output"), ("alias_bytes", "alias"),
-                  ("temp_bytes", "temp"), ("generated_code_bytes", "code"))
 
 
 @dataclass(frozen=True)
@@ -88,6 +85,12 @@ class MatrixReport:
     cells: list[CellView]
     scan_pairs: list[ScanPair]
     series: list[Series]
+    tidy_columns = TIDY_COLUMNS
+
+    @property
+    def tidy_rows(self) -> list[dict]:
+        """One row per ok cell x dtype x role (``tidy_rows``): the CSV, JSON and pandas views."""
+        return tidy_rows(self.cells)
 
     @property
     def results(self) -> list[CellResult]:
@@ -98,8 +101,8 @@ class MatrixReport:
         return [v for v in self.cells if v.result.summary]
 
     @property
-    def compiled(self) -> list[CellView]:
-        """Cells with XLA's memory analysis (stages compiled and optimized)."""
+    def with_memory(self) -> list[CellView]:
+        """Cells with XLA's memory analysis (stages optimized and compiled)."""
         return [v for v in self.cells if v.result.memory is not None]
 
     @property
@@ -161,36 +164,12 @@ def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
             continue
         c = r.cell
         sides.setdefault(c.key_without("scan"), {})[c.scan] = r
-    pairs = [ScanPair(label=_without_scan(next(iter(v.values())).cell), on=v.get(True), off=v.get(False))
+    pairs = [ScanPair(label=next(iter(v.values())).cell.id_without_scan, on=v.get(True), off=v.get(False))
              for v in sides.values()]
     return sorted(pairs, key=lambda pair: pair.label)
 
 
-def _without_scan(cell) -> str:
-    return cell.id.replace(f"/scan-{cell.scan_label}/", "/", 1)
-
-
-def build(p: audit.Plan, results: list[CellResult]) -> MatrixReport:
-    views = [CellView(r, _golden_record(p, r)) for r in results]
-    return MatrixReport(cells=views, scan_pairs=scan_pairs(results), series=audit.scaling(p, results))
-
-
-def _golden_record(p: audit.Plan, result: CellResult) -> dict | None:
-    stored = golden.load(p.config.golden_dir, result.cell.id)
-    return stored.record if stored is not None else None
-
-
-def params_frame(config: str | None = None, only: str | None = None, layers: str | None = None, jobs: int = 1,
-                 use_cache: bool = True):
-    """The tidy DataFrame of the configured matrix: one row per cell x dtype x role.
-
-    Columns: id, model, scan, quant, layers, platform, stage, dtype, role, count, bytes, golden_count,
-    golden_delta (nullable integers: <NA> where there is no golden to compare with). Cells are read from the
-    results cache where they are, lowered otherwise; ``only`` and ``layers`` are the CLI's ``--only`` and
-    ``--layers``.
-    """
-    from hlo_audit.report.frame import tidy_frame  # noqa: PLC0415 (pandas only for those who ask for a frame)
-
-    p = audit.plan(config, only, None, layers)
-    results = list(audit.execute(p, jobs=jobs, use_cache=use_cache))
-    return tidy_frame(build(p, results).cells)
+def build(results: list[CellResult], series: list[Series], goldens: Mapping[str, dict | None]) -> MatrixReport:
+    """The report of ``results``, their depth series and each cell's golden summary record (None: no golden)."""
+    views = [CellView(r, goldens.get(r.cell.id)) for r in results]
+    return MatrixReport(cells=views, scan_pairs=scan_pairs(results), series=series)

@@ -13,83 +13,41 @@ import multiprocessing
 import time
 import traceback
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
-from hlo_audit import platforms
+from hlo_audit import host, platforms
 from hlo_audit.cache import Cache, lowering_key
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
+from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
-from hlo_audit.targets.base import CellConfigError, Lowering, TargetError, Unavailable, get_target, one_line
+from hlo_audit.results import CellResult
+from hlo_audit.targets import get_target
+
+# Distributions every cell's HLO depends on, whatever its target and platform.
+_JAX_DISTRIBUTIONS = ("jax", "jaxlib", "flax")
 
 
-@dataclass
-class CellResult:
-    cell: Cell
-    status: str  # ok | unavailable | error
-    message: str = ""
-    summary: dict | None = None  # entry_params, by_dtype, by_role, groups, bytes_by_role
-    params: list[dict] = field(default_factory=list)  # per entry parameter: path, role, dtype, dims, bytes
-    opcodes: dict[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
-    rng: dict | None = None  # RNG streams drawn / carried / unknown (RngReport.to_record)
-    memory: dict | None = None  # compiled cells: bytes by kind (argument, output, alias, temp, generated_code)
-    cost: dict | None = None  # compiled cells: flops, transcendentals, bytes_accessed
-    constants: dict | None = None  # constants, large ones, literal keys, captured arrays (ConstantReport.to_record)
-    hlo_sha256: str = ""
-    lower_seconds: float = 0.0
-    cached: bool = False
-    key: str = ""
-    text: str | None = field(default=None, repr=False, compare=False)  # HLO text when just lowered
-    # The canonical text (text-derived paths) when just analysed: what goldens keep, computed with the parse.
-    normalized: str | None = field(default=None, repr=False, compare=False)
+def environment(target, cell: Cell) -> dict[str, str]:
+    """What the exact HLO text depends on besides the model: the text gate only applies when it matches the
+    golden's (jax, jaxlib, flax, the target's versions, the platform's toolchain, platform, stage)."""
+    env = {name: host.installed_version(name) for name in _JAX_DISTRIBUTIONS}
+    env.update(target.versions(cell))
+    env.update(platforms.of(cell).toolchain(cell))
+    env["platform"] = cell.platform_label
+    env["stage"] = cell.stage
+    return env
 
 
-    @property
-    def entry_params(self) -> int | None:
-        return self.summary["entry_params"] if self.summary else None
-
-    def count(self, kind: str, name: str) -> int:
-        """by_dtype / by_role lookup, 0 when absent."""
-        return self.summary[kind].get(name, 0) if self.summary else 0
-
-    def by_dtype_role(self) -> dict[tuple[str, str], tuple[int, int]]:
-        """(dtype, role) -> (parameters, bytes)."""
-        counts: dict[tuple[str, str], tuple[int, int]] = {}
-        for p in self.params:
-            n, size = counts.get((p["dtype"], p["role"]), (0, 0))
-            counts[p["dtype"], p["role"]] = (n + 1, size + p["bytes"])
-        return counts
-
-    @property
-    def captured(self) -> dict | None:
-        """What the step closes over (captured_summary plus ``arrays_list``); None when not known."""
-        return self.constants.get("captured") if self.constants else None
-
-    @property
-    def rng_params(self) -> int:
-        return self.count("by_role", "rng_key") + self.count("by_role", "rng_count")
-
-    def to_record(self) -> dict:
-        record = asdict(self)
-        record["cell"] = {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]}
-        for transient in ("cached", "text", "normalized"):
-            record.pop(transient)
-        return record
-
-    @classmethod
-    def from_record(cls, record: dict, cached: bool = False) -> "CellResult":
-        cell_fields = {**record["cell"], "overrides": tuple(tuple(kv) for kv in record["cell"]["overrides"])}
-        return cls(**{**record, "cell": Cell(**cell_fields), "cached": cached})
-
-
-def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str) -> CellResult:
+def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> CellResult:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured)
     return CellResult(
-        cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary), params=[p.to_record() for p in analysis.params],
+        cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary),
+        params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
-        memory=lowering.memory, cost=lowering.cost, constants=analysis.constants.to_record(),
+        memory=lowering.memory, cost=lowering.cost, constants=analysis.constants.to_record(), environment=env,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),
@@ -107,7 +65,7 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
         target = _target(target_spec)
         lowering = target.lower(cell)
         seconds = time.perf_counter() - started
-        return analyze_lowering(cell, lowering, seconds, key), lowering
+        return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering
     except Unavailable as exc:
         return CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key), None
     except HloParseError as exc:
@@ -131,7 +89,7 @@ def _target(spec: str):
 
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None]:
     """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
-    platforms.setup_own_process()
+    host.setup_own_process()
     result, lowering = _lower_one(target_spec, cell, key)
     return result.to_record(), result.normalized, lowering
 
@@ -158,7 +116,8 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
         hit = cache.get_lowering(key)
         if hit is not None:  # lowered before, analysis code changed since: re-analyse only
             text, meta = hit
-            result = analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), key)
+            result = analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), key,
+                                      environment(target, cell))
             result.cached, result.text = True, text
             cache.put_result(key, result.to_record(), result.normalized)
             yield result
@@ -180,7 +139,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
     if not pending:
         return
     # A worker compiling a TPU cell holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
-    workers = platforms.workers_for([cell for cell, _ in pending], jobs)
+    workers = host.workers_for([platforms.of(cell).worker_bytes(cell) for cell, _ in pending], jobs)
     if workers <= 1:
         for cell, key in pending:
             result, lowering = _lower_one(cell.target, cell, key)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hlo_audit.matrix import Cell
-from hlo_audit.run import CellResult
+from hlo_audit.results import CellResult
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Series:
 
     @property
     def id(self) -> str:
-        return self.cell.id.replace(f"/L{self.cell.layers}", "/L*", 1)
+        return self.cell.series_id()
 
     def projected(self, layers: int | None = None) -> dict:
         """Counts at ``layers`` (default: the model's full depth), rounded: counts are integers."""

@@ -40,7 +40,8 @@ def run(command: list[str], cwd: Path, env: dict | None = None) -> tuple[float, 
 BARE = textwrap.dedent("""
     import json, sys, time
     started = time.perf_counter()
-    from hlo_audit.targets.maxtext import load_maxtext, lower_train_step
+    from hlo_audit.targets.maxtext import lower_train_step
+    from hlo_audit.targets.maxtext_config import load_maxtext
     load_maxtext()
     imported = time.perf_counter() - started
     cells = json.loads(sys.argv[1])
@@ -55,7 +56,8 @@ BARE = textwrap.dedent("""
 
 COMPILE_AND_DUMP = textwrap.dedent("""
     import sys, time
-    from hlo_audit.targets.maxtext import load_maxtext, lower_train_step
+    from hlo_audit.targets.maxtext import lower_train_step
+    from hlo_audit.targets.maxtext_config import load_maxtext
     load_maxtext()
     started = time.perf_counter()
     lowered = lower_train_step("llama3-8b", scan_layers=False, quantization="int8", num_layers=2)
@@ -65,7 +67,7 @@ COMPILE_AND_DUMP = textwrap.dedent("""
 
 OUR_CELL = textwrap.dedent("""
     import sys, time
-    from hlo_audit.targets.maxtext import load_maxtext
+    from hlo_audit.targets.maxtext_config import load_maxtext
     from hlo_audit.run import _lower_one
     from hlo_audit.matrix import Cell
     load_maxtext()

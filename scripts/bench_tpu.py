@@ -12,7 +12,7 @@ ratios (never asserted). The cell is llama3-8b, 4 layers, scanned, for TPU v6e-4
 4. hlo-audit, stage optimized: ``hlo-audit run --no-cache`` of the shipped TPU series' cell: the same
    after-optimizations module, XLA stopped before TPU codegen (hlo_audit/optimized.py). Target: faster than 3;
 5. two workers: ``hlo-audit run --jobs 2 --no-cache`` of two shipped TPU cells (llama3-8b and qwen3-1.7b): the
-   peak memory one worker process holds, which ``--jobs`` sizes workers by (platforms.memory_per_worker).
+   peak memory one worker process holds, which ``--jobs`` sizes workers by (HostPlatform.worker_bytes).
 
 Peak memory is each process's own (``wait4``'s ``ru_maxrss``; for a run with workers, its largest worker: this
 script never imports jax, so nothing larger is inherited).
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from hlo_audit.matrix import Cell  # noqa: E402 (no jax: this process stays small, see the module doc)
-from hlo_audit.platforms import memory_per_worker  # noqa: E402
+from hlo_audit import platforms  # noqa: E402
 
 CELL = "llama3-8b/scan-on/none/L4/tpu-v6e-4/compiled"
 OPTIMIZED_CELL = "llama3-8b/scan-on/none/L4/tpu-v6e-4/optimized"
@@ -47,7 +47,7 @@ TWO_CELLS = "platform=tpu,scan=on,model=llama3-8b,model=qwen3-1.7b"
 BARE = textwrap.dedent("""
     from hlo_audit.matrix import Cell
     from hlo_audit.targets.maxtext import lower_cell
-    lower_cell(Cell("llama3-8b", True, "none", 4, platform="tpu", topology="v6e-4", stage="compiled"))[0].compile()
+    lower_cell(Cell("llama3-8b", True, "none", 4, platform="tpu", device="v6e-4", stage="compiled"))[0].compile()
 """)
 # What MaxText's hlo_diff_test passes to train_compile (src/maxtext/configs/base.yml + model_name...).
 MAXTEXT_ARGS = ["model_name=llama3-8b", "dataset_type=synthetic", "override_model_config=true",
@@ -57,7 +57,7 @@ MAXTEXT_ARGS = ["model_name=llama3-8b", "dataset_type=synthetic", "override_mode
                 # compile again, as hlo-audit's --no-cache and the bare compile do.
                 "jax_cache_dir="]
 # Compile-only libtpu and no idle TPU runtime, for every process alike (hlo-audit's own processes set these
-# themselves: platforms.setup_own_process).
+# themselves: host.setup_own_process).
 ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"hlo-audit optimized cell / MaxText train_compile + dump: {optimized / maxtext:.2f}x (target < 1x: the "
           "after-optimizations module MaxText's gate reads)")
     worker = best["hlo-audit run --jobs 2 (two cells)"][1]
-    budget = memory_per_worker(Cell("llama3-8b", True, "none", 4, platform="tpu", topology="v6e-4", stage="compiled"))
+    budget_cell = Cell("llama3-8b", True, "none", 4, platform="tpu", device="v6e-4", stage="compiled")
+    budget = platforms.of(budget_cell).worker_bytes(budget_cell)
     print(f"peak RSS of one worker (or its XLA child) on a shipped TPU cell: {worker / 2**30:.2f} GiB; compiled "
           f"cell: {best['hlo-audit run, compiled cell'][1] / 2**30:.2f} GiB (--jobs budgets {budget / 2**30:.1f} GiB a "
           "worker)")

@@ -26,14 +26,14 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 
 from hlo_audit.attribution import key_name, parameter_numbers  # noqa: E402
 from hlo_audit.hlo.text import parse_module  # noqa: E402
-from hlo_audit.targets import maxtext  # noqa: E402
+from hlo_audit.targets import maxtext, maxtext_config  # noqa: E402
 
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     started = time.perf_counter()
-    maxtext.load_maxtext()
+    maxtext_config.load_maxtext()
     imported = time.perf_counter()
     try:
         lowered = _lower(args)

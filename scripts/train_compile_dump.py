@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from hlo_audit import platforms
+    from hlo_audit import host
 
-    platforms.setup_own_process()  # libtpu compile-only, as hlo-audit's own processes
+    host.setup_own_process()  # libtpu compile-only, as hlo-audit's own processes
     started = time.perf_counter()
     module = train_compile(args)
     seconds = time.perf_counter() - started
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def train_compile(args: argparse.Namespace) -> pathlib.Path:
     """Run MaxText's train_compile for the configuration; the dumped after-optimizations module."""
-    from hlo_audit.targets.maxtext import load_maxtext
+    from hlo_audit.targets.maxtext_config import load_maxtext
 
     maxtext = load_maxtext()
     from absl import flags

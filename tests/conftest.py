@@ -6,11 +6,11 @@ import importlib.util
 
 import pytest
 
-from hlo_audit import platforms
+from hlo_audit import host
 
 # As the CLI does, before jax starts: on a host without accelerators jax starts no TPU runtime (libtpu is
 # installed for compiling to TPU topologies, which needs none), and libtpu is compile-only.
-platforms.setup_own_process()
+host.setup_own_process()
 
 import nnx_models  # noqa: E402 (jax starts here)
 from nnx_models import ModelSpec  # noqa: E402

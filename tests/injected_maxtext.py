@@ -26,9 +26,11 @@ import os
 import jax
 
 from hlo_audit.capture import captured_arrays
-from hlo_audit.targets.base import Lowering
+from hlo_audit.lowering import Lowering
+from hlo_audit.stages import to_stage
 from hlo_audit.targets.maxengine import inference_settings, inference_step
-from hlo_audit.targets.maxtext import MaxTextTarget, _trainer_jax_flags, model_num_layers
+from hlo_audit.targets.maxtext import MaxTextTarget
+from hlo_audit.targets.maxtext_config import model_num_layers, trainer_jax_flags
 
 INJECT = "HLO_AUDIT_INJECT"
 REST_AS_ARGS = "rest-as-args"
@@ -124,7 +126,7 @@ def _rest_as_arguments(cell) -> Lowering:
         return with_rest(rest, lambda: call.jitted(engine, prefix, decode_state, slot))
 
     step = {"prefill": prefill, "generate": generate, "insert": insert}[cell.step]
-    with _trainer_jax_flags(engine.config):
+    with trainer_jax_flags(engine.config):
         traced = jax.jit(step).trace(call.rest_state, *call.args[1:], **call.kwargs)
         captured = captured_arrays(traced, {"model": call.rest_state})
-        return Lowering.of(traced.lower(lowering_platforms=(cell.platform,)), cell, captured)
+        return to_stage(traced.lower(lowering_platforms=(cell.platform,)), cell, captured)

@@ -313,10 +313,10 @@ MAXTEXT_CASES = {
 
 def maxtext_overrides(name: str) -> dict[str, str]:
     """Every setting ``maxtext_case(name)`` passes to MaxText's config system (on top of base.yml)."""
-    from hlo_audit.targets import maxtext as target  # noqa: PLC0415
+    from hlo_audit.targets import maxtext_config  # noqa: PLC0415
 
     scan, quant, layers, extra = MAXTEXT_CASES[name]
-    return target._settings(  # noqa: SLF001
+    return maxtext_config.train_settings(
         MAXTEXT_MODEL, scan_layers=scan, quantization=quant, num_layers=layers,
         per_device_batch_size=1, max_target_length=MAXTEXT_SEQ, overrides={**MAXTEXT_TINY, **extra},
     )
@@ -331,12 +331,13 @@ def maxtext_case(name: str = "maxtext_int8_unrolled") -> OracleCase:
     under the mesh, and the batch is a fixed synthetic one with the shapes of ``get_shaped_batch``.
     """
     from hlo_audit.targets import maxtext as target  # noqa: PLC0415
+    from hlo_audit.targets import maxtext_config  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    mt = target.load_maxtext()
-    config = target._config(maxtext_overrides(name))  # noqa: SLF001
+    mt = maxtext_config.load_maxtext()
+    config = maxtext_config.hyperparameters(maxtext_overrides(name))
     with contextlib.ExitStack() as stack:
-        stack.enter_context(target._trainer_jax_flags(config))  # noqa: SLF001
+        stack.enter_context(maxtext_config.trainer_jax_flags(config))
         mesh = mt.maxtext_utils.get_mesh_from_config(config, jax.devices())
         step, abstract_args, jit_kwargs = target._train_step_and_args(config, mesh)  # noqa: SLF001
         state = _maxtext_concrete_state(config, mesh, jit_kwargs["in_shardings"][0])

@@ -20,8 +20,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from hlo_audit import compiled, platforms
+from hlo_audit import host, platforms
+from hlo_audit.attribution import arg_keys
 from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.lowering import Unavailable
+from hlo_audit.platforms.tpu import TpuPlatform, topology_devices
+from hlo_audit.stages import compiled
+from hlo_audit.stages.program import checked_arg_keys
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
@@ -88,7 +93,7 @@ def test_tpu_cell_compiles_for_the_topology_and_records_memory_and_cost(project)
 
 def test_compiled_text_is_tpu_code_attributed_through_args_info(project):
     project_dir, _ = project
-    cell = Cell("mlp", False, "dropout0", 2, target=TARGET, platform="tpu", topology="v6e-4", stage="compiled")
+    cell = Cell("mlp", False, "dropout0", 2, target=TARGET, platform="tpu", device="v6e-4", stage="compiled")
     text, meta = Cache(project_dir / ".hlo-audit-cache").get_lowering(lowering_key(cell, CallableTarget(TARGET).fingerprint()))
     # The module after XLA's TPU passes: scheduled, with the TPU's tiled layouts (one chip: the example's step
     # is unsharded, so jax's default device, the topology's first chip, is what it compiles for).
@@ -156,7 +161,7 @@ def test_golden_memory_ratchet_and_report(project, tmp_path):
 
 def _compiled_on_topology():
     """A two-argument step compiled for v6e-4, sharded so each parameter has its own shape and sharding."""
-    devices = platforms.tpu_topology_devices("v6e-4")
+    devices = topology_devices("v6e-4")
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     sharded = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
@@ -172,32 +177,40 @@ def test_parameter_order_is_checked_against_the_executable(monkeypatch):
     # jax's view and XLA's agree: (dtype, per-device dims, sharding) of each parameter, the key as its uint32 data.
     assert compiled.kept_argument_signatures(executable) == compiled.compiled_parameter_signatures(executable) == [
         ("uint32", (2,), "{replicated}"), ("float32", (256,), "{devices=[4]<=[4]}")]
-    assert compiled.checked_arg_keys(lowered, executable) == (("key",), ("w",))
-    # An executable whose parameters came out in another order is attributed from its text, never by position.
+    expected = compiled.kept_argument_signatures(executable)
     declared = compiled.compiled_parameter_signatures(executable)
+    assert checked_arg_keys(arg_keys(lowered), expected, declared) == (("key",), ("w",))
+    assert compiled.run(lowered).arg_keys == (("key",), ("w",))
+    # An executable whose parameters came out in another order is attributed from its text, never by position.
+    assert checked_arg_keys(arg_keys(lowered), expected, declared[::-1]) is None
     monkeypatch.setattr(compiled, "compiled_parameter_signatures", lambda _: declared[::-1])
-    assert compiled.checked_arg_keys(lowered, executable) is None
+    assert compiled.run(lowered).arg_keys is None
 
 
 def test_platform_requirements_and_worker_sizing(monkeypatch, tmp_path):
-    tpu = Cell("m", True, "none", 2, platform="tpu", topology="v6e-4", stage="compiled")
+    tpu = Cell("m", True, "none", 2, platform="tpu", device="v6e-4", stage="compiled")
     lowered = Cell("m", True, "none", 2, platform="tpu", stage="lowered")
     no_topology = Cell("m", True, "none", 2, platform="tpu", stage="compiled")
-    platforms.check_available(tpu)
-    platforms.check_available(lowered)  # cross-lowering for tpu needs nothing
-    with pytest.raises(platforms.Unavailable, match="needs a topology to compile for"):
-        platforms.check_available(no_topology)
-    assert platforms.toolchain(tpu) == {"libtpu": "0.0.52"} and platforms.toolchain(lowered) == {}
+    platform = platforms.of(tpu)
+    platform.check_available(tpu)
+    platform.check_available(lowered)  # cross-lowering for tpu needs nothing
+    with pytest.raises(Unavailable, match="needs a topology to compile for"):
+        platform.check_available(no_topology)
+    assert platform.toolchain(tpu) == {"libtpu": "0.0.52"} and platform.toolchain(lowered) == {}
     # A libtpu upgrade re-lowers TPU topology cells only.
     before = (lowering_key(tpu, "t"), lowering_key(lowered, "t"))
-    monkeypatch.setattr(platforms, "toolchain", lambda cell: {"libtpu": "9.9"} if platforms.uses_topology(cell) else {})
+    monkeypatch.setattr(TpuPlatform, "toolchain", lambda self, cell: {"libtpu": "9.9"} if cell.device else {})
     assert lowering_key(tpu, "t") != before[0] and lowering_key(lowered, "t") == before[1]
     # --jobs is an upper bound; memory is the other: a compiled TPU worker needs 3 GiB, a lowering 1 GiB.
     gib = 1 << 30
-    assert platforms.workers_for([tpu] * 8, jobs=4, memory=7 * gib) == 2
-    assert platforms.workers_for([lowered] * 8, jobs=4, memory=7 * gib) == 4
-    assert platforms.workers_for([tpu, lowered], jobs=4, memory=64 * gib) == 2  # no more workers than cells
-    assert platforms.workers_for([tpu], jobs=4, memory=gib // 2) == 1  # always one
+
+    def workers(cells, memory):
+        return host.workers_for([platforms.of(c).worker_bytes(c) for c in cells], jobs=4, memory=memory)
+
+    assert workers([tpu] * 8, 7 * gib) == 2
+    assert workers([lowered] * 8, 7 * gib) == 4
+    assert workers([tpu, lowered], 64 * gib) == 2  # no more workers than cells
+    assert workers([tpu], gib // 2) == 1  # always one
     # An unknown topology is the config's error: one line naming the file and the key.
     (tmp_path / "hlo-audit.toml").write_text(textwrap.dedent("""
         models = ["llama3-8b"]
@@ -218,7 +231,7 @@ def test_no_tpu_runtime_starts_on_a_host_without_accelerators():
     code = ("import os, jax; jax.devices(); import jax.numpy as jnp; jnp.ones(3).block_until_ready();"
             "print(os.environ.get('JAX_PLATFORMS'), 'libtpu' in open('/proc/self/maps').read())")
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    quiet = subprocess.run([sys.executable, "-c", "from hlo_audit import platforms; platforms.setup_own_process();"
+    quiet = subprocess.run([sys.executable, "-c", "from hlo_audit import host; host.setup_own_process();"
                             + code], capture_output=True, text=True, env=env, timeout=120)
     noisy = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert quiet.returncode == noisy.returncode == 0

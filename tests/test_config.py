@@ -7,7 +7,8 @@ from typer.testing import CliRunner
 
 from hlo_audit.audit import plan
 from hlo_audit.cli import app
-from hlo_audit.config import MAXTEXT_QUANTIZATIONS, ConfigError, load_config
+from hlo_audit.config import ConfigError, load_config
+from hlo_audit.targets.vocab import MAXTEXT_QUANTIZATIONS
 from hlo_audit.matrix import MatrixError, select
 
 
@@ -25,7 +26,7 @@ def test_builtin_default_matrix(tmp_path):
     assert "llama3-8b/scan-on/int8-serve/L2/generate" in ids and "llama3-8b/scan-off/none/L2/prefill" in ids
     # Transformer Engine recipes exist only for CUDA: a series of their own, whose ids name the architecture.
     assert "llama3-8b/scan-off/te_nvfp4/L2/cuda-sm_90" in ids
-    assert all(c.platform == "cuda" and c.cuda_arch == "sm_90" for c in p.cells if c.quant.startswith("te_"))
+    assert all(c.platform == "cuda" and c.device == "sm_90" for c in p.cells if c.quant.startswith("te_"))
     # MaxText's own HLO gate: its three stock configs through XLA's TPU compiler for v6e-4 at 4 layers, scanned
     # and unrolled, up to the after-optimizations module that gate diffs (stage optimized).
     tpu = [c for c in p.cells if c.platform == "tpu"]
@@ -151,7 +152,7 @@ def test_series_inherit_top_level_axes_and_name_their_platform(tmp_path):
     assert dict(cells["deepseek3-test/scan-off/te_mxfp8/L2/cuda-sm_90"].overrides) == {"first_num_dense_layers": "1"}
     assert cells["deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled"].overrides == ()
     tpu = cells["deepseek3-test/scan-on/none/L4/tpu-v6e-4/compiled"]
-    assert (tpu.platform, tpu.topology, tpu.stage, tpu.platform_label) == ("tpu", "v6e-4", "compiled", "tpu-v6e-4")
+    assert (tpu.platform, tpu.device, tpu.stage, tpu.platform_label) == ("tpu", "v6e-4", "compiled", "tpu-v6e-4")
     # --only and exclude rules reach the new axes.
     assert [c.id for c in select(cells.values(), "cuda_arch=sm_100,model=llama3-8b")] == [
         "llama3-8b/scan-off/te_mxfp8/L2/cuda-sm_100"]

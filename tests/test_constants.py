@@ -22,7 +22,7 @@ from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES, frozen_rng, golden_summary
 from hlo_audit.hlo.diff import captured_delta, diff_modules
-from hlo_audit.targets.base import hlo_text
+from hlo_audit.stages.lowered import hlo_text
 
 @pytest.fixture(scope="module")
 def closed_over():

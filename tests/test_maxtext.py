@@ -23,7 +23,7 @@ from hlo_audit.cli import app
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.matrix import Cell
-from hlo_audit.run import CellResult
+from hlo_audit.results import CellResult
 from hlo_audit.scaling import fit_series
 from hlo_audit.targets.maxtext import MaxTextTarget
 
@@ -178,7 +178,7 @@ def test_transformer_engine_cells_cross_lower_for_sm_90_with_the_measured_number
 def test_seed_001_row_projects_to_2231_and_its_rng_streams_are_drawn_or_dead(matrix):
     """llama3-8b unrolled te_nvfp4_no_rht: MaxText 0.2.5 has seed 000's fix, not seed 001's shared RNGs."""
     project, _, cells = matrix
-    projected = _projected(cells, Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", cuda_arch="sm_90"))
+    projected = _projected(cells, Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", device="sm_90"))
     assert (projected["entry_params"], projected["by_dtype"]["u32"]) == (2231, 1351)  # seed 001's "main" row
     result = subprocess.run([sys.executable, "-m", "hlo_audit", "rng", "llama3-8b/scan-off/te_nvfp4_no_rht/L4/cuda-sm_90",
                              "--format", "json"], cwd=project, capture_output=True, text=True, timeout=300)
@@ -323,8 +323,8 @@ def test_maxtext_config_leaves_xla_flags_alone(tmp_path):
     asked for by a compile keeps its module."""
     code = textwrap.dedent(f"""
         import os, pathlib, jax
-        from hlo_audit.targets import maxtext
-        maxtext._config(maxtext._settings("llama3-8b", scan_layers=True, quantization=""))
+        from hlo_audit.targets import maxtext_config
+        maxtext_config.hyperparameters(maxtext_config.train_settings("llama3-8b", scan_layers=True, quantization=""))
         jax.jit(lambda x: x + 1).lower(1.0).compile(
             compiler_options={{"xla_dump_to": "{tmp_path}", "xla_dump_hlo_as_text": True}})
         print(os.environ.get("XLA_FLAGS"), len(list(pathlib.Path("{tmp_path}").glob("*after_optimizations.txt"))))

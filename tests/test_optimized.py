@@ -19,14 +19,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hlo_audit import compiled, optimized, platforms
+from hlo_audit import platforms
+from hlo_audit.attribution import arg_keys
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
-from hlo_audit.targets.base import Unavailable
+from hlo_audit.platforms.tpu import topology_devices
+from hlo_audit.stages import compiled, optimized, program
+from hlo_audit.stages.program import checked_arg_keys
+
+V6E_CELL = Cell("m", True, "none", 2, platform="tpu", device="v6e-4", stage="optimized")
 
 
 def _mesh():
-    return jax.sharding.Mesh(np.array(platforms.tpu_topology_devices("v6e-4")), ("d",))
+    return jax.sharding.Mesh(np.array(topology_devices("v6e-4")), ("d",))
 
 
 def _train_step_on_topology():
@@ -56,7 +62,7 @@ def _train_step_on_topology():
 def both(tmp_path_factory):
     """The step through the optimized stage, then compiled in full with XLA's dump."""
     lowered = _train_step_on_topology()
-    result = optimized.optimize_lowering(lowered, "v6e-4")
+    result = optimized.run(lowered, V6E_CELL)
     dump = tmp_path_factory.mktemp("dump")
     executable = lowered.compile(compiler_options={"xla_dump_to": str(dump), "xla_dump_hlo_as_text": True,
                                                    "xla_dump_hlo_module_re": ".*"})
@@ -87,16 +93,18 @@ def test_memory_is_the_executables_less_codegen_and_flops_are_xlas(both):
 
 def test_argument_paths_are_checked_against_the_optimized_parameters(both, monkeypatch):
     lowered, result, executable, _ = both
-    assert result.arg_keys == compiled.checked_arg_keys(lowered, executable) == (("key",), ("w1",), ("w2",), ())
+    declared = compiled.compiled_parameter_signatures(executable)
+    assert result.arg_keys == (("key",), ("w1",), ("w2",), ())
+    assert checked_arg_keys(arg_keys(lowered), compiled.kept_argument_signatures(executable), declared) == result.arg_keys
     params = analyze(result.text, arg_keys=result.arg_keys).params
     assert [(p.path, p.dtype, p.shape.dims) for p in params] == [
         ("state.key", "u32", (2,)), ("state.w1", "f32", (256, 256)), ("state.w2", "bf16", (256, 256)),
         ("x", "f32", (64, 256))]
     # Parameters that do not match jax's kept arguments in order are attributed from the text, never by position.
-    signatures = optimized.lowered_argument_signatures(lowered)
-    monkeypatch.setattr(optimized, "lowered_argument_signatures", lambda _: signatures[::-1])
-    parameters = [signature[:2] for signature in compiled.compiled_parameter_signatures(executable)]
-    assert optimized.checked_arg_keys(lowered, parameters) is None
+    signatures = program.lowered_argument_signatures(lowered)
+    parameters = [(*signature[:2], None) for signature in declared]
+    assert checked_arg_keys(arg_keys(lowered), signatures, parameters) == result.arg_keys
+    assert checked_arg_keys(arg_keys(lowered), signatures[::-1], parameters) is None
 
 
 def test_an_xla_error_is_the_cells_error_with_xlas_message():
@@ -105,7 +113,7 @@ def test_an_xla_error_is_the_cells_error_with_xlas_message():
     step = jax.jit(lambda x: (x * 2, x + 1), in_shardings=(replicated,))
     lowered = step.trace(jax.ShapeDtypeStruct((6 << 30,), jnp.float32)).lower(lowering_platforms=("tpu",))
     with pytest.raises(optimized.OptimizeError, match=r"Ran out of memory on HBM.*exceeds available HBM"):
-        optimized.optimize_lowering(lowered, "v6e-4")
+        optimized.run(lowered, V6E_CELL)
 
 
 def test_nothing_to_capture_when_jax_answers_from_its_own_cache(monkeypatch):
@@ -116,12 +124,12 @@ def test_nothing_to_capture_when_jax_answers_from_its_own_cache(monkeypatch):
 
 
 def test_stage_needs_a_tpu_topology(tmp_path):
-    platforms.check_available(Cell("m", True, "none", 2, platform="tpu", topology="v6e-4", stage="optimized"))
-    with pytest.raises(Unavailable, match="needs platform 'tpu' and a topology"):
-        platforms.check_available(Cell("m", True, "none", 2, stage="optimized"))
+    platforms.of(V6E_CELL).check_available(V6E_CELL)
+    cpu_cell = Cell("m", True, "none", 2, stage="optimized")
+    with pytest.raises(Unavailable, match="needs platform = 'tpu' and a topology"):
+        platforms.of(cpu_cell).check_available(cpu_cell)
     gib = 1 << 30
-    optimized_cell = Cell("m", True, "none", 2, platform="tpu", topology="v6e-4", stage="optimized")
-    assert platforms.memory_per_worker(optimized_cell) >= 2 * gib  # the lowering and the child compiling it
+    assert platforms.of(V6E_CELL).worker_bytes(V6E_CELL) >= 2 * gib  # the lowering and the child compiling it
     (tmp_path / "hlo-audit.toml").write_text(textwrap.dedent("""
         models = ["llama3-8b"]
         stage = "optimized"

@@ -22,9 +22,9 @@ import pytest
 from typer.testing import CliRunner
 
 import hlo_audit
-from hlo_audit import audit, matrix_report
+from hlo_audit import audit
 from hlo_audit.cli import app
-from hlo_audit.report import table, terminal
+from hlo_audit.report import terminal, terminal_report
 
 TARGET = "hlo_audit.examples.nnx_mlp:lower"
 LONG_MODEL = "mlp-with-a-model-name-long-enough-to-wrap-every-table"
@@ -79,7 +79,7 @@ def cell(quant: str, scan: str = "off", layers: int = 4) -> str:
 
 def built(project, only: str | None = None, layers: str | None = None):
     p = audit.plan(str(project / "hlo-audit.toml"), only, None, layers)
-    return matrix_report.build(p, list(audit.execute(p)))
+    return audit.report(p, list(audit.execute(p)))
 
 
 def test_json_deltas_against_the_golden(project):
@@ -164,7 +164,7 @@ def _render(project, monkeypatch, no_color: bool) -> str:
     else:
         monkeypatch.delenv("NO_COLOR", raising=False)
     out = FakeTerminal()
-    terminal.print_report(table.make_console(out, max_width=100), built(project))
+    terminal_report.print_report(terminal.make_console(out, max_width=100), built(project))
     return out.getvalue()
 
 

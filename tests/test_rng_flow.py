@@ -225,7 +225,7 @@ def test_rng_cli_formats_and_bad_input(tmp_path):
 def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
     from hlo_audit.gate import Gate, Policy, Waiver
     from hlo_audit.matrix import Cell
-    from hlo_audit.run import CellResult
+    from hlo_audit.results import CellResult
 
     report = analyze(LOOP, "loop").rng
     result = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={}, rng=report.to_record())

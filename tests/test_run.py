@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hlo_audit.audit import execute, plan, scaling
-from hlo_audit.cache import write_atomic
+from hlo_audit.files import write_atomic
 from hlo_audit.cli import app
 
 TARGET = "hlo_audit.examples.nnx_mlp:lower"

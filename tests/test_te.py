@@ -9,14 +9,15 @@ import pytest
 
 from hlo_audit.matrix import Cell
 from hlo_audit.targets import te
-from hlo_audit.targets.base import Unavailable
+from hlo_audit.lowering import Unavailable
+from hlo_audit.platforms.cuda import compute_capability
 
-TE_CELL = Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", cuda_arch="sm_90")
+TE_CELL = Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", device="sm_90")
 
 
 @pytest.mark.parametrize("arch, number", [("sm_90", 90), ("sm_90a", 90), ("sm_100", 100), ("sm_120", 120)])
 def test_compute_capability_is_the_number_te_compares(arch, number):
-    assert te.compute_capability(arch) == number
+    assert compute_capability(arch) == number
 
 
 def test_a_te_cell_without_transformer_engine_is_unavailable_saying_how_to_get_it(monkeypatch):
@@ -35,9 +36,9 @@ def test_te_answers_the_declared_architecture_only_while_a_cell_lowers():
     from transformer_engine.jax.quantize import device_utils  # noqa: PLC0415
 
     for arch, workspace in (("sm_90", 33_554_432), ("sm_80", 4_194_304)):  # TE: 32 MiB cuBLAS workspace from Hopper
-        with te.cross_lowering(Cell("llama3-8b", False, "te_fp8_currentscaling", 2, platform="cuda", cuda_arch=arch)):
-            assert loaded.extension.get_device_compute_capability(0) == te.compute_capability(arch)
-            assert gemm.get_device_compute_capability(0) == te.compute_capability(arch)
+        with te.cross_lowering(Cell("llama3-8b", False, "te_fp8_currentscaling", 2, platform="cuda", device=arch)):
+            assert loaded.extension.get_device_compute_capability(0) == compute_capability(arch)
+            assert gemm.get_device_compute_capability(0) == compute_capability(arch)
             assert gemm.get_cublas_workspace_size_bytes() == workspace
             assert device_utils.is_fp8_gemm_with_all_layouts_supported() is False
     with pytest.raises(RuntimeError, match="CUDA"):
@@ -54,6 +55,6 @@ def test_te_answers_the_declared_architecture_only_while_a_cell_lowers():
 def test_the_note_is_te_s_own_support_check_for_the_declared_architecture(quant, arch, says):
     from hlo_audit.targets.maxtext import te_recipe  # noqa: PLC0415
 
-    with te.cross_lowering(Cell("llama3-8b", False, quant, 2, platform="cuda", cuda_arch=arch), te_recipe) as notes:
+    with te.cross_lowering(Cell("llama3-8b", False, quant, 2, platform="cuda", device=arch), te_recipe) as notes:
         pass
     assert (says in notes[0]) if says else notes == []

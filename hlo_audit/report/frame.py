@@ -36,17 +36,15 @@ def format_run_csv(results, slopes: dict[str, float]) -> str:
     return cells_frame(results, slopes).to_csv(index=False)
 
 
-def tidy_frame(views) -> pd.DataFrame:
-    """One row per cell x dtype x role (see ``matrix_report.tidy_rows``); golden columns are nullable integers."""
+def tidy_frame(report) -> pd.DataFrame:
+    """One row per cell x dtype x role (a ``MatrixReport``'s tidy rows); golden columns are nullable integers."""
     import pandas as pd  # noqa: PLC0415
 
-    from hlo_audit.matrix_report import TIDY_COLUMNS, tidy_rows  # noqa: PLC0415
-
-    frame = pd.DataFrame(tidy_rows(views), columns=list(TIDY_COLUMNS))
+    frame = pd.DataFrame(report.tidy_rows, columns=list(report.tidy_columns))
     for column in ("layers", "count", "bytes", "golden_count", "golden_delta"):
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
-def format_tidy_csv(views) -> str:
-    return tidy_frame(views).to_csv(index=False)
+def format_tidy_csv(report) -> str:
+    return tidy_frame(report).to_csv(index=False)

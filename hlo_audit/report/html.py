@@ -9,10 +9,9 @@ tr[data-cell]``, ``#compiled tr[data-cell]``) so a browser test, or a reader's o
 from __future__ import annotations
 
 from html import escape
-from pathlib import Path
 
-from hlo_audit.cache import write_atomic
-from hlo_audit.errors import InputError
+from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.report.words import human_bytes
 
 
 ROLE_COLORS = {"rng_key": "#d62728", "rng_count": "#ff7f0e", "weight": "#1f77b4", "optimizer_state": "#9467bd",
@@ -177,14 +176,11 @@ def scaling_table(report) -> str:
 
 def compiled_table(report) -> str:
     """Compiled cells: memory per device by kind (with its change against the golden) and cost."""
-    from hlo_audit.matrix_report import MEMORY_COLUMNS  # noqa: PLC0415
-    from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
-
     rows = []
-    for v in report.compiled:
+    for v in report.with_memory:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
         cells = [escape(v.result.cell.id)]
-        for key, _ in MEMORY_COLUMNS:
+        for key in (kind.key for kind in MEMORY_KINDS):
             if key not in memory:  # stage optimized generates no code
                 cells.append("")
                 continue
@@ -195,7 +191,7 @@ def compiled_table(report) -> str:
                   human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else ""]
         attrs = {"data-cell": v.result.cell.id, **{f"data-{k.replace('_', '-')}": n for k, n in memory.items()}}
         rows.append((attrs, cells))
-    return _table("compiled", ["cell", *(label for _, label in MEMORY_COLUMNS), "GFLOP", "bytes accessed"], rows)
+    return _table("compiled", ["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed"], rows)
 
 
 def format_html(report) -> str:
@@ -212,15 +208,5 @@ def format_html(report) -> str:
         "<h2>Cells against their goldens</h2>", matrix_table(report),
         "<h2>Scan on / scan off</h2>", scan_table(report),
         "<h2>Depth scaling</h2>", scaling_table(report),
-        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(report)] if report.compiled else []),
+        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(report)] if report.with_memory else []),
         "</body></html>", ""])
-
-
-def write_html(path: str, report) -> None:
-    """Write the page atomically; a path that cannot be written is the user's to fix (exit 2, one line)."""
-    if Path(path).is_dir():
-        raise InputError(f"--html {path}: is a folder; give a file name such as {Path(path) / 'report.html'}")
-    try:
-        write_atomic(path, format_html(report))
-    except OSError as exc:
-        raise InputError(f"--html {path}: cannot write: {exc.strerror or exc}") from None

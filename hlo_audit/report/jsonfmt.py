@@ -113,8 +113,6 @@ REPORT_SCHEMA = "hlo-audit/report/v1"
 
 
 def report_record(report) -> dict:
-    from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
-
     def side(r):
         return None if r is None else {
             "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"), "rng_params": r.rng_params}
@@ -127,7 +125,7 @@ def report_record(report) -> dict:
                   "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],
         "scaling": [series_record(s) for s in report.series],
-        "rows": tidy_rows(report.cells),
+        "rows": report.tidy_rows,
     }
 
 
@@ -155,16 +153,9 @@ def finding_record(f) -> dict:
     return {"cell": f.cell, "severity": f.severity, "rule": f.rule, "message": f.message, "details": f.details}
 
 
-def severity_counts(findings) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for f in findings:
-        counts[f.severity] = counts.get(f.severity, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def format_check(findings, results, exit_code: int) -> str:
-    doc = {"schema": CHECK_SCHEMA, "exit_code": exit_code, "summary": severity_counts(findings),
-           "findings": [finding_record(f) for f in findings], "cells": [cell_record(r) for r in results]}
+def format_check(report) -> str:
+    doc = {"schema": CHECK_SCHEMA, "exit_code": report.exit_code, "summary": report.finding_counts,
+           "findings": [finding_record(f) for f in report.findings], "cells": [cell_record(r) for r in report.results]}
     return json.dumps(doc, indent=2) + "\n"
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from xml.etree import ElementTree as ET
 
-from hlo_audit.gate import worst
+from hlo_audit.results import worst
 
 
-def format_junit(findings) -> str:
+def format_junit(report) -> str:
     by_cell = defaultdict(list)
-    for f in findings:
+    for f in report.findings:
         by_cell[f.cell].append(f)
     suite = ET.Element("testsuite", name="hlo-audit", tests=str(len(by_cell)))
     failures = skipped = 0

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.hlo.analysis import Analysis
+from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
-from hlo_audit.report.tree import human_bytes
+from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.report.words import captured_text, constants_headline, frozen_rng_line, human_bytes, rng_cost, rng_headline
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -38,8 +40,6 @@ def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
 
 
 def _constants_line(record: dict) -> str:
-    from hlo_audit.report.table import captured_text, constants_headline  # noqa: PLC0415 (shared wording)
-
     captured = f"; captured state: {captured_text(record['captured'])}" if record["captured"] else ""
     return f"{constants_headline(record)}{captured}."
 
@@ -87,8 +87,6 @@ def format_run(results, slopes: dict[str, float]) -> str:
 
 def format_explain(node, captured=None) -> str:
     """The explain tree as a nested list: counts, dtypes, roles, bytes per group; then the captured state's."""
-    from hlo_audit.report.tree import human_bytes  # noqa: PLC0415
-
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
         dead = (f"; drawn {n.drawn_rng}" if n.drawn_rng else "") + (f"; never drawn {n.dead_rng}" if n.dead_rng else "")
@@ -108,11 +106,9 @@ def format_explain(node, captured=None) -> str:
 
 
 def _memory_cells(view) -> list[str]:
-    from hlo_audit.matrix_report import MEMORY_COLUMNS  # noqa: PLC0415 (as format_report imports tidy_rows)
-
     delta = view.memory_delta() or {}
     cells = []
-    for key, _ in MEMORY_COLUMNS:
+    for key in (kind.key for kind in MEMORY_KINDS):
         if key not in view.result.memory:  # stage optimized generates no code
             cells.append("")
             continue
@@ -128,54 +124,57 @@ def _cost_cells(cost: dict) -> tuple[str, str]:
 
 
 def format_report(report) -> str:
-    """The report's three views for a PR comment; the tidy rows in a collapsed block."""
-    from hlo_audit.matrix_report import tidy_rows  # noqa: PLC0415
-
-    def signed(d):
-        return "new" if d is None else f"{d:+d}" if d else "0"
-
-    out = ["### Entry parameters (Δ against the golden)", ""]
-    rows = []
-    for v in report.cells:
-        if v.result.summary:
-            s = v.result.summary
-            rows.append((f"`{v.result.cell.id}`", s["entry_params"], signed(v.total_delta),
-                         _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"]),
-                         v.result.rng["dead_params"] if v.result.rng else ""))
-    out += _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
+    """The report's views for a PR comment; the tidy rows in a collapsed block."""
+    out = ["### Entry parameters (Δ against the golden)", "", *_entry_params_view(report)]
     if report.baking:
-        from hlo_audit.hlo.constants import frozen_rng  # noqa: PLC0415
-        from hlo_audit.report.table import captured_text  # noqa: PLC0415 (shared wording)
-
-        out += ["", "### State baked in as constants (captured: arrays the step closes over)", ""]
-        out += _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
-                      [(f"`{v.result.cell.id}`", captured_text(v.result.constants["captured"]),
-                        len(v.result.constants["large"]), frozen_rng(v.result.constants)["literal_keys"],
-                        "new" if v.golden is None or "constants" not in v.golden
-                        else captured_change(v.constants_delta) if v.constants_delta else "0")
-                       for v in report.baking])
-    out += ["", "### Scan on / scan off", ""]
-    pairs = []
-    for p in report.scan_pairs:
-        pairs.append((f"`{p.label}`", *(("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
-                                        for r in (p.on, p.off))))
-    out += _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
-                  [(label, *on, *off) for label, on, off in pairs])
+        out += ["", "### State baked in as constants (captured: arrays the step closes over)", "",
+                *_baked_view(report)]
+    out += ["", "### Scan on / scan off", "", *_scan_view(report)]
     if report.series:
         out += ["", "### Depth scaling", "", format_scaling(report.series).rstrip("\n")]
-    if report.compiled:
-        from hlo_audit.matrix_report import MEMORY_COLUMNS  # noqa: PLC0415
-
+    if report.with_memory:
         out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
-        out += _table(["cell", *(label for _, label in MEMORY_COLUMNS), "GFLOP", "bytes accessed"],
+        out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed"],
                       [(f"`{v.result.cell.id}`", *_memory_cells(v), *_cost_cells(v.result.cost or {}))
-                       for v in report.compiled])
-    tidy = tidy_rows(report.cells)
+                       for v in report.with_memory])
+    tidy = report.tidy_rows
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
     columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]
     out += _table(columns, [tuple("" if r[k] is None else r[k] for k in columns) for r in tidy])
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def _signed_delta(d: int | None) -> str:
+    return "new" if d is None else f"{d:+d}" if d else "0"
+
+
+def _entry_params_view(report) -> list[str]:
+    rows = []
+    for v in report.cells:
+        if v.result.summary:
+            s = v.result.summary
+            rows.append((f"`{v.result.cell.id}`", s["entry_params"], _signed_delta(v.total_delta),
+                         _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"]),
+                         v.result.rng["dead_params"] if v.result.rng else ""))
+    return _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
+
+
+def _baked_view(report) -> list[str]:
+    return _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
+                  [(f"`{v.result.cell.id}`", captured_text(v.result.constants["captured"]),
+                    len(v.result.constants["large"]), frozen_rng(v.result.constants)["literal_keys"],
+                    "new" if v.golden is None or "constants" not in v.golden
+                    else captured_change(v.constants_delta) if v.constants_delta else "0")
+                   for v in report.baking])
+
+
+def _scan_view(report) -> list[str]:
+    def side(r):
+        return ("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
+
+    return _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
+                  [(f"`{p.label}`", *side(p.on), *side(p.off)) for p in report.scan_pairs])
 
 
 def format_scaling(series) -> str:
@@ -193,20 +192,18 @@ SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "
                  "stale": "🗑️", "unavailable": "⏭️", "ok": "✅"}
 
 
-def format_check(findings, exit_code: int) -> str:
-    from hlo_audit.gate import fold_advisories, folded_line  # noqa: PLC0415
-    from hlo_audit.report.jsonfmt import severity_counts  # noqa: PLC0415
-
-    counts = severity_counts(findings)
-    head = "## hlo-audit check: " + ("**failed**" if exit_code else "passed")
+def format_check(report) -> str:
+    counts = report.finding_counts
+    head = "## hlo-audit check: " + ("passed" if report.passed else "**failed**")
     out = [head, "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-    listed, folded = fold_advisories(findings)
+    listed, folded = report.listed_and_folded()
+    findings = report.findings
     notable = [f for f in listed if f.severity not in ("ok", "unavailable")]
     if notable:
         out += _table(["", "cell", "rule", "finding"],
                       [(SEVERITY_ICON.get(f.severity, ""), f"`{f.cell}`", f.rule, f.message) for f in notable])
     if folded:
-        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {folded_line(folded)}</summary>", ""]
+        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {report.folded_line}</summary>", ""]
         out += [f"- `{f.cell}`: {f.message}" for f in folded]
         out += ["", "</details>"]
     unavailable = [f for f in findings if f.severity == "unavailable"]
@@ -218,8 +215,6 @@ def format_check(findings, exit_code: int) -> str:
 
 
 def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
-    from hlo_audit.report.table import frozen_rng_line, rng_cost, rng_headline  # noqa: PLC0415 (shared wording)
-
     out = [f"### RNG streams of `{source}`", "", f"{rng_headline(record)}; {rng_cost(record)}.", ""]
     frozen = frozen_rng_line(constants)
     if frozen:

@@ -1,137 +1,353 @@
-"""`hlo-audit report` on a terminal: the matrix against its goldens, state baked in as constants (when a cell has
-any), scan on beside scan off, depth scaling.
-
-Counts carry their change against the golden (red for growth, green for shrinkage); every table fits the
-console's width (100 columns for these views), cell ids wrap instead of pushing columns off the screen.
-"""
+"""The terminal format of every command: rich boxes on a terminal; plain aligned text when piped (and NO_COLOR
+honored). The `report` command's views are in ``terminal_report``, explain's tree in ``terminal_tree``."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+from rich import box
 from rich.console import Console
 from rich.measure import Measurement
+from rich.padding import Padding
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 from rich.text import Text
 
+from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.constants import frozen_rng
-from hlo_audit.hlo.diff import captured_change
-from hlo_audit.matrix_report import MEMORY_COLUMNS
-from hlo_audit.report.table import (STATUS_STYLE, _dtypes, _table, captured_by_dtype, keep_ids_whole, print_scaling,
-                                    status)
-from hlo_audit.report.tree import ROLE_SHORT, human_bytes
+from hlo_audit.hlo.diff import ModuleDiff, captured_change
+from hlo_audit.report.words import (captured_text, common_path_prefix, constants_headline, frozen_rng_line, rng_cost,
+                                    rng_headline)
+from hlo_audit.results import worst
 
 
-def _with_delta(value: int, delta: int | None) -> Text:
-    text = Text(str(value))
-    if delta:
-        text.append(f" {delta:+d}", style="red" if delta > 0 else "green")
-    return text
+PIPED_WIDTH = 100
 
 
-def _delta(delta: int | None) -> Text:
-    if delta is None:
-        return Text("new", style="yellow")  # no golden to compare with
-    return Text(f"{delta:+d}" if delta else "0", style="red" if delta > 0 else "green" if delta < 0 else "")
+def make_console(file=None, max_width: int | None = None) -> Console:
+    """A console for ``file`` (stdout): colors only on a terminal and without NO_COLOR.
+
+    Tables fit 100 columns: piped output (CI logs, grep, a PR comment) is 100 wide unless ``COLUMNS`` says
+    otherwise, and long paths wrap inside their cell instead of breaking the layout. On a terminal the
+    terminal's width is used, capped at ``max_width`` when given.
+    """
+    file = file or sys.stdout
+    terminal = file.isatty()
+    if terminal:
+        width = min(max_width, Console(file=file).width) if max_width else None
+    else:
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) >= 40 else PIPED_WIDTH
+        width = min(width, max_width) if max_width else width
+    return Console(file=file, force_terminal=terminal, no_color=not terminal or "NO_COLOR" in os.environ,
+                   width=width, highlight=False, soft_wrap=False)
 
 
-def print_matrix(console: Console, report) -> None:
-    ok, dtypes, roles = report.lowered, report.dtypes, report.roles
-    columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
-    columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
-    columns += [("dead", "right")]  # never-drawn RNG parameters (`hlo-audit rng`)
-    table = _table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
-    keep_ids_whole(table, [v.result.cell.id for v in ok])
-    for v in ok:
-        s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
-        table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
-                      *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
-                      *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
-                      str(v.result.rng["dead_params"]) if v.result.rng else "")
-    for v in report.cells:
-        if v.result.status == "error":
-            table.add_row(Text(v.result.cell.id), Text("error", style=STATUS_STYLE["error"]), "",
-                          *[""] * (len(dtypes) + len(roles) + 1))
+def render(printer, *args, max_width: int | None = None, **kwargs) -> str:
+    """What ``printer(console, *args, **kwargs)`` prints on a console for standard output, as text (with its
+    colors on a terminal), so every format of every command is a function that returns text."""
+    console = make_console(max_width=max_width)
+    with console.capture() as captured:
+        printer(console, *args, **kwargs)
+    return captured.get()
+
+
+def status(console: Console, line: str | Text) -> None:
+    """A status line, summary or message: never hard-wrapped, whatever the width (scripts grep them); only
+    tables and findings fit the width."""
+    console.print(line, soft_wrap=True)
+
+
+def make_table(console: Console, title: str, columns: Sequence[tuple[str, str]]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if console.is_terminal else None,
+                  pad_edge=False, show_edge=False)
+    for name, justify in columns:
+        table.add_column(name, justify=justify, overflow="fold")
+    return table
+
+
+def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
+    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI)."""
+    for a in analyses:
+        if not isinstance(a, Analysis):
+            continue
+        s = a.summary
+        status(console, Text(f"{a.source}  module {a.module.name}: {s.entry_params} entry parameters", style="bold"))
+        dtypes = make_table(console, "by dtype", [("dtype", "left"), ("params", "right")])
+        for dtype, n in s.by_dtype.items():
+            dtypes.add_row(dtype, str(n))
+        roles = make_table(console, "by role", [("role", "left"), ("params", "right"), ("bytes", "right")])
+        for role, n in s.by_role.items():
+            roles.add_row(role, str(n), f"{s.bytes_by_role.get(role, 0):,}")
+        console.print(dtypes)
+        console.print(roles)
+        groups = list(s.groups.items())
+        shown = groups if top <= 0 else groups[:top]
+        table = make_table(console, f"groups ({len(shown)} of {len(groups)})", [("pattern", "left"), ("params", "right")])
+        for pattern, n in shown:
+            table.add_row(Text(pattern), str(n))
+        console.print(table)
+        print_constants(console, a.constants.to_record())
+        console.print()
+
+
+def print_constants(console: Console, record: dict) -> None:
+    """The module's constants in one line, then its large constants and (when known) the captured state by pattern."""
+    console.print(constants_headline(record))
+    if record["large"]:
+        large = make_table(console, "large constants (the size of model state)",
+                       [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"), ("bytes", "right")])
+        for c in record["large"]:
+            large.add_row(c["name"], c["form"], f"{c['dtype']}[{','.join(map(str, c['dims']))}]", c["value"],
+                          f"{c['bytes']:,}")
+        console.print(large)
+    captured = record["captured"]
+    if captured:
+        console.print(f"captured state (arrays the step closes over, baked in as constants): {captured_text(captured)}")
+        groups = make_table(console, None, [("pattern", "left"), ("arrays", "right")])
+        for pattern, n in captured["groups"].items():
+            groups.add_row(Text(pattern), str(n))
+        console.print(groups)
+
+
+def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
+    style = {"identical": "green", "identical-after-normalization": "green",
+             "rng-state-only": "yellow", "changed": "red"}[d.verdict]
+    verdict = Text(f"verdict: {d.verdict}", style=f"bold {style}")
+    if d.changes:
+        verdict.append(f" ({', '.join(d.changes)})")
+    status(console, verdict)
+    status(console, f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})")
+    if d.by_dtype_delta or d.by_role_delta:
+        deltas = make_table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
+        for k, v in d.by_dtype_delta.items():
+            deltas.add_row("dtype", k, _signed(v))
+        for k, v in d.by_role_delta.items():
+            deltas.add_row("role", k, _signed(v))
+        console.print(deltas)
+    groups = d.params_added + d.params_removed
+    if groups:
+        table = make_table(console, "parameters added / removed",
+                       [("delta", "right"), ("role", "left"), ("dtype", "left"), ("pattern", "left")])
+        for g in groups:
+            table.add_row(_signed(g.count), g.role, g.dtype, Text(g.pattern))
+        console.print(table)
+    if d.opcode_dtype_delta:
+        ops = make_table(console, "opcode:dtype deltas", [("opcode:dtype", "left"), ("delta", "right")])
+        for k, v in sorted(d.opcode_dtype_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0])):
+            ops.add_row(k, _signed(v))
+        console.print(ops)
+    if d.constants:
+        console.print(f"baked-in state: {captured_change(d.constants)}")
+    if d.computations_added or d.computations_removed:
+        status(console, f"computations: +{len(d.computations_added)} -{len(d.computations_removed)}")
+    if d.text_diff:
+        status(console, Text("normalized text diff:", style="bold"))
+        for line in d.text_diff:
+            color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
+            status(console, Text(line, style=color or ""))
+        if d.text_diff_omitted:
+            status(console, f"... {d.text_diff_omitted} more lines (use --max-lines)")
+
+
+def _signed(v: int) -> Text:
+    return Text(f"{v:+d}", style="red" if v > 0 else "green")
+
+
+STATUS_STYLE = {"ok": "green", "unavailable": "yellow", "error": "red"}
+
+
+def dtype_counts(by_dtype: dict[str, int]) -> str:
+    return " ".join(f"{k}:{v}" for k, v in by_dtype.items())
+
+
+ID_MIN_WIDTH = 41  # every CPU id of the default matrix fits; a longer one wraps rather than pushing the table past 100
+
+
+def keep_ids_whole(table: Table, ids) -> None:
+    """Cell and series ids up to 40 characters never wrap: the other columns give way."""
+    table.columns[0].min_width = min(ID_MIN_WIDTH, max((len(i) for i in ids), default=0))
+
+
+def print_run(console: Console, results, slopes: dict[str, float]) -> None:
+    table = make_table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
+                                   ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
+    keep_ids_whole(table, [r.cell.id for r in results])
+    for r in results:
+        slope = slopes.get(r.cell.id)
+        captured = r.captured
+        table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
+                      str(r.entry_params) if r.summary else "", dtype_counts(r.summary["by_dtype"]) if r.summary else "",
+                      str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
+                      str(r.rng["dead_params"]) if r.rng else "", str(captured["arrays"]) if captured else "")
     if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
-        table.collapse_padding = True  # one space between columns rather than wrapping the ids
+        table.collapse_padding = True  # one space between columns rather than squeezing one to nothing
     console.print(table)
-    unavailable: dict[str, int] = {}
-    for v in report.cells:
-        if v.result.status != "ok":
-            key = f"{v.result.status}: {v.result.message}"
-            unavailable[key] = unavailable.get(key, 0) + 1
-    for message, n in unavailable.items():
-        status(console, Text(f"{n} cells {message}", style="dim"))
+    if any(r.captured and r.captured["arrays"] for r in results):
+        console.print(Text("const: arrays the step captured (closes over), baked into the program as constants "
+                           "(`hlo-audit explain CELL` shows which)", style="dim"))
+    # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
+    print_unavailable(console, results)
+    for r in results:
+        if r.status == "error":
+            # Text(), not str: a message such as "pip install '.[te]'" must not be read as rich markup.
+            status(console, Text.assemble(("error", STATUS_STYLE["error"]), f"  {r.cell.id}"))
+            status(console, Text(f"    {r.message}"))
+    counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
+    status(console, f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
+                  f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
 
 
-def print_scan_pairs(console: Console, report) -> None:
-    table = _table(console, "scan on / scan off", [
-        ("model/quant/depth", "left"), ("params on", "right"), ("params off", "right"), ("u32 on", "right"),
-        ("u32 off", "right"), ("rng on", "right"), ("rng off", "right"), ("off - on", "right")])
-    def cells(r):
-        return ("", "", "") if r is None else (str(r.entry_params), str(r.count("by_dtype", "u32")), str(r.rng_params))
-
-    for p in report.scan_pairs:
-        (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(p.on), cells(p.off)
-        table.add_row(Text(p.label), p_on, p_off, u_on, u_off, r_on, r_off,
-                      "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
-    console.print(table)
+def print_unavailable(console: Console, results) -> None:
+    """Why cells did not lower, and what ok cells note (a recipe lowered for an architecture it cannot run on)."""
+    for kind, label in (("unavailable", "unavailable"), ("ok", "ok, noted")):
+        messages: dict[str, int] = {}
+        for r in results:
+            if r.status == kind and r.message:
+                messages[r.message] = messages.get(r.message, 0) + 1
+        for message, n in messages.items():
+            status(console, Text(f"{n} cells {label}: {message}", style="dim"))
 
 
-def _bytes_with_delta(value: int, delta: int | None) -> Text:
-    text = Text(human_bytes(value))
-    if delta:
-        text.append(f" {'+' if delta > 0 else '-'}{human_bytes(abs(delta))}", style="red" if delta > 0 else "green")
-    return text
-
-
-# The terminal's 100 columns hold four memory kinds and the flops; markdown, HTML and JSON have every field.
-TERMINAL_MEMORY = ("argument_bytes", "output_bytes", "temp_bytes", "generated_code_bytes")
-
-
-def print_compiled(console: Console, report) -> None:
-    """Compiled cells: XLA's memory analysis (per device) and cost analysis, memory against the golden."""
-    labels = dict(MEMORY_COLUMNS)
-    columns = [("cell", "left"), *((labels[k], "right") for k in TERMINAL_MEMORY), ("GFLOP", "right")]
-    table = _table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step", columns)
-    keep_ids_whole(table, [v.result.cell.id for v in report.compiled])
-    for v in report.compiled:
-        memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
-        table.add_row(Text(v.result.cell.id), *[_bytes_with_delta(memory[k], delta.get(k)) if k in memory else Text("")
-                        for k in TERMINAL_MEMORY],
-                      f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
-    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
-        table.collapse_padding = True
+def print_scaling(console: Console, series) -> None:
+    table = make_table(console, None, [("series", "left"), ("depths", "left"), ("/layer", "right"),
+                                   ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
+                                   ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
+    keep_ids_whole(table, [s.id for s in series])
+    for s in series:
+        p = s.projected()
+        rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
+        table.add_row(Text(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
+                      f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
+                      str(p.get("layers", "")), str(p.get("entry_params", "")),
+                      str(p.get("by_dtype", {}).get("u32", "")))
     console.print(table)
 
 
-def print_captured(console: Console, report) -> None:
-    """Cells whose program holds state as constants: what they captured, large constants, literal RNG keys."""
-    table = _table(console, "state baked in as constants (captured: arrays the step closes over)", [
-        ("cell", "left"), ("captured", "right"), ("bytes", "right"), ("by dtype", "left"), ("large", "right"),
-        ("keys", "right"), ("Δ", "left")])
-    keep_ids_whole(table, [v.result.cell.id for v in report.baking])
-    for v in report.baking:
-        c = v.result.constants
-        captured = c["captured"]
-        delta = v.constants_delta
-        change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
-            Text(captured_change(delta), style="red") if delta else Text("0"))
-        table.add_row(Text(v.result.cell.id), str(captured["arrays"]) if captured else "?",
-                      human_bytes(captured["bytes"]) if captured else "", _dtypes(captured_by_dtype(captured)),
-                      str(len(c["large"])), str(frozen_rng(c)["literal_keys"]), change)
+def print_cells(console: Console, cells) -> None:
+    table = make_table(console, None, [("cell", "left"), ("model", "left"), ("scan", "left"), ("quant", "left"),
+                                   ("layers", "right"), ("platform", "left")])
+    keep_ids_whole(table, [c.id for c in cells])
+    for c in cells:
+        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant_label), str(c.layers), c.platform)
     console.print(table)
+    status(console, f"{len(cells)} cells")
 
 
-def print_report(console: Console, report) -> None:
-    print_matrix(console, report)
-    if report.baking:
-        console.print()
-        print_captured(console, report)
-    console.print()
-    print_scan_pairs(console, report)
-    if report.compiled:
-        console.print()
-        print_compiled(console, report)
-    if report.series:
-        console.print()
-        status(console, Text("depth scaling: params = intercept + slope x layers, projected to full depth",
-                           style="bold"))
-        print_scaling(console, report.series)
+@contextlib.contextmanager
+def progress(console: Console, total: int):
+    """A progress bar on a terminal; nothing when stdout or stderr is piped (clean logs). Yields advance(label)."""
+    if not console.is_terminal or not sys.stdout.isatty() or total == 0:
+        yield lambda label: None
+        return
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)
+    with bar:
+        task = bar.add_task("lowering", total=total)
+
+        def advance(label: str) -> None:
+            bar.update(task, advance=1, description=label)
+
+        yield advance
+
+
+SEVERITY_STYLE = {"regression": "bold red", "error": "bold red", "improvement": "green", "advisory": "yellow",
+                  "waived": "dim", "stale": "yellow", "unavailable": "dim", "ok": "green"}
+
+
+def print_check(console: Console, report, verbose: bool = False) -> None:
+    """One screen: the matrix by depth series, the findings that need a human (all with verbose), totals."""
+    listed, folded = report.listed_and_folded(verbose)
+    # A row's verdict says what is wrong with that row: folded advisories (dead RNG state, in every MaxText cell
+    # today) have their own column and summary line instead.
+    _print_series_summary(console, listed, report.results)
+    shown = [f for f in listed if verbose or f.severity not in ("ok", "unavailable", "waived")]
+    # A finding is a heading line and its message indented below: messages carry long path patterns, which
+    # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
+    for f in shown:
+        status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", f.cell, "  ", f.rule))
+        console.print(Padding(Text(f.message), (0, 0, 0, 4)))
+    if folded:
+        status(console, Text(report.folded_line, style=SEVERITY_STYLE["advisory"]))
+    counts = report.summary_counts(verbose)
+    verdict = Text("passed" if report.passed else "FAILED", style="bold green" if report.passed else "bold red")
+    status(console, Text.assemble("hlo-audit check ", verdict, f": {report.cells} cells; ",
+                                ", ".join(f"{n} {k}" for k, n in counts.items())))
+
+
+def print_golden_update(console: Console, report, root) -> None:
+    for cell_id, why in report.skipped:
+        status(console, Text(f"skipped {cell_id}: {why}", style="yellow"))
+    status(console, f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
+                  f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")
+
+
+def _print_series_summary(console: Console, findings, results) -> None:
+    """One row per depth series (entry params and u32 at each depth, verdict); unavailable cells in one line each."""
+    verdicts: dict[str, list] = {}
+    for f in findings:
+        verdicts.setdefault(f.cell, []).append(f)
+    series: dict[tuple, list] = {}
+    for r in results:
+        if r.status == "ok":
+            series.setdefault(r.cell.series, []).append(r)
+    if series:
+        table = make_table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
+                                       ("dead rng", "right"), ("verdict", "left")])
+        for rows in series.values():
+            rows.sort(key=lambda r: r.cell.layers)
+            label = rows[0].cell.series_id([r.cell.layers for r in rows])
+            verdict = worst([f for r in rows for f in verdicts.get(r.cell.id, [])])
+            table.add_row(Text(label), " -> ".join(str(r.entry_params) for r in rows),
+                          " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
+                          " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
+                          Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
+        console.print(table)
+    print_unavailable(console, results)
+
+
+VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}
+
+
+def print_rng(console: Console, source: str, record: dict, streams: bool = False, constants: dict | None = None) -> None:
+    status(console, Text(f"{source}: {rng_headline(record)}", style="bold"))
+    status(console, rng_cost(record))
+    frozen = frozen_rng_line(constants)
+    if frozen:
+        status(console, Text(frozen, style="bold yellow"))
+        captured = frozen_rng(constants)["captured_streams"]
+        if captured:
+            table = make_table(console, None, [("captured RNG stream pattern", "left"), ("streams", "right")])
+            for pattern, n in captured.items():
+                table.add_row(Text(pattern, style="yellow"), str(n))
+            console.print(table)
+    patterns = record["patterns"]
+    if not patterns:
+        return
+    # Paths are long; the prefix they all share is said once so the rows fit 100 columns.
+    prefix = common_path_prefix([p["pattern"] for p in patterns])
+    table = make_table(console, None, [(f"{prefix}*" if prefix else "stream pattern", "left"), ("drawn", "right"),
+                                   ("carried", "right"), ("unknown", "right"), ("params", "right"),
+                                   ("incr", "right")])
+    for p in patterns:
+        verdict = "carried" if p["carried"] else "unknown" if p["unknown"] else "drawn"
+        table.add_row(Text(p["pattern"][len(prefix):], style=VERDICT_STYLE[verdict]), str(p["drawn"]),
+                      str(p["carried"]), str(p["unknown"]), str(p["dead_params"]), str(p["dead_increments"]))
+    console.print(table)
+    status(console, Text("params, incr: entry parameters and counter increments per step of the carried streams",
+                       style="dim"))
+    for p in patterns:
+        if p["unknown"]:
+            status(console, Text(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
+    if streams:
+        listed = record.get("stream_list", [])
+        prefix = common_path_prefix([s["path"] for s in listed])
+        detail = make_table(console, None, [("verdict", "left"), (f"{prefix}*" if prefix else "stream", "left"),
+                                        ("incr/step", "right"), ("where", "left")])
+        for s in listed:
+            detail.add_row(Text(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), Text(s["path"][len(prefix):]),
+                           str(s["increments"]), Text(s["where"]))
+        console.print(detail)

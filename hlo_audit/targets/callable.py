@@ -23,8 +23,9 @@ import jax
 
 from hlo_audit import platforms
 from hlo_audit.capture import captured_arrays
+from hlo_audit.lowering import Lowering, TargetError
 from hlo_audit.matrix import Cell
-from hlo_audit.targets.base import Lowering, TargetError
+from hlo_audit.stages import to_stage
 
 
 class CallableTarget:
@@ -48,7 +49,7 @@ class CallableTarget:
 
     def check_available(self, cell: Cell) -> None:
         """What the platform needs (libtpu for a topology...); the rest only the function knows (lower())."""
-        platforms.check_available(cell)
+        platforms.of(cell).check_available(cell)
 
     def lower(self, cell: Cell) -> Lowering:
         with platforms.default_device(cell):
@@ -64,7 +65,7 @@ class CallableTarget:
             else:
                 raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
                                   "(jax.jit(f).trace(...)) or Lowered")
-            return Lowering.of(lowered, cell, captured)
+            return to_stage(lowered, cell, captured)
 
     def full_depth(self, model: str) -> int:
         depth = getattr(self.function, "full_depth", None)
@@ -74,6 +75,9 @@ class CallableTarget:
             return int(depth(model))
         raise TargetError(f"target {self.name!r} does not say the full depth of {model!r} "
                           "(give the function a full_depth dict or callable)")
+
+    def versions(self, cell: Cell) -> dict[str, str]:
+        return {}
 
     def fingerprint(self) -> str:
         """The source of the module defining the function (edits invalidate cached cells)."""

@@ -36,11 +36,10 @@ import jax.numpy as jnp
 
 from hlo_audit.capture import captured_arrays
 from hlo_audit.hlo.constants import CapturedArray
-from hlo_audit.targets.maxtext import _captured_stdout, _config, _settings, _trainer_jax_flags, load_maxtext
+from hlo_audit.targets.maxtext_config import captured_stdout, hyperparameters, load_maxtext, train_settings, trainer_jax_flags
+from hlo_audit.targets.vocab import INFERENCE_STEPS
 
-__all__ = ["INFERENCE_STEPS", "InferenceStep", "inference_settings", "inference_step", "lower_inference_step"]
-
-INFERENCE_STEPS = ("prefill", "generate", "insert")
+__all__ = ["InferenceStep", "inference_settings", "inference_step", "lower_inference_step"]
 
 
 @dataclass(frozen=True)
@@ -82,12 +81,12 @@ def lower_inference_step(
     `max_prefill_length` (the prompt length prefill takes). Raises MaxTextConfigError when MaxText rejects
     the configuration.
     """
-    settings = inference_settings(model, scan_layers=scan_layers, quantization=quantization, quant_mode=quant_mode,
-                                  num_layers=num_layers, per_device_batch_size=per_device_batch_size,
-                                  max_target_length=max_target_length, max_prefill_length=max_prefill_length,
-                                  overrides=overrides)
-    call = inference_step(settings, step)
-    with _trainer_jax_flags(call.engine.config):
+    cell_settings = inference_settings(
+        model, scan_layers=scan_layers, quantization=quantization, quant_mode=quant_mode, num_layers=num_layers,
+        per_device_batch_size=per_device_batch_size, max_target_length=max_target_length,
+        max_prefill_length=max_prefill_length, overrides=overrides)
+    call = inference_step(cell_settings, step)
+    with trainer_jax_flags(call.engine.config):
         traced = call.trace()
         captured = captured_arrays(traced, {"model": call.rest_state})
         with _quiet_tracing():
@@ -98,13 +97,13 @@ def inference_settings(model: str, *, scan_layers: bool, quantization: str, quan
                        per_device_batch_size: int, max_target_length: int, max_prefill_length: int,
                        overrides: dict[str, str] | None) -> dict[str, str]:
     """MaxText config keys of an inference cell: the train target's, the prompt length and AQT's mode."""
-    settings = _settings(model, scan_layers=scan_layers, quantization=quantization, num_layers=num_layers,
-                         per_device_batch_size=per_device_batch_size, max_target_length=max_target_length)
-    settings["max_prefill_predict_length"] = str(max_prefill_length)
+    cell_settings = train_settings(model, scan_layers=scan_layers, quantization=quantization, num_layers=num_layers,
+                                   per_device_batch_size=per_device_batch_size, max_target_length=max_target_length)
+    cell_settings["max_prefill_predict_length"] = str(max_prefill_length)
     # MaxEngine reads AQT's mode from the checkpoint: pre-quantized means serve (maxengine.MaxEngine.__init__).
-    settings["checkpoint_is_quantized"] = str(quant_mode == "serve")
-    settings.update(overrides or {})
-    return settings
+    cell_settings["checkpoint_is_quantized"] = str(quant_mode == "serve")
+    cell_settings.update(overrides or {})
+    return cell_settings
 
 
 def inference_step(settings: dict[str, str], step: str) -> InferenceStep:
@@ -116,7 +115,7 @@ def inference_step(settings: dict[str, str], step: str) -> InferenceStep:
     methods = type(engine)
     key = jax.ShapeDtypeStruct((2,), jnp.uint32)  # MaxEngine's own: jax.random.PRNGKey(0), split per call
     position = jax.ShapeDtypeStruct((), jnp.int32)  # prefill's true_length, insert's slot: traced ints
-    with _trainer_jax_flags(engine.config):
+    with trainer_jax_flags(engine.config):
         if step == "prefill":
             tokens = jax.ShapeDtypeStruct((int(engine.config.max_prefill_predict_length),), jnp.int32)
             return InferenceStep(engine, methods._prefill_jit, (engine,), {  # noqa: SLF001
@@ -137,8 +136,8 @@ def inference_step(settings: dict[str, str], step: str) -> InferenceStep:
 def _engine(settings: tuple[tuple[str, str], ...]):
     """A MaxEngine for `settings`, prepared to trace its steps (the last one is kept; see the module doc)."""
     maxengine = _load_maxengine()
-    config = _config(dict(settings))
-    with _trainer_jax_flags(config):
+    config = hyperparameters(dict(settings))
+    with trainer_jax_flags(config):
         engine = maxengine.MaxEngine(config, jax.devices())
         _prepare(engine, config)
     return engine
@@ -147,7 +146,7 @@ def _engine(settings: tuple[tuple[str, str], ...]):
 @functools.cache
 def _load_maxengine():
     load_maxtext()  # MaxText's import noise handled once, the train target's way
-    with _captured_stdout():
+    with captured_stdout():
         from maxtext.inference.maxengine import maxengine  # noqa: PLC0415 (heavy, import on demand)
     _register_stub_result_tokens(maxengine.engine_api)
     return maxengine

@@ -39,14 +39,19 @@ import ctypes
 import functools
 import importlib.util
 import os
-import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from hlo_audit.config import is_transformer_engine
-from hlo_audit.matrix import Cell
-from hlo_audit.targets.base import Unavailable
+from typing import TYPE_CHECKING
+
+from hlo_audit import platforms
+from hlo_audit.lowering import Unavailable
+from hlo_audit.platforms.cuda import compute_capability
+from hlo_audit.targets.vocab import is_transformer_engine
+
+if TYPE_CHECKING:
+    from hlo_audit.matrix import Cell
 
 # Where `make setup` (scripts/fetch_libcuda.sh) puts libcuda.so.1 from Debian's libcuda1: inside the venv.
 DRIVER_DIR = Path(sys.prefix) / "lib" / "nvidia-driver"
@@ -55,17 +60,8 @@ DRIVER_SONAME = "libcuda.so.1"
 _TE_LIBRARY_HOMES = {"NVRTC_HOME": "cuda_nvrtc", "CURAND_HOME": "curand", "CUDNN_HOME": "cudnn"}
 # The wheel folders of the libraries libtransformer_engine.so names in DT_NEEDED (readelf -d).
 _CORE_LIBRARY_WHEELS = ("cuda_runtime", "cublas", "nccl", "cudnn")
-_ARCH = re.compile(r"^sm_(\d+)[a-z]?$")
 NOT_INSTALLED = ("Transformer Engine is not installed (`make setup` installs it; `make setup TE=0` leaves it out; "
                  "or pip install '.[te]' plus libcuda.so.1, see README)")
-
-
-def compute_capability(cuda_arch: str) -> int:
-    """``sm_90`` -> 90, ``sm_100a`` -> 100: the number TE compares against (major * 10 + minor)."""
-    match = _ARCH.match(cuda_arch)
-    if not match:
-        raise ValueError(f"not a CUDA architecture: {cuda_arch!r} (expected e.g. 'sm_90')")
-    return int(match.group(1))
 
 
 def check_available(cell: Cell) -> None:
@@ -170,7 +166,7 @@ class _TransformerEngine:
 
 @contextlib.contextmanager
 def cross_lowering(cell: Cell, recipe_of=None) -> Iterator[list[str]]:
-    """Around the lowering of ``cell``: TE loaded and answering ``cell.cuda_arch``; a no-op for other cells.
+    """Around the lowering of ``cell``: TE loaded and answering the cell's GPU architecture; a no-op for other cells.
 
     Yields a list that receives the cell's note: where TE says the recipe (``recipe_of(cell.quant)``, a TE
     ``Recipe`` or None) cannot run on the declared architecture, the cell still lowers and the note says so.
@@ -179,12 +175,13 @@ def cross_lowering(cell: Cell, recipe_of=None) -> Iterator[list[str]]:
     if not is_transformer_engine(cell.quant):
         yield notes
         return
-    if cell.platform != "cuda" or not cell.cuda_arch:
+    architecture = platforms.of(cell).architecture(cell.device) if cell.platform == "cuda" else ""
+    if not architecture:
         raise Unavailable(f"{cell.quant} is a Transformer Engine recipe: it lowers only for platform 'cuda' with "
                           f"a cuda_arch (got {cell.platform_label!r})")
     te = load()
-    with te.declared_architecture(compute_capability(cell.cuda_arch)):
+    with te.declared_architecture(compute_capability(architecture)):
         reason = te.unsupported_reason(recipe_of(cell.quant)) if recipe_of else ""
         if reason:
-            notes.append(f"cross-lowered for {cell.cuda_arch}, where this recipe does not run: {reason}")
+            notes.append(f"cross-lowered for {architecture}, where this recipe does not run: {reason}")
         yield notes

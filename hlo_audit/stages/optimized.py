@@ -14,7 +14,7 @@ How, since jax has no call that stops after the HLO passes and an XLA compile ca
    with jax's backend compile call replaced, for that call only, by one that records the module, the
    ``CompileOptions`` and the device order, then stops. The options are therefore jax's own (SPMD partitioning,
    device assignment, jax's debug options, a user's ``compiler_options``), not a copy of how jax builds them.
-2. A child process (``python -m hlo_audit.optimized DIR``) builds the same topology's compile-only client and
+2. A child process (``python -m hlo_audit.stages.optimized DIR``) builds the same devices' compile-only client and
    compiles that request in a thread, with XLA's dump on. XLA writes the module after optimizations, then its
    buffer assignment, then ``*.after_optimizations_after_buffer_assignment.txt``. Once that last file exists,
    the first two are complete. The child reads them, writes its result and exits, abandoning codegen. If the
@@ -45,8 +45,15 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hlo_audit.targets.base import Lowering, one_line
+from hlo_audit import host, platforms
+from hlo_audit.attribution import arg_keys
+from hlo_audit.lowering import Lowering, one_line
+from hlo_audit.stages.program import checked_arg_keys, cost_record, lowered_argument_signatures, parameter_shapes
+
+if TYPE_CHECKING:
+    from hlo_audit.matrix import Cell
 
 # The files of XLA's dump this stage reads, and the one written after both (the child's signal to stop).
 _MODULE_SUFFIX = ".after_optimizations.txt"
@@ -65,15 +72,16 @@ class _Captured(Exception):
     """Raised in place of jax's backend compile once its arguments are recorded."""
 
 
-def optimize_lowering(lowered, topology: str) -> Lowering:
-    """The module after XLA's optimizations for ``topology``'s devices, its memory and cost (module doc)."""
+def run(lowered, cell: Cell) -> Lowering:
+    """The module after XLA's optimizations for the cell's devices, its memory and cost (module doc)."""
     module, options, device_ids = compile_request(lowered)
     with tempfile.TemporaryDirectory(prefix="hlo-audit-optimize-") as work:
         work = Path(work)
         (work / "module.mlirbc").write_bytes(module)
         (work / "options.pb").write_bytes(options)
-        (work / "request.json").write_text(json.dumps({"topology": topology, "device_ids": device_ids}))
-        child = subprocess.run([sys.executable, "-m", "hlo_audit.optimized", str(work)],
+        (work / "request.json").write_text(json.dumps({"platform": cell.platform, "device": cell.device,
+                                                             "device_ids": device_ids}))
+        child = subprocess.run([sys.executable, "-m", __name__, str(work)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
         result_path = work / "result.json"
         if not result_path.exists():
@@ -83,9 +91,9 @@ def optimize_lowering(lowered, topology: str) -> Lowering:
         if "error" in result:
             raise OptimizeError(result["error"])
         text = Path(result["module"]).read_text()
-    parameters = [(dtype, tuple(dims)) for dtype, dims in result["parameters"]]  # JSON gave lists
-    return Lowering(text=text, arg_keys=checked_arg_keys(lowered, parameters), memory=result["memory"],
-                    cost=result["cost"])
+    parameters = [(dtype, tuple(dims), None) for dtype, dims in result["parameters"]]  # JSON gave lists
+    keys = checked_arg_keys(arg_keys(lowered), lowered_argument_signatures(lowered), parameters)
+    return Lowering(text=text, arg_keys=keys, memory=result["memory"], cost=result["cost"])
 
 
 def compile_request(lowered) -> tuple[bytes, bytes, list[int]]:
@@ -132,48 +140,13 @@ def memory_from_buffer_assignment(text: str) -> dict[str, int]:
     return record
 
 
-def checked_arg_keys(lowered, parameters: list[tuple[str, tuple[int, ...]]]):
-    """The lowering's argument keys, if the optimized entry ``parameters`` ((dtype, dims), XLA's) are, in order,
-    the arguments jax kept."""
-    from hlo_audit.attribution import arg_keys  # noqa: PLC0415 (jax)
-
-    keys = arg_keys(lowered)
-    expected = lowered_argument_signatures(lowered)
-    if keys is None or expected is None or not len(keys) == len(expected) == len(parameters):
-        return None
-    for (dtype, dims), got in zip(expected, parameters):
-        if (dtype, dims if dims is not None else got[1]) != got:
-            return None
-    return keys
-
-
-def lowered_argument_signatures(lowered) -> list[tuple] | None:
-    """(dtype, per-device dims or None) of each argument jax kept, from the lowering's own arguments and input
-    shardings (``compiled.shard_signature``: dims None where jax left the sharding to XLA's propagation)."""
-    from jax._src import core  # noqa: PLC0415 (PRNG keys' physical shape: key<fry>[] is uint32[2] in HLO)
-
-    from hlo_audit.compiled import shard_signature  # noqa: PLC0415 (jax)
-
-    try:
-        args = lowered._lowering.compile_args  # noqa: SLF001 (no public view of the kept arguments)
-        kept, avals, shardings = sorted(args["kept_var_idx"]), args["global_in_avals"], args["in_shardings"]
-    except (AttributeError, KeyError, TypeError):
-        return None
-    if len(avals) != len(shardings):
-        return None
-    signatures = [shard_signature(core.physical_aval(aval), sharding) for aval, sharding in zip(avals, shardings)]
-    return signatures if len(signatures) == len(kept) else [signatures[i] for i in kept]
-
-
 # --------------------------------------------------------------------------------------------------------------
-# The child: `python -m hlo_audit.optimized DIR`
+# The child: `python -m hlo_audit.stages.optimized DIR`
 # --------------------------------------------------------------------------------------------------------------
 
 def _child(work: Path) -> None:
     """Run the request in ``work`` up to buffer assignment; write ``result.json``; exit without waiting for codegen."""
-    from hlo_audit import platforms  # noqa: PLC0415
-
-    platforms.setup_own_process()
+    host.setup_own_process()
     request = json.loads((work / "request.json").read_text())
     try:
         result = _optimize(work, request)
@@ -187,17 +160,38 @@ def _child(work: Path) -> None:
 
 
 def _optimize(work: Path, request: dict) -> dict:
+    """The request compiled until XLA's dump holds the optimized module and its buffer assignment; what they say."""
+    dump = work / "dump"
+    _compile_until_buffer_assignment(work, request, dump)
+    modules = sorted(dump.glob("*" + _MODULE_SUFFIX))
+    buffers = sorted(dump.glob("*" + _BUFFERS_SUFFIX))
+    if len(modules) != 1 or len(buffers) != 1:
+        raise OptimizeError(f"XLA's dump in {dump} has {len(modules)} optimized modules and {len(buffers)} buffer "
+                            "assignments, expected one of each")
+    # XLA's own reading of the module (the child runs XLA anyway; the parent never parses with it): the entry
+    # parameters the argument paths are checked against, and XLA's HloCostAnalysis.
     import jax  # noqa: PLC0415
+    from jax._src.lib import _jax, hlo  # noqa: PLC0415
+
+    module = hlo.hlo_module_from_text(modules[0].read_text())
+    cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
+    return {"module": str(modules[0]),
+            "parameters": parameter_shapes(module),
+            "memory": memory_from_buffer_assignment(buffers[0].read_text()),
+            "cost": cost_record(cost)}
+
+
+def _compile_until_buffer_assignment(work: Path, request: dict, dump: Path) -> None:
+    """Start XLA's compile of the request in a thread, with its dump in ``dump``; return once the dump marks buffer
+    assignment done (the thread goes on into codegen, which the child's exit abandons), or raise XLA's error."""
     from jax._src.interpreters import mlir  # noqa: PLC0415
     from jax._src.lib import xla_client  # noqa: PLC0415
     from jax._src.lib.mlir import ir  # noqa: PLC0415
 
-    from hlo_audit import platforms  # noqa: PLC0415
-
-    devices = {device.id: device for device in platforms.tpu_topology_devices(request["topology"])}
+    compile_devices = platforms.get(request["platform"]).compile_devices(request["device"])
+    devices = {device.id: device for device in compile_devices}
     executable_devices = xla_client.DeviceList(tuple(devices[i] for i in request["device_ids"]))
     client = executable_devices[0].client
-    dump = work / "dump"
     options = xla_client.CompileOptions.ParseFromString((work / "options.pb").read_bytes())
     # The dump is this stage's output, so its form is fixed here whatever XLA_FLAGS says: text, every module,
     # XLA's long form with metadata (its defaults), large constants as `{...}` (as the other stages print them).
@@ -206,7 +200,6 @@ def _optimize(work: Path, request: dict) -> dict:
                                     ("xla_dump_hlo_module_re", ".*"), ("xla_dump_large_constants", False),
                                     ("xla_dump_disable_metadata", False)]
     module = ir.Module.parse((work / "module.mlirbc").read_bytes(), context=mlir.make_ir_context())
-
     ended: list[BaseException | None] = []
 
     def compile_in_thread() -> None:
@@ -221,23 +214,6 @@ def _optimize(work: Path, request: dict) -> dict:
         time.sleep(_POLL_SECONDS)
     if ended and ended[0] is not None:
         raise ended[0]
-    modules = sorted(dump.glob("*" + _MODULE_SUFFIX))
-    buffers = sorted(dump.glob("*" + _BUFFERS_SUFFIX))
-    if len(modules) != 1 or len(buffers) != 1:
-        raise OptimizeError(f"XLA's dump in {dump} has {len(modules)} optimized modules and {len(buffers)} buffer "
-                            "assignments, expected one of each")
-    # XLA's own reading of the module (the child runs XLA anyway; the parent never parses with it): the entry
-    # parameters the argument paths are checked against, and XLA's HloCostAnalysis.
-    from jax._src.lib import _jax, hlo  # noqa: PLC0415
-
-    from hlo_audit.compiled import COST_FIELDS, parameter_shapes  # noqa: PLC0415
-
-    module = hlo.hlo_module_from_text(modules[0].read_text())
-    cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
-    return {"module": str(modules[0]),
-            "parameters": parameter_shapes(module),
-            "memory": memory_from_buffer_assignment(buffers[0].read_text()),
-            "cost": {key: float(cost[name]) for name, key in COST_FIELDS.items() if name in cost}}
 
 
 if __name__ == "__main__":

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
-from hlo_audit.explain import Node
+from hlo_audit.report.words import ROLE_SHORT, human_bytes
 
-ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
-
-
-def human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
+if TYPE_CHECKING:
+    from hlo_audit.explain import Node
 
 def _counts(counts: dict[str, int], short: dict[str, str] | None = None) -> str:
     return " ".join(f"{(short or {}).get(k, k)}:{v}" for k, v in counts.items())

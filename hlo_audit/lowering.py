@@ -1,0 +1,88 @@
+"""The words every layer shares: what a cell's stage produced, what can go wrong producing it, memory kinds.
+
+A leaf: it imports nothing of hlo-audit but ``hlo/`` and no jax, so a platform, a stage, a target, the cache and
+a formatter can all name these without importing each other's behaviour.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hlo_audit.hlo.constants import CapturedArray
+
+
+class Unavailable(Exception):
+    """The cell cannot be lowered on this machine (no CUDA device, package missing...); says why.
+
+    Raised by a platform, a target, or a user's callable, so the cell reports ``unavailable`` with the reason
+    instead of an error, and is never silently dropped.
+    """
+
+
+class TargetError(ValueError):
+    """The target spec does not resolve, or the target misbehaves; one line naming it."""
+
+
+class CellConfigError(Exception):
+    """The model's own configuration system rejected the cell; its message says why (no code location needed)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its own message, or its type when it has none."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class MemoryKind:
+    """One kind of bytes XLA's memory analysis reports per device."""
+
+    key: str  # the record's key (JSON, goldens)
+    label: str  # its column heading in the report views
+    gated: bool  # the memory rule ratchets on it (more alias bytes means less memory, so those are not)
+    xla_stat: str  # the jax ``CompiledMemoryStats`` attribute it is read from
+
+
+MEMORY_KINDS = (
+    MemoryKind("argument_bytes", "argument", True, "argument_size_in_bytes"),
+    MemoryKind("output_bytes", "output", True, "output_size_in_bytes"),
+    MemoryKind("alias_bytes", "alias", False, "alias_size_in_bytes"),
+    MemoryKind("temp_bytes", "temp", True, "temp_size_in_bytes"),
+    MemoryKind("generated_code_bytes", "code", True, "generated_code_size_in_bytes"),
+)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """What one cell's stage produced (``hlo_audit.stages``): its HLO text and what the stage knows besides.
+
+    ``stage`` says which module ``text`` is: ``lowered`` (jax's module before XLA), ``optimized`` (after XLA's
+    optimization passes and buffer assignment, before codegen) or ``compiled`` (after codegen). ``arg_keys`` are
+    jax's pytree keys of each entry parameter, when known and checked against the module's parameters;
+    ``captured`` the arrays the step closes over (``hlo_audit.capture``). ``memory`` (bytes by
+    ``MEMORY_KINDS`` key) and ``cost`` (flops, transcendentals, bytes accessed) exist from stage optimized on.
+    """
+
+    text: str
+    stage: str = "lowered"
+    arg_keys: tuple[tuple[str, ...], ...] | None = None
+    captured: tuple[CapturedArray, ...] | None = None
+    # What a reader of an ok cell must know about it, e.g. a recipe cross-lowered for an architecture it cannot run on.
+    note: str = ""
+    memory: dict[str, int] | None = None
+    cost: dict[str, float] | None = None
+
+    def meta(self) -> dict:
+        """Everything but the text, as the cache stores it beside the text (JSON)."""
+        return {"stage": self.stage,
+                "arg_keys": [list(k) for k in self.arg_keys] if self.arg_keys is not None else None,
+                "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
+                "note": self.note, "memory": self.memory, "cost": self.cost}
+
+    @classmethod
+    def from_cache(cls, text: str, meta: dict) -> "Lowering":
+        """The lowering ``meta()`` and its text were stored from."""
+        keys, captured = meta.get("arg_keys"), meta.get("captured")
+        return cls(text, stage=meta.get("stage", "lowered"),
+                   arg_keys=tuple(map(tuple, keys)) if keys is not None else None,
+                   captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
+                   note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))

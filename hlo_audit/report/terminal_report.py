@@ -1,0 +1,136 @@
+"""`hlo-audit report` on a terminal: the matrix against its goldens, state baked in as constants (when a cell has
+any), scan on beside scan off, depth scaling.
+
+Counts carry their change against the golden (red for growth, green for shrinkage); every table fits the
+console's width (100 columns for these views), cell ids wrap instead of pushing columns off the screen.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.measure import Measurement
+from rich.text import Text
+
+from hlo_audit.hlo.constants import frozen_rng
+from hlo_audit.hlo.diff import captured_change
+from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.report.terminal import STATUS_STYLE, dtype_counts, keep_ids_whole, make_table, print_scaling, status
+from hlo_audit.report.words import ROLE_SHORT, captured_by_dtype, human_bytes
+
+
+def _with_delta(value: int, delta: int | None) -> Text:
+    text = Text(str(value))
+    if delta:
+        text.append(f" {delta:+d}", style="red" if delta > 0 else "green")
+    return text
+
+
+def _delta(delta: int | None) -> Text:
+    if delta is None:
+        return Text("new", style="yellow")  # no golden to compare with
+    return Text(f"{delta:+d}" if delta else "0", style="red" if delta > 0 else "green" if delta < 0 else "")
+
+
+def print_matrix(console: Console, report) -> None:
+    ok, dtypes, roles = report.lowered, report.dtypes, report.roles
+    columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
+    columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
+    columns += [("dead", "right")]  # never-drawn RNG parameters (`hlo-audit rng`)
+    table = make_table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
+    keep_ids_whole(table, [v.result.cell.id for v in ok])
+    for v in ok:
+        s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
+        table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
+                      *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
+                      *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
+                      str(v.result.rng["dead_params"]) if v.result.rng else "")
+    for v in report.cells:
+        if v.result.status == "error":
+            table.add_row(Text(v.result.cell.id), Text("error", style=STATUS_STYLE["error"]), "",
+                          *[""] * (len(dtypes) + len(roles) + 1))
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True  # one space between columns rather than wrapping the ids
+    console.print(table)
+    unavailable: dict[str, int] = {}
+    for v in report.cells:
+        if v.result.status != "ok":
+            key = f"{v.result.status}: {v.result.message}"
+            unavailable[key] = unavailable.get(key, 0) + 1
+    for message, n in unavailable.items():
+        status(console, Text(f"{n} cells {message}", style="dim"))
+
+
+def print_scan_pairs(console: Console, report) -> None:
+    table = make_table(console, "scan on / scan off", [
+        ("model/quant/depth", "left"), ("params on", "right"), ("params off", "right"), ("u32 on", "right"),
+        ("u32 off", "right"), ("rng on", "right"), ("rng off", "right"), ("off - on", "right")])
+    def cells(r):
+        return ("", "", "") if r is None else (str(r.entry_params), str(r.count("by_dtype", "u32")), str(r.rng_params))
+
+    for p in report.scan_pairs:
+        (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(p.on), cells(p.off)
+        table.add_row(Text(p.label), p_on, p_off, u_on, u_off, r_on, r_off,
+                      "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
+    console.print(table)
+
+
+def _bytes_with_delta(value: int, delta: int | None) -> Text:
+    text = Text(human_bytes(value))
+    if delta:
+        text.append(f" {'+' if delta > 0 else '-'}{human_bytes(abs(delta))}", style="red" if delta > 0 else "green")
+    return text
+
+
+# The terminal's 100 columns hold the gated memory kinds and the flops; markdown, HTML and JSON have every field.
+TERMINAL_MEMORY = tuple(kind for kind in MEMORY_KINDS if kind.gated)
+
+
+def print_compiled(console: Console, report) -> None:
+    """Optimized and compiled cells: XLA's memory analysis (per device) and cost analysis, memory against the
+    golden."""
+    columns = [("cell", "left"), *((kind.label, "right") for kind in TERMINAL_MEMORY), ("GFLOP", "right")]
+    table = make_table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step", columns)
+    keep_ids_whole(table, [v.result.cell.id for v in report.with_memory])
+    for v in report.with_memory:
+        memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
+        table.add_row(Text(v.result.cell.id), *[_bytes_with_delta(memory[k.key], delta.get(k.key))
+                                                if k.key in memory else Text("") for k in TERMINAL_MEMORY],
+                      f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
+    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
+        table.collapse_padding = True
+    console.print(table)
+
+
+def print_captured(console: Console, report) -> None:
+    """Cells whose program holds state as constants: what they captured, large constants, literal RNG keys."""
+    table = make_table(console, "state baked in as constants (captured: arrays the step closes over)", [
+        ("cell", "left"), ("captured", "right"), ("bytes", "right"), ("by dtype", "left"), ("large", "right"),
+        ("keys", "right"), ("Δ", "left")])
+    keep_ids_whole(table, [v.result.cell.id for v in report.baking])
+    for v in report.baking:
+        c = v.result.constants
+        captured = c["captured"]
+        delta = v.constants_delta
+        change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
+            Text(captured_change(delta), style="red") if delta else Text("0"))
+        table.add_row(Text(v.result.cell.id), str(captured["arrays"]) if captured else "?",
+                      human_bytes(captured["bytes"]) if captured else "", dtype_counts(captured_by_dtype(captured)),
+                      str(len(c["large"])), str(frozen_rng(c)["literal_keys"]), change)
+    console.print(table)
+
+
+def print_report(console: Console, report) -> None:
+    print_matrix(console, report)
+    if report.baking:
+        console.print()
+        print_captured(console, report)
+    console.print()
+    print_scan_pairs(console, report)
+    if report.with_memory:
+        console.print()
+        print_compiled(console, report)
+    if report.series:
+        console.print()
+        status(console, Text("depth scaling: params = intercept + slope x layers, projected to full depth",
+                           style="bold"))
+        print_scaling(console, report.series)

@@ -1,0 +1,31 @@
+"""The stages a cell's program is taken to, in pipeline order, one module each.
+
+``lowered``: jax's module before XLA (what every platform gives, cross-lowered from the host);
+``optimized``: after XLA's optimization passes and buffer assignment, without codegen;
+``compiled``: after the whole compile, codegen included.
+
+Each stage module has ``run(lowered, cell) -> Lowering``. ``to_stage`` is the one dispatch: a target lowers,
+then hands jax's ``Lowered`` here. Adding a stage is one module and one entry in ``STAGES``; which platforms
+support it is theirs to say (``HostPlatform.stage_problem``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from hlo_audit.lowering import Lowering
+
+if TYPE_CHECKING:
+    from hlo_audit.hlo.constants import CapturedArray
+    from hlo_audit.matrix import Cell
+
+STAGES = ("lowered", "optimized", "compiled")
+
+
+def to_stage(lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = None, note: str = "") -> Lowering:
+    """A jax ``Lowered`` taken to the cell's stage, with what the target knows besides (captured arrays, a note)."""
+    # By name: a stage's module imports jax (and XLA's bindings) only once a cell asks for that stage.
+    stage = importlib.import_module(f"{__name__}.{cell.stage}")
+    return replace(stage.run(lowered, cell), stage=cell.stage, captured=captured, note=note)
