@@ -18,7 +18,7 @@ from hlo_audit.cache import Cache
 from hlo_audit.config import Config, load_config
 from hlo_audit.errors import InputError
 from hlo_audit.explain import Node, explain
-from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, stale
+from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, stale, stale_waivers
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import ModuleDiff, diff_modules
 from hlo_audit.hlo.source import read_input
@@ -198,8 +198,12 @@ def normalized_text(cache: Cache, result: CellResult) -> str:
     return analyze(text, result.cell.id).normalized
 
 
+def full_matrix(p: Plan) -> list[Cell]:
+    return p.config.cells(p.full_depth if p.config.uses_full_depth else None)
+
+
 def full_matrix_ids(p: Plan) -> set[str]:
-    return {c.id for c in p.config.cells(p.full_depth if p.config.uses_full_depth else None)}
+    return {c.id for c in full_matrix(p)}
 
 
 def regenerate_command(config_path: str | None) -> str:
@@ -209,8 +213,9 @@ def regenerate_command(config_path: str | None) -> str:
 def check(p: Plan, results: list[CellResult], config_path: str | None = None, report_stale: bool = True) -> CheckReport:
     policy = Policy(p.config.policy, tuple(
         Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
-               match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")})
-        for w in p.config.waivers), memory_tolerance=p.config.memory_tolerance)
+               match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")}, index=i,
+               source=f"{p.config.source}: waive[{i}]")
+        for i, w in enumerate(p.config.waivers)), memory_tolerance=p.config.memory_tolerance)
     gate = Gate(policy, regenerate_command(config_path))
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)
@@ -222,6 +227,7 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
         findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
     if report_stale:
         findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
+    findings.extend(stale_waivers(gate, results, full_matrix(p)))
     return CheckReport(findings, results)
 
 

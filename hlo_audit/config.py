@@ -93,7 +93,7 @@ DEFAULTS: dict = {
     ],
 }
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail",
-                  "dead_rng": "warn", "memory": "warn"}
+                  "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)
 

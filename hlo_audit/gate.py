@@ -28,11 +28,12 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hlo_audit.golden import Golden
+from hlo_audit.golden import Golden, increments_summary
+from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import golden_summary
-from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, signed_counts
+from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, diff_modules, signed_counts
 from hlo_audit.lowering import MEMORY_KINDS
-from hlo_audit.matrix import matches_rule
+from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.results import CellResult, Finding, worst
 from hlo_audit.scaling import Series, rng_slope
 
@@ -46,6 +47,8 @@ class Waiver:
     reason: str
     match: Mapping[str, str]  # cell attribute -> value (model, scan, quant, layers, platform)
     pattern: str | None = None  # dead_rng only: a glob over stream patterns; None waives the whole finding
+    index: int = -1  # its position in the config's waive list
+    source: str = ""  # where it is written: ``hlo-audit.toml: waive[3]``
 
     def covers(self, rule: str, result: CellResult) -> bool:
         return rule == self.rule and matches_rule(result.cell, self.match)
@@ -77,6 +80,7 @@ class Gate:
     def __init__(self, policy: Policy, regenerate: str):
         self.policy = policy
         self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
+        self.used: set[int] = set()  # the waivers that waived something (``stale_waivers`` reports the others)
 
     def _command(self, cell_id: str) -> str:
         return f"{self.regenerate} --only id={cell_id}"
@@ -89,6 +93,7 @@ class Gate:
         if finding.severity == "regression":
             waiver = self.policy.waiver(rule, result)
             if waiver is not None:
+                self.used.add(waiver.index)
                 finding.severity = "waived"
                 finding.message += f" [waived: {waiver.reason}]"
             elif action == "warn":
@@ -107,7 +112,7 @@ class Gate:
             findings.append(self._apply("missing_golden", result, Finding(
                 cid, "regression", "missing_golden", f"no golden for this cell; create it with: {self._command(cid)}")))
         else:
-            findings.append(self._apply("count", result, self._count(result, golden)))
+            findings.append(self._apply("count", result, self._count(result, golden, series)))
             findings.append(self._apply("hlo_text", result, self._text(result, golden, normalized)))
             findings.append(self._apply("memory", result, self._memory(result, golden)))
         findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
@@ -115,55 +120,71 @@ class Gate:
         kept = [f for f in findings if f is not None]
         return kept or [Finding(cid, "ok", "all", "matches its golden")]
 
-    def _count(self, result: CellResult, golden: Golden) -> Finding | None:
+    def _count(self, result: CellResult, golden: Golden, series: Series | None) -> Finding | None:
+        """The ratchet: entry parameters by dtype and role, state captured as constants, and RNG counter
+        increments per step (each one a kernel launch on a GPU: seed 000's 672 were dead ones, with no parameter
+        added where streams were shared). A finding says which path patterns grew, shrank or were renamed (with
+        their roles), and how the series' per-layer slope moved."""
         cid, old, new = result.cell.id, golden.record, result.summary
         by_dtype = count_delta(old["by_dtype"], new["by_dtype"])
         by_role = count_delta(old["by_role"], new["by_role"])
-        groups = count_delta(old["groups"], new["groups"])
+        patterns = pattern_changes(old["groups"], new["groups"], old.get("groups_by_role", {}),
+                                   result.groups_by_role())
         # A golden written before captured state was recorded ratchets entry parameters only.
         captured = (captured_delta(old["constants"], golden_summary(result.constants))
                     if "constants" in old and result.constants is not None else None)
+        increments = increment_changes(old.get("rng_increments"), result.rng)
+        slopes = slope_changes(old.get("slopes"), series if series is not None and series.cell == result.cell else None)
         details = {"entry_params": {"golden": old["entry_params"], "now": new["entry_params"]},
-                   "by_dtype": by_dtype, "by_role": by_role, "groups": groups, "captured": captured,
+                   "by_dtype": by_dtype, "by_role": by_role, "groups": count_delta(old["groups"], new["groups"]),
+                   "patterns": patterns, "captured": captured, "rng_increments": increments, "slopes": slopes,
                    "regenerate": self._command(cid)}
-        params = f"entry parameters {old['entry_params']} -> {new['entry_params']}"
         grew = any(v > 0 for v in (*by_dtype.values(), *by_role.values()))
         baked = captured is not None and (any(v > 0 for v in (*captured["by_dtype"].values(),
                                                                *captured["bytes_by_dtype"].values()))
                                            or captured["literal_keys"][1] > captured["literal_keys"][0])
-        if grew or baked:
-            grown = {k: v for k, v in groups.items() if v > 0}
-            message = (f"{params}: {signed_counts(by_dtype) or 'unchanged'}"
-                       + (f" ({signed_counts(by_role)}); new or grown path patterns: {signed_counts(grown) or 'none'}"
-                          if by_dtype or by_role else "")
-                       + (f"; {captured_change(captured)}" if captured else "")
-                       + f". If intended: {self._command(cid)}")
-            return Finding(cid, "regression", "count", message, details)
-        if by_dtype or by_role or captured:
-            changes = [f"{params}: {signed_counts(by_dtype)}"] if by_dtype or by_role else []
-            changes += [captured_change(captured)] if captured else []
+        more_increments = increments is not None and any(v > 0 for v in increments["by_verdict"].values())
+        changes = []
+        if by_dtype or by_role:
+            changes.append(f"entry parameters {old['entry_params']} -> {new['entry_params']}: "
+                           f"{signed_counts(by_dtype) or 'dtypes unchanged'}"
+                           + (f" ({signed_counts(by_role)})" if by_role else ""))
+        changes += [patterns_text(patterns)] if any(patterns.values()) else []
+        changes += [captured_change(captured)] if captured else []
+        changes += [increments_text(increments)] if increments else []
+        changes += [slopes_text(slopes)] if slopes else []
+        if grew or baked or more_increments:
+            return Finding(cid, "regression", "count", f"{'; '.join(changes)}. If intended: {self._command(cid)}",
+                           details)
+        if changes and not (by_dtype or by_role or captured or increments or slopes):
+            # Only renamed patterns: nothing grew or shrank, but the golden should record the new names.
+            return Finding(cid, "advisory", "count", f"{'; '.join(changes)}; record it: {self._command(cid)}", details)
+        if changes:
             return Finding(cid, "improvement", "count",
                            f"{'; '.join(changes)}; tighten the golden: {self._command(cid)}", details)
         return None
 
     def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
+        """The canonical text against the golden's, judged by `diff`'s verdict: a text that differs only by RNG
+        state it dropped is an improvement to accept, not a regression."""
         if golden.hlo is None or normalized is None or golden.hlo == normalized:
             return None
         cid = result.cell.id
         diff = list(difflib.unified_diff(golden.hlo.splitlines(), normalized.splitlines(), "golden", "now",
                                          lineterm="", n=0))
         changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-        details = {"changed_lines": changed, "diff": diff[:TEXT_DIFF_LINES], "regenerate": self._command(cid)}
-        env_now, env_then = result.environment, golden.environment
-        if env_now != env_then:
-            moved = {k: f"{env_then.get(k)} -> {v}" for k, v in env_now.items() if env_then.get(k) != v}
+        verdict = text_verdict(golden.hlo, normalized)
+        details = {"changed_lines": changed, "diff": diff[:TEXT_DIFF_LINES], "regenerate": self._command(cid),
+                   **verdict}
+        what = _verdict_words(verdict, changed)
+        moved = environment_changes(golden.environment, result.environment)
+        if moved:
             return Finding(cid, "advisory", "hlo_text",
-                           f"normalized HLO differs in {changed} lines, but the environment differs from the "
-                           f"golden's ({', '.join(f'{k} {v}' for k, v in moved.items())}): advisory; counts still gate",
-                           details)
-        return Finding(cid, "regression", "hlo_text",
-                       f"normalized HLO differs from the golden in {changed} lines. If intended: {self._command(cid)}",
-                       details)
+                           f"{what}, but the environment differs from the golden's ({moved}): advisory; counts still "
+                           "gate", details)
+        if verdict["verdict"] == "rng-state-only" and verdict["rng_params"] < 0:
+            return Finding(cid, "improvement", "hlo_text", f"{what}; accept it: {self._command(cid)}", details)
+        return Finding(cid, "regression", "hlo_text", f"{what}. If intended: {self._command(cid)}", details)
 
     def _memory(self, result: CellResult, golden: Golden) -> Finding | None:
         old, new = golden.record.get("memory"), result.memory
@@ -206,6 +227,7 @@ class Gate:
             return None
         dead = [p for p in record["patterns"] if p["carried"]]
         waived = {p["pattern"]: w for p in dead if (w := self.policy.pattern_waiver("dead_rng", result, p["pattern"]))}
+        self.used.update(w.index for w in waived.values())
         open_ = [p for p in dead if p["pattern"] not in waived]
         shown = open_ or dead
         params = sum(p["dead_params"] for p in shown)
@@ -221,6 +243,142 @@ class Gate:
             reasons = "; ".join(sorted({w.reason for w in waived.values()}))
             return Finding(result.cell.id, "waived", "dead_rng", f"{message} [waived: {reasons}]", details)
         return Finding(result.cell.id, "regression", "dead_rng", message, details)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What changed, in words a reviewer can act on
+# --------------------------------------------------------------------------------------------------------------
+
+
+def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: Mapping[str, Mapping[str, int]],
+                    new_roles: Mapping[str, Mapping[str, int]]) -> dict[str, list[dict]]:
+    """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles:
+    ``self_attention.rngs.*`` -> ``attention_op.rngs.*``), each with the roles of its change."""
+    delta = count_delta(old, new)
+
+    def roles(pattern: str) -> dict[str, int]:
+        return count_delta(old_roles.get(pattern, {}), new_roles.get(pattern, {}))
+
+    gone = [p for p, d in delta.items() if d < 0 and p not in new]
+    arrived = [p for p, d in delta.items() if d > 0 and p not in old]
+    renamed = []
+    for before in gone:
+        signature = {r: -n for r, n in roles(before).items()}
+        after = next((p for p in arrived if delta[p] == -delta[before] and (not signature or roles(p) == signature)),
+                     None)
+        if after is not None:
+            arrived.remove(after)
+            renamed.append({"from": before, "to": after, "params": delta[after], "roles": roles(after)})
+    moved = {r["from"] for r in renamed} | {r["to"] for r in renamed}
+    return {
+        "grown": [{"pattern": p, "delta": d, "roles": roles(p)} for p, d in delta.items() if d > 0 and p not in moved],
+        "shrunk": [{"pattern": p, "delta": d, "roles": roles(p)} for p, d in delta.items() if d < 0 and p not in moved],
+        "renamed": renamed,
+    }
+
+
+def patterns_text(patterns: Mapping[str, list[dict]]) -> str:
+    """``grown: +84 ...to_nnx__rngs.* (rng_count +42, rng_key +42); renamed: a -> b (6 params)``"""
+    def entry(change: dict) -> str:
+        roles = f" ({signed_counts(change['roles'])})" if change["roles"] else ""
+        return f"{change['delta']:+d} {change['pattern']}{roles}"
+
+    parts = [f"{kind}: {', '.join(entry(c) for c in patterns[kind])}" for kind in ("grown", "shrunk") if patterns[kind]]
+    if patterns["renamed"]:
+        parts.append("renamed: " + ", ".join(f"{r['from']} -> {r['to']} ({r['params']} params)"
+                                             for r in patterns["renamed"]))
+    return "; ".join(parts)
+
+
+def increment_changes(old: Mapping | None, rng: Mapping | None) -> dict | None:
+    """RNG counter increments per step against the golden's, by verdict and by stream pattern (with the paths of the
+    streams whose increments grew); None when the golden predates the record or nothing changed."""
+    if old is None or rng is None:
+        return None
+    new = increments_summary(rng)
+    by_verdict = count_delta(old["by_verdict"], new["by_verdict"])
+    if not by_verdict:
+        return None
+    by_pattern = count_delta(old["by_pattern"], new["by_pattern"])
+    paths = {p["pattern"]: sorted({path for paths in p.get("paths", {}).values() for path in paths})
+             for p in rng["patterns"] if by_pattern.get(p["pattern"], 0) > 0}
+    return {"golden": sum(old["by_verdict"].values()), "now": sum(new["by_verdict"].values()),
+            "by_verdict": by_verdict, "by_pattern": by_pattern, "paths": paths}
+
+
+def increments_text(increments: Mapping) -> str:
+    """``RNG counter increments per step 7 -> 679 (carried +672), in state.model...rngs (x3 streams: a, b, c)``"""
+    text = (f"RNG counter increments per step {increments['golden']:g} -> {increments['now']:g} "
+            f"({signed_counts(increments['by_verdict'])})")
+    grown = [f"{pattern} {delta:+g} ({', '.join(increments['paths'].get(pattern, []))})"
+             for pattern, delta in increments["by_pattern"].items() if delta > 0]
+    return text + (f" in {'; '.join(grown)}" if grown else "")
+
+
+def slope_changes(old: Mapping | None, series: Series | None) -> dict | None:
+    """The series' entry parameters and RNG parameters per layer against the golden's (reported on the series'
+    shallowest cell, where the golden keeps its slopes); None when either side has no slopes or nothing moved."""
+    if old is None or series is None:
+        return None
+    rng_before = sum(old["by_role"].get(k, 0) for k in ("rng_key", "rng_count"))
+    changes = {}
+    if old["total"] != series.total.slope:
+        changes["params_per_layer"] = [old["total"], series.total.slope]
+    if rng_before != rng_slope(series):
+        changes["rng_per_layer"] = [rng_before, rng_slope(series)]
+    return changes or None
+
+
+def slopes_text(slopes: Mapping) -> str:
+    words = {"params_per_layer": "entry parameters per layer", "rng_per_layer": "RNG parameters per layer"}
+    return "; ".join(f"{words[k]} {a:+g} -> {b:+g}" for k, (a, b) in slopes.items())
+
+
+def text_verdict(golden_text: str, text: str) -> dict:
+    """`diff`'s verdict between the golden's canonical text and the cell's, with the kinds of change and the RNG
+    parameters gained (negative: dropped)."""
+    before, after = analyze(golden_text, "golden"), analyze(text, "now")
+    result = diff_modules(before, after, max_text_lines=0)
+    rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
+    return {"verdict": result.verdict, "changes": result.changes, "rng_params": rng}
+
+
+def _verdict_words(verdict: Mapping, changed_lines: int) -> str:
+    if verdict["verdict"] == "rng-state-only":
+        rng = verdict["rng_params"]
+        amount = f"{abs(rng)} {'fewer' if rng < 0 else 'more'} RNG parameters" if rng else "RNG bookkeeping"
+        return f"normalized HLO differs from the golden by RNG state only ({amount}; rng-state-only)"
+    kinds = f" ({', '.join(verdict['changes'])})" if verdict["changes"] else ""
+    return f"normalized HLO differs from the golden in {changed_lines} lines: {verdict['verdict']}{kinds}"
+
+
+def environment_changes(golden: Mapping[str, str], now: Mapping[str, str]) -> str:
+    """Every key that differs, both ways: ``maxtext 0.2.4 -> 0.2.5, libtpu (not recorded) -> 0.0.52``."""
+    missing = "(not recorded)"
+    return ", ".join(f"{k} {golden.get(k, missing)} -> {now.get(k, missing)}"
+                     for k in sorted(set(golden) | set(now)) if golden.get(k) != now.get(k))
+
+
+def stale_waivers(gate: Gate, judged: Sequence[CellResult], matrix: Sequence[Cell]) -> list[Finding]:
+    """Waivers that waived nothing, although every cell of the matrix they cover was judged here: a fix landed (or
+    the waiver never matched), and a waiver left behind would hide the regression coming back. Policy
+    ``stale_waiver`` (default warn) says what that is."""
+    action = gate.policy.actions.get("stale_waiver", "warn")
+    if action == "off":
+        return []
+    judged_ids = {r.cell.id for r in judged if r.status == "ok"}
+    findings = []
+    for waiver in gate.policy.waivers:
+        covered = [c.id for c in matrix if matches_rule(c, waiver.match)]
+        if waiver.index in gate.used or not set(covered) <= judged_ids:
+            continue
+        what = (f"covers {len(covered)} cells, none of which has a {waiver.rule} finding to waive" if covered
+                else "matches no cell of the matrix")
+        findings.append(Finding(waiver.source, "regression" if action == "fail" else "advisory", "stale_waiver",
+                                f"waiver for {waiver.rule} {dict(waiver.match)} {what}: drop it, or it will hide "
+                                f"that regression coming back (reason given: {waiver.reason})",
+                                {"rule": waiver.rule, "match": dict(waiver.match), "covered": len(covered)}))
+    return findings
 
 
 def stale(golden_ids: Sequence[str], matrix_ids: set[str]) -> list[Finding]:

@@ -59,6 +59,9 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         record["constants"] = golden_summary(result.constants)
     if result.params:  # per dtype x role: what the report's tidy rows compare against
         record["by_dtype_role"] = {f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
+        record["groups_by_role"] = result.groups_by_role()  # a finding names the roles of a pattern that moved
+    if result.rng is not None:  # the count ratchet covers RNG counter increments per step too
+        record["rng_increments"] = increments_summary(result.rng)
     if series is not None:
         record["slopes"] = {
             "depths": list(series.depths),
@@ -67,6 +70,18 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
             "by_role": {k: v.slope for k, v in series.by_role.items()},
         }
     return record
+
+
+# The RNG analysis' verdicts (hlo_audit.hlo.rng_flow.VERDICTS), each with its increments' field in the record.
+_INCREMENT_FIELDS = {"drawn": "drawn_increments", "carried": "dead_increments", "unknown": "unknown_increments"}
+
+
+def increments_summary(rng: dict) -> dict:
+    """RNG counter increments per step (an ``RngReport`` record), by stream verdict and by stream pattern: what a
+    golden keeps so that the count ratchet covers them."""
+    return {"by_verdict": {verdict: rng.get(field, 0) for verdict, field in _INCREMENT_FIELDS.items()},
+            "by_pattern": {p["pattern"]: sum(p.get(field, 0) for field in _INCREMENT_FIELDS.values())
+                           for p in rng["patterns"]}}
 
 
 def dumps(record: dict) -> str:

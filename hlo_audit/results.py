@@ -53,6 +53,14 @@ class CellResult:
             counts[p["dtype"], p["role"]] = (n + 1, size + p["bytes"])
         return counts
 
+    def groups_by_role(self) -> dict[str, dict[str, int]]:
+        """Each path pattern's parameters by role (``...to_nnx__rngs.*``: rng_key 42, rng_count 42)."""
+        groups: dict[str, dict[str, int]] = {}
+        for p in self.params:
+            roles = groups.setdefault(p["pattern"], {})
+            roles[p["role"]] = roles.get(p["role"], 0) + 1
+        return {pattern: dict(sorted(roles.items())) for pattern, roles in sorted(groups.items())}
+
     @property
     def captured(self) -> dict | None:
         """What the step closes over (captured_summary plus ``arrays_list``); None when not known."""
