@@ -57,7 +57,8 @@ class StepSpec:
 
     @property
     def name(self) -> str:
-        return "_".join([self.construct, self.rngs.replace("+", "_"), *([self.activation] * (self.activation != "tanh"))])
+        activation = [self.activation] if self.activation != "tanh" else []
+        return "_".join([self.construct, self.rngs.replace("+", "_"), *activation])
 
     @property
     def stacked(self) -> bool:

@@ -162,7 +162,8 @@ def _mismatches(module: HloModule) -> list[str]:
                     wrong.append(f"{here}: call of {callee.name}")
             elif i.opcode == "while":
                 body, condition = (module.computations[i.attrs[k].lstrip("%")] for k in ("body", "condition"))
-                shapes = [i.shape, operands[0], body.parameters[0].shape, body.root.shape, condition.parameters[0].shape]
+                shapes = [i.shape, operands[0], body.parameters[0].shape, body.root.shape,
+                          condition.parameters[0].shape]
                 if not all(_same(s, i.shape) for s in shapes):
                     wrong.append(f"{here}: loop state")
             elif i.opcode == "conditional":

@@ -171,11 +171,12 @@ def _kinds_of_change(old: _Side, new: _Side, params_differ: bool) -> list[str]:
     never of the shardings of what it shares a shape with elsewhere. Anything else is ``attributes``.
     """
     kinds = ["parameters"] if params_differ else []
-    old_ops, new_ops = (Counter(i.opcode for i in side.instructions()) for side in (old, new))
+    old_ops, new_ops = (_histogram_of(side, lambda i: i.opcode) for side in (old, new))
     if old_ops != new_ops:
         kinds.append("ops")
-    old_shapes, new_shapes = (Counter((i.shape.dtype, i.shape.dims) for i in side.instructions()) for side in (old, new))
-    if old_shapes != new_shapes or (old_ops == new_ops and _histogram_of(old, _shape_key) != _histogram_of(new, _shape_key)):
+    old_shapes, new_shapes = (_histogram_of(side, lambda i: (i.shape.dtype, i.shape.dims)) for side in (old, new))
+    if old_shapes != new_shapes or (
+            old_ops == new_ops and _histogram_of(old, _shape_key) != _histogram_of(new, _shape_key)):
         kinds.append("shapes")
     for kind, aspect in (("layouts", lambda i: i.shape.layout), ("shardings", lambda i: i.attrs.get("sharding"))):
         before, after = _aspects_of_the_same(old, aspect), _aspects_of_the_same(new, aspect)

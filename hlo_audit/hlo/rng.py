@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.header import KeptPositions, drop_positions
 from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.rng_flow import IDENTITY_OPCODES, PASS_THROUGH_CUSTOM_CALLS
 from hlo_audit.hlo.shapes import Shape, split_top_level, tuple_shape
 from hlo_audit.hlo.text import COMPUTATION_ATTRS, Computation, HloModule, Instruction, split_name_list
 
@@ -52,14 +53,6 @@ CONST, RNG, DATA = 0, 1, 2  # what a value is computed from; joining two takes t
 _CONSTANT_SOURCES = frozenset({"constant", "iota", "partition-id", "replica-id", "after-all"})
 # Values the program reads from outside its parameters (a device's RNG state, a host's feed).
 _DATA_SOURCES = frozenset({"rng-get-and-update-state", "rng", "infeed", "recv", "recv-done"})
-# Operand 0 passes through unchanged (tuple element by tuple element).
-_IDENTITY = frozenset({"opt-barrier", "copy", "domain", "add-dependency", "async-update"})
-# Custom calls that only annotate placement or sharding: the value passes through unchanged.
-PASS_THROUGH_CUSTOM_CALLS = frozenset({
-    "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice",
-    "LayoutConstraint", "annotate_device_placement", "xla.sdy.FuncResultSharding",
-    "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.ShardingGroup",
-})
 
 # A value's kinds: an int (CONST, RNG, DATA) for an array, a tuple of them for a tuple.
 Kinds = int | tuple
@@ -178,8 +171,8 @@ class _RngState:
             return tuple(operands)
         if op == "get-tuple-element":
             return operands[0][int(instr.attrs["index"])]
-        if op in _IDENTITY or (op == "custom-call" and instr.custom_call_target in PASS_THROUGH_CUSTOM_CALLS
-                               and len(operands) == 1):
+        if op in IDENTITY_OPCODES or (
+                op == "custom-call" and instr.custom_call_target in PASS_THROUGH_CUSTOM_CALLS and len(operands) == 1):
             return operands[0]
         if op == "copy-start":  # (destination, source, context)
             return (operands[0], operands[0], *(_fill(e, CONST) for e in instr.shape.elements[2:]))

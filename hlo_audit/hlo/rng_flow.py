@@ -21,12 +21,12 @@ or branch index that depends on RNG state adds its bits to every result (control
 
 At the entry ROOT, *s*'s own state (the returned key, the incremented count) is the output leaves that reuse
 the buffers of *s*'s key and count parameters (``input_output_alias``: jax aliases a donated train state's new
-value to the old, as MaxText's and NNX's steps donate it). Without aliases, it is the output leaves that depend
-only on *s*'s own key and count, not through random bits. (Aliases say it where control decides: a count advanced
-in one branch of a ``conditional`` on the data depends on every stream the data drew from.) Any other output that depends on *s*
-decides its verdict: through random bits, ``drawn``; through something not understood, ``unknown``;
-without random bits at all (the key used as plain data), ``unknown`` too, saying where. A stream that
-reaches no other output is ``carried``: dead state.
+value to the old, as MaxText's and NNX's steps donate it). An output aliased to no parameter is *s*'s own state
+if it depends only on *s*'s own key and count, not through random bits. (Aliases say it where dataflow cannot: a
+count advanced in one branch of a ``conditional`` on the data depends on every stream the data drew from.) Any
+other output that depends on *s* decides its verdict: through random bits, ``drawn``; through something not
+understood, ``unknown``; without random bits at all (the key used as plain data), ``unknown`` too, saying where. A
+stream that reaches no other output is ``carried``: dead state.
 
 This is what the numerical oracle in the tests checks: change one stream's key, run the step, compare
 every output but the stream's own state.
@@ -335,8 +335,9 @@ class Stream:
     count: EntryParam | None
     verdict: str  # drawn | carried | unknown
     where: str  # drawn: the random-bit site first reached; unknown: where the flow left the analysis
-    # Count elements incremented per step: each increment the step executes, loop trip counts included. Each one is
-    # a scalar kernel (seed 000's 673), so one a rematerialized layer's backward pass recomputes counts again.
+    # Count elements incremented per step: every increment the step executes, loop trip counts included. Each is a
+    # scalar kernel (seed 000's 673 per step), so one that a rematerialized layer's backward pass recomputes counts
+    # twice.
     increments: float
 
     @property
@@ -480,22 +481,22 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
     flow = _Dataflow(module, count_bits)
     root, events = flow.run(module.entry, inputs)
     outputs = list(zip(_leaves(root), module.entry.root.shape.leaves()))
-    aliased = _aliased_leaves(module)  # parameter number -> the output leaf that is its new value
+    aliased = _aliased_leaves(module)  # output leaf -> the parameter number whose new value it is
     result = []
     for i, (path, key, count) in enumerate(streams):
         key_bit, count_bit = 1 << (2 * i), 1 << (2 * i + 1)
         own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
-        own_outputs = {aliased[p.index] for p in (key, count) if p is not None and p.index in aliased}
+        own_params = {p.index for p in (key, count) if p is not None}
         own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
-        verdict, where = _verdict(outputs, own, own_outputs or own_shapes, key_bit if key is not None else count_bit,
-                                  events)
+        verdict, where = _verdict(outputs, own, own_params, own_shapes, aliased,
+                                  key_bit if key is not None else count_bit, events)
         result.append(Stream(path=path, pattern=collapse_layers(path).removeprefix("state."), key=key, count=count, verdict=verdict, where=where,
                              increments=events.increments.get(count_bit, 0) if count is not None else 0))
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
 
 
 def _aliased_leaves(module: HloModule) -> dict[int, int]:
-    """Entry parameter number -> the leaf of the root's shape (in ``Shape.leaves`` order) aliased to it."""
+    """Leaf of the root's shape (in ``Shape.leaves`` order) -> the entry parameter number it is aliased to."""
     root_shape = module.entry.root.shape
     leaves = {}
     for output, parameter in output_aliases(module.header_attrs):
@@ -507,21 +508,20 @@ def _aliased_leaves(module: HloModule) -> dict[int, int]:
         except IndexError:
             continue
         if not shape.is_tuple:
-            leaves[parameter] = first
+            leaves[first] = parameter
     return leaves
 
 
-def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_state: set[int] | set[str],
-             key_bit: int, events: _Events) -> tuple[str, str]:
-    """``own_state``: the output leaves that are the stream's own key and count, or where no alias says so, the
-    shapes they have."""
+def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_params: set[int], own_shapes: set[str],
+             aliased: dict[int, int], key_bit: int, events: _Events) -> tuple[str, str]:
     influenced = []  # (output index, leaf) of outputs that are not this stream's own state
     for index, ((k, b, u), shape) in enumerate(outputs):
         if not k & own:
             continue
-        if index in own_state:
-            continue  # the stream's new key or count (aliased to the old)
-        if not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_state:
+        if index in aliased:
+            if aliased[index] in own_params:
+                continue  # the stream's new key or count, in the old one's buffer
+        elif not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_shapes:
             continue  # the stream's own key or count, handed back
         influenced.append((index, (k, b, u)))
     if not influenced:
