@@ -111,7 +111,9 @@ def seed_001():
     from maxtext.layers import linears, moe, nnx_wrappers, quantizations
 
     te_backend = quantizations.TransformerEngineQuantization
-    saved = [(quantizations, "ApplyRngs"), (quantizations.Quantization, "apply_rngs"), (te_backend, "apply_rngs"),
+    # AQT and Qwix sit outside the Quantization hierarchy and declare needs_apply_rngs themselves.
+    backends = (quantizations.Quantization, quantizations.AqtQuantization, quantizations.QwixQuantization)
+    saved = [(quantizations, "ApplyRngs"), *((b, "apply_rngs") for b in backends), (te_backend, "apply_rngs"),
              (nnx_wrappers.ToNNX, "share_rngs"), (linears.DenseGeneral, "__init__"), (moe.GateLogit, "__init__")]
     saved = [(owner, attr, owner.__dict__.get(attr)) for owner, attr in saved]
 
@@ -139,7 +141,8 @@ def seed_001():
         return init_then_share
 
     quantizations.ApplyRngs = ApplyRngs
-    quantizations.Quantization.apply_rngs = property(backend_apply_rngs)
+    for backend in backends:
+        backend.apply_rngs = property(backend_apply_rngs)
     te_backend.apply_rngs = property(te_apply_rngs)
     nnx_wrappers.ToNNX.share_rngs = share_rngs
     linears.DenseGeneral.__init__ = sharing_after_init(linears.DenseGeneral.__init__)

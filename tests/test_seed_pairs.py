@@ -258,3 +258,31 @@ def test_te_fp8_forced_onto_a_shared_stream_adds_dead_increments_only(te_lowered
         f"{shared}.{s}": (14, [f"state.{shared.replace('*', '0')}.{s}"]) for s in ("aqt", "dropout", "params")}
     assert {p["pattern"]: p["dead_increments"] for p in old["patterns"]} == {
         f"model.decoder.layers_*.self_attention.rngs.{s}": 0 for s in ("aqt", "dropout", "params")}
+
+
+@pytest.mark.te
+def test_seed_001_patch_says_which_backends_share_and_is_undone_on_exit():
+    """The patch's ApplyRngs, as seed 001 describes it: NVFP4 (stochastic rounding on) SHARED, the other TE recipes
+    NONE, fp8 NONE, AQT PRIVATE; and MaxText is as released once the block is left."""
+    import types  # noqa: PLC0415
+
+    from hlo_audit.targets import te  # noqa: PLC0415
+    from maxtext.layers import linears, moe, nnx_wrappers, quantizations  # noqa: PLC0415
+
+    te.load()
+    released = (linears.DenseGeneral.__init__, moe.GateLogit.__init__)
+
+    def te_backend(recipe):
+        config = types.SimpleNamespace(quantization=recipe, te_comm_gemm_overlap=None)
+        return quantizations.TransformerEngineQuantization(config)
+
+    with injected_maxtext.seed_001():
+        shared = {recipe: te_backend(recipe).apply_rngs.name
+                  for recipe in ("te_nvfp4", "te_nvfp4_no_rht", "te_fp8_currentscaling", "te_mxfp8")}
+        assert shared == {"te_nvfp4": "SHARED", "te_nvfp4_no_rht": "SHARED", "te_fp8_currentscaling": "NONE",
+                          "te_mxfp8": "NONE"}
+        assert quantizations.Fp8Quantization().apply_rngs.name == "NONE"
+        assert quantizations.AqtQuantization.apply_rngs.fget(quantizations.AqtQuantization).name == "PRIVATE"
+    assert (linears.DenseGeneral.__init__, moe.GateLogit.__init__) == released
+    assert not hasattr(nnx_wrappers.ToNNX, "share_rngs") and not hasattr(quantizations, "ApplyRngs")
+    assert not hasattr(te_backend("te_nvfp4"), "apply_rngs")
