@@ -14,7 +14,9 @@ draws). ``reverted(...)`` applies them in-process and undoes them on exit; TE ce
 target lowers them.
 
 ``seed-001`` is the other direction: seed 001's fix, which MaxText 0.2.5 does not have, forward-ported (``seed_001``):
-the bridged NVFP4 quantizers share the caller's RNG stream instead of each keeping a fork.
+the bridged NVFP4 quantizers share the caller's RNG stream instead of each keeping a fork. With ``te-keeps-rngs`` too,
+every TE recipe goes onto that shared stream (the seed's own te_fp8_currentscaling experiment): no parameter more,
+672 dead counter increments per step more at 32 layers.
 
 ``rest-as-args`` changes MaxEngine's inference steps instead: they take the model's rest state (RNG streams, AQT
 serve mode's quantized weights) as a jit argument, as the train step takes its state, instead of closing over it,
