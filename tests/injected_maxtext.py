@@ -13,6 +13,11 @@ MaxText as it was before the fix. ``te-keeps-rngs`` does to the Transformer Engi
 draws). ``reverted(...)`` applies them in-process and undoes them on exit; TE cells lower as the maxtext
 target lowers them.
 
+``seed-001`` is the other direction: seed 001's fix, which MaxText 0.2.5 does not have, forward-ported (``seed_001``):
+the bridged NVFP4 quantizers share the caller's RNG stream instead of each keeping a fork. With ``te-keeps-rngs`` too,
+every TE recipe goes onto that shared stream (the seed's own te_fp8_currentscaling experiment): no parameter more,
+672 dead counter increments per step more at 32 layers.
+
 ``rest-as-args`` changes MaxEngine's inference steps instead: they take the model's rest state (RNG streams, AQT
 serve mode's quantized weights) as a jit argument, as the train step takes its state, instead of closing over it,
 so what was captured as constants becomes entry parameters.
@@ -21,6 +26,8 @@ so what was captured as constants becomes entry parameters.
 from __future__ import annotations
 
 import contextlib
+import enum
+import inspect
 import os
 
 import jax
@@ -37,6 +44,7 @@ REST_AS_ARGS = "rest-as-args"
 # Seed 000's three parts, then the same bridge revert for Transformer Engine's backend (a no-op for other cells).
 SEED_000 = ("fp8-keeps-rngs", "dropout0-forks", "attention-holds-rngs")
 REVERTS = (*SEED_000, "te-keeps-rngs")
+SEED_001 = "seed-001"
 
 
 @contextlib.contextmanager
@@ -83,11 +91,84 @@ def reverted(*names: str):
             setattr(owner, attr, value)
 
 
+class ApplyRngs(enum.Enum):
+    """Seed 001's replacement for ``needs_apply_rngs``: what a quantization backend's dot needs at apply time."""
+
+    NONE = "none"  # never draws: the bridge drops its fork after init (seed 000's release_rngs)
+    SHARED = "shared"  # draws, but not from a stream of its own: the bridge holds the caller's Rngs
+    PRIVATE = "private"  # draws from its own stream (AQT, Qwix): the bridge keeps its fork
+
+
+@contextlib.contextmanager
+def seed_001():
+    """MaxText 0.2.5 with seed 001's fix while inside: the bridged NVFP4 quantizers share the caller's RNG stream.
+
+    As the seed describes it: ``Quantization.apply_rngs`` (an ``ApplyRngs``) replaces the boolean; it is ``PRIVATE``
+    where a backend needs its RNGs (the default, AQT and Qwix stay there) and ``NONE`` where it does not; Transformer
+    Engine derives it from the recipe, ``SHARED`` for NVFP4 with stochastic rounding (TE folds a per-quantizer hash
+    into what it draws, so the quantizers never needed streams of their own). ``ToNNX.share_rngs`` swaps the fork
+    for the caller's Rngs; ``ToNNX.__init__`` still forks first, so the caller's streams advance as before and
+    parameter initialization is unchanged. The two places that bridge a quantized dot (``DenseGeneral`` in
+    linears.py, ``GateLogit`` in moe.py) share after init where they would otherwise keep the fork. NNX stores an
+    Rngs once however many modules hold it: the layers' own Rngs is already in the state (the attention holds it).
+    """
+    from maxtext.layers import linears, moe, nnx_wrappers, quantizations
+
+    te_backend = quantizations.TransformerEngineQuantization
+    # AQT and Qwix sit outside the Quantization hierarchy and declare needs_apply_rngs themselves.
+    backends = (quantizations.Quantization, quantizations.AqtQuantization, quantizations.QwixQuantization)
+    saved = [(quantizations, "ApplyRngs"), *((b, "apply_rngs") for b in backends), (te_backend, "apply_rngs"),
+             (nnx_wrappers.ToNNX, "share_rngs"), (linears.DenseGeneral, "__init__"), (moe.GateLogit, "__init__")]
+    saved = [(owner, attr, owner.__dict__.get(attr)) for owner, attr in saved]
+
+    def backend_apply_rngs(self) -> ApplyRngs:
+        return ApplyRngs.PRIVATE if self.needs_apply_rngs else ApplyRngs.NONE
+
+    def te_apply_rngs(self) -> ApplyRngs:
+        # needs_apply_rngs is MaxText 0.2.5's own recipe check: NVFP4 with stochastic rounding on.
+        return ApplyRngs.SHARED if self.needs_apply_rngs else ApplyRngs.NONE
+
+    def share_rngs(self, rngs):
+        """Hold the caller's ``Rngs`` instead of the fork (after the wrapped module is initialized)."""
+        self.to_nnx__rngs = rngs
+
+    def sharing_after_init(init):
+        signature = inspect.signature(init)
+
+        def init_then_share(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            bound = signature.bind(self, *args, **kwargs).arguments
+            quant, bridge = bound.get("quant"), self.quant_dot_general
+            if bridge is not None and getattr(quant, "apply_rngs", None) is ApplyRngs.SHARED:
+                bridge.share_rngs(bound["rngs"])
+
+        return init_then_share
+
+    quantizations.ApplyRngs = ApplyRngs
+    for backend in backends:
+        backend.apply_rngs = property(backend_apply_rngs)
+    te_backend.apply_rngs = property(te_apply_rngs)
+    nnx_wrappers.ToNNX.share_rngs = share_rngs
+    linears.DenseGeneral.__init__ = sharing_after_init(linears.DenseGeneral.__init__)
+    moe.GateLogit.__init__ = sharing_after_init(moe.GateLogit.__init__)
+    try:
+        yield
+    finally:
+        for owner, attr, value in saved:
+            if value is None:
+                delattr(owner, attr)
+            else:
+                setattr(owner, attr, value)
+
+
 def lower(cell):
     names = injected()
     if cell.is_inference and REST_AS_ARGS in names:
         return _rest_as_arguments(cell)
-    with reverted(*(n for n in names if n != REST_AS_ARGS)):
+    with contextlib.ExitStack() as patches:
+        if SEED_001 in names:
+            patches.enter_context(seed_001())
+        patches.enter_context(reverted(*(n for n in names if n not in (REST_AS_ARGS, SEED_001))))
         return MaxTextTarget().lower(cell)  # as the maxtext target lowers: platform devices, TE declared
 
 

@@ -26,7 +26,8 @@ deterministic.
   baseline arguments.
 
 Cases (``OracleCase``): ``nnx_case(spec)`` for ``tests/nnx_models.ModelSpec`` (``nnx_specs()`` lists the ones the
-tests use) and ``maxtext_case(...)`` for MaxText 0.2.5's real NNX train step at a tiny size, initialized
+tests use), ``construct_case(spec)`` for ``tests/rng_constructs.StepSpec`` (RNG state through each pass-through
+construct: remat's opt-barrier, a hand-written barrier, loops, conditionals, nested jit) and ``maxtext_case(...)`` for MaxText 0.2.5's real NNX train step at a tiny size, initialized
 concretely and executed on the CPU (``MAXTEXT_CASES`` lists the configurations).
 """
 
@@ -280,6 +281,21 @@ def nnx_case(spec) -> OracleCase:
     jax.clear_caches()
     lowered = step.trace(state, x).lower(lowering_platforms=("cpu",))
     return _case(nnx_models.spec_name(spec), lowered, step, (state, x), t0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# RNG state through XLA's pass-through constructs (tests/rng_constructs.py)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def construct_case(spec) -> OracleCase:
+    """The oracle on ``rng_constructs``' real jitted step (state donated) for ``spec``, with its HLO text."""
+    import rng_constructs  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    lowered = rng_constructs.lower(spec)
+    step = rng_constructs.jitted(spec)
+    return _case(spec.name, lowered, step, (rng_constructs.initial_state(spec), rng_constructs.batch()), t0)
 
 
 # --------------------------------------------------------------------------------------------------------------

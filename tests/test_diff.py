@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import pytest
+from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 import nnx_models
 from nnx_models import ModelSpec
@@ -11,6 +14,7 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import parse_module
+from hlo_audit.targets.base import hlo_text
 
 
 def _diff(old_spec: ModelSpec, new_spec: ModelSpec, **kw):
@@ -261,3 +265,79 @@ def test_a_golden_text_against_its_raw_lowering_has_no_opcode_deltas():
     changed = TWO_REDUCERS.replace("ROOT add.8 = f32[] add(a.6, b.7)", "ROOT multiply.8 = f32[] multiply(a.6, b.7)")
     d = diff_modules(analyze(canonical, "golden"), analyze(changed, "new"))
     assert d.verdict == "changed" and d.opcode_dtype_delta == {"multiply:f32": 1, "parameter:f32": 2}
+
+
+# Kinds of change, each built from real lowerings: jax's own steps for an abstract 4-device mesh (nothing runs), one
+# thing changed at a time. Every kind compares like with like: a computation only one side has is ops and shapes,
+# never the shardings of what it shares a shape with elsewhere.
+MESH = AbstractMesh((4,), ("x",))
+
+
+def _arg(shape, spec=PartitionSpec()):
+    return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(MESH, spec))
+
+
+def _lowered(f, state_key: str = "w", weight_spec=PartitionSpec()):
+    args = ({state_key: _arg((8, 8), weight_spec)}, _arg((4, 8)))
+    return analyze(hlo_text(jax.jit(f).trace(*args).lower(lowering_platforms=("cpu",))), f.__name__)
+
+
+def _two_columns(state, x):
+    return jnp.tanh(x[:, :2] @ state["w"][:2])
+
+
+def _three_columns(state, x):
+    return jnp.tanh(x[:, :3] @ state["w"][:3])
+
+
+def _sine(state, x):
+    return jnp.sin(x[:, :2] @ state["w"][:2])
+
+
+def _renamed(state, x):
+    return jnp.tanh(x[:, :2] @ state["v"][:2])
+
+
+def _scaled_sine(x):
+    return jnp.sin(x) * 2.0
+
+
+def _nested(state, x):
+    return jax.jit(_scaled_sine)(x @ state["w"]) + 1.0
+
+
+def _inlined(state, x):
+    return _scaled_sine(x @ state["w"]) + 1.0
+
+
+KINDS = {
+    "shapes": (lambda: _lowered(_three_columns), ["shapes"]),  # a slice of three columns, not two
+    "ops": (lambda: _lowered(_sine), ["ops"]),  # sine for tanh: same shapes
+    "shardings": (lambda: _lowered(_two_columns, weight_spec=PartitionSpec(None, "x")), ["shardings"]),
+    "parameters": (lambda: _lowered(_renamed, state_key="v"), ["parameters"]),  # state.w renamed state.v
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_kind_of_change_from_real_lowerings(kind):
+    base = _lowered(_two_columns)
+    build, kinds = KINDS[kind]
+    changed = build()
+    for old, new in ((base, changed), (changed, base)):
+        d = diff_modules(old, new)
+        assert (d.verdict, d.changes) == ("changed", kinds)
+
+
+def test_a_computation_one_side_lacks_is_ops_and_shapes_not_shardings():
+    """A nested jit against the same code inlined: the callee's unsharded f32[4,8] parameter has no partner on the
+    other side. Compared as sets per opcode and shape across all computations it met the entry's replicated ones,
+    and diff said shardings."""
+    nested, inlined = _lowered(_nested), _lowered(_inlined)
+    callee = next(c for c in nested.module.computations.values() if c.parameters and not c.is_entry
+                  and any(i.opcode == "sine" for i in c.instructions))
+    assert [p.attrs.get("sharding") for p in callee.parameters] == [None]
+    assert {p.attrs.get("sharding") for p in nested.module.entry.parameters} == {"{replicated}"}
+    assert callee.parameters[0].shape.text in {p.shape.text for p in nested.module.entry.parameters}  # x: f32[4,8]
+    for old, new in ((nested, inlined), (inlined, nested)):
+        d = diff_modules(old, new)
+        assert (d.verdict, d.changes) == ("changed", ["ops", "shapes"])

@@ -11,6 +11,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from xla_oracle import our_counts, xla_counts
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 
@@ -322,3 +323,71 @@ def test_random_bits_into_a_kernel_nobody_has_read_are_unknown_not_drawn():
     text = te_step().replace('"te_gemm_v2_ffi"', '"their_gemm"')
     verdict, where, _ = verdicts(text)["state.a.rngs"]
     assert verdict == "unknown" and "main.1/g.1 (their_gemm)" in where
+
+
+def passing_through(with_idle: bool) -> str:
+    """Stream ``a`` drawn and, with ``with_idle``, stream ``b`` handed back unchanged, both through every
+    pass-through there is besides loops, branches and calls: a tuple-shaped Sharding custom call, an asynchronous
+    start / update / done pair around a tuple-shaped MoveToHost, a copy-start / copy-done pair (b only)."""
+    b = with_idle
+    kinds = ["u32[2]{0}", *(["u32[2]{0}"] if b else []), "f32[2]{0}"]
+    t = "(" + ", ".join(kinds) + ")"
+    w = len(kinds) - 1
+
+    def elements(base: str, kb: str) -> str:
+        return "\n".join(f"  {name} = {shape} get-tuple-element({base}), index={i}"
+                         for i, (name, shape) in enumerate(zip(["ka" + kb, *(["kb" + kb] if b else []), "w" + kb],
+                                                               kinds)))
+
+    stream_b = ("  state__b____rngs____key___value.1 = u32[2]{0} parameter(2)\n"
+                "  state__b____rngs____count___value.1 = u32[] parameter(3)\n") if b else ""
+    b_key = ", state__b____rngs____key___value.1" if b else ""
+    return f"""HloModule m
+{THREEFRY}
+wrapped.2 {{
+  p.2 = {t} parameter(0)
+  ROOT host.2 = {t} custom-call(p.2), custom_call_target="MoveToHost"
+}}
+
+ENTRY main.1 {{
+{_stream("a", 0)}{stream_b}  state__w___value.1 = f32[2]{{0}} parameter({2 + 2 * b})
+  t.1 = {t} tuple(state__a____rngs____key___value.1{b_key}, state__w___value.1)
+  s.1 = {t} custom-call(t.1), custom_call_target="Sharding", sharding={{{", ".join(["{replicated}"] * (1 + b) + ["{maximal device=0}"])}}}
+{elements("s.1", ".1")}
+  start.1 = (({t}), {t}, s32[]) async-start(s.1), calls=wrapped.2
+  update.1 = (({t}), {t}, s32[]) async-update(start.1)
+  done.1 = {t} async-done(update.1)
+{elements("done.1", ".2")}
+  {"copy.1 = (u32[2]{0}, u32[2]{0}, u32[]) copy-start(kb.2)" if b else ""}
+  {"kb.3 = u32[2]{0} copy-done(copy.1)" if b else ""}
+  bits.1 = u32[2]{{0}} call(ka.2, ka.2), to_apply=threefry2x32.1
+  f.1 = f32[2]{{0}} convert(bits.1)
+  loss.1 = f32[2]{{0}} add(w.2, f.1)
+  one.1 = u32[] constant(1)
+  inca.1 = u32[] add(state__a____rngs____count___value.1, one.1)
+  {"incb.1 = u32[] add(state__b____rngs____count___value.1, one.1)" if b else ""}
+  ROOT out.1 = (f32[2]{{0}}, u32[2]{{0}}, u32[]{", u32[2]{0}, u32[]" if b else ""}) tuple(loss.1, state__a____rngs____key___value.1, inca.1{", kb.3, incb.1" if b else ""})
+}}
+"""
+
+
+@pytest.mark.parametrize("with_idle", [True, False])
+def test_the_pass_through_module_is_what_xla_parses(with_idle):
+    text = passing_through(with_idle)
+    assert our_counts(text) == xla_counts(text)
+
+
+def test_streams_through_async_pairs_and_tuple_pass_throughs_keep_apart():
+    """An async-update held the drawn key and the idle one in one tuple, and the analysis joined them: the idle
+    stream was drawn. Each element is followed on its own now; the copy pair hands the idle key back as it was."""
+    assert verdicts(passing_through(True)) == {"state.a.rngs": ("drawn", "main.1/bits.1", 1),
+                                               "state.b.rngs": ("carried", "", 1)}
+
+
+def test_rng_state_through_async_pairs_and_tuple_pass_throughs_is_stripped():
+    """Without stream b, the same program: rng-state-only, the tuples, the async wrapper's parameter and its
+    MoveToHost losing the element b held."""
+    from hlo_audit.hlo.diff import diff_modules  # noqa: PLC0415
+
+    d = diff_modules(analyze(passing_through(True), "idle"), analyze(passing_through(False), "none"))
+    assert (d.verdict, d.by_dtype_delta) == ("rng-state-only", {"u32": -2})

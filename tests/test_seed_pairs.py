@@ -1,4 +1,4 @@
-"""`diff` on real regression pairs: MaxText's train step before and after seed 000's fix.
+"""`diff` on real regression pairs: MaxText's train step before and after seed 000's fix, and with seed 001's.
 
 Seed 000 removed never-drawn RNG state in three places (the quantization bridge's forks for fp8 and
 nanoo_fp8, ``Dropout`` forking at rate 0, ``AttentionOp`` holding rngs); ``injected_maxtext.reverted`` undoes
@@ -8,12 +8,15 @@ must come out ``rng-state-only``, with the u32 delta equal to the RNG parameters
 quantization, scanned and unrolled, at two depths. Real changes that are not RNG state must come out
 ``changed``, with the kinds that changed.
 
-Lowerings are cached under pytest's cache folder, keyed by the library versions and the sources that lower
+Seed 001 (one RNG stream shared by the bridged NVFP4 quantizers) is not in MaxText 0.2.5: ``injected_maxtext.seed_001``
+applies it forward, and its pairs are Transformer Engine cells (cuda, sm_90), lowered as the default matrix lowers
+them. Lowerings are cached under pytest's cache folder, keyed by the library versions and the sources that lower
 them, so a second run lowers nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -164,3 +167,122 @@ def test_goldens_are_read_like_any_module(lowered, quant):
            for path in (golden_text, lowered(quant, False, 2))]
     keys = ("streams", "drawn", "carried", "unknown", "dead_params", "dead_increments")
     assert [{k: r[k] for k in keys} for r in rng][0] == [{k: r[k] for k in keys} for r in rng][1]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Seed 001: one shared RNG stream for the bridged NVFP4 quantizers, forward-ported onto MaxText 0.2.5
+# --------------------------------------------------------------------------------------------------------------
+
+# llama3-8b te_nvfp4_no_rht unrolled, as the default matrix's TE cells lower it.
+TE_OVERRIDES = (("attention", "dot_product"),)
+
+
+@pytest.fixture(scope="session")
+def te_lowered(request):
+    """``te_lowered(quant, layers, patch=None)`` -> path of the HLO text of the TE cell (cuda, sm_90) as the maxtext
+    target lowers it, with ``patch`` ("seed-001", or a seed-000 revert) applied; lowered once, cached under pytest's
+    cache folder as ``lowered`` caches, keyed by the library versions (Transformer Engine's too) and the sources that
+    lower it."""
+    from hlo_audit.matrix import Cell  # noqa: PLC0415
+    from hlo_audit.targets import te  # noqa: PLC0415
+
+    versions = "".join(metadata.version(d) for d in ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax"))
+    sources = b"".join(Path(m.__file__).read_bytes() for m in (injected_maxtext, maxtext_target, te))
+    folder = Path(request.config.cache.mkdir("hlo-audit-seed-pairs")) / hashlib.sha256(
+        versions.encode() + sources).hexdigest()[:16]
+    folder.mkdir(exist_ok=True)
+
+    def lower(quant: str, layers: int, *patches: str) -> Path:
+        path = folder / f"{quant}_unrolled_L{layers}_cuda-sm_90{''.join('_' + p for p in patches)}.hlo.txt"
+        if not path.exists():
+            cell = Cell("llama3-8b", False, quant, layers, platform="cuda", cuda_arch="sm_90", overrides=TE_OVERRIDES)
+            with contextlib.ExitStack() as applied:
+                if injected_maxtext.SEED_001 in patches:
+                    applied.enter_context(injected_maxtext.seed_001())
+                reverts = (p for p in patches if p != injected_maxtext.SEED_001)
+                applied.enter_context(injected_maxtext.reverted(*reverts))
+                text = maxtext_target.MaxTextTarget().lower(cell).text
+            path.with_suffix(".tmp").write_text(text)
+            path.with_suffix(".tmp").replace(path)
+        return path
+
+    return lower
+
+
+# The seed's table (entry parameters, of which u32), unrolled: MaxText 0.2.5 as released, then with seed 001.
+SEED_001_TABLE = {2: ((161, 91), (77, 7)), 32: ((2231, 1351), (887, 7))}
+
+
+@pytest.mark.te
+@pytest.mark.parametrize("layers", [2, 32])
+def test_seed_001_shares_one_stream_and_diff_says_rng_state_only(te_lowered, layers):
+    """Seed 001's fix, applied as a forward patch: the seed's entry parameters, and `hlo-audit diff` says the only
+    change is RNG state (exit 1), though every rematerialized layer hands its streams through an opt-barrier.
+    L32 lowers each side in ~2.5 min (cached after)."""
+    before, after = te_lowered("te_nvfp4_no_rht", layers), te_lowered("te_nvfp4_no_rht", layers, "seed-001")
+    sides = [analyze(path.read_text(), str(path)) for path in (before, after)]
+    assert [(len(a.params), a.summary.by_dtype.get("u32", 0)) for a in sides] == list(SEED_001_TABLE[layers])
+    assert {p.role for p in sides[0].params} == {p.role for p in sides[1].params}
+    result = CliRunner().invoke(app, ["diff", str(before), str(after), "--format", "json", "--max-lines", "0"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    dropped = SEED_001_TABLE[layers][0][1] - SEED_001_TABLE[layers][1][1]  # 84 at L2, 1344 at L32
+    assert (report["verdict"], report["changes"]) == ("rng-state-only", [])
+    assert report["by_dtype_delta"] == {"u32": -dropped}
+    assert report["by_role_delta"] == {"rng_count": -dropped // 2, "rng_key": -dropped // 2}
+    # What the patch does: one Rngs (the layers' own, which the attention holds too) instead of a fork per
+    # quantized dot; its params stream is what TE's quantizer draws its stochastic rounding from.
+    (drawn,) = sides[1].rng.by_verdict("drawn")
+    assert drawn.path == "state.model.decoder.layers_0.mlp.wi_0.TEWrapper_dot_general_0.to_nnx__rngs.params"
+    assert len(sides[0].rng.by_verdict("drawn")) == 7 * layers  # each quantized dot's own params stream
+
+
+@pytest.mark.te
+def test_te_fp8_forced_onto_a_shared_stream_adds_dead_increments_only(te_lowered):
+    """te_fp8_currentscaling never draws; forcing it onto seed 001's shared stream (seed 000's TE revert makes the
+    bridge keep RNGs, seed 001 shares them) adds no entry parameter, and diff says RNG state only: the change is in
+    the RNG analysis's record, 3 streams x 7 dots x 2 layers = 42 dead counter increments per step (672 at 32
+    layers, seed 000's kernels), on the shared Rngs, which NNX now keeps under its first holder's path."""
+    plain, forced = te_lowered("te_fp8_currentscaling", 2), te_lowered("te_fp8_currentscaling", 2, "seed-001",
+                                                                       "te-keeps-rngs")
+    before, after = (analyze(path.read_text(), str(path)) for path in (plain, forced))
+    assert before.summary.by_dtype == after.summary.by_dtype == {"f32": 63, "s32": 7, "u32": 7}
+    assert diff_modules(before, after).verdict == "rng-state-only"
+    old, new = before.rng.to_record(), after.rng.to_record()
+    fields = ("streams", "carried", "dead_params", "dead_increments", "drawn_increments")
+    assert [{k: r[k] for k in fields} for r in (old, new)] == [
+        {"streams": 3, "carried": 3, "dead_params": 6, "dead_increments": 0, "drawn_increments": 0},
+        {"streams": 3, "carried": 3, "dead_params": 6, "dead_increments": 42, "drawn_increments": 0}]
+    shared = "model.decoder.layers_*.mlp.wi_0.TEWrapper_dot_general_0.to_nnx__rngs"
+    assert {p["pattern"]: (p["dead_increments"], p["paths"]["carried"]) for p in new["patterns"]} == {
+        f"{shared}.{s}": (14, [f"state.{shared.replace('*', '0')}.{s}"]) for s in ("aqt", "dropout", "params")}
+    assert {p["pattern"]: p["dead_increments"] for p in old["patterns"]} == {
+        f"model.decoder.layers_*.self_attention.rngs.{s}": 0 for s in ("aqt", "dropout", "params")}
+
+
+@pytest.mark.te
+def test_seed_001_patch_says_which_backends_share_and_is_undone_on_exit():
+    """The patch's ApplyRngs, as seed 001 describes it: NVFP4 (stochastic rounding on) SHARED, the other TE recipes
+    NONE, fp8 NONE, AQT PRIVATE; and MaxText is as released once the block is left."""
+    import types  # noqa: PLC0415
+
+    from hlo_audit.targets import te  # noqa: PLC0415
+    from maxtext.layers import linears, moe, nnx_wrappers, quantizations  # noqa: PLC0415
+
+    te.load()
+    released = (linears.DenseGeneral.__init__, moe.GateLogit.__init__)
+
+    def te_backend(recipe):
+        config = types.SimpleNamespace(quantization=recipe, te_comm_gemm_overlap=None)
+        return quantizations.TransformerEngineQuantization(config)
+
+    with injected_maxtext.seed_001():
+        shared = {recipe: te_backend(recipe).apply_rngs.name
+                  for recipe in ("te_nvfp4", "te_nvfp4_no_rht", "te_fp8_currentscaling", "te_mxfp8")}
+        assert shared == {"te_nvfp4": "SHARED", "te_nvfp4_no_rht": "SHARED", "te_fp8_currentscaling": "NONE",
+                          "te_mxfp8": "NONE"}
+        assert quantizations.Fp8Quantization().apply_rngs.name == "NONE"
+        assert quantizations.AqtQuantization.apply_rngs.fget(quantizations.AqtQuantization).name == "PRIVATE"
+    assert (linears.DenseGeneral.__init__, moe.GateLogit.__init__) == released
+    assert not hasattr(nnx_wrappers.ToNNX, "share_rngs") and not hasattr(quantizations, "ApplyRngs")
+    assert not hasattr(te_backend("te_nvfp4"), "apply_rngs")

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.constants import golden_summary
-from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.normalize import normalize_with_printed
+from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.rng import strip_rng_state
-from hlo_audit.hlo.text import HloModule
+from hlo_audit.hlo.text import Computation, HloModule
 
 VERDICTS = ("identical", "identical-after-normalization", "rng-state-only", "changed")
 DEFAULT_TEXT_DIFF_LINES = 200
@@ -142,34 +143,76 @@ def _histogram(module: HloModule, key, computations: Collection[str] | None = No
     return Counter(key(i) for name in computations for i in module.computations[name].instructions)
 
 
-def _kinds_of_change(old: HloModule, new: HloModule, params_differ: bool) -> list[str]:
-    """What differs between two modules whose canonical texts differ: ``ops`` (opcode counts), ``shapes``
-    (opcode x dtype x dims counts), ``layouts`` / ``shardings`` (for an opcode and shape both modules have,
-    the layouts / shardings its instructions carry; a shape only one module has is a change of shapes),
-    else ``attributes``."""
+@dataclass(frozen=True)
+class _Side:
+    """One module as diff compares its kinds of change: the computations its canonical text prints (one of each
+    set of identical ones, so that a golden's text and its raw lowering count alike) and its entry parameters."""
+
+    module: HloModule
+    printed: frozenset[str]
+    params: Sequence[EntryParam]
+
+    def computations(self) -> list[Computation]:
+        return [c for name, c in self.module.computations.items() if name in self.printed]
+
+    def instructions(self):
+        for comp in self.computations():
+            yield from comp.instructions
+
+
+def _kinds_of_change(old: _Side, new: _Side, params_differ: bool) -> list[str]:
+    """What differs between two modules whose canonical texts differ, each kind comparing like with like.
+
+    ``ops``: how many instructions of each opcode. ``shapes``: how many values of each shape (dtype and dims);
+    where the ops are the same, also which opcode makes which shape. ``layouts`` / ``shardings``: the layouts /
+    shardings of the same thing on both sides: an entry parameter (by state path, same shape), or, per opcode
+    and shape, the instructions of the entry, or of computations that are the same on both sides but for layouts
+    and shardings (the same opcodes and shapes). A computation only one side has is a change of ops and shapes,
+    never of the shardings of what it shares a shape with elsewhere. Anything else is ``attributes``.
+    """
     kinds = ["parameters"] if params_differ else []
-    if _histogram(old, lambda i: i.opcode) != _histogram(new, lambda i: i.opcode):
+    old_ops, new_ops = (_histogram_of(side, lambda i: i.opcode) for side in (old, new))
+    if old_ops != new_ops:
         kinds.append("ops")
-    if _histogram(old, _shape_key) != _histogram(new, _shape_key):
+    old_shapes, new_shapes = (_histogram_of(side, lambda i: (i.shape.dtype, i.shape.dims)) for side in (old, new))
+    if old_shapes != new_shapes or (
+            old_ops == new_ops and _histogram_of(old, _shape_key) != _histogram_of(new, _shape_key)):
         kinds.append("shapes")
     for kind, aspect in (("layouts", lambda i: i.shape.layout), ("shardings", lambda i: i.attrs.get("sharding"))):
-        before, after = _aspects_by_shape(old, aspect), _aspects_by_shape(new, aspect)
+        before, after = _aspects_of_the_same(old, aspect), _aspects_of_the_same(new, aspect)
         if any(before[key] != after[key] for key in before.keys() & after.keys()):
             kinds.append(kind)
     return kinds or ["attributes"]
 
 
+def _histogram_of(side: _Side, key) -> Counter:
+    return Counter(key(i) for i in side.instructions())
+
+
 def _shape_key(instr) -> tuple:
-    return instr.opcode, instr.shape.dtype, instr.shape.dims
+    return instr.opcode, instr.shape.dtype or "tuple", instr.shape.dims
 
 
-def _aspects_by_shape(module: HloModule, aspect) -> dict[tuple, set]:
-    """Per opcode and shape, the set of values ``aspect`` takes: how many instructions have them is the
-    business of ``ops`` and ``shapes``."""
+def _aspects_of_the_same(side: _Side, aspect) -> dict[tuple, set]:
+    """What ``aspect`` (a layout, a sharding) is, per thing both sides can have: ``("param", path, dtype, dims)``
+    for an entry parameter; ``(computation, opcode, dtype, dims)`` for the instructions of the entry
+    (``computation`` None) or of computations with that skeleton (their opcodes and shapes, counted)."""
+    paths = {p.index: p.path for p in side.params}
     found: dict[tuple, set] = {}
-    for instr in module.instructions():
-        found.setdefault(_shape_key(instr), set()).add(aspect(instr))
+    for comp in side.computations():
+        where = None if comp.is_entry else _skeleton(comp)
+        for instr in comp.instructions:
+            if comp.is_entry and instr.opcode == "parameter" and instr.parameter_number in paths:
+                key = ("param", paths[instr.parameter_number], instr.shape.dtype, instr.shape.dims)
+            else:
+                key = (where, *_shape_key(instr))
+            found.setdefault(key, set()).add(aspect(instr))
     return found
+
+
+def _skeleton(comp: Computation) -> tuple:
+    """A computation as far as layouts and shardings are no part of it: its opcodes and shapes, counted."""
+    return tuple(sorted(Counter(_shape_key(i) for i in comp.instructions).items()))
 
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
@@ -186,13 +229,16 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     else:
         old_stripped, old_kept = strip_rng_state(old.module, old.params)
         new_stripped, new_kept = strip_rng_state(new.module, new.params)
+        (old_canonical, old_printed), (new_canonical, new_printed) = (
+            normalize_with_printed(old_stripped, old_kept), normalize_with_printed(new_stripped, new_kept))
         has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
-        if has_rng_state and normalize(old_stripped, old_kept) == normalize(new_stripped, new_kept):
+        if has_rng_state and old_canonical == new_canonical:
             verdict, changes = "rng-state-only", []
         else:
             non_rng_params_differ = any(not g.role.startswith("rng_") for g in added + removed)
             verdict = "changed"
-            changes = _kinds_of_change(old_stripped, new_stripped, non_rng_params_differ)
+            changes = _kinds_of_change(_Side(old_stripped, old_printed, old_kept),
+                                       _Side(new_stripped, new_printed, new_kept), non_rng_params_differ)
     text_diff: list[str] = []
     omitted = 0
     if verdict in ("rng-state-only", "changed"):

@@ -43,6 +43,18 @@ class KeptPositions:
         return len(self.params) != self.n_params or self.outputs is not None
 
 
+def output_aliases(header_attrs: Mapping[str, str]) -> list[tuple[tuple[int, ...], int]]:
+    """``input_output_alias``'s pairs: (output shape index, entry parameter number) of each output that reuses a
+    parameter's buffer (a whole parameter: jax aliases donated arguments, never a part of one)."""
+    aliases = []
+    for m in _ALIAS.finditer(header_attrs.get("input_output_alias", "")):
+        if m.group(3).strip():
+            continue
+        output = tuple(int(i) for i in m.group(1).replace(" ", "").split(",") if i)
+        aliases.append((output, int(m.group(2))))
+    return aliases
+
+
 def drop_positions(header_attrs: Mapping[str, str], kept: KeptPositions) -> dict[str, str]:
     """The header's attributes without the removed parameters' and outputs' entries, the rest renumbered;
     attributes that enumerate no positions as they are."""

@@ -19,11 +19,14 @@ the context of their actual operands, tuple element by tuple element, so one str
 into another's through the loop state of a scan. While loops iterate to a fixed point; a loop condition
 or branch index that depends on RNG state adds its bits to every result (control dependence).
 
-At the entry ROOT, an output leaf that depends only on stream *s*'s own key and count, not through random
-bits, is *s*'s own state (the returned key, the incremented count). Any other output that depends on *s*
-decides its verdict: through random bits, ``drawn``; through something not understood, ``unknown``;
-without random bits at all (the key used as plain data), ``unknown`` too, saying where. A stream that
-reaches no other output is ``carried``: dead state.
+At the entry ROOT, *s*'s own state (the returned key, the incremented count) is the output leaves that reuse
+the buffers of *s*'s key and count parameters (``input_output_alias``: jax aliases a donated train state's new
+value to the old, as MaxText's and NNX's steps donate it). An output aliased to no parameter is *s*'s own state
+if it depends only on *s*'s own key and count, not through random bits. (Aliases say it where dataflow cannot: a
+count advanced in one branch of a ``conditional`` on the data depends on every stream the data drew from.) Any
+other output that depends on *s* decides its verdict: through random bits, ``drawn``; through something not
+understood, ``unknown``; without random bits at all (the key used as plain data), ``unknown`` too, saying where. A
+stream that reaches no other output is ``carried``: dead state.
 
 This is what the numerical oracle in the tests checks: change one stream's key, run the step, compare
 every output but the stream's own state.
@@ -36,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo import custom_calls
+from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.params import EntryParam, collapse_layers
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
@@ -55,6 +59,9 @@ PASS_THROUGH_CUSTOM_CALLS = frozenset({
     "LayoutConstraint", "annotate_device_placement", "xla.sdy.FuncResultSharding",
     "xla.sdy.GlobalToLocalShape", "xla.sdy.LocalToGlobalShape", "xla.sdy.ShardingGroup",
 })
+# Operand 0 passes through unchanged, tuple element by tuple element. Without this an opt-barrier would join every
+# element it holds: MaxText's rematerialized layers read their streams' keys back from one, each beside the others.
+IDENTITY_OPCODES = frozenset({"opt-barrier", "copy", "domain", "add-dependency", "async-update"})
 # Values that leave the program: where RNG state goes through one of these, the analysis cannot follow.
 SIDE_EFFECTS = frozenset({"outfeed", "send", "send-done", "infeed", "recv", "recv-done"})
 NO_DATA = frozenset({"constant", "iota", "partition-id", "replica-id", "after-all", "rng-get-and-update-state"})
@@ -184,8 +191,12 @@ class _Dataflow:
                 return result
             # ((operands), result, context): async-done reads the result element back.
             return Tup((Tup(operands), result, *(_fill(e, ZERO) for e in instr.shape.elements[2:])))
-        if op == "async-done" and isinstance(operands[0], Tup):
-            return operands[0][1]
+        if op in IDENTITY_OPCODES:
+            return operands[0]
+        if op == "copy-start":  # (destination, source, context): the copy is the source
+            return Tup((operands[0], operands[0], *(_fill(e, ZERO) for e in instr.shape.elements[2:])))
+        if op in ("async-done", "copy-done") and isinstance(operands[0], Tup):
+            return operands[0][1 if op == "async-done" else 0]
         if op == "while":
             return self.while_loop(comp, instr, operands[0], events)
         if op == "conditional":
@@ -324,7 +335,10 @@ class Stream:
     count: EntryParam | None
     verdict: str  # drawn | carried | unknown
     where: str  # drawn: the random-bit site first reached; unknown: where the flow left the analysis
-    increments: float  # count elements incremented per step (loop trip counts included)
+    # Count elements incremented per step: every increment the step executes, loop trip counts included. Each is a
+    # scalar kernel (seed 000's 673 per step), so one that a rematerialized layer's backward pass recomputes counts
+    # twice.
+    increments: float
 
     @property
     def params(self) -> int:
@@ -349,10 +363,19 @@ class RngReport:
         return {v: len(self.by_verdict(v)) for v in VERDICTS}
 
     def to_record(self, with_streams: bool = True) -> dict:
-        """What results, the cache and ``--format json`` keep: totals, per pattern, and (optionally) per stream."""
+        """What results, the cache and ``--format json`` keep: totals, per pattern, and (optionally) per stream.
+
+        Counter increments per step are given by verdict, in total (``dead_increments`` for the carried streams,
+        ``drawn_increments``, ``unknown_increments``) and per pattern with the paths of its streams: what a ratchet
+        on them compares, and what a finding names when they grow (seed 000's throughput loss was 672 dead ones at
+        32 layers, with no entry parameter added where a stream was forced onto a shared one).
+        """
         record = {"streams": len(self.streams), **self.counts(), "dead_params": self.dead_params,
                   "dead_bytes": sum(s.bytes for s in self.dead),
-                  "dead_increments": _number(self.dead_increments), "increments_exact": self.increments_exact,
+                  "dead_increments": _number(self.dead_increments),
+                  "drawn_increments": _number(self.increments_of("drawn")),
+                  "unknown_increments": _number(self.increments_of("unknown")),
+                  "increments_exact": self.increments_exact,
                   "patterns": [p.to_record() for p in self.patterns()]}
         if with_streams:
             record["stream_list"] = [s.to_record() for s in self.streams]
@@ -371,7 +394,11 @@ class RngReport:
 
     @property
     def dead_increments(self) -> float:
-        return sum(s.increments for s in self.dead)
+        return self.increments_of("carried")
+
+    def increments_of(self, verdict: str) -> float:
+        """Counter increments per step of the streams with ``verdict``."""
+        return sum(s.increments for s in self.by_verdict(verdict))
 
     def patterns(self) -> list["PatternCount"]:
         """Per stream pattern: streams by verdict and what the carried ones cost, most dead state first."""
@@ -390,7 +417,10 @@ class PatternCount:
     unknown: int = 0
     dead_params: int = 0
     dead_increments: float = 0
+    drawn_increments: float = 0
+    unknown_increments: float = 0
     where: str = ""  # for unknown streams, the first place the analysis lost them
+    paths: dict[str, list[str]] = field(default_factory=lambda: {v: [] for v in VERDICTS})  # verdict -> streams
 
     @property
     def streams(self) -> int:
@@ -398,16 +428,22 @@ class PatternCount:
 
     def add(self, s: Stream) -> None:
         setattr(self, s.verdict, getattr(self, s.verdict) + 1)
+        self.paths[s.verdict].append(s.path)
         if s.verdict == "carried":
             self.dead_params += s.params
             self.dead_increments += s.increments
-        elif s.verdict == "unknown" and not self.where:
-            self.where = s.where
+        elif s.verdict == "drawn":
+            self.drawn_increments += s.increments
+        else:
+            self.unknown_increments += s.increments
+            self.where = self.where or s.where
 
     def to_record(self) -> dict:
         return {"pattern": self.pattern, "streams": self.streams, "drawn": self.drawn, "carried": self.carried,
                 "unknown": self.unknown, "dead_params": self.dead_params,
-                "dead_increments": _number(self.dead_increments), "where": self.where}
+                "dead_increments": _number(self.dead_increments), "drawn_increments": _number(self.drawn_increments),
+                "unknown_increments": _number(self.unknown_increments), "where": self.where,
+                "paths": {v: list(paths) for v, paths in self.paths.items()}}
 
 
 def _number(x: float) -> int | float:
@@ -445,24 +481,47 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
     flow = _Dataflow(module, count_bits)
     root, events = flow.run(module.entry, inputs)
     outputs = list(zip(_leaves(root), module.entry.root.shape.leaves()))
+    aliased = _aliased_leaves(module)  # output leaf -> the parameter number whose new value it is
     result = []
     for i, (path, key, count) in enumerate(streams):
         key_bit, count_bit = 1 << (2 * i), 1 << (2 * i + 1)
         own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
+        own_params = {p.index for p in (key, count) if p is not None}
         own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
-        verdict, where = _verdict(outputs, own, own_shapes, key_bit if key is not None else count_bit, events)
+        verdict, where = _verdict(outputs, own, own_params, own_shapes, aliased,
+                                  key_bit if key is not None else count_bit, events)
         result.append(Stream(path=path, pattern=collapse_layers(path).removeprefix("state."), key=key, count=count, verdict=verdict, where=where,
                              increments=events.increments.get(count_bit, 0) if count is not None else 0))
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
 
 
-def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_shapes: set[str], key_bit: int,
-             events: _Events) -> tuple[str, str]:
+def _aliased_leaves(module: HloModule) -> dict[int, int]:
+    """Leaf of the root's shape (in ``Shape.leaves`` order) -> the entry parameter number it is aliased to."""
+    root_shape = module.entry.root.shape
+    leaves = {}
+    for output, parameter in output_aliases(module.header_attrs):
+        shape, first = root_shape, 0
+        try:
+            for i in output:
+                first += sum(len(e.leaves()) for e in shape.elements[:i])
+                shape = shape.elements[i]
+        except IndexError:
+            continue
+        if not shape.is_tuple:
+            leaves[first] = parameter
+    return leaves
+
+
+def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_params: set[int], own_shapes: set[str],
+             aliased: dict[int, int], key_bit: int, events: _Events) -> tuple[str, str]:
     influenced = []  # (output index, leaf) of outputs that are not this stream's own state
     for index, ((k, b, u), shape) in enumerate(outputs):
         if not k & own:
             continue
-        if not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_shapes:
+        if index in aliased:
+            if aliased[index] in own_params:
+                continue  # the stream's new key or count, in the old one's buffer
+        elif not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_shapes:
             continue  # the stream's own key or count, handed back
         influenced.append((index, (k, b, u)))
     if not influenced:
