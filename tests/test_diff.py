@@ -14,7 +14,7 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import parse_module
-from hlo_audit.targets.base import hlo_text
+from hlo_audit.stages.lowered import hlo_text
 
 
 def _diff(old_spec: ModelSpec, new_spec: ModelSpec, **kw):
