@@ -319,10 +319,8 @@ class Launch:
     times: int  # runs per step if its branch runs: the trip counts of enclosing loops multiplied
     counted: bool  # False inside a conditional branch that is not the largest (module doc)
     reads: tuple[int, ...]  # entry parameter numbers it reads directly
-
-    @property
-    def is_scalar(self) -> bool:
-        return self.category == "kernel" and self.grid == (1, 1, 1) and self.threads == (1, 1, 1)
+    # A generated kernel of one block of one thread (from a module: a loop fusion of one-element outputs).
+    is_scalar: bool = False
 
     @property
     def per_step(self) -> int:
@@ -389,6 +387,8 @@ class LaunchReport:
     unknown_trip_counts: tuple[str, ...] = ()  # while loops counted once: their trip count is not known
     conditionals: int = 0  # conditionals, each counted by its largest branch
     attributed: bool = False  # launches carry the HLO instruction (metadata and module were given)
+    # Counted from the scheduled module (``module_launches``) rather than codegen's thunk sequence.
+    from_module: bool = False
 
     @property
     def total(self) -> int:
@@ -445,7 +445,7 @@ class LaunchReport:
                   "by_category": self.by_category, "by_kind": self.by_kind, "scalar": self.scalar,
                   "collectives": self.collectives, "exact": self.exact,
                   "unknown_trip_counts": list(self.unknown_trip_counts), "conditionals": self.conditionals,
-                  "attributed": self.attributed,
+                  "attributed": self.attributed, "from_module": self.from_module,
                   "scalar_groups": [g.to_record() for g in self.groups(scalar_only=True)]}
         if with_launches:
             params = self.param_by_number()
@@ -500,7 +500,8 @@ def launch_report(sequence: str, metadata: str | None = None, module: HloModule 
             launches.append(Launch(
                 thunk_id=thunk.id, kind=thunk.kind, category=kind_category, kernel=thunk.kernel, instruction=name,
                 target=target, grid=thunk.grid, threads=thunk.threads, shared_memory=thunk.shared_memory,
-                scope=scope, times=times, counted=counted, reads=tuple(sorted(operand_reads))))
+                scope=scope, times=times, counted=counted, reads=tuple(sorted(operand_reads)),
+                is_scalar=kind_category == "kernel" and thunk.is_scalar))
             return times
         label = instruction_of(thunk) or f"{thunk.kind}@{thunk.id:03d}"
         if thunk.kind == "kWhile":
@@ -537,6 +538,128 @@ def launch_report(sequence: str, metadata: str | None = None, module: HloModule 
     return LaunchReport(thunks=len(thunks), launches=tuple(launches), params=tuple(params),
                         unknown_trip_counts=tuple(unknown), conditionals=conditionals,
                         attributed=bool(annotations) and module is not None)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The same count from the scheduled module, before codegen
+# --------------------------------------------------------------------------------------------------------------
+
+# Custom call targets XLA's GPU backend runs as library thunks of their own kind; AllocateBuffer emits none.
+_LIBRARY_TARGETS = (("__cublas$lt$matmul", "kCublasLtMatmul"), ("__cublas$gemm", "kGemm"), ("__cudnn$", "kCuDnn"),
+                    ("__cub$", "kCubSort"), ("__cufft", "kFft"))
+_NO_THUNK_TARGETS = frozenset({"AllocateBuffer"})
+_NO_WORK = frozenset({"parameter", "constant", "get-tuple-element", "tuple", "bitcast", "optimization-barrier",
+                      "after-all", "add-dependency", "domain", "opt-barrier"})
+_COLLECTIVE_OPCODES = re.compile(r"^(all-gather|all-reduce|all-to-all|ragged-all-to-all|reduce-scatter|"
+                                 r"collective-permute|collective-broadcast)(-start)?$")
+
+
+def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> LaunchReport:
+    """Launches per step predicted from the scheduled module after optimizations, before any code exists.
+
+    One thunk per fusion (a generated kernel; a cuDNN fusion a library call), per custom call (its library
+    kind; ``AllocateBuffer`` none), per copy and copy-start, per collective (``*-done`` none), per host
+    transfer (a fusion XLA runs as a copy at a computed address, its root marked ``dynamic_slice_config``, as a
+    copy); none for parameters, constants, tuples, get-tuple-element, bitcasts; while bodies per trip,
+    conditionals by their largest branch, async and called computations through. Scalar: a loop fusion whose
+    outputs are one element each, which XLA launches as one block of one thread. What only codegen decides is
+    not seen: a sort fusion's extra copy into its output buffer, a reduction's memset, a copy elided by buffer
+    assignment (``launches``' counts are measured against the thunk sequence: module docs of stages/cuda.py).
+    """
+    reads = ParameterReads(module)
+    launches: list[Launch] = []
+    unknown: list[str] = []
+    conditionals = 0
+
+    def add(instr: Instruction, kind: str, scope: tuple[str, ...], times: int, counted: bool,
+            scalar: bool = False) -> int:
+        launches.append(Launch(
+            thunk_id=-1, kind=kind, category=category(kind), kernel="", instruction=instr.name,
+            target=instr.custom_call_target if instr.opcode == "custom-call" else "", grid=None, threads=None,
+            shared_memory=None, scope=scope, times=times, counted=counted,
+            reads=tuple(sorted(reads.operand_reads(instr.name))), is_scalar=scalar))
+        return times
+
+    def walk(comp: Computation, scope: tuple[str, ...], times: int, counted: bool) -> int:
+        nonlocal conditionals
+        total = 0
+        for instr in comp.instructions:
+            op = instr.opcode
+            if op in _NO_WORK or op.endswith("-done") or op == "async-update":
+                continue
+            if op == "fusion":
+                fused = module.computations.get(instr.attrs.get("calls", "").strip().lstrip("%"))
+                if '"kind":"__cudnn$' in instr.attrs.get("backend_config", ""):
+                    total += add(instr, "kCuDnn", scope, times, counted)
+                elif fused is not None and fused.instructions and "dynamic_slice_config" in fused.root.attrs.get(
+                        "backend_config", ""):
+                    # A (dynamic-update-)slice at an address computed on the host: a copy, not a kernel.
+                    total += add(instr, "kCopy", scope, times, counted)
+                else:
+                    scalar = instr.attrs.get("kind") == "kLoop" and all(
+                        leaf.num_elements == 1 for leaf in instr.shape.leaves())
+                    total += add(instr, "kCustomKernel", scope, times, counted, scalar)
+            elif op == "custom-call":
+                target = instr.custom_call_target
+                if target not in _NO_THUNK_TARGETS:
+                    kind = next((k for prefix, k in _LIBRARY_TARGETS if target.startswith(prefix)), "kCustomCall")
+                    total += add(instr, kind, scope, times, counted)
+            elif op in ("copy", "copy-start"):
+                total += add(instr, "kCopy", scope, times, counted)
+            elif _COLLECTIVE_OPCODES.match(op):
+                base = _COLLECTIVE_OPCODES.match(op).group(1)
+                kind = "k" + "".join(w.capitalize() for w in base.split("-")) + ("Start" if op.endswith("-start") else "")
+                total += add(instr, kind, scope, times, counted)
+            elif op in ("send", "recv", "infeed", "outfeed"):
+                total += add(instr, "kHost" + op.capitalize() if op in ("send", "recv") else "k" + op.capitalize(),
+                             scope, times, counted)
+            elif op == "while":
+                body = module.computations.get(instr.attrs.get("body", "").strip().lstrip("%"))
+                condition = module.computations.get(instr.attrs.get("condition", "").strip().lstrip("%"))
+                n = trip_count(comp, instr, condition) if condition is not None else None
+                if n is None:
+                    unknown.append(instr.name)
+                    n = 1
+                if condition is not None:
+                    total += walk(condition, (*scope, f"{instr.name}:condition"), times * (n + 1), counted)
+                if body is not None:
+                    total += walk(body, (*scope, f"{instr.name}:body"), times * n, counted)
+            elif op == "conditional":
+                conditionals += 1
+                branches = [module.computations[c] for c in instr.called_computations() if c in module.computations]
+                sizes = [_module_size(module, b) for b in branches]
+                largest = max(range(len(branches)), key=lambda i: sizes[i]) if branches else -1
+                for i, branch in enumerate(branches):
+                    added = walk(branch, (*scope, f"{instr.name}:{branch.name}"), times, counted and i == largest)
+                    total += added if i == largest else 0
+            elif op in ("async-start", "call"):
+                for called in instr.called_computations():
+                    if called in module.computations:
+                        total += walk(module.computations[called], scope, times, counted)
+            elif op in ("partition-id", "replica-id"):
+                total += add(instr, "kPartitionId" if op == "partition-id" else "kReplicaId", scope, times, counted)
+            else:  # an operation left unfused (sort, rng-bit-generator...): a kernel of its own
+                total += add(instr, "kKernel", scope, times, counted)
+        return total
+
+    walk(module.entry, (), 1, True)
+    return LaunchReport(thunks=len(launches), launches=tuple(launches), params=tuple(params),
+                        unknown_trip_counts=tuple(unknown), conditionals=conditionals, attributed=True,
+                        from_module=True)
+
+
+def _module_size(module: HloModule, comp: Computation) -> int:
+    """Instructions of ``comp`` (and what it calls, loops not unrolled) that emit work: picks the largest branch."""
+    size = 0
+    for instr in comp.instructions:
+        if instr.opcode in _NO_WORK or instr.opcode.endswith("-done"):
+            continue
+        if instr.opcode in ("while", "conditional", "async-start", "call"):
+            size += sum(_module_size(module, module.computations[c]) for c in instr.called_computations()
+                        if c in module.computations)
+        elif not (instr.opcode == "custom-call" and instr.custom_call_target in _NO_THUNK_TARGETS):
+            size += 1
+    return size
 
 
 def _branch_size(members: list[Thunk], children: dict[int | None, list[Thunk]]) -> int:
