@@ -557,7 +557,8 @@ _COLLECTIVE_OPCODES = re.compile(r"^(all-gather|all-reduce|all-to-all|ragged-all
 def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> LaunchReport:
     """Launches per step predicted from the scheduled module after optimizations, before any code exists.
 
-    One thunk per fusion (a generated kernel; a cuDNN fusion a library call), per custom call (its library
+    One thunk per fusion (a generated kernel; a cuDNN fusion a library call; a fused collective XLA's collective
+    kernel), per custom call (its library
     kind; ``AllocateBuffer`` none), per copy and copy-start, per collective (``*-done`` none), per host
     transfer (a fusion XLA runs as a copy at a computed address, its root marked ``dynamic_slice_config``, as a
     copy); none for parameters, constants, tuples, get-tuple-element, bitcasts; while bodies per trip,
@@ -591,6 +592,9 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
                 fused = module.computations.get(instr.attrs.get("calls", "").strip().lstrip("%"))
                 if '"kind":"__cudnn$' in instr.attrs.get("backend_config", ""):
                     total += add(instr, "kCuDnn", scope, times, counted)
+                elif fused is not None and any(_COLLECTIVE_OPCODES.match(i.opcode) for i in fused.instructions):
+                    # A collective fused into a kernel of XLA's own (a one-shot all-reduce): kCollectiveKernel.
+                    total += add(instr, "kCollectiveKernel", scope, times, counted)
                 elif fused is not None and fused.instructions and "dynamic_slice_config" in fused.root.attrs.get(
                         "backend_config", ""):
                     # A (dynamic-update-)slice at an address computed on the host: a copy, not a kernel.
