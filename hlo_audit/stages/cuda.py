@@ -122,6 +122,8 @@ class CudaCompilation:
     seconds: float  # the compile (stage optimized: the capture, the child and its wait)
     # The child's peak RSS (stage optimized), which the parent's own peak does not include.
     child_peak_rss_bytes: int | None = None
+    # Stage optimized: seconds of the capture, of the child's setup (jax, devices, module) and of XLA's work.
+    phases: dict[str, float] | None = None
 
     def launches(self) -> LaunchReport:
         """Launches per step: from the thunk sequence (compiled), else from the scheduled module (optimized)."""
@@ -136,7 +138,7 @@ class CudaCompilation:
         return {"stage": self.stage, "memory": self.memory, "cost": self.cost,
                 "parameters": [[dtype, list(dims)] for dtype, dims in self.parameters],
                 "arg_keys_checked": self.arg_keys is not None, "seconds": round(self.seconds, 3),
-                "child_peak_rss_bytes": self.child_peak_rss_bytes}
+                "child_peak_rss_bytes": self.child_peak_rss_bytes, "phases": self.phases}
 
 
 def _dump_options(dump: Path) -> dict[str, object]:
@@ -225,6 +227,7 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
 
     start = time.perf_counter()
     module, options, device_ids = compile_request(lowered)
+    captured = time.perf_counter()
     if _CUSTOM_PARTITIONING in module:
         raise CudaCompileError("the module partitions ops through jax custom_partitioning callbacks (Transformer "
                                "Engine on more than one GPU), which only the lowering process holds: stage "
@@ -254,7 +257,8 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
     return CudaCompilation(
         stage="optimized", module=text, memory=result["memory"], cost=result["cost"], parameters=parameters,
         arg_keys=checked_arg_keys(lowered, [(d, dims) for d, dims in parameters]), thunk_sequence=None,
-        thunk_metadata=None, seconds=time.perf_counter() - start, child_peak_rss_bytes=result.get("peak_rss_bytes"))
+        thunk_metadata=None, seconds=time.perf_counter() - start, child_peak_rss_bytes=result.get("peak_rss_bytes"),
+        phases={"capture": round(captured - start, 3), **result.get("child_seconds", {})})
 
 
 def _child(work: Path) -> None:
@@ -262,6 +266,8 @@ def _child(work: Path) -> None:
     without waiting for codegen."""
     try:
         result = _optimize(work)
+        result["child_seconds"] = {"setup": round(_SETUP_DONE - _CHILD_START, 3),
+                                   "xla": round(time.perf_counter() - _SETUP_DONE, 3)}
     except Exception as error:  # noqa: BLE001 (XLA's message is the cell's, reported by the parent)
         result = {"error": _one_line(error)}
     import resource  # noqa: PLC0415
@@ -290,6 +296,8 @@ def _optimize(work: Path) -> dict:
     options = xla_client.CompileOptions.ParseFromString((work / "options.pb").read_bytes())
     options.env_option_overrides = [*options.env_option_overrides, *_dump_options(dump).items()]
     module = ir.Module.parse((work / "module.mlirbc").read_bytes(), context=mlir.make_ir_context())
+    global _SETUP_DONE
+    _SETUP_DONE = time.perf_counter()
 
     ended: list[BaseException | None] = []
 
@@ -326,6 +334,8 @@ def _optimize(work: Path) -> dict:
     return {"module": str(found[0]), "parameters": parameter_shapes(parsed),
             "memory": memory_from_buffer_assignment(found[1].read_text()), "cost": _generic_cost(parsed)}
 
+
+_CHILD_START = _SETUP_DONE = time.perf_counter()  # the child's own clock: jax's import and devices vs XLA's work
 
 if __name__ == "__main__":
     _child(Path(sys.argv[1]))
