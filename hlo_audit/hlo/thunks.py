@@ -560,8 +560,8 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
     One thunk per fusion (a generated kernel; a cuDNN fusion a library call; a fused collective XLA's collective
     kernel), per custom call (its library
     kind; ``AllocateBuffer`` none), per copy and copy-start, per collective (``*-done`` none), per host
-    transfer (a fusion XLA runs as a copy at a computed address, its root marked ``dynamic_slice_config``, as a
-    copy); none for parameters, constants, tuples, get-tuple-element, bitcasts; while bodies per trip,
+    transfer (a fusion XLA runs as a copy: a slice of contiguous bytes, or a dynamic slice at an address computed
+    on the host, its root marked ``dynamic_slice_config``); none for parameters, constants, tuples, get-tuple-element, bitcasts; while bodies per trip,
     conditionals by their largest branch, async and called computations through. Scalar: a loop fusion whose
     outputs are one element each, which XLA launches as one block of one thread. What only codegen decides is
     not seen: a sort fusion's extra copy into its output buffer, a reduction's memset, a copy elided by buffer
@@ -595,9 +595,10 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
                 elif fused is not None and any(_COLLECTIVE_OPCODES.match(i.opcode) for i in fused.instructions):
                     # A collective fused into a kernel of XLA's own (a one-shot all-reduce): kCollectiveKernel.
                     total += add(instr, "kCollectiveKernel", scope, times, counted)
-                elif fused is not None and fused.instructions and "dynamic_slice_config" in fused.root.attrs.get(
-                        "backend_config", ""):
-                    # A (dynamic-update-)slice at an address computed on the host: a copy, not a kernel.
+                elif fused is not None and fused.instructions and (
+                        "dynamic_slice_config" in fused.root.attrs.get("backend_config", "") or _contiguous_slice(fused)):
+                    # A (dynamic-update-)slice at an address computed on the host, or a slice of contiguous bytes:
+                    # XLA copies them instead of launching a kernel.
                     total += add(instr, "kCopy", scope, times, counted)
                 else:
                     scalar = instr.attrs.get("kind") == "kLoop" and all(
@@ -650,6 +651,36 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
     return LaunchReport(thunks=len(launches), launches=tuple(launches), params=tuple(params),
                         unknown_trip_counts=tuple(unknown), conditionals=conditionals, attributed=True,
                         from_module=True)
+
+
+_SLICE_RANGE = re.compile(r"\[\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?\]")
+
+
+def _contiguous_slice(fused: Computation) -> bool:
+    """A fusion of one parameter and a root ``slice`` whose bytes are one contiguous range of the parameter's:
+    unit strides, every dimension minor to the first partial one whole, every dimension major to it of size 1.
+    Measured: 71 such fusions of MaxText llama3-8b on 8 GPUs (slices of the stacked f32[16] and bf16 buffers) are
+    kCopy thunks."""
+    if len(fused.instructions) != 2 or fused.root.opcode != "slice":
+        return False
+    operand = fused.by_name.get(fused.root.operands[0]) if fused.root.operands else None
+    if operand is None or operand.opcode != "parameter" or operand.shape.is_tuple:
+        return False
+    ranges = [(int(a), int(b), int(c or 1)) for a, b, c in _SLICE_RANGE.findall(fused.root.attrs.get("slice", ""))]
+    dims = operand.shape.dims
+    if len(ranges) != len(dims) or any(stride != 1 for _, _, stride in ranges):
+        return False
+    layout = operand.shape.layout
+    minor_to_major = [int(d) for d in re.findall(r"\d+", layout.split(":")[0])] if layout else list(
+        reversed(range(len(dims))))
+    partial = False
+    for dim in minor_to_major:
+        start, limit, _ = ranges[dim]
+        if partial and limit - start != 1:
+            return False
+        if (start, limit) != (0, dims[dim]):
+            partial = True
+    return True
 
 
 def _module_size(module: HloModule, comp: Computation) -> int:
