@@ -50,6 +50,8 @@ def run_cell(name: str, out: Path, optimized: bool, dump: Path | None, topology:
     gpu, default_topology, quant, revert, arch = CELLS[name]
     topology = topology or default_topology
     sys.path.insert(0, str(ROOT / "tests"))
+    import jax
+
     from hlo_audit.hlo.analysis import analyze
     from hlo_audit.matrix import Cell
     from hlo_audit.stages.cuda import compile_for_cuda, cuda_devices, gpu_target_config, optimize_for_cuda
@@ -69,12 +71,16 @@ def run_cell(name: str, out: Path, optimized: bool, dump: Path | None, topology:
         reverted = injected_maxtext.reverted(revert)
 
     def te_mesh():
-        """MaxText's TE mesh resource, which TE's partitioning callbacks assert on more than one GPU."""
+        """The TE mesh resource MaxText sets around its step (``max_utils.transformer_engine_context``: its axis
+        names), which TE's partitioning callbacks assert on more than one GPU. Set here through TE itself:
+        MaxText's wrapper catches every exception and yields again, which hides the compile's own errors
+        ("generator didn't stop after throw()")."""
         if len(devices) > 1 and quant.startswith("te_"):
-            maxtext.load_maxtext()
-            from maxtext.utils import max_utils
+            from transformer_engine.jax.sharding import MeshResource, global_shard_guard
 
-            return max_utils.transformer_engine_context()
+            return global_shard_guard(MeshResource(dp_resource="data", tp_resource="tensor",
+                                                   tpsp_resource="tensor_sequence", fsdp_resource="fsdp",
+                                                   pp_resource=None, cp_resource="context", ep_resource="expert"))
         return contextlib.nullcontext()
 
     record: dict = {"cell": name, "gpu": gpu, "topology": topology, "devices": len(devices), "quant": quant or "none",
@@ -87,9 +93,18 @@ def run_cell(name: str, out: Path, optimized: bool, dump: Path | None, topology:
     record["lower_s"] = round(time.perf_counter() - start, 2)
     record["note"] = "; ".join(notes)
     record["rss_after_lower_bytes"] = _peak_rss()
+    compile_context = contextlib.ExitStack()
+    if len(devices) > 1 and quant.startswith("te_"):
+        # TE's partitioning callbacks run inside XLA's compile and read the mesh from jax's context, as MaxText's
+        # train_compile compiles inside its mesh: the lowering's mesh, rebuilt from the same config.
+        config_ = maxtext._config(settings)  # noqa: SLF001
+        mesh = maxtext.load_maxtext().maxtext_utils.get_mesh_from_config(config_, devices)
+        compile_context.enter_context(jax.set_mesh(mesh))
+        compile_context.enter_context(te_mesh())
     with te.cross_lowering(cell, maxtext.te_recipe):
-        compiled = compile_for_cuda(lowered, context=te_mesh(), keep_dump=dump)
+        compiled = compile_for_cuda(lowered, context=compile_context, keep_dump=dump)
     record["compile_s"] = round(compiled.seconds, 2)
+    record["compile_cpu_s"] = round(compiled.cpu_seconds, 2)
     record["peak_rss_bytes"] = _peak_rss()
     analysis = analyze(compiled.module, name, arg_keys=compiled.arg_keys)
     summary = analysis.summary
@@ -109,6 +124,8 @@ def run_cell(name: str, out: Path, optimized: bool, dump: Path | None, topology:
             with te.cross_lowering(cell, maxtext.te_recipe):
                 stage = optimize_for_cuda(lowered, config, topology)
             record["optimized"] = {"seconds": round(stage.seconds, 2), "ratio": round(stage.seconds / compiled.seconds, 3),
+                                   "cpu_seconds": round(stage.cpu_seconds, 2),
+                                   "cpu_ratio": round(stage.cpu_seconds / compiled.cpu_seconds, 3),
                                    "child_peak_rss_bytes": stage.child_peak_rss_bytes, "phases": stage.phases,
                                    "memory": stage.memory,
                                    "cost": stage.cost, "same_module": stage.module == compiled.module,
@@ -166,7 +183,8 @@ def _print(r: dict) -> None:
         print(f"{r['cell']}: ERROR {r['error']}", flush=True)
         return
     k, m = r["launches"], r["memory"]
-    print(f"{r['cell']}: {r['devices']}x {r['gpu']} ({r['topology']}), lower {r['lower_s']} s, compile {r['compile_s']} s,"
+    print(f"{r['cell']}: {r['devices']}x {r['gpu']} ({r['topology']}), lower {r['lower_s']} s, compile {r['compile_s']} s"
+          f" ({r['compile_cpu_s']} CPU s),"
           f" peak RSS {r['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
     print(f"  entry params {r['entry_params']} {r['entry_params_by_dtype']}, argument keys checked: {r['arg_keys_checked']}")
     print(f"  thunks {k['thunks']}, launches per step {k['total']} {k['by_kind']}, scalar {k['scalar']}, "

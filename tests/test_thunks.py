@@ -122,7 +122,7 @@ def test_two_more_layers_add_their_counter_kernels(bridge_steps):
     before, after = report(l2)[0], report(l4)[0]
     scalar = launch_delta(before, after, scalar_only=True)
     assert [g.describe(signed=True) for g in scalar] == [
-        "+4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.rngs.*.count"]
+        "+4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.to_nnx__rngs.*.count"]
     assert after.scalar - before.scalar == 4
     # Per layer: the same launches again, nothing else.
     assert (after.total - before.total) % 2 == 0

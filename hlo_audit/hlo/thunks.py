@@ -563,7 +563,8 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
     transfer (a fusion XLA runs as a copy: a slice of contiguous bytes, or a dynamic slice at an address computed
     on the host, its root marked ``dynamic_slice_config``); none for parameters, constants, tuples, get-tuple-element, bitcasts; while bodies per trip,
     conditionals by their largest branch, async and called computations through. Scalar: a loop fusion whose
-    outputs are one element each, which XLA launches as one block of one thread. What only codegen decides is
+    outputs are one element each (an in-place dynamic-update-slice's: its update), which XLA launches as one block
+    of one thread. What only codegen decides is
     not seen: a sort fusion's extra copy into its output buffer, a reduction's memset, a copy elided by buffer
     assignment (``launches``' counts are measured against the thunk sequence: module docs of stages/cuda.py).
     """
@@ -595,14 +596,12 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
                 elif fused is not None and any(_COLLECTIVE_OPCODES.match(i.opcode) for i in fused.instructions):
                     # A collective fused into a kernel of XLA's own (a one-shot all-reduce): kCollectiveKernel.
                     total += add(instr, "kCollectiveKernel", scope, times, counted)
-                elif fused is not None and fused.instructions and (
-                        "dynamic_slice_config" in fused.root.attrs.get("backend_config", "") or _contiguous_slice(fused)):
+                elif fused is not None and fused.instructions and (_addressed_slice(fused) or _contiguous_slice(fused)):
                     # A (dynamic-update-)slice at an address computed on the host, or a slice of contiguous bytes:
                     # XLA copies them instead of launching a kernel.
                     total += add(instr, "kCopy", scope, times, counted)
                 else:
-                    scalar = instr.attrs.get("kind") == "kLoop" and all(
-                        leaf.num_elements == 1 for leaf in instr.shape.leaves())
+                    scalar = instr.attrs.get("kind") == "kLoop" and _one_element_per_output(instr, fused)
                     total += add(instr, "kCustomKernel", scope, times, counted, scalar)
             elif op == "custom-call":
                 target = instr.custom_call_target
@@ -651,6 +650,37 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
     return LaunchReport(thunks=len(launches), launches=tuple(launches), params=tuple(params),
                         unknown_trip_counts=tuple(unknown), conditionals=conditionals, attributed=True,
                         from_module=True)
+
+
+def _one_element_per_output(fusion: Instruction, fused: Computation | None) -> bool:
+    """Every output of a loop fusion is one element: XLA launches it as one block of one thread. An output that is a
+    dynamic-update-slice is written in place, so its loop runs over the update (measured: ``u32[4]`` counters of a
+    scanned stack, each layer's element updated, are 1x1x1 launches)."""
+    if fused is None or not fused.instructions:
+        return all(leaf.num_elements == 1 for leaf in fusion.shape.leaves())
+    root = fused.root
+    outputs = [fused.by_name[o] for o in root.operands] if root.opcode == "tuple" else [root]
+    for output in outputs:
+        if output.opcode == "dynamic-update-slice" and len(output.operands) > 1:
+            output = fused.by_name.get(output.operands[1], output)
+        if any(leaf.num_elements != 1 for leaf in output.shape.leaves()):
+            return False
+    return True
+
+
+def _addressed_slice(fused: Computation) -> bool:
+    """A fusion that only moves bytes: a root (dynamic-)slice or dynamic-update-slice XLA marks
+    ``dynamic_slice_config``, fed by parameters, constants, bitcasts and the integer scalars that compute its
+    offsets. Measured (nnx_models scanned, the control-flow test function): such a fusion is a kCopy thunk; one
+    that computes the data it writes is a kernel."""
+    if "dynamic_slice_config" not in fused.root.attrs.get("backend_config", ""):
+        return False
+    return all(i.opcode in ("parameter", "constant", "bitcast") or _integer_scalar(i.shape)
+               for i in fused.instructions if i is not fused.root)
+
+
+def _integer_scalar(shape) -> bool:
+    return not shape.is_tuple and not shape.dims and bool(re.fullmatch(r"[su]\d+", shape.dtype or ""))
 
 
 _SLICE_RANGE = re.compile(r"\[\s*(\d+)\s*:\s*(\d+)\s*(?::\s*(\d+)\s*)?\]")

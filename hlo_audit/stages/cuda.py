@@ -63,6 +63,14 @@ class CudaCompileError(RuntimeError):
     """A deviceless CUDA compile failed or could not start; the reason, on one line."""
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its waited-for children so far."""
+    import resource  # noqa: PLC0415
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return text or type(error).__name__
@@ -120,6 +128,9 @@ class CudaCompilation:
     thunk_sequence: str | None  # what one step launches (stage compiled only)
     thunk_metadata: str | None
     seconds: float  # the compile (stage optimized: the capture, the child and its wait)
+    # CPU seconds (user + system) the same took, this process's and the child's: on a shared machine the fairer
+    # measure of what the stage costs, since wall time there is mostly other work's.
+    cpu_seconds: float | None = None
     # The child's peak RSS (stage optimized), which the parent's own peak does not include.
     child_peak_rss_bytes: int | None = None
     # Stage optimized: seconds of the capture, of the child's setup (jax, devices, module) and of XLA's work.
@@ -138,6 +149,7 @@ class CudaCompilation:
         return {"stage": self.stage, "memory": self.memory, "cost": self.cost,
                 "parameters": [[dtype, list(dims)] for dtype, dims in self.parameters],
                 "arg_keys_checked": self.arg_keys is not None, "seconds": round(self.seconds, 3),
+                "cpu_seconds": None if self.cpu_seconds is None else round(self.cpu_seconds, 3),
                 "child_peak_rss_bytes": self.child_peak_rss_bytes, "phases": self.phases}
 
 
@@ -172,13 +184,13 @@ def compile_for_cuda(lowered, *, context: contextlib.AbstractContextManager | No
 
     with tempfile.TemporaryDirectory(prefix="hlo-audit-cuda-") as work:
         dump = Path(work)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), _cpu_seconds()
         try:
             with context or contextlib.nullcontext():
                 compiled = lowered.compile(compiler_options=_dump_options(dump))
         except Exception as error:  # noqa: BLE001 (XLA's message is the cell's)
             raise CudaCompileError(_one_line(error)) from error
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
         module_path, sequence, metadata = _dumped(dump, _MODULE), _dumped(dump, suffix=_SEQUENCE_SUFFIX), \
             _dumped(dump, suffix=_METADATA_SUFFIX)
         if module_path is None or sequence is None:
@@ -197,7 +209,7 @@ def compile_for_cuda(lowered, *, context: contextlib.AbstractContextManager | No
         cost=cost_record(compiled) or (_generic_cost(modules[0]) if len(modules) == 1 else None),
         parameters=tuple((dtype, tuple(dims)) for dtype, dims, _sharding in signatures),
         arg_keys=checked_arg_keys(lowered, compiled), thunk_sequence=sequence_text, thunk_metadata=metadata_text,
-        seconds=seconds)
+        seconds=seconds, cpu_seconds=cpu)
 
 
 def _generic_cost(module) -> dict[str, float]:
@@ -225,7 +237,7 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
     """
     from hlo_audit.optimized import checked_arg_keys, compile_request  # noqa: PLC0415 (jax's captured request)
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     module, options, device_ids = compile_request(lowered)
     captured = time.perf_counter()
     if _CUSTOM_PARTITIONING in module:
@@ -257,7 +269,8 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
     return CudaCompilation(
         stage="optimized", module=text, memory=result["memory"], cost=result["cost"], parameters=parameters,
         arg_keys=checked_arg_keys(lowered, [(d, dims) for d, dims in parameters]), thunk_sequence=None,
-        thunk_metadata=None, seconds=time.perf_counter() - start, child_peak_rss_bytes=result.get("peak_rss_bytes"),
+        thunk_metadata=None, seconds=time.perf_counter() - start, cpu_seconds=_cpu_seconds() - cpu_start,
+        child_peak_rss_bytes=result.get("peak_rss_bytes"),
         phases={"capture": round(captured - start, 3), **result.get("child_seconds", {})})
 
 
