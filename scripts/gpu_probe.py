@@ -42,6 +42,7 @@ CELLS = {
     "b200-te_nvfp4_no_rht": ("b200", "1x1x1", "te_nvfp4_no_rht", "", "sm_100"),
     "8xh100-none-fsdp8": ("h100", "1x1x8", "", "", "sm_90"),
     "8xh100-te_fp8-fsdp8": ("h100", "1x1x8", "te_fp8_currentscaling", "", "sm_90"),
+    "8xh100-te_fp8-fsdp8-revert": ("h100", "1x1x8", "te_fp8_currentscaling", "te-keeps-rngs", "sm_90"),
 }
 MODEL, LAYERS = "llama3-8b", 2
 
@@ -172,8 +173,9 @@ def main() -> None:
             else:
                 records.append(json.loads(out.read_text()))
             _print(records[-1])
-    if args.dumps and {"h100-te_fp8", "h100-te_fp8-revert"} <= set(names):
-        _print_delta(args.dumps / "h100-te_fp8", args.dumps / "h100-te_fp8-revert")
+    for name in names:  # each cell and its revert, when both ran: seed 000's regression as a launch delta
+        if args.dumps and f"{name}-revert" in names:
+            _print_delta(name, args.dumps / name, args.dumps / f"{name}-revert")
     if args.json:
         args.json.write_text(json.dumps(records, indent=1))
 
@@ -200,7 +202,7 @@ def _print(r: dict) -> None:
         print(f"  note: {r['note']}")
 
 
-def _print_delta(before: Path, after: Path) -> None:
+def _print_delta(name: str, before: Path, after: Path) -> None:
     from hlo_audit.hlo.params import entry_params
     from hlo_audit.hlo.text import parse_module
     from hlo_audit.hlo.thunks import launch_delta, launch_report, thunk_dumps
@@ -212,7 +214,7 @@ def _print_delta(before: Path, after: Path) -> None:
         return launch_report(sequence, metadata, module, entry_params(module), str(dump.sequence))
 
     old, new = report(before), report(after)
-    print(f"seed 000's TE bridge fix reverted: {new.total - old.total:+d} launches per step "
+    print(f"{name}, seed 000's TE bridge fix reverted: {new.total - old.total:+d} launches per step "
           f"({new.scalar - old.scalar:+d} scalar), from the dump folders:")
     for group in launch_delta(old, new):
         print("  " + group.describe(signed=True))
