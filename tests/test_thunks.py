@@ -160,8 +160,8 @@ def test_the_dump_folder_gives_the_same_report(bridge_steps):
 # --------------------------------------------------------------------------------------------------------------
 
 def test_control_flow_is_counted_per_step(control_flow_compile):
-    compilation, dump = control_flow_compile
-    launches, _, params = report(compilation)
+    compilation, _ = control_flow_compile
+    launches, _, _ = report(compilation)
     scopes = {launch.scope for launch in launches.launches}
     loops = sorted({scope[0].split(":")[0] for scope in scopes if scope and scope[0].startswith("while")})
     assert len(loops) == 2
@@ -180,8 +180,12 @@ def test_control_flow_is_counted_per_step(control_flow_compile):
         ("false_branch", False), ("true_branch", True), ("true_branch", True)]
     assert launches.conditionals == 1
     assert launches.total == sum(launch.per_step for launch in launches.launches)
-    # The dynamic-slice fusion's embedded copy has no metadata of its own: it takes its fusion's, and reads w.
+    # Through the loop state: the body's matmul reads the carry, whose initial value is x (XLA copies x into the
+    # loop's buffer first: the copy is followed too).
     paths = launches.param_by_number()
+    [gemm] = [launch for launch in launches.launches if launch.name == "gemm_fusion_dot"]
+    assert [paths[i].path for i in gemm.reads] == ["x"]
+    # The dynamic-slice fusion's embedded copy has no metadata of its own: it takes its fusion's, and reads w.
     copies = [launch for launch in launches.launches if launch.name == "loop_dynamic_slice_fusion"]
     assert [launch.kind for launch in copies] == ["kCopy"]
     assert [paths[i].path for i in copies[0].reads] == ["w"]

@@ -21,7 +21,12 @@ scheduling, buffer assignment, thunk emission, LLVM and ptxas (the pinned ``nvid
 * ``optimize_for_cuda(lowered, target_config, topology)``: stopped once the optimized module and its buffer
   assignment exist, as the TPU ``optimized`` stage does: the compile request jax would make is captured and run
   in a child process that exits as soon as XLA has dumped both, abandoning codegen (an XLA compile cannot be
-  cancelled in-process). What it cannot know: the thunk sequence (written only after LLVM and ptxas), so launch
+  cancelled in-process). Measured on the 2-core CPU machine (scripts/gpu_probe.py, MaxText llama3-8b L2): it
+  costs 0.59-0.69 of the full compile's CPU seconds on H100 (0.90 for B200 NVFP4), not the 0.5 hoped for: XLA's
+  passes up to buffer assignment are 55-70% of the GPU compile (on the TPU it is a tenth), most of it in the
+  deviceless autotuner's config assignment (``xla_gpu_autotune_level=0`` skips it: 15.9 -> 6.5 s for llama3-8b L2
+  unquantized, the same thunk sequence, but the optimized module then lacks its fusions' ``backend_config``s), and
+  the child's jax import and devices add 1.5-2.5 s. What it cannot know: the thunk sequence (written only after LLVM and ptxas), so launch
   dimensions, and the kernels codegen adds beyond the module's instructions (a sort fusion's copy into its
   output buffer); ``module_launches`` counts the rest from the scheduled module, and measured equal to the thunk
   sequence on the MaxText cells (scripts/gpu_probe.py). It cannot run Transformer Engine on more than one GPU:
@@ -255,7 +260,7 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
         package_root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "JAX_PLATFORMS": "cpu",
                "PYTHONPATH": os.pathsep.join([package_root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        child = subprocess.run([sys.executable, "-m", "hlo_audit.stages.cuda", str(work)], env=env,
+        child = subprocess.run([sys.executable, "-m", "hlo_audit.stages.cuda", str(work)], env=env, check=False,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
         result_path = work / "result.json"
         if not result_path.exists():
