@@ -297,10 +297,11 @@ def _broadcast_binary(opcode: str, lhs: Shape, rhs: Shape) -> Shape:
 def _select(operands, attrs, program_shape) -> Shape:
     _arity("select", operands, 3)
     pred, on_true, on_false = (_array("select", s) for s in operands)
-    if pred.dtype != "pred" or pred.dims != on_true.dims or on_true.dims != on_false.dims:
+    if pred.dtype != "pred" or on_true.dims != on_false.dims or pred.dims not in ((), on_true.dims):
         raise ShapeInferenceError(f"select of {pred.text}, {on_true.text}, {on_false.text}: needs a pred of the "
-                                  "operands' shape")
-    return _with_dtype(pred, _higher_precision(on_true, on_false))
+                                  "operands' shape, or a scalar one")
+    # The predicate's dimensions and layout, unless it is a scalar choosing between whole arrays.
+    return _with_dtype(on_true if not pred.dims else pred, _higher_precision(on_true, on_false))
 
 
 def _clamp(operands, attrs, program_shape) -> Shape:
@@ -824,6 +825,8 @@ def _scan(operands, attrs, program_shape) -> Shape:
     length = operands[0].dims[dim]
 
     def scanned(shape: Shape) -> Shape:
+        if shape.is_tuple or not 0 <= dim <= len(shape.dims):
+            raise ShapeInferenceError(f"scan: dimension {dim} does not fit an output element {shape.text}")
         dims = (*shape.dims[:dim], length, *shape.dims[dim:])
         return make_array(shape.dtype, dims)
 
