@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1023,18 +1025,58 @@ def _simple_operands(text: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+# What a path names when it is not a regular file, as the error says it.
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_HEAD = 4096  # what the binary check reads before the rest of the file
+
+
 def read_text(path: Path | str) -> str:
-    """Read an HLO file as text; binary or unreadable input becomes an HloParseError."""
+    """Read an HLO file as text; anything else becomes an HloParseError naming the path.
+
+    Only a regular file is read: its type is checked (os.stat) before it is opened, and again on the open
+    descriptor (opened without blocking, so a FIFO put there meanwhile cannot hang the read), so a named pipe
+    with no writer, /dev/zero or a socket is one line, never a hang or a MemoryError. The first 4 KiB are
+    checked for binary data before the rest is read.
+    """
     p = Path(path)
+    source = str(p)
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise HloParseError("no such file", str(p)) from None
-    except IsADirectoryError:
-        raise HloParseError("is a directory, not an HLO file", str(p)) from None
+        info = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        raise HloParseError("no such file", source) from None
     except OSError as exc:
-        raise HloParseError(f"cannot read: {exc.strerror}", str(p)) from None
-    return decode_text(data, str(p))
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    _check_regular(info.st_mode, source)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except IsADirectoryError:
+        raise HloParseError("is a directory, not an HLO file", source) from None
+    except OSError as exc:
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            _check_regular(info.st_mode, source)
+            if b"\x00" in f.read(_HEAD):
+                raise HloParseError("binary data, not HLO text", source)
+            f.seek(0)
+            data = f.read()
+    except MemoryError:
+        raise HloParseError(f"too large to read into memory ({info.st_size:,} bytes)", source) from None
+    except OSError as exc:
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    return decode_text(data, source)
+
+
+def _check_regular(mode: int, source: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise HloParseError("is a directory, not an HLO file", source)
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    raise HloParseError(f"is {kind}, not an HLO file: hlo-audit reads regular files, '-' (standard input) and "
+                        "dump folders", source)
 
 
 def parse_file(path: Path | str) -> HloModule:
@@ -1043,9 +1085,11 @@ def parse_file(path: Path | str) -> HloModule:
 
 def decode_text(data: bytes, source: str) -> str:
     """HLO bytes as text; binary or non-UTF-8 input becomes an HloParseError naming ``source``."""
-    if b"\x00" in data[:4096]:
+    if b"\x00" in data[:_HEAD]:
         raise HloParseError("binary data, not HLO text", source)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HloParseError(f"not UTF-8 text (byte {exc.start})", source) from None
+    except MemoryError:
+        raise HloParseError(f"too large to decode in memory ({len(data):,} bytes)", source) from None
