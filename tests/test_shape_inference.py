@@ -243,7 +243,7 @@ def test_opcodes_that_must_carry_their_shape(root):
 ])
 def test_shapes_xla_cannot_infer_are_one_line_errors(root, message):
     text = module(["f32[4,5]", "f32[3,5]", "f32[]"], root, ADD)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="INVALID_ARGUMENT"):
         hlo.hlo_module_from_text(text)
     with pytest.raises(HloParseError, match=message) as error:
         parse_module(text)

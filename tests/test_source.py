@@ -140,7 +140,7 @@ def test_module_name_from_the_file_name_when_the_text_has_no_header(tmp_path):
 
 @pytest.mark.parametrize("stage", ["before", "after"])
 def test_dump_folder_of_each_backend_counts_as_xla_does(backend_dump, stage):
-    backend, folder = backend_dump
+    _, folder = backend_dump
     chosen = pick_dump_module(folder, stage=stage)
     assert chosen.name.startswith("module_") and ".jit_train_step." in chosen.name
     expected = xla_counts(chosen.read_text())
@@ -177,12 +177,13 @@ def test_special_files_are_refused_before_reading(special_files):
     """A FIFO with no writer would block a read forever, /dev/zero would fill memory: refused on their type."""
     for kind, path in special_files.items():
         result: list = []
-        reader = threading.Thread(target=lambda p=path: result.append(_error_of(read_input, str(p))), daemon=True)
+        reader = threading.Thread(target=lambda p=path, out=result: out.append(_error_of(read_input, str(p))),
+                                  daemon=True)
         reader.start()
         reader.join(timeout=30)
         assert not reader.is_alive(), f"reading {path} blocked"
-        assert result == [f"{path}: is {kind.strip()}, not an HLO file: hlo-audit reads regular files, '-' "
-                          "(standard input) and dump folders"]
+        assert result == [(f"{path}: is {kind.strip()}, not an HLO file: hlo-audit reads regular files, '-' "
+                           "(standard input) and dump folders")]
 
 
 def test_count_refuses_a_fifo_and_dev_zero_in_one_line(special_files):

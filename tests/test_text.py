@@ -394,7 +394,7 @@ def test_an_operand_that_is_only_a_shape_is_no_operand(rhs):
                                  "fusion(x y), kind=kLoop, calls=f"])
 def test_what_is_not_an_operand_xla_rejects_too(rhs):
     text = _BARE % rhs
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="INVALID_ARGUMENT"):
         hlo.hlo_module_from_text(text)
     with pytest.raises(HloParseError) as info:
         parse_module(text)

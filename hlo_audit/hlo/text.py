@@ -13,7 +13,14 @@ builds something from a shorthand, so does this parser, so that both count the s
 * an inline body (``to_apply={ ... }``) becomes a computation;
 * ``custom-call-start`` and every other ``<op>-start/-update/-done`` that is no opcode of its own becomes
   ``async-start/-update/-done``, the start calling a wrapped computation around ``<op>``;
-* a missing result shape is inferred (shape_inference.py).
+* a missing result shape is inferred (shape_inference.py), for the opcodes XLA infers;
+* an operand that is only a shape (``fusion(f32[2,4]{1,0})``) or empty (``(a, , b)``) is no operand: XLA tries
+  it as a name and as a nested instruction, and goes on from the ',' or ')' where both stopped.
+
+Depth: nothing recurses. Nested operands are read with a stack, an inline computation by reading it first
+and its instruction again, the call-cycle check with a stack; tuple shapes, nested operands and inline
+computations nest as deep as XLA's parser reads them (500 levels, shapes.MAX_NESTING) and past that are one
+error naming the line. Chains of instructions or of calls are as long as the text is.
 
 Speed: a 9 MB module is ~100k instructions, nearly all printed one per line. Such a line takes a fast path
 (one regex; each distinct attribute list parsed once). Anything else (an instruction over several lines,
@@ -37,7 +44,7 @@ from pathlib import Path
 
 from hlo_audit.hlo.shape_inference import ProgramShape, ShapeInferenceError, infer_shape
 from hlo_audit.hlo.shapes import (
-    MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, split_top_level, tuple_shape,
+    MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, split_top_level,
 )
 
 # Attributes whose value names computations (single name or a {a, b} list).
