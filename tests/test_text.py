@@ -307,7 +307,35 @@ ENTRY main {
   ROOT t = (f8e4m3b11fnuz[4], f4e2m1fn[4], f6e3m2fn[4], f8e8m0fnu[4], s4[4], c128[2]) tuple(a, b, c, d, e, f)
 }
 """,
+    "whitespace between a shape's tokens": """HloModule m
+ENTRY e {
+  p = s32 [5, 10] {1, 0} parameter(0)
+  q = f32 [ 2 , 3 ]{ 0 , 1 } parameter(1)
+  r = ( s32 [5,10], f32[] ) parameter(2)
+  ROOT n = s32 [5,10] negate(p)
 }
+""",
+    "inline bodies nested in inline bodies, their instructions named alike": """HloModule main, is_scheduled=true
+
+ENTRY main {
+  arg.0 = (s32[], s32[]) parameter(0)
+  ROOT call.0 = call(arg.0), to_apply={
+    arg.0 = (s32[], s32[]) parameter(0)
+    ROOT call.0 = call(arg.0), to_apply={
+      arg.0 = (s32[], s32[]) parameter(0)
+      gte.0 = get-tuple-element(arg.0), index=0
+      gte.1 = get-tuple-element(arg.0), index=1
+      ROOT add.0 = add(gte.0, gte.1)
+    }
+  }
+}
+""",
+}
+
+
+def test_whitespace_inside_a_shape_is_no_part_of_it():
+    spaced = parse_module(GRAMMAR["whitespace between a shape's tokens"])
+    assert [p.shape.text for p in spaced.entry.parameters] == ["s32[5,10]{1,0}", "f32[2,3]{0,1}", "(s32[5,10], f32[])"]
 
 
 @pytest.mark.parametrize("kind", GRAMMAR)

@@ -21,9 +21,11 @@ from dataclasses import dataclass
 _ELEMENT_TYPE = re.compile(r"(?:s|u|f|bf|c)(\d+)(?:e\d+m\d+[a-z0-9]*)?")
 _SPECIAL_TYPES = {"pred": 8, "token": 0, "opaque": 0}
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
-_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]\s*(\{[^}]*\})?")
+# Whitespace may stand between any two tokens, as XLA's lexer reads them (``s32 [5, 10] {1, 0}``).
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\s*\[([^\]]*)\]\s*(\{[^}]*\})?")
 # One token of a shape's text: a buffer's opening ``b(``, a parenthesis, a comma, or one whole array shape.
-_SHAPE_TOKEN = re.compile(r"\s*(?:(b\s*\()|([(),])|([a-z][a-z0-9]*\[[^\]]*\]\s*(?:\{[^}]*\})?))")
+_SHAPE_TOKEN = re.compile(r"\s*(?:(b\s*\()|([(),])|([a-z][a-z0-9]*\s*\[[^\]]*\]\s*(?:\{[^}]*\})?))")
+_SPACE = re.compile(r"\s+")
 _TRAILING_SPACE = re.compile(r"\s*")
 # Brackets, commas, strings, comment starts and lone quotes (an unterminated string): what splitting a shape
 # or an attribute list at its top-level commas must see.
@@ -134,10 +136,11 @@ def _array(m: re.Match) -> Shape:
         raise ValueError(f"not an HLO shape: {m.group()[:60]!r}")
     dims = tuple(_parse_dim(d) for d in m.group(2).split(",") if d.strip())
     layout = m.group(3)[1:-1] if m.group(3) else None
-    # Spaces between the dimensions and the layout go (``bf16[1,128] {1,0}`` is ``bf16[1,128]{1,0}``).
-    text = m.group() if m.group(3) is None or m.end(2) + 1 == m.start(3) else \
-        f"{m.group(1)}[{m.group(2)}]{m.group(3)}"
-    return Shape(text=text.rstrip(), dtype=m.group(1), dims=dims, layout=layout)
+    text = m.group().rstrip()
+    if _SPACE.search(text):  # spaces go, as XLA prints the shape: ``s32 [5, 10] {1, 0}`` is ``s32[5,10]{1,0}``
+        text = _SPACE.sub("", text)
+        layout = _SPACE.sub("", layout) if layout is not None else None
+    return Shape(text=text, dtype=m.group(1), dims=dims, layout=layout)
 
 
 def _nested_shape(text: str) -> Shape:
