@@ -240,6 +240,14 @@ def test_standard_input_is_read(tmp_path):
     assert proc.returncode == 0 and json.loads(proc.stdout)["modules"][0]["entry_params"] == 1
 
 
+def test_standard_input_of_zeros_is_refused_at_once():
+    """``count - < /dev/zero``: the first 4 KiB say binary; nothing more is read (it would never end)."""
+    with open("/dev/zero", "rb") as zeros:
+        proc = subprocess.run([str(CLI), "count", "-"], stdin=zeros, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == "hlo-audit: error: <stdin>: binary data, not HLO text"
+
+
 def _error_of(read, spec: str) -> str | None:
     try:
         read(spec)

@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit.hlo.text import HloParseError, decode_text, read_text
+from hlo_audit.hlo.text import HloParseError, read_stream, read_text
 
 STAGES = ("before", "after")
 _DUMP_FILE = re.compile(r"^(?:\d+\.)?module_(?P<id>\d+)\.(?P<rest>.*)\.txt$")
@@ -108,7 +108,7 @@ def read_input(spec: str, module_regex: str | None = None, stage: str = "before"
     """
     if spec == "-":
         # Bytes, decoded like a file: a non-UTF-8 stdin is an input error, whatever the locale says.
-        return decode_text(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+        return read_stream(sys.stdin.buffer, "<stdin>"), "<stdin>"
     path = Path(spec)
     try:
         is_dir = path.is_dir()

@@ -1076,6 +1076,21 @@ def read_text(path: Path | str) -> str:
     return decode_text(data, source)
 
 
+def read_stream(stream, source: str) -> str:
+    """HLO text from a binary stream (standard input): the first 4 KiB checked for binary data before the rest
+    is read, so ``hlo-audit count - < /dev/zero`` is one line at once, not a read until memory runs out."""
+    try:
+        head = stream.read(_HEAD)
+        if b"\x00" in head:
+            raise HloParseError("binary data, not HLO text", source)
+        data = head + stream.read()
+    except MemoryError:
+        raise HloParseError("too large to read into memory", source) from None
+    except OSError as exc:
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    return decode_text(data, source)
+
+
 def _check_regular(mode: int, source: str) -> None:
     if stat.S_ISREG(mode):
         return
