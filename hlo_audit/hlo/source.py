@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,13 @@ def dump_entries(folder: Path) -> list[DumpEntry]:
 
 def _module_name(path: Path, head: str) -> str:
     """The name the module's text declares; else the file name's, without a TPU compile id or backend word."""
-    try:
-        with open(path, "rb") as f:
-            m = _HEADER_NAME.match(f.read(512))
+    m = None
+    try:  # without blocking: a FIFO put in the file's place since it was listed is not read
+        with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                m = _HEADER_NAME.match(f.read(512))
     except OSError:
-        m = None
+        pass
     if m:
         return m.group(1).decode()
     return _NAME_IN_FILE_NAME.match(head).group("name") if head else ""
