@@ -296,3 +296,39 @@ def test_bad_tuple_index_is_a_parse_error(index):
             f"  ROOT g = u32[2] get-tuple-element(t), index={index}\n}}\n")
     with pytest.raises(HloParseError, match=f"g reads element '{index}' of 't', which has 1 elements"):
         parse_module(text, "gte.hlo")
+
+
+@st.composite
+def deep_module(draw) -> tuple[str, int]:
+    """A valid module nesting a tuple shape, an operand expression and inline computations, each of a drawn depth
+    up to past XLA's limit of 500; returns (text, deepest nesting)."""
+    tuple_depth, operand_depth, inline_depth = (draw(st.integers(0, 620)) for _ in range(3))
+    shape = "(" * tuple_depth + "f32[]" + ")" * tuple_depth
+    expression = "x"
+    for _ in range(operand_depth):
+        expression = f"f32[] negate({expression})"
+    body = "{ a = f32[] parameter(0)\n ROOT n = f32[] negate(a) }"
+    for _ in range(inline_depth):
+        body = "{ a = f32[] parameter(0)\n ROOT n = f32[] call(a), to_apply=" + body + " }"
+    text = (f"HloModule deep\nENTRY e {{\n  p = {shape} parameter(0)\n  x = f32[] parameter(1)\n"
+            f"  y = f32[] negate({expression})\n  z = f32[] call(y), to_apply={body}\n"
+            f"  ROOT t = ({shape}, f32[]) tuple(p, z)\n}}\n")
+    return text, max(tuple_depth + 1, operand_depth + 1, inline_depth + 1)
+
+
+@fuzz_settings(40)
+@given(drawn=deep_module())
+def test_deep_modules_parse_or_fail_in_one_line(drawn):
+    """Never a RecursionError: within XLA's 500 levels a module parses, analyses and normalizes; past them, one
+    line naming the line."""
+    text, depth = drawn
+    try:
+        analysis = analyze(text, "deep.hlo")
+    except HloParseError as exc:
+        assert depth > 500, str(exc)
+        assert "\n" not in str(exc) and "nested deeper than 500 levels" in str(exc)
+        event("refused past 500 levels")
+        return
+    assert depth <= 500
+    assert analysis.summary.entry_params == 2 and analysis.normalized and analysis.rng.streams == []
+    event("read")

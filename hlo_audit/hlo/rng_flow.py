@@ -76,48 +76,124 @@ class Tup(tuple):
     """A tuple-shaped value: one flow per element (a plain 3-tuple of ints is a leaf)."""
 
 
+_DONE = object()
+# The value helpers below walk a tuple value with explicit stacks: a tuple shape nests as deep as XLA's parser
+# reads (500 levels), past what recursion at two frames per level leaves of Python's limit.
+
+
 def _collapse(value) -> tuple[int, int, int]:
     if not isinstance(value, Tup):
         return value
     k = b = u = 0
-    for element in value:
-        ek, eb, eu = _collapse(element)
-        k, b, u = k | ek, b | eb, u | eu
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Tup):
+            stack.extend(item)
+        else:
+            k, b, u = k | item[0], b | item[1], u | item[2]
     return (k, b, u)
 
 
+def _rebuild(value, leaf_of):
+    """``value`` with each leaf replaced by ``leaf_of(leaf)``, its tuples as they are (no recursion)."""
+    if not isinstance(value, Tup):
+        return leaf_of(value)
+    built: list[list] = [[]]
+    stack = [iter(value)]
+    while stack:
+        item = next(stack[-1], _DONE)
+        if item is _DONE:
+            stack.pop()
+            done = Tup(built.pop())
+            built[-1].append(done)
+        elif isinstance(item, Tup):
+            stack.append(iter(item))
+            built.append([])
+        else:
+            built[-1].append(leaf_of(item))
+    return built[0][0]
+
+
 def _fill(shape: Shape, leaf):
-    if shape.is_tuple:
-        return Tup(_fill(e, leaf) for e in shape.elements)
-    return leaf
+    if not shape.is_tuple:
+        return leaf
+    built: list[list] = [[]]
+    stack = [iter(shape.elements)]
+    while stack:
+        element = next(stack[-1], None)
+        if element is None:
+            stack.pop()
+            done = Tup(built.pop())
+            if not stack:
+                return done
+            built[-1].append(done)
+        elif element.is_tuple:
+            stack.append(iter(element.elements))
+            built.append([])
+        else:
+            built[-1].append(leaf)
+    return Tup()
 
 
 def _join(a, b):
-    if isinstance(a, Tup) and isinstance(b, Tup) and len(a) == len(b):
-        return Tup(_join(x, y) for x, y in zip(a, b))
-    if isinstance(a, Tup) or isinstance(b, Tup):  # shapes disagree: fall back to the union of everything
-        leaf = _join(_collapse(a), _collapse(b))
-        return _fill_like(a if isinstance(a, Tup) else b, leaf)
-    return (a[0] | b[0], a[1] | b[1], a[2] | b[2])
+    if not isinstance(a, Tup) and not isinstance(b, Tup):
+        return (a[0] | b[0], a[1] | b[1], a[2] | b[2])
+    if not (isinstance(a, Tup) and isinstance(b, Tup) and len(a) == len(b)):
+        return _join_mismatched(a, b)
+    built: list[list] = [[]]
+    stack = [zip(a, b)]
+    while stack:
+        pair = next(stack[-1], None)
+        if pair is None:
+            stack.pop()
+            done = Tup(built.pop())
+            if not stack:
+                return done
+            built[-1].append(done)
+            continue
+        x, y = pair
+        if isinstance(x, Tup) and isinstance(y, Tup) and len(x) == len(y):
+            stack.append(zip(x, y))
+            built.append([])
+        elif isinstance(x, Tup) or isinstance(y, Tup):
+            built[-1].append(_join_mismatched(x, y))
+        else:
+            built[-1].append((x[0] | y[0], x[1] | y[1], x[2] | y[2]))
+    return Tup()
+
+
+def _join_mismatched(a, b):
+    """Shapes disagree: fall back to the union of everything."""
+    leaf = _join(_collapse(a), _collapse(b))
+    return _fill_like(a if isinstance(a, Tup) else b, leaf)
 
 
 def _fill_like(value, leaf):
-    return Tup(_fill_like(e, leaf) for e in value) if isinstance(value, Tup) else leaf
+    return _rebuild(value, lambda _: leaf) if isinstance(value, Tup) else leaf
 
 
 def _add_control(value, decider: tuple[int, int, int]):
     """Everything a loop or branch produces depends on what decided it (random bits included)."""
     if not decider[0]:
         return value
-    if isinstance(value, Tup):
-        return Tup(_add_control(e, decider) for e in value)
-    return (value[0] | decider[0], value[1] | decider[1], value[2] | decider[2])
+    return _rebuild(value, lambda leaf: (leaf[0] | decider[0], leaf[1] | decider[1], leaf[2] | decider[2]))
 
 
 def _leaves(value) -> list[tuple[int, int, int]]:
-    if isinstance(value, Tup):
-        return [leaf for e in value for leaf in _leaves(e)]
-    return [value]
+    if not isinstance(value, Tup):
+        return [value]
+    leaves = []
+    stack = [iter(value)]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+        elif isinstance(item, Tup):
+            stack.append(iter(item))
+        else:
+            leaves.append(item)
+    return leaves
 
 
 @dataclass
@@ -141,24 +217,58 @@ def _first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
     return next((site for mask, site in sites if mask & bits), None)
 
 
+class _Deferred(Exception):
+    """A run nested too deep to recurse into: analysed on its own first (see _Dataflow.analyse)."""
+
+    def __init__(self, comp: Computation, inputs: Sequence):
+        super().__init__(comp.name)
+        self.comp, self.inputs = comp, inputs
+
+
+# Runs nested inside one another before the innermost is deferred: calls nest as deep as a module chains
+# computations (XLA's parser reads any chain), and each level is three Python frames (run, instruction, while_loop).
+_NESTED_RUNS = 64
+
+
 class _Dataflow:
     def __init__(self, module: HloModule, count_bits: int, constant_bits: dict[tuple[str, str], int] | None = None):
         self.module = module
         self.count_bits = count_bits
         self.constant_bits = constant_bits or {}  # (computation, constant) -> its bit, when constants are followed
         self.memo: dict[tuple[str, tuple], tuple[object, _Events]] = {}
+        self.depth = 0  # runs in progress, nested
 
     # -- computations ---------------------------------------------------------------------------------------
+
+    def analyse(self, comp: Computation, inputs: Sequence) -> tuple[object, _Events]:
+        """``run`` for a chain of calls of any depth, without deep recursion: a run nested _NESTED_RUNS deep is
+        deferred, analysed from here, and the runs above it are repeated, finding its result in the memo."""
+        pending = [(comp, inputs)]
+        while True:
+            try:
+                result = self.run(*pending[-1])
+            except _Deferred as deferred:
+                pending.append((deferred.comp, deferred.inputs))
+                continue
+            pending.pop()
+            if not pending:
+                return result
 
     def run(self, comp: Computation, inputs: Sequence) -> tuple[object, _Events]:
         key = (comp.name, tuple(inputs))
         hit = self.memo.get(key)
         if hit is not None:
             return hit
-        events = _Events()
-        values: dict[str, object] = {}
-        for instr in comp.instructions:
-            values[instr.name] = self.instruction(comp, instr, values, inputs, events)
+        if self.depth >= _NESTED_RUNS:
+            raise _Deferred(comp, inputs)
+        self.depth += 1
+        try:
+            events = _Events()
+            values: dict[str, object] = {}
+            for instr in comp.instructions:
+                values[instr.name] = self.instruction(comp, instr, values, inputs, events)
+        finally:
+            self.depth -= 1
         result = (values[comp.root.name], events)
         self.memo[key] = result
         return result
@@ -479,7 +589,7 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
     for instr in entry_params:
         inputs[instr.parameter_number] = _fill(instr.shape, (bit_of.get(instr.parameter_number, 0), 0, 0))
     flow = _Dataflow(module, count_bits)
-    root, events = flow.run(module.entry, inputs)
+    root, events = flow.analyse(module.entry, inputs)
     outputs = list(zip(_leaves(root), module.entry.root.shape.leaves()))
     aliased = _aliased_leaves(module)  # output leaf -> the parameter number whose new value it is
     result = []
@@ -558,7 +668,7 @@ def literal_keys(module: HloModule) -> list[dict]:
         return []
     flow.constant_bits = {(comp, instr.name): 1 << i for i, (comp, instr) in enumerate(candidates)}
     inputs = [_fill(p.shape, ZERO) for p in module.entry.parameters]
-    root, events = flow.run(module.entry, inputs)
+    root, events = flow.analyse(module.entry, inputs)
     used = 0  # keys whose random bits reach an output
     for _, b, _ in _leaves(root):
         used |= b

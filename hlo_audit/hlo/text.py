@@ -13,7 +13,14 @@ builds something from a shorthand, so does this parser, so that both count the s
 * an inline body (``to_apply={ ... }``) becomes a computation;
 * ``custom-call-start`` and every other ``<op>-start/-update/-done`` that is no opcode of its own becomes
   ``async-start/-update/-done``, the start calling a wrapped computation around ``<op>``;
-* a missing result shape is inferred (shape_inference.py).
+* a missing result shape is inferred (shape_inference.py), for the opcodes XLA infers;
+* an operand that is only a shape (``fusion(f32[2,4]{1,0})``) or empty (``(a, , b)``) is no operand: XLA tries
+  it as a name and as a nested instruction, and goes on from the ',' or ')' where both stopped.
+
+Depth: nothing recurses. Nested operands are read with a stack, an inline computation by reading it first
+and its instruction again, the call-cycle check with a stack; tuple shapes, nested operands and inline
+computations nest as deep as XLA's parser reads them (500 levels, shapes.MAX_NESTING) and past that are one
+error naming the line. Chains of instructions or of calls are as long as the text is.
 
 Speed: a 9 MB module is ~100k instructions, nearly all printed one per line. Such a line takes a fast path
 (one regex; each distinct attribute list parsed once). Anything else (an instruction over several lines,
@@ -29,12 +36,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hlo_audit.hlo.shape_inference import ShapeInferenceError, infer_shape
-from hlo_audit.hlo.shapes import TOKEN, Shape, is_element_type, parse_shape, split_top_level, tuple_shape
+from hlo_audit.hlo.shape_inference import ProgramShape, ShapeInferenceError, infer_shape
+from hlo_audit.hlo.shapes import (
+    MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, split_top_level,
+)
 
 # Attributes whose value names computations (single name or a {a, b} list).
 COMPUTATION_ATTRS = frozenset({
@@ -57,7 +68,7 @@ _NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
 _OPCODE = re.compile(r"[a-z][a-z0-9_.\-]*(?=\s*\()")
 _KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=")
 _INSTRUCTION_START = re.compile(r"ROOT\b|%?[A-Za-z_][\w.\-]*\s*=(?!=)")
-_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[[^\]\n]*\](?:\s*\{(?=\s*[\d:}])[^}]*\})?")
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\s*\[[^\]]*\](?:\s*\{(?=\s*[\d:}])[^}]*\})?")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', re.S)
 _WORD = re.compile(r"(?:[^\s,{}()\[\]\"'/]|/(?![/*]))+")
 _INT = re.compile(r"\s*(\d+)\s*")
@@ -76,6 +87,7 @@ _SIMPLE_ATTRIBUTES = re.compile(r"(?:,\s*[A-Za-z_][\w.\-]*=" + _SIMPLE_VALUE + r
 _PERCENT_NAME = re.compile(r"%([^\s,()%]+)")
 _OPERAND_SYNTAX = re.compile(r'[{(\["/#]')  # operands that need more than "a, b"
 _LAST_WORD_OF_PIECE = re.compile(r"[^\s,]+(?=\s*(?:,|\Z))")
+_OPERAND_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 
 _INDEX_COMMENT = re.compile(r"/\*index=\d+\*/")
 _LINE_BREAK = re.compile(r"\s*\n\s*")
@@ -246,6 +258,28 @@ class _Declined(Exception):
     """The fast path cannot read this line; the general parser will."""
 
 
+@dataclass(slots=True)
+class _OpenInstruction:
+    """An instruction being read: what is known of it before its operand list closes."""
+
+    name: str
+    is_root: bool
+    line: int
+    shape: Shape | None
+    opcode: str
+    literal: str = ""
+    refs: list[str] | None = None  # operands read so far; None for a parameter or constant
+    done: bool = False  # read to its ')'
+
+
+class _InlineBody(Exception):
+    """The instruction being read holds an inline computation not read yet: its '{' is at ``at``."""
+
+    def __init__(self, at: int, name: str):
+        super().__init__(at, name)
+        self.at, self.name = at, name
+
+
 class _Parser:
     def __init__(self, text: str, source: str):
         self.text = text
@@ -255,17 +289,25 @@ class _Parser:
         self.calling: list[tuple[str, Instruction]] = []  # (computation, instruction naming computations)
         self.seen_attrs: dict[str, dict[str, str]] = {}
         self.anonymous: dict[str, int] = {}  # name -> uses, for XLA's `<opcode>.anon` names
+        self.anonymous_log: list[str] = []  # the names counted, in order: what take_back() undoes
         self.unnumbered: set[int] = set()  # id() of parameters written `parameter()`, numbered by order
+        # Inline computations: (name, end) of each read, by the position of its '{'; the names of those being read.
+        self.inline_read: dict[int, tuple[str, int]] = {}
+        self.open_names: set[str] = set()
+        # Where the instruction being read by the general parser starts, and what the parser held before it.
+        self.resume: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
         self._line_pos = 0
         self._line_no = 1
 
     # -- positions and errors ---------------------------------------------------------------------------
 
     def line(self, pos: int) -> int:
-        """1-based line of ``pos``; counts incrementally, since the parser moves forward."""
+        """1-based line of ``pos``; counts from the last position asked, forward or back (an instruction that
+        holds an inline computation is read again from its start)."""
         if pos < self._line_pos:
-            self._line_pos, self._line_no = 0, 1
-        self._line_no += self.text.count("\n", self._line_pos, pos)
+            self._line_no -= self.text.count("\n", pos, self._line_pos)
+        else:
+            self._line_no += self.text.count("\n", self._line_pos, pos)
         self._line_pos = pos
         return self._line_no
 
@@ -425,7 +467,53 @@ class _Parser:
         return comp, pos
 
     def body(self, comp: Computation, pos: int) -> int:
-        """Instructions up to the closing brace; returns the position after it and registers ``comp``."""
+        """Instructions up to the closing brace; returns the position after it and registers ``comp``.
+
+        An inline computation in an attribute (``to_apply={ p = f32[] parameter(0) ... }``) is read here too,
+        without recursion: the instruction that holds it stops (_InlineBody), what it had added is taken back,
+        the body is read as a computation of its own, and the instruction is read again from its start, finding
+        the body read. So inline bodies nest as deep as XLA's parser reads them (MAX_NESTING), whatever Python's
+        recursion limit.
+        """
+        waiting: list[tuple[Computation, int, int]] = []  # (computation, its instruction's start, body's '{')
+        while True:
+            try:
+                end = self.instructions(comp, pos)
+            except _InlineBody as inline:
+                if len(waiting) >= MAX_NESTING:
+                    raise self.error(f"inline computations nested deeper than {MAX_NESTING} levels (XLA's parser "
+                                     f"reads at most {MAX_NESTING} levels of nesting)", inline.at) from None
+                self.take_back(comp)
+                waiting.append((comp, self.resume[0], inline.at))
+                name = inline.name
+                while name in self.computations or name in self.open_names:
+                    name += "_"
+                self.open_names.add(name)
+                comp, pos = Computation(name=name, is_entry=False, line=self.line(inline.at)), inline.at + 1
+                continue
+            self.open_names.discard(comp.name)
+            if not waiting:
+                return end
+            outer, resume, at = waiting.pop()
+            self.inline_read[at] = (comp.name, end)
+            comp, pos = outer, resume
+
+    def take_back(self, comp: Computation) -> None:
+        """Undo what the instruction being read added before it stopped for an inline body (nested operands,
+        tuple elements, asynchronous wrappers, anonymous-name counts): it is read again from its start."""
+        _, instructions, calling, computations, anonymous = self.resume
+        for instr in comp.instructions[instructions:]:
+            del comp.by_name[instr.name]
+        del comp.instructions[instructions:]
+        del self.calling[calling:]
+        if len(self.computations) > computations:
+            for name in list(self.computations)[computations:]:
+                del self.computations[name]
+        while len(self.anonymous_log) > anonymous:
+            self.anonymous[self.anonymous_log.pop()] -= 1
+
+    def instructions(self, comp: Computation, pos: int) -> int:
+        """The instructions of ``comp`` up to its closing brace; returns the position after it."""
         text = self.text
         # A fast-path instruction waits here until the next token shows that no `, attribute=...` continues
         # it on the following lines; if one does, the general parser reads it again from its start.
@@ -460,6 +548,8 @@ class _Parser:
                     continue
                 except _Declined:
                     pass
+            self.resume = (pos, len(comp.instructions), len(self.calling), len(self.computations),
+                           len(self.anonymous_log))
             pos = self.instruction(comp, pos)
         self.finish(comp, pos)
         return pos + 1
@@ -538,8 +628,74 @@ class _Parser:
         return pos
 
     def right_hand_side(self, comp: Computation, name: str, is_root: bool, pos: int, line: int,
-                        with_attributes: bool, shape: Shape | None = None) -> tuple[Instruction, int]:
-        """``[shape] opcode(operands) [attributes]``; ``shape`` when the caller has read it already."""
+                        with_attributes: bool) -> tuple[Instruction, int]:
+        """``[shape] opcode(operands) [attributes]``.
+
+        An operand may be an instruction itself (``add(f32[] negate(x), y)``, as XLA allows); those are read with
+        a stack of the instructions whose operand lists are open, not by recursion, so they nest as deep as XLA's
+        parser reads them (MAX_NESTING). As in XLA's parser, an operand that is only a shape (``fusion(f32[2])``)
+        or nothing at all (``(a, , b)``, ``(a, )``) is no operand: XLA tries it as a name, then as a nested
+        instruction, and moves on to the ',' or ')' where both attempts stopped.
+        """
+        text = self.text
+        waiting: list[_OpenInstruction] = []  # instructions whose operand lists hold the one being read
+        current, pos = self.open_instruction(comp, name, is_root, pos, line, None)
+        while True:
+            if current.refs is not None and not current.done:  # reading the operands of `current`
+                c = self.peek(pos)
+                if c == ")":
+                    current.done, pos = True, pos + 1
+                else:
+                    shape = None
+                    if self.starts_shape(pos):
+                        shape, pos = self.shape(pos)
+                        pos = self.skip(pos)
+                    if self.peek(pos) not in (",", ")"):
+                        m = _NAME.match(text, pos)
+                        if not m:
+                            raise self.error(f"expected an operand in computation {comp.name}, found "
+                                             f"{self.found(pos)}", pos)
+                        if text[pos] != "%" and text.startswith("(", self.skip(m.end())):  # a nested instruction
+                            if len(waiting) + 1 >= MAX_NESTING:
+                                raise self.error(f"operands nested deeper than {MAX_NESTING} levels (XLA's parser "
+                                                 f"reads at most {MAX_NESTING} levels of nesting)", pos)
+                            waiting.append(current)
+                            current, pos = self.open_instruction(comp, self.anonymous_name(m.group(1)), False, pos,
+                                                                 self.line(pos), shape)
+                            continue
+                        ref, pos = m.group(1), m.end()
+                        while text.startswith("#", pos):  # %t#1#0: element 0 of element 1 of t
+                            index = _DIGITS.match(text, pos + 1)
+                            if not index:
+                                raise self.error(f"expected a tuple index after '#', found {self.found(pos + 1)}",
+                                                 pos)
+                            ref = self.tuple_element(comp, ref, int(index.group()), pos)
+                            pos = index.end()
+                        current.refs.append(ref)
+                    pos = self.after_operand(current, pos)
+                if not current.done:
+                    continue
+            # `current` is read to its ')' (or is a parameter or constant): attributes, shape, the instruction.
+            attrs: dict[str, str] = {}
+            if with_attributes and not waiting:
+                attrs, pos = self.attributes(comp, pos, name)
+            operands = tuple(current.refs or ())
+            shape = current.shape
+            if shape is None:
+                shape = self.inferred_shape(comp, current.opcode, operands, attrs, pos)
+            instr = Instruction(name=current.name, opcode=current.opcode, shape=shape, operands=operands,
+                                literal=current.literal, attrs=attrs, is_root=current.is_root, line=current.line)
+            if not waiting:
+                return instr, pos
+            self.add(comp, instr)
+            current = waiting.pop()
+            current.refs.append(instr.name)
+            pos = self.after_operand(current, pos)
+
+    def open_instruction(self, comp: Computation, name: str, is_root: bool, pos: int, line: int,
+                         shape: Shape | None) -> tuple["_OpenInstruction", int]:
+        """``[shape] opcode(``: the instruction with its operand list open; a parameter's or constant's literal
+        is read to its ')'. ``shape`` when the caller has read it already."""
         text = self.text
         if shape is None and self.starts_shape(pos):
             shape, pos = self.shape(pos)
@@ -553,23 +709,28 @@ class _Parser:
             raise self.error(f"expected {what} in computation {comp.name}, found {self.found(pos)}", pos)
         opcode = m.group()
         pos = self.skip(m.end())
-        literal = ""
-        operands: tuple[str, ...] = ()
+        current = _OpenInstruction(name, is_root, line, shape, opcode)
         if opcode in ("parameter", "constant"):
             end = self.close(pos)
-            literal = tidy(text[pos + 1:end - 1])
-            if opcode == "parameter" and literal and not literal.isdigit():
-                raise self.error(f"parameter number must be a non-negative integer, got {literal[:20]!r}", pos)
-            pos = end
-        else:
-            operands, pos = self.operands(comp, pos)
-        attrs: dict[str, str] = {}
-        if with_attributes:
-            attrs, pos = self.attributes(comp, pos, name)
-        if shape is None:
-            shape = self.inferred_shape(comp, opcode, operands, attrs, pos)
-        return Instruction(name=name, opcode=opcode, shape=shape, operands=operands, literal=literal, attrs=attrs,
-                           is_root=is_root, line=line), pos
+            current.literal = tidy(text[pos + 1:end - 1])
+            if opcode == "parameter" and current.literal and not current.literal.isdigit():
+                raise self.error(f"parameter number must be a non-negative integer, got {current.literal[:20]!r}",
+                                 pos)
+            current.done = True
+            return current, end
+        current.refs = []
+        return current, self.skip(pos + 1)
+
+    def after_operand(self, current: "_OpenInstruction", pos: int) -> int:
+        """Past the ',' or ')' that follows an operand."""
+        pos = self.skip(pos)
+        c = self.peek(pos)
+        if c == ",":
+            return self.skip(pos + 1)
+        if c == ")":
+            current.done = True
+            return pos + 1
+        raise self.error(f"expected ',' or ')' in the operands, found {self.found(pos)}", pos)
 
     def starts_shape(self, pos: int) -> bool:
         """As XLA: a shape starts with '(' or an element type (``b(...)`` for a buffer)."""
@@ -598,48 +759,10 @@ class _Parser:
         except ValueError as exc:
             raise self.error(str(exc), pos) from None
 
-    def operands(self, comp: Computation, pos: int) -> tuple[tuple[str, ...], int]:
-        """``(a, f32[] %b, f32[] constant(1), %t#1#0)``: names, nested instructions, tuple elements."""
-        text = self.text
-        pos = self.skip(pos + 1)
-        refs: list[str] = []
-        if text.startswith(")", pos):
-            return (), pos + 1
-        while True:
-            shape = None
-            if self.starts_shape(pos):
-                shape, pos = self.shape(pos)
-                pos = self.skip(pos)
-            m = _NAME.match(text, pos)
-            if not m:
-                raise self.error(f"expected an operand in computation {comp.name}, found {self.found(pos)}", pos)
-            after = self.skip(m.end())
-            if text[pos] != "%" and text.startswith("(", after):  # a nested instruction, as XLA allows
-                nested_name = self.anonymous_name(m.group(1))
-                nested, pos = self.right_hand_side(comp, nested_name, False, pos, self.line(pos), False, shape)
-                self.add(comp, nested)
-                refs.append(nested.name)
-            else:
-                ref, pos = m.group(1), m.end()
-                while text.startswith("#", pos):  # %t#1#0: element 0 of element 1 of t
-                    index = _DIGITS.match(text, pos + 1)
-                    if not index:
-                        raise self.error(f"expected a tuple index after '#', found {self.found(pos + 1)}", pos)
-                    ref = self.tuple_element(comp, ref, int(index.group()), pos)
-                    pos = index.end()
-                refs.append(ref)
-            pos = self.skip(pos)
-            c = self.peek(pos)
-            if c == ",":
-                pos = self.skip(pos + 1)
-            elif c == ")":
-                return tuple(refs), pos + 1
-            else:
-                raise self.error(f"expected ',' or ')' in the operands, found {self.found(pos)}", pos)
-
     def anonymous_name(self, opcode: str) -> str:
         n = self.anonymous.get(opcode, 0)
         self.anonymous[opcode] = n + 1
+        self.anonymous_log.append(opcode)
         return f"{opcode}.anon" + (f".{n}" if n else "")
 
     def tuple_element(self, comp: Computation, base: str, index: int, pos: int) -> str:
@@ -688,21 +811,25 @@ class _Parser:
 
     def inline_body_follows(self, pos: int) -> bool:
         """``{ p = f32[] parameter(0) ... }`` (or a list of them) rather than ``{%a, %b}``."""
-        if not self.text.startswith("{", pos):
-            return False
-        inner = self.skip(pos + 1)
-        return bool(_INSTRUCTION_START.match(self.text, inner)) or self.inline_body_follows(inner)
+        while self.text.startswith("{", pos):
+            pos = self.skip(pos + 1)
+            if _INSTRUCTION_START.match(self.text, pos):
+                return True
+        return False
 
     def inline_computations(self, pos: int, name: str) -> tuple[str, int]:
-        """An inline body (or a ``{{...}, {...}}`` list of them) as computations; returns their names."""
+        """An inline body (or a ``{{...}, {...}}`` list of them), read before as computations of their own (see
+        body()): their names, and where the value ends. _InlineBody for the first one not read yet."""
         text = self.text
         inner = self.skip(pos + 1)
         if not text.startswith("{", inner):
-            return "%" + self.inline_computation(pos, name), self.close(pos)
+            body_name, end = self.inline_body(pos, name)
+            return "%" + body_name, end
         names = []
         while True:
-            names.append("%" + self.inline_computation(inner, f"{name}.{len(names)}"))
-            inner = self.skip(self.close(inner))
+            body_name, end = self.inline_body(inner, f"{name}.{len(names)}")
+            names.append("%" + body_name)
+            inner = self.skip(end)
             if text.startswith(",", inner):
                 inner = self.skip(inner + 1)
             elif text.startswith("}", inner):
@@ -711,22 +838,19 @@ class _Parser:
                 raise self.error(f"expected ',' or '}}' between inline computations, found {self.found(inner)}",
                                  inner)
 
-    def inline_computation(self, pos: int, name: str) -> str:
-        while name in self.computations:
-            name += "_"
-        comp = Computation(name=name, is_entry=False, line=self.line(pos))
-        self.body(comp, pos + 1)
-        return name
+    def inline_body(self, pos: int, name: str) -> tuple[str, int]:
+        read = self.inline_read.get(pos)
+        if read is None:
+            raise _InlineBody(pos, name)
+        return read
 
     def inferred_shape(self, comp: Computation, opcode: str, operands: tuple[str, ...], attrs: dict[str, str],
                        pos: int) -> Shape:
-        def callee_root(key: str) -> Shape:
-            names = split_name_list(attrs.get(key, ""))
-            callee = self.computations.get(names[0]) if names else None
+        def program_shape(name: str) -> ProgramShape:
+            callee = self.computations.get(name)
             if callee is None:
-                raise ShapeInferenceError(f"{opcode} calls {names[0] if names else 'nothing'}, which is not "
-                                          "defined before it")
-            return callee.root.shape
+                raise ShapeInferenceError(f"{opcode} calls {name}, which is not defined before it")
+            return ProgramShape(tuple(p.shape for p in callee.parameters), callee.root.shape)
 
         shapes = []
         for ref in operands:
@@ -735,7 +859,7 @@ class _Parser:
                 raise self.error(f"uses undefined operand {ref!r}", pos)
             shapes.append(target.shape)
         try:
-            return infer_shape(opcode, shapes, attrs, callee_root)
+            return infer_shape(opcode, shapes, attrs, program_shape)
         except ShapeInferenceError as exc:
             raise self.error(f"cannot infer a result shape: {exc} (in computation {comp.name})", pos) from None
 
@@ -820,21 +944,28 @@ class _Parser:
                     raise HloParseError(f"{instr.name} calls undefined computation {callee!r}", self.source,
                                         instr.line)
                 calls.setdefault(caller, []).append((callee, instr))
+        # Depth first with an explicit stack (a chain of calls is as long as the module is, XLA reads any).
         state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-        def visit(name: str, path: list[str]) -> None:
-            state[name] = 1
-            for callee, instr in calls.get(name, ()):
+        for root in calls:
+            if root in state:
+                continue
+            state[root] = 1
+            path = [root]
+            stack = [iter(calls.get(root, ()))]
+            while stack:
+                step = next(stack[-1], None)
+                if step is None:
+                    state[path.pop()] = 2
+                    stack.pop()
+                    continue
+                callee, instr = step
                 if state.get(callee) == 1:
                     cycle = " -> ".join([*path[path.index(callee):], callee])
                     raise HloParseError(f"call cycle {cycle}", module.source, instr.line)
                 if callee not in state:
-                    visit(callee, [*path, callee])
-            state[name] = 2
-
-        for name in calls:
-            if name not in state:
-                visit(name, [name])
+                    state[callee] = 1
+                    path.append(callee)
+                    stack.append(iter(calls.get(callee, ())))
 
 
 def _simple_attributes(rest: str) -> dict[str, str]:
@@ -895,21 +1026,79 @@ def _simple_operands(text: str) -> tuple[str, ...]:
     text = strip_index_comments(text)
     if "/" in text:
         raise _Declined
-    return tuple([words[-1] for words in map(str.split, split_top_level(text)) if words])
+    names = [words[-1] for words in map(str.split, split_top_level(text)) if words]
+    if not all(map(_OPERAND_NAME.fullmatch, names)):
+        raise _Declined  # a piece that is only a shape (no operand, as XLA reads it): the general parser's job
+    return tuple(names)
+
+
+# What a path names when it is not a regular file, as the error says it.
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_HEAD = 4096  # what the binary check reads before the rest of the file
 
 
 def read_text(path: Path | str) -> str:
-    """Read an HLO file as text; binary or unreadable input becomes an HloParseError."""
+    """Read an HLO file as text; anything else becomes an HloParseError naming the path.
+
+    Only a regular file is read: its type is checked (os.stat) before it is opened, and again on the open
+    descriptor (opened without blocking, so a FIFO put there meanwhile cannot hang the read), so a named pipe
+    with no writer, /dev/zero or a socket is one line, never a hang or a MemoryError. The first 4 KiB are
+    checked for binary data before the rest is read.
+    """
     p = Path(path)
+    source = str(p)
     try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise HloParseError("no such file", str(p)) from None
-    except IsADirectoryError:
-        raise HloParseError("is a directory, not an HLO file", str(p)) from None
+        info = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        raise HloParseError("no such file", source) from None
     except OSError as exc:
-        raise HloParseError(f"cannot read: {exc.strerror}", str(p)) from None
-    return decode_text(data, str(p))
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    _check_regular(info.st_mode, source)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except IsADirectoryError:
+        raise HloParseError("is a directory, not an HLO file", source) from None
+    except OSError as exc:
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    try:
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            _check_regular(info.st_mode, source)
+            if b"\x00" in f.read(_HEAD):
+                raise HloParseError("binary data, not HLO text", source)
+            f.seek(0)
+            data = f.read()
+    except MemoryError:
+        raise HloParseError(f"too large to read into memory ({info.st_size:,} bytes)", source) from None
+    except OSError as exc:
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    return decode_text(data, source)
+
+
+def read_stream(stream, source: str) -> str:
+    """HLO text from a binary stream (standard input): the first 4 KiB checked for binary data before the rest
+    is read, so ``hlo-audit count - < /dev/zero`` is one line at once, not a read until memory runs out."""
+    try:
+        head = stream.read(_HEAD)
+        if b"\x00" in head:
+            raise HloParseError("binary data, not HLO text", source)
+        data = head + stream.read()
+    except MemoryError:
+        raise HloParseError("too large to read into memory", source) from None
+    except OSError as exc:
+        raise HloParseError(f"cannot read: {exc.strerror or exc}", source) from None
+    return decode_text(data, source)
+
+
+def _check_regular(mode: int, source: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise HloParseError("is a directory, not an HLO file", source)
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    raise HloParseError(f"is {kind}, not an HLO file: hlo-audit reads regular files, '-' (standard input) and "
+                        "dump folders", source)
 
 
 def parse_file(path: Path | str) -> HloModule:
@@ -918,9 +1107,11 @@ def parse_file(path: Path | str) -> HloModule:
 
 def decode_text(data: bytes, source: str) -> str:
     """HLO bytes as text; binary or non-UTF-8 input becomes an HloParseError naming ``source``."""
-    if b"\x00" in data[:4096]:
+    if b"\x00" in data[:_HEAD]:
         raise HloParseError("binary data, not HLO text", source)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HloParseError(f"not UTF-8 text (byte {exc.start})", source) from None
+    except MemoryError:
+        raise HloParseError(f"too large to decode in memory ({len(data):,} bytes)", source) from None

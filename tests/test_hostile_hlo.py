@@ -1,0 +1,172 @@
+"""Deep HLO through the real CLI: tuple shapes, operand chains, nested operands, call chains, inline bodies.
+
+Each input is valid HLO of one kind of depth. Where XLA's parser (jaxlib) reads it, ``hlo-audit count/diff/rng/explain``
+must read it too, with XLA's counts; past what XLA's own parser reads (500 levels of nesting: HloParserOptions'
+kDefaultMaxRecursionDepth; jaxlib 0.12.0.1 has no limit and crashes further on), one line naming the line and exit 2.
+Never a traceback: the parser and every walk over the module (normalize, rng, diff, constants) use explicit stacks.
+Measured with jaxlib 0.12.0.1: it reads 7000 nested tuples (SIGSEGV at 8000), 1000 nested operands (SIGSEGV at 1100),
+1000 nested inline computations (SIGSEGV at 1500), and call chains of any length (20000 tried).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from xla_oracle import xla_counts
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = Path(sys.executable).with_name("hlo-audit")
+COMMANDS = ("count", "diff", "rng", "explain")
+
+
+def tuple_shape(depth: int, leaf: str = "f32[2]") -> str:
+    return "(" * depth + leaf + ")" * depth
+
+
+def deep_tuple(depth: int) -> str:
+    """A parameter whose shape is a tuple nested ``depth`` deep, and a root that hands it back with a key."""
+    return (f"HloModule m\nENTRY e {{\n  p = {tuple_shape(depth)} parameter(0)\n  k = u32[2] parameter(1)\n"
+            f"  ROOT t = ({tuple_shape(depth - 1)}, u32[2]) tuple(p, k)\n}}\n")
+
+
+def operand_chain(length: int) -> str:
+    """``length`` instructions, each using the one before (flat text, as every real module is)."""
+    lines = ["  v0 = f32[] parameter(0)", "  k = u32[2] parameter(1)"]
+    lines += [f"  v{i} = f32[] negate(v{i - 1})" for i in range(1, length)]
+    lines.append(f"  ROOT r = (f32[], u32[2]) tuple(v{length - 1}, k)")
+    return "HloModule m\nENTRY e {\n" + "\n".join(lines) + "\n}\n"
+
+
+def nested_operands(depth: int) -> str:
+    """``negate(negate(...(x)))`` written as one nested expression ``depth`` deep."""
+    expression = "x"
+    for _ in range(depth):
+        expression = f"f32[] negate({expression})"
+    return f"HloModule m\nENTRY e {{\n  x = f32[] parameter(0)\n  ROOT r = f32[] negate({expression})\n}}\n"
+
+
+# An NNX stream's state as jax names its entry parameters (state['rngs']['default']['key'].value).
+KEY, COUNT = "state__rngs____default____key___value", "state__rngs____default____count___value"
+
+
+def call_chain(length: int) -> str:
+    """Computation i calls computation i-1, the first draws random bits from the key it is passed; the entry
+    passes an NNX stream's key down the chain and increments its count."""
+    comps = [("comp0 {\n  p = u32[2] parameter(0)\n"
+              "  ROOT r = (u32[2], u32[4]) rng-bit-generator(p), algorithm=rng_default\n}")]
+    comps += [f"comp{i} {{\n  p = u32[2] parameter(0)\n  ROOT r = (u32[2], u32[4]) call(p), to_apply=comp{i - 1}\n}}"
+              for i in range(1, length)]
+    comps.append(f"ENTRY e {{\n  {KEY} = u32[2] parameter(0)\n  {COUNT} = u32[] parameter(1)\n"
+                 f"  one = u32[] constant(1)\n  next = u32[] add({COUNT}, one)\n"
+                 f"  c = (u32[2], u32[4]) call({KEY}), to_apply=comp{length - 1}\n"
+                 "  bits = u32[4] get-tuple-element(c), index=1\n  ROOT t = (u32[4], u32[]) tuple(bits, next)\n}")
+    return "HloModule m\n" + "\n".join(comps) + "\n"
+
+
+def while_chain(length: int) -> str:
+    """Loops in loops: body i is a while loop over body i-1, the state carrying a counter and a key."""
+    comps = [("cond0 {\n  p = (s32[], u32[2]) parameter(0)\n  i = s32[] get-tuple-element(p), index=0\n"
+              "  c = s32[] constant(3)\n  ROOT lt = pred[] compare(i, c), direction=LT\n}"),
+             ("body0 {\n  p = (s32[], u32[2]) parameter(0)\n  i = s32[] get-tuple-element(p), index=0\n"
+              "  one = s32[] constant(1)\n  j = s32[] add(i, one)\n  k = u32[2] get-tuple-element(p), index=1\n"
+              "  ROOT t = (s32[], u32[2]) tuple(j, k)\n}")]
+    comps += [f"body{i} {{\n  p = (s32[], u32[2]) parameter(0)\n"
+              f"  ROOT w = (s32[], u32[2]) while(p), condition=cond0, body=body{i - 1}\n}}" for i in range(1, length)]
+    comps.append(f"ENTRY e {{\n  p = (s32[], u32[2]) parameter(0)\n"
+                 f"  ROOT w = (s32[], u32[2]) while(p), condition=cond0, body=body{length - 1}\n}}")
+    return "HloModule m\n" + "\n".join(comps) + "\n"
+
+
+def inline_bodies(depth: int) -> str:
+    """``to_apply={ ... call(p), to_apply={ ... } }`` nested ``depth`` deep, every level naming its root alike."""
+    body = "{ p = f32[] parameter(0)\n ROOT r = f32[] negate(p) }"
+    for _ in range(depth):
+        body = "{ p = f32[] parameter(0)\n ROOT r = f32[] call(p), to_apply=" + body + " }"
+    return f"HloModule m\nENTRY e {{\n  p = f32[] parameter(0)\n  ROOT r = f32[] call(p), to_apply={body}\n}}\n"
+
+
+def hlo_audit(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The installed console script, importing this checkout."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=timeout, env=env, check=False)
+
+
+def run_command(command: str, path: Path) -> subprocess.CompletedProcess:
+    args = [str(path), str(path)] if command == "diff" else [str(path)]
+    if command == "count":
+        args += ["--format", "json"]
+    return hlo_audit(command, *args)
+
+
+# Valid inputs XLA's parser reads: every command works, and count gives XLA's numbers.
+READ = {
+    "tuple shapes 300 deep": (deep_tuple, 300),
+    "tuple shapes 499 deep": (deep_tuple, 499),
+    "an operand chain 500 long": (operand_chain, 500),
+    "an operand chain 20000 long": (operand_chain, 20000),
+    "operands nested 400 deep": (nested_operands, 400),
+    "computations calling 1000 deep": (call_chain, 1000),
+    "while loops nested 300 deep": (while_chain, 300),
+    "inline computations nested 300 deep": (inline_bodies, 300),
+}
+# Past 500 levels of nesting: XLA's parser refuses them (and jaxlib's crashes not much further on).
+REFUSED = {
+    "tuple shapes 501 deep": (deep_tuple, 502, 3, "shape nested deeper than 500 levels"),
+    "operands nested 600 deep": (nested_operands, 600, 4, "operands nested deeper than 500 levels"),
+    "inline computations nested 600 deep": (inline_bodies, 600, 504, "inline computations nested deeper than 500"),
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("deep")
+    paths = {}
+    for name, (make, depth, *_) in {**READ, **REFUSED}.items():
+        paths[name] = folder / (name.replace(" ", "_") + ".hlo")
+        paths[name].write_text(make(depth))
+    return paths
+
+
+@pytest.mark.parametrize("name", READ)
+def test_deep_valid_hlo_is_read_by_every_command(inputs, name):
+    path = inputs[name]
+    expected = xla_counts(path.read_text())
+    for command in COMMANDS:
+        proc = run_command(command, path)
+        assert "Traceback" not in proc.stderr, (command, proc.stderr[-2000:])
+        assert proc.returncode == 0, (command, proc.stderr[-2000:])
+        if command == "count":
+            module = json.loads(proc.stdout)["modules"][0]
+            assert (module["entry_params"], module["by_dtype"]) == (expected["entry_params"], expected["by_dtype"])
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_nesting_past_xlas_limit_is_one_line_naming_the_line(inputs, name):
+    path = inputs[name]
+    _, _, line, message = REFUSED[name]
+    for command in COMMANDS:
+        proc = run_command(command, path)
+        assert "Traceback" not in proc.stderr
+        assert proc.returncode == 2, (command, proc.stderr[-2000:])
+        error = proc.stderr.strip()
+        assert "\n" not in error and f"{path}:{line}: " in error and message in error, error
+
+
+def test_rng_follows_a_key_through_a_long_call_chain(inputs):
+    """The RNG dataflow defers runs nested 64 deep and comes back to them: the key passed down 1000 calls is
+    drawn at the bottom, as in a 3-call chain, and the count's one increment is counted."""
+    deep = hlo_audit("rng", str(inputs["computations calling 1000 deep"]), "--format", "json")
+    assert deep.returncode == 0, deep.stderr[-2000:]
+    shallow_path = inputs["computations calling 1000 deep"].with_name("chain3.hlo")
+    shallow_path.write_text(call_chain(3))
+    shallow = hlo_audit("rng", str(shallow_path), "--format", "json")
+    deep_doc, shallow_doc = json.loads(deep.stdout), json.loads(shallow.stdout)
+    assert (deep_doc["streams"], deep_doc["drawn"], deep_doc["carried"]) == (1, 1, 0)
+    deep_doc.pop("source"), shallow_doc.pop("source")
+    assert deep_doc == shallow_doc
