@@ -23,6 +23,7 @@ from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import ModuleDiff, diff_modules
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError
+from hlo_audit.lowering import Lowering
 from hlo_audit.matrix import Cell, MatrixError, select
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.results import CellResult, Finding
@@ -191,11 +192,12 @@ def normalized_text(cache: Cache, result: CellResult) -> str:
     normalized = result.normalized or cache.normalized_text(result.key)
     if normalized is not None:
         return normalized
-    text = result.text or cache.hlo_text(result.key)
-    if text is None:
+    hit = cache.get_lowering(result.key)
+    if hit is None:
         raise InputError(f"{result.cell.id}: HLO text is not in the cache; run again without --no-cache")
+    lowering = Lowering.from_cache(*hit)
     # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
-    return analyze(text, result.cell.id).normalized
+    return analyze(lowering.text, result.cell.id, literal_digests=lowering.literal_digests).normalized
 
 
 def full_matrix(p: Plan) -> list[Cell]:

@@ -70,13 +70,16 @@ class Lowering:
     note: str = ""
     memory: dict[str, int] | None = None
     cost: dict[str, float] | None = None
+    # (computation, instruction, sha256 of the literal) of each constant the text prints as `{...}`.
+    literal_digests: tuple[tuple[str, str, str], ...] = ()
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
         return {"stage": self.stage,
                 "arg_keys": [list(k) for k in self.arg_keys] if self.arg_keys is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
-                "note": self.note, "memory": self.memory, "cost": self.cost}
+                "note": self.note, "memory": self.memory, "cost": self.cost,
+                "literal_digests": [list(d) for d in self.literal_digests]}
 
     @classmethod
     def from_cache(cls, text: str, meta: dict) -> "Lowering":
@@ -85,4 +88,5 @@ class Lowering:
         return cls(text, stage=meta.get("stage", "lowered"),
                    arg_keys=tuple(map(tuple, keys)) if keys is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
-                   note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))
+                   note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
+                   literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())))

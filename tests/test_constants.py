@@ -207,3 +207,27 @@ def test_the_gate_ratchets_captured_state_both_ways(tmp_path):
     assert ("entry parameters 6 -> 2: bf16 -1, s8 -1, u32 -2 (input -2, rng_count -1, rng_key -1); new or grown "
             "path patterns: none; captured arrays 0 -> 4 (0 -> 1,050,636 bytes): bf16 +1, s8 +1, u32 +2; "
             "literal RNG keys 0 -> 1") in out
+
+
+def _hadamard(signs: int):
+    """A step that multiplies by a 16x16 matrix baked in (TE's RHT Hadamard signs), one row's signs flipped."""
+    import numpy as np  # noqa: PLC0415
+
+    matrix = np.where(np.add.outer(np.arange(16), np.arange(16)) % 2, 1.0, -1.0).astype(np.float32)
+    matrix[0] *= signs
+    return jax.jit(lambda x: x @ jnp.asarray(matrix)).lower(jax.ShapeDtypeStruct((4, 16), jnp.float32))
+
+
+def test_a_value_only_change_of_an_elided_constant_changes_the_canonical_text():
+    from hlo_audit.stages import lowered as lowered_stage  # noqa: PLC0415
+
+    same, flipped = (lowered_stage.run(_hadamard(s), None) for s in (1, -1))
+    assert same.text == flipped.text and "constant({...})" in same.text  # jax's text alone cannot tell them apart
+    a, b = (analyze(x.text, literal_digests=x.literal_digests) for x in (same, flipped))
+    assert a.normalized != b.normalized
+    assert 'frontend_attributes={literal_sha256="sha256:' in a.normalized
+    assert diff_modules(a, b).verdict == "changed"
+    # The canonical text reads back as itself, digest and all; the same values give the same digest.
+    assert analyze(a.normalized).normalized == a.normalized
+    again = lowered_stage.run(_hadamard(1), None)
+    assert analyze(again.text, literal_digests=again.literal_digests).normalized == a.normalized

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from hlo_audit.hlo.constants import CapturedArray, ConstantReport, constant_report
+from hlo_audit.hlo.constants import CapturedArray, ConstantReport, add_literal_digests, constant_report
 from hlo_audit.hlo.normalize import normalize_with_printed
 from hlo_audit.hlo.params import EntryParam, ParamSummary, entry_params
 from hlo_audit.hlo.rng_flow import RngReport, classify_streams
@@ -24,6 +24,8 @@ class Analysis:
     module: HloModule
     params: list[EntryParam]
     captured: Sequence[CapturedArray] | None = None  # what the step closes over, when the tool traced it
+    # (computation, instruction, digest) of constants ``text`` elides: two equal texts with other digests differ.
+    literal_digests: tuple[tuple[str, str, str], ...] = ()
 
     @cached_property
     def summary(self) -> ParamSummary:
@@ -55,8 +57,12 @@ class Analysis:
 
 
 def analyze(text: str, source: str = "<text>", arg_keys: Sequence[Sequence[str]] | None = None,
-            captured: Sequence[CapturedArray] | None = None) -> Analysis:
-    """Parse ``text`` and attribute its entry parameters (``arg_keys`` from jax's args_info win)."""
+            captured: Sequence[CapturedArray] | None = None,
+            literal_digests: Sequence[tuple[str, str, str]] = ()) -> Analysis:
+    """Parse ``text`` and attribute its entry parameters (``arg_keys`` from jax's args_info win); constants the text
+    elides as ``{...}`` carry ``literal_digests`` ((computation, instruction, digest), from the stage that printed
+    them) into the canonical text."""
     module = parse_module(text, source)
+    add_literal_digests(module, literal_digests)
     return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_keys),
-                    captured=captured)
+                    captured=captured, literal_digests=tuple(tuple(d) for d in literal_digests))

@@ -231,6 +231,27 @@ def _filled_by_loop(value: Instruction, tup: Instruction, comp: Computation, mod
 # ---------------------------------------------------------------------------------------------------------
 
 
+# The frontend attribute a large constant's literal digest is kept under in the canonical text.
+LITERAL_DIGEST_KEY = "literal_sha256"
+
+
+def add_literal_digests(module: HloModule, digests: Sequence[tuple[str, str, str]]) -> None:
+    """Give each named constant ``(computation, instruction, digest)`` its literal's digest as a frontend
+    attribute, so the canonical text of a constant printed as ``{...}`` still changes when its values do (a 16x16
+    Hadamard matrix, an RNG key baked in). XLA's parser reads the attribute back; normalization keeps it."""
+    for computation, name, digest in digests:
+        comp = module.computations.get(computation)
+        instr = comp.by_name.get(name) if comp is not None else None
+        if instr is None or instr.opcode != "constant":
+            continue
+        entry = f'{LITERAL_DIGEST_KEY}="{digest}"'
+        existing = instr.attrs.get("frontend_attributes", "").strip()
+        if LITERAL_DIGEST_KEY in existing:
+            continue  # a canonical text read back already has it
+        attribute = f"{{{existing[1:-1]},{entry}}}" if len(existing) > 2 else f"{{{entry}}}"
+        instr.attrs = {**instr.attrs, "frontend_attributes": attribute}  # the parser shares equal attribute dicts
+
+
 def golden_summary(record: dict) -> dict:
     """A result's constants record as a golden keeps it: captured arrays by dtype, role and pattern (no list),
     large constants and their bytes by dtype, and the number of literal RNG keys."""

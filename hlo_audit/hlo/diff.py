@@ -217,12 +217,14 @@ def _skeleton(comp: Computation) -> tuple:
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
     added, removed = _param_groups(old, new)
-    if old.text == new.text:  # nothing to normalize: no computation can differ either
+    # The same text, and the same values behind the constants it elides: nothing to normalize.
+    same_text = old.text == new.text and old.literal_digests == new.literal_digests
+    if same_text:
         old_text = new_text = ""
     else:
         old_text, new_text = old.normalized, new.normalized
     old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
-    if old.text == new.text:
+    if same_text:
         verdict, changes = "identical", []
     elif old_text == new_text:
         verdict, changes = "identical-after-normalization", []

@@ -19,6 +19,7 @@ import jax
 
 from hlo_audit.attribution import arg_keys
 from hlo_audit.lowering import MEMORY_KINDS, Lowering
+from hlo_audit.stages.lowered import literal_digests
 from hlo_audit.stages.program import Signature, checked_arg_keys, cost_record, parameter_shapes, shard_signature
 
 if TYPE_CHECKING:
@@ -29,8 +30,10 @@ def run(lowered: jax.stages.Lowered, cell: Cell | None = None) -> Lowering:
     compiled = lowered.compile()
     keys = checked_arg_keys(arg_keys(lowered), kept_argument_signatures(compiled),
                             compiled_parameter_signatures(compiled))
-    return Lowering(text=compiled.as_text(), arg_keys=keys, memory=memory_record(compiled),
-                    cost=_cost(compiled))
+    modules = compiled.runtime_executable().hlo_modules()
+    digests = literal_digests(modules[0]) if len(modules) == 1 else ()
+    return Lowering(text=compiled.as_text(), arg_keys=keys, memory=memory_record(compiled), cost=_cost(compiled),
+                    literal_digests=digests)
 
 
 def memory_record(compiled: jax.stages.Compiled) -> dict[str, int] | None:
