@@ -11,21 +11,22 @@ TE_WHEEL_SUMS := $(wildcard $(TE_WHEELS)/*.whl.sha256)
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
-.PHONY: setup browser audit test bench clean
+.PHONY: setup browser audit test compat bench clean
 
 setup: $(STAMP)
 
-# Reinstall only when the dependency declaration (or the TE wheel) changes.
-$(STAMP): pyproject.toml $(TE_WHEEL_SUMS)
+# Reinstall only when the dependency declaration, the pinned set (or the TE wheel) changes. pyproject.toml declares
+# the ranges users get; constraints.txt pins what this repository's goldens depend on.
+$(STAMP): pyproject.toml constraints.txt $(TE_WHEEL_SUMS)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), f"hlo-audit needs Python >= 3.12, found {sys.version.split()[0]} (.python-version says 3.12)"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 ifeq ($(TE),1)
 	cd $(TE_WHEELS) && sha256sum --check --quiet *.whl.sha256
-	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev,te]' --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
+	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev,te]' -c constraints.txt --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
 	bash scripts/fetch_libcuda.sh $(DRIVER_DIR)
 else
-	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]'
+	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]' -c constraints.txt
 endif
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
@@ -40,10 +41,27 @@ browser:
 test: setup browser
 	$(PY) -m pytest -n 2 -q
 
+# hlo-audit installed as a user installs it (pip install ., no editable link, no extras) into an environment that
+# already holds an older stack: the low end of pyproject.toml's ranges (.ci/compat-stack.txt). The install must change
+# none of the stack's versions; then the suite runs there, less what needs MaxText, Transformer Engine or libtpu.
+COMPAT := .venv-compat
+compat:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "hlo-audit needs Python >= 3.12"'
+	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT)/bin/python -m pip install --quiet -r .ci/compat-stack.txt
+	$(COMPAT)/bin/python -m pip freeze --exclude hlo-audit > $(COMPAT)/stack-before.txt
+	$(COMPAT)/bin/python -m pip uninstall --quiet --yes hlo-audit 2>/dev/null || true
+	$(COMPAT)/bin/python -m pip install --quiet .
+	$(COMPAT)/bin/python -m pip freeze --exclude hlo-audit > $(COMPAT)/stack-after.txt
+	diff $(COMPAT)/stack-before.txt $(COMPAT)/stack-after.txt || (echo "installing hlo-audit changed the stack above"; false)
+	test ! -e build || (echo "pip install . wrote build/ into the checkout"; false)
+	$(COMPAT)/bin/pytest -q -n 2 -p no:cacheprovider -m "not maxtext and not te and not tpu"
+
 bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_tpu.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(COMPAT) .pytest_cache

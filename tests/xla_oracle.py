@@ -7,6 +7,7 @@ same computations, the same instructions per opcode.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from jax._src.lib import hlo
@@ -38,6 +39,15 @@ def _opcode(instr) -> str:
     return name
 
 
+def _dtype(instr) -> str:
+    """An instruction's element type as HLO text spells it (``f32``; ``tuple``, ``token``)."""
+    shape = getattr(instr, "shape", None)
+    if shape is not None:
+        return str(shape.xla_element_type()).split(".", 1)[1].lower()
+    after = instr.to_string().split(" = ", 1)[1]  # jaxlib 0.11's instructions have no shape: read XLA's own print
+    return "tuple" if after.startswith("(") else re.match(r"[a-z0-9]+", after).group(0)
+
+
 def xla_counts(text: str, entry: str | None = None) -> dict:
     """What XLA's parser built from ``text`` (raises if XLA rejects it). ``entry`` names the entry computation
     (else it is read off XLA's reprint)."""
@@ -49,7 +59,7 @@ def xla_counts(text: str, entry: str | None = None) -> dict:
               if str(i.opcode) == "HloOpcode.kParameter"]
     return {
         "entry_params": len(params),
-        "by_dtype": dict(Counter(str(p.shape.xla_element_type()).split(".", 1)[1].lower() for p in params)),
+        "by_dtype": dict(Counter(_dtype(p) for p in params)),
         "computations": len(computations),
         "opcodes": dict(Counter(_opcode(i) for c in computations for i in c.instructions())),
     }

@@ -30,9 +30,9 @@ def run(lowered: jax.stages.Lowered, cell: Cell | None = None) -> Lowering:
     compiled = lowered.compile()
     keys = checked_arg_keys(arg_keys(lowered), kept_argument_signatures(compiled),
                             compiled_parameter_signatures(compiled))
-    modules = compiled.runtime_executable().hlo_modules()
-    digests = literal_digests(modules[0]) if len(modules) == 1 else ()
-    return Lowering(text=compiled.as_text(), arg_keys=keys, memory=memory_record(compiled), cost=_cost(compiled),
+    modules, text = compiled.runtime_executable().hlo_modules(), compiled.as_text()
+    digests = literal_digests(modules[0], text) if len(modules) == 1 else ()
+    return Lowering(text=text, arg_keys=keys, memory=memory_record(compiled), cost=_cost(compiled),
                     literal_digests=digests)
 
 

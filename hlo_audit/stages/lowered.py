@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import math
+import re
 from typing import TYPE_CHECKING
 
 from hlo_audit.attribution import arg_keys
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 def run(lowered, cell: Cell) -> Lowering:
     module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
-    return Lowering(text=hlo_text(lowered, module), arg_keys=arg_keys(lowered), literal_digests=literal_digests(module))
+    text = hlo_text(lowered, module)
+    return Lowering(text=text, arg_keys=arg_keys(lowered), literal_digests=literal_digests(module, text))
 
 
 def hlo_text(lowered, module=None) -> str:
@@ -35,34 +36,35 @@ def hlo_text(lowered, module=None) -> str:
     return module.to_string(options)
 
 
-# XLA elides a constant's literal in the text when it has more than this many elements (print_large_constants off).
-_PRINTED_ELEMENTS = 10
-# HloInstructionProto's `literal` field (xla/service/hlo.proto): the constant's LiteralProto, shape and values.
-_LITERAL_FIELD = 8
+# HloModuleProto.computations, HloComputationProto.{name, instructions}, HloInstructionProto.{name, literal}
+# (xla/service/hlo.proto): where each constant's LiteralProto (its shape and values) is.
+_COMPUTATIONS, _NAME, _INSTRUCTIONS, _LITERAL = 3, 1, 2, 8
+# A constant whose literal XLA's printer elides (print_large_constants off), as hlo_text prints it.
+_ELIDED = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\bconstant\(\{\.\.\.\}\)", re.M)
 
 
-def literal_digests(module) -> tuple[tuple[str, str, str], ...]:
-    """(computation, instruction, sha256 of its literal) of every constant of an XLA ``HloModule`` whose values the
-    text elides: what makes a value-only change show in the canonical text (``hlo.constants.add_literal_digests``)."""
+def literal_digests(module, text: str | None = None) -> tuple[tuple[str, str, str], ...]:
+    """(computation, instruction, sha256 of its literal) of every constant whose values ``text`` (the module as
+    printed, ``hlo_text``) elides as ``{...}``: what makes a value-only change show in the canonical text
+    (``hlo.constants.add_literal_digests``). Read from the serialized module, which every jaxlib has (0.11's
+    instructions expose neither their shape nor their proto)."""
+    elided = set(_ELIDED.findall(text if text is not None else module.to_string()))
+    if not elided:
+        return ()
     digests = []
-    for computation in module.computations():
-        for instr in computation.instructions():
-            if str(instr.opcode) != "HloOpcode.kConstant" or _elements(instr.shape) <= _PRINTED_ELEMENTS:
-                continue
-            literal = _field(instr.as_serialized_proto(), _LITERAL_FIELD)
-            if literal is not None:
-                digests.append((computation.name, instr.name, "sha256:" + hashlib.sha256(literal).hexdigest()[:32]))
+    for computation in _fields(module.as_serialized_hlo_module_proto(), _COMPUTATIONS):
+        name = bytes(next(iter(_fields(computation, _NAME)), b"")).decode()
+        for instruction in _fields(computation, _INSTRUCTIONS):
+            instr = bytes(next(iter(_fields(instruction, _NAME)), b"")).decode()
+            if instr in elided:
+                literal = next(iter(_fields(instruction, _LITERAL)), None)
+                if literal is not None:
+                    digests.append((name, instr, "sha256:" + hashlib.sha256(literal).hexdigest()[:32]))
     return tuple(digests)
 
 
-def _elements(shape) -> int:
-    if shape.is_tuple():
-        return sum(_elements(s) for s in shape.tuple_shapes())
-    return math.prod(shape.dimensions())
-
-
-def _field(message: bytes, number: int) -> bytes | None:
-    """The bytes of the first length-delimited field ``number`` of a serialized protobuf message (top level)."""
+def _fields(message, number: int):
+    """The length-delimited fields ``number`` of a serialized protobuf message (its top level), as memoryviews."""
     view, pos = memoryview(message), 0
 
     def varint() -> int:
@@ -88,8 +90,7 @@ def _field(message: bytes, number: int) -> bytes | None:
         elif wire == 2:
             size = varint()
             if tag >> 3 == number:
-                return bytes(view[pos:pos + size])
+                yield view[pos:pos + size]
             pos += size
-        else:  # groups: not in HloInstructionProto
-            return None
-    return None
+        else:  # groups: no HLO proto has them
+            return
