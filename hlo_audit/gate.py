@@ -28,7 +28,7 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hlo_audit.golden import Golden
+from hlo_audit.golden import Golden, environment_change
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, signed_counts
 from hlo_audit.lowering import MEMORY_KINDS
@@ -106,9 +106,15 @@ class Gate:
         if golden is None:
             findings.append(self._apply("missing_golden", result, Finding(
                 cid, "regression", "missing_golden", f"no golden for this cell; create it with: {self._command(cid)}")))
+        elif golden.damaged:  # a golden that cannot be read gates nothing: as if missing, and said why
+            findings.append(self._apply("missing_golden", result, Finding(
+                cid, "regression", "missing_golden", f"{golden.damaged}; regenerate it with: {self._command(cid)}",
+                {"regenerate": self._command(cid)})))
         else:
             findings.append(self._apply("count", result, self._count(result, golden)))
-            findings.append(self._apply("hlo_text", result, self._text(result, golden, normalized)))
+            text_problem = self._text_problem(result, golden, normalized)
+            findings.append(self._apply("missing_golden", result, text_problem) if text_problem else
+                            self._apply("hlo_text", result, self._text(result, golden, normalized)))
             findings.append(self._apply("memory", result, self._memory(result, golden)))
         findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
         findings.append(self._apply("dead_rng", result, self._dead_rng(result)))
@@ -146,6 +152,18 @@ class Gate:
                            f"{'; '.join(changes)}; tighten the golden: {self._command(cid)}", details)
         return None
 
+    def _text_problem(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
+        """A cell whose text is compared (``normalized`` given) and whose golden text is missing, not UTF-8 or, when
+        it differs, not a module: a finding, so a deleted or damaged text never turns the text rule off."""
+        if normalized is None:
+            return None
+        why = golden.text_problem or (golden.text_parse_problem() if golden.hlo != normalized else None)
+        if why is None:
+            return None
+        cid = result.cell.id
+        return Finding(cid, "regression", "missing_golden", f"{why}; regenerate it with: {self._command(cid)}",
+                       {"regenerate": self._command(cid)})
+
     def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
         if golden.hlo is None or normalized is None or golden.hlo == normalized:
             return None
@@ -156,10 +174,9 @@ class Gate:
         details = {"changed_lines": changed, "diff": diff[:TEXT_DIFF_LINES], "regenerate": self._command(cid)}
         env_now, env_then = result.environment, golden.environment
         if env_now != env_then:
-            moved = {k: f"{env_then.get(k)} -> {v}" for k, v in env_now.items() if env_then.get(k) != v}
             return Finding(cid, "advisory", "hlo_text",
                            f"normalized HLO differs in {changed} lines, but the environment differs from the "
-                           f"golden's ({', '.join(f'{k} {v}' for k, v in moved.items())}): advisory; counts still gate",
+                           f"golden's ({environment_change(env_then, env_now)}): advisory; counts still gate",
                            details)
         return Finding(cid, "regression", "hlo_text",
                        f"normalized HLO differs from the golden in {changed} lines. If intended: {self._command(cid)}",
@@ -259,6 +276,8 @@ class CheckReport:
 
     findings: list[Finding]
     results: list[CellResult]
+    # Which shard of which selection this is (`merge` checks them): index, count, matrix fingerprint, cells.
+    shard: Mapping | None = None
 
     @property
     def failing(self) -> list[Finding]:
