@@ -465,7 +465,7 @@ def merge_check_reports(paths: list[str]) -> CheckReport:
         if first is None:
             first = (path, shard)
         elif (shard["count"], shard["matrix"]) != (first[1]["count"], first[1]["matrix"]):
-            what = "shards" if shard["count"] != first[1]["count"] else "matrix"
+            what = "shard count" if shard["count"] != first[1]["count"] else "matrix"
             raise InputError(f"{path}: shard {shard['index']}/{shard['count']} of matrix {shard['matrix']} is not from "
                              f"the run of {first[0]} (shard {first[1]['index']}/{first[1]['count']} of matrix "
                              f"{first[1]['matrix']}): another {what}")

@@ -172,11 +172,11 @@ def _read_bytes(path: Path) -> bytes:
         return handle.read()
 
 
-def _decode(path: Path, data: bytes) -> str:
+def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 (byte {exc.start})") from None
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
 
 
 def _is_counts(value) -> bool:
@@ -235,7 +235,7 @@ def record_problem(record, cell_id: str) -> str | None:
 def _read_record(path: Path, cell_id: str) -> tuple[dict | None, str | None]:
     """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
     try:
-        record = json.loads(_decode(path, _read_bytes(path)))
+        record = json.loads(_decode(_read_bytes(path)))
     except OSError as exc:
         return None, f"{path}: unreadable golden: {exc.strerror or exc}"
     except RecursionError:
@@ -260,13 +260,13 @@ def load(root: Path, cell_id: str) -> Golden | None:
         return Golden(cell_id, record, None)
     text_path = hlo_path(root, cell_id)
     try:
-        return Golden(cell_id, record, _decode(text_path, _read_bytes(text_path)))
+        return Golden(cell_id, record, _decode(_read_bytes(text_path)))
     except FileNotFoundError:
         why = f"{text_path}: missing (its summary names it)"
     except OSError as exc:
         why = f"{text_path}: unreadable: {exc.strerror or exc}"
     except ValueError as exc:
-        why = str(exc)
+        why = f"{text_path}: {exc}"
     return Golden(cell_id, record, None, text_problem=why)
 
 
@@ -329,7 +329,8 @@ def update(root: Path, entries: list[tuple[CellResult, Series | None, str | None
                 continue
             cid = result.cell.id
             old = load(root, cid)
-            if old is not None and (old.damaged or old.text_problem):
+            if old is not None and (old.damaged or old.text_problem or (
+                    old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
                 report.healed.append(cid)
             wanted[summary_path(root, cid)] = dumps(summary(result, series, hlo is not None))
             # Only a series' shallowest depth keeps its text; a deeper one drops the text its old summary named.
@@ -351,6 +352,21 @@ def update(root: Path, entries: list[tuple[CellResult, Series | None, str | None
         if changes:
             _commit(root, {path.relative_to(root): content for path, content in changes.items()})
     return report
+
+
+def publish(root: Path, files: Mapping[str, str | None]) -> list[Path]:
+    """Swap in the tree with ``files`` changed (paths relative to ``root`` -> new text, None: delete), as
+    ``update`` does once it knows what changed: under the commit lock, after ``recover``. Returns the stale
+    staging folders removed."""
+    root = Path(root)
+    for rel in files:
+        if Path(rel).is_absolute() or any(part in ("", ".", "..") for part in Path(rel).parts) or not str(rel):
+            raise GoldenError(f"{root}: {rel!r} does not name a file inside the golden folder")
+    with _commit_lock(root):
+        cleaned = recover(root)
+        if files:
+            _commit(root, {Path(rel): content for rel, content in files.items()})
+    return cleaned
 
 
 def _differs(path: Path, content: str | None) -> bool:
