@@ -144,10 +144,14 @@ class Config:
         if full_depth is None:
             raise ConfigError(f"{self.source}: layers: 'full' needs the target to know the model's depth")
         try:
-            return int(full_depth(model))
+            depth = int(full_depth(model))
         except (CellConfigError, TargetError, ValueError) as exc:  # MaxText's own error for a model it lacks
             raise ConfigError(f"{self.source}: models: {model!r}: cannot resolve layers 'full': "
                               f"{' '.join(str(exc).split())}") from None
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ConfigError(f"{self.source}: models: {model!r}: the target says its full depth is {depth}; "
+                              f"expected 1 to {MAX_DEPTH}")
+        return depth
 
 
 def find_config(explicit: str | None = None, cwd: Path | None = None) -> tuple[dict, str, Path]:

@@ -521,19 +521,26 @@ def _build(old: Path, new: Path, changes: dict[Path, str | None], root: Path) ->
         shutil.copymode(old, new)
     pending = dict(changes)
 
+    made: set[Path] = {Path(".")}  # folders of the new tree made so far, relative
+
     def folder(rel_dir: Path) -> Path:
         """``new/rel_dir``, made with the old folders' modes; never through a symbolic link."""
-        path = new
+        if rel_dir in made:
+            return new / rel_dir
+        rel = Path()
         for part in rel_dir.parts:
-            path = path / part
+            rel = rel / part
+            if rel in made:
+                continue
+            path = new / rel
             if path.is_symlink():
-                raise GoldenError(f"{root / rel_dir}: goes through a symbolic link ({root / path.relative_to(new)}); "
+                raise GoldenError(f"{root / rel_dir}: goes through a symbolic link ({root / rel}); "
                                   "goldens are written only inside the golden folder")
-            if not path.is_dir():
-                path.mkdir()
-                if (old / path.relative_to(new)).is_dir():
-                    shutil.copymode(old / path.relative_to(new), path)
-        return path
+            path.mkdir()
+            if (old / rel).is_dir():
+                shutil.copymode(old / rel, path)
+            made.add(rel)
+        return new / rel_dir
 
     def place(rel: Path) -> Path:
         return folder(rel.parent) / rel.name

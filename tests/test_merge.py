@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+# One xdist worker runs the module, so the shards fixture lowers and checks once.
+pytestmark = pytest.mark.xdist_group("merge")
 CONFIG = """
 target = "hlo_audit.examples.nnx_mlp:lower"
 models = ["mlp"]
