@@ -392,8 +392,11 @@ def _commit_lock(root: Path):
     """One commit at a time beside ``root``: an exclusive flock on the parent folder (its inode outlives every swap
     of ``root``). Where the filesystem has no flock for folders, commits are not serialized."""
     parent = root.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(parent, os.O_RDONLY)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(parent, os.O_RDONLY)
+    except OSError as exc:
+        raise GoldenError(f"{root}: cannot use the folder that holds it: {exc.strerror or exc}") from None
     try:
         try:
             import fcntl
