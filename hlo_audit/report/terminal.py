@@ -281,11 +281,11 @@ def print_check(console: Console, report, verbose: bool = False) -> None:
 def print_golden_update(console: Console, report, root) -> None:
     for cell_id, why in report.skipped:
         status(console, Text(f"skipped {cell_id}: {why}", style="yellow"))
-    for path in getattr(report, "cleaned", ()):
+    for path in report.cleaned:
         status(console, Text(f"removed {path} (left by a killed golden update)"))
-    for cell_id in getattr(report, "healed", ()):
+    for cell_id in report.healed:
         status(console, Text(f"rewrote {cell_id}: its golden was damaged"))
-    for path in getattr(report, "pruned_files", ()):
+    for path in report.pruned_files:
         status(console, Text(f"pruned {path}"))
     status(console, f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
                   f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")
