@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+import stat
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit import golden, matrix_report
+from hlo_audit import golden, matrix_report, platforms
 from hlo_audit.cache import Cache
 from hlo_audit.config import Config, load_config
 from hlo_audit.errors import InputError
@@ -24,25 +26,40 @@ from hlo_audit.hlo.diff import ModuleDiff, diff_modules
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import Lowering
-from hlo_audit.matrix import Cell, MatrixError, select
+from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, id_part_problem, parse_shard, selection, shard_of
 from hlo_audit.report.frame import tidy_frame
-from hlo_audit.results import CellResult, Finding
+from hlo_audit.results import SEVERITIES, CellResult, Finding
 from hlo_audit.run import run_cells
 from hlo_audit.scaling import Series, fit_series
+from hlo_audit.stages import STAGES
 from hlo_audit.targets import get_target
+from hlo_audit.targets.vocab import QUANT_MODES, STEPS
 
 
 @dataclass
 class Plan:
     config: Config
-    cells: list[Cell]
+    cells: list[Cell]  # what this run lowers: the selection, or its shard
+    # Every cell of the matrix at this run's depths (before --only and --shard): which depth of a series is its
+    # shallowest, and so keeps the text, is the whole series' business, not the selection's.
+    universe: list[Cell] | None = None
+    selected: list[Cell] | None = None  # the --only selection before --shard
+    shard: tuple[int, int] | None = None
 
     def full_depth(self, model: str) -> int:
         return get_target(self.config.target).full_depth(model)
 
+    @property
+    def shard_record(self) -> dict:
+        """What a check's JSON records so `merge` can tell its shards: K/N, the fingerprint of the selection they
+        were dealt from, and this shard's cell count (0 when the dealing gave it none)."""
+        k, n = self.shard or (1, 1)
+        return {"index": k, "count": n, "matrix": fingerprint(self.selected if self.selected is not None
+                                                              else self.cells), "cells": len(self.cells)}
+
 
 def parse_layers(value: str | None) -> list[int | str] | None:
-    """``--layers 32`` / ``--layers full`` / ``--layers 2,4,full``."""
+    """``--layers 32`` / ``--layers full`` / ``--layers 2,4,full`` (depths 1..MAX_DEPTH)."""
     if not value:
         return None
     depths: list[int | str] = []
@@ -50,23 +67,35 @@ def parse_layers(value: str | None) -> list[int | str] | None:
         item = item.strip()
         if item == "full":
             depths.append("full")
-        elif item.isdigit() and int(item) >= 1:
+        elif re.fullmatch(r"[0-9]+", item) and int(item) >= 1:
+            if int(item) > MAX_DEPTH:
+                raise MatrixError(f"--layers {item}: deeper than any model (MaxText's deepest has 126 layers); at "
+                                  f"most {MAX_DEPTH}, or 'full' for the model's real depth")
             depths.append(int(item))
         else:
             raise MatrixError(f"--layers expects integers >= 1 or 'full', got {item!r}")
     return depths
 
 
-def plan(config_path: str | None = None, only: str | None = None, shard: str | None = None,
-         layers: str | None = None, cwd: Path | None = None) -> Plan:
-    config = load_config(config_path, cwd)
-    depths = parse_layers(layers)
+def _universe(config: Config, depths: list[int | str] | None) -> list[Cell]:
     needs_depth = "full" in depths if depths else config.uses_full_depth
     full_depth = get_target(config.target).full_depth if needs_depth else None
-    return Plan(config=config, cells=select(config.cells(full_depth, depths), only, shard))
+    return config.cells(full_depth, depths)
 
 
-_CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L(\d+)(?:/[^/\s]+)*$")
+def plan(config_path: str | None = None, only: str | Sequence[str] | None = None, shard: str | None = None,
+         layers: str | None = None, cwd: Path | None = None) -> Plan:
+    """The cells a command runs. ``only``: one ``--only`` spec or several (AND across keys, OR within one); a
+    selection of no cell is a ``MatrixError`` naming the key's known values."""
+    config = load_config(config_path, cwd)
+    picked = parse_shard(shard)
+    universe = _universe(config, parse_layers(layers))
+    chosen = selection(universe, only)
+    cells = chosen if picked is None else shard_of(chosen, *picked)
+    return Plan(config=config, cells=cells, universe=universe, selected=chosen, shard=picked)
+
+
+_CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L([0-9]+)(?:/[^/\s]+)*$")
 
 
 def is_cell_id(spec: str) -> bool:
@@ -78,10 +107,15 @@ def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = N
     m = _CELL_ID.match(cell_id)
     if not m:
         raise InputError(f"{cell_id!r} is neither a file nor a cell id such as llama3-8b/scan-off/int8/L32")
-    p = plan(config_path, only=f"id={cell_id}", layers=m.group(1), cwd=cwd)
-    if not p.cells:
-        raise InputError(f"{cell_id}: no such cell in the matrix of {p.config.source} (see `hlo-audit list`)")
-    return p
+    depth = int(m.group(1))
+    if not 1 <= depth <= MAX_DEPTH:  # the id's own depth, not a --layers nobody gave
+        raise InputError(f"{cell_id}: depth L{depth}: expected L1 to L{MAX_DEPTH}")
+    config = load_config(config_path, cwd)
+    universe = _universe(config, [depth])
+    cells = [c for c in universe if c.id == cell_id]
+    if not cells:
+        raise InputError(f"{cell_id}: no such cell in the matrix of {config.source} (see `hlo-audit list`)")
+    return Plan(config=config, cells=cells, universe=universe, selected=cells)
 
 
 def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = True) -> CellResult:
@@ -225,49 +259,245 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     findings: list[Finding] = []
     for r in results:
         stored = golden.load(p.config.golden_dir, r.cell.id)
-        text = normalized_text(cache, r) if r.cell.id in owners and stored is not None and stored.hlo is not None else None
+        compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
+        text = normalized_text(cache, r) if r.cell.id in owners and compared else None
         findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
     if report_stale:
         findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
     findings.extend(stale_waivers(gate, results, full_matrix(p)))
-    return CheckReport(findings, results)
+    return CheckReport(findings, results, shard=p.shard_record)
+
+
+_SUMMARY_KEYS = ("entry_params", "by_dtype", "by_role", "groups")
 
 
 def update_goldens(p: Plan, results: list[CellResult], prune: bool = False) -> golden.UpdateReport:
-    series = _series_by_cell(p, results)
-    owners = _text_owners(results, series)
+    """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix.
+
+    A series only partly in this run (``--only id=<one depth>``, or a depth that failed to lower) is fitted with
+    the stored goldens of its other depths, so its slopes block stays; its text stays with the matrix's shallowest
+    depth of the series, whichever depths this run selected.
+    """
+    root = p.config.golden_dir
+    universe = p.universe if p.universe is not None else p.cells
+    lowered = {r.cell.id for r in results if r.status == "ok"}
+    touched = {r.cell.series for r in results if r.status == "ok"}
+    others = []
+    for cell in universe:
+        if cell.series in touched and cell.id not in lowered:
+            stored = golden.load(root, cell.id)
+            if stored is not None and not stored.damaged:
+                others.append(CellResult(cell=cell, status="ok", summary={k: stored.record[k] for k in _SUMMARY_KEYS}))
+    by_series = {s.cell.series: s for s in scaling(p, [*results, *others])}
+    shallowest: dict[tuple, int] = {}
+    for cell in [*universe, *(r.cell for r in results)]:
+        shallowest[cell.series] = min(shallowest.get(cell.series, cell.layers), cell.layers)
     cache = Cache(p.config.cache_dir)
-    entries = [(r, series.get(r.cell.id), normalized_text(cache, r) if r.cell.id in owners else None) for r in results]
+    entries = []
+    for r in results:
+        owner = r.status == "ok" and shallowest[r.cell.series] == r.cell.layers
+        entries.append((r, by_series.get(r.cell.series), normalized_text(cache, r) if owner else None))
     matrix_ids = full_matrix_ids(p) if prune else set()
-    prune_ids = [cid for cid in golden.stored_ids(p.config.golden_dir) if cid not in matrix_ids] if prune else []
-    return golden.update(p.config.golden_dir, entries, prune_ids)
+    prune_ids = [cid for cid in golden.stored_ids(root) if cid not in matrix_ids] if prune else []
+    return golden.update(root, entries, prune_ids)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# merge: shards' check JSON, validated
+# --------------------------------------------------------------------------------------------------------------
+
+CHECK_SCHEMA = "hlo-audit/check/v1"
+MAX_REPORT_BYTES = 256 << 20  # a check report of the 122-cell matrix is ~2 MB
+MAX_REPORT_DEPTH = 64  # a check report nests ~8 deep (cells -> constants -> captured -> groups)
+
+
+class _Malformed(Exception):
+    """Where in a check report it stops being one, and why."""
+
+
+def _nesting_depth(value) -> int:
+    """How deep ``value`` nests, iteratively (a report nested 10^5 deep must not exhaust the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_REPORT_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _field(record: dict, key: str, where: str, kind, optional: bool = False, default=None):
+    if key not in record:
+        if optional:
+            return default
+        raise _Malformed(f"{where}: missing {key!r}")
+    value = record[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise _Malformed(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    return value
+
+
+def _counts(record: dict, key: str, where: str) -> dict[str, int]:
+    value = _field(record, key, where, dict)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+        raise _Malformed(f"{where}.{key}: expected a table of counts")
+    return value
+
+
+def _one_of(record: dict, key: str, where: str, known, optional: bool = False, default=None) -> str:
+    value = _field(record, key, where, str, optional, default)
+    if value not in known:
+        raise _Malformed(f"{where}.{key}: expected one of {', '.join(known)}, got {value[:40]!r}")
+    return value
+
+
+def _finding_from_record(f, where: str) -> Finding:
+    if not isinstance(f, dict):
+        raise _Malformed(f"{where}: expected an object, got {type(f).__name__}")
+    return Finding(_field(f, "cell", where, str), _one_of(f, "severity", where, SEVERITIES),
+                   _field(f, "rule", where, str), _field(f, "message", where, str),
+                   _field(f, "details", where, dict, optional=True, default={}))
+
+
+def _result_from_cell_record(c, where: str = "cell") -> CellResult:
+    if not isinstance(c, dict):
+        raise _Malformed(f"{where}: expected an object, got {type(c).__name__}")
+    for key in ("model", "quant", "target"):
+        value = _field(c, key, where, str)
+        if problem := id_part_problem(value) if key != "target" else None:
+            raise _Malformed(f"{where}.{key}: {value[:40]!r} {problem}")
+    for key in ("layers", "batch", "seq"):
+        value = _field(c, key, where, int)
+        if not 1 <= value <= (MAX_DEPTH if key == "layers" else 1 << 40):
+            raise _Malformed(f"{where}.{key}: out of range: {value}")
+    _field(c, "prefill", where, int, optional=True)
+    _one_of(c, "scan", where, ("on", "off"))
+    _one_of(c, "quant_mode", where, QUANT_MODES, optional=True, default="train")
+    _one_of(c, "step", where, STEPS)
+    _one_of(c, "platform", where, tuple(platforms.PLATFORMS))
+    _one_of(c, "stage", where, STAGES)
+    for key in ("topology", "cuda_arch"):
+        value = _field(c, key, where, str, optional=True, default="")
+        if value and (problem := id_part_problem(value)):
+            raise _Malformed(f"{where}.{key}: {value[:40]!r} {problem}")
+    status = _one_of(c, "status", where, ("ok", "unavailable", "error"))
+    message = _field(c, "message", where, str)
+    cached = _field(c, "cached", where, bool)
+    entry_params = _field(c, "entry_params", where, (int, type(None)))
+    summary = None
+    if entry_params is not None:
+        summary = {"entry_params": entry_params, **{k: _counts(c, k, where) for k in _SUMMARY_KEYS[1:]}}
+    cell = Cell.from_record(c)
+    if _field(c, "id", where, str) != cell.id:
+        raise _Malformed(f"{where}.id: {c['id'][:80]!r} is not the id its fields give ({cell.id})")
+    return CellResult(cell=cell, status=status, message=message, summary=summary, cached=cached)
+
+
+def _read_check_report(path: str) -> dict:
+    """One shard's `check --format json`, every field merge reads checked; anything else is one line naming it."""
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path}: not a regular file")
+            data = handle.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, not a check JSON report") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise InputError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB: not a check JSON report")
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a check JSON report: not UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not a check JSON report: nested deeper than {MAX_REPORT_DEPTH} levels") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not a check JSON report: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: not a check JSON report: a JSON {type(doc).__name__}, not an object")
+    if doc.get("schema") != CHECK_SCHEMA:
+        schema = doc.get("schema")
+        raise InputError(f"{path}: not a `hlo-audit check --format json` report "
+                         f"(schema {schema[:60] if isinstance(schema, str) else schema!r})")
+    if _nesting_depth(doc) > MAX_REPORT_DEPTH:
+        raise InputError(f"{path}: not a check JSON report: nested deeper than {MAX_REPORT_DEPTH} levels")
+    return doc
+
+
+def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellResult]]:
+    try:
+        shard = doc.get("shard")
+        if shard is None:
+            raise _Malformed("shard: missing (written by an hlo-audit without shard records: run check again)")
+        if not isinstance(shard, dict):
+            raise _Malformed(f"shard: expected an object, got {type(shard).__name__}")
+        index, count = _field(shard, "index", "shard", int), _field(shard, "count", "shard", int)
+        if not 1 <= index <= count:
+            raise _Malformed(f"shard: {index}/{count} is not a shard K/N with 1 <= K <= N")
+        _field(shard, "matrix", "shard", str), _field(shard, "cells", "shard", int)
+        findings = _field(doc, "findings", "report", list)
+        cells = _field(doc, "cells", "report", list)
+        parsed_findings = [_finding_from_record(f, f"findings[{i}]") for i, f in enumerate(findings)]
+        results = [_result_from_cell_record(c, f"cells[{i}]") for i, c in enumerate(cells)]
+    except _Malformed as exc:
+        raise InputError(f"{path}: not a check JSON report: {exc}") from None
+    if len(results) != shard["cells"]:
+        raise InputError(f"{path}: shard {index}/{count} says {shard['cells']} cells but lists {len(results)}")
+    return shard, parsed_findings, results
 
 
 def merge_check_reports(paths: list[str]) -> CheckReport:
-    """Findings and cells of several shards' JSON; a finding reported by two shards (stale) counts once."""
+    """The shards of one `check --shard K/N` run as one report; a finding reported by two shards (stale) counts once.
 
+    Every shard of the run must be there exactly once, all from the same selection of the same matrix (the
+    fingerprint each records), and together they must hold exactly that selection's cells: a missing shard, a
+    repeated one, one from another matrix or a shard that lost cells is one line and exit 2. A shard the dealing
+    left empty is fine: its record says 0 cells, and the others add up to the matrix without it.
+    """
+    if not paths:
+        raise InputError("merge: give the check JSON report of every shard")
+    shards: dict[int, str] = {}
     findings: dict[tuple, Finding] = {}
     results: list[CellResult] = []
+    first: tuple[str, dict] | None = None
     for path in paths:
-        try:
-            doc = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except (OSError, ValueError) as exc:
-            raise InputError(f"{path}: not a check JSON report: {exc}") from None
-        if doc.get("schema") != "hlo-audit/check/v1":
-            raise InputError(f"{path}: not a `hlo-audit check --format json` report (schema {doc.get('schema')!r})")
-        for f in doc["findings"]:
-            finding = Finding(f["cell"], f["severity"], f["rule"], f["message"], f.get("details", {}))
+        shard, parsed_findings, parsed_results = _parsed_shard(path, _read_check_report(path))
+        if first is None:
+            first = (path, shard)
+        elif (shard["count"], shard["matrix"]) != (first[1]["count"], first[1]["matrix"]):
+            what = "shard count" if shard["count"] != first[1]["count"] else "matrix"
+            raise InputError(f"{path}: shard {shard['index']}/{shard['count']} of matrix {shard['matrix']} is not from "
+                             f"the run of {first[0]} (shard {first[1]['index']}/{first[1]['count']} of matrix "
+                             f"{first[1]['matrix']}): another {what}")
+        if shard["index"] in shards:
+            raise InputError(f"{path}: shard {shard['index']}/{shard['count']} is given twice "
+                             f"({shards[shard['index']]} and {path})")
+        shards[shard["index"]] = path
+        for finding in parsed_findings:
             findings[(finding.cell, finding.rule, finding.severity, finding.message)] = finding
-        results.extend(_result_from_cell_record(c) for c in doc["cells"])
-    return CheckReport(list(findings.values()), results)
-
-
-def _result_from_cell_record(c: dict) -> CellResult:
-    cell = Cell.from_record(c)
-    summary = None if c["entry_params"] is None else {k: c[k] for k in ("entry_params", "by_dtype", "by_role", "groups")}
-    return CellResult(cell=cell, status=c["status"], message=c["message"], summary=summary, cached=c["cached"])
+        results.extend(parsed_results)
+    count, matrix = first[1]["count"], first[1]["matrix"]
+    missing = [k for k in range(1, count + 1) if k not in shards]
+    if missing:
+        raise InputError(f"merge: shard {', '.join(f'{k}/{count}' for k in missing)} missing (given: "
+                         f"{', '.join(f'{k}/{count}' for k in sorted(shards))})")
+    ids = [r.cell.id for r in results]
+    repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
+    if repeated:
+        raise InputError(f"merge: cell {repeated[0]} is in two shards")
+    if fingerprint(r.cell for r in results) != matrix:
+        raise InputError(f"merge: the shards' {len(ids)} cells are not the matrix they were dealt from "
+                         f"(fingerprint {matrix}): a shard lost or gained cells")
+    return CheckReport(list(findings.values()), results,
+                       shard={"index": 1, "count": 1, "matrix": matrix, "cells": len(results)})
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -280,7 +510,7 @@ def report(p: Plan, results: list[CellResult]) -> matrix_report.MatrixReport:
     goldens = {}
     for r in results:
         stored = golden.load(p.config.golden_dir, r.cell.id)
-        goldens[r.cell.id] = stored.record if stored is not None else None
+        goldens[r.cell.id] = stored.record if stored is not None and not stored.damaged else None
     return matrix_report.build(results, scaling(p, results), goldens)
 
 

@@ -7,13 +7,16 @@ key (``hlo-audit.toml: quant[2]: unknown quantization 'int9'``), so a broken con
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hlo_audit import platforms
-from hlo_audit.matrix import RULE_KEYS, Axes, Cell, expand, matches_rule
+from hlo_audit.lowering import CellConfigError, TargetError
+from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
 from hlo_audit.stages import STAGES
 from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, DEFAULT_PREFILL, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS,
                                      TE_RECIPES, TRAIN_STEP, is_transformer_engine)
@@ -96,6 +99,8 @@ DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "m
                   "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)
+# A config is a few kilobytes; anything near this is not one (``--config /dev/zero`` must not fill the memory).
+MAX_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -123,7 +128,7 @@ class Config:
         by_id: dict[str, Cell] = {}
         for axes in self.series:
             wanted = layers_override or list(axes.layers)
-            layers_for = {m: sorted({_resolve_depth(d, m, full_depth) for d in wanted}) for m in axes.models}
+            layers_for = {m: sorted({self._resolve_depth(d, m, full_depth) for d in wanted}) for m in axes.models}
             for cell in expand(self.target, axes, layers_for, self._excluded):
                 if by_id.setdefault(cell.id, cell) != cell:
                     raise ConfigError(f"{self.source}: matrix: two series give cell {cell.id} different overrides "
@@ -133,13 +138,20 @@ class Config:
     def _excluded(self, cell: Cell) -> bool:
         return any(matches_rule(cell, rule) for rule in self.exclude)
 
-
-def _resolve_depth(depth: int | str, model: str, full_depth) -> int:
-    if depth == "full":
+    def _resolve_depth(self, depth: int | str, model: str, full_depth) -> int:
+        if depth != "full":
+            return int(depth)
         if full_depth is None:
-            raise ConfigError("layers: 'full' needs the target to know the model's depth")
-        return int(full_depth(model))
-    return int(depth)
+            raise ConfigError(f"{self.source}: layers: 'full' needs the target to know the model's depth")
+        try:
+            depth = int(full_depth(model))
+        except (CellConfigError, TargetError, ValueError) as exc:  # MaxText's own error for a model it lacks
+            raise ConfigError(f"{self.source}: models: {model!r}: cannot resolve layers 'full': "
+                              f"{' '.join(str(exc).split())}") from None
+        if not 1 <= depth <= MAX_DEPTH:
+            raise ConfigError(f"{self.source}: models: {model!r}: the target says its full depth is {depth}; "
+                              f"expected 1 to {MAX_DEPTH}")
+        return depth
 
 
 def find_config(explicit: str | None = None, cwd: Path | None = None) -> tuple[dict, str, Path]:
@@ -159,22 +171,49 @@ def find_config(explicit: str | None = None, cwd: Path | None = None) -> tuple[d
     return {}, "<built-in default>", cwd
 
 
-def _read_table(path: Path, explicit_file: bool) -> dict | None:
+def _read_text(path: Path) -> str:
+    """The file's text; a device, a folder or a file too large to be a config is one line naming it."""
     try:
-        doc = tomllib.loads(path.read_text())
+        with open(path, "rb") as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+                raise ConfigError(f"{path}: not a config file (a device or socket)")
+            data = handle.read(MAX_CONFIG_BYTES + 1)  # a FIFO (--config <(...)) is read like a file
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config file")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 (byte {exc.start})") from None
+
+
+def _read_table(path: Path, explicit_file: bool) -> dict | None:
+    try:
+        doc = tomllib.loads(_read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     if path.name == "pyproject.toml" or "tool" in doc:
-        table = doc.get("tool", {}).get("hlo-audit")
+        tool = doc.get("tool", {})
+        table = tool.get("hlo-audit") if isinstance(tool, dict) else None
         if table is None and not explicit_file:
             return None
         if table is None:
             raise ConfigError(f"{path}: no [tool.hlo-audit] table")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: tool.hlo-audit: expected a table, got {type(table).__name__}")
+        if not table:
+            raise ConfigError(f"{path}: [tool.hlo-audit] is empty: set at least `models` (or remove the table to "
+                              "use the built-in matrix)")
         return table
+    if not doc:
+        # An empty file would silently select the built-in 122-cell MaxText matrix: say so instead.
+        raise ConfigError(f"{path}: is empty: set at least `models` (or delete the file to use the built-in matrix)")
     return doc
 
 
@@ -195,20 +234,51 @@ def validate(raw: dict, source: str, base: Path) -> Config:
         merged["overrides"] = {m: t for m, t in DEFAULTS["overrides"].items() if m in merged["models"]}
 
     def fail(key: str, message: str):
+        # A TOML key may hold any character: shown escaped, so the error stays one line.
+        key = "".join(ascii(ch)[1:-1] if text_problem(ch) else ch for ch in key)
         raise ConfigError(f"{source}: {key}: {message}")
 
     target = _typed(merged, "target", str, fail)
     if target != "maxtext" and ":" not in target:
         fail("target", f"expected 'maxtext' or 'package.module:function', got {target!r}")
+    if problem := text_problem(target):
+        fail("target", problem)
     tolerance = merged["memory_tolerance"]
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         fail("memory_tolerance", f"expected a fraction in [0, 1), e.g. 0.02 for 2%, got {tolerance!r}")
+    golden_dir, cache_dir = _folders(merged, base, fail)
     return Config(
         source=source, target=target, series=_series(merged, target, fail), memory_tolerance=float(tolerance),
-        cache_dir=base / _typed(merged, "cache_dir", str, fail), golden_dir=base / _typed(merged, "golden_dir", str, fail),
+        cache_dir=cache_dir, golden_dir=golden_dir,
         exclude=_exclude(merged["exclude"], fail), policy={**DEFAULT_POLICY, **_policy(merged["policy"], fail)},
         waivers=_waivers(merged["waive"], fail),
     )
+
+
+def _folders(merged: dict, base: Path, fail) -> tuple[Path, Path]:
+    """golden_dir and cache_dir: each a folder of its own, inside neither the other nor above the project.
+
+    ``golden update`` rebuilds the golden folder and swaps it in whole, and ``--prune`` removes goldens from it:
+    the project folder itself (``""`` or ``"."``), a folder above it, or one holding the cache would put files
+    that are not goldens in its reach.
+    """
+    folders = {}
+    for key in ("golden_dir", "cache_dir"):
+        value = _typed(merged, key, str, fail)
+        if not value.strip():
+            fail(key, f"must name a folder, got {value!r}")
+        if problem := text_problem(value):
+            fail(key, problem)
+        path, here = (base / value).resolve(), base.resolve()
+        if path == here or path in here.parents:
+            where = "the project folder" if path == here else "a folder above the project folder"
+            fail(key, f"{value!r} is {where} ({here}); give it a folder of its own, e.g. {DEFAULTS[key]!r}")
+        folders[key] = path
+    golden, cache = folders["golden_dir"], folders["cache_dir"]
+    if golden == cache or golden in cache.parents or cache in golden.parents:
+        fail("cache_dir", f"{merged['cache_dir']!r} and golden_dir {merged['golden_dir']!r} overlap ({cache} and "
+                          f"{golden}): the cache may not hold goldens, nor the golden folder the cache")
+    return base / merged["golden_dir"], base / merged["cache_dir"]
 
 
 def _series(merged: dict, target: str, fail) -> tuple[Axes, ...]:
@@ -235,7 +305,34 @@ def _exclude(exclude, fail) -> tuple[Mapping[str, str], ...]:
         bad = sorted(set(rule) - _WAIVER_MATCH_KEYS)
         if bad:
             fail(f"exclude[{i}].{bad[0]}", f"unknown key (use {', '.join(RULE_KEYS)})")
+        if not rule:
+            fail(f"exclude[{i}]", "an empty rule would exclude every cell; name what it excludes (model = ...)")
+        _match_values(rule, f"exclude[{i}].", fail)
     return tuple(exclude)
+
+
+def _match_values(rule: Mapping, prefix: str, fail) -> None:
+    """An exclude rule's or waiver's cell values: a value, or a non-empty list of alternatives (any one matches).
+
+    Values are compared with the cell's record as ``--only`` spells it, so each must be of that kind: a depth is
+    an integer, ``scan`` is 'on' or 'off', the rest are strings. Anything else (a boolean, a table, a nested list)
+    could never match, and an inert rule is worse than an error.
+    """
+    for key in sorted(set(rule) & _WAIVER_MATCH_KEYS):
+        values = rule[key] if isinstance(rule[key], list) else [rule[key]]
+        if not values:
+            fail(prefix + key, "expected a value or a non-empty list of alternatives, got []")
+        for value in values:
+            if key == "layers":
+                ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_DEPTH
+                want = f"an integer depth in 1..{MAX_DEPTH}"
+            elif key == "scan":
+                ok, want = value in ("on", "off"), "'on' or 'off'"
+            else:
+                ok = isinstance(value, str) and bool(value) and text_problem(value) is None
+                want = "a non-empty string without control characters"
+            if not ok:
+                fail(prefix + key, f"expected {want} (or a list of them), got {value!r}")
 
 
 def _policy(policy, fail) -> dict[str, str]:
@@ -244,7 +341,7 @@ def _policy(policy, fail) -> dict[str, str]:
     for rule, action in policy.items():
         if rule not in DEFAULT_POLICY:
             fail(f"policy.{rule}", f"unknown rule (known: {', '.join(DEFAULT_POLICY)})")
-        if action not in ("fail", "warn", "off"):
+        if not isinstance(action, str) or action not in ("fail", "warn", "off"):
             fail(f"policy.{rule}", f"expected 'fail', 'warn' or 'off', got {action!r}")
     return policy
 
@@ -253,7 +350,7 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
     if not isinstance(waivers, list) or not all(isinstance(w, dict) for w in waivers):
         fail("waive", "expected an array of tables: [[tool.hlo-audit.waive]] rule = ..., reason = ...")
     for i, waiver in enumerate(waivers):
-        if waiver.get("rule") not in DEFAULT_POLICY:
+        if not isinstance(waiver.get("rule"), str) or waiver["rule"] not in DEFAULT_POLICY:
             fail(f"waive[{i}].rule", f"expected one of {', '.join(DEFAULT_POLICY)}, got {waiver.get('rule')!r}")
         if not isinstance(waiver.get("reason"), str) or not waiver["reason"].strip():
             fail(f"waive[{i}].reason", "every waiver needs a reason")
@@ -263,6 +360,7 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
             fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")
         if bad:
             fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(allowed))})")
+        _match_values(waiver, f"waive[{i}].", fail)
     return tuple(waivers)
 
 
@@ -317,6 +415,9 @@ def _depths(table: dict, bad) -> tuple[int | str, ...]:
     for i, d in enumerate(layers):
         if not (d == "full" or (isinstance(d, int) and not isinstance(d, bool) and d >= 1)):
             bad(f"layers[{i}]", f"expected an integer >= 1 or 'full', got {d!r}")
+        if d != "full" and d > MAX_DEPTH:
+            bad(f"layers[{i}]", f"{d} layers is deeper than any model (MaxText's deepest has 126); at most "
+                                f"{MAX_DEPTH}, or 'full' for the model's real depth")
     return tuple(layers)
 
 
@@ -368,6 +469,10 @@ def _overrides(table: dict, models: list[str], bad) -> dict[str, dict[str, str]]
             bad(f"overrides.{model}", f"model {model!r} is not in models")
         if not isinstance(values, dict) or not all(isinstance(v, (str, int, float, bool)) for v in values.values()):
             bad(f"overrides.{model}", "expected a table of key = value (strings, numbers or booleans)")
+        for key, value in values.items():
+            # Overrides go to MaxText as `key=value` arguments and into the cache key; not into the id.
+            if problem := text_problem(key) or text_problem(str(value)):
+                bad(f"overrides.{model}.{ascii(key)[1:-1]}", problem)
     return {m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()}
 
 
@@ -404,6 +509,9 @@ def _string_list(merged: dict, key: str, fail, allow_scalar: bool = False, allow
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item:
             fail(f"{key}[{i}]", f"expected a non-empty string, got {item!r}")
+        # Every axis value given as a string is one part of the cell id, and so of its golden's path.
+        if problem := id_part_problem(item):
+            fail(f"{key}[{i}]", f"{item!r} {problem}")
     if len(set(value)) != len(value):
         fail(key, "has duplicates")
     return list(value)

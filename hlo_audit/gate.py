@@ -28,7 +28,7 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hlo_audit.golden import Golden, increments_summary
+from hlo_audit.golden import Golden, environment_change, increments_summary
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, diff_modules, signed_counts
@@ -111,9 +111,15 @@ class Gate:
         if golden is None:
             findings.append(self._apply("missing_golden", result, Finding(
                 cid, "regression", "missing_golden", f"no golden for this cell; create it with: {self._command(cid)}")))
+        elif golden.damaged:  # a golden that cannot be read gates nothing: as if missing, and said why
+            findings.append(self._apply("missing_golden", result, Finding(
+                cid, "regression", "missing_golden", f"{golden.damaged}; regenerate it with: {self._command(cid)}",
+                {"regenerate": self._command(cid)})))
         else:
             findings.append(self._apply("count", result, self._count(result, golden, series)))
-            findings.append(self._apply("hlo_text", result, self._text(result, golden, normalized)))
+            text_problem = self._text_problem(result, golden, normalized)
+            findings.append(self._apply("missing_golden", result, text_problem) if text_problem else
+                            self._apply("hlo_text", result, self._text(result, golden, normalized)))
             findings.append(self._apply("memory", result, self._memory(result, golden)))
         findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
         findings.append(self._apply("dead_rng", result, self._dead_rng(result)))
@@ -164,6 +170,18 @@ class Gate:
                            f"{'; '.join(changes)}; tighten the golden: {self._command(cid)}", details)
         return None
 
+    def _text_problem(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
+        """A cell whose text is compared (``normalized`` given) and whose golden text is missing, not UTF-8 or, when
+        it differs, not a module: a finding, so a deleted or damaged text never turns the text rule off."""
+        if normalized is None:
+            return None
+        why = golden.text_problem or (golden.text_parse_problem() if golden.hlo != normalized else None)
+        if why is None:
+            return None
+        cid = result.cell.id
+        return Finding(cid, "regression", "missing_golden", f"{why}; regenerate it with: {self._command(cid)}",
+                       {"regenerate": self._command(cid)})
+
     def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
         """The canonical text against the golden's, judged by `diff`'s verdict: a text that differs only by RNG
         state it dropped is an improvement to accept, not a regression."""
@@ -177,7 +195,7 @@ class Gate:
         details = {"changed_lines": changed, "diff": diff[:TEXT_DIFF_LINES], "regenerate": self._command(cid),
                    **verdict}
         what = _verdict_words(verdict, changed)
-        moved = environment_changes(golden.environment, result.environment)
+        moved = environment_change(golden.environment, result.environment)
         if moved:
             return Finding(cid, "advisory", "hlo_text",
                            f"{what}, but the environment differs from the golden's ({moved}): advisory; counts still "
@@ -352,13 +370,6 @@ def _verdict_words(verdict: Mapping, changed_lines: int) -> str:
     return f"normalized HLO differs from the golden in {changed_lines} lines: {verdict['verdict']}{kinds}"
 
 
-def environment_changes(golden: Mapping[str, str], now: Mapping[str, str]) -> str:
-    """Every key that differs, both ways: ``maxtext 0.2.4 -> 0.2.5, libtpu (not recorded) -> 0.0.52``."""
-    missing = "(not recorded)"
-    return ", ".join(f"{k} {golden.get(k, missing)} -> {now.get(k, missing)}"
-                     for k in sorted(set(golden) | set(now)) if golden.get(k) != now.get(k))
-
-
 def stale_waivers(gate: Gate, judged: Sequence[CellResult], matrix: Sequence[Cell]) -> list[Finding]:
     """Waivers that waived nothing, although every cell of the matrix they cover was judged here: a fix landed (or
     the waiver never matched), and a waiver left behind would hide the regression coming back. Policy
@@ -417,6 +428,8 @@ class CheckReport:
 
     findings: list[Finding]
     results: list[CellResult]
+    # Which shard of which selection this is (`merge` checks them): index, count, matrix fingerprint, cells.
+    shard: Mapping | None = None
 
     @property
     def failing(self) -> list[Finding]:

@@ -3,40 +3,86 @@
 Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode
 histogram, the state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost,
 and the environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per
-depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized
-module. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
+depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the
+summary's ``"hlo"`` key. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like
+the change.
 
-Writing is all-or-nothing, as syrupy's ``--snapshot-update`` is: every lowering happens first, the new files
-are written to a staging folder beside the store, and only then renamed into place, one ``os.replace`` per
-file. A crash or Ctrl-C before that point (where nearly all the time goes) leaves the old goldens untouched;
-a cell that failed to lower writes nothing.
+Which files are goldens. A summary is hlo-audit's when it is a JSON object whose ``"cell"`` is the id its path
+spells and which holds every ``REQUIRED_KEYS`` entry; a text is hlo-audit's when such a summary names it. That
+marker is inside each file, not in a manifest beside them: every summary hlo-audit has written carries it (the 122
+committed ones included, so none of them changes), a hand edit or a ``git checkout`` of one file keeps it, and two
+pull requests that update different cells never conflict over a shared list. Nothing else in the folder
+(``README.json``, ``notes/config.json``, a ``data.json`` with its ``data.hlo.txt``) is ever pruned or reported
+stale.
+
+Writing is all-or-nothing. Every lowering happens first; then, holding a lock on the folder's parent (a flock on
+the directory: no lock file is left behind), the new tree is built complete in a staging folder beside the store
+(``.golden-staging-*``: hard links for what does not change, new files for what does) and swapped with the old
+one in a single ``renameat2(RENAME_EXCHANGE)``: a reader, a ``git status`` or a kill sees the old tree or the new
+one, never a mix, at every instant. The old tree is then deleted with the staging folder. A kill before the
+swap leaves the old tree; after it, the new one; either way at most a staging folder, which the next
+``golden update`` removes before it reads anything. Where the filesystem cannot exchange two entries the swap is
+two renames (old tree into the staging folder, new tree into place) and the next run finishes or undoes them
+before reading anything; a reader that meets that half-done state says so instead of reading an empty store.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
+import stat
 import tempfile
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hlo_audit.hlo.constants import golden_summary
+from hlo_audit.hlo.text import HloParseError, parse_module
+from hlo_audit.matrix import text_problem
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
 
 SUMMARY_SUFFIX = ".json"
 REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
 HLO_SUFFIX = ".hlo.txt"
+# The largest golden read: a 32-layer unrolled llama3-8b module is 8.9 MB; a summary is a few kilobytes.
+MAX_GOLDEN_BYTES = 256 << 20
+# Inside a staging folder: the new tree, the marker that it is complete, and for the two-rename fallback its marker
+# (written before the first rename: only then may the next run move a tree into place) and the old tree.
+STAGED_TREE, STAGED_READY, STAGED_FALLBACK, STAGED_OLD = "tree", "ready", "two-renames", "old"
+
+
+class GoldenError(ValueError):
+    """A golden store that cannot be used as it is; names the file or folder."""
+
+
+def staging_prefix(root: Path) -> str:
+    return f".{root.name}-staging-"
+
+
+def cell_path(root: Path, cell_id: str, suffix: str) -> Path:
+    """``root/<cell id><suffix>``, checked to stay inside ``root`` (the config validates ids; this is defence in
+    depth for ids from anywhere else)."""
+    parts = cell_id.split("/")
+    bad = next((p for p in parts if p in ("", ".", "..") or "\\" in p or text_problem(p)), None)
+    if bad is not None or os.path.isabs(cell_id):
+        raise GoldenError(f"{root}: cell id {cell_id!r} does not name a file inside the golden folder")
+    path = Path(root).joinpath(*parts[:-1], parts[-1] + suffix)
+    top = os.path.abspath(root)
+    if os.path.commonpath([top, os.path.abspath(path)]) != top:
+        raise GoldenError(f"{root}: cell id {cell_id!r} does not name a file inside the golden folder")
+    return path
 
 
 def summary_path(root: Path, cell_id: str) -> Path:
-    return root / f"{cell_id}{SUMMARY_SUFFIX}"
+    return cell_path(root, cell_id, SUMMARY_SUFFIX)
 
 
 def hlo_path(root: Path, cell_id: str) -> Path:
-    return root / f"{cell_id}{HLO_SUFFIX}"
+    return cell_path(root, cell_id, HLO_SUFFIX)
 
 
 def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
@@ -88,46 +134,188 @@ def dumps(record: dict) -> str:
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
 
 
+def environment_change(then: Mapping[str, object], now: Mapping[str, object]) -> str:
+    """Every key whose value differs, both ways: ``jax 0.11.0 -> 0.12.0.1, libtpu 0.0.52 -> (none), maxtext (none)
+    -> 0.2.5`` (a key only the golden has, or only this run has, is named too)."""
+    def shown(env, key):
+        return "(none)" if env.get(key) is None else str(env[key])
+
+    keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
+    return ", ".join(f"{k} {shown(then, k)} -> {shown(now, k)}" for k in keys)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Golden:
     cell_id: str
     record: dict
     hlo: str | None
+    # The summary cannot be used (not UTF-8, not JSON, not a golden summary, another cell's): why, naming the
+    # file. Nothing else is compared; the gate reports it as a missing golden, and `golden update` rewrites it.
+    damaged: str | None = None
+    # The summary names a text that is missing or unreadable: why. The counts still gate.
+    text_problem: str | None = None
 
     @property
     def environment(self) -> dict:
         return self.record.get("environment", {})
 
+    def text_parse_problem(self) -> str | None:
+        """Why the golden text is not an HLO module hlo-audit reads, or None (parsed only when asked: the gate asks
+        when the text differs from the cell's, to tell a damaged golden from a changed program)."""
+        if self.hlo is None:
+            return None
+        try:
+            parse_module(self.hlo, str(self.cell_id) + HLO_SUFFIX)
+        except (HloParseError, RecursionError) as exc:
+            return f"golden text {self.cell_id}{HLO_SUFFIX} is not a module hlo-audit reads: {exc}"
+        return None
 
-class GoldenError(ValueError):
-    """A golden file that cannot be read; names the file."""
+
+def _read_bytes(path: Path) -> bytes:
+    """A golden's bytes; a folder, FIFO or device at its path, or a file too large to be one, is an OSError."""
+    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if info.st_size > MAX_GOLDEN_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_GOLDEN_BYTES >> 20} MiB")
+        return handle.read()
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+
+
+def _is_counts(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+
+
+def _is_number_table(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in value.values())
+
+
+def _constants_ok(value) -> bool:
+    """The parts of a golden's ``constants`` the count ratchet reads (``hlo.diff.captured_delta``)."""
+    def side(d):
+        return isinstance(d, dict) and _is_counts(d.get("by_dtype")) and _is_counts(d.get("bytes_by_dtype"))
+    if not isinstance(value, dict) or not side(value.get("large")):
+        return False
+    keys = value.get("literal_keys")
+    captured = value.get("captured")
+    return (isinstance(keys, int) and not isinstance(keys, bool)
+            and (captured is None or (side(captured) and _is_counts(captured.get("groups")))))
+
+
+# What each key of a summary must be for the gate and the report to read it; optional keys may be absent.
+_SUMMARY_KEYS = {
+    "entry_params": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "by_dtype": _is_counts, "by_role": _is_counts, "groups": _is_counts,
+    "environment": lambda v: isinstance(v, dict) and all(v2 is None or isinstance(v2, str) for v2 in v.values()),
+}
+_OPTIONAL_KEYS = {
+    "opcodes": _is_counts, "by_dtype_role": _is_counts, "memory": _is_number_table, "cost": _is_number_table,
+    "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
+}
+
+
+def record_problem(record, cell_id: str) -> str | None:
+    """Why ``record`` is not hlo-audit's golden summary of ``cell_id``, or None: the marker (``"cell"`` equal to
+    the id its path spells, every required key) and the type of every key the gate reads."""
+    if not isinstance(record, dict):
+        return f"not a golden summary: a JSON {type(record).__name__}, not an object"
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    if missing:
+        return f"not a golden summary: missing {missing[0]!r}"
+    if record.get("cell") != cell_id:
+        return (f"not the golden of {cell_id}: its \"cell\" is {record.get('cell')!r}" if "cell" in record
+                else "not a golden summary: missing 'cell'")
+    for key, ok in (*_SUMMARY_KEYS.items(), *((k, v) for k, v in _OPTIONAL_KEYS.items() if k in record)):
+        if not ok(record[key]):
+            return f"not a golden summary: {key!r} is malformed"
+    hlo = record.get("hlo")
+    if hlo is not None and hlo != Path(cell_id + HLO_SUFFIX).name:
+        return f"not a golden summary: 'hlo' must be null or {Path(cell_id + HLO_SUFFIX).name!r}, got {hlo!r}"
+    return None
+
+
+def _read_record(path: Path, cell_id: str) -> tuple[dict | None, str | None]:
+    """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
+    try:
+        record = json.loads(_decode(_read_bytes(path)))
+    except OSError as exc:
+        return None, f"{path}: unreadable golden: {exc.strerror or exc}"
+    except RecursionError:
+        return None, f"{path}: unreadable golden: nested too deep to be a golden summary"
+    except ValueError as exc:  # not UTF-8, not JSON
+        return None, f"{path}: unreadable golden: {exc}"
+    problem = record_problem(record, cell_id)
+    return (record, None) if problem is None else (None, f"{path}: {problem}")
 
 
 def load(root: Path, cell_id: str) -> Golden | None:
+    """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``)."""
+    root = Path(root)
+    check_published(root)
     path = summary_path(root, cell_id)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise GoldenError(f"{path}: unreadable golden: {exc}") from None
-    missing = [k for k in REQUIRED_KEYS if not isinstance(record, dict) or k not in record]
-    if missing:
-        raise GoldenError(f"{path}: not a golden summary: missing {missing[0]!r} "
-                          f"(regenerate: hlo-audit golden update --only id={cell_id})")
+    record, problem = _read_record(path, cell_id)
+    if record is None:
+        return Golden(cell_id, {}, None, damaged=problem)
+    if record.get("hlo") is None:
+        return Golden(cell_id, record, None)
     text_path = hlo_path(root, cell_id)
-    return Golden(cell_id, record, text_path.read_text() if text_path.is_file() else None)
+    try:
+        return Golden(cell_id, record, _decode(_read_bytes(text_path)))
+    except FileNotFoundError:
+        why = f"{text_path}: missing (its summary names it)"
+    except OSError as exc:
+        why = f"{text_path}: unreadable: {exc.strerror or exc}"
+    except ValueError as exc:
+        why = f"{text_path}: {exc}"
+    return Golden(cell_id, record, None, text_problem=why)
+
+
+def _summary_files(root: Path) -> Iterator[tuple[str, Path]]:
+    """(cell id its path spells, path) of every ``*.json`` under ``root`` outside hidden folders."""
+    if not root.is_dir():
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.endswith(SUMMARY_SUFFIX) and not name.startswith("."):
+                path = Path(dirpath) / name
+                yield str(path.relative_to(root))[: -len(SUMMARY_SUFFIX)], path
 
 
 def stored_ids(root: Path) -> list[str]:
-    """Every cell id with a golden summary under ``root``."""
-    if not root.is_dir():
+    """Every cell id with one of hlo-audit's golden summaries under ``root`` (the marker: ``record_problem``)."""
+    root = Path(root)
+    check_published(root)
+    return sorted(cid for cid, path in _summary_files(root) if _read_record(path, cid)[0] is not None)
+
+
+def owned_files(root: Path, cell_id: str) -> list[Path]:
+    """The files hlo-audit wrote for ``cell_id``: its summary when the marker says so, and the text it names."""
+    path = summary_path(root, cell_id)
+    record, _ = _read_record(path, cell_id) if os.path.lexists(path) else (None, None)
+    if record is None:
         return []
-    ids = []
-    for path in root.rglob(f"*{SUMMARY_SUFFIX}"):
-        if not any(part.startswith(".") for part in path.relative_to(root).parts):
-            ids.append(str(path.relative_to(root))[: -len(SUMMARY_SUFFIX)])
-    return sorted(ids)
+    return [path, *([hlo_path(root, cell_id)] if record.get("hlo") is not None else [])]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -136,71 +324,284 @@ class UpdateReport:
     unchanged: list[str]
     skipped: list[tuple[str, str]]  # (cell id, why): errors and unavailable cells write nothing
     pruned: list[str]
+    pruned_files: list[str] = field(default_factory=list)  # every file --prune removed, as paths
+    healed: list[str] = field(default_factory=list)  # cells whose golden was damaged and is now rewritten
+    cleaned: list[str] = field(default_factory=list)  # stale staging folders of killed runs, removed
 
 
 def update(root: Path, entries: list[tuple[CellResult, Series | None, str | None]],
            prune_ids: Iterable[str] = ()) -> UpdateReport:
-    """Write the goldens of ``entries`` (result, its series, its normalized HLO or None); remove ``prune_ids``."""
+    """Write the goldens of ``entries`` (result, its series, its normalized HLO or None); remove ``prune_ids``
+    (only files hlo-audit wrote: ``owned_files``). One atomic swap of the whole tree (module docstring)."""
     root = Path(root)
-    wanted: dict[Path, str | None] = {}  # None: delete
     report = UpdateReport([], [], [], [])
-    for result, series, hlo in entries:
-        if result.status != "ok":
-            report.skipped.append((result.cell.id, f"{result.status}: {result.message}"))
-            continue
-        wanted[summary_path(root, result.cell.id)] = dumps(summary(result, series, hlo is not None))
-        # Only a series' shallowest depth keeps its text; a deeper one drops a text it had before.
-        wanted[hlo_path(root, result.cell.id)] = hlo
-    for cell_id in prune_ids:
-        wanted[summary_path(root, cell_id)] = None
-        wanted[hlo_path(root, cell_id)] = None
-        if summary_path(root, cell_id).exists():
-            report.pruned.append(cell_id)
-    changes = {path: content for path, content in wanted.items() if _differs(path, content)}
-    changed_ids = {_cell_id(root, path) for path in changes}
-    for result, _, _ in entries:
-        if result.status == "ok":
-            (report.written if result.cell.id in changed_ids else report.unchanged).append(result.cell.id)
-    _commit(root, changes)
+    with _commit_lock(root):
+        report.cleaned = [str(p) for p in recover(root)]
+        wanted: dict[Path, str | None] = {}  # None: delete
+        for result, series, hlo in entries:
+            if result.status != "ok":
+                report.skipped.append((result.cell.id, f"{result.status}: {result.message}"))
+                continue
+            cid = result.cell.id
+            old = load(root, cid)
+            if old is not None and (old.damaged or old.text_problem or (
+                    old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
+                report.healed.append(cid)
+            wanted[summary_path(root, cid)] = dumps(summary(result, series, hlo is not None))
+            # Only a series' shallowest depth keeps its text; a deeper one drops the text its old summary named.
+            if hlo is not None or (old is not None and old.record.get("hlo") is not None):
+                wanted[hlo_path(root, cid)] = hlo
+        for cell_id in prune_ids:
+            files = owned_files(root, cell_id)
+            for path in files:
+                wanted[path] = None
+                report.pruned_files.append(str(path))
+            if files:
+                report.pruned.append(cell_id)
+        changes = {path: content for path, content in wanted.items() if _differs(path, content)}
+        changed_ids = {_cell_id(root, path) for path in changes}
+        for result, _, _ in entries:
+            if result.status == "ok":
+                (report.written if result.cell.id in changed_ids else report.unchanged).append(result.cell.id)
+        report.healed = [cid for cid in report.healed if cid in changed_ids]
+        if changes:
+            _commit(root, {path.relative_to(root): content for path, content in changes.items()})
     return report
+
+
+def publish(root: Path, files: Mapping[str, str | None]) -> list[Path]:
+    """Swap in the tree with ``files`` changed (paths relative to ``root`` -> new text, None: delete), as
+    ``update`` does once it knows what changed: under the commit lock, after ``recover``. Returns the stale
+    staging folders removed."""
+    root = Path(root)
+    for rel in files:
+        if Path(rel).is_absolute() or any(part in ("", ".", "..") for part in Path(rel).parts) or not str(rel):
+            raise GoldenError(f"{root}: {rel!r} does not name a file inside the golden folder")
+    with _commit_lock(root):
+        cleaned = recover(root)
+        if files:
+            _commit(root, {Path(rel): content for rel, content in files.items()})
+    return cleaned
 
 
 def _differs(path: Path, content: str | None) -> bool:
     if content is None:
-        return path.exists()
-    return not (path.is_file() and path.read_text() == content)
+        return os.path.lexists(path)
+    try:
+        return _read_bytes(path) != content.encode("utf-8")
+    except OSError:
+        return True
 
 
 def _cell_id(root: Path, path: Path) -> str:
     return str(path.relative_to(root)).removesuffix(HLO_SUFFIX).removesuffix(SUMMARY_SUFFIX)
 
 
-def _commit(root: Path, changes: dict[Path, str | None]) -> None:
-    """Stage every new file, then rename them into place; nothing under ``root`` changes until all are staged."""
-    if not changes:
-        return
-    root.mkdir(parents=True, exist_ok=True)
-    # Beside the store, not in it: a kill while staging must leave the store itself untouched.
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-staging-", dir=root.parent))
+def _after_step(step: str) -> None:
+    """Called after each filesystem change of a commit (``step`` says which). Does nothing: the kill tests replace
+    it to stop the process after each step in turn, with each signal (tests/test_golden_store.py)."""
+
+
+@contextlib.contextmanager
+def _commit_lock(root: Path):
+    """One commit at a time beside ``root``: an exclusive flock on the parent folder (its inode outlives every swap
+    of ``root``). Where the filesystem has no flock for folders, commits are not serialized."""
+    parent = root.resolve().parent
     try:
-        staged = []
-        for i, (path, content) in enumerate(sorted(changes.items(), key=lambda kv: str(kv[0]))):
-            if content is not None:
-                tmp = staging / f"{i}.tmp"
-                tmp.write_text(content)
-                staged.append((tmp, path))
-        for tmp, path in staged:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, path)
-        for path, content in changes.items():
-            if content is None:
-                path.unlink(missing_ok=True)
-                _remove_empty_parents(path.parent, root)
+        parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(parent, os.O_RDONLY)
+    except OSError as exc:
+        raise GoldenError(f"{root}: cannot use the folder that holds it: {exc.strerror or exc}") from None
+    try:
+        try:
+            import fcntl
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass
+        yield
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        os.close(fd)
 
 
-def _remove_empty_parents(folder: Path, root: Path) -> None:
-    while folder != root and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
+def _stagings(real: Path) -> list[Path]:
+    parent, prefix = real.parent, staging_prefix(real)
+    if not parent.is_dir():
+        return []
+    return sorted(parent / name for name in os.listdir(parent)
+                  if name.startswith(prefix) and (parent / name).is_dir() and not (parent / name).is_symlink())
+
+
+def recover(root: Path) -> list[Path]:
+    """Before anything is read: finish or undo a publish that a kill interrupted, then remove every staging folder
+    (called holding the commit lock, so none of them belongs to a running commit). Returns the folders removed."""
+    real = Path(root).resolve()
+    removed = []
+    for staging in _stagings(real):
+        _settle(staging, real)
+        removed.append(staging)
+    return removed
+
+
+def _settle(staging: Path, real: Path) -> None:
+    """Remove a staging folder; first, if the two-rename fallback stopped between its renames (``real`` absent),
+    put the new tree in place when it was complete, else the old one back."""
+    if not os.path.lexists(real) and (staging / STAGED_FALLBACK).exists():
+        tree, old = staging / STAGED_TREE, staging / STAGED_OLD
+        if (staging / STAGED_READY).exists() and tree.is_dir():
+            os.rename(tree, real)
+        elif old.is_dir():
+            os.rename(old, real)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def check_published(root: Path) -> None:
+    """A reader meeting a publish half done (the two-rename fallback, killed between its renames) says so."""
+    real = Path(root).resolve()
+    if os.path.lexists(real):
+        return
+    for staging in _stagings(real):
+        if (staging / STAGED_FALLBACK).exists():
+            raise GoldenError(f"{root}: a `hlo-audit golden update` was killed while publishing ({staging}); run "
+                              "`hlo-audit golden update` to finish it")
+
+
+def _commit(root: Path, changes: dict[Path, str | None]) -> None:
+    """Build the new tree beside ``root`` with ``changes`` (paths relative to ``root``; None: delete) and swap it
+    in whole. Called holding the commit lock, after ``recover``."""
+    real = root.resolve()
+    if os.path.lexists(real) and not real.is_dir():
+        raise GoldenError(f"{root}: golden_dir is not a folder")
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=staging_prefix(real), dir=real.parent))
+    except OSError as exc:
+        raise GoldenError(f"{root}: cannot stage the new goldens beside it: {exc.strerror or exc}") from None
+    try:
+        _after_step("staging folder created")
+        tree = staging / STAGED_TREE
+        _build(real, tree, changes, root)
+        (staging / STAGED_READY).touch()
+        _after_step("new tree complete")
+        _publish(tree, real, staging)
+        # From here the new tree is in place; what is left in the staging folder is the old one.
+    except OSError as exc:  # before the swap: the old tree stands untouched
+        raise GoldenError(f"{root}: golden update wrote nothing: {exc.strerror or exc}"
+                          + (f" ({exc.filename})" if exc.filename else "")) from None
+    finally:
+        _settle(staging, real)  # Ctrl-C between the fallback's renames: finished here, not deleted
+    _after_step("staging folder removed")
+
+
+def _publish(tree: Path, real: Path, staging: Path) -> None:
+    if not os.path.lexists(real):
+        os.rename(tree, real)  # the first update: nothing to swap with
+        _after_step("new tree renamed into place")
+    elif _exchange(tree, real):
+        _after_step("trees exchanged")
+    else:
+        (staging / STAGED_FALLBACK).touch()
+        _after_step("two-rename fallback marked")
+        os.rename(real, staging / STAGED_OLD)
+        _after_step("old tree moved aside")
+        try:
+            os.rename(tree, real)
+        except OSError:
+            os.rename(staging / STAGED_OLD, real)
+            raise
+        _after_step("new tree renamed into place")
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two directory entries in one step (Linux ``renameat2(RENAME_EXCHANGE)``, glibc >= 2.28); False where
+    the C library or the filesystem cannot, so the caller falls back to two renames."""
+    import ctypes
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _build(old: Path, new: Path, changes: dict[Path, str | None], root: Path) -> None:
+    """The new tree at ``new``: the old tree's entries (hard links; copies where a link is refused; symbolic links
+    as links), ``changes`` applied. Folders that the changes empty are left out, as pruning leaves no empty
+    folder; folders that were empty stay."""
+    os.mkdir(new)
+    if old.is_dir():
+        shutil.copymode(old, new)
+    pending = dict(changes)
+
+    made: set[Path] = {Path(".")}  # folders of the new tree made so far, relative
+
+    def folder(rel_dir: Path) -> Path:
+        """``new/rel_dir``, made with the old folders' modes; never through a symbolic link."""
+        if rel_dir in made:
+            return new / rel_dir
+        rel = Path()
+        for part in rel_dir.parts:
+            rel = rel / part
+            if rel in made:
+                continue
+            path = new / rel
+            if path.is_symlink():
+                raise GoldenError(f"{root / rel_dir}: goes through a symbolic link ({root / rel}); "
+                                  "goldens are written only inside the golden folder")
+            path.mkdir()
+            if (old / rel).is_dir():
+                shutil.copymode(old / rel, path)
+            made.add(rel)
+        return new / rel_dir
+
+    def place(rel: Path) -> Path:
+        return folder(rel.parent) / rel.name
+
+    if old.is_dir():
+        for dirpath, dirnames, filenames in os.walk(old):
+            here = Path(dirpath)
+            rel_dir = here.relative_to(old)
+            if not dirnames and not filenames and rel_dir != Path("."):
+                folder(rel_dir)  # an empty folder of the old tree stays
+                _after_step(f"folder {rel_dir}")
+            links = [d for d in dirnames if (here / d).is_symlink()]
+            dirnames[:] = sorted(d for d in dirnames if d not in links)
+            for name in sorted([*filenames, *links]):
+                rel, src = rel_dir / name, here / name
+                if rel in pending:
+                    content = pending.pop(rel)
+                    if content is not None:
+                        _write_new(place(rel), content)
+                        _after_step(f"wrote {rel}")
+                    continue
+                _carry(src, place(rel), root / rel)
+                _after_step(f"carried {rel}")
+    for rel, content in sorted(pending.items(), key=lambda kv: str(kv[0])):
+        if content is not None:
+            _write_new(place(rel), content)
+            _after_step(f"wrote {rel}")
+
+
+def _write_new(path: Path, content: str) -> None:
+    with open(path, "x", encoding="utf-8", newline="") as handle:  # the umask's mode, as any new file
+        handle.write(content)
+
+
+def _carry(src: Path, dst: Path, shown: Path) -> None:
+    info = src.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        os.symlink(os.readlink(src), dst)
+    elif stat.S_ISREG(info.st_mode):
+        try:
+            os.link(src, dst, follow_symlinks=False)
+        except OSError:  # a filesystem without hard links, or protected_hardlinks on a file of another user
+            shutil.copy2(src, dst)
+    else:
+        raise GoldenError(f"{shown}: not a regular file, folder or symbolic link; golden update rebuilds the golden "
+                          "folder and cannot carry it over (move it out of golden_dir)")

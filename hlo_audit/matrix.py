@@ -9,8 +9,11 @@ file, a pytest item and a report row are named by, so it must never depend on di
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -136,55 +139,132 @@ class Cell:
         return json.dumps({**asdict(self), "overrides": [list(kv) for kv in self.overrides]}, sort_keys=True)
 
 
-def parse_only(spec: str | None) -> dict[str, set[str]]:
-    """``model=llama3-8b,quant=int8,quant=fp8`` -> {"model": {"llama3-8b"}, "quant": {"int8", "fp8"}}."""
+# Depths beyond any real decoder stack (MaxText's deepest, llama3.1-405b, has 126 layers; deepseek3-671b 61) are
+# mistakes: an unrolled lowering of 10^9 layers runs until it is killed. 1024 leaves 8x headroom for models to come.
+MAX_DEPTH = 1024
+# More shards than series leaves shards empty; a CI matrix has far fewer jobs (GitHub Actions: 256 per workflow).
+MAX_SHARDS = 1024
+# Shown of an --only key's known values before "and N more" (a matrix has ~120 ids).
+KNOWN_VALUES_SHOWN = 12
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot go into a file name, a terminal line or a report as it is, or None.
+
+    Control and format characters (NUL, ESC, BEL, newlines, bidirectional overrides) would reach every sink the
+    value is printed to; the id's parts name files, so they are refused where they are configured.
+    """
+    for ch in value:
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            return f"contains the control character {ascii(ch)[1:-1]}"
+    return None
+
+
+def id_part_problem(value: str) -> str | None:
+    """Why ``value`` (a model name, a quantization...) cannot be one part of a cell id, or None.
+
+    A cell id names its golden files (``golden/<id>.json``), so a part is one path component: no ``/`` or
+    ``\\``, not ``.`` / ``..`` nor hidden (the golden reader skips dot folders); it is also one token of
+    ``--only id=...,key=...`` and of ``hlo-audit rng <cell id>``, so no whitespace and no comma.
+    """
+    if not value:
+        return "is empty"
+    if problem := text_problem(value):
+        return problem
+    for ch, why in (("/", "each part of a cell id is one folder or file name under golden_dir"),
+                    ("\\", "each part of a cell id is one folder or file name under golden_dir"),
+                    (",", "a comma separates --only values")):
+        if ch in value:
+            return f"contains {ch!r} ({why})"
+    if value.startswith("."):
+        return "starts with '.' (a cell id's parts name folders; '.', '..' and hidden folders are refused)"
+    if any(ch.isspace() for ch in value):
+        return "contains whitespace (a cell id is one word on a command line)"
+    return None
+
+
+def parse_only(spec: str | Sequence[str] | None) -> dict[str, set[str]]:
+    """``model=llama3-8b,quant=int8,quant=fp8`` -> {"model": {"llama3-8b"}, "quant": {"int8", "fp8"}}.
+
+    Several specs (``--only`` given more than once) combine as one: AND across keys, OR within a key.
+    """
     filters: dict[str, set[str]] = {}
-    if not spec:
-        return filters
-    for item in spec.split(","):
-        key, sep, value = item.strip().partition("=")
-        if not sep or not value:
-            raise MatrixError(f"--only expects key=value[,key=value...], got {item.strip()!r}")
-        if key not in FILTER_KEYS:
-            raise MatrixError(f"--only: unknown key {key!r} (known: {', '.join(FILTER_KEYS)})")
-        filters.setdefault(key, set()).add(value)
+    specs = [spec] if isinstance(spec, str) else list(spec or ())
+    for one in specs:
+        for item in one.split(","):
+            key, sep, value = item.strip().partition("=")
+            if not sep or not value:
+                raise MatrixError(f"--only expects key=value[,key=value...], got {item.strip()!r}")
+            if key not in FILTER_KEYS:
+                raise MatrixError(f"--only: unknown key {key!r} (known: {', '.join(FILTER_KEYS)})")
+            filters.setdefault(key, set()).add(value)
     return filters
 
 
-def matches(cell: Cell, filters: dict[str, set[str]]) -> bool:
+def matches(cell: Cell, filters: Mapping[str, Iterable[str]]) -> bool:
     record = cell.record()
     return all(str(record[key]) in values for key, values in filters.items())
 
 
 def matches_rule(cell: Cell, rule: Mapping[str, object]) -> bool:
-    """An exclude rule or a waiver's cell table: every key equals the cell's (``scan`` as on/off)."""
-    return matches(cell, {k: {str(v)} for k, v in rule.items()})
+    """An exclude rule or a waiver's cell table: every key equals the cell's (``scan`` as on/off); a list value
+    is a list of alternatives (``quant = ["fp8", "nanoo_fp8"]``)."""
+    return matches(cell, {k: {str(x) for x in v} if isinstance(v, (list, tuple)) else {str(v)}
+                          for k, v in rule.items()})
+
+
+def known_values(cells: Iterable[Cell], key: str) -> list[str]:
+    """The values ``key`` takes over ``cells``, as ``--only`` spells them (depths in numeric order)."""
+    values = {str(c.record()[key]) for c in cells} - {""}
+    return sorted(values, key=lambda v: (int(v),) if key == "layers" else (0, v))
+
+
+def _listed(values: list[str]) -> str:
+    shown = ", ".join(values[:KNOWN_VALUES_SHOWN]) or "none"
+    more = len(values) - KNOWN_VALUES_SHOWN
+    return shown + (f" and {more} more (see `hlo-audit list`)" if more > 0 else "")
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
     """``2/4`` -> (2, 4): the second of four shards (1-based, as CI matrices count)."""
     if not spec:
         return None
-    k, sep, n = spec.partition("/")
-    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", spec.strip())
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
         raise MatrixError(f"--shard expects K/N with 1 <= K <= N, got {spec!r}")
-    return int(k), int(n)
+    k, n = int(m.group(1)), int(m.group(2))
+    if n > MAX_SHARDS:
+        raise MatrixError(f"--shard {spec}: at most {MAX_SHARDS} shards (more shards than depth series are empty)")
+    return k, n
 
 
-def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = None) -> list[Cell]:
-    """Filter by --only, then keep shard K of N.
+def selection(cells: Iterable[Cell], only: str | Sequence[str] | None = None) -> list[Cell]:
+    """The cells ``--only`` keeps, in id order. A selection of no cell is an error, never an empty pass: each
+    value given must match some cell (``layers=two``, ``scan=true``, ``quant==none`` name the key's known
+    values), and so must the values together."""
+    universe = sorted(cells, key=lambda c: c.id)
+    filters = parse_only(only)
+    for key, values in filters.items():
+        known = known_values(universe, key)
+        for value in sorted(set(values) - set(known)):
+            raise MatrixError(f"--only {key}={value} matched no cell; known values of {key}: {_listed(known)}")
+    chosen = [c for c in universe if matches(c, filters)]
+    if not chosen:
+        given = " and ".join(f"{k}={'|'.join(sorted(v))}" for k, v in filters.items())
+        raise MatrixError(f"--only matched no cell: no cell has {given} (see `hlo-audit list`)" if filters
+                          else "the matrix has no cell (every combination is excluded?)")
+    return chosen
+
+
+def shard_of(chosen: Sequence[Cell], k: int, n: int) -> list[Cell]:
+    """Shard ``k`` of ``n`` of a selection.
 
     Shards are dealt by depth series, longest first and then in id order, each to the shard with the fewest
     cells so far: a series stays whole in one shard, because the RNG-scaling rule needs all its depths, and
     series of different lengths (a train series of two depths, a one-depth inference series) leave the shards
-    even.
+    even. A shard may be empty when there are more shards than series.
     """
-    filters = parse_only(only)
-    chosen = sorted((c for c in cells if matches(c, filters)), key=lambda c: c.id)
-    picked = parse_shard(shard)
-    if picked is None:
-        return chosen
-    k, n = picked
+    chosen = sorted(chosen, key=lambda c: c.id)
     sizes = Counter(c.series for c in chosen)  # in order of each series' first (smallest) id
     load = [0] * n
     mine = set()
@@ -194,6 +274,19 @@ def select(cells: Iterable[Cell], only: str | None = None, shard: str | None = N
         if shard_index == k - 1:
             mine.add(s)
     return [c for c in chosen if c.series in mine]
+
+
+def select(cells: Iterable[Cell], only: str | Sequence[str] | None = None, shard: str | None = None) -> list[Cell]:
+    """Filter by --only (``selection``), then keep shard K of N (``shard_of``)."""
+    chosen = selection(cells, only)
+    picked = parse_shard(shard)
+    return chosen if picked is None else shard_of(chosen, *picked)
+
+
+def fingerprint(cells: Iterable[Cell]) -> str:
+    """A hash of the cells' ids: what every shard of one run records, so ``merge`` can tell the run's shards apart
+    from another matrix's."""
+    return hashlib.sha256("\n".join(sorted(c.id for c in cells)).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

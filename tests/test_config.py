@@ -196,3 +196,154 @@ def test_two_series_may_not_give_one_cell_two_configurations(tmp_path):
                     '[[matrix]]\noverrides = {llama3-8b = {mlp_dim = 64}}\n')
     with pytest.raises(ConfigError, match="two series give cell llama3-8b/scan-off/none/L2 different overrides"):
         load_config(str(path)).cells()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Issue 22: careless input. Every mistake is one line naming the file (or the option) and exit 2.
+# --------------------------------------------------------------------------------------------------------------
+
+EXAMPLE = 'target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["none", "dropout0"]\nlayers = [2, 3]\n'
+
+
+def one_line(result, *must: str) -> str:
+    """Exit 2, one line, our prefix, no traceback (typer's runner: a Python exception escaping is a failure)."""
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"raised {type(result.exception).__name__}: {result.exception}") from result.exception
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hlo-audit: error: ") and "Traceback" not in result.output, lines
+    for text in must:
+        assert text in lines[0], (text, lines[0])
+    return lines[0]
+
+
+def cli(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("text", ["", "\n# nothing set yet\n"])
+def test_an_empty_config_file_is_an_error_naming_it(tmp_path, text):
+    """An empty hlo-audit.toml once selected the built-in 122-cell MaxText matrix without a word."""
+    (tmp_path / "hlo-audit.toml").write_text(text)
+    with pytest.raises(ConfigError, match="hlo-audit.toml: is empty: set at least `models`"):
+        load_config(cwd=tmp_path)
+    one_line(cli("list", "--config", tmp_path / "hlo-audit.toml"), "hlo-audit.toml: is empty")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.hlo-audit]\n')
+    with pytest.raises(ConfigError, match=r"pyproject.toml: \[tool.hlo-audit\] is empty"):
+        load_config(str(tmp_path / "pyproject.toml"))
+
+
+def test_a_config_path_that_is_not_a_file(tmp_path):
+    one_line(cli("list", "--config", "/dev/zero"), "/dev/zero: not a config file (a device or socket)")
+    one_line(cli("list", "--config", tmp_path), "is a folder, not a config file")
+    (tmp_path / "bin.toml").write_bytes(b'models = ["\xff"]\n')
+    one_line(cli("list", "--config", tmp_path / "bin.toml"), "bin.toml: not UTF-8 (byte 11)")
+
+
+def test_exclude_and_waive_values_may_be_lists_of_alternatives(tmp_path):
+    """`[[exclude]] model = ["mlp"]` and `[[waive]] layers = [2]` once were accepted and matched nothing."""
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(EXAMPLE.replace('["mlp"]', '["mlp", "wide"]') + '[[exclude]]\nmodel = ["wide"]\nlayers = [3]\n'
+                    '[[waive]]\nrule = "rng_scaling"\nlayers = [2, 3]\nquant = ["dropout0", "dropout"]\n'
+                    'reason = "kept on purpose"\n')
+    config = load_config(str(path))
+    ids = [c.id for c in config.cells()]
+    assert "wide/scan-off/none/L2" in ids and not any(i.startswith("wide/") and "/L3" in i for i in ids)
+    assert len(ids) == 2 * 2 * 2 + 2 * 2  # mlp: 2 scans x 2 quants x 2 depths; wide at L2 only
+    waiver = config.waivers[0]
+    cells = {c.id: c for c in config.cells()}
+    from hlo_audit.matrix import matches_rule
+
+    match = {k: v for k, v in waiver.items() if k not in ("rule", "reason")}
+    assert matches_rule(cells["mlp/scan-off/dropout0/L3"], match) and not matches_rule(cells["mlp/scan-off/none/L2"],
+                                                                                       match)
+
+
+@pytest.mark.parametrize("rule,message", [
+    ('[[exclude]]\nscan = true\n', "exclude[0].scan: expected 'on' or 'off' (or a list of them), got True"),
+    ('[[exclude]]\nlayers = ["2"]\n', "exclude[0].layers: expected an integer depth in 1..1024"),
+    ('[[exclude]]\nmodel = []\n', "exclude[0].model: expected a value or a non-empty list of alternatives"),
+    ('[[exclude]]\nmodel = [["mlp"]]\n', "exclude[0].model: expected a non-empty string"),
+    ('[[exclude]]\nmodel = {a = 1}\n', "exclude[0].model: expected a non-empty string"),
+    ('[[exclude]]\n', "exclude[0]: an empty rule would exclude every cell"),
+    ('[[waive]]\nrule = ["count"]\nreason = "x"\n', "waive[0].rule: expected one of count"),
+    ('[[waive]]\nrule = "count"\nreason = "x"\nquant = 8\n', "waive[0].quant: expected a non-empty string"),
+    ('[[waive]]\nrule = "count"\nreason = "x"\nmodel = "m\\u001b[2J"\n', "waive[0].model: expected a non-empty string"),
+    ('[policy]\ncount = ["fail"]\n', "policy.count: expected 'fail', 'warn' or 'off'"),
+    ('[overrides.mlp]\nwidth = "8\\u0000"\n', "overrides.mlp.width: contains the control character \\x00"),
+    ('[overrides.mlp]\n"w\\nidth" = 8\n', "overrides.mlp.w\\nidth: contains the control character \\n"),
+    ('"odd\\u001bkey" = 1\n', "unknown key 'odd\\x1bkey'"),
+    ('layers = [1000000000]\n', "layers[0]: 1000000000 layers is deeper than any model (MaxText's deepest has 126); "
+                                "at most 1024"),
+    ('target = "x:y\\u0007"\n', "target: contains the control character \\x07"),
+])
+def test_config_values_of_the_wrong_kind_are_errors(tmp_path, rule, message):
+    path = tmp_path / "hlo-audit.toml"
+    key = rule.split(" ")[0]
+    base = "".join(line + "\n" for line in EXAMPLE.splitlines() if not line.startswith(key + " "))
+    path.write_text(base + rule)
+    one_line(cli("list", "--config", path), str(path), message)
+
+
+def test_the_full_depth_error_names_the_config_file(tmp_path):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(EXAMPLE.replace('"mlp"', '"mlp", "wide"').replace("layers = [2, 3]", 'layers = [2, "full"]'))
+    one_line(cli("list", "--config", path), f"{path}: models: 'wide': cannot resolve layers 'full': target "
+                                            "'hlo_audit.examples.nnx_mlp:lower' does not say the full depth of 'wide'")
+    # MaxText's own error for a model it does not know, on one line, naming the file.
+    path.write_text('models = ["llama9-1t"]\nquant = ["none"]\nscan = ["off"]\nlayers = ["full"]\n')
+    line = one_line(cli("list", "--config", path), f"{path}: models: 'llama9-1t': cannot resolve layers 'full'")
+    assert "llama3-8b" in line  # MaxText's list of the models it knows
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--layers", "²"), "--layers expects integers >= 1 or 'full', got '²'"),
+    (("--layers", "1000000000"), "--layers 1000000000: deeper than any model"),
+    (("--layers", "0"), "--layers expects integers >= 1"),
+    (("--shard", "1/1000000000000"), "--shard 1/1000000000000: at most 1024 shards"),
+    (("--shard", "²/²"), "--shard expects K/N with 1 <= K <= N, got '²/²'"),
+    (("--shard", "3/2"), "--shard expects K/N"),
+    (("--only", "model=nomatch"), "--only model=nomatch matched no cell; known values of model: mlp"),
+    (("--only", "layers=two"), "--only layers=two matched no cell; known values of layers: 2, 3"),
+    (("--only", "scan=true"), "--only scan=true matched no cell; known values of scan: off, on"),
+    (("--only", "quant==none"), "--only quant==none matched no cell; known values of quant: dropout0, none"),
+    (("--only", "quant=none,quant=int9"), "--only quant=int9 matched no cell; known values of quant"),
+    (("--only", "id=mlp/scan-on/none/L9"), "known values of id: mlp/scan-off/dropout0/L2, "),
+    (("--only", "target=x"), "known values of target: hlo_audit.examples.nnx_mlp:lower"),
+    (("--only", "platform=tpu"), "--only platform=tpu matched no cell; known values of platform: cpu"),
+])
+def test_a_selection_of_no_cell_and_bad_numbers_are_errors(tmp_path, args, message):
+    """`check --only model=nomatch` once passed with 0 cells; `--layers ²` raised ValueError; `--shard 1/10^12`
+    a MemoryError."""
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(EXAMPLE)
+    for command in ("list", "check", "golden"):
+        if command == "golden" and args[0] == "--shard":
+            continue  # golden update takes no --shard
+        argv = ["golden", "update"] if command == "golden" else [command]
+        one_line(cli(*argv, "--config", path, *args), message)
+    assert not (tmp_path / "golden").exists()
+
+
+def test_only_values_together_must_match_a_cell_and_repeated_only_options_combine(tmp_path):
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(EXAMPLE + '[[exclude]]\nquant = "dropout0"\nlayers = 3\n')
+    one_line(cli("list", "--config", path, "--only", "quant=dropout0,layers=3"),
+             "--only matched no cell: no cell has quant=dropout0 and layers=3")
+    # AND across keys, OR within a key, over every --only given.
+    p = plan(str(path), only=["quant=none", "layers=2", "quant=dropout0", "scan=on"])
+    assert [c.id for c in p.cells] == ["mlp/scan-on/dropout0/L2", "mlp/scan-on/none/L2"]
+    assert [c.id for c in plan(str(path), only=["quant=none,scan=off", "layers=3"]).cells] == ["mlp/scan-off/none/L3"]
+    # An empty shard is a fine shard (more shards than series), not an empty selection.
+    assert plan(str(path), shard="7/7").cells == [] and len(plan(str(path), shard="1/7").cells) in (1, 2)
+
+
+def test_a_cell_id_names_its_own_depth(tmp_path):
+    """`rng .../L0` once blamed a --layers nobody gave."""
+    path = tmp_path / "hlo-audit.toml"
+    path.write_text(EXAMPLE)
+    for depth, message in [("0", "mlp/scan-off/none/L0: depth L0: expected L1 to L1024"),
+                           ("99999999", "depth L99999999: expected L1 to L1024")]:
+        line = one_line(cli("rng", f"mlp/scan-off/none/L{depth}", "--config", path), message)
+        assert "--layers" not in line
+    one_line(cli("rng", "mlp/scan-off/int9/L2", "--config", path), "mlp/scan-off/int9/L2: no such cell in the matrix")

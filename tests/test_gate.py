@@ -112,17 +112,22 @@ def test_hlo_text_gate_and_environment(project):
 
 def test_missing_and_stale_goldens(project):
     (project / "golden/mlp/scan-on/none/L3.json").unlink()
+    # A golden of a cell no longer in the matrix: one hlo-audit wrote (its "cell" names its path), moved there.
     stale = project / "golden/mlp/scan-on/fp8/L2.json"
     stale.parent.mkdir(parents=True)
-    stale.write_text("{}\n")
+    record = json.loads((project / "golden/mlp/scan-on/none/L2.json").read_text())
+    stale.write_text(json.dumps({**record, "cell": "mlp/scan-on/fp8/L2", "hlo": None}, indent=1, sort_keys=True))
+    not_golden = project / "golden/mlp/scan-on/fp8/L3.json"  # JSON, but not hlo-audit's: never stale, never pruned
+    not_golden.write_text("{}\n")
     result = hlo_audit(project, "check", "--format", "json")
     assert result.returncode == 1
     doc = json.loads(result.stdout)
     by_cell = {(f["cell"], f["severity"]) for f in doc["findings"]}
     assert ("mlp/scan-on/none/L3", "regression") in by_cell
-    assert ("mlp/scan-on/fp8/L2", "stale") in by_cell
+    assert ("mlp/scan-on/fp8/L2", "stale") in by_cell and not any(c == "mlp/scan-on/fp8/L3" for c, _ in by_cell)
     pruned = hlo_audit(project, "golden", "update", "--prune")
-    assert "1 pruned" in pruned.stdout and not stale.exists() and not stale.parent.exists()
+    assert "1 pruned" in pruned.stdout and f"pruned {stale}" in pruned.stdout and not stale.exists()
+    assert not_golden.read_text() == "{}\n"
     assert hlo_audit(project, "check").returncode == 0
 
 
@@ -232,15 +237,23 @@ def test_check_table_is_a_one_screen_summary(project):
     assert len(lines) <= 12
 
 
-def test_a_broken_golden_is_an_input_error(project):
+def test_a_broken_golden_is_a_finding_and_update_heals_it(project):
+    """A damaged golden gates nothing, so it is a failing finding (not a crash, not a pass); `golden update`
+    rewrites it. (More damage kinds: tests/test_golden_store.py.)"""
     golden = project / "golden/mlp/scan-on/none/L2.json"
-    golden.write_text('{"entry_params": 3}\n')
-    result = hlo_audit(project, "check")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.count("\n") == 1 and f"{golden}: not a golden summary: missing 'by_dtype'" in result.stderr
-    golden.write_text("{not json")
-    result = hlo_audit(project, "check")
-    assert result.returncode == 2 and "unreadable golden" in result.stderr
+    good = golden.read_text()
+    for damage, why in [('{"entry_params": 3}\n', "not a golden summary: missing 'by_dtype'"),
+                        ("{not json", "unreadable golden")]:
+        golden.write_text(damage)
+        result = hlo_audit(project, "check", "--format", "json")
+        assert result.returncode == 1 and result.stderr == "", result.stderr
+        (finding,) = [f for f in json.loads(result.stdout)["findings"] if f["cell"] == "mlp/scan-on/none/L2"]
+        assert (finding["severity"], finding["rule"]) == ("regression", "missing_golden")
+        assert f"{golden}: {why}" in finding["message"]
+        assert "golden update --only id=mlp/scan-on/none/L2" in finding["message"]
+    healed = hlo_audit(project, "golden", "update")
+    assert healed.returncode == 0 and "rewrote mlp/scan-on/none/L2: its golden was damaged" in healed.stdout
+    assert golden.read_text() == good
 
 
 def test_dead_rng_policy_fails_on_never_drawn_streams_unless_a_pattern_waiver_accepts_them(project):

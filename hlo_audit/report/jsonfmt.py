@@ -155,6 +155,8 @@ def finding_record(f) -> dict:
 
 def format_check(report) -> str:
     doc = {"schema": CHECK_SCHEMA, "exit_code": report.exit_code, "summary": report.finding_counts,
+           # shard K/N of the selection with this fingerprint, and its cell count: what `merge` checks
+           "shard": dict(report.shard) if report.shard is not None else None,
            "findings": [finding_record(f) for f in report.findings], "cells": [cell_record(r) for r in report.results]}
     return json.dumps(doc, indent=2) + "\n"
 

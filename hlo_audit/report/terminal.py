@@ -281,6 +281,12 @@ def print_check(console: Console, report, verbose: bool = False) -> None:
 def print_golden_update(console: Console, report, root) -> None:
     for cell_id, why in report.skipped:
         status(console, Text(f"skipped {cell_id}: {why}", style="yellow"))
+    for path in report.cleaned:
+        status(console, Text(f"removed {path} (left by a killed golden update)"))
+    for cell_id in report.healed:
+        status(console, Text(f"rewrote {cell_id}: its golden was damaged"))
+    for path in report.pruned_files:
+        status(console, Text(f"pruned {path}"))
     status(console, f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
                   f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")
 

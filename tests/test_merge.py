@@ -1,0 +1,211 @@
+"""`hlo-audit merge` (issue 22 items 4 and 7): it knows how many shards the run had and from which matrix, and every
+malformed input is one line and exit 2.
+
+Real shards: `check --shard K/N --format json` of the example callable target (8 cells in 4 depth series) through
+the real CLI; the malformed inputs are those shards damaged one way each.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# One xdist worker runs the module, so the shards fixture lowers and checks once.
+pytestmark = pytest.mark.xdist_group("merge")
+CONFIG = """
+target = "hlo_audit.examples.nnx_mlp:lower"
+models = ["mlp"]
+quant = ["none", "dropout0"]
+layers = [2, 3]
+"""
+
+
+def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hlo_audit", *map(str, args)], cwd=project, capture_output=True,
+                          text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=600)
+
+
+def one_line_error(result: subprocess.CompletedProcess, *must: str) -> str:
+    assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hlo-audit: error: "), result.stderr
+    for text in must:
+        assert text in lines[0], (text, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    """The example's goldens (one of them removed, so the run has a failing finding) and its check reports: the
+    full run, its 2 shards, and the 3 shards of `--only quant=none` (2 series: the dealing leaves shard 3 empty)."""
+    project = tmp_path_factory.mktemp("merge")
+    (project / "hlo-audit.toml").write_text(CONFIG)
+    assert hlo_audit(project, "golden", "update").returncode == 0
+    (project / "golden/mlp/scan-off/none/L2.json").unlink()
+    runs = {"full": ()} | {f"{k}of2": ("--shard", f"{k}/2") for k in (1, 2)} | {
+        f"none{k}of3": ("--only", "quant=none", "--shard", f"{k}/3") for k in (1, 2, 3)}
+    for name, args in runs.items():
+        result = hlo_audit(project, "check", *args, "--format", "json")
+        assert result.returncode in (0, 1), result.stderr
+        (project / f"{name}.json").write_text(result.stdout)
+    return project
+
+
+def doc(project: Path, name: str) -> dict:
+    return json.loads((project / f"{name}.json").read_text())
+
+
+def test_each_shard_records_k_of_n_and_the_matrix(shards):
+    full, one, two = (doc(shards, n) for n in ("full", "1of2", "2of2"))
+    assert full["shard"]["index"] == full["shard"]["count"] == 1 and full["shard"]["cells"] == 8
+    assert (one["shard"]["index"], one["shard"]["count"], two["shard"]["index"]) == (1, 2, 2)
+    assert one["shard"]["matrix"] == two["shard"]["matrix"] == full["shard"]["matrix"]
+    assert one["shard"]["cells"] + two["shard"]["cells"] == 8 == len(one["cells"]) + len(two["cells"])
+    empty = doc(shards, "none3of3")
+    assert empty["shard"]["cells"] == 0 and empty["cells"] == [] and empty["shard"]["matrix"] != full["shard"]["matrix"]
+
+
+def test_the_shards_merge_to_the_full_report_and_the_merge_merges_again(shards):
+    full = doc(shards, "full")
+    result = hlo_audit(shards, "merge", "1of2.json", "2of2.json", "--format", "json")
+    assert result.returncode == 1  # the removed golden
+    merged = json.loads(result.stdout)
+
+    def key(f):
+        return f["cell"], f["severity"], f["rule"], f["message"]
+
+    assert sorted(map(key, merged["findings"])) == sorted(map(key, full["findings"]))
+    assert sorted(c["id"] for c in merged["cells"]) == sorted(c["id"] for c in full["cells"])
+    assert merged["shard"] == full["shard"]
+    (shards / "merged.json").write_text(result.stdout)
+    assert hlo_audit(shards, "merge", "merged.json").returncode == 1
+    assert hlo_audit(shards, "merge", "2of2.json", "1of2.json").returncode == 1  # any order
+
+
+def test_an_empty_shard_is_fine_when_the_dealing_left_it_empty(shards):
+    result = hlo_audit(shards, "merge", "none1of3.json", "none2of3.json", "none3of3.json", "--format", "json")
+    assert result.returncode == 1, result.stderr
+    assert len(json.loads(result.stdout)["cells"]) == 4
+    one_line_error(hlo_audit(shards, "merge", "none1of3.json", "none2of3.json"), "shard 3/3 missing")
+
+
+def test_a_missing_repeated_or_foreign_shard_is_an_error(shards):
+    one_line_error(hlo_audit(shards, "merge", "1of2.json"), "shard 2/2 missing", "given: 1/2")
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", "1of2.json"), "shard 1/2 is given twice")
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", "2of2.json", "2of2.json"), "shard 2/2 is given twice")
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", "none2of3.json"), "none2of3.json", "another shard count")
+    other = doc(shards, "2of2")
+    other["shard"]["matrix"] = "0123456789abcdef"
+    (shards / "foreign.json").write_text(json.dumps(other))
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", "foreign.json"), "foreign.json", "another matrix")
+
+
+def test_a_shard_that_lost_cells_is_an_error(shards):
+    lost = doc(shards, "1of2")
+    lost["cells"] = lost["cells"][1:]
+    (shards / "lost.json").write_text(json.dumps(lost))
+    one_line_error(hlo_audit(shards, "merge", "lost.json", "2of2.json"), "lost.json", "says 4 cells but lists 3")
+    lost["shard"]["cells"] = 3
+    (shards / "lost.json").write_text(json.dumps(lost))
+    one_line_error(hlo_audit(shards, "merge", "lost.json", "2of2.json"), "a shard lost or gained cells")
+    # A shard emptied by accident (not by the dealing) does not pass as an empty shard.
+    lost["cells"], lost["shard"]["cells"], lost["findings"] = [], 0, []
+    (shards / "lost.json").write_text(json.dumps(lost))
+    one_line_error(hlo_audit(shards, "merge", "lost.json", "2of2.json"), "a shard lost or gained cells")
+
+
+def _nested(depth: int) -> dict:
+    value: object = 0
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def _damage(d: dict, how: str):
+    """One way a shard report can be broken; returns bytes or the damaged document."""
+    d = copy.deepcopy(d)
+    finding, cell = d["findings"][0], d["cells"][0]
+    if how == "finding details nested 100 deep":
+        finding["details"] = _nested(100)
+    steps = {
+        "unknown severity": lambda: finding.update(severity="catastrophic"),
+        "finding without a rule": lambda: finding.pop("rule"),
+        "finding not an object": lambda: d.update(findings=[1]),
+        "findings not a list": lambda: d.update(findings={}),
+        "message not a string": lambda: finding.update(message=["x"]),
+        "cells not a list": lambda: d.update(cells="x"),
+        "cell without a model": lambda: cell.pop("model"),
+        "layers a string": lambda: cell.update(layers="2"),
+        "layers a boolean": lambda: cell.update(layers=True),
+        "scan a boolean": lambda: cell.update(scan=True),
+        "unknown platform": lambda: cell.update(platform="gpu"),
+        "counts not counts": lambda: cell.update(by_dtype={"f32": "many"}),
+        "id not its fields'": lambda: cell.update(id="mlp/scan-on/none/L9"),
+        "model escaping": lambda: cell.update(model="../../x"),
+        "no shard record": lambda: d.pop("shard"),
+        "shard a string": lambda: d.update(shard="1/2"),
+        "shard 3 of 2": lambda: d["shard"].update(index=3),
+        "schema missing": lambda: d.pop("schema"),
+        "finding details nested 100 deep": lambda: None,
+    }
+    if how in steps:
+        steps[how]()
+        return json.dumps(d).encode()
+    return {
+        "not JSON": b"{",
+        "empty": b"",
+        "not UTF-8": b'\xff\xfe{"schema": 1}',
+        "a JSON list": b"[]",
+        "a JSON string": b'"hlo-audit/check/v1"',
+        "nested 100000 deep": b"[" * 100000 + b"]" * 100000,
+    }[how]
+
+
+MALFORMED = {
+    "not JSON": "not a check JSON report",
+    "empty": "not a check JSON report",
+    "not UTF-8": "not UTF-8 (byte 0)",
+    "a JSON list": "a JSON list, not an object",
+    "a JSON string": "a JSON str, not an object",
+    "nested 100000 deep": "nested deeper than 64 levels",
+    "schema missing": "not a `hlo-audit check --format json` report",
+    "findings not a list": "report.findings: expected list, got dict",
+    "finding not an object": "findings[0]: expected an object, got int",
+    "unknown severity": "findings[0].severity: expected one of ok, improvement",
+    "finding without a rule": "findings[0]: missing 'rule'",
+    "message not a string": "findings[0].message: expected str, got list",
+    "finding details nested 100 deep": "nested deeper than 64 levels",
+    "cells not a list": "report.cells: expected list, got str",
+    "cell without a model": "cells[0]: missing 'model'",
+    "layers a string": "cells[0].layers: expected int, got str",
+    "layers a boolean": "cells[0].layers: expected int, got bool",
+    "scan a boolean": "cells[0].scan: expected str, got bool",
+    "unknown platform": "cells[0].platform: expected one of cpu, cuda",
+    "counts not counts": "cells[0].by_dtype: expected a table of counts",
+    "id not its fields'": "cells[0].id: 'mlp/scan-on/none/L9' is not the id its fields give",
+    "model escaping": "cells[0].model: '../../x' contains '/'",
+    "no shard record": "shard: missing",
+    "shard a string": "shard: expected an object, got str",
+    "shard 3 of 2": "shard: 3/2 is not a shard K/N",
+}
+
+
+@pytest.mark.parametrize("how", list(MALFORMED))
+def test_a_malformed_input_is_one_line_and_exit_2(shards, tmp_path, how):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(_damage(doc(shards, "1of2"), how))
+    one_line_error(hlo_audit(shards, "merge", bad, "2of2.json"), str(bad), MALFORMED[how])
+
+
+def test_paths_that_are_not_reports(shards, tmp_path):
+    one_line_error(hlo_audit(shards, "merge", tmp_path / "nope.json"), "nope.json: no such file")
+    one_line_error(hlo_audit(shards, "merge", tmp_path), "is a folder")
+    one_line_error(hlo_audit(shards, "merge", "/dev/zero"), "/dev/zero: not a regular file")
+    one_line_error(hlo_audit(shards, "merge", "hlo-audit.toml"), "not a check JSON report")
