@@ -185,7 +185,9 @@ def compile_for_cuda(lowered, *, context: contextlib.AbstractContextManager | No
     partitioning callbacks assert the mesh resource MaxText sets around its step). ``keep_dump``: copy XLA's dump
     there instead of deleting it.
     """
-    from hlo_audit.compiled import checked_arg_keys, compiled_parameter_signatures, cost_record, memory_record  # noqa: PLC0415
+    from hlo_audit.stages.compiled import compiled_parameter_signatures, kept_argument_signatures, memory_record  # noqa: PLC0415
+    from hlo_audit.stages.program import checked_arg_keys, cost_record  # noqa: PLC0415
+    from hlo_audit.attribution import arg_keys  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory(prefix="hlo-audit-cuda-") as work:
         dump = Path(work)
@@ -213,7 +215,8 @@ def compile_for_cuda(lowered, *, context: contextlib.AbstractContextManager | No
         stage="compiled", module=text, memory=memory_record(compiled),
         cost=cost_record(compiled) or (_generic_cost(modules[0]) if len(modules) == 1 else None),
         parameters=tuple((dtype, tuple(dims)) for dtype, dims, _sharding in signatures),
-        arg_keys=checked_arg_keys(lowered, compiled), thunk_sequence=sequence_text, thunk_metadata=metadata_text,
+        arg_keys=checked_arg_keys(arg_keys(lowered), kept_argument_signatures(compiled), signatures or None),
+        thunk_sequence=sequence_text, thunk_metadata=metadata_text,
         seconds=seconds, cpu_seconds=cpu)
 
 
@@ -224,7 +227,7 @@ def _generic_cost(module) -> dict[str, float]:
     import jax  # noqa: PLC0415
     from jax._src.lib import _jax  # noqa: PLC0415
 
-    from hlo_audit.compiled import COST_FIELDS  # noqa: PLC0415
+    from hlo_audit.stages.program import COST_FIELDS  # noqa: PLC0415
 
     cost = _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
     return {key: float(cost[name]) for name, key in COST_FIELDS.items() if name in cost}
@@ -240,7 +243,9 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
     ``lowered`` must have been lowered for ``cuda_devices(target_config, topology)``: the child builds the same
     devices and compiles jax's own request (options, device assignment) for them.
     """
-    from hlo_audit.optimized import checked_arg_keys, compile_request  # noqa: PLC0415 (jax's captured request)
+    from hlo_audit.attribution import arg_keys  # noqa: PLC0415
+    from hlo_audit.stages.optimized import compile_request  # noqa: PLC0415 (jax's captured request)
+    from hlo_audit.stages.program import checked_arg_keys, lowered_argument_signatures  # noqa: PLC0415
 
     start, cpu_start = time.perf_counter(), _cpu_seconds()
     module, options, device_ids = compile_request(lowered)
@@ -273,7 +278,8 @@ def optimize_for_cuda(lowered, target_config: str, topology: str = "1x1x1") -> C
     parameters = tuple((dtype, tuple(dims)) for dtype, dims in result["parameters"])
     return CudaCompilation(
         stage="optimized", module=text, memory=result["memory"], cost=result["cost"], parameters=parameters,
-        arg_keys=checked_arg_keys(lowered, [(d, dims) for d, dims in parameters]), thunk_sequence=None,
+        arg_keys=checked_arg_keys(arg_keys(lowered), lowered_argument_signatures(lowered),
+                                  [(d, dims, None) for d, dims in parameters]), thunk_sequence=None,
         thunk_metadata=None, seconds=time.perf_counter() - start, cpu_seconds=_cpu_seconds() - cpu_start,
         child_peak_rss_bytes=result.get("peak_rss_bytes"),
         phases={"capture": round(captured - start, 3), **result.get("child_seconds", {})})
@@ -303,8 +309,8 @@ def _optimize(work: Path) -> dict:
     from jax._src.lib import hlo, xla_client  # noqa: PLC0415
     from jax._src.lib.mlir import ir  # noqa: PLC0415
 
-    from hlo_audit.compiled import parameter_shapes  # noqa: PLC0415
-    from hlo_audit.optimized import memory_from_buffer_assignment  # noqa: PLC0415
+    from hlo_audit.stages.program import parameter_shapes  # noqa: PLC0415
+    from hlo_audit.stages.optimized import memory_from_buffer_assignment  # noqa: PLC0415
 
     request = json.loads((work / "request.json").read_text())
     devices = {d.id: d for d in cuda_devices((work / "target_config.txtpb").read_text(), request["topology"])}
