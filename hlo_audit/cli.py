@@ -18,10 +18,13 @@ from hlo_audit.files import append_output, check_output, write_output
 from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, progress, terminal, terminal_report,
                               terminal_tree)
 
-# No rich markup in help texts: they name TOML tables such as [tool.hlo-audit] and [[waive]], which rich would read
-# as markup and drop.
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
-                  help="Count, normalize and diff the entry parameters of JAX programs' HLO.")
+# Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
+# rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",
+                  help="Count, normalize and diff the entry parameters of JAX programs' HLO; gate on them against "
+                       "committed goldens.\n\nExit codes: 0 clean; 1 a difference, a regression or a failing cell "
+                       "(rng: dead RNG state found); 2 a usage or input error, said in one line on stderr.")
 
 REPORT_WIDTH = 100  # report and explain views aim at this many columns, on a terminal or piped
 
@@ -35,11 +38,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                                 help="Print hlo-audit's version and exit.")] = False) -> None:
-    """Count, normalize and diff the entry parameters of JAX programs' HLO; gate on them against goldens.
-
-    Exit codes: 0 clean, 1 a difference, regression or failing cell (rng: dead RNG state found), 2 a usage or
-    input error (one line on stderr).
-    """
+    pass
 
 # Every command's formats: format -> the function that turns the command's view (its results, as the command
 # gathered them) into the text it prints.
