@@ -92,7 +92,9 @@ class CellLog:
             self._done += 1
             now = self._clock()
             since = self._in_flight.pop(result.cell.id, None)
-            seconds = result.lower_seconds if not result.cached else (now - since if since is not None else 0.0)
+            # This run's time for the cell, from when its lowering began (an unavailable or failed cell has no
+            # lowering time of its own); a cached cell never began one.
+            seconds = now - since if since is not None else 0.0 if result.cached else result.lower_seconds
             where = " (cached)" if result.cached else ""
             self._write(f"cell {self._done}/{self._total} {visible(result.cell.id)} {result.status} "
                         f"{duration(seconds)}{where}")

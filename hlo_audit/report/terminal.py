@@ -130,6 +130,10 @@ def print_message(console: Console, message: str, indent: int = 4) -> None:
     if last is not None and text[last.end():].strip(" .)") == "":
         command = last.group(1) or last.group(2)
         text = text[:last.start()].rstrip(" `")
+        # The words that introduce the command ("If intended:", "tighten the golden:") go with it.
+        cut = max(text.rfind(". "), text.rfind("; "))
+        if cut >= 0 and len(text) - cut <= 32:
+            text, command = text[:cut + 1], f"{text[cut + 2:]} {command}"
     for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False):
         status(console, Text(pad + line))
     if command is not None:
