@@ -54,15 +54,10 @@ def _label(node: Node, width: int, level: int) -> Text:
 
 
 def _fold(name: str, room: int) -> list[str]:
-    """``name`` in lines of at most ``room`` characters, broken only after a '/' (a file's path); a part with no
-    '/' to break at stays whole, however long (the tree is then printed wider: ``terminal.print_whole``)."""
+    """``name`` in lines of at most ``room`` characters, broken after a '/' where it can be."""
     lines: list[str] = []
     while len(name) > room > 0:
-        cut = name.rfind("/", 0, room) + 1
-        if not cut:
-            cut = name.find("/", room) + 1
-            if not cut:
-                break
+        cut = name.rfind("/", 0, room) + 1 or room
         lines.append(name[:cut])
         name = name[cut:]
     return [*lines, name]
