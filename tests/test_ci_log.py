@@ -280,9 +280,32 @@ def test_rng_explain_count_and_golden_update_lines_are_whole(project, columns):
     assert out.stdout.splitlines()[0] == f"{cid}: 3 RNG streams: 0 drawn, 3 carried (dead state), 0 unknown"
     tree = cli(project, "explain", cid, columns=columns).stdout
     assert tree.splitlines()[0].split()[:2] == ["13", cid]
+    doc = json.loads(cli(project, "rng", cid, "--format", "json").stdout)
+    header = next(line for line in out.stdout.splitlines() if line.split()[-5:] == ["drawn", "carried", "unknown",
+                                                                                   "params", "incr"])
+    # The column is named by the prefix every pattern shares (`model.decoder.*`), or `stream pattern`.
+    prefix = "" if header.startswith("stream pattern") else header.split()[0].removesuffix("*")
+    assert doc["patterns"]
+    for p in doc["patterns"]:
+        assert p["pattern"].startswith(prefix)
+        name = p["pattern"][len(prefix):]
+        assert row(out.stdout, name) == [name, *(str(p[k]) for k in ("drawn", "carried", "unknown", "dead_params",
+                                                                     "dead_increments"))]
     golden_text = project / f"golden/{MODEL}/scan-off/dropout0/L2.hlo.txt"
     counted = cli(project, "count", golden_text, columns=columns, config=False).stdout
     assert counted.splitlines()[0].startswith(f"{golden_text}  module ")
+    (module,) = json.loads(cli(project, "count", golden_text, "--format", "json", "--top", "0",
+                               config=False).stdout)["modules"]
+    full = cli(project, "count", golden_text, "--top", "0", columns=columns, config=False).stdout
+    for pattern, n in module["groups"].items():
+        assert row(full, pattern) == [pattern, str(n)]
+    other = project / f"golden/{MODEL}/scan-off/none/L2.hlo.txt"
+    diff = json.loads(cli(project, "diff", other, golden_text, "--format", "json", config=False).stdout)
+    shown = cli(project, "diff", other, golden_text, columns=columns, config=False).stdout
+    assert shown.splitlines()[1] == f"entry parameters: 5 -> 9  ({other} -> {golden_text})"
+    for g in diff["params_added"]:
+        assert [f"{g['count']:+d}", g["role"], g["dtype"], g["pattern"]] in [
+            line.split() for line in shown.splitlines()]
     updated = cli(project, "golden", "update", columns=columns)
     assert updated.stdout.splitlines()[-1] == (f"golden update ({project / 'golden'}): 0 written, 8 unchanged, "
                                                f"4 skipped, 0 pruned")
