@@ -177,8 +177,9 @@ def analyze_each(specs: list[str], module: str | None = None, stage: str = "befo
     return results
 
 
-def execute(p: Plan, jobs: int = 1, use_cache: bool = True) -> Iterator[CellResult]:
-    yield from run_cells(p.cells, Cache(p.config.cache_dir, enabled=use_cache), jobs=jobs)
+def execute(p: Plan, jobs: int = 1, use_cache: bool = True, started=None) -> Iterator[CellResult]:
+    """``started(cell)``: called when a cell's lowering begins (``run.run_cells``)."""
+    yield from run_cells(p.cells, Cache(p.config.cache_dir, enabled=use_cache), jobs=jobs, started=started)
 
 
 def scaling(p: Plan, results: list[CellResult]) -> list[Series]:

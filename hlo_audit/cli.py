@@ -10,16 +10,35 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit import audit, host
-from hlo_audit.errors import EXIT_INPUT_ERROR, InputError, exit_on_input_error
+from hlo_audit import __version__, audit, host
+from hlo_audit.errors import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, exit_on_input_error
 from hlo_audit.errors import report as report_error
-from hlo_audit.files import write_output
-from hlo_audit.report import frame, html, jsonfmt, junit, markdown, terminal, terminal_report, terminal_tree
+from hlo_audit.errors import warn
+from hlo_audit.files import append_output, check_output, write_output
+from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, progress, terminal, terminal_report,
+                              terminal_tree)
 
+# Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
+# rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Count, normalize and diff the entry parameters of JAX programs' HLO.")
+                  rich_markup_mode="markdown",
+                  help="Count, normalize and diff the entry parameters of JAX programs' HLO; gate on them against "
+                       "committed goldens.\n\nExit codes: 0 clean; 1 a difference, a regression or a failing cell "
+                       "(rng: dead RNG state found); 2 a usage or input error, said in one line on stderr.")
 
-REPORT_WIDTH = 100  # report and explain views fit this many columns, on a terminal or piped
+REPORT_WIDTH = 100  # report and explain views aim at this many columns, on a terminal or piped
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"hlo-audit {__version__}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print hlo-audit's version and exit.")] = False) -> None:
+    pass
 
 # Every command's formats: format -> the function that turns the command's view (its results, as the command
 # gathered them) into the text it prints.
@@ -104,17 +123,27 @@ ModuleOpt = Annotated[str | None, typer.Option("--module", help="Regex selecting
 DumpStageOpt = Annotated[DumpStage, typer.Option("--stage", help="Dump stage: before or after optimizations.")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="Config file (default: hlo-audit.toml, "
-                                               "else [tool.hlo-audit] in pyproject.toml, else the built-in matrix).")]
-OnlyOpt = Annotated[str | None, typer.Option("--only", help="Filter cells: key=value[,key=value...] with keys "
-                                             "model, scan, quant, layers, platform, stage, id.")]
+                                               "else [tool.hlo-audit] in pyproject.toml, else the built-in matrix). "
+                                               "Check's rules and waivers are [policy] and [[waive]] in "
+                                               "hlo-audit.toml, [tool.hlo-audit.policy] and "
+                                               "[[tool.hlo-audit.waive]] in pyproject.toml.")]
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", metavar="KEY=VALUE[,...]", help="Filter cells: key=value[,key=value...] with keys "
+                                                   "model, scan, quant, quant_mode, layers, step, platform, "
+                                                   "topology, cuda_arch, stage, target, id. A key given twice "
+                                                   "matches either value; different keys must all match. "
+                                                   "Repeated --only options combine the same way, as if joined "
+                                                   "by commas.")]
 ShardOpt = Annotated[str | None, typer.Option("--shard", help="Run shard K of N (K/N) of the selected cells.")]
 LayersOpt = Annotated[str | None, typer.Option("--layers", help="Depths to lower instead of the config's: "
                                                "N, 'full', or a list such as 2,4,full.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for lowering.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Lower every cell again; do not read or write the cache.")]
-JunitOpt = Annotated[str | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per cell).")]
-MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write a Markdown summary (and append it "
-                                                 "to $GITHUB_STEP_SUMMARY when set).")]
+JunitOpt = Annotated[str | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per cell) to this "
+                                             "file, '-' (stdout), a device or a FIFO.")]
+MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write a Markdown summary to this file, "
+                                                 "'-', a device or a FIFO. The summary is appended to "
+                                                 "$GITHUB_STEP_SUMMARY whenever that is set (a warning, never "
+                                                 "a failure, when it cannot be).")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List every finding, ok cells included.")]
 
 
@@ -156,13 +185,19 @@ def diff(
     raise typer.Exit(1 if d.differs else 0)
 
 
+def _only(only: list[str] | None) -> str | None:
+    """Repeated --only options as one filter: joined by commas (a key given twice matches either value)."""
+    return ",".join(only) if only else None
+
+
 def _run(plan: audit.Plan, jobs: int, no_cache: bool) -> list:
-    console = terminal.make_console(sys.stderr)
-    with terminal.progress(console, len(plan.cells)) as advance:
+    """Run the plan's cells, saying so on stderr: a progress bar on a terminal, a line per cell (and a heartbeat
+    while a slow one runs) in a log (``report.progress``)."""
+    with progress.cell_progress(len(plan.cells)) as shown:
         results = []
-        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache):
+        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache, started=shown.started):
             results.append(result)
-            advance(result.cell.id)
+            shown.finished(result)
     order = {c.id: i for i, c in enumerate(plan.cells)}
     return sorted(results, key=lambda r: order[r.cell.id])
 
@@ -172,7 +207,7 @@ def _run(plan: audit.Plan, jobs: int, no_cache: bool) -> list:
 def list_cells(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
                fmt: FormatOpt = Format.table) -> None:
     """List the matrix cells the config expands to."""
-    plan = audit.plan(config, only, shard, layers)
+    plan = audit.plan(config, _only(only), shard, layers)
     emit("list", fmt, cells=plan.cells, source=plan.config.source)
 
 
@@ -182,7 +217,7 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
         jobs: JobsOpt = 1, no_cache: NoCacheOpt = False,
         fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
     """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
-    plan = audit.plan(config, only, shard, layers)
+    plan = audit.plan(config, _only(only), shard, layers)
     results = _run(plan, jobs, no_cache)
     emit("run", fmt, results=results, slopes=audit.slopes_by_cell(plan, results), source=plan.config.source)
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
@@ -192,11 +227,31 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
 @exit_on_input_error
 def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
                 no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table) -> None:
-    """Per-layer slopes of entry parameters (by dtype and role) and the projection to full depth."""
-    plan = audit.plan(config, only, None, layers)
+    """Per-layer slopes of entry parameters (by dtype and role) and the projection to full depth. Exit 1 if any
+    cell errors; 2 when there is nothing to fit (every cell unavailable here, or no series of two or more
+    depths)."""
+    plan = audit.plan(config, _only(only), None, layers)
     results = _run(plan, jobs, no_cache)
-    emit("scaling", fmt, series=audit.scaling(plan, results))
-    raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
+    series = audit.scaling(plan, results)
+    failed = any(r.status == "error" for r in results)
+    if not series and not failed:
+        raise InputError(_nothing_to_fit(results))
+    emit("scaling", fmt, series=series)
+    raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)
+
+
+def _nothing_to_fit(results: list) -> str:
+    """Why `scaling` has no series, in one line."""
+    unavailable = [r for r in results if r.status == "unavailable"]
+    if results and len(unavailable) == len(results):
+        reasons: dict[str, int] = {}
+        for r in unavailable:
+            reasons[r.message] = reasons.get(r.message, 0) + 1
+        why = "; ".join(f"{n} cells: {message}" for message, n in reasons.items())
+        return f"scaling: every selected cell is unavailable here, so there is nothing to fit ({why})"
+    depths = sorted({r.cell.layers for r in results if r.status == "ok"})
+    return (f"scaling: no depth series to fit: a series needs two or more depths of one cell, and the selected "
+            f"cells have layers {', '.join(map(str, depths)) or 'none'} (try --layers 2,4)")
 
 
 @app.command()
@@ -212,9 +267,11 @@ def rng(
     no_cache: NoCacheOpt = False,
 ) -> None:
     """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
-    written into the program as literals (they never advance)."""
+    written into the program as literals (they never advance). Exit 1 when any stream is carried (dead RNG
+    state), 0 when none is, 2 on bad input."""
     source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache)
     emit("rng", fmt, label=source.label, rng=source.rng, streams=streams, constants=source.constants)
+    raise typer.Exit(EXIT_DIFFERENCE if source.rng["carried"] else EXIT_OK)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
@@ -228,14 +285,24 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
                   prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
                                                       "matrix.")] = False) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
-    plan = audit.plan(config, only, None, layers)
+    plan = audit.plan(config, _only(only), None, layers)
     results = _run(plan, jobs, no_cache)
     report = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, report, plan.config.golden_dir))
     raise typer.Exit(1 if any(why.startswith("error") for _, why in report.skipped) else 0)
 
 
+def _check_outputs(junit_path: str | None, markdown_path: str | None) -> None:
+    """Refuse report paths that can never be written (a folder...) before any cell runs."""
+    if junit_path:
+        check_output(junit_path, "--junit", "hlo-audit.xml")
+    if markdown_path:
+        check_output(markdown_path, "--markdown", "hlo-audit.md")
+
+
 def _write_outputs(report, junit_path: str | None, markdown_path: str | None) -> None:
+    """The report files asked for, then the job summary: a summary that cannot be appended is a warning, and the
+    gate's verdict and exit code stand."""
     if junit_path:
         write_output(junit_path, junit.format_junit(report), "--junit", "hlo-audit.xml")
     summary = markdown.format_check(report)
@@ -243,8 +310,9 @@ def _write_outputs(report, junit_path: str | None, markdown_path: str | None) ->
         write_output(markdown_path, summary, "--markdown", "hlo-audit.md")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as handle:
-            handle.write(summary)
+        problem = append_output(step_summary, summary)
+        if problem:
+            warn(f"GITHUB_STEP_SUMMARY={step_summary}: {problem}; the job summary was not written")
 
 
 @app.command()
@@ -252,12 +320,16 @@ def _write_outputs(report, junit_path: str | None, markdown_path: str | None) ->
 def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
           jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table, junit_path: JunitOpt = None,
           markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
-    """Compare every cell with its golden under the config's policies. Exit 1 on a regression."""
-    plan = audit.plan(config, only, shard, layers)
+    """Compare every cell with its golden under the config's policies. Exit 1 on a regression.
+
+    Rules are set under [policy] and waivers as [[waive]] tables in hlo-audit.toml ([tool.hlo-audit.policy] and
+    [[tool.hlo-audit.waive]] in pyproject.toml)."""
+    plan = audit.plan(config, _only(only), shard, layers)
+    _check_outputs(junit_path, markdown_path)
     results = _run(plan, jobs, no_cache)
     report = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
-    _write_outputs(report, junit_path, markdown_path)
     emit("check", fmt, report=report, verbose=verbose)
+    _write_outputs(report, junit_path, markdown_path)
     raise typer.Exit(report.exit_code)
 
 
@@ -267,9 +339,10 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
           fmt: FormatOpt = Format.table, junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None,
           verbose: VerboseOpt = False) -> None:
     """Merge per-shard `check --format json` results into one report and exit code."""
+    _check_outputs(junit_path, markdown_path)
     report = audit.merge_check_reports(paths)
-    _write_outputs(report, junit_path, markdown_path)
     emit("check", fmt, report=report, verbose=verbose)
+    _write_outputs(report, junit_path, markdown_path)
     raise typer.Exit(report.exit_code)
 
 
@@ -282,11 +355,13 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
            html_path: Annotated[str | None, typer.Option("--html", help="Also write a self-contained HTML report "
                                                          "(charts and tables) to this file.")] = None) -> None:
     """The matrix against its goldens, scan on / scan off side by side, depth scaling (cached cells are free)."""
-    plan = audit.plan(config, only, None, layers)
+    plan = audit.plan(config, _only(only), None, layers)
+    if html_path:
+        check_output(html_path, "--html", "report.html")
     view = audit.report(plan, _run(plan, jobs, no_cache))
+    emit("report", fmt, report=view)
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")
-    emit("report", fmt, report=view)
     raise typer.Exit(1 if any(r.status == "error" for r in view.results) else 0)
 
 

@@ -25,8 +25,20 @@ USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError,
 
 
 def report(message: object) -> None:
-    """The one line a user error prints on stderr."""
-    print(f"hlo-audit: error: {message}", file=sys.stderr)
+    """The one line a user error prints on stderr (control characters in it made visible: it may quote input)."""
+    print(f"hlo-audit: error: {_one_line(message)}", file=sys.stderr)
+
+
+def warn(message: object) -> None:
+    """A problem that changes nothing about the result (a job summary that could not be written): one line on
+    stderr."""
+    print(f"hlo-audit: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _one_line(message: object) -> str:
+    from hlo_audit.report.escape import visible  # noqa: PLC0415 (rich loads only when an error is printed)
+
+    return visible(message)
 
 
 def exit_on_input_error(fn):

@@ -1,9 +1,10 @@
-"""Writing files so that no reader ever sees half of one."""
+"""Writing files so that no reader ever sees half of one, and report files only where and as the user asked."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import stat
 import sys
 import tempfile
@@ -33,35 +34,133 @@ class OutputError(ValueError):
     """A report path that cannot be written as asked; the message names the option and the path."""
 
 
+def check_output(path: Path | str, option: str, suggested_name: str = "report.txt") -> None:
+    """Refuse, before any work is done, a report path that can never be written as asked: a folder, a block
+    device, a path below a file, a folder nobody may write in. Everything else is ``write_output``'s to try."""
+    if str(path) == "-":
+        return
+    path = Path(path)
+    info = _stat(path, option)
+    if info is not None:
+        _refuse_kind(path, info, option, suggested_name)
+        if not stat.S_ISREG(info.st_mode) or os.access(path, os.W_OK):
+            return
+        raise OutputError(f"{option} {path}: cannot write: permission denied")
+    # Absent: the nearest folder that exists must be a folder we may create entries in.
+    parent = path.resolve().parent if path.is_symlink() else path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: cannot write: {parent} is not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: cannot write: permission denied in {parent}")
+
+
 def write_output(path: Path | str, text: str, option: str, suggested_name: str = "report.txt") -> None:
     """Write a report where the user asked for it, as asked.
 
-    ``-`` is standard output. A character device, FIFO or socket (``/dev/null``, ``/dev/stdout``, a pipe's name)
-    is opened and written as a stream: it is never replaced by a file. A folder is the user's mistake. A regular
-    file, or a path that does not exist yet, is written atomically (``write_atomic``) through any symlink, with
-    the mode the umask gives a new file.
+    * ``-``, or any path that names this process's own standard output or error (``/dev/stdout``,
+      ``/proc/self/fd/1``, the file the shell redirected stdout to): written through that stream, after what it
+      already holds; the file is never replaced or truncated.
+    * A character device, FIFO or socket (``/dev/null``, a pipe's name): opened and written as a stream; it keeps
+      its type, whoever runs hlo-audit (root included).
+    * A regular file, through any symlink: replaced atomically (``write_atomic``), keeping its permissions; one in
+      a folder we may not create files in is rewritten in place.
+    * An absent path: a new file with the mode ``open()`` gives under the umask (not ``mkstemp``'s 0600).
+    * A folder or a block device: the user's mistake (``OutputError``, one line).
     """
     if str(path) == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        _write_stream(sys.stdout, text)
         return
+    path = Path(path)
+    try:
+        info = _stat(path, option)
+        if info is None:
+            write_atomic(path.resolve() if path.is_symlink() else path, text, mode=_new_file_mode())
+            return
+        _refuse_kind(path, info, option, suggested_name)
+        own = _own_stream(info)
+        if own is not None:
+            _write_stream(own, text)
+        elif stat.S_ISREG(info.st_mode):
+            target = path.resolve()
+            if os.access(target.parent, os.W_OK | os.X_OK):
+                write_atomic(target, text, mode=stat.S_IMODE(info.st_mode))
+            else:
+                with open(target, "w", encoding="utf-8") as handle:
+                    handle.write(text)
+        elif stat.S_ISSOCK(info.st_mode):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.connect(str(path))
+                sock.sendall(text.encode("utf-8"))
+        else:  # a character device or FIFO: written, never replaced
+            with open(path, "w", encoding="utf-8") as stream:
+                stream.write(text)
+    except OSError as exc:
+        raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def append_output(path: Path | str, text: str) -> str | None:
+    """Append ``text`` to ``path`` (``$GITHUB_STEP_SUMMARY``: a file the runner made, or one to create).
+
+    Returns None when written, else why not in a few words, for a warning: a summary that cannot be written
+    must not change the verdict of the run that made it.
+    """
     path = Path(path)
     try:
         info = path.stat()
     except FileNotFoundError:
         info = None
     except OSError as exc:
-        raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+        return exc.strerror or str(exc)
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        return "is a folder"
+    if info is not None and stat.S_ISBLK(info.st_mode):
+        return "is a block device"
     try:
-        if info is not None and stat.S_ISDIR(info.st_mode):
-            raise OutputError(f"{option} {path}: is a folder; give a file name such as {path / suggested_name}")
-        if info is not None and not stat.S_ISREG(info.st_mode):
-            with open(path, "w", encoding="utf-8") as stream:  # a device or pipe: written, never replaced
-                stream.write(text)
-            return
-        write_atomic(path.resolve() if path.is_symlink() else path, text, mode=_new_file_mode())
+        own = _own_stream(info) if info is not None else None
+        if own is not None:
+            _write_stream(own, text)
+        else:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(text)
     except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _stat(path: Path, option: str) -> os.stat_result | None:
+    """The path's status through symlinks; None when nothing is there (a dangling symlink included)."""
+    try:
+        return path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # below a file (ENOTDIR), a symlink loop, no permission to look
         raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _refuse_kind(path: Path, info: os.stat_result, option: str, suggested_name: str) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise OutputError(f"{option} {path}: is a folder; give a file name such as {path / suggested_name}")
+    if stat.S_ISBLK(info.st_mode):
+        raise OutputError(f"{option} {path}: is a block device, not a file or a stream")
+
+
+def _own_stream(info: os.stat_result):
+    """sys.stdout or sys.stderr when ``info`` is the file behind file descriptor 1 or 2, else None."""
+    for fd, stream in ((1, sys.stdout), (2, sys.stderr)):
+        try:
+            own = os.fstat(fd)
+        except OSError:
+            continue
+        if (own.st_dev, own.st_ino) == (info.st_dev, info.st_ino):
+            return stream
+    return None
+
+
+def _write_stream(stream, text: str) -> None:
+    stream.write(text)
+    stream.flush()
 
 
 def _new_file_mode() -> int:

@@ -34,7 +34,7 @@ from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, diff_modules, signed_counts
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
-from hlo_audit.results import CellResult, Finding, worst
+from hlo_audit.results import SEVERITIES, CellResult, Finding, worst
 from hlo_audit.scaling import Series, rng_slope
 
 GATED_MEMORY = tuple(kind.key for kind in MEMORY_KINDS if kind.gated)
@@ -400,6 +400,9 @@ def stale(golden_ids: Sequence[str], matrix_ids: set[str]) -> list[Finding]:
 # Advisories that hold for most cells of a real model (MaxText carries dead RNG state in every cell today):
 # reports fold them into one line unless asked for every finding.
 FOLDED_ADVISORIES = frozenset({"dead_rng"})
+# What a human need not read one by one in the summary view: a cell that matches its golden (the "ok"
+# placeholder), one this host cannot lower (listed in a line per reason), a waived finding (its waiver says why).
+QUIET_SEVERITIES = frozenset({"ok", "unavailable", "waived"})
 
 
 def fold_advisories(findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -411,8 +414,8 @@ def fold_advisories(findings: Sequence[Finding]) -> tuple[list[Finding], list[Fi
 def folded_line(folded: Sequence[Finding]) -> str:
     rules = sorted({f.rule for f in folded})
     params = sum(f.details.get("dead_params", 0) for f in folded)
-    return (f"{len(folded)} cells carry never-drawn RNG streams ({', '.join(rules)}: warn, {params} dead params); "
-            f"see `hlo-audit rng CELL`")
+    return (f"{len({f.cell for f in folded})} cells carry never-drawn RNG streams ({', '.join(rules)}: warn, "
+            f"{params} dead params); see `hlo-audit rng CELL`")
 
 
 def severity_counts(findings: Sequence[Finding]) -> dict[str, int]:
@@ -422,9 +425,40 @@ def severity_counts(findings: Sequence[Finding]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _in_severity_order(counts: Mapping[str, int]) -> dict[str, int]:
+    """Least severe first (``ok`` before ``regression``), as every format prints them; zero counts left out."""
+    return {k: counts[k] for k in sorted(counts, key=SEVERITIES.index) if counts[k]}
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """The numbers every format of a check prints, decided once (``CheckReport.summary``).
+
+    ``cells``: the cells checked (stale goldens are not cells: they are counted apart). Each cell has one verdict,
+    its worst finding once advisories are folded (``FOLDED_ADVISORIES``: dead RNG state, which has its own column
+    and line); ``cells_by_verdict`` counts cells and sums to ``cells``. ``findings_by_severity`` counts findings
+    (what the gate said, several per cell at most), the "matches its golden" placeholders left out; ``folded``
+    of the advisories among them are folded into one line.
+    """
+
+    passed: bool
+    exit_code: int
+    cells: int
+    cells_by_verdict: Mapping[str, int]
+    findings_by_severity: Mapping[str, int]
+    folded: int
+    stale_goldens: int
+
+    def to_record(self) -> dict:
+        return {"cells": self.cells, "cells_by_verdict": dict(self.cells_by_verdict),
+                "findings_by_severity": dict(self.findings_by_severity), "folded_advisories": self.folded,
+                "stale_goldens": self.stale_goldens}
+
+
 @dataclass(frozen=True)
 class CheckReport:
-    """A check's findings and cells, with what every format prints about them decided here, once."""
+    """A check's findings and cells, with what every format prints about them decided here, once: which
+    advisories fold, each cell's verdict, the counts, which findings a human must read."""
 
     findings: list[Finding]
     results: list[CellResult]
@@ -448,33 +482,62 @@ class CheckReport:
         return (list(self.findings), []) if verbose else fold_advisories(self.findings)
 
     @property
+    def folded(self) -> list[Finding]:
+        return fold_advisories(self.findings)[1]
+
+    @property
     def folded_line(self) -> str:
-        return folded_line(self.listed_and_folded()[1])
+        return folded_line(self.folded)
 
-    def verdicts(self, verbose: bool = False) -> dict[str, str]:
-        """Each cell's verdict: its worst listed finding; a cell whose only findings were folded is ok."""
-        listed, folded = self.listed_and_folded(verbose)
-        by_cell: dict[str, list[Finding]] = {}
-        for f in [*listed, *folded]:
-            by_cell.setdefault(f.cell, [])
+    @property
+    def cell_ids(self) -> list[str]:
+        """The cells checked, in the order they ran (a merged report: shard by shard)."""
+        return list(dict.fromkeys(r.cell.id for r in self.results))
+
+    @property
+    def verdicts(self) -> dict[str, str]:
+        """Each checked cell's verdict: its worst finding once advisories are folded (a cell whose only findings
+        were folded is ok). The same with or without ``--verbose``, which lists more and decides nothing."""
+        listed = fold_advisories(self.findings)[0]
+        by_cell: dict[str, list[Finding]] = {cid: [] for cid in self.cell_ids}
         for f in listed:
-            by_cell[f.cell].append(f)
-        return {cell: worst(fs) for cell, fs in by_cell.items()}
+            if f.cell in by_cell:
+                by_cell[f.cell].append(f)
+        return {cid: worst(fs) for cid, fs in by_cell.items()}
 
-    def summary_counts(self, verbose: bool = False) -> dict[str, int]:
-        """Listed findings by severity, with the cells whose only findings were folded counted as ok."""
-        listed, folded = self.listed_and_folded(verbose)
-        counts = severity_counts(listed)
-        quiet = {f.cell for f in folded} - {f.cell for f in listed}
-        if quiet:
-            counts = dict(sorted({**counts, "ok": counts.get("ok", 0) + len(quiet)}.items()))
-        return counts
+    @property
+    def stale_goldens(self) -> list[str]:
+        """Goldens without a cell in the matrix (not cells: no verdict, counted apart)."""
+        checked = set(self.cell_ids)
+        return sorted({f.cell for f in self.findings if f.severity == "stale" and f.cell not in checked})
+
+    @property
+    def summary(self) -> CheckSummary:
+        cells_by_verdict: dict[str, int] = {}
+        for verdict in self.verdicts.values():
+            cells_by_verdict[verdict] = cells_by_verdict.get(verdict, 0) + 1
+        return CheckSummary(
+            passed=self.passed, exit_code=self.exit_code, cells=len(self.cell_ids),
+            cells_by_verdict=_in_severity_order(cells_by_verdict),
+            findings_by_severity=_in_severity_order(severity_counts([f for f in self.findings if f.severity != "ok"])),
+            folded=len(self.folded), stale_goldens=len(self.stale_goldens))
+
+    def attention(self, verbose: bool = False) -> list[Finding]:
+        """The findings a human must read, one by one: every finding that is not quiet (``QUIET_SEVERITIES``) and
+        not folded; ``verbose``: every finding."""
+        if verbose:
+            return list(self.findings)
+        return [f for f in fold_advisories(self.findings)[0] if f.severity not in QUIET_SEVERITIES]
+
+    def of_severity(self, severity: str) -> list[Finding]:
+        return [f for f in self.findings if f.severity == severity]
 
     @property
     def finding_counts(self) -> dict[str, int]:
-        """Every finding by severity (the JSON summary)."""
+        """Every finding by severity, the placeholders included: JSON's ``summary`` (schema v1)."""
         return severity_counts(self.findings)
 
-    @property
-    def cells(self) -> int:
-        return len({f.cell for f in self.findings})
+    def series_verdict(self, cell_ids: Sequence[str]) -> str:
+        """The worst verdict of some cells (a depth series' row)."""
+        verdicts = self.verdicts
+        return max((verdicts.get(c, "ok") for c in cell_ids), key=SEVERITIES.index, default="ok")

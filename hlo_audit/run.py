@@ -12,7 +12,7 @@ import hashlib
 import multiprocessing
 import time
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 
 from hlo_audit import host, platforms
@@ -94,8 +94,10 @@ def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, L
     return result.to_record(), result.normalized, lowering
 
 
-def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[CellResult]:
-    """Yield one CellResult per cell: cached ones first, then as lowerings finish."""
+def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
+              started: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
+    """Yield one CellResult per cell: cached ones first, then as lowerings finish. ``started(cell)`` is called
+    when a cell's lowering begins (the CLI's heartbeat names the cells in flight)."""
     pending: list[tuple[Cell, str]] = []
     for cell in cells:
         try:
@@ -123,7 +125,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1) -> Iterator[Ce
             yield result
             continue
         pending.append((cell, key))
-    yield from _lower_pending(pending, cache, jobs)
+    yield from _lower_pending(pending, cache, jobs, started or (lambda cell: None))
 
 
 def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellResult:
@@ -135,13 +137,15 @@ def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellR
     return result
 
 
-def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> Iterator[CellResult]:
+def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
+                   started: Callable[[Cell], None]) -> Iterator[CellResult]:
     if not pending:
         return
     # A worker compiling a TPU cell holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
     workers = host.workers_for([platforms.of(cell).worker_bytes(cell) for cell, _ in pending], jobs)
     if workers <= 1:
         for cell, key in pending:
+            started(cell)
             result, lowering = _lower_one(cell.target, cell, key)
             yield _store(cache, result, lowering)
         return
@@ -149,7 +153,12 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int) -> 
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         futures = {pool.submit(_worker, cell.target, cell, key): (cell, key) for cell, key in pending}
-        for future in concurrent.futures.as_completed(futures):
+        # The pool takes work in submission order: the first `workers` cells start now, the next as each ends.
+        for cell, _ in pending[:workers]:
+            started(cell)
+        for n, future in enumerate(concurrent.futures.as_completed(futures)):
+            if workers + n < len(pending):
+                started(pending[workers + n][0])
             cell, key = futures[future]
             try:
                 record, normalized, lowering = future.result()

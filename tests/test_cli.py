@@ -678,3 +678,111 @@ def test_status_lines_are_never_hard_wrapped(tmp_path):
     assert lines[0] == "verdict: rng-state-only"
     assert lines[1].startswith("entry parameters: ") and lines[1].endswith(f"({old} -> {new})")
     assert all(len(line) <= 60 for line in lines if line.startswith(("dtype ", "role ")))  # table rows fit
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Conventions: --version, --help intact, rng's exit codes, repeated --only, scaling with nothing to fit
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_version():
+    from importlib.metadata import version  # noqa: PLC0415
+
+    proc = run_module("--version")
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert proc.stdout.decode() == f"hlo-audit {version('hlo-audit')}\n"
+
+
+def _commands(group, prefix=()):
+    import typer.main  # noqa: PLC0415
+
+    command = typer.main.get_command(group) if not hasattr(group, "commands") else group
+    for name, sub in command.commands.items():
+        if hasattr(sub, "commands"):
+            yield from _commands(sub, (*prefix, name))
+        else:
+            yield (*prefix, name), sub
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_help_shows_every_option_s_help_whole(columns):
+    """Typer's rich markup once ate `[tool.hlo-audit]`; every help text must come out as written, wrapped at
+    spaces only (`hlo-audit.toml` never split at its hyphen)."""
+    commands = list(_commands(app))
+    assert len(commands) == 11
+    for path, command in commands:
+        result = CliRunner(env={"COLUMNS": columns}).invoke(app, [*path, "--help"])
+        assert result.exit_code == 0, result.output
+        flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.stdout).split())
+        for param in command.params:
+            if param.help:  # Markdown: `code` shows without its backticks
+                assert " ".join(param.help.replace("`", "").split()) in flat, (path, param.name, flat)
+        first = command.help.split("\n\n")[0]
+        assert " ".join(first.replace("`", "").split()) in flat, (path, flat)
+    check = CliRunner(env={"COLUMNS": columns}).invoke(app, ["check", "--help"]).stdout
+    flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", check).split())
+    for spelling in ("[tool.hlo-audit] in pyproject.toml", "[policy] and [[waive]] in hlo-audit.toml",
+                     "[tool.hlo-audit.policy] and [[tool.hlo-audit.waive]] in pyproject.toml"):
+        assert spelling in flat
+
+
+def test_rng_exit_codes(tmp_path):
+    """0 when no stream is carried (none at all, or every one drawn), 1 when one is (dead RNG state), 2 on bad
+    input. The example target's cells: no dropout, a never-drawn Dropout(0.0) per layer, a drawing Dropout(0.1)."""
+    (tmp_path / "hlo-audit.toml").write_text(EXAMPLE.replace('"int8"]', '"dropout"]'))
+    config = str(tmp_path / "hlo-audit.toml")
+    expected = {"none": (0, 0, 0), "dropout0": (1, 0, 2), "dropout": (0, 2, 0)}  # exit code, drawn, carried
+    for quant, (code, drawn, carried) in expected.items():
+        cell = f"mlp/scan-off/{quant}/L2"
+        for fmt in ("table", "json", "markdown"):
+            result = cli("rng", cell, "--config", config, "--format", fmt)
+            assert result.exit_code == code, (cell, fmt, result.output)
+        doc = json.loads(cli("rng", cell, "--config", config, "--format", "json").stdout)
+        assert (doc["drawn"], doc["carried"]) == (drawn, carried), cell
+    for bad in (tmp_path / "missing.hlo", "mlp/scan-off/int9/L2"):
+        result = cli("rng", bad, "--config", config)
+        assert result.exit_code == 2
+        assert_one_line_error(result.stderr, str(bad))
+
+
+EXAMPLE = """
+target = "hlo_audit.examples.nnx_mlp:lower"
+models = ["mlp"]
+quant = ["none", "dropout0", "int8"]
+layers = [2, 3]
+"""
+
+
+def test_repeated_only_options_combine(tmp_path):
+    (tmp_path / "hlo-audit.toml").write_text(EXAMPLE)
+    config = str(tmp_path / "hlo-audit.toml")
+
+    def ids(*only):
+        result = cli("list", "--config", config, "--format", "json", *only)
+        assert result.exit_code == 0, result.output
+        return sorted(c["id"] for c in json.loads(result.stdout)["cells"])
+
+    every = ids()
+    assert len(every) == 12
+    # A key given twice: either value; different keys: both. The same as one --only joined by commas.
+    assert ids("--only", "quant=none", "--only", "quant=int8") == ids("--only", "quant=none,quant=int8") == [
+        i for i in every if "/none/" in i or "/int8/" in i]
+    assert ids("--only", "quant=none", "--only", "scan=off") == ids("--only", "quant=none,scan=off") == [
+        "mlp/scan-off/none/L2", "mlp/scan-off/none/L3"]
+    assert ids("--only", "quant=none", "--only", "scan=off", "--only", "layers=3") == ["mlp/scan-off/none/L3"]
+
+
+def test_scaling_with_nothing_to_fit_says_why_and_exits_2(tmp_path):
+    (tmp_path / "hlo-audit.toml").write_text(EXAMPLE)
+    config = str(tmp_path / "hlo-audit.toml")
+    result = cli("scaling", "--config", config, "--only", "quant=int8")
+    assert result.exit_code == 2 and result.stdout == ""
+    (line,) = [line for line in result.stderr.splitlines() if not line.startswith("hlo-audit: cell ")]
+    assert line == ("hlo-audit: error: scaling: every selected cell is unavailable here, so there is nothing to fit "
+                    "(4 cells: nnx_mlp has no quantization 'int8' (it knows none, dropout0, dropout))")
+    result = cli("scaling", "--config", config, "--only", "quant=none", "--layers", "2")
+    assert result.exit_code == 2 and result.stdout == ""
+    (line,) = [line for line in result.stderr.splitlines() if not line.startswith("hlo-audit: cell ")]
+    assert line.startswith("hlo-audit: error: scaling: no depth series to fit") and "layers 2 " in line
+    result = cli("scaling", "--config", config, "--only", "quant=none", "--format", "json")
+    assert result.exit_code == 0 and len(json.loads(result.stdout)["series"]) == 2

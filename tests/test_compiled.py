@@ -87,8 +87,9 @@ def test_tpu_cell_compiles_for_the_topology_and_records_memory_and_cost(project)
     assert (tpu["platform"], tpu["topology"]) == ("tpu", "v6e-4")
     # XLA's TPU backend reserves code space and pads to its tiles; the CPU's executable holds no generated code.
     assert tpu["memory"]["generated_code_bytes"] > 0 and tpu["memory"]["argument_bytes"] > cpu["memory"]["argument_bytes"]
-    # libtpu's start-up complaints about the cloud VM it is not on never reach the user.
-    assert run.stderr == ""
+    # libtpu's start-up complaints about the cloud VM it is not on never reach the user: stderr holds only the
+    # log's line per finished cell (piped stderr: docs/ci.md).
+    assert [line for line in run.stderr.splitlines() if not line.startswith("hlo-audit: cell ")] == []
 
 
 def test_compiled_text_is_tpu_code_attributed_through_args_info(project):

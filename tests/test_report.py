@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pandas as pd
 import pytest
@@ -168,15 +169,20 @@ def _render(project, monkeypatch, no_color: bool) -> str:
     return out.getvalue()
 
 
-def test_terminal_colors_growth_red_shrinkage_green_and_fits_100_columns(project, monkeypatch):
+def test_terminal_colors_growth_red_shrinkage_green_and_keeps_every_id_whole(project, monkeypatch):
     text = _render(project, monkeypatch, no_color=False)
     assert f"{RED} +8" in text  # none/L4: 17 entry params, u32 8 more than its golden
     assert f"{GREEN} -4" in text  # dropout0/L2: the leak fixed
     plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    assert max(len(line) for line in plain.splitlines()) <= 100
     assert "scan on / scan off" in plain and "depth scaling" in plain
-    # The long ids wrap inside their column rather than pushing the numbers off the screen.
-    assert LONG_MODEL[:20] in plain and LONG_MODEL not in plain
+    # 75-character ids do not fit 100 columns beside the counts: the table is printed wider, never cut.
+    lines = plain.splitlines()
+    views = [v for v in built(project).cells if v.result.status == "ok"]
+    assert len(views) == 12
+    for v in views:
+        row = next(line for line in lines if line.lstrip().startswith(v.result.cell.id + " "))
+        delta = f"{v.total_delta:+d}" if v.total_delta else "0"
+        assert row.split()[:3] == [v.result.cell.id, str(v.result.entry_params), delta], row
 
 
 def test_no_color_is_honored_on_a_terminal(project, monkeypatch):
@@ -251,3 +257,88 @@ def test_html_report_renders_every_cell_in_chromium(project, tmp_path):
         colors = {rgb for _, rgb in image.convert("RGB").getcolors(maxcolors=1 << 20)}
     # The role colors of the stacked bars are on screen: the chart was painted, not just parsed.
     assert {(0xd6, 0x27, 0x28), (0xff, 0x7f, 0x0e), (0x1f, 0x77, 0xb4)} <= colors
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One summary: every format of `check` prints the same numbers (issue 18, item 5)
+# --------------------------------------------------------------------------------------------------------------
+
+SUMMARY_CONFIG = textwrap.dedent(f"""
+    target = "{TARGET}"
+    models = ["mlp"]
+    quant = ["none", "dropout0"]
+    layers = [2, 3]
+    golden_dir = "golden"
+
+    [[waive]]
+    rule = "rng_scaling"
+    quant = "dropout0"
+    reason = "the example keeps a never-drawn dropout stream on purpose"
+    """)
+
+
+@pytest.fixture(scope="module")
+def regressed(tmp_path_factory):
+    """Goldens of the example target, then three kinds of damage: one cell with two regressions (its count and its
+    text), one without a golden, and a golden whose cell left the matrix."""
+    root = tmp_path_factory.mktemp("summary")
+    (root / "hlo-audit.toml").write_text(SUMMARY_CONFIG)
+    config = str(root / "hlo-audit.toml")
+    assert CliRunner().invoke(app, ["golden", "update", "--config", config]).exit_code == 0
+    golden = root / "golden/mlp/scan-off/none"
+    record = json.loads((golden / "L2.json").read_text())
+    record["entry_params"] -= 1
+    record["by_dtype"]["f32"] -= 1
+    record["by_role"]["weight"] -= 1
+    (golden / "L2.json").write_text(json.dumps(record))
+    text = golden / "L2.hlo.txt"
+    text.write_text(text.read_text().replace("multiply(", "add(", 1))
+    (root / "golden/mlp/scan-on/none/L3.json").unlink()
+    stale = root / "golden/mlp/scan-on/fp8/L2.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text((root / "golden/mlp/scan-on/none/L2.json").read_text())
+    return root, config
+
+
+def check_cli(config: str, *args):
+    result = CliRunner().invoke(app, ["check", "--config", config, *map(str, args)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result
+
+
+def test_every_format_of_check_prints_the_same_numbers(regressed, tmp_path):
+    root, config = regressed
+    cells = json.loads(CliRunner().invoke(app, ["list", "--config", config, "--format", "json"]).stdout)["cells"]
+    assert len(cells) == 8
+    doc = json.loads(check_cli(config, "--format", "json").stdout)
+    totals = doc["totals"]
+    # Counted from the damage done, not from what the tool printed: 8 cells, each with one verdict.
+    assert totals["cells"] == 8 and set(doc["verdicts"]) == {c["id"] for c in cells}
+    assert totals["cells_by_verdict"] == {"ok": 5, "waived": 1, "regression": 2}
+    assert {k for k, v in doc["verdicts"].items() if v == "regression"} == {"mlp/scan-off/none/L2",
+                                                                            "mlp/scan-on/none/L3"}
+    # Findings are listed apart: mlp/scan-off/none/L2 has two (count and hlo_text), the missing golden one.
+    assert totals["findings_by_severity"] == {"advisory": 4, "waived": 1, "stale": 1, "regression": 3}
+    assert totals["folded_advisories"] == 4 and totals["stale_goldens"] == 1
+    assert doc["stale_goldens"] == ["mlp/scan-on/fp8/L2"]
+    # v1's summary keeps its meaning: every finding by severity, with the "matches its golden" placeholders of the
+    # two cells that have no finding at all (the dropout0 cells carry a folded dead-RNG advisory instead).
+    assert doc["summary"] == {"advisory": 4, "ok": 2, "regression": 3, "stale": 1, "waived": 1}
+    line = ("8 cells: 5 ok, 1 waived, 2 regression; findings: 4 advisory (4 folded), 1 waived, 1 stale, "
+            "3 regression; 1 stale golden")
+    for verbose in ((), ("--verbose",)):
+        table = check_cli(config, *verbose, "--junit", tmp_path / "junit.xml", "--markdown", tmp_path / "summary.md")
+        assert table.exit_code == 1
+        assert table.stdout.splitlines()[-1] == f"hlo-audit check FAILED: {line}"
+    markdown = (tmp_path / "summary.md").read_text().splitlines()
+    assert markdown[:3] == ["## hlo-audit check: **failed**", "", line]
+    suite = ET.parse(tmp_path / "junit.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("skipped")) == ("8", "2", "0")
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["cells.ok"] == "5" and properties["cells.waived"] == "1" and properties["stale_goldens"] == "1"
+    assert suite.find("system-out").text.splitlines()[0] == f"hlo-audit check FAILED: {line}"
+    # Shards merged: the same numbers again.
+    for k in (1, 2):
+        (tmp_path / f"shard{k}.json").write_text(check_cli(config, "--shard", f"{k}/2", "--format", "json").stdout)
+    merged = CliRunner().invoke(app, ["merge", str(tmp_path / "shard1.json"), str(tmp_path / "shard2.json")])
+    assert merged.exit_code == 1 and merged.stdout.splitlines()[-1] == f"hlo-audit check FAILED: {line}"

@@ -203,7 +203,7 @@ def test_rng_cli_formats_and_bad_input(tmp_path):
     # Wide enough that the headline, which starts with the (long, temporary) path, stays on one line.
     runner = CliRunner(env={"COLUMNS": "200"})
     table = runner.invoke(app, ["rng", str(path), "--streams"])
-    assert table.exit_code == 0, table.output
+    assert table.exit_code == 1, table.output  # b.rngs is carried: dead RNG state found
     assert "2 RNG streams: 1 drawn, 1 carried (dead state), 0 unknown" in table.output
     assert "dead state: 2 entry parameters (12 bytes), 4 counter increments per step" in table.output
     doc = json.loads(runner.invoke(app, ["rng", str(path), "--format", "json", "--streams"]).output)

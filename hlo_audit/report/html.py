@@ -1,5 +1,8 @@
 """`hlo-audit report --html FILE`: one self-contained page (inline SVG and CSS; no script or font from anywhere).
 
+Every string from input goes through ``escape.html`` (``html.escape`` of the text with control characters made
+visible), in element content and in quoted attributes alike.
+
 Charts are hand-written SVG: entry parameters per cell stacked by role, and each depth series' line
 (intercept + slope x layers) out to the model's full depth. Elements carry stable ids and ``data-*``
 attributes (``#chart-roles g.bar[data-cell]``, ``#chart-scaling g.series[data-series]``, ``#matrix
@@ -8,9 +11,8 @@ tr[data-cell]``, ``#compiled tr[data-cell]``) so a browser test, or a reader's o
 
 from __future__ import annotations
 
-from html import escape
-
 from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.report.escape import html as escape
 from hlo_audit.report.words import human_bytes
 
 

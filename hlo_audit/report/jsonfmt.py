@@ -154,9 +154,14 @@ def finding_record(f) -> dict:
 
 
 def format_check(report) -> str:
+    """``summary``: every finding by severity, the ``ok`` placeholders included (as v1 always had it). Added in v1
+    without changing those: ``totals`` (the numbers every format prints: cells, cells by verdict, findings by
+    severity without placeholders, folded advisories, stale goldens), ``verdicts`` (cell id -> verdict) and
+    ``stale_goldens`` (their ids)."""
     doc = {"schema": CHECK_SCHEMA, "exit_code": report.exit_code, "summary": report.finding_counts,
            # shard K/N of the selection with this fingerprint, and its cell count: what `merge` checks
            "shard": dict(report.shard) if report.shard is not None else None,
+           "totals": report.summary.to_record(), "verdicts": report.verdicts, "stale_goldens": report.stale_goldens,
            "findings": [finding_record(f) for f in report.findings], "cells": [cell_record(r) for r in report.results]}
     return json.dumps(doc, indent=2) + "\n"
 

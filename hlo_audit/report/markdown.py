@@ -1,4 +1,10 @@
-"""Markdown for PR comments and ``$GITHUB_STEP_SUMMARY``."""
+"""Markdown for PR comments and ``$GITHUB_STEP_SUMMARY``.
+
+Every string from input is escaped for where it lands (``escape``): table cells and sentences with
+``markdown_text``, ids, paths and patterns in code spans with ``markdown_code``, text diffs in a fence no line can
+close. ``_table`` escapes every cell it is given as plain text unless it is already Markdown (``Md``), so a cell
+cannot be left out by mistake.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,29 @@ from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.lowering import MEMORY_KINDS
-from hlo_audit.report.words import captured_text, constants_headline, frozen_rng_line, human_bytes, rng_cost, rng_headline
+from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
+from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, frozen_rng_line,
+                                    human_bytes, rng_cost, rng_headline)
+
+
+class Md(str):
+    """Text that is Markdown already (a code span, an icon): ``_table`` puts it in as it is."""
+
+
+def _code(s: object, in_table: bool = True) -> Md:
+    return Md(markdown_code(s, in_table=in_table))
+
+
+def _text(s: object) -> str:
+    return markdown_text(s)
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    def cell(c: object) -> str:
+        return c if isinstance(c, Md) else markdown_text("" if c is None else c)
+
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
     return lines
 
 
@@ -21,18 +44,18 @@ def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
     out: list[str] = []
     for a in analyses:
         if not isinstance(a, Analysis):  # unreadable: its error in place of its numbers
-            out.append(f"### `{a.source}` — not read\n\n{a.error}\n")
+            out.append(f"### {_code(a.source, False)} — not read\n\nNot read: {_text(a.error)}\n")
             continue
         s = a.summary
-        out.append(f"### `{a.module.name}` — {s.entry_params} entry parameters")
-        out.append(f"\nSource: `{a.source}`\n")
+        out.append(f"### {_code(a.module.name, False)} — {s.entry_params} entry parameters")
+        out.append(f"\nSource: {_code(a.source, False)}\n")
         out += _table(["dtype", "params"], list(s.by_dtype.items()))
         out.append("")
         out += _table(["role", "params", "bytes"], [(r, n, s.bytes_by_role.get(r, 0)) for r, n in s.by_role.items()])
         out.append("")
         groups = list(s.groups.items())
         shown = groups if top <= 0 else groups[:top]
-        out += _table(["pattern", "params"], [(f"`{p}`", n) for p, n in shown])
+        out += _table(["pattern", "params"], [(_code(p), n) for p, n in shown])
         if len(shown) < len(groups):
             out.append(f"\n{len(groups) - len(shown)} more groups not shown.")
         out += ["", _constants_line(a.constants.to_record()), ""]
@@ -41,12 +64,12 @@ def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
 
 def _constants_line(record: dict) -> str:
     captured = f"; captured state: {captured_text(record['captured'])}" if record["captured"] else ""
-    return f"{constants_headline(record)}{captured}."
+    return _text(f"{constants_headline(record)}{captured}.")
 
 
 def format_diff(d: ModuleDiff, old: str, new: str) -> str:
     out = [f"### HLO diff: **{d.verdict}**" + (f" ({', '.join(d.changes)})" if d.changes else ""), ""]
-    out.append(f"`{old}` → `{new}`: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
+    out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
     out.append("")
     if d.by_dtype_delta or d.by_role_delta:
         rows = [("dtype", k, f"{v:+d}") for k, v in d.by_dtype_delta.items()]
@@ -56,12 +79,14 @@ def format_diff(d: ModuleDiff, old: str, new: str) -> str:
     groups = d.params_added + d.params_removed
     if groups:
         out += _table(["delta", "role", "dtype", "pattern"],
-                      [(f"{g.count:+d}", g.role, g.dtype, f"`{g.pattern}`") for g in groups])
+                      [(f"{g.count:+d}", g.role, g.dtype, _code(g.pattern)) for g in groups])
         out.append("")
     if d.constants:
-        out += [f"Baked-in state: {captured_change(d.constants)}.", ""]
+        out += [f"Baked-in state: {_text(captured_change(d.constants))}.", ""]
     if d.text_diff:
-        out += ["<details><summary>normalized text diff</summary>", "", "```diff", *d.text_diff, "```"]
+        lines = [visible(line) for line in d.text_diff]
+        fence = markdown_fence(lines)
+        out += ["<details><summary>normalized text diff</summary>", "", f"{fence}diff", *lines, fence]
         if d.text_diff_omitted:
             out.append(f"{d.text_diff_omitted} more lines omitted.")
         out += ["", "</details>"]
@@ -77,7 +102,7 @@ def format_run(results, slopes: dict[str, float]) -> str:
     for r in results:
         slope = slopes.get(r.cell.id)
         captured = r.captured
-        rows.append((f"`{r.cell.id}`", r.status, r.entry_params if r.summary else "",
+        rows.append((_code(r.cell.id), r.status, r.entry_params if r.summary else "",
                      _dtype_text(r.summary["by_dtype"]) if r.summary else "", r.rng_params if r.summary else "",
                      "" if slope is None else f"{slope:g}",
                      f"{captured['arrays']}: {_dtype_text(captured['by_dtype'])}" if captured else "", r.message))
@@ -90,8 +115,9 @@ def format_explain(node, captured=None) -> str:
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
         dead = (f"; drawn {n.drawn_rng}" if n.drawn_rng else "") + (f"; never drawn {n.dead_rng}" if n.dead_rng else "")
-        out = [f"{'  ' * level}- **{n.count}** `{n.name}`: {_dtype_text(record['by_dtype'])}; "
-               f"{_dtype_text(record['by_role'])}; {human_bytes(n.bytes)}{dead}"]
+        out = [f"{'  ' * level}- **{n.count}** {_code(n.name, False)}: "
+               + _text(f"{_dtype_text(record['by_dtype'])}; {_dtype_text(record['by_role'])}; "
+                       f"{human_bytes(n.bytes)}{dead}")]
         for child in n.ordered():
             out += lines(child, level + 1)
         if n.hidden:
@@ -135,7 +161,7 @@ def format_report(report) -> str:
     if report.with_memory:
         out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
         out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed"],
-                      [(f"`{v.result.cell.id}`", *_memory_cells(v), *_cost_cells(v.result.cost or {}))
+                      [(_code(v.result.cell.id), *_memory_cells(v), *_cost_cells(v.result.cost or {}))
                        for v in report.with_memory])
     tidy = report.tidy_rows
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
@@ -154,7 +180,7 @@ def _entry_params_view(report) -> list[str]:
     for v in report.cells:
         if v.result.summary:
             s = v.result.summary
-            rows.append((f"`{v.result.cell.id}`", s["entry_params"], _signed_delta(v.total_delta),
+            rows.append((_code(v.result.cell.id), s["entry_params"], _signed_delta(v.total_delta),
                          _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"]),
                          v.result.rng["dead_params"] if v.result.rng else ""))
     return _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
@@ -162,7 +188,7 @@ def _entry_params_view(report) -> list[str]:
 
 def _baked_view(report) -> list[str]:
     return _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
-                  [(f"`{v.result.cell.id}`", captured_text(v.result.constants["captured"]),
+                  [(_code(v.result.cell.id), captured_text(v.result.constants["captured"]),
                     len(v.result.constants["large"]), frozen_rng(v.result.constants)["literal_keys"],
                     "new" if v.golden is None or "constants" not in v.golden
                     else captured_change(v.constants_delta) if v.constants_delta else "0")
@@ -174,14 +200,14 @@ def _scan_view(report) -> list[str]:
         return ("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
 
     return _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
-                  [(f"`{p.label}`", *side(p.on), *side(p.off)) for p in report.scan_pairs])
+                  [(_code(p.label), *side(p.on), *side(p.off)) for p in report.scan_pairs])
 
 
 def format_scaling(series) -> str:
     rows = []
     for s in series:
         p = s.projected()
-        rows.append((f"`{s.id}`", ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
+        rows.append((_code(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
                      f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
                      p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", "")))
     return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
@@ -193,39 +219,41 @@ SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "
 
 
 def format_check(report) -> str:
-    counts = report.finding_counts
+    """The verdict, the report's summary (the numbers every format prints), the findings a human must read in a
+    table; waived, folded and unavailable ones in collapsed blocks."""
     head = "## hlo-audit check: " + ("passed" if report.passed else "**failed**")
-    out = [head, "", ", ".join(f"{n} {k}" for k, n in counts.items()), ""]
-    listed, folded = report.listed_and_folded()
-    findings = report.findings
-    notable = [f for f in listed if f.severity not in ("ok", "unavailable")]
+    out = [head, "", _text(check_summary_text(report.summary))]
+    notable = report.attention()
     if notable:
-        out += _table(["", "cell", "rule", "finding"],
-                      [(SEVERITY_ICON.get(f.severity, ""), f"`{f.cell}`", f.rule, f.message) for f in notable])
+        out += [""] + _table(["", "cell", "rule", "finding"],
+                      [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, f.message) for f in notable])
+    for severity, title in (("waived", "waived"), ("unavailable", "unavailable here")):
+        found = report.of_severity(severity)
+        if found:
+            cells = len({f.cell for f in found})
+            out += ["", f"<details><summary>{SEVERITY_ICON[severity]} {cells} cells {title}</summary>", ""]
+            out += [f"- {_code(f.cell, False)} {_text(f.rule)}: {_text(f.message)}" for f in found]
+            out += ["", "</details>"]
+    folded = report.folded
     if folded:
-        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {report.folded_line}</summary>", ""]
-        out += [f"- `{f.cell}`: {f.message}" for f in folded]
-        out += ["", "</details>"]
-    unavailable = [f for f in findings if f.severity == "unavailable"]
-    if unavailable:
-        out += ["", f"<details><summary>{len(unavailable)} cells unavailable here</summary>", ""]
-        out += [f"- `{f.cell}`: {f.message}" for f in unavailable]
+        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {html(report.folded_line)}</summary>", ""]
+        out += [f"- {_code(f.cell, False)}: {_text(f.message)}" for f in folded]
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
 
 def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
-    out = [f"### RNG streams of `{source}`", "", f"{rng_headline(record)}; {rng_cost(record)}.", ""]
+    out = [f"### RNG streams of {_code(source, False)}", "", _text(f"{rng_headline(record)}; {rng_cost(record)}."), ""]
     frozen = frozen_rng_line(constants)
     if frozen:
-        out += [f"**{frozen}.**", ""]
+        out += [f"**{_text(frozen)}.**", ""]
     out += _table(["stream pattern", "streams", "drawn", "carried", "unknown", "dead params", "increments/step",
                    "where"],
-                  [(f"`{p['pattern']}`", p["streams"], p["drawn"], p["carried"], p["unknown"], p["dead_params"],
+                  [(_code(p["pattern"]), p["streams"], p["drawn"], p["carried"], p["unknown"], p["dead_params"],
                     p["dead_increments"], p["where"]) for p in record["patterns"]])
     if streams:
         out.append("")
         out += _table(["verdict", "stream", "params", "increments/step", "where"],
-                      [(s["verdict"], f"`{s['path']}`", s["params"], s["increments"], s["where"])
+                      [(s["verdict"], _code(s["path"]), s["params"], s["increments"], s["where"])
                        for s in record.get("stream_list", [])])
     return "\n".join(out) + "\n"

@@ -1,27 +1,35 @@
 """The terminal format of every command: rich boxes on a terminal; plain aligned text when piped (and NO_COLOR
-honored). The `report` command's views are in ``terminal_report``, explain's tree in ``terminal_tree``."""
+honored). The `report` command's views are in ``terminal_report``, explain's tree in ``terminal_tree``.
+
+Every string that comes from input (ids, paths, patterns, messages) goes through ``escape.terminal``: control
+characters are shown as ``\x1b``-style escapes and nothing is read as rich markup. Tables are never fitted to
+the width by cutting a value: a table wider than the console is printed at its own width (``print_table``), so
+every id and number stays whole and greppable in a CI log; messages wrap at spaces only, and the commands they
+end with (``hlo-audit golden update --only id=...``) are printed on a line of their own, never wrapped.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
-from rich.padding import Padding
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
-from hlo_audit.report.words import (captured_text, common_path_prefix, constants_headline, frozen_rng_line, rng_cost,
-                                    rng_headline)
-from hlo_audit.results import worst
+from hlo_audit.report.escape import terminal as esc
+from hlo_audit.report.escape import visible
+from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
+                                    frozen_rng_line, rng_cost, rng_headline)
 
 
 PIPED_WIDTH = 100
@@ -30,9 +38,9 @@ PIPED_WIDTH = 100
 def make_console(file=None, max_width: int | None = None) -> Console:
     """A console for ``file`` (stdout): colors only on a terminal and without NO_COLOR.
 
-    Tables fit 100 columns: piped output (CI logs, grep, a PR comment) is 100 wide unless ``COLUMNS`` says
-    otherwise, and long paths wrap inside their cell instead of breaking the layout. On a terminal the
-    terminal's width is used, capped at ``max_width`` when given.
+    Piped output (CI logs, grep, a PR comment) is 100 wide unless ``COLUMNS`` says otherwise; on a terminal the
+    terminal's width is used, capped at ``max_width`` when given. The width is what messages wrap to and what
+    tables try to fit: a table that needs more is printed wider (``print_table``), never cut.
     """
     file = file or sys.stdout
     terminal = file.isatty()
@@ -56,17 +64,80 @@ def render(printer, *args, max_width: int | None = None, **kwargs) -> str:
 
 
 def status(console: Console, line: str | Text) -> None:
-    """A status line, summary or message: never hard-wrapped, whatever the width (scripts grep them); only
-    tables and findings fit the width."""
-    console.print(line, soft_wrap=True)
+    """A status line, summary or message: never hard-wrapped, whatever the width (scripts grep them). A plain
+    ``str`` is hlo-audit's own words; text from input comes as ``esc(...)``."""
+    console.print(line if isinstance(line, Text) else Text(line), soft_wrap=True)
 
 
-def make_table(console: Console, title: str, columns: Sequence[tuple[str, str]]) -> Table:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD if console.is_terminal else None,
+def make_table(console: Console, title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
+    table = Table(title=None if title is None else Text(title), title_justify="left", box=box.SIMPLE_HEAD if console.is_terminal else None,
                   pad_edge=False, show_edge=False)
     for name, justify in columns:
-        table.add_column(name, justify=justify, overflow="fold")
+        table.add_column(esc(name), justify=justify, no_wrap=True)
     return table
+
+
+def add_row(table: Table, *cells: object) -> None:
+    """A row of values: ``Text`` as given (styled, already escaped), anything else escaped (``esc``)."""
+    table.add_row(*(c if isinstance(c, Text) else esc("" if c is None else c) for c in cells))
+
+
+def _natural_width(console: Console, renderable) -> int:
+    return Measurement.get(console, console.options.update_width(1 << 20), renderable).maximum
+
+
+def print_whole(console: Console, renderable) -> None:
+    """Print ``renderable`` at the console's width when it fits, else at its own width, wider than the console:
+    nothing in it is cut or wrapped. A CI log then holds every id and number whole; a terminal wraps the long
+    lines it cannot show."""
+    width = _natural_width(console, renderable)
+    if width <= console.width:
+        console.print(renderable)
+        return
+    saved = console.width
+    console.width = width
+    try:
+        console.print(renderable, crop=False)
+    finally:
+        console.width = saved
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table`` without cutting or wrapping any value: one space between columns when that makes it fit,
+    else wider than the console (``print_whole``)."""
+    if _natural_width(console, table) > console.width:
+        table.collapse_padding = True
+    print_whole(console, table)
+
+
+# The commands findings end with: a regenerate command to the end of the message, or one in backticks.
+_COMMAND = re.compile(r"`(hlo-audit [^`]+)`|(hlo-audit golden update \S.*)$")
+
+
+def print_message(console: Console, message: str, indent: int = 4) -> None:
+    """A finding's message under its heading: on one line when it fits, else wrapped at spaces (a path pattern
+    longer than the line stays whole on a line of its own) with the command it ends with on a line of its own,
+    never wrapped, so it can be copied and grepped."""
+    pad, text = " " * indent, visible(message)
+    width = max(console.width - indent, 20)
+    if len(text) <= width:
+        status(console, Text(pad + text))
+        return
+    command = None
+    last = None
+    for last in _COMMAND.finditer(text):
+        pass
+    if last is not None and text[last.end():].strip(" .)") == "":
+        command = last.group(1) or last.group(2)
+        text = text[:last.start()].rstrip(" `")
+        # The words that introduce the command ("If intended:", "tighten the golden:") go with it.
+        cut = max(text.rfind(". "), text.rfind("; "))
+        if cut >= 0 and len(text) - cut <= 32:
+            text, command = text[:cut + 1], f"{text[cut + 2:]} {command}"
+    for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False):
+        status(console, Text(pad + line))
+    if command is not None:
+        status(console, Text(pad + command))
 
 
 def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
@@ -75,42 +146,43 @@ def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
         if not isinstance(a, Analysis):
             continue
         s = a.summary
-        status(console, Text(f"{a.source}  module {a.module.name}: {s.entry_params} entry parameters", style="bold"))
+        status(console, esc(f"{a.source}  module {a.module.name}: {s.entry_params} entry parameters", style="bold"))
         dtypes = make_table(console, "by dtype", [("dtype", "left"), ("params", "right")])
         for dtype, n in s.by_dtype.items():
-            dtypes.add_row(dtype, str(n))
+            add_row(dtypes, dtype, n)
         roles = make_table(console, "by role", [("role", "left"), ("params", "right"), ("bytes", "right")])
         for role, n in s.by_role.items():
-            roles.add_row(role, str(n), f"{s.bytes_by_role.get(role, 0):,}")
-        console.print(dtypes)
-        console.print(roles)
+            add_row(roles, role, n, f"{s.bytes_by_role.get(role, 0):,}")
+        print_table(console, dtypes)
+        print_table(console, roles)
         groups = list(s.groups.items())
         shown = groups if top <= 0 else groups[:top]
         table = make_table(console, f"groups ({len(shown)} of {len(groups)})", [("pattern", "left"), ("params", "right")])
         for pattern, n in shown:
-            table.add_row(Text(pattern), str(n))
-        console.print(table)
+            add_row(table, pattern, n)
+        print_table(console, table)
         print_constants(console, a.constants.to_record())
         console.print()
 
 
 def print_constants(console: Console, record: dict) -> None:
     """The module's constants in one line, then its large constants and (when known) the captured state by pattern."""
-    console.print(constants_headline(record))
+    status(console, esc(constants_headline(record)))
     if record["large"]:
         large = make_table(console, "large constants (the size of model state)",
-                       [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"), ("bytes", "right")])
+                           [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"), ("bytes", "right")])
         for c in record["large"]:
-            large.add_row(c["name"], c["form"], f"{c['dtype']}[{','.join(map(str, c['dims']))}]", c["value"],
-                          f"{c['bytes']:,}")
-        console.print(large)
+            add_row(large, c["name"], c["form"], f"{c['dtype']}[{','.join(map(str, c['dims']))}]", c["value"],
+                    f"{c['bytes']:,}")
+        print_table(console, large)
     captured = record["captured"]
     if captured:
-        console.print(f"captured state (arrays the step closes over, baked in as constants): {captured_text(captured)}")
+        status(console, esc("captured state (arrays the step closes over, baked in as constants): "
+                            f"{captured_text(captured)}"))
         groups = make_table(console, None, [("pattern", "left"), ("arrays", "right")])
         for pattern, n in captured["groups"].items():
-            groups.add_row(Text(pattern), str(n))
-        console.print(groups)
+            add_row(groups, pattern, n)
+        print_table(console, groups)
 
 
 def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
@@ -120,35 +192,35 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
     if d.changes:
         verdict.append(f" ({', '.join(d.changes)})")
     status(console, verdict)
-    status(console, f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})")
+    status(console, esc(f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})"))
     if d.by_dtype_delta or d.by_role_delta:
         deltas = make_table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
         for k, v in d.by_dtype_delta.items():
-            deltas.add_row("dtype", k, _signed(v))
+            add_row(deltas, "dtype", k, _signed(v))
         for k, v in d.by_role_delta.items():
-            deltas.add_row("role", k, _signed(v))
-        console.print(deltas)
+            add_row(deltas, "role", k, _signed(v))
+        print_table(console, deltas)
     groups = d.params_added + d.params_removed
     if groups:
         table = make_table(console, "parameters added / removed",
-                       [("delta", "right"), ("role", "left"), ("dtype", "left"), ("pattern", "left")])
+                           [("delta", "right"), ("role", "left"), ("dtype", "left"), ("pattern", "left")])
         for g in groups:
-            table.add_row(_signed(g.count), g.role, g.dtype, Text(g.pattern))
-        console.print(table)
+            add_row(table, _signed(g.count), g.role, g.dtype, g.pattern)
+        print_table(console, table)
     if d.opcode_dtype_delta:
         ops = make_table(console, "opcode:dtype deltas", [("opcode:dtype", "left"), ("delta", "right")])
         for k, v in sorted(d.opcode_dtype_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0])):
-            ops.add_row(k, _signed(v))
-        console.print(ops)
+            add_row(ops, k, _signed(v))
+        print_table(console, ops)
     if d.constants:
-        console.print(f"baked-in state: {captured_change(d.constants)}")
+        status(console, esc(f"baked-in state: {captured_change(d.constants)}"))
     if d.computations_added or d.computations_removed:
         status(console, f"computations: +{len(d.computations_added)} -{len(d.computations_removed)}")
     if d.text_diff:
         status(console, Text("normalized text diff:", style="bold"))
         for line in d.text_diff:
-            color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
-            status(console, Text(line, style=color or ""))
+            color = "green" if line.startswith("+") else "red" if line.startswith("-") else ""
+            status(console, esc(line, style=color))
         if d.text_diff_omitted:
             status(console, f"... {d.text_diff_omitted} more lines (use --max-lines)")
 
@@ -164,41 +236,29 @@ def dtype_counts(by_dtype: dict[str, int]) -> str:
     return " ".join(f"{k}:{v}" for k, v in by_dtype.items())
 
 
-ID_MIN_WIDTH = 41  # every CPU id of the default matrix fits; a longer one wraps rather than pushing the table past 100
-
-
-def keep_ids_whole(table: Table, ids) -> None:
-    """Cell and series ids up to 40 characters never wrap: the other columns give way."""
-    table.columns[0].min_width = min(ID_MIN_WIDTH, max((len(i) for i in ids), default=0))
-
-
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     table = make_table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
-                                   ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
-    keep_ids_whole(table, [r.cell.id for r in results])
+                                       ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
     for r in results:
         slope = slopes.get(r.cell.id)
         captured = r.captured
-        table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
-                      str(r.entry_params) if r.summary else "", dtype_counts(r.summary["by_dtype"]) if r.summary else "",
-                      str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
-                      str(r.rng["dead_params"]) if r.rng else "", str(captured["arrays"]) if captured else "")
-    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
-        table.collapse_padding = True  # one space between columns rather than squeezing one to nothing
-    console.print(table)
+        add_row(table, r.cell.id, esc(r.status, style=STATUS_STYLE[r.status]),
+                r.entry_params if r.summary else "", dtype_counts(r.summary["by_dtype"]) if r.summary else "",
+                r.rng_params if r.summary else "", "" if slope is None else f"{slope:g}",
+                r.rng["dead_params"] if r.rng else "", captured["arrays"] if captured else "")
+    print_table(console, table)
     if any(r.captured and r.captured["arrays"] for r in results):
-        console.print(Text("const: arrays the step captured (closes over), baked into the program as constants "
-                           "(`hlo-audit explain CELL` shows which)", style="dim"))
+        status(console, Text("const: arrays the step captured (closes over), baked into the program as constants "
+                             "(`hlo-audit explain CELL` shows which)", style="dim"))
     # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
     print_unavailable(console, results)
     for r in results:
         if r.status == "error":
-            # Text(), not str: a message such as "pip install '.[te]'" must not be read as rich markup.
-            status(console, Text.assemble(("error", STATUS_STYLE["error"]), f"  {r.cell.id}"))
-            status(console, Text(f"    {r.message}"))
+            status(console, Text.assemble(("error", STATUS_STYLE["error"]), "  ", esc(r.cell.id)))
+            print_message(console, r.message)
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
     status(console, f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
-                  f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
+                    f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
 
 
 def print_unavailable(console: Console, results) -> None:
@@ -209,151 +269,131 @@ def print_unavailable(console: Console, results) -> None:
             if r.status == kind and r.message:
                 messages[r.message] = messages.get(r.message, 0) + 1
         for message, n in messages.items():
-            status(console, Text(f"{n} cells {label}: {message}", style="dim"))
+            status(console, esc(f"{n} cells {label}: {message}", style="dim"))
 
 
 def print_scaling(console: Console, series) -> None:
     table = make_table(console, None, [("series", "left"), ("depths", "left"), ("/layer", "right"),
-                                   ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
-                                   ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
-    keep_ids_whole(table, [s.id for s in series])
+                                       ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
+                                       ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
     for s in series:
         p = s.projected()
         rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
-        table.add_row(Text(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
-                      f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
-                      str(p.get("layers", "")), str(p.get("entry_params", "")),
-                      str(p.get("by_dtype", {}).get("u32", "")))
-    console.print(table)
+        add_row(table, s.id, ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
+                f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
+                p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", ""))
+    print_table(console, table)
 
 
 def print_cells(console: Console, cells) -> None:
     table = make_table(console, None, [("cell", "left"), ("model", "left"), ("scan", "left"), ("quant", "left"),
-                                   ("layers", "right"), ("platform", "left")])
-    keep_ids_whole(table, [c.id for c in cells])
+                                       ("layers", "right"), ("platform", "left")])
     for c in cells:
-        table.add_row(Text(c.id), Text(c.model), c.scan_label, Text(c.quant_label), str(c.layers), c.platform)
-    console.print(table)
+        add_row(table, c.id, c.model, c.scan_label, c.quant_label, c.layers, c.platform)
+    print_table(console, table)
     status(console, f"{len(cells)} cells")
-
-
-@contextlib.contextmanager
-def progress(console: Console, total: int):
-    """A progress bar on a terminal; nothing when stdout or stderr is piped (clean logs). Yields advance(label)."""
-    if not console.is_terminal or not sys.stdout.isatty() or total == 0:
-        yield lambda label: None
-        return
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=console, transient=True)
-    with bar:
-        task = bar.add_task("lowering", total=total)
-
-        def advance(label: str) -> None:
-            bar.update(task, advance=1, description=label)
-
-        yield advance
 
 
 SEVERITY_STYLE = {"regression": "bold red", "error": "bold red", "improvement": "green", "advisory": "yellow",
                   "waived": "dim", "stale": "yellow", "unavailable": "dim", "ok": "green"}
 
 
+def summary_line(report) -> Text:
+    """``hlo-audit check passed: 12 cells: 7 ok, 1 waived, 4 unavailable; findings: ...``: the report's summary."""
+    verdict = Text("passed" if report.passed else "FAILED", style="bold green" if report.passed else "bold red")
+    return Text.assemble("hlo-audit check ", verdict, ": ", check_summary_text(report.summary))
+
+
 def print_check(console: Console, report, verbose: bool = False) -> None:
-    """One screen: the matrix by depth series, the findings that need a human (all with verbose), totals."""
-    listed, folded = report.listed_and_folded(verbose)
-    # A row's verdict says what is wrong with that row: folded advisories (dead RNG state, in every MaxText cell
-    # today) have their own column and summary line instead.
-    _print_series_summary(console, listed, report.results)
-    shown = [f for f in listed if verbose or f.severity not in ("ok", "unavailable", "waived")]
+    """One screen: the matrix by depth series, the findings that need a human (every finding with verbose), totals.
+
+    Verdicts and counts are the report's (``CheckReport.verdicts`` / ``summary``): the same in every format, with
+    or without ``--verbose``, which only lists more."""
+    _print_series_summary(console, report)
     # A finding is a heading line and its message indented below: messages carry long path patterns, which
     # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
-    for f in shown:
-        status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", f.cell, "  ", f.rule))
-        console.print(Padding(Text(f.message), (0, 0, 0, 4)))
-    if folded:
-        status(console, Text(report.folded_line, style=SEVERITY_STYLE["advisory"]))
-    counts = report.summary_counts(verbose)
-    verdict = Text("passed" if report.passed else "FAILED", style="bold green" if report.passed else "bold red")
-    status(console, Text.assemble("hlo-audit check ", verdict, f": {report.cells} cells; ",
-                                ", ".join(f"{n} {k}" for k, n in counts.items())))
+    for f in report.attention(verbose):
+        status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", esc(f.cell), "  ",
+                                      esc(f.rule)))
+        print_message(console, f.message)
+    if report.folded and not verbose:
+        status(console, esc(report.folded_line, style=SEVERITY_STYLE["advisory"]))
+    status(console, summary_line(report))
 
 
 def print_golden_update(console: Console, report, root) -> None:
     for cell_id, why in report.skipped:
-        status(console, Text(f"skipped {cell_id}: {why}", style="yellow"))
+        status(console, esc(f"skipped {cell_id}: {why}", style="yellow"))
     for path in report.cleaned:
-        status(console, Text(f"removed {path} (left by a killed golden update)"))
+        status(console, esc(f"removed {path} (left by a killed golden update)"))
     for cell_id in report.healed:
-        status(console, Text(f"rewrote {cell_id}: its golden was damaged"))
+        status(console, esc(f"rewrote {cell_id}: its golden was damaged"))
     for path in report.pruned_files:
-        status(console, Text(f"pruned {path}"))
-    status(console, f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
-                  f"{len(report.skipped)} skipped, {len(report.pruned)} pruned")
+        status(console, esc(f"pruned {path}"))
+    status(console, esc(f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
+                        f"{len(report.skipped)} skipped, {len(report.pruned)} pruned"))
 
 
-def _print_series_summary(console: Console, findings, results) -> None:
+def _print_series_summary(console: Console, report) -> None:
     """One row per depth series (entry params and u32 at each depth, verdict); unavailable cells in one line each."""
-    verdicts: dict[str, list] = {}
-    for f in findings:
-        verdicts.setdefault(f.cell, []).append(f)
     series: dict[tuple, list] = {}
-    for r in results:
+    for r in report.results:
         if r.status == "ok":
             series.setdefault(r.cell.series, []).append(r)
     if series:
         table = make_table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
-                                       ("dead rng", "right"), ("verdict", "left")])
+                                           ("dead rng", "right"), ("verdict", "left")])
         for rows in series.values():
             rows.sort(key=lambda r: r.cell.layers)
             label = rows[0].cell.series_id([r.cell.layers for r in rows])
-            verdict = worst([f for r in rows for f in verdicts.get(r.cell.id, [])])
-            table.add_row(Text(label), " -> ".join(str(r.entry_params) for r in rows),
-                          " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
-                          " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
-                          Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
-        console.print(table)
-    print_unavailable(console, results)
+            verdict = report.series_verdict([r.cell.id for r in rows])
+            add_row(table, label, " -> ".join(str(r.entry_params) for r in rows),
+                    " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
+                    " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
+                    Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
+        print_table(console, table)
+    print_unavailable(console, report.results)
 
 
 VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}
 
 
 def print_rng(console: Console, source: str, record: dict, streams: bool = False, constants: dict | None = None) -> None:
-    status(console, Text(f"{source}: {rng_headline(record)}", style="bold"))
+    status(console, esc(f"{source}: {rng_headline(record)}", style="bold"))
     status(console, rng_cost(record))
     frozen = frozen_rng_line(constants)
     if frozen:
-        status(console, Text(frozen, style="bold yellow"))
+        status(console, esc(frozen, style="bold yellow"))
         captured = frozen_rng(constants)["captured_streams"]
         if captured:
             table = make_table(console, None, [("captured RNG stream pattern", "left"), ("streams", "right")])
             for pattern, n in captured.items():
-                table.add_row(Text(pattern, style="yellow"), str(n))
-            console.print(table)
+                add_row(table, esc(pattern, style="yellow"), n)
+            print_table(console, table)
     patterns = record["patterns"]
     if not patterns:
         return
-    # Paths are long; the prefix they all share is said once so the rows fit 100 columns.
+    # Paths are long; the prefix they all share is said once.
     prefix = common_path_prefix([p["pattern"] for p in patterns])
     table = make_table(console, None, [(f"{prefix}*" if prefix else "stream pattern", "left"), ("drawn", "right"),
-                                   ("carried", "right"), ("unknown", "right"), ("params", "right"),
-                                   ("incr", "right")])
+                                       ("carried", "right"), ("unknown", "right"), ("params", "right"),
+                                       ("incr", "right")])
     for p in patterns:
         verdict = "carried" if p["carried"] else "unknown" if p["unknown"] else "drawn"
-        table.add_row(Text(p["pattern"][len(prefix):], style=VERDICT_STYLE[verdict]), str(p["drawn"]),
-                      str(p["carried"]), str(p["unknown"]), str(p["dead_params"]), str(p["dead_increments"]))
-    console.print(table)
+        add_row(table, esc(p["pattern"][len(prefix):], style=VERDICT_STYLE[verdict]), p["drawn"], p["carried"],
+                p["unknown"], p["dead_params"], p["dead_increments"])
+    print_table(console, table)
     status(console, Text("params, incr: entry parameters and counter increments per step of the carried streams",
-                       style="dim"))
+                         style="dim"))
     for p in patterns:
         if p["unknown"]:
-            status(console, Text(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
+            status(console, esc(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
     if streams:
         listed = record.get("stream_list", [])
         prefix = common_path_prefix([s["path"] for s in listed])
         detail = make_table(console, None, [("verdict", "left"), (f"{prefix}*" if prefix else "stream", "left"),
-                                        ("incr/step", "right"), ("where", "left")])
+                                            ("incr/step", "right"), ("where", "left")])
         for s in listed:
-            detail.add_row(Text(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), Text(s["path"][len(prefix):]),
-                           str(s["increments"]), Text(s["where"]))
-        console.print(detail)
+            add_row(detail, esc(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), s["path"][len(prefix):],
+                    s["increments"], s["where"])
+        print_table(console, detail)

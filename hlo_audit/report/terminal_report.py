@@ -1,20 +1,22 @@
 """`hlo-audit report` on a terminal: the matrix against its goldens, state baked in as constants (when a cell has
 any), scan on beside scan off, depth scaling.
 
-Counts carry their change against the golden (red for growth, green for shrinkage); every table fits the
-console's width (100 columns for these views), cell ids wrap instead of pushing columns off the screen.
+Counts carry their change against the golden (red for growth, green for shrinkage). The views aim at 100
+columns; a table that needs more (long cell ids) is printed wider rather than cutting a value
+(``terminal.print_table``).
 """
 
 from __future__ import annotations
 
 from rich.console import Console
-from rich.measure import Measurement
 from rich.text import Text
 
 from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
-from hlo_audit.report.terminal import STATUS_STYLE, dtype_counts, keep_ids_whole, make_table, print_scaling, status
+from hlo_audit.report.escape import terminal as esc
+from hlo_audit.report.terminal import (STATUS_STYLE, add_row, dtype_counts, make_table, print_scaling, print_table,
+                                       status)
 from hlo_audit.report.words import ROLE_SHORT, captured_by_dtype, human_bytes
 
 
@@ -37,27 +39,24 @@ def print_matrix(console: Console, report) -> None:
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
     columns += [("dead", "right")]  # never-drawn RNG parameters (`hlo-audit rng`)
     table = make_table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
-    keep_ids_whole(table, [v.result.cell.id for v in ok])
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
-        table.add_row(Text(v.result.cell.id), str(s["entry_params"]), _delta(v.total_delta),
-                      *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
-                      *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
-                      str(v.result.rng["dead_params"]) if v.result.rng else "")
+        add_row(table, v.result.cell.id, s["entry_params"], _delta(v.total_delta),
+                *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
+                *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
+                v.result.rng["dead_params"] if v.result.rng else "")
     for v in report.cells:
         if v.result.status == "error":
-            table.add_row(Text(v.result.cell.id), Text("error", style=STATUS_STYLE["error"]), "",
-                          *[""] * (len(dtypes) + len(roles) + 1))
-    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
-        table.collapse_padding = True  # one space between columns rather than wrapping the ids
-    console.print(table)
+            add_row(table, v.result.cell.id, Text("error", style=STATUS_STYLE["error"]), "",
+                    *[""] * (len(dtypes) + len(roles) + 1))
+    print_table(console, table)
     unavailable: dict[str, int] = {}
     for v in report.cells:
         if v.result.status != "ok":
             key = f"{v.result.status}: {v.result.message}"
             unavailable[key] = unavailable.get(key, 0) + 1
     for message, n in unavailable.items():
-        status(console, Text(f"{n} cells {message}", style="dim"))
+        status(console, esc(f"{n} cells {message}", style="dim"))
 
 
 def print_scan_pairs(console: Console, report) -> None:
@@ -69,9 +68,9 @@ def print_scan_pairs(console: Console, report) -> None:
 
     for p in report.scan_pairs:
         (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(p.on), cells(p.off)
-        table.add_row(Text(p.label), p_on, p_off, u_on, u_off, r_on, r_off,
-                      "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
-    console.print(table)
+        add_row(table, p.label, p_on, p_off, u_on, u_off, r_on, r_off,
+                "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
+    print_table(console, table)
 
 
 def _bytes_with_delta(value: int, delta: int | None) -> Text:
@@ -90,15 +89,12 @@ def print_compiled(console: Console, report) -> None:
     golden."""
     columns = [("cell", "left"), *((kind.label, "right") for kind in TERMINAL_MEMORY), ("GFLOP", "right")]
     table = make_table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step", columns)
-    keep_ids_whole(table, [v.result.cell.id for v in report.with_memory])
     for v in report.with_memory:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
-        table.add_row(Text(v.result.cell.id), *[_bytes_with_delta(memory[k.key], delta.get(k.key))
-                                                if k.key in memory else Text("") for k in TERMINAL_MEMORY],
-                      f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
-    if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
-        table.collapse_padding = True
-    console.print(table)
+        add_row(table, v.result.cell.id, *[_bytes_with_delta(memory[k.key], delta.get(k.key))
+                                           if k.key in memory else Text("") for k in TERMINAL_MEMORY],
+                f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
+    print_table(console, table)
 
 
 def print_captured(console: Console, report) -> None:
@@ -106,17 +102,16 @@ def print_captured(console: Console, report) -> None:
     table = make_table(console, "state baked in as constants (captured: arrays the step closes over)", [
         ("cell", "left"), ("captured", "right"), ("bytes", "right"), ("by dtype", "left"), ("large", "right"),
         ("keys", "right"), ("Δ", "left")])
-    keep_ids_whole(table, [v.result.cell.id for v in report.baking])
     for v in report.baking:
         c = v.result.constants
         captured = c["captured"]
         delta = v.constants_delta
         change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
-            Text(captured_change(delta), style="red") if delta else Text("0"))
-        table.add_row(Text(v.result.cell.id), str(captured["arrays"]) if captured else "?",
-                      human_bytes(captured["bytes"]) if captured else "", dtype_counts(captured_by_dtype(captured)),
-                      str(len(c["large"])), str(frozen_rng(c)["literal_keys"]), change)
-    console.print(table)
+            esc(captured_change(delta), style="red") if delta else Text("0"))
+        add_row(table, v.result.cell.id, captured["arrays"] if captured else "?",
+                human_bytes(captured["bytes"]) if captured else "", dtype_counts(captured_by_dtype(captured)),
+                len(c["large"]), frozen_rng(c)["literal_keys"], change)
+    print_table(console, table)
 
 
 def print_report(console: Console, report) -> None:

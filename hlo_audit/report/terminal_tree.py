@@ -8,6 +8,8 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from hlo_audit.report.escape import visible
+from hlo_audit.report.terminal import print_whole
 from hlo_audit.report.words import ROLE_SHORT, human_bytes
 
 if TYPE_CHECKING:
@@ -30,7 +32,7 @@ def _label(node: Node, width: int, level: int) -> Text:
     label.append(f"{node.count:>5}  ", style="bold")
     room = width - 4 * level - 7  # the tree's guides and the count column
     # A name longer than the room (a file's path) breaks after a '/', under itself.
-    name_lines = _fold(node.name, room)
+    name_lines = _fold(visible(node.name), room)
     label.append("\n       ".join(name_lines), style="bold" if level == 0 else "")
     # All details beside the name when they fit; else on the next line, wrapping at a `|` when still too long.
     line = len(name_lines[-1]) + 2
@@ -78,4 +80,4 @@ def print_explain(console: Console, node: Node, captured: Node | None = None) ->
                                style="bold"))
         tree = Tree(_label(root, console.width, 0), guide_style="dim")
         _grow(tree, root, console.width, 0)
-        console.print(tree)
+        print_whole(console, tree)

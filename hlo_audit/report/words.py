@@ -91,3 +91,19 @@ def frozen_rng_line(constants: dict | None) -> str:
     if frozen["captured_streams"]:
         text += f"; {sum(frozen['captured_streams'].values())} of the step's RNG streams are captured (key and count)"
     return text
+
+
+def check_summary_text(summary) -> str:
+    """A check's numbers in one sentence, the same in every format (``gate.CheckSummary``):
+    ``12 cells: 7 ok, 1 waived, 4 unavailable; findings: 4 advisory (4 folded), 1 waived, 4 unavailable``,
+    then ``; 1 stale golden`` when there are any."""
+    cells = ", ".join(f"{n} {verdict}" for verdict, n in summary.cells_by_verdict.items())
+    text = f"{summary.cells} cells" + (f": {cells}" if cells else "")
+    findings = []
+    for severity, n in summary.findings_by_severity.items():
+        folded = f" ({summary.folded} folded)" if severity == "advisory" and summary.folded else ""
+        findings.append(f"{n} {severity}{folded}")
+    text += f"; findings: {', '.join(findings)}" if findings else "; no findings"
+    if summary.stale_goldens:
+        text += f"; {summary.stale_goldens} stale golden{'s' if summary.stale_goldens != 1 else ''}"
+    return text
