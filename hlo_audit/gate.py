@@ -5,16 +5,22 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
 * ``count``: a ratchet. More entry parameters of any dtype or role than the golden is a regression; fewer
   is an improvement that asks to tighten the golden. State captured as constants counts the same way, in
   arrays and bytes per dtype: a step that starts baking state into its program fails like one that grows
-  its entry parameters (``hlo_audit.hlo.constants``).
+  its entry parameters (``hlo_audit.hlo.constants``). So do RNG counter increments per step (dead, drawn or
+  unknown, from the RNG analysis): each is a kernel on a GPU, and seed 000's 672 dead ones came with no new
+  parameter where streams were shared. A finding lists the path patterns that grew, shrank or were renamed
+  (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's.
 * ``rng_scaling``: in an unrolled (scan off) series, RNG parameters must not grow with depth. That growth
   is the seed-000 bug: per-layer RNG state the host marshals every step.
 * ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
   flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
-  still gate.
+  still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only, dropped, is an
+  improvement to accept (a fix like seed 001's), not a regression.
 * ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
 * ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
   costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
   ``pattern`` (a glob over stream patterns) to accept known dead state and still catch new dead streams.
+* ``stale_waiver`` (default ``warn``): a waiver that waived nothing although every cell it covers was judged: the
+  fix landed, and a waiver left behind would hide the regression coming back.
 * ``memory`` (default ``warn``): a ratchet on a compiled cell's memory analysis, as ``count`` is on entry
   parameters: argument, output, temp or generated-code bytes above the golden's by more than
   ``memory_tolerance`` (a fraction, default 2%) is a regression; below it by as much, an improvement that asks

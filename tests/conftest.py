@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 
+import click.testing
 import pytest
 
 from hlo_audit import host
@@ -11,6 +13,16 @@ from hlo_audit import host
 # As the CLI does, before jax starts: on a host without accelerators jax starts no TPU runtime (libtpu is
 # installed for compiling to TPU topologies, which needs none), and libtpu is compile-only.
 host.setup_own_process()
+
+# The tests read a CLI run's stderr apart from its stdout, as click 8.2 always keeps them. click 8.1 (typer 0.15's, the
+# low end `make compat` runs) mixes them unless asked: ask, so the same tests hold under both.
+if "mix_stderr" in inspect.signature(click.testing.CliRunner.__init__).parameters:
+    _runner_init = click.testing.CliRunner.__init__
+
+    def _separate_stderr(self, *args, mix_stderr: bool = False, **kwargs):
+        _runner_init(self, *args, mix_stderr=mix_stderr, **kwargs)
+
+    click.testing.CliRunner.__init__ = _separate_stderr
 
 import nnx_models  # noqa: E402 (jax starts here)
 from nnx_models import ModelSpec  # noqa: E402
@@ -40,11 +52,17 @@ def pytest_addoption(parser):
                           "XLA's with; default $HLO_AUDIT_CORPUS, else those tests are skipped.")
 
 
+# Optional installs a test needs, by its marker: without them (`make setup TE=0`, a user's environment in
+# `make compat`) those tests are skipped, saying so.
+_OPTIONAL = {"te": ("transformer_engine", "Transformer Engine is not installed (make setup TE=0)"),
+             "tpu": ("libtpu", "libtpu is not installed (the tpu extra)")}
+
+
 def pytest_collection_modifyitems(config, items):
-    """`make setup TE=0` leaves Transformer Engine out on purpose: its tests are skipped, saying so."""
-    if importlib.util.find_spec("transformer_engine") is not None:
-        return
-    skip = pytest.mark.skip(reason="Transformer Engine is not installed (make setup TE=0)")
-    for item in items:
-        if "te" in item.keywords:
-            item.add_marker(skip)
+    for marker, (module, reason) in _OPTIONAL.items():
+        if importlib.util.find_spec(module) is not None:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

@@ -32,6 +32,8 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.callable import CallableTarget
 
+pytestmark = pytest.mark.tpu  # compiles for a TPU topology: needs libtpu (skipped without it)
+
 TARGET = "hlo_audit.examples.nnx_mlp:lower"
 CONFIG = f"""
 target = "{TARGET}"

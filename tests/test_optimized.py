@@ -28,6 +28,8 @@ from hlo_audit.platforms.tpu import topology_devices
 from hlo_audit.stages import compiled, optimized, program
 from hlo_audit.stages.program import checked_arg_keys
 
+pytestmark = pytest.mark.tpu  # compiles for a TPU topology: needs libtpu (skipped without it)
+
 V6E_CELL = Cell("m", True, "none", 2, platform="tpu", device="v6e-4", stage="optimized")
 
 

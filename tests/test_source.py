@@ -73,8 +73,8 @@ backend, dump, tests, target = sys.argv[1:5]
 os.environ["XLA_FLAGS"] = f"--xla_dump_to={dump}"
 os.environ["JAX_PLATFORMS"] = "cpu"  # the CUDA plugin skips its device check, and still registers
 sys.path.insert(0, tests)
-from hlo_audit import platforms
-platforms.compile_only_libtpu()
+from hlo_audit import host
+host.compile_only_libtpu()
 import jax, numpy as np
 import jax.numpy as jnp
 from flax import nnx
@@ -85,7 +85,8 @@ if backend == "gpu":
     devices = topologies.get_topology_desc(platform="cuda", target_config=open(target).read(),
                                            topology="1x1x1").devices
 else:
-    devices = platforms.tpu_topology_devices("v6e-4")
+    from hlo_audit.platforms.tpu import topology_devices
+    devices = topology_devices("v6e-4")
 replicated = NamedSharding(Mesh(np.array(devices[:1]), ("x",)), P())
 spec = nnx_models.ModelSpec(dropout_rate=0.5)
 graphdef, state = nnx.split(nnx.eval_shape(lambda: nnx_models.build(spec)))
