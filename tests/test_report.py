@@ -199,8 +199,8 @@ def test_piped_output_is_plain_without_progress(project):
     assert proc.returncode == 0, proc.stderr
     assert ANSI not in proc.stdout and ANSI not in proc.stderr
     assert "lowering" not in proc.stderr and "━" not in proc.stderr  # no progress bar
-    assert max(len(line) for line in proc.stdout.splitlines()) <= 100
-    assert cell("dropout")[:40] in proc.stdout
+    # Piped, a table wider than 100 columns is printed wider rather than cut: every id whole, on one line.
+    assert any(cell("dropout") in line for line in proc.stdout.splitlines())
 
 
 def test_bad_input_is_one_line(project, tmp_path):
@@ -296,7 +296,9 @@ def regressed(tmp_path_factory):
     (root / "golden/mlp/scan-on/none/L3.json").unlink()
     stale = root / "golden/mlp/scan-on/fp8/L2.json"
     stale.parent.mkdir(parents=True)
-    stale.write_text((root / "golden/mlp/scan-on/none/L2.json").read_text())
+    # A golden hlo-audit wrote for a cell the matrix no longer has (its summary names the cell its path spells).
+    stale_record = json.loads((root / "golden/mlp/scan-on/none/L2.json").read_text())
+    stale.write_text(json.dumps({**stale_record, "cell": "mlp/scan-on/fp8/L2", "hlo": None}, indent=1, sort_keys=True))
     return root, config
 
 
