@@ -27,7 +27,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from hlo_audit.hlo.params import ArgLeaf
+from hlo_audit.hlo.params import ArgLeaf, path_from_keystr
 
 if TYPE_CHECKING:
     import jax
@@ -152,13 +152,14 @@ def _argument_names(lowered, count: int) -> list[str] | None:
 
 
 def _argument(name: str, keypath) -> str | None:
-    """The function argument's name: jax's name of the leaf less the key string of its keys."""
+    """The function argument's name: jax's name of the leaf less the key string of its keys. A function that
+    takes ``*args`` (what ``nnx.grad`` wraps a step in) has jax name them ``args[0]``: that is ``args.0``."""
     from jax.tree_util import keystr  # noqa: PLC0415
 
     suffix = keystr(tuple(keypath[2:]))
     if suffix and name.endswith(suffix):
         name = name[: -len(suffix)]
-    return name if name.isidentifier() else None
+    return name if name.isidentifier() else path_from_keystr(name)
 
 
 def _nnx():
@@ -189,7 +190,10 @@ def _graph_leaves(args_info) -> dict[int, tuple[tuple[str, ...], type | None]]:
         for path, variable in state:
             is_variable = isinstance(variable, nnx.Variable)
             value = variable.get_value() if is_variable else variable
-            found[id(value)] = ((*outer, *map(str, path)), type(variable) if is_variable else None)
+            # A Variable may hold a pytree (qwix's QuantStat: {count, sum_of_absmax}): one leaf per array.
+            for inner, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+                keys = (*outer, *map(str, path), *state_keys(inner))
+                found[id(leaf)] = (keys, type(variable) if is_variable else None)
     return found
 
 

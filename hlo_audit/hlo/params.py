@@ -252,13 +252,14 @@ _LAYER_WORD = re.compile(r"(?:^|_)(?:layers?|blocks?|h)$")  # the names-only fal
 class _Node:
     """One path prefix of a module's entry parameters: its leaves and its children by key."""
 
-    __slots__ = ("name", "children", "leaves", "signature", "rng_counts", "dims", "state")
+    __slots__ = ("name", "children", "leaves", "signature", "state_signature", "rng_counts", "dims", "state")
 
     def __init__(self, name: str):
         self.name = name
         self.children: dict[str, _Node] = {}
         self.leaves: list[int] = []  # parameter indices whose path ends here
         self.signature = 0
+        self.state_signature = 0
         self.rng_counts: list[tuple[int, ...]] = []  # dims of every rng_count below, for the stacked-axis test
         self.dims: list[tuple[int, ...]] = []  # dims of every leaf below
         self.state = 0  # leaves below that are not RNG state
@@ -274,20 +275,26 @@ def _tree(paths: Sequence[str]) -> _Node:
     return root
 
 
-def _sign(node: _Node, shapes: Sequence[Shape], roles: Sequence[str], table: dict) -> int:
-    """Give every node an id that is equal exactly for sub-trees of the same keys and shapes (hash-consing)."""
-    leaves = tuple(sorted((shapes[i].dtype or "", shapes[i].dims) for i in node.leaves))
+def _sign(node: _Node, shapes: Sequence[Shape], roles: Sequence[str], table: dict) -> tuple[int, int]:
+    """Give every node two ids (hash-consing): one equal exactly for sub-trees of the same keys and shapes, one
+    for the same keys and shapes of everything but RNG state (``_folds`` says why)."""
+    leaves = sorted((shapes[i].dtype or "", shapes[i].dims, roles[i] in RNG_ROLES) for i in node.leaves)
     node.dims = [shapes[i].dims for i in node.leaves]
     node.rng_counts = [shapes[i].dims for i in node.leaves if roles[i] == "rng_count"]
     node.state = sum(roles[i] not in RNG_ROLES for i in node.leaves)
-    children = []
+    full, state = [], []
     for name, child in sorted(node.children.items()):
-        children.append((name, _sign(child, shapes, roles, table)))
+        child_full, child_state = _sign(child, shapes, roles, table)
+        full.append((name, child_full))
+        if child.state:
+            state.append((name, child_state))
         node.dims += child.dims
         node.rng_counts += child.rng_counts
         node.state += child.state
-    node.signature = table.setdefault((leaves, tuple(children)), len(table))
-    return node.signature
+    node.signature = table.setdefault(("all", tuple(leaves), tuple(full)), len(table))
+    node.state_signature = table.setdefault(
+        ("state", tuple(leaf for leaf in leaves if not leaf[2]), tuple(state)), len(table))
+    return node.signature, node.state_signature
 
 
 def _stacked(node: _Node) -> bool:
@@ -313,11 +320,16 @@ def _runs(node: _Node) -> dict[str, list[str]]:
 
 
 def _folds(node: _Node, run: list[str], stem: str) -> bool:
-    """A run is a list of layers: two or more sub-trees with the same keys and shapes; by name, failing that
-    (``layers_0`` alone, at depth 1, or layers that differ: a first layer with a leaf the others lack)."""
+    """A run is a list of layers: two or more sub-trees with the same keys and shapes, RNG state aside where they
+    hold more than RNG state (an ``nnx.Rngs`` shared by every layer appears in the first layer's state only,
+    and jit prunes what a layer does not read); by name, failing that (``layers_0`` alone, at depth 1)."""
     members = [node.children[name] for name in run]
-    if len(members) > 1 and all(m.children and m.signature == members[0].signature for m in members):
-        return True
+    if len(members) > 1 and all(m.children for m in members):
+        first = members[0]
+        if all(m.signature == first.signature for m in members):
+            return True
+        if first.state and all(m.state_signature == first.state_signature for m in members):
+            return True
     return bool(_LAYER_WORD.search(stem if stem else node.name))
 
 
