@@ -250,9 +250,10 @@ _LAYER_WORD = re.compile(r"(?:^|_)(?:layers?|blocks?|h)$")  # the names-only fal
 
 
 class _Node:
-    """One path prefix of a module's entry parameters: its leaves and its children by key."""
+    """One path prefix of a module's entry parameters: its leaves, its children by key, and what folding needs."""
 
-    __slots__ = ("name", "children", "leaves", "signature", "state_signature", "rng_counts", "dims", "state")
+    __slots__ = ("name", "children", "leaves", "signature", "state_signature", "lengths", "common", "state",
+                 "folded", "container")
 
     def __init__(self, name: str):
         self.name = name
@@ -260,37 +261,55 @@ class _Node:
         self.leaves: list[int] = []  # parameter indices whose path ends here
         self.signature = 0
         self.state_signature = 0
-        self.rng_counts: list[tuple[int, ...]] = []  # dims of every rng_count below, for the stacked-axis test
-        self.dims: list[tuple[int, ...]] = []  # dims of every leaf below
+        self.lengths: set[int] = set()  # L of every rng_count u32[L] below (L > 1): a stream per stacked layer
+        self.common: set[int] | None = None  # the axis sizes every leaf below has
         self.state = 0  # leaves below that are not RNG state
+        self.folded: str | None = None  # its key as folded (`layers_*`), when it is a member of a folded run
+        self.container = False  # a layer container: a folded member or a stacked axis
 
 
-def _tree(paths: Sequence[str]) -> _Node:
+def _tree(paths: Sequence[str]) -> tuple[_Node, list[list[_Node]]]:
+    """The prefix tree of ``paths``, and each path's nodes from the top."""
     root = _Node("")
+    chains = []
     for i, path in enumerate(paths):
-        node = root
+        node, chain = root, []
         for part in path.split("."):
-            node = node.children.setdefault(part, _Node(part))
+            child = node.children.get(part)
+            if child is None:
+                child = node.children[part] = _Node(part)
+            node = child
+            chain.append(node)
         node.leaves.append(i)
-    return root
+        chains.append(chain)
+    return root, chains
 
 
-def _sign(node: _Node, shapes: Sequence[Shape], roles: Sequence[str], table: dict) -> tuple[int, int]:
+def _sign(node: _Node, leaf_info: Sequence[tuple], table: dict) -> tuple[int, int]:
     """Give every node two ids (hash-consing): one equal exactly for sub-trees of the same keys and shapes, one
-    for the same keys and shapes of everything but RNG state (``_folds`` says why)."""
-    leaves = sorted((shapes[i].dtype or "", shapes[i].dims, roles[i] in RNG_ROLES) for i in node.leaves)
-    node.dims = [shapes[i].dims for i in node.leaves]
-    node.rng_counts = [shapes[i].dims for i in node.leaves if roles[i] == "rng_count"]
-    node.state = sum(roles[i] not in RNG_ROLES for i in node.leaves)
+    for the same keys and shapes of everything but RNG state (``_folds`` says why). ``leaf_info``: per parameter
+    ((dtype, dims, is RNG state), its axis sizes, L of an rng_count u32[L] or 0)."""
+    leaves = []
+    common: set[int] | None = None
+    for i in node.leaves:
+        signature, sizes, length = leaf_info[i]
+        leaves.append(signature)
+        common = set(sizes) if common is None else common & sizes
+        if length:
+            node.lengths.add(length)
+        node.state += not signature[2]
+    leaves.sort()
     full, state = [], []
-    for name, child in sorted(node.children.items()):
-        child_full, child_state = _sign(child, shapes, roles, table)
+    for name in sorted(node.children):
+        child = node.children[name]
+        child_full, child_state = _sign(child, leaf_info, table)
         full.append((name, child_full))
         if child.state:
             state.append((name, child_state))
-        node.dims += child.dims
-        node.rng_counts += child.rng_counts
+        common = set(child.common) if common is None else common & child.common
+        node.lengths |= child.lengths
         node.state += child.state
+    node.common = common or set()
     node.signature = table.setdefault(("all", tuple(leaves), tuple(full)), len(table))
     node.state_signature = table.setdefault(
         ("state", tuple(leaf for leaf in leaves if not leaf[2]), tuple(state)), len(table))
@@ -304,8 +323,7 @@ def _stacked(node: _Node) -> bool:
     RNG state a stack has no such mark, and its name decides (``layers``, ``h``...)."""
     if _LAYER_WORD.search(node.name):
         return True
-    lengths = {d[0] for d in node.rng_counts if len(d) == 1 and d[0] > 1}
-    return len(lengths) == 1 and node.state > 0 and all(next(iter(lengths)) in dims for dims in node.dims)
+    return len(node.lengths) == 1 and node.state > 0 and next(iter(node.lengths)) in node.common
 
 
 def _runs(node: _Node) -> dict[str, list[str]]:
@@ -342,10 +360,11 @@ def fold_layers(paths: Sequence[str], shapes: Sequence[Shape], roles: Sequence[s
     of equal shapes are different modules (MaxText's ``mlp.wi_0`` / ``wi_1``, its gate and up projections, which
     a golden counts apart), so nothing is folded inside a folded layer or a stacked one.
     """
-    root = _tree(paths)
-    _sign(root, shapes, roles, {})
-    folded_name: dict[int, str] = {}  # id(node) -> its folded key
-    containers: set[int] = set()  # id(node) of layer containers: folded members and stacked axes
+    root, chains = _tree(paths)
+    leaf_info = [((shape.dtype or "", shape.dims, role in RNG_ROLES), frozenset(shape.dims),
+                  shape.dims[0] if role == "rng_count" and len(shape.dims) == 1 and shape.dims[0] > 1 else 0)
+                 for shape, role in zip(shapes, roles)]
+    _sign(root, leaf_info, {})
 
     def visit(node: _Node, inside: bool) -> None:
         runs = {} if inside else _runs(node)
@@ -355,23 +374,18 @@ def fold_layers(paths: Sequence[str], shapes: Sequence[Shape], roles: Sequence[s
         # inside a stacked layer nothing folds, its own children included.
         stacked = not inside and node is not root and not any(k.isdigit() for k in folding) and _stacked(node)
         if stacked:
-            containers.add(id(node))
+            node.container = True
             folding = {}
         for name, child in node.children.items():
             if name in folding:
-                folded_name[id(child)] = folding[name]
-                containers.add(id(child))
+                child.folded, child.container = folding[name], True
             visit(child, inside or stacked or name in folding)
 
     visit(root, False)
     result = []
-    for path in paths:
-        node, parts, depth = root, [], None
-        for part in path.split("."):
-            node = node.children[part]
-            parts.append(folded_name.get(id(node), part))
-            if id(node) in containers:
-                depth = len(parts)
+    for chain in chains:
+        parts = [n.folded or n.name for n in chain]
+        depth = next((len(chain) - i for i, n in enumerate(reversed(chain)) if n.container), None)
         result.append((parts, depth))
     return result
 
