@@ -85,9 +85,9 @@ class Lowering:
     @classmethod
     def from_cache(cls, text: str, meta: dict) -> "Lowering":
         """The lowering ``meta()`` and its text were stored from."""
-        keys, captured = meta.get("arg_keys"), meta.get("captured")
+        keys, captured, leaves = meta.get("arg_keys"), meta.get("captured"), meta.get("arg_leaves")
         return cls(text, stage=meta.get("stage", "lowered"),
                    arg_keys=tuple(map(tuple, keys)) if keys is not None else None,
-                   arg_leaves=tuple(map(ArgLeaf.from_record, meta["arg_leaves"])) if meta.get("arg_leaves") is not None else None,
+                   arg_leaves=tuple(map(ArgLeaf.from_record, leaves)) if leaves is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))

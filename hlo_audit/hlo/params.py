@@ -351,7 +351,8 @@ def _folds(node: _Node, run: list[str], stem: str) -> bool:
     return bool(_LAYER_WORD.search(stem if stem else node.name))
 
 
-def fold_layers(paths: Sequence[str], shapes: Sequence[Shape], roles: Sequence[str]) -> list[tuple[list[str], int | None]]:
+def fold_layers(paths: Sequence[str], shapes: Sequence[Shape],
+                roles: Sequence[str]) -> list[tuple[list[str], int | None]]:
     """Each path's components with layer indices folded (``layers_3`` -> ``layers_*``, ``blocks.3`` ->
     ``blocks.*``), and the number of components up to its innermost layer container (None outside layers).
 
@@ -390,7 +391,7 @@ def fold_layers(paths: Sequence[str], shapes: Sequence[Shape], roles: Sequence[s
     return result
 
 
-def group_patterns(paths: Sequence[str], shapes: Sequence[Shape], roles: Sequence[str],
+def group_patterns(paths: Sequence[str], roles: Sequence[str],
                    folds: Sequence[tuple[list[str], int | None]]) -> list[str]:
     """Each parameter's group pattern: its folded path, and for RNG state the module that holds the streams
     followed by ``*`` (what matters is which module holds RNG state, not the stream and key/count under it).
@@ -453,7 +454,7 @@ def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = N
     roles = [kind_role(kind, shape) or streams.get(i) or name_role(path, shape)
              for i, (path, shape, kind) in enumerate(zip(paths, shapes, kinds))]
     folds = fold_layers(paths, shapes, roles)
-    patterns = group_patterns(paths, shapes, roles, folds)
+    patterns = group_patterns(paths, roles, folds)
     return [EntryParam(index=instr.parameter_number, name=instr.name, shape=instr.shape,
                        sharding=instr.attrs.get("sharding"), path=path, role=role, pattern=pattern, kind=kind,
                        layer_prefix=".".join(parts[:depth]) if depth else None)
