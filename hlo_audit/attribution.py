@@ -1,17 +1,42 @@
-"""Entry parameter paths from jax's own ``args_info``, for lowerings the tool made itself.
+"""Entry parameter paths and kinds from jax's own ``args_info``, for lowerings the tool made itself.
 
 The HLO text only carries mangled names (``state__model____to_nnx__rngs____key___value``), which cannot be
-inverted exactly when keys contain runs of underscores. ``Lowered.args_info`` has the real pytree keys. jax
-prunes unused arguments before lowering, so each kept argument is matched to its entry parameter through
-the lowering's ``kept_var_idx`` (jax has no public view of it; without it the text's names are used).
+inverted exactly when keys contain runs of underscores. ``Lowered.args_info`` has the real pytree keys, and
+``Lowered.in_tree`` the type of every node above each leaf: what the leaf *is* (``arg_leaves``). jax prunes
+unused arguments before lowering, so each kept argument is matched to its entry parameter through the
+lowering's ``kept_var_idx`` (jax has no public view of it; without it the text's names are used).
+
+What the leaves and keypaths hold, measured with jax 0.12.0.1 / flax 0.12.12:
+
+* ``jax.jit`` over ``nnx.split``'s state (MaxText's train step, the shipped examples): the argument is an
+  ``nnx.State`` of nested dicts whose leaves are ``nnx.Variable`` nodes (``Param``, ``RngKey``, ``RngCount``,
+  ``OptState`` / ``OptArray`` / ``OptVariable`` for ``nnx.Optimizer``'s step and optax state, and for a Linen
+  collection bridged by name a type made for it, e.g. ``_overwrite_with_gradient``), each with one child, its
+  value (keypath ``...['key'].value``); an ``RngKey`` holds a typed key (``key<fry>[]``, ``u32[2]`` in HLO).
+  ``nnx.State`` keeps no ``Rngs`` / ``RngStream`` / optax node types: those are dicts by then.
+* ``nnx.jit`` (graph mode, flax's default): the argument becomes ``NodeStates(_graphdef, states)``, ``states``
+  a tuple of flat leaf lists: the keypath is ``.states[0][17]`` and the real path only in the ``GraphDef``.
+  Merging that graphdef with the ``ArgInfo`` leaves rebuilds the module (no array is made), and its
+  ``nnx.state`` gives each leaf's real path and ``Variable`` type, by the leaf's identity.
+* plain pytrees: typed PRNG keys say so in their dtype; optax states are named tuples of optax's classes;
+  flax's ``TrainState`` is a struct whose fields are ``params``, ``opt_state`` and ``step``.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
+
+from hlo_audit.hlo.params import ArgLeaf, path_from_keystr
 
 if TYPE_CHECKING:
     import jax
+
+# NNX variable types that say what a leaf is, most derived first (Perturbation is an Intermediate, OptArray and
+# OptVariable are OptState: nnx.Optimizer's step is the base class itself).
+_NNX_KINDS = ("RngKey", "RngCount", "Param", "BatchStat", "Cache", "Perturbation", "Intermediate",
+              "OptArray", "OptVariable", "OptState")
+_TRAIN_STATE_FIELDS = ("params", "opt_state", "step")
 
 
 def key_name(key) -> str:
@@ -48,9 +73,22 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
     """The pytree keys of each argument jax kept, in entry parameter order; None when that order is unknown.
 
     The keys start below the argument itself (``("model", "decoder", ...)`` for ``state``): jax named the
-    parameter after the argument, so the analysis takes the argument's name from the HLO text and the keys
-    from here (``entry_params``), without parsing the module twice.
+    parameter after the argument, so the analysis takes the argument's name from ``arg_leaves`` (or the HLO
+    text) and the keys from here (``entry_params``), without parsing the module twice. A leaf of an ``nnx.jit``
+    argument gets its state path (``("layers_0", "dropout", "rngs", "key")``), not jit's ``states.0.17``.
     """
+    kept = _kept(lowered)
+    return None if kept is None else tuple(keys for keys, _, _ in kept)
+
+
+def arg_leaves(lowered: jax.stages.Lowered) -> tuple[ArgLeaf, ...] | None:
+    """Each kept argument's name and kind (``hlo.params.ArgLeaf``), in entry parameter order, like ``arg_keys``."""
+    kept = _kept(lowered)
+    return None if kept is None else tuple(ArgLeaf(argument, kind) for _, argument, kind in kept)
+
+
+def _kept(lowered) -> list[tuple[tuple[str, ...], str | None, str | None]] | None:
+    """(keys below the argument, argument name, kind) of every argument jit kept, in entry parameter order."""
     import jax  # noqa: PLC0415 (jax: imported only by what lowers; stage optimized's child sets up first)
 
     leaves, _ = jax.tree_util.tree_flatten_with_path(lowered.args_info)
@@ -58,15 +96,25 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
     if numbers is None:
         return None
     # With hoisted constants the count differs from the parameters', and entry_params uses the text.
+    chains = _node_types(lowered.in_tree)
+    if len(chains) != len(leaves):
+        chains = [()] * len(leaves)
+    graph = _graph_leaves(lowered.args_info)
+    names = _argument_names(lowered, len(leaves))
     result = []
-    for (keypath, _), number in zip(leaves, numbers):
+    for i, ((keypath, leaf), chain, number) in enumerate(zip(leaves, chains, numbers)):
         if number is None:
+            continue
+        argument = _argument(names[i], keypath) if names else None
+        if id(leaf) in graph:  # a leaf of an nnx.jit argument: its real path and Variable type
+            keys, variable = graph[id(leaf)]
+            result.append((keys, argument, _kind(variable, (), (), leaf)))
             continue
         keys = state_keys(keypath[2:])  # (args-or-kwargs, argument, *keys)
         if keys and keys[-1] == "value":  # NNX Variable.value
             keys.pop()
-        result.append(tuple(keys))
-    return tuple(result)
+        result.append((tuple(keys), argument, _kind(None, chain, keypath, leaf)))
+    return result
 
 
 def state_keys(keypath) -> list[str]:
@@ -76,3 +124,106 @@ def state_keys(keypath) -> list[str]:
     from jax.tree_util import GetAttrKey  # noqa: PLC0415 (jax: imported only by what lowers)
 
     return [key_name(k) for k in keypath if not (isinstance(k, GetAttrKey) and k.name == "value")]
+
+
+def _node_types(treedef) -> list[tuple[type, ...]]:
+    """The node types above each leaf of ``treedef``, outermost first, in leaf order."""
+    chains: list[tuple[type, ...]] = []
+    stack = [(treedef, ())]
+    while stack:
+        node, chain = stack.pop()
+        data = node.node_data()
+        if data is None:  # a leaf
+            chains.append(chain)
+            continue
+        stack.extend((child, (*chain, data[0])) for child in reversed(node.children()))
+    return chains
+
+
+def _argument_names(lowered, count: int) -> list[str] | None:
+    """jax's name of each flattened argument (``state['model']['decoder']...``: the argument's own name, then
+    the key string), which the HLO name mangles; None where jax does not say."""
+    try:
+        info = lowered._lowering.compile_args["all_args_info"]  # noqa: SLF001 (no public view of debug info)
+        names = list(info.debug_info.arg_names)
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return names if len(names) == count and all(isinstance(n, str) for n in names) else None
+
+
+def _argument(name: str, keypath) -> str | None:
+    """The function argument's name: jax's name of the leaf less the key string of its keys. A function that
+    takes ``*args`` (what ``nnx.grad`` wraps a step in) has jax name them ``args[0]``: that is ``args.0``."""
+    from jax.tree_util import keystr  # noqa: PLC0415
+
+    suffix = keystr(tuple(keypath[2:]))
+    if suffix and name.endswith(suffix):
+        name = name[: -len(suffix)]
+    return name if name.isidentifier() else path_from_keystr(name)
+
+
+def _nnx():
+    """flax.nnx when something imported it: a pytree cannot hold NNX types otherwise, so this never imports it."""
+    return sys.modules.get("flax.nnx")
+
+
+def _graph_leaves(args_info) -> dict[int, tuple[tuple[str, ...], type | None]]:
+    """id(ArgInfo) -> (state path keys, NNX Variable type or None) for the leaves of ``nnx.jit``'s arguments."""
+    nnx = _nnx()
+    extract = sys.modules.get("flax.nnx.extract")
+    if nnx is None or extract is None:
+        return {}
+    import jax  # noqa: PLC0415
+
+    node_states = extract.NodeStates
+    found: dict[int, tuple[tuple[str, ...], type | None]] = {}
+    flat, _ = jax.tree_util.tree_flatten_with_path(args_info, is_leaf=lambda x: isinstance(x, node_states))
+    for prefix, node in flat:
+        if not isinstance(node, node_states) or node._graphdef is None:  # noqa: SLF001 (graphdef raises without)
+            continue
+        try:
+            module = nnx.merge(node.graphdef, *node.states)  # ArgInfo leaves: rebuilds the graph, no arrays
+            state = nnx.to_flat_state(nnx.state(module))
+        except Exception:  # noqa: BLE001 (a graph flax cannot rebuild from ArgInfo keeps jit's keys)
+            continue
+        outer = state_keys(prefix[2:])  # a module inside a tuple or dict argument: the keys above it
+        for path, variable in state:
+            is_variable = isinstance(variable, nnx.Variable)
+            value = variable.get_value() if is_variable else variable
+            # A Variable may hold a pytree (qwix's QuantStat: {count, sum_of_absmax}): one leaf per array.
+            for inner, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+                keys = (*outer, *map(str, path), *state_keys(inner))
+                found[id(leaf)] = (keys, type(variable) if is_variable else None)
+    return found
+
+
+def _kind(variable: type | None, chain: tuple[type, ...], keypath, leaf) -> str | None:
+    """What a leaf is, from its NNX Variable type (``variable``, or the innermost in ``chain``), a typed key's
+    dtype, flax's TrainState field above it, or optax's state class above it; None if no type says."""
+    import jax  # noqa: PLC0415
+
+    nnx = _nnx()
+    if variable is None and nnx is not None:
+        variable = next((t for t in reversed(chain) if isinstance(t, type) and issubclass(t, nnx.Variable)), None)
+    kind = _variable_kind(nnx, variable) if variable is not None else None
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and kind != "nnx.RngKey":
+        return "prng_key"
+    if kind is not None:
+        return kind
+    train_state = sys.modules.get("flax.training.train_state")
+    for depth, node_type in enumerate(chain):
+        if train_state is not None and isinstance(node_type, type) and issubclass(node_type, train_state.TrainState):
+            field = key_name(keypath[depth]) if depth < len(keypath) else None
+            if field in _TRAIN_STATE_FIELDS:
+                return f"TrainState.{field}"
+    optax = next((t for t in reversed(chain) if getattr(t, "__module__", "").split(".")[0] == "optax"), None)
+    return f"optax.{optax.__name__}" if optax is not None else None
+
+
+def _variable_kind(nnx, variable: type) -> str:
+    for name in _NNX_KINDS:
+        base = getattr(nnx, name, None)
+        if isinstance(base, type) and issubclass(variable, base):
+            return f"nnx.{name}"
+    return f"nnx.Variable:{variable.__name__}"

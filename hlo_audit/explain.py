@@ -1,10 +1,13 @@
 """Where the entry parameters come from: a tree of collapsed path patterns, largest first.
 
 Each parameter's group pattern (``state.model.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.to_nnx__rngs.*``) is
-read as three parts: the prefix up to the last layer container (``state.model.decoder.layers_*``), the module
-path inside a layer (``mlp.wi_0``) and the state itself (``AqtDotGeneral_0.to_nnx__rngs.*`` for RNG state: the
-module that owns the ``Rngs`` and its streams; the variable name, ``kernel``, otherwise). The tree's first
-level is the *family*, prefix and state with the module path wildcarded
+read as three parts: the prefix up to the innermost layer container (``state.model.decoder.layers_*``), the
+module path inside a layer (``mlp.wi_0``) and the state itself (``AqtDotGeneral_0.to_nnx__rngs.*`` for RNG
+state: the module that holds the streams and its own holder; the variable name, ``kernel``, otherwise). The
+layer container is the one ``hlo.params.fold_layers`` found by structure (a run of identical sub-trees folded to
+``foo_*`` or ``*``, or a stacked axis), carried in each parameter's record as ``layer_prefix``; a record
+without that key (a result stored before it existed) falls back to the names ``layers``, ``blocks`` and ``h``.
+The tree's first level is the *family*, prefix and state with the module path wildcarded
 (``state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*``): the same kind of state in every module of
 every layer, which is how per-layer bloat shows up (seven quantized dots x 32 layers x 3 streams x key and
 count = 1344 ``u32``). Below a family, the module paths form a tree (``mlp`` > ``wi_0``). Chains of single
@@ -18,9 +21,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# A layer container in a collapsed pattern: `layers_*` (unrolled), `layers` (scanned, stacked), `blocks_*`...
+# The names-only fallback for a record without `layer_prefix`: `layers_*` (unrolled), `layers` (scanned), `blocks_*`...
 _LAYER_CONTAINER = re.compile(r"^(layers?|blocks?|h)(_\*)?$")
-_RNG_OWNER = re.compile(r"(^|_)rngs$")
+_BY_NAME = object()  # split_pattern's default: find the layer container by name
 
 
 @dataclass
@@ -66,20 +69,29 @@ def _largest_first(counts: Counter) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def split_pattern(pattern: str) -> tuple[str, list[str]]:
-    """(family, module path inside the layer) of a group pattern; patterns outside layers are their own family."""
+def split_pattern(pattern: str, layer_prefix: str | None | object = _BY_NAME) -> tuple[str, list[str]]:
+    """(family, module path inside the layer) of a group pattern; patterns outside layers are their own family.
+
+    ``layer_prefix`` is the pattern's prefix up to its innermost layer container (the parameter record's, None
+    outside layers); without it the container is found by name.
+    """
     parts = pattern.split(".")
-    containers = [i for i, p in enumerate(parts) if _LAYER_CONTAINER.match(p)]
-    if not containers:
+    if layer_prefix is _BY_NAME:
+        containers = [i for i, p in enumerate(parts) if _LAYER_CONTAINER.match(p)]
+        if not containers:
+            return pattern, []
+        start = containers[-1] + 1
+        if start < len(parts) and parts[start] == "*":  # `layers.*`: an nnx.List's integer index, collapsed
+            start += 1
+    elif layer_prefix is None:
         return pattern, []
-    start = containers[-1] + 1
-    if start < len(parts) and parts[start] == "*":  # `layers.*`: an nnx.List's integer index, collapsed
-        start += 1
-    # The state: an RNG owner with the module that holds it (`AqtDotGeneral_0.to_nnx__rngs.*`), else the leaf,
-    # with the list index of a leaf in a list (AQT's `scale.0`).
-    owner = next((i for i in range(len(parts) - 1, start - 1, -1) if _RNG_OWNER.search(parts[i])), None)
+    else:
+        start = str(layer_prefix).count(".") + 1
+    # The state: RNG state's holder with the module that holds it (`AqtDotGeneral_0.to_nnx__rngs.*`: a pattern
+    # ends in `*` only where RNG streams fold to their holder), else the leaf, with the list index of a leaf in a
+    # list (AQT's `scale.0`).
     leaf = len(parts) - 2 if parts[-1].isdigit() and len(parts) - 2 >= start else len(parts) - 1
-    end = max(owner - 1, start) if owner is not None and parts[-1] == "*" else leaf
+    end = max(len(parts) - 3, start) if parts[-1] == "*" else leaf
     middle = parts[start:end]
     if not middle:
         return pattern, []
@@ -92,7 +104,7 @@ def build_tree(params: Iterable[Mapping], name: str) -> Node:
     A family that holds one pattern only is named by that pattern (nothing is wildcarded) and has no children.
     """
     params = list(params)
-    split = {p["pattern"]: split_pattern(p["pattern"]) for p in params}
+    split = {p["pattern"]: split_pattern(p["pattern"], p.get("layer_prefix", _BY_NAME)) for p in params}
     patterns_of: dict[str, set[str]] = {}
     for pattern, (family, _) in split.items():
         patterns_of.setdefault(family, set()).add(pattern)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_audit.hlo.constants import CapturedArray
+from hlo_audit.hlo.params import ArgLeaf
 
 
 class Unavailable(Exception):
@@ -58,6 +59,7 @@ class Lowering:
     ``stage`` says which module ``text`` is: ``lowered`` (jax's module before XLA), ``optimized`` (after XLA's
     optimization passes and buffer assignment, before codegen) or ``compiled`` (after codegen). ``arg_keys`` are
     jax's pytree keys of each entry parameter, when known and checked against the module's parameters;
+    ``arg_leaves`` each one's argument name and kind (``hlo_audit.attribution.arg_leaves``), alike;
     ``captured`` the arrays the step closes over (``hlo_audit.capture``). ``memory`` (bytes by
     ``MEMORY_KINDS`` key) and ``cost`` (flops, transcendentals, bytes accessed) exist from stage optimized on.
     """
@@ -65,6 +67,7 @@ class Lowering:
     text: str
     stage: str = "lowered"
     arg_keys: tuple[tuple[str, ...], ...] | None = None
+    arg_leaves: tuple[ArgLeaf, ...] | None = None
     captured: tuple[CapturedArray, ...] | None = None
     # What a reader of an ok cell must know about it, e.g. a recipe cross-lowered for an architecture it cannot run on.
     note: str = ""
@@ -77,6 +80,7 @@ class Lowering:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
         return {"stage": self.stage,
                 "arg_keys": [list(k) for k in self.arg_keys] if self.arg_keys is not None else None,
+                "arg_leaves": [a.to_record() for a in self.arg_leaves] if self.arg_leaves is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
                 "note": self.note, "memory": self.memory, "cost": self.cost,
                 "literal_digests": [list(d) for d in self.literal_digests]}
@@ -84,9 +88,10 @@ class Lowering:
     @classmethod
     def from_cache(cls, text: str, meta: dict) -> "Lowering":
         """The lowering ``meta()`` and its text were stored from."""
-        keys, captured = meta.get("arg_keys"), meta.get("captured")
+        keys, captured, leaves = meta.get("arg_keys"), meta.get("captured"), meta.get("arg_leaves")
         return cls(text, stage=meta.get("stage", "lowered"),
                    arg_keys=tuple(map(tuple, keys)) if keys is not None else None,
+                   arg_leaves=tuple(map(ArgLeaf.from_record, leaves)) if leaves is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
                    literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())))

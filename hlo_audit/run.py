@@ -42,7 +42,8 @@ def environment(target, cell: Cell) -> dict[str, str]:
 
 
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> CellResult:
-    analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.literal_digests)
+    analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.arg_leaves,
+                       lowering.literal_digests)
     return CellResult(
         cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary),
         params=[p.to_record() for p in analysis.params],

@@ -22,6 +22,11 @@ the scanned stack is the attribute ``layers``.
 API: ``ModelSpec``, ``build(spec)``, ``lower(spec, platform="cpu")``, ``hlo_text(spec)``,
 ``write_dump(spec, folder)``, ``expected_counts(spec)``, ``spec_name(spec)``, ``STEP_NAME``.
 
+State no name gives away (the end of this file): ``held_rng_model(layers, holder)``, blocks ``cell_0``,
+``cell_1``... holding never-drawn RNG state as ``self.noise_source = rngs.fork()`` or ``self.rng = nnx.Rngs(0)``,
+its train step traced with ``jax.jit`` or ``nnx.jit`` (``held_rng_traced``, and the callable target
+``held_rng_target``); ``typed_state_traced()``, a step whose state says what it is only by type.
+
 What the HLO looks like (jax 0.12.0.1 / flax 0.12.12): the module is ``jit_train_step``; entry parameters are
 numbered in sorted state-path order with ``x`` last, and named after the path with non-identifier characters
 replaced by ``_``, e.g. ``state['layers_0']['dropout']['rngs']['key'].value`` ->
@@ -292,3 +297,150 @@ def write_dump(spec: ModelSpec, folder, *, timeout: float = 300) -> pathlib.Path
     if proc.returncode != 0:
         raise RuntimeError(f"write_dump({spec}) failed with exit code {proc.returncode}:\n{proc.stderr[-4000:]}")
     return folder
+
+
+# --------------------------------------------------------------------------------------------------------------
+# State no name gives away: RNG state under any attribute, layers under any name, roles only types tell
+# --------------------------------------------------------------------------------------------------------------
+
+HOLDERS = ("fork", "own")  # self.noise_source = rngs.fork() / self.rng = nnx.Rngs(0)
+JITS = ("jax", "nnx", "nnx_grad")  # jax.jit over nnx.split state / nnx.jit / nnx.jit(nnx.grad(loss))
+
+
+class HeldRngBlock(nnx.Module):
+    """A layer (two Linears, ``linear`` and ``proj``) that keeps RNG state it never draws from, under a name no
+    rule knows.
+
+    ``holder="fork"``: ``self.noise_source = rngs.fork()``, an ``nnx.Rngs`` with the caller's streams (one,
+    ``default``, from ``held_rng_model``'s ``nnx.Rngs(0)``): one key and one count per layer. ``holder="own"``:
+    ``self.rng = nnx.Rngs(0)``, a fresh one-stream ``Rngs``: the same.
+    """
+
+    def __init__(self, width: int, holder: str, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(width, width, rngs=rngs)
+        self.proj = nnx.Linear(width, width, rngs=rngs)
+        if holder == "fork":
+            self.noise_source = rngs.fork()
+        elif holder == "own":
+            self.rng = nnx.Rngs(0)
+        else:
+            raise ValueError(f"holder must be one of {HOLDERS}, got {holder!r}")
+
+    def __call__(self, x):
+        return self.proj(nnx.relu(self.linear(x)))
+
+
+class HeldRngModel(nnx.Module):
+    """``layers`` HeldRngBlocks as attributes ``cell_0``, ``cell_1``...: a layer list under a name the old rules
+    (``layers`` / ``blocks`` / ``h``) did not know."""
+
+    def __init__(self, layers: int, holder: str, width: int, rngs: nnx.Rngs):
+        self.num_layers = layers
+        for i in range(layers):
+            setattr(self, f"cell_{i}", HeldRngBlock(width, holder, rngs))
+
+    def __call__(self, x):
+        for i in range(self.num_layers):
+            x = getattr(self, f"cell_{i}")(x)
+        return x
+
+
+def held_rng_model(layers: int, holder: str, width: int = 8) -> HeldRngModel:
+    """Abstract (``nnx.eval_shape``): nothing is allocated."""
+    return nnx.eval_shape(lambda: HeldRngModel(layers, holder, width, nnx.Rngs(0)))
+
+
+def _mean_square(model, x):
+    y = model(x)
+    return jnp.mean(y * y)
+
+
+def _sgd(model, x):
+    """Loss and gradients w.r.t. nnx.Param, an SGD update in place; the loss."""
+    loss, grads = nnx.value_and_grad(_mean_square)(model, x)
+    nnx.update(model, jax.tree.map(lambda p, g: p - 0.1 * g, nnx.state(model, nnx.Param), grads))
+    return loss
+
+
+def held_rng_traced(layers: int, holder: str, jit: str = "jax", width: int = 8):
+    """The train step of ``held_rng_model``, traced from abstract shapes. ``jit="jax"``: ``jax.jit`` over the
+    ``nnx.split`` state (a jax ``Traced``); ``"nnx"``: ``nnx.jit`` of the same step on the module (flax's
+    ``Traced``); ``"nnx_grad"``: ``nnx.jit(nnx.grad(loss))``, gradients only. The state argument is named
+    ``model`` either way, so the twins' paths can be compared as they are."""
+    model = held_rng_model(layers, holder, width)
+    x = jax.ShapeDtypeStruct((BATCH, width), jnp.float32)
+    if jit == "nnx":
+        def train_step(model, x):
+            return _sgd(model, x)
+
+        return nnx.jit(train_step).trace(model, x)
+    if jit == "nnx_grad":
+        return nnx.jit(nnx.grad(_mean_square)).trace(model, x)
+    graphdef, state = nnx.split(model)
+    if jit == "jax":
+        def train_step(model, x):
+            module = nnx.merge(graphdef, model)
+            loss = _sgd(module, x)
+            return nnx.state(module), loss
+
+        return jax.jit(train_step).trace(state, x)
+    if jit == "jax_grad":  # nnx_grad's jax.jit twin: nnx.jit hands the module's state back, so does the twin
+        def grad_step(model, x):
+            module = nnx.merge(graphdef, model)
+            return nnx.grad(_mean_square)(module, x), nnx.state(module)
+
+        return jax.jit(grad_step).trace(state, x)
+    raise ValueError(f"jit must be one of {JITS} or 'jax_grad', got {jit!r}")
+
+
+def held_rng_target(cell):
+    """A callable target: ``cell.quant`` is the holder (``fork`` / ``own``), ``cell.model`` the jit (``jax``,
+    ``nnx``, ``nnx_grad``, ``jax_grad``; ``nnx_lowered`` returns ``nnx.jit(...).lower(...)``)."""
+    if cell.model == "nnx_lowered":
+        return held_rng_traced(cell.layers, cell.quant, "nnx").lower(lowering_platforms=(cell.platform,))
+    return held_rng_traced(cell.layers, cell.quant, cell.model)
+
+
+held_rng_target.full_depth = {jit: 8 for jit in (*JITS, "jax_grad", "nnx_lowered")}
+
+
+class TypedState(nnx.Module):
+    """State whose roles only types tell: a BatchNorm's running statistics (``nnx.BatchStat``) and a cache
+    (``nnx.Cache``) beside its weights (``nnx.Param``)."""
+
+    def __init__(self, width: int, rngs: nnx.Rngs):
+        self.linear = nnx.Linear(width, width, rngs=rngs)
+        self.norm = nnx.BatchNorm(width, rngs=rngs)
+        self.last = nnx.Cache(jnp.zeros((BATCH, width), jnp.float32))
+
+    def __call__(self, x):
+        y = self.norm(self.linear(x) + self.last.value)  # read, so jit keeps it
+        self.last.value = y
+        return y
+
+
+def typed_state_traced(width: int = 8):
+    """``jax.jit(step)(seed, adam, ts, net, x)``: no argument is named as state (``state``, ``params``...), and no
+    key as the old rules knew it. ``seed``: a typed PRNG key (``jax.random.key``); ``noise``: a raw
+    ``jax.random.PRNGKey`` (``u32[2]``, untyped: nothing says it is a key); ``adam``: an optax state; ``ts``: a flax
+    ``TrainState``; ``net``: an ``nnx.split`` state with ``Param``, ``BatchStat`` and ``Cache`` leaves."""
+    import optax  # noqa: PLC0415
+    from flax.training import train_state  # noqa: PLC0415
+
+    weights = {"w": jax.ShapeDtypeStruct((width, width), jnp.float32)}
+    tx = optax.adam(1e-3)
+    adam = jax.eval_shape(tx.init, weights)
+    ts = jax.eval_shape(lambda w: train_state.TrainState.create(apply_fn=None, params=w, tx=optax.sgd(0.1)), weights)
+    graphdef, net = nnx.split(nnx.eval_shape(lambda: TypedState(width, nnx.Rngs(0))))
+    seed = jax.eval_shape(lambda: jax.random.key(0))
+    noise = jax.ShapeDtypeStruct((2,), jnp.uint32)
+    x = jax.ShapeDtypeStruct((BATCH, width), jnp.float32)
+
+    def step(seed, noise, adam, ts, net, x):
+        module = nnx.merge(graphdef, net)
+        keep = jax.random.bernoulli(seed, 0.5, x.shape) & jax.random.bernoulli(noise, 0.5, x.shape)
+        h = jnp.where(keep, module(x), 0.0) @ ts.params["w"]
+        updates, adam = tx.update({"w": jnp.full((width, width), jnp.mean(h))}, adam)
+        return adam, ts.replace(step=ts.step + 1), nnx.state(module), updates
+
+    return jax.jit(step).trace(seed, noise, adam, ts, net, x)

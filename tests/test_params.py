@@ -75,3 +75,22 @@ def test_groups_fold_rng_streams_and_layer_indices():
 ])
 def test_roles(path, shape, role):
     assert classify(path, parse_shape(shape)) == role
+
+
+@pytest.mark.parametrize("path,shape,kind,role", [
+    # Kinds as attribution records them from MaxText's and the held-RNG models' lowerings (test_state_types).
+    ("model.cell_0.noise_source.default.key", "u32[2]", "nnx.RngKey", "rng_key"),
+    ("model.cell_0.noise_source.default.count", "u32[]", "nnx.RngCount", "rng_count"),
+    ("seed", "u32[2]", "prng_key", "rng_key"),
+    ("state.optimizer.step", "u32[]", "nnx.OptState", "step"),
+    ("state.optimizer.opt_state.0.count", "s32[]", "nnx.OptArray", "optimizer_state"),
+    ("adam.0.count", "s32[]", "optax.ScaleByAdamState", "optimizer_state"),
+    ("net.norm.mean", "f32[8]", "nnx.BatchStat", "batch_stat"),
+    ("net.last", "f32[4,8]", "nnx.Cache", "cache"),
+    ("ts.params.w", "f32[8,8]", "TrainState.params", "weight"),
+    # A type not in the table (fp8's bridged Linen collection) leaves the role to names, as the goldens have it.
+    ("state.model.decoder.layers_0.mlp.wi_0.Fp8DirectDotGeneralOp_0.input_amax_history", "f32[1024]",
+     "nnx.Variable:_overwrite_with_gradient", "weight"),
+])
+def test_roles_by_kind(path, shape, kind, role):
+    assert classify(path, parse_shape(shape), kind) == role

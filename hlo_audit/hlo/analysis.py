@@ -12,7 +12,7 @@ from functools import cached_property
 
 from hlo_audit.hlo.constants import CapturedArray, ConstantReport, add_literal_digests, constant_report
 from hlo_audit.hlo.normalize import normalize_with_printed
-from hlo_audit.hlo.params import EntryParam, ParamSummary, entry_params
+from hlo_audit.hlo.params import ArgLeaf, EntryParam, ParamSummary, entry_params
 from hlo_audit.hlo.rng_flow import RngReport, classify_streams
 from hlo_audit.hlo.text import HloModule, parse_module
 
@@ -57,12 +57,12 @@ class Analysis:
 
 
 def analyze(text: str, source: str = "<text>", arg_keys: Sequence[Sequence[str]] | None = None,
-            captured: Sequence[CapturedArray] | None = None,
+            captured: Sequence[CapturedArray] | None = None, arg_leaves: Sequence[ArgLeaf] | None = None,
             literal_digests: Sequence[tuple[str, str, str]] = ()) -> Analysis:
-    """Parse ``text`` and attribute its entry parameters (``arg_keys`` from jax's args_info win); constants the text
-    elides as ``{...}`` carry ``literal_digests`` ((computation, instruction, digest), from the stage that printed
-    them) into the canonical text."""
+    """Parse ``text`` and attribute its entry parameters (``arg_keys`` and ``arg_leaves`` from jax's args_info win:
+    paths, argument names and what each leaf is); constants the text elides as ``{...}`` carry ``literal_digests``
+    ((computation, instruction, digest), from the stage that printed them) into the canonical text."""
     module = parse_module(text, source)
     add_literal_digests(module, literal_digests)
-    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_keys),
+    return Analysis(source=source, text=text, module=module, params=entry_params(module, arg_keys, arg_leaves),
                     captured=captured, literal_digests=tuple(tuple(d) for d in literal_digests))

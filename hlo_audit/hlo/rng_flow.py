@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from hlo_audit.hlo import custom_calls
 from hlo_audit.hlo.header import output_aliases
-from hlo_audit.hlo.params import EntryParam, collapse_layers
+from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
 
@@ -600,7 +600,7 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
         own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
         verdict, where = _verdict(outputs, own, own_params, own_shapes, aliased,
                                   key_bit if key is not None else count_bit, events)
-        result.append(Stream(path=path, pattern=collapse_layers(path).removeprefix("state."), key=key, count=count, verdict=verdict, where=where,
+        result.append(Stream(path=path, pattern=(key or count).folded_path.rsplit(".", 1)[0].removeprefix("state."), key=key, count=count, verdict=verdict, where=where,
                              increments=events.increments.get(count_bit, 0) if count is not None else 0))
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
 

@@ -15,6 +15,7 @@ import importlib
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from hlo_audit.attribution import arg_leaves
 from hlo_audit.lowering import Lowering
 
 if TYPE_CHECKING:
@@ -28,4 +29,7 @@ def to_stage(lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = N
     """A jax ``Lowered`` taken to the cell's stage, with what the target knows besides (captured arrays, a note)."""
     # By name: a stage's module imports jax (and XLA's bindings) only once a cell asks for that stage.
     stage = importlib.import_module(f"{__name__}.{cell.stage}")
-    return replace(stage.run(lowered, cell), stage=cell.stage, captured=captured, note=note)
+    result = stage.run(lowered, cell)
+    # What each kept argument is (its argument's name, its type), wherever the stage vouches for the key order.
+    leaves = arg_leaves(lowered) if result.arg_keys is not None else None
+    return replace(result, stage=cell.stage, captured=captured, note=note, arg_leaves=leaves)

@@ -2,7 +2,9 @@
 
 The function receives the cell (model, scan, quant, layers, batch, seq, platform, overrides) and returns
 a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform`` and records the arrays it closes over) or a
-``jax.stages.Lowered`` (or the ``Lowering`` a built-in target returns, for a function that wraps one). It may raise
+``jax.stages.Lowered``, or what ``nnx.jit(f).trace(...)`` / ``.lower(...)`` return (flax's wrappers of those two:
+``.traced`` / ``.lowered``; the arguments' real state paths and variable types are read back from their graph,
+``hlo_audit.attribution``), or the ``Lowering`` a built-in target returns, for a function that wraps one. It may raise
 ``hlo_audit.Unavailable("why")`` for cells it cannot build here. It runs with jax's default device set to the
 cell's first device (one chip of a TPU topology, for a ``tpu`` cell with a ``topology``), so unsharded code
 lowers and compiles for that platform as it is; a function that shards builds its mesh over
@@ -56,6 +58,7 @@ class CallableTarget:
             produced = self.function(cell)
             if isinstance(produced, Lowering):  # a function that wraps a built-in target
                 return produced
+            produced = jax_stage(produced)
             captured = None  # what the function closes over: known from a trace only
             if isinstance(produced, jax.stages.Traced):
                 captured = captured_arrays(produced)
@@ -64,7 +67,7 @@ class CallableTarget:
                 lowered = produced
             else:
                 raise TargetError(f"target {self.name!r} returned {type(produced).__name__}, expected a jax Traced "
-                                  "(jax.jit(f).trace(...)) or Lowered")
+                                  "(jax.jit(f).trace(...) or nnx.jit(f).trace(...)) or Lowered")
             return to_stage(lowered, cell, captured)
 
     def full_depth(self, model: str) -> int:
@@ -86,3 +89,13 @@ class CallableTarget:
         except (OSError, TypeError):
             source = self.name
         return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def jax_stage(produced):
+    """jax's own Traced / Lowered inside what ``nnx.jit(f).trace(...)`` / ``.lower(...)`` return (flax keeps it as
+    ``.traced`` / ``.lowered``); anything else as it is."""
+    for attribute, stage in (("traced", jax.stages.Traced), ("lowered", jax.stages.Lowered)):
+        inner = getattr(produced, attribute, None)
+        if not isinstance(produced, stage) and isinstance(inner, stage):
+            return inner
+    return produced
