@@ -10,10 +10,12 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import multiprocessing
+import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 from hlo_audit import host, platforms
 from hlo_audit.cache import Cache, lowering_key
@@ -74,9 +76,20 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
-            frame = traceback.extract_tb(exc.__traceback__)[-1]
-            detail = f"{type(exc).__name__}: {detail} ({frame.filename.rsplit('/', 1)[-1]}:{frame.lineno})"
+            detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
         return CellResult(cell=cell, status="error", message=detail, key=key), None
+
+
+def _where(exc: BaseException) -> str:
+    """The innermost frame of the failure that is not Python's own machinery (``<frozen importlib.util>``, the
+    standard library), as a path below its installed package: the file that needs what was missing."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    stdlib = sysconfig.get_paths()["stdlib"]
+    own = [f for f in frames if not f.filename.startswith(("<", stdlib))] or frames
+    frame = own[-1]
+    path = frame.filename.split("site-packages/", 1)[-1] if "site-packages/" in frame.filename else Path(
+        frame.filename).name
+    return f"{path}:{frame.lineno}"
 
 
 _TARGETS: dict[str, object] = {}

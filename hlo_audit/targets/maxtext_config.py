@@ -7,6 +7,11 @@ use it: one cell's settings, MaxText's own validation of them, and the import of
 * Importing MaxText prints "[NO-OP] ... using stub" lines on stdout and transformers warns on stderr. The import
   runs with stdout captured (shown again, as an exception note, only if the import fails) and with transformers'
   verbosity defaulted to "error" (an explicit TRANSFORMERS_VERBOSITY wins).
+* Optional Google Cloud packages (JetStream, GCS, goodput measurement, Cloud Monitoring, Vertex TensorBoard): a
+  lowering never serves, uploads or monitors, so MaxText runs decoupled from them (``DECOUPLE_GCLOUD=TRUE``,
+  MaxText's own switch in ``maxtext/common/gcloud_stub.py``; an explicit value wins). The released 0.2.5 falls back
+  to its stubs when they are missing; MaxText from its GitHub tree (e591f30) raises instead unless decoupled, so this
+  is the one place both are handled alike.
 * NNX: MaxText 0.2.5 has no switch left -- ``enable_nnx`` / ``pure_nnx`` / ``pure_nnx_decoder`` were removed and
   NNX is the only train step (passing ``pure_nnx=True`` is now a config error). Should a MaxText that still has
   those fields be installed, they are set to True (``_nnx_settings``).
@@ -64,6 +69,7 @@ def maxtext_version() -> str:
 def load_maxtext() -> types.SimpleNamespace:
     """Import the MaxText modules used here, once, with their import noise contained."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DECOUPLE_GCLOUD", "TRUE")  # see the module doc: no cloud integration is ever called
     # MaxText's config loading logs absl warnings (tokenizer paths...) that say nothing about the HLO.
     from absl import logging as absl_logging  # noqa: PLC0415
 

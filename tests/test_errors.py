@@ -1,0 +1,45 @@
+"""A cell that fails names where: the file that needed what was missing, not Python's import machinery."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from hlo_audit.matrix import Cell
+from hlo_audit.run import _lower_one
+
+TARGET = """
+import importlib.util
+
+
+def lower(cell):
+    # As MaxText's gcloud_stub does for its optional cloud packages: find_spec, then a bare import.
+    if importlib.util.find_spec("no_such_cloud_package.engine") is None:
+        raise ModuleNotFoundError("no_such_cloud_package.engine")
+"""
+
+
+def test_a_missing_module_names_the_file_that_needs_it(tmp_path, monkeypatch):
+    (tmp_path / "needy.py").write_text(textwrap.dedent(TARGET))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result, _ = _lower_one("needy:lower", Cell("m", False, "none", 2, target="needy:lower"), "key")
+    assert result.status == "error"
+    # The innermost frame of the failure is importlib's find_spec (<frozen importlib.util>): the target's line is
+    # what the user can act on.
+    assert result.message == "ModuleNotFoundError: No module named 'no_such_cloud_package' (needy.py:7)"
+
+
+def test_maxtext_runs_decoupled_from_its_optional_cloud_packages():
+    """MaxText from its GitHub tree raises for a missing JetStream unless DECOUPLE_GCLOUD=TRUE (the released 0.2.5
+    falls back to stubs): the MaxText target decouples before MaxText loads; an explicit value wins."""
+    code = ("import os; from hlo_audit.targets import maxtext_config; maxtext_config.load_maxtext(); "
+            "print(os.environ['DECOUPLE_GCLOUD'])")
+    env = {k: v for k, v in os.environ.items() if k != "DECOUPLE_GCLOUD"}
+    for given, expected in ((None, "TRUE"), ("FALSE", "FALSE")):
+        run_env = env if given is None else {**env, "DECOUPLE_GCLOUD": given}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split()[-1] == expected
