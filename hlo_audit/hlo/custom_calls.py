@@ -87,7 +87,6 @@ _FLOWS: dict[str, Callable[[Instruction], Flow]] = {
     **{target: (lambda _instr: Flow(data=_every_operand)) for target in _DETERMINISTIC},
 }
 
-KNOWN_TARGETS = frozenset(_FLOWS)
 
 
 def flow(instr: Instruction) -> Flow | None:

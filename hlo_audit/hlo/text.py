@@ -71,7 +71,6 @@ _INSTRUCTION_START = re.compile(r"ROOT\b|%?[A-Za-z_][\w.\-]*\s*=(?!=)")
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\s*\[[^\]]*\](?:\s*\{(?=\s*[\d:}])[^}]*\})?")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', re.S)
 _WORD = re.compile(r"(?:[^\s,{}()\[\]\"'/]|/(?![/*]))+")
-_INT = re.compile(r"\s*(\d+)\s*")
 # Brackets, strings and comments: what a bracket scan must see (a brace in a string or comment is text).
 _BRACKET_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//[^\n]*|/\*.*?\*/|[{}()\[\]]', re.S)
 
