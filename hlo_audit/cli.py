@@ -112,6 +112,7 @@ LayersOpt = Annotated[str | None, typer.Option("--layers", help="Depths to lower
                                                "N, 'full', or a list such as 2,4,full.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for lowering.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Lower every cell again; do not read or write the cache.")]
+RefreshOpt = Annotated[bool, typer.Option("--refresh", help="Lower every cell again and rewrite its cache entry.")]
 JunitOpt = Annotated[str | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per cell).")]
 MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write a Markdown summary (and append it "
                                                  "to $GITHUB_STEP_SUMMARY when set).")]
@@ -156,11 +157,11 @@ def diff(
     raise typer.Exit(1 if d.differs else 0)
 
 
-def _run(plan: audit.Plan, jobs: int, no_cache: bool) -> list:
+def _run(plan: audit.Plan, jobs: int, no_cache: bool, refresh: bool = False) -> list:
     console = terminal.make_console(sys.stderr)
     with terminal.progress(console, len(plan.cells)) as advance:
         results = []
-        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache):
+        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache, refresh=refresh):
             results.append(result)
             advance(result.cell.id)
     order = {c.id: i for i, c in enumerate(plan.cells)}
@@ -179,11 +180,11 @@ def list_cells(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt =
 @app.command()
 @exit_on_input_error
 def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
-        jobs: JobsOpt = 1, no_cache: NoCacheOpt = False,
+        jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
         fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
     """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
     plan = audit.plan(config, only, shard, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     emit("run", fmt, results=results, slopes=audit.slopes_by_cell(plan, results), source=plan.config.source)
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
@@ -191,10 +192,10 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
 @app.command("scaling")
 @exit_on_input_error
 def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
-                no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table) -> None:
+                no_cache: NoCacheOpt = False, refresh: RefreshOpt = False, fmt: FormatOpt = Format.table) -> None:
     """Per-layer slopes of entry parameters (by dtype and role) and the projection to full depth."""
     plan = audit.plan(config, only, None, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     emit("scaling", fmt, series=audit.scaling(plan, results))
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
@@ -210,10 +211,11 @@ def rng(
     fmt: FormatOpt = Format.table,
     streams: Annotated[bool, typer.Option("--streams", help="Also list every stream with its verdict.")] = False,
     no_cache: NoCacheOpt = False,
+    refresh: RefreshOpt = False,
 ) -> None:
     """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
     written into the program as literals (they never advance)."""
-    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache)
+    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     emit("rng", fmt, label=source.label, rng=source.rng, streams=streams, constants=source.constants)
 
 
@@ -224,12 +226,12 @@ app.add_typer(golden_app, name="golden")
 @golden_app.command("update")
 @exit_on_input_error
 def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
-                  no_cache: NoCacheOpt = False,
+                  no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
                   prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
                                                       "matrix.")] = False) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
     plan = audit.plan(config, only, None, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     report = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, report, plan.config.golden_dir))
     raise typer.Exit(1 if any(why.startswith("error") for _, why in report.skipped) else 0)
@@ -250,11 +252,11 @@ def _write_outputs(report, junit_path: str | None, markdown_path: str | None) ->
 @app.command()
 @exit_on_input_error
 def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
-          jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table, junit_path: JunitOpt = None,
-          markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
+          jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, refresh: RefreshOpt = False, fmt: FormatOpt = Format.table,
+          junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
     """Compare every cell with its golden under the config's policies. Exit 1 on a regression."""
     plan = audit.plan(config, only, shard, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     report = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
     _write_outputs(report, junit_path, markdown_path)
     emit("check", fmt, report=report, verbose=verbose)
@@ -276,14 +278,14 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
 @app.command()
 @exit_on_input_error
 def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
-           no_cache: NoCacheOpt = False,
+           no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
            fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="table (the views), json (views and "
                                                   "tidy rows), csv (tidy rows) or markdown.")] = RunFormat.table,
            html_path: Annotated[str | None, typer.Option("--html", help="Also write a self-contained HTML report "
                                                          "(charts and tables) to this file.")] = None) -> None:
     """The matrix against its goldens, scan on / scan off side by side, depth scaling (cached cells are free)."""
     plan = audit.plan(config, only, None, layers)
-    view = audit.report(plan, _run(plan, jobs, no_cache))
+    view = audit.report(plan, _run(plan, jobs, no_cache, refresh))
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")
     emit("report", fmt, report=view)
@@ -297,6 +299,7 @@ def explain(
                                           "lowered), an HLO text file, '-' or an --xla_dump_to folder.")],
     config: ConfigOpt = None, module: ModuleOpt = None, stage: DumpStageOpt = DumpStage.before,
     no_cache: NoCacheOpt = False,
+    refresh: RefreshOpt = False,
     depth: Annotated[int, typer.Option(min=0, help="Tree levels below the root to show.")] = 3,
     top: Annotated[int, typer.Option(min=0, help="Children shown per node, largest first (0: all).")] = 8,
     fmt: FormatOpt = Format.table,
@@ -304,7 +307,7 @@ def explain(
     """Where the entry parameters come from: a tree of path-pattern groups, largest first; and, for a step that
     closes over state, the same tree of what it captured as constants."""
     tree, captured = audit.explain_source(source, config, module, stage.value, use_cache=not no_cache, depth=depth,
-                                          top=top)
+                                          top=top, refresh=refresh)
     emit("explain", fmt, tree=tree, captured=captured)
 
 
