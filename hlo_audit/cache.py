@@ -41,6 +41,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import stat
 import sys
 import sysconfig
@@ -287,24 +288,42 @@ def _stdlib_roots() -> tuple[str, ...]:
     return tuple(sorted({os.path.realpath(paths[name]) + os.sep for name in ("stdlib", "platstdlib")}))
 
 
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares them (``PyYAML``, ``pyyaml``; ``jax_cuda12_plugin``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_info_name(folder: str) -> tuple[str, str] | None:
+    """``flax-0.12.12.dist-info`` -> (``flax``, ``0.12.12``): pip and uv name the folder from the metadata
+    (the wheel spec: the name's dashes are underscores, so the first dash ends it)."""
+    name, dash, version = folder.removesuffix(".dist-info").partition("-")
+    return (_normalized(name), version) if folder.endswith(".dist-info") and dash and version else None
+
+
 @functools.cache
 def _installed_files(search_path: tuple[str, ...]) -> dict[str, tuple[str, str]]:
     """Every file an installed distribution's RECORD lists -> (name, version), the first on ``sys.path`` winning
     as imports do. RECORD, not top-level names: an editable install's RECORD lists no source file, and a project's
-    stray ``*.egg-info`` has none, so their code is keyed by content. Built once per process (~0.2 s, 37k files)."""
+    stray ``*.egg-info`` has none, so their code is keyed by content. Built once per process (~0.2 s, 37k files).
+    The version is the dist-info folder's (what ``_Now`` reads back with one listdir per path entry) where the
+    folder is named the standard way, else the metadata's."""
     index: dict[str, tuple[str, str]] = {}
     for dist in metadata.distributions(path=list(search_path)):
         try:
             record = dist.read_text("RECORD")
-            name, version = dist.metadata["Name"], dist.version
+            identity = (_normalized(dist.metadata["Name"] or ""), dist.version)
         except (OSError, UnicodeDecodeError):
             continue
-        if not record or not name:
+        if not record or not identity[0]:
             continue
+        rows = [row[0] for row in csv.reader(record.splitlines()) if row and row[0]]
+        for row in rows:
+            folder, _, file = row.rpartition("/")
+            if file == "RECORD" and "/" not in folder:
+                identity = _dist_info_name(folder) or identity
         root = os.path.realpath(dist.locate_file(""))
-        for row in csv.reader(record.splitlines()):
-            if row and row[0]:
-                index.setdefault(os.path.normpath(os.path.join(root, row[0])), (name, version))
+        for row in rows:
+            index.setdefault(os.path.normpath(os.path.join(root, row)), identity)
     return index
 
 
@@ -337,12 +356,22 @@ class _Now:
     """What this machine holds now, each thing looked at once per cache (a run's lookups share it)."""
 
     def __init__(self) -> None:
-        self._versions: dict[str, str] = {}
+        self._versions: dict[str, str] | None = None
         self._stats: dict[str, os.stat_result | None] = {}
         self._hashes: dict[str, str | None] = {}
 
     def version(self, name: str) -> str:
-        if name not in self._versions:  # not host.installed_version: that one holds for the process's life
+        """An installed distribution's version now (not host.installed_version: that one holds for the process's
+        life). From the dist-info folders on ``sys.path``: one listdir per entry, where ``metadata.version`` takes
+        ~3 ms a name (0.4 s for MaxText's 95)."""
+        if self._versions is None:
+            self._versions = {}
+            for entry in sys.path:
+                with contextlib.suppress(OSError):
+                    for folder in sorted(os.listdir(entry or ".")):
+                        if (found := _dist_info_name(folder)) and found[0] not in self._versions:
+                            self._versions[found[0]] = found[1]
+        if name not in self._versions:
             try:
                 self._versions[name] = metadata.version(name)
             except metadata.PackageNotFoundError:
