@@ -214,8 +214,13 @@ _PATCHED = {"__getitem__": _getitem, "__setitem__": _setitem, "__delitem__": _de
 
 @contextlib.contextmanager
 def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentReads]:
-    """Record every ``os.environ`` / ``os.getenv`` read in the block (any module, any thread). ``process_wide``:
-    the block builds a target, and what its imports read is part of every later cell's manifest too."""
+    """Record every ``os.environ`` / ``os.getenv`` read in the block (any module, any thread).
+
+    ``process_wide``: the block builds a target, and what its imports read is part of every later cell's manifest
+    too. A variable the block read and then set itself (jax's import finds libtpu and sets TPU_LIBRARY_PATH when
+    it is unset) is recorded with the value it holds afterwards: what everything after the import sees, and what a
+    later lookup, made after building the same target (or after importing jax some other way), compares with. A
+    value set from outside is kept all the same, so it still keys the cell."""
     reads = _PROCESS_READS if process_wide else _EnvironmentReads()
     with _recorders_lock:
         if not _recorders:
@@ -226,6 +231,9 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
         yield reads
     finally:
         with _recorders_lock:
+            if process_wide:
+                for name in reads.written & reads.read.keys():
+                    reads.read[name] = os.environ.get(name)
             _recorders.remove(reads)
             if not _recorders:
                 for name, function in _ORIGINAL.items():

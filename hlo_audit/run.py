@@ -63,8 +63,8 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
     lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
     started = time.perf_counter()
     try:
+        target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
         with recording_environment() as window:
-            target = _target(target_spec)
             lowering = target.lower(cell)
         seconds = time.perf_counter() - started
         reads = reads_after(window)

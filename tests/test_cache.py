@@ -23,10 +23,11 @@ from typer.testing import CliRunner
 
 from hlo_audit import cache as cache_module
 from hlo_audit import layers
-from hlo_audit.cache import Cache, entry_files, lowering_sources, source_fingerprint
+from hlo_audit.cache import Cache, entry_files, lowering_key, lowering_sources, source_fingerprint
 from hlo_audit.cli import app
 from hlo_audit.matrix import Cell
 from hlo_audit.run import run_cells
+from hlo_audit.targets.callable import CallableTarget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,6 +85,8 @@ def lower(cell):
 lower.full_depth = {{"mlp": 8}}
 '''
 
+EXAMPLE = ('target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["none", "dropout0"]\n'
+           'scan = ["off"]\nlayers = [2, 3]\n')
 CONFIG = 'target = "stack.target:lower"\nmodels = ["mlp"]\nquant = ["none"]\nscan = ["off"]\nlayers = [2, 3]\n'
 
 
@@ -296,13 +299,24 @@ def test_what_a_lowering_read_is_recorded_in_the_process_that_lowered(tmp_path, 
         assert reads["environment"]["STACK_DROPOUT"] == "0"
 
 
+def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
+    """Recorded by the CLI started from a shell (it imports jax while building the target), looked up here (jax
+    imported long before, by the suite): the variable jax's import sets (TPU_LIBRARY_PATH, where it found libtpu)
+    is compared as it stands after that import, in both."""
+    assert os.environ.get("TPU_LIBRARY_PATH")  # this process imported jax, and jax found libtpu
+    (tmp_path / "hlo-audit.toml").write_text(EXAMPLE)
+    from_a_shell = {"TPU_LIBRARY_PATH": None}
+    assert hlo_audit(tmp_path, "run", "--only", "quant=dropout0,layers=2", env=from_a_shell).returncode == 0
+    cell = Cell("mlp", False, "dropout0", 2, target="hlo_audit.examples.nnx_mlp:lower")
+    key = lowering_key(cell, CallableTarget(cell.target).fingerprint())
+    assert Cache(tmp_path / ".hlo-audit-cache").get_lowering(key) is not None
+    (result,) = run_cells([cell], Cache(tmp_path / ".hlo-audit-cache"))
+    assert result.cached and result.entry_params == 9
+
+
 # --------------------------------------------------------------------------------------------------------------
 # A damaged cache: a miss, said, and the never-damaged numbers
 # --------------------------------------------------------------------------------------------------------------
-
-EXAMPLE = ('target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["none", "dropout0"]\n'
-           'scan = ["off"]\nlayers = [2, 3]\n')
-
 
 def _cli(project: Path, *args):
     result = CliRunner().invoke(app, [*args, "--config", str(project / "hlo-audit.toml")])
