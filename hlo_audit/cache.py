@@ -252,9 +252,12 @@ def reads_after(window: _EnvironmentReads) -> dict:
     values its imports saw, which later writes, libtpu's TPU_LIBRARY_PATH say, do not change for the module that
     kept them). JSON-able, so a worker can hand it to the parent."""
     files, distributions = {}, {}
-    installed = _installed_files(tuple(sys.path))
+    search_path = tuple(sys.path)
+    kinds = _kinds(search_path)  # what a path is does not change while the process runs: classified once
     for path in sorted(_module_files()):
-        kind = _file_kind(path, installed)
+        if path not in kinds:
+            kinds[path] = _file_kind(path, _installed_files(search_path))
+        kind = kinds[path]
         if kind == "content":
             files[path] = _file_state(path)
         elif kind is not None:
@@ -271,29 +274,44 @@ def _module_files() -> set[str]:
         except TypeError:
             continue
         if isinstance(file, str) and file:
-            files.add(os.path.realpath(file))
+            files.add(os.path.abspath(file))  # as imported (not realpath: 10 lstat a file, 0.3 s for MaxText's)
     return files
+
+
+@functools.cache
+def _kinds(search_path: tuple[str, ...]) -> dict[str, str | tuple[str, str] | None]:
+    return {}
 
 
 def _file_kind(path: str, installed: dict[str, tuple[str, str]]) -> str | tuple[str, str] | None:
     """``content`` (hash it), a distribution ``(name, version)`` that installed it, or None (not an input here)."""
-    own = Path(path)
-    if own.is_relative_to(_HLO_AUDIT_ROOT):
+    own = next((root for root in _own_roots() if path.startswith(root)), None)
+    if own is not None:
         # The lowering side is the primary key's; the HLO core only analyses; the layers above the targets are not
         # imported by a lowering (tests/test_layers.py). The examples are targets: a user's code like any other.
-        module = _module_name(own) if own.suffix == ".py" else ""
+        module = layers.module_name(path[len(own):].replace(os.sep, "/")) if path.endswith(".py") else ""
         return "content" if module == "examples" or module.startswith("examples.") else None
     if path in installed:
         return installed[path]
-    if path.startswith(_stdlib_roots()) and not {"site-packages", "dist-packages"} & set(own.parts):
+    if path.startswith(_stdlib_roots()) and not any(f"{os.sep}{d}{os.sep}" in path for d in _SITE_FOLDERS):
         return None  # the Python's own: its version is in the primary key
     return "content"
+
+
+_SITE_FOLDERS = ("site-packages", "dist-packages")
+
+
+@functools.cache
+def _own_roots() -> tuple[str, ...]:
+    """hlo_audit's folder as imported and as resolved."""
+    return tuple({os.path.dirname(os.path.abspath(__file__)) + os.sep, str(_HLO_AUDIT_ROOT) + os.sep})
 
 
 @functools.cache
 def _stdlib_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    return tuple(sorted({os.path.realpath(paths[name]) + os.sep for name in ("stdlib", "platstdlib")}))
+    return tuple(sorted({root + os.sep for name in ("stdlib", "platstdlib")
+                         for root in (os.path.abspath(paths[name]), os.path.realpath(paths[name]))}))
 
 
 def _normalized(name: str) -> str:
@@ -319,19 +337,25 @@ def _installed_files(search_path: tuple[str, ...]) -> dict[str, tuple[str, str]]
     for dist in metadata.distributions(path=list(search_path)):
         try:
             record = dist.read_text("RECORD")
-            identity = (_normalized(dist.metadata["Name"] or ""), dist.version)
         except (OSError, UnicodeDecodeError):
             continue
-        if not record or not identity[0]:
+        if not record:
             continue
-        rows = [row[0] for row in csv.reader(record.splitlines()) if row and row[0]]
-        for row in rows:
-            folder, _, file = row.rpartition("/")
-            if file == "RECORD" and "/" not in folder:
-                identity = _dist_info_name(folder) or identity
-        root = os.path.realpath(dist.locate_file(""))
-        for row in rows:
-            index.setdefault(os.path.normpath(os.path.join(root, row)), identity)
+        # CSV, but a path needs quotes only if it holds a comma or a quote: split the common line by hand.
+        rows = [next(csv.reader([line]))[0] if line.startswith('"') else line.partition(",")[0]
+                for line in record.splitlines() if line]
+        identity = next((_dist_info_name(row[:-len("/RECORD")]) for row in rows
+                         if row.endswith(".dist-info/RECORD") and row.count("/") == 1), None)
+        if identity is None:
+            try:
+                identity = (_normalized(dist.metadata["Name"] or ""), dist.version)
+            except (OSError, UnicodeDecodeError):
+                continue
+        if not identity[0]:
+            continue
+        root = os.path.join(os.path.abspath(dist.locate_file("")), "")  # the sys.path entry module files are named by
+        for row in rows:  # pip writes ../ only at the start (scripts in bin/): only those need normalizing
+            index.setdefault(os.path.normpath(root + row) if row.startswith(".") else root + row, identity)
     return index
 
 

@@ -291,8 +291,8 @@ def test_what_a_lowering_read_is_recorded_in_the_process_that_lowered(tmp_path, 
     assert len(manifests) == 2
     for manifest in manifests:
         reads = manifest["variants"][0]["reads"]
-        assert str((tmp_path / "stack/model.py").resolve()) in reads["files"]
-        assert str((tmp_path / "stack/target.py").resolve()) in reads["files"]
+        assert str(tmp_path / "stack/model.py") in reads["files"]
+        assert str(tmp_path / "stack/target.py") in reads["files"]
         assert not any("/hlo_audit/" in path and "/examples/" not in path for path in reads["files"])
         assert not any(path.endswith("/json/decoder.py") for path in reads["files"])  # the stdlib
         assert {"jax", "jaxlib", "flax", "numpy"} <= set(reads["distributions"])
