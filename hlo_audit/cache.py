@@ -167,7 +167,7 @@ def _note(environ, key, value) -> None:
     if environ is not os.environ or not isinstance(key, str) or getattr(_bulk, "depth", 0):
         return
     try:
-        caller = sys._getframe(2).f_code  # noqa: SLF001 (the frame that asked os.environ)
+        caller = sys._getframe(2).f_code  # the frame that asked os.environ
     except ValueError:  # asked from C with no Python frame above
         caller = None
     if caller is not None and caller.co_name == "__iter__" and "_collections_abc" in caller.co_filename:
@@ -589,8 +589,8 @@ class Cache:
             return self._damaged(path, cell, str(exc))
 
     def _damaged(self, path: Path, cell: str | None, why: str) -> None:
+        """Say, in one line, an entry that does not verify (its callers return this None: a miss)."""
         self._warn(f"cache entry {path} does not verify ({why}); {cell or 'its cell'} is computed again")
-        return None
 
     def lookup(self, key: str, cell: str | None = None) -> str | None:
         """The entry of the manifest's first variant whose reads all still hold, or None."""

@@ -15,7 +15,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -110,7 +109,7 @@ def hlo_audit(project: Path, *args, env: dict | None = None, path: tuple[str, ..
         if value is None:
             run_env.pop(name)
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=project, capture_output=True, text=True,
-                          env=run_env, timeout=600)
+                          env=run_env, timeout=600, check=False)
 
 
 def cells_of(proc) -> dict[str, dict]:
@@ -453,8 +452,8 @@ def test_a_cache_dir_that_is_a_file(tmp_path):
     result = _cli(tmp_path, "run")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        f"hlo-audit: error: cache_dir {tmp_path / 'cache.txt'} is not a folder (fix it, point cache_dir elsewhere, "
-        "or run with --no-cache)"]
+        (f"hlo-audit: error: cache_dir {tmp_path / 'cache.txt'} is not a folder (fix it, point cache_dir elsewhere, "
+         "or run with --no-cache)")]
     assert (tmp_path / "cache.txt").read_text() == "not a folder"
     assert _cli(tmp_path, "run", "--no-cache", "--only", "quant=none").exit_code == 0
 
