@@ -118,9 +118,10 @@ def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = N
     return Plan(config=config, cells=cells, universe=universe, selected=cells)
 
 
-def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = True) -> CellResult:
+def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = True,
+                refresh: bool = False) -> CellResult:
     """One cell's result: from the cache when it is there, else lowered now. Unavailable or failed: an input error."""
-    result = next(execute(plan_cell(cell_id, config_path), use_cache=use_cache))
+    result = next(execute(plan_cell(cell_id, config_path), use_cache=use_cache, refresh=refresh))
     if result.status != "ok":
         raise InputError(f"{cell_id}: {result.status}: {result.message}")
     return result
@@ -137,13 +138,13 @@ class Source:
 
 
 def load_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
-                use_cache: bool = True) -> Source:
+                use_cache: bool = True, refresh: bool = False) -> Source:
     """An HLO file, '-' or dump folder (parsed now), or a cell id (its analysed result: cached, else lowered)."""
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
         analysis = analyze_input(spec, module, stage)
         return Source(analysis.source, [p.to_record() for p in analysis.params], analysis.rng.to_record(),
                       analysis.constants.to_record())
-    result = cell_result(spec, config_path, use_cache)
+    result = cell_result(spec, config_path, use_cache, refresh)
     return Source(spec, result.params, result.rng, result.constants)
 
 
@@ -177,9 +178,12 @@ def analyze_each(specs: list[str], module: str | None = None, stage: str = "befo
     return results
 
 
-def execute(p: Plan, jobs: int = 1, use_cache: bool = True, started=None) -> Iterator[CellResult]:
-    """``started(cell)``: called when a cell's lowering begins (``run.run_cells``)."""
-    yield from run_cells(p.cells, Cache(p.config.cache_dir, enabled=use_cache), jobs=jobs, started=started)
+def execute(p: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = False, started=None) -> Iterator[CellResult]:
+    """Every cell's result (``run.run_cells``). ``use_cache=False``: the cache is neither read nor written;
+    ``refresh``: every cell is lowered again and its entry rewritten; ``started(cell)``: called when a cell's
+    lowering begins."""
+    yield from run_cells(p.cells, Cache(p.config.cache_dir, enabled=use_cache, refresh=refresh), jobs=jobs,
+                         started=started)
 
 
 def scaling(p: Plan, results: list[CellResult]) -> list[Series]:
@@ -193,10 +197,11 @@ def slopes_by_cell(p: Plan, results: list[CellResult]) -> dict[str, float]:
 
 
 def explain_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
-                   use_cache: bool = True, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:
+                   use_cache: bool = True, depth: int = 3, top: int = 8,
+                   refresh: bool = False) -> tuple[Node, Node | None]:
     """The explain trees of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder: its entry
     parameters', and, for a step that closes over state, its captured arrays' (known for cells only)."""
-    source = load_source(spec, config_path, module, stage, use_cache)
+    source = load_source(spec, config_path, module, stage, use_cache, refresh)
     # Each RNG parameter's stream verdict, so a node can say how much of it is drawn and how much buys nothing.
     verdict = {s[part]: s["verdict"] for s in source.rng["stream_list"] for part in ("key", "count")
                if s[part] is not None}
@@ -221,18 +226,16 @@ def _text_owners(results: list[CellResult], series: dict[str, Series]) -> set[st
     return {r.cell.id for r in results if r.status == "ok" and (r.cell.id not in series or series[r.cell.id].cell == r.cell)}
 
 
-def normalized_text(cache: Cache, result: CellResult) -> str:
-    """The cell's canonical text: computed when it was analysed, else from the cache; parsed again only for an
-    entry the cache holds no canonical text for."""
-    normalized = result.normalized or cache.normalized_text(result.key)
-    if normalized is not None:
-        return normalized
-    hit = cache.get_lowering(result.key)
-    if hit is None:
-        raise InputError(f"{result.cell.id}: HLO text is not in the cache; run again without --no-cache")
-    lowering = Lowering.from_cache(*hit)
+def normalized_text(result: CellResult) -> str:
+    """The cell's canonical text. ``run_cells`` gives every ok result its own: computed with the analysis, or read
+    from the cache with the result and verified there (a truncated or foreign text is a miss, never a golden)."""
+    if result.normalized is not None:
+        return result.normalized
+    if result.text is None:
+        raise InputError(f"{result.cell.id}: its canonical text is not known (a result not from run_cells); "
+                         "run the cell again")
     # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
-    return analyze(lowering.text, result.cell.id, literal_digests=lowering.literal_digests).normalized
+    return analyze(result.text, result.cell.id).normalized
 
 
 def full_matrix(p: Plan) -> list[Cell]:
@@ -256,12 +259,11 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     gate = Gate(policy, regenerate_command(config_path))
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)
-    cache = Cache(p.config.cache_dir)
     findings: list[Finding] = []
     for r in results:
         stored = golden.load(p.config.golden_dir, r.cell.id)
         compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
-        text = normalized_text(cache, r) if r.cell.id in owners and compared else None
+        text = normalized_text(r) if r.cell.id in owners and compared else None
         findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
     if report_stale:
         findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
@@ -293,11 +295,10 @@ def update_goldens(p: Plan, results: list[CellResult], prune: bool = False) -> g
     shallowest: dict[tuple, int] = {}
     for cell in [*universe, *(r.cell for r in results)]:
         shallowest[cell.series] = min(shallowest.get(cell.series, cell.layers), cell.layers)
-    cache = Cache(p.config.cache_dir)
     entries = []
     for r in results:
         owner = r.status == "ok" and shallowest[r.cell.series] == r.cell.layers
-        entries.append((r, by_series.get(r.cell.series), normalized_text(cache, r) if owner else None))
+        entries.append((r, by_series.get(r.cell.series), normalized_text(r) if owner else None))
     matrix_ids = full_matrix_ids(p) if prune else set()
     prune_ids = [cid for cid in golden.stored_ids(root) if cid not in matrix_ids] if prune else []
     return golden.update(root, entries, prune_ids)
@@ -516,13 +517,13 @@ def report(p: Plan, results: list[CellResult]) -> matrix_report.MatrixReport:
 
 
 def params_frame(config: str | None = None, only: str | None = None, layers: str | None = None, jobs: int = 1,
-                 use_cache: bool = True):
+                 use_cache: bool = True, refresh: bool = False):
     """The tidy DataFrame of the configured matrix: one row per cell x dtype x role.
 
     Columns: id, model, scan, quant, layers, platform, stage, dtype, role, count, bytes, golden_count,
     golden_delta (nullable integers: <NA> where there is no golden to compare with). Cells are read from the
     results cache where they are, lowered otherwise; ``only`` and ``layers`` are the CLI's ``--only`` and
-    ``--layers``.
+    ``--layers``, ``use_cache=False`` and ``refresh`` its ``--no-cache`` and ``--refresh``.
     """
     p = plan(config, only, None, layers)
-    return tidy_frame(report(p, list(execute(p, jobs=jobs, use_cache=use_cache))))
+    return tidy_frame(report(p, list(execute(p, jobs=jobs, use_cache=use_cache, refresh=refresh))))

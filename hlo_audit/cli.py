@@ -138,6 +138,7 @@ LayersOpt = Annotated[str | None, typer.Option("--layers", help="Depths to lower
                                                "N, 'full', or a list such as 2,4,full.")]
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", min=1, help="Worker processes for lowering.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Lower every cell again; do not read or write the cache.")]
+RefreshOpt = Annotated[bool, typer.Option("--refresh", help="Lower every cell again and rewrite its cache entry.")]
 JunitOpt = Annotated[str | None, typer.Option("--junit", help="Also write JUnit XML (one testcase per cell) to this "
                                              "file, '-' (stdout), a device or a FIFO.")]
 MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write a Markdown summary to this file, "
@@ -190,12 +191,13 @@ def _only(only: list[str] | None) -> str | None:
     return ",".join(only) if only else None
 
 
-def _run(plan: audit.Plan, jobs: int, no_cache: bool) -> list:
+def _run(plan: audit.Plan, jobs: int, no_cache: bool, refresh: bool = False) -> list:
     """Run the plan's cells, saying so on stderr: a progress bar on a terminal, a line per cell (and a heartbeat
     while a slow one runs) in a log (``report.progress``)."""
     with progress.cell_progress(len(plan.cells)) as shown:
         results = []
-        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache, started=shown.started):
+        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache, refresh=refresh,
+                                    started=shown.started):
             results.append(result)
             shown.finished(result)
     order = {c.id: i for i, c in enumerate(plan.cells)}
@@ -214,11 +216,11 @@ def list_cells(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt =
 @app.command()
 @exit_on_input_error
 def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
-        jobs: JobsOpt = 1, no_cache: NoCacheOpt = False,
+        jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
         fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
     """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
     plan = audit.plan(config, _only(only), shard, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     emit("run", fmt, results=results, slopes=audit.slopes_by_cell(plan, results), source=plan.config.source)
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
@@ -226,12 +228,12 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
 @app.command("scaling")
 @exit_on_input_error
 def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
-                no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table) -> None:
+                no_cache: NoCacheOpt = False, refresh: RefreshOpt = False, fmt: FormatOpt = Format.table) -> None:
     """Per-layer slopes of entry parameters (by dtype and role) and the projection to full depth. Exit 1 if any
     cell errors; 2 when there is nothing to fit (every cell unavailable here, or no series of two or more
     depths)."""
     plan = audit.plan(config, _only(only), None, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     series = audit.scaling(plan, results)
     failed = any(r.status == "error" for r in results)
     if not series and not failed:
@@ -265,11 +267,12 @@ def rng(
     fmt: FormatOpt = Format.table,
     streams: Annotated[bool, typer.Option("--streams", help="Also list every stream with its verdict.")] = False,
     no_cache: NoCacheOpt = False,
+    refresh: RefreshOpt = False,
 ) -> None:
     """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
     written into the program as literals (they never advance). Exit 1 when any stream is carried (dead RNG
     state), 0 when none is, 2 on bad input."""
-    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache)
+    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     emit("rng", fmt, label=source.label, rng=source.rng, streams=streams, constants=source.constants)
     raise typer.Exit(EXIT_DIFFERENCE if source.rng["carried"] else EXIT_OK)
 
@@ -281,12 +284,12 @@ app.add_typer(golden_app, name="golden")
 @golden_app.command("update")
 @exit_on_input_error
 def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
-                  no_cache: NoCacheOpt = False,
+                  no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
                   prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
                                                       "matrix.")] = False) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
     plan = audit.plan(config, _only(only), None, layers)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     report = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, report, plan.config.golden_dir))
     raise typer.Exit(1 if any(why.startswith("error") for _, why in report.skipped) else 0)
@@ -318,15 +321,15 @@ def _write_outputs(report, junit_path: str | None, markdown_path: str | None) ->
 @app.command()
 @exit_on_input_error
 def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
-          jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, fmt: FormatOpt = Format.table, junit_path: JunitOpt = None,
-          markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
+          jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, refresh: RefreshOpt = False, fmt: FormatOpt = Format.table,
+          junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
     """Compare every cell with its golden under the config's policies. Exit 1 on a regression.
 
     Rules are set under [policy] and waivers as [[waive]] tables in hlo-audit.toml ([tool.hlo-audit.policy] and
     [[tool.hlo-audit.waive]] in pyproject.toml)."""
     plan = audit.plan(config, _only(only), shard, layers)
     _check_outputs(junit_path, markdown_path)
-    results = _run(plan, jobs, no_cache)
+    results = _run(plan, jobs, no_cache, refresh)
     report = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
     emit("check", fmt, report=report, verbose=verbose)
     _write_outputs(report, junit_path, markdown_path)
@@ -349,7 +352,7 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
 @app.command()
 @exit_on_input_error
 def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
-           no_cache: NoCacheOpt = False,
+           no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
            fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="table (the views), json (views and "
                                                   "tidy rows), csv (tidy rows) or markdown.")] = RunFormat.table,
            html_path: Annotated[str | None, typer.Option("--html", help="Also write a self-contained HTML report "
@@ -358,7 +361,7 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
     plan = audit.plan(config, _only(only), None, layers)
     if html_path:
         check_output(html_path, "--html", "report.html")
-    view = audit.report(plan, _run(plan, jobs, no_cache))
+    view = audit.report(plan, _run(plan, jobs, no_cache, refresh))
     emit("report", fmt, report=view)
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")
@@ -372,6 +375,7 @@ def explain(
                                           "lowered), an HLO text file, '-' or an --xla_dump_to folder.")],
     config: ConfigOpt = None, module: ModuleOpt = None, stage: DumpStageOpt = DumpStage.before,
     no_cache: NoCacheOpt = False,
+    refresh: RefreshOpt = False,
     depth: Annotated[int, typer.Option(min=0, help="Tree levels below the root to show.")] = 3,
     top: Annotated[int, typer.Option(min=0, help="Children shown per node, largest first (0: all).")] = 8,
     fmt: FormatOpt = Format.table,
@@ -379,7 +383,7 @@ def explain(
     """Where the entry parameters come from: a tree of path-pattern groups, largest first; and, for a step that
     closes over state, the same tree of what it captured as constants."""
     tree, captured = audit.explain_source(source, config, module, stage.value, use_cache=not no_cache, depth=depth,
-                                          top=top)
+                                          top=top, refresh=refresh)
     emit("explain", fmt, tree=tree, captured=captured)
 
 

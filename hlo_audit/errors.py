@@ -7,6 +7,7 @@ import sys
 
 import typer
 
+from hlo_audit.cache import CacheError
 from hlo_audit.config import ConfigError
 from hlo_audit.files import OutputError
 from hlo_audit.golden import GoldenError
@@ -21,7 +22,8 @@ class InputError(Exception):
     """Bad input or usage the user can fix; the message names what and where."""
 
 
-USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError)
+USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError,
+               CacheError)
 
 
 def report(message: object) -> None:

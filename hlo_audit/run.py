@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hlo_audit import host, platforms
-from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.cache import Cache, lowering_key, reads_after, recording_environment
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
@@ -61,23 +61,26 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None]:
-    """Lower and analyse one cell; never raises (runs in worker processes too)."""
+def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, dict | None]:
+    """Lower and analyse one cell; never raises (runs in worker processes too). The third item is what the
+    lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
     started = time.perf_counter()
     try:
-        target = _target(target_spec)
-        lowering = target.lower(cell)
+        target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
+        with recording_environment() as window:
+            lowering = target.lower(cell)
         seconds = time.perf_counter() - started
-        return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering
+        reads = reads_after(window)
+        return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering, reads
     except Unavailable as exc:
-        return CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key), None
+        return CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key), None, None
     except HloParseError as exc:
-        return CellResult(cell=cell, status="error", message=f"unparseable HLO: {one_line(exc)}", key=key), None
+        return CellResult(cell=cell, status="error", message=f"unparseable HLO: {one_line(exc)}", key=key), None, None
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
-        return CellResult(cell=cell, status="error", message=detail, key=key), None
+        return CellResult(cell=cell, status="error", message=detail, key=key), None, None
 
 
 def _where(exc: BaseException) -> str:
@@ -97,21 +100,27 @@ _TARGETS: dict[str, object] = {}
 
 def _target(spec: str):
     if spec not in _TARGETS:
-        _TARGETS[spec] = get_target(spec)
+        # What the target's imports read (jax's config, a user's module-level os.environ.get) holds for every
+        # cell this process lowers after: part of each one's manifest.
+        with recording_environment(process_wide=True):
+            _TARGETS[spec] = get_target(spec)
     return _TARGETS[spec]
 
 
-def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None]:
+def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None, dict | None]:
     """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
     host.setup_own_process()
-    result, lowering = _lower_one(target_spec, cell, key)
-    return result.to_record(), result.normalized, lowering
+    result, lowering, reads = _lower_one(target_spec, cell, key)
+    return result.to_record(), result.normalized, lowering, reads
 
 
 def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
               started: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
     """Yield one CellResult per cell: cached ones first, then as lowerings finish. ``started(cell)`` is called
-    when a cell's lowering begins (the CLI's heartbeat names the cells in flight)."""
+    when a cell's lowering begins (the CLI's heartbeat names the cells in flight).
+
+    A cell is served from the cache only through a manifest variant whose reads all still hold and entries that
+    verify (``hlo_audit.cache``); anything else is lowered (or, with its lowering intact, analysed) again."""
     pending: list[tuple[Cell, str]] = []
     for cell in cells:
         try:
@@ -120,34 +129,33 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
         except Exception as exc:  # noqa: BLE001 (bad target spec: every cell of it is an error row)
             yield CellResult(cell=cell, status="error", message=one_line(exc))
             continue
-        cached = cache.get_result(key)
+        entry = cache.lookup(key, cell.id)
+        cached = cache.get_result(entry, cell.id) if entry else None
         if cached is not None:
-            yield CellResult.from_record(cached, cached=True)
+            yield cached
             continue
         try:
             target.check_available(cell)
         except Unavailable as exc:
             yield CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key)
             continue
-        hit = cache.get_lowering(key)
-        if hit is not None:  # lowered before, analysis code changed since: re-analyse only
+        hit = cache.get_lowering(entry, cell.id) if entry else None
+        if hit is not None:  # lowered before, analysis code changed since (or its result did not verify)
             text, meta = hit
-            result = analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), key,
+            result = analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), entry,
                                       environment(target, cell))
             result.cached, result.text = True, text
-            cache.put_result(key, result.to_record(), result.normalized)
+            cache.put_result(entry, result)
             yield result
             continue
         pending.append((cell, key))
     yield from _lower_pending(pending, cache, jobs, started or (lambda cell: None))
 
 
-def _store(cache: Cache, result: CellResult, lowering: Lowering | None) -> CellResult:
-    if result.status == "ok" and lowering is not None:
+def _store(cache: Cache, result: CellResult, lowering: Lowering | None, reads: dict | None) -> CellResult:
+    if result.status == "ok" and lowering is not None and reads is not None:
         result.text = lowering.text
-        cache.put_lowering(result.key, lowering.text,
-                           {"cell": result.cell.id, "seconds": result.lower_seconds, **lowering.meta()})
-        cache.put_result(result.key, result.to_record(), result.normalized)
+        cache.put(result.key, result, lowering, reads)
     return result
 
 
@@ -160,8 +168,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
     if workers <= 1:
         for cell, key in pending:
             started(cell)
-            result, lowering = _lower_one(cell.target, cell, key)
-            yield _store(cache, result, lowering)
+            yield _store(cache, *_lower_one(cell.target, cell, key))
         return
     # Spawned, not forked: jax and MaxText hold threads and global config that a fork would copy mid-state.
     context = multiprocessing.get_context("spawn")
@@ -175,10 +182,10 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
                 started(pending[workers + n][0])
             cell, key = futures[future]
             try:
-                record, normalized, lowering = future.result()
+                record, normalized, lowering, reads = future.result()
             except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
                 yield CellResult(cell=cell, status="error", message=f"worker process failed: {one_line(exc)}", key=key)
                 continue
             result = CellResult.from_record(record)
             result.normalized = normalized
-            yield _store(cache, result, lowering)
+            yield _store(cache, result, lowering, reads)

@@ -10,9 +10,12 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-from hlo_audit.audit import execute, plan, scaling
-from hlo_audit.files import write_atomic
+from hlo_audit.audit import execute, normalized_text, plan, scaling
+from hlo_audit.cache import Cache
 from hlo_audit.cli import app
+from hlo_audit.files import write_atomic
+from hlo_audit.matrix import Cell
+from hlo_audit.run import run_cells
 
 TARGET = "hlo_audit.examples.nnx_mlp:lower"
 
@@ -119,6 +122,16 @@ def test_scaling_projection_equals_a_real_lowering(project):
         assert projected["entry_params"] == full.entry_params
         assert projected["by_dtype"] == full.summary["by_dtype"]
         assert projected["by_role"] == full.summary["by_role"]
+
+
+def test_a_cached_result_carries_its_verified_canonical_text(tmp_path):
+    """What check and golden update compare and write comes with the result, read and verified with it: they never
+    read the cache themselves (a truncated text there is a miss, not a golden)."""
+    cell = Cell("mlp", False, "dropout0", 2, target=TARGET)
+    (fresh,) = run_cells([cell], Cache(tmp_path))
+    (cached,) = run_cells([cell], Cache(tmp_path))
+    assert cached.cached and not fresh.cached and cached.key == fresh.key
+    assert cached.normalized == fresh.normalized and normalized_text(cached) == fresh.normalized
 
 
 def test_write_atomic_replaces_whole(tmp_path):
