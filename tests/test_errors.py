@@ -24,7 +24,7 @@ def lower(cell):
 def test_a_missing_module_names_the_file_that_needs_it(tmp_path, monkeypatch):
     (tmp_path / "needy.py").write_text(textwrap.dedent(TARGET))
     monkeypatch.syspath_prepend(str(tmp_path))
-    result, _ = _lower_one("needy:lower", Cell("m", False, "none", 2, target="needy:lower"), "key")
+    result, *_ = _lower_one("needy:lower", Cell("m", False, "none", 2, target="needy:lower"), "key")
     assert result.status == "error"
     # The innermost frame of the failure is importlib's find_spec (<frozen importlib.util>): the target's line is
     # what the user can act on.
