@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hlo_audit import golden, matrix_report, platforms
 from hlo_audit.cache import Cache
-from hlo_audit.config import Config, load_config
+from hlo_audit.config import Config, load_config, resolve
 from hlo_audit.errors import InputError
 from hlo_audit.explain import Node, explain
 from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, stale, stale_waivers
@@ -47,7 +47,7 @@ class Plan:
     shard: tuple[int, int] | None = None
 
     def full_depth(self, model: str) -> int:
-        return get_target(self.config.target).full_depth(model)
+        return get_target(self.config.target, self.config.nnx).full_depth(model)
 
     @property
     def shard_record(self) -> dict:
@@ -79,7 +79,7 @@ def parse_layers(value: str | None) -> list[int | str] | None:
 
 def _universe(config: Config, depths: list[int | str] | None) -> list[Cell]:
     needs_depth = "full" in depths if depths else config.uses_full_depth
-    full_depth = get_target(config.target).full_depth if needs_depth else None
+    full_depth = get_target(config.target, config.nnx).full_depth if needs_depth else None
     return config.cells(full_depth, depths)
 
 
@@ -87,7 +87,7 @@ def plan(config_path: str | None = None, only: str | Sequence[str] | None = None
          layers: str | None = None, cwd: Path | None = None) -> Plan:
     """The cells a command runs. ``only``: one ``--only`` spec or several (AND across keys, OR within one); a
     selection of no cell is a ``MatrixError`` naming the key's known values."""
-    config = load_config(config_path, cwd)
+    config = resolve(load_config(config_path, cwd))
     picked = parse_shard(shard)
     universe = _universe(config, parse_layers(layers))
     chosen = selection(universe, only)
@@ -110,7 +110,7 @@ def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = N
     depth = int(m.group(1))
     if not 1 <= depth <= MAX_DEPTH:  # the id's own depth, not a --layers nobody gave
         raise InputError(f"{cell_id}: depth L{depth}: expected L1 to L{MAX_DEPTH}")
-    config = load_config(config_path, cwd)
+    config = resolve(load_config(config_path, cwd))
     universe = _universe(config, [depth])
     cells = [c for c in universe if c.id == cell_id]
     if not cells:
