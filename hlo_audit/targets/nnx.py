@@ -67,20 +67,27 @@ def _where(spec: Mapping, key: str) -> str:
     return spec.get("where", {}).get(key, f"nnx.{key}")
 
 
-def _accepts(function, name: str) -> bool:
-    """Whether ``function`` (a class: its constructor) takes keyword argument ``name``."""
+def _parameters(function) -> Mapping[str, inspect.Parameter] | None:
+    """The parameters ``function`` takes (a class: its ``__init__``'s, less ``self``: an NNX module's metaclass
+    shows only ``*args, **kwargs``); None when Python cannot say (a builtin)."""
     try:
-        parameters = inspect.signature(function).parameters
+        if isinstance(function, type):
+            return dict(list(inspect.signature(function.__init__).parameters.items())[1:])
+        return dict(inspect.signature(function).parameters)
     except (TypeError, ValueError):
-        return True  # a builtin or C extension: let the call say
+        return None
+
+
+def _accepts(function, name: str) -> bool:
+    """Whether ``function`` takes keyword argument ``name``."""
+    parameters = _parameters(function)
+    if parameters is None:
+        return True  # let the call say
     return name in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _default_of(function, name: str):
-    try:
-        parameter = inspect.signature(function).parameters.get(name)
-    except (TypeError, ValueError):
-        return None
+    parameter = (_parameters(function) or {}).get(name)
     return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
 
 
@@ -384,3 +391,136 @@ def _loss(spec: Mapping):
 def _position(spec: Mapping, index: int) -> int:
     """A positional input's index among the array inputs (the batch holds arrays only)."""
     return sum(1 for v in spec["inputs"][:index] if isinstance(parse_input(v, ""), Array))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What `hlo-audit init --nnx` reads off a model: its description, from its signatures and a forward pass
+# --------------------------------------------------------------------------------------------------------------
+
+# Names a library gives the depth and the layer-scan switch (tunix: num_layers; MaxText: num_decoder_layers,
+# scan_layers; Hugging Face configs: num_hidden_layers).
+DEPTH_NAMES = ("num_layers", "num_hidden_layers", "num_decoder_layers", "n_layers", "n_layer", "num_blocks",
+               "depth", "layers")
+SCAN_NAMES = ("scan_layers", "scan", "use_scan", "scan_blocks")
+
+
+def _guess_input(name: str) -> str | None:
+    """An argument's 'DTYPE[DIMS]' from its name, for the arguments language models take."""
+    lowered = name.lower()
+    if "token" in lowered or lowered in ("ids", "input_ids", "inputs_ids") or lowered.endswith("_ids"):
+        return "int32[batch,seq]"
+    if "position" in lowered or lowered in ("pos", "segment_pos"):
+        return "int32[batch,seq]"
+    if "mask" in lowered:
+        return "bool[batch,seq,seq]"
+    if "cache" in lowered:
+        return "none"
+    return None
+
+
+def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | None = None,
+             layers: str | None = None, scan: str | None = None, labels: str | None = None,
+             args: Mapping[str, object] | None = None) -> dict:
+    """A model's description for the [nnx] table, from what its signatures say and a forward pass from shapes
+    confirms: the depth field, the scan switch, the call's arguments (``inputs`` given win over names guessed from
+    the call's signature), the labels, and which part of the output is the prediction. Raises SpecError naming
+    the ``hlo-audit init`` option that would settle what it cannot tell."""
+    factory = import_attribute(model, "--nnx")
+    spec: dict = {"model": model}
+    constructor = _parameters(factory) or {}
+    if config:
+        spec["config"] = config
+        made = _config_object({"config": config, "where": {"config": "--nnx-config"}})
+        values = ({f.name: getattr(made, f.name) for f in dataclasses.fields(made)} if dataclasses.is_dataclass(made)
+                  else dict(vars(made)) if hasattr(made, "__dict__") else {})
+        depth_ok = lambda n: isinstance(values.get(n), int) and not isinstance(values.get(n), bool)  # noqa: E731
+        scan_ok = lambda n: isinstance(values.get(n), bool)  # noqa: E731
+        where = f"the fields of the object {config} returns ({type(made).__name__})"
+    else:
+        values = dict(constructor)
+        depth_ok = scan_ok = values.__contains__
+        where = f"{model}'s arguments"
+    spec["layers"] = layers or next((n for n in DEPTH_NAMES if depth_ok(n)), None)
+    if not spec["layers"]:
+        raise SpecError("--layers-field", f"cannot tell which of {where} sets the depth (none is one of "
+                                          f"{', '.join(DEPTH_NAMES)}; there are: {', '.join(values) or 'none'})")
+    scan_field = scan or next((n for n in SCAN_NAMES if scan_ok(n)), None)
+    if scan_field:
+        spec["scan"] = scan_field
+    rngs_keyword = "rngs" if _accepts(factory, "rngs") else ""
+    if rngs_keyword:
+        spec["rngs"] = rngs_keyword
+    if args:
+        spec["args"] = dict(args)
+    taken = {"rngs", *(() if config else (spec["layers"], scan_field)), *(args or {})}
+    skipped = 1 if config else 0  # the config object is the first argument
+    for name, parameter in list(constructor.items())[skipped:]:
+        if parameter.default is inspect.Parameter.empty and name not in taken and parameter.kind in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            raise SpecError("--arg", f"{model} needs {name!r}: give --arg {name}=VALUE")
+    call = _parameters(getattr(factory, "__call__", factory)) or {}
+    required = [n for n, p in list(call.items())[1 if isinstance(factory, type) else 0:]
+                if p.default is inspect.Parameter.empty
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    described = {}
+    for name in required:
+        guess = (inputs or {}).get(name) or _guess_input(name)
+        if guess is None:
+            raise SpecError("--input", f"cannot tell what {model}'s call takes as {name!r}: give --input "
+                                       f"{name}=DTYPE[DIMS] (e.g. float32[batch,16] or int32[batch,seq])")
+        described[name] = guess
+    for name, value in (inputs or {}).items():
+        described.setdefault(name, value)
+    for name, value in described.items():
+        parse_input(value, f"--input {name}")
+    spec["inputs"] = described
+    token_inputs = [n for n, v in described.items() if isinstance(parse_input(v, n), Array)
+                    and parse_input(v, n).dtype in nnx_spec.INTEGER_DTYPES and _guess_input(n) == "int32[batch,seq]"
+                    and "position" not in n.lower()]
+    chosen_labels = labels or (token_inputs[0] if token_inputs else None)
+    output, logits_like = _forward_output(spec, chosen_labels)
+    if output is not None:
+        spec["output"] = output
+    if chosen_labels and logits_like:
+        spec["labels"] = chosen_labels
+    return spec
+
+
+def _forward_output(spec: Mapping, labels: str | None) -> tuple[int | str | None, bool]:
+    """(where the prediction is in what the call returns, whether it is logits over the labels): one forward pass
+    at depth 2 from shapes (``jax.eval_shape``: nothing computed, nothing allocated)."""
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    from flax import nnx  # noqa: PLC0415
+
+    cell = Cell(model="describe", scan=False, quant="none", layers=2, target=nnx_spec.TARGET)
+    factory = import_attribute(spec["model"], "--nnx")
+    args, kwargs = _constructor_arguments(spec, cell)
+    call, batch = _call(spec, cell)
+
+    def forward():
+        extra = {spec["rngs"]: nnx.Rngs(0)} if spec.get("rngs") else {}
+        real = {k: jnp.zeros(v.shape, v.dtype) for k, v in batch.items()}
+        return call(factory(*args, **kwargs, **extra), real)
+
+    try:
+        produced = jax.eval_shape(forward)
+    except Exception as exc:  # noqa: BLE001 (the model's own error on the guessed call: one line)
+        raise SpecError("--input", f"a forward pass of {spec['model']} with {nnx_spec.to_json(spec['inputs'])} "
+                                   f"failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
+    token_shape = batch[labels].shape if labels in batch else None
+
+    def logits(leaf) -> bool:
+        return token_shape is not None and len(leaf.shape) == len(token_shape) + 1 and \
+            tuple(leaf.shape[:-1]) == tuple(token_shape)
+
+    if isinstance(produced, jax.ShapeDtypeStruct):
+        return None, logits(produced)
+    candidates = (list(produced.items()) if isinstance(produced, dict) else
+                  list(enumerate(produced)) if isinstance(produced, (tuple, list)) else [])
+    arrays = [(k, v) for k, v in candidates if isinstance(v, jax.ShapeDtypeStruct)]
+    if not arrays:
+        raise SpecError("--nnx", f"{spec['model']}'s call returns {type(produced).__name__} with no array in it")
+    preferred = next(((k, v) for k, v in arrays if k == "logits"), None) or \
+        next(((k, v) for k, v in arrays if logits(v)), arrays[0])
+    return preferred[0], logits(preferred[1])
