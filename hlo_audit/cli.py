@@ -395,11 +395,11 @@ def lower(
     output: Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write the module here "
                                                "(default: stdout).")] = None,
     normalized: Annotated[bool, typer.Option("--normalized", help="Write the canonical text goldens keep "
-                                             "(golden/<cell id>.hlo.txt), for a plain `diff`.")] = False,
+                                             "(`golden/CELL.hlo.txt`), for a plain `diff`.")] = False,
     config: ConfigOpt = None, no_cache: NoCacheOpt = False,
 ) -> None:
     """Write a cell's HLO module: exactly the text hlo-audit lowered, analysed and cached (from the cache when it is
-    there, else lowered now). `hlo-audit diff golden/<cell id>.hlo.txt FILE` then shows what changed against its
+    there, else lowered now). `hlo-audit diff golden/CELL.hlo.txt FILE` then shows what changed against its
     golden. Exit 1 if the cell cannot be lowered here."""
     if output:
         check_output(output, "--output", "module.hlo.txt")
@@ -441,8 +441,8 @@ def init(
     nnx: Annotated[str | None, typer.Option("--nnx", metavar="package.module:Factory", help="The stock NNX "
                                             "target: the nnx.Module class (or function) of a model library.")] = None,
     nnx_config: Annotated[str | None, typer.Option("--nnx-config", metavar="package.module:callable",
-                                                   help="With --nnx: what returns the model's config object, "
-                                                        "e.g. tunix.models.qwen3.model:ModelConfig.qwen3_0p6b.")]
+                                                   help="With --nnx: what returns the model's config object "
+                                                        "(a preset such as ModelConfig.qwen3_0p6b).")]
     = None,
     function: Annotated[str | None, typer.Option("--callable", metavar="package.module:function",
                                                  help="A function that lowers a cell (docs/configuration.md).")]
