@@ -500,6 +500,8 @@ def init(
     written = scaffold.write(folder, audit.init_scaffold(folder, request))
     for path in written:
         print(f"wrote {path.relative_to(folder)}")
+    if not scaffold.ignores_cache(folder):
+        print("note: .hlo-audit-cache/ will hold the lowering cache: add it to .gitignore")
     if no_golden:
         print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
         raise typer.Exit(EXIT_OK)

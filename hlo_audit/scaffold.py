@@ -210,6 +210,14 @@ def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str
     return found
 
 
+def ignores_cache(folder: Path) -> bool:
+    """Whether the repository's .gitignore already names the cache folder (init never edits it)."""
+    ignore = folder / ".gitignore"
+    cache = DEFAULTS["cache_dir"]
+    return ignore.is_file() and any(line.strip().strip("/") == cache
+                                    for line in ignore.read_text(errors="replace").splitlines())
+
+
 def write(folder: Path, scaffold: Scaffold) -> list[Path]:
     """Write the scaffold's files, each created anew (``x``: a file that appeared since ``existing`` looked is
     not overwritten either)."""

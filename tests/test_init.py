@@ -54,7 +54,9 @@ def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropo
     made = hlo_audit(empty, "init", "--nnx", "tinylm.model:TinyLM", "--nnx-config", "tinylm.model:ModelConfig.tiny",
                      pythonpath=(library,))
     assert made.returncode == 0, made.stderr[-3000:]
-    assert made.stdout.splitlines()[:2] == ["wrote hlo-audit.toml", "wrote .github/workflows/hlo-audit.yml"]
+    assert made.stdout.splitlines()[:3] == ["wrote hlo-audit.toml", "wrote .github/workflows/hlo-audit.yml",
+                                            "note: .hlo-audit-cache/ will hold the lowering cache: add it to "
+                                            ".gitignore"]
     # The config, read off the model: depth field, scan switch, the call's token ids as labels.
     config = tomllib.loads((empty / "hlo-audit.toml").read_text())
     assert config["target"] == "nnx" and config["models"] == ["tiny"] and config["layers"] == [2, 4]
@@ -167,8 +169,10 @@ def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empt
     """A MaxText contributor's tree: the config names their models, the workflow installs MaxText's release with
     what its train step imports, then their checkout over it (--no-deps), so the gate lowers their branch."""
     (empty / "pyproject.toml").write_text('[project]\nname = "maxtext"\nversion = "0.2.5"\n')
+    (empty / ".gitignore").write_text("build/\n.hlo-audit-cache/\n")
     made = hlo_audit(empty, "init", "--maxtext", "--model", "llama3-8b", "--quant", "none,int8", "--no-golden")
     assert made.returncode == 0, made.stderr
+    assert "note:" not in made.stdout  # the cache is ignored already
     assert made.stdout.splitlines()[-1].startswith("next: hlo-audit golden update")
     config = tomllib.loads((empty / "hlo-audit.toml").read_text())
     assert {k: config[k] for k in ("target", "models", "quant", "layers")} == {

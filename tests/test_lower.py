@@ -91,7 +91,7 @@ def test_a_dump_of_the_same_step_reads_identical_to_its_golden(project):
     which XLA's compile rewrites from Shardy's form; there a dump differs in more than its header, and `lower` is
     the module to diff.)"""
     dump = project / "dump"
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         from hlo_audit.examples.nnx_mlp import lower
         from hlo_audit.matrix import Cell
         lower(Cell(model="mlp", scan=False, quant="none", layers=2, target="x")).lower(

@@ -277,7 +277,7 @@ def validate(table, models: list[str], quants: list[str]) -> dict[str, dict]:
     for name in checked_variants:
         if name not in quants:
             raise SpecError(f"nnx.quant.{name}", f"variant {name!r} is in no series' quant ({', '.join(quants)})")
-    for i, quant in enumerate(quants):
+    for quant in quants:
         if quant != "none" and quant not in checked_variants:
             raise SpecError("quant", f"{quant!r}: the nnx target builds 'none' as each model's table describes it; "
                                      f"any other value of quant names a variant: add [nnx.quant.{quant}] "
