@@ -197,7 +197,8 @@ def source_digest(packages: list[str]) -> str:
     digest = hashlib.sha256()
     for name in packages:
         module = sys.modules.get(name) or importlib.import_module(name)
-        roots = [Path(p) for p in getattr(module, "__path__", [])] or [Path(module.__file__)]
+        roots = [Path(p) for p in getattr(module, "__path__", [])] or (
+            [Path(module.__file__)] if getattr(module, "__file__", None) else [])  # a built-in module has none
         for root in roots:
             files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
             for path in files:
@@ -458,9 +459,14 @@ def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | 
         if parameter.default is inspect.Parameter.empty and name not in taken and parameter.kind in (
                 inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
             raise SpecError("--arg", f"{model} needs {name!r}: give --arg {name}=VALUE")
-    call = _parameters(getattr(factory, "__call__", factory)) or {}
-    required = [n for n, p in list(call.items())[1 if isinstance(factory, type) else 0:]
-                if p.default is inspect.Parameter.empty
+    if isinstance(factory, type):  # the module's class: its call's signature names the batch
+        call = list((_parameters(factory.__call__) or {}).items())[1:]
+    elif inputs:  # a function that builds the module: the call is only what --input says
+        call = []
+    else:
+        raise SpecError("--input", f"{model} is a function, so its module's call is unknown until it runs: give "
+                                   "--input NAME=DTYPE[DIMS] for each argument of the call")
+    required = [n for n, p in call if p.default is inspect.Parameter.empty
                 and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
     described = {}
     for name in required:
