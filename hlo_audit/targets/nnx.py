@@ -157,8 +157,9 @@ def _config_object(spec: Mapping):
         config = make(**spec.get("config_args", {}))
         return with_fields(config, spec.get("fields", {}))
     except Exception as exc:  # noqa: BLE001 (the library's own error: one line)
-        raise SpecError(_where(spec, "config" if not spec.get("fields") else "fields"),
-                        f"{spec['config']}(...) with fields {spec.get('fields', {})}: {type(exc).__name__}: "
+        fields = spec.get("fields")
+        raise SpecError(_where(spec, "fields" if fields else "config"),
+                        f"{spec['config']}(...){f' with fields {fields}' if fields else ''}: {type(exc).__name__}: "
                         f"{' '.join(str(exc).split())}") from None
 
 
@@ -242,7 +243,10 @@ class NnxTarget:
 
         spec = cell_spec(cell)
         with platforms.default_device(cell):
-            traced = trace_train_step(spec, cell)
+            try:
+                traced = trace_train_step(spec, cell)
+            except SpecError as exc:  # the library changed since the plan resolved it: one line, like a config's
+                raise TargetError(f"nnx: {exc.key}: {' '.join(str(exc).split())}") from None
             lowered = traced.lower(lowering_platforms=(cell.platform,))
             return to_stage(lowered, cell, captured_arrays(traced))
 
