@@ -8,6 +8,9 @@ TE ?= 1
 STAMP := $(VENV)/.installed-te$(TE)
 TE_WHEELS := scripts/wheels
 TE_WHEEL_SUMS := $(wildcard $(TE_WHEELS)/*.whl.sha256)
+# A real NNX model library from PyPI for the nnx target's tests (tunix's Qwen3 and Llama3), pinned in constraints.txt.
+# --no-deps: its declared dependencies (tensorflow_datasets, ...) are a training stack; its models import with these.
+NNX_LIBRARY := google-tunix google-metrax clu wrapt perfetto
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
@@ -28,6 +31,7 @@ ifeq ($(TE),1)
 else
 	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]' -c constraints.txt
 endif
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt $(NNX_LIBRARY)
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 

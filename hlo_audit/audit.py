@@ -10,14 +10,15 @@ import json
 import os
 import re
 import stat
+import tomllib
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit import golden, matrix_report, platforms
+from hlo_audit import golden, matrix_report, platforms, scaffold
 from hlo_audit.cache import Cache
-from hlo_audit.config import Config, load_config
+from hlo_audit.config import DEFAULT_CONFIG_FILE, Config, ConfigError, load_config, resolve, validate
 from hlo_audit.errors import InputError
 from hlo_audit.explain import Node, explain
 from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, stale, stale_waivers
@@ -47,7 +48,7 @@ class Plan:
     shard: tuple[int, int] | None = None
 
     def full_depth(self, model: str) -> int:
-        return get_target(self.config.target).full_depth(model)
+        return get_target(self.config.target, self.config.nnx).full_depth(model)
 
     @property
     def shard_record(self) -> dict:
@@ -79,7 +80,7 @@ def parse_layers(value: str | None) -> list[int | str] | None:
 
 def _universe(config: Config, depths: list[int | str] | None) -> list[Cell]:
     needs_depth = "full" in depths if depths else config.uses_full_depth
-    full_depth = get_target(config.target).full_depth if needs_depth else None
+    full_depth = get_target(config.target, config.nnx).full_depth if needs_depth else None
     return config.cells(full_depth, depths)
 
 
@@ -87,7 +88,7 @@ def plan(config_path: str | None = None, only: str | Sequence[str] | None = None
          layers: str | None = None, cwd: Path | None = None) -> Plan:
     """The cells a command runs. ``only``: one ``--only`` spec or several (AND across keys, OR within one); a
     selection of no cell is a ``MatrixError`` naming the key's known values."""
-    config = load_config(config_path, cwd)
+    config = resolve(load_config(config_path, cwd))
     picked = parse_shard(shard)
     universe = _universe(config, parse_layers(layers))
     chosen = selection(universe, only)
@@ -110,7 +111,7 @@ def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = N
     depth = int(m.group(1))
     if not 1 <= depth <= MAX_DEPTH:  # the id's own depth, not a --layers nobody gave
         raise InputError(f"{cell_id}: depth L{depth}: expected L1 to L{MAX_DEPTH}")
-    config = load_config(config_path, cwd)
+    config = resolve(load_config(config_path, cwd))
     universe = _universe(config, [depth])
     cells = [c for c in universe if c.id == cell_id]
     if not cells:
@@ -125,6 +126,30 @@ def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = 
     if result.status != "ok":
         raise InputError(f"{cell_id}: {result.status}: {result.message}")
     return result
+
+
+class CellNotLowered(Exception):
+    """`lower`: the cell is unavailable here or failed to lower; the message says which and why."""
+
+
+def cell_text(cell_id: str, config_path: str | None = None, normalized: bool = False, use_cache: bool = True) -> str:
+    """A cell's module as hlo-audit lowered, analysed and cached it (the stage's text: XLA's printer without
+    metadata, large constants as ``{...}``), or with ``normalized`` its canonical text, the text its golden
+    keeps. From the cache when the cell is there, else lowered now (and cached)."""
+    p = plan_cell(cell_id, config_path)
+    result = next(execute(p, use_cache=use_cache))
+    if result.status != "ok":
+        raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
+    cache = Cache(p.config.cache_dir, enabled=use_cache)
+    if normalized:
+        return normalized_text(cache, result) if use_cache else result.normalized
+    text = result.text if result.text is not None else cache.hlo_text(result.key)
+    if text is None:  # a result cached without its module: lower it again
+        result = next(execute(p, use_cache=False))
+        if result.status != "ok":
+            raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
+        text = result.text
+    return text
 
 
 @dataclass(frozen=True)
@@ -527,3 +552,76 @@ def params_frame(config: str | None = None, only: str | None = None, layers: str
     """
     p = plan(config, only, None, layers)
     return tidy_frame(report(p, list(execute(p, jobs=jobs, use_cache=use_cache, refresh=refresh))))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# init: a user's repository put under the gate
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InitRequest:
+    """What `hlo-audit init` was asked for: one target kind and its options."""
+
+    kind: str  # "maxtext", "callable" or "nnx"
+    models: tuple[str, ...] = ()
+    layers: tuple[int, ...] = (2, 4)
+    quants: tuple[str, ...] = ()  # maxtext: its quantizations
+    function: str = ""  # callable: package.module:function
+    factory: str = ""  # nnx: package.module:Factory
+    factory_config: str | None = None  # nnx: package.module:callable returning the model's config object
+    inputs: tuple[tuple[str, str], ...] = ()  # nnx: argument -> DTYPE[DIMS]
+    args: tuple[tuple[str, object], ...] = ()  # nnx: constructor keyword arguments
+    labels: str | None = None
+    layers_field: str | None = None
+    scan_field: str | None = None
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-4
+    shards: int = 2
+
+
+def init_scaffold(folder: Path, request: InitRequest) -> scaffold.Scaffold:
+    """The config and workflow for ``request``, the config read back and resolved as any config is (a bad option
+    is a ConfigError or InputError naming it, before anything is written)."""
+    library = None
+    if request.kind == "maxtext":
+        text = scaffold.maxtext_config(request.models or DEFAULTS_MODELS, request.quants or DEFAULTS_QUANTS,
+                                       request.layers)
+    elif request.kind == "callable":
+        if not request.models:
+            raise InputError("init --callable: name the models the function lowers (--model NAME, repeatable)")
+        text = scaffold.callable_config(request.function, request.models, request.layers)
+    else:
+        from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax and the model's library)
+        from hlo_audit.targets.nnx_spec import SpecError  # noqa: PLC0415
+
+        try:
+            spec = nnx.describe(request.factory, request.factory_config, dict(request.inputs), request.layers_field,
+                                request.scan_field, request.labels, dict(request.args) or None)
+        except SpecError as exc:
+            raise InputError(f"init {exc.key}: {' '.join(str(exc).split())}") from None
+        name = request.models[0] if request.models else _model_name(request)
+        if len(request.models) > 1:
+            raise InputError("init --nnx describes one model (--model NAME); add more to [nnx.models] by hand")
+        text = scaffold.nnx_config(name, spec, request.layers, request.optimizer, request.learning_rate)
+        library = nnx.library_versions(spec)
+    try:
+        resolve(validate(tomllib.loads(text), DEFAULT_CONFIG_FILE, folder))
+    except ConfigError as exc:
+        raise InputError(f"init: the config it would write is refused: {exc}") from None
+    return scaffold.Scaffold(config=text, workflow=scaffold.workflow(
+        scaffold.install_lines(request.kind, folder, library), request.shards))
+
+
+DEFAULTS_MODELS = ("llama3-8b", "qwen3-1.7b", "deepseek3-test")
+DEFAULTS_QUANTS = ("none", "int8", "fp8", "nanoo_fp8")
+
+
+def _model_name(request: InitRequest) -> str:
+    """A model's name from where it comes from: the config preset (``ModelConfig.qwen3_0p6b`` -> qwen3_0p6b), else
+    the factory (``TinyLM`` -> tinylm)."""
+    path = request.factory_config or request.factory
+    name = path.rpartition(":")[2].rpartition(".")[2].lower()
+    if problem := id_part_problem(name):
+        raise InputError(f"init: model name {name!r} {problem}: give --model NAME")
+    return name

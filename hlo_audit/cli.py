@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit import __version__, audit, host
+from hlo_audit import __version__, audit, host, scaffold
 from hlo_audit.errors import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, exit_on_input_error
 from hlo_audit.errors import report as report_error
 from hlo_audit.errors import warn
@@ -288,11 +288,15 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
                   prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
                                                       "matrix.")] = False) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
-    plan = audit.plan(config, _only(only), None, layers)
+    raise typer.Exit(_golden_update(audit.plan(config, _only(only), None, layers), jobs, no_cache, prune, refresh))
+
+
+def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
+    """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
     results = _run(plan, jobs, no_cache, refresh)
     report = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, report, plan.config.golden_dir))
-    raise typer.Exit(1 if any(why.startswith("error") for _, why in report.skipped) else 0)
+    return 1 if any(why.startswith("error") for _, why in report.skipped) else 0
 
 
 def _check_outputs(junit_path: str | None, markdown_path: str | None) -> None:
@@ -385,6 +389,130 @@ def explain(
     tree, captured = audit.explain_source(source, config, module, stage.value, use_cache=not no_cache, depth=depth,
                                           top=top, refresh=refresh)
     emit("explain", fmt, tree=tree, captured=captured)
+
+
+@app.command()
+@exit_on_input_error
+def lower(
+    cell: Annotated[str, typer.Argument(metavar="CELL", help="A cell id of the config's matrix, at any depth of its "
+                                        "series, e.g. llama3-8b/scan-off/int8/L32.")],
+    output: Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help="Write the module here "
+                                               "(default: stdout).")] = None,
+    normalized: Annotated[bool, typer.Option("--normalized", help="Write the canonical text goldens keep "
+                                             "(`golden/CELL.hlo.txt`), for a plain `diff`.")] = False,
+    config: ConfigOpt = None, no_cache: NoCacheOpt = False,
+) -> None:
+    """Write a cell's HLO module: exactly the text hlo-audit lowered, analysed and cached (from the cache when it is
+    there, else lowered now). `hlo-audit diff golden/CELL.hlo.txt FILE` then shows what changed against its
+    golden. Exit 1 if the cell cannot be lowered here."""
+    if output:
+        check_output(output, "--output", "module.hlo.txt")
+    try:
+        text = audit.cell_text(cell, config, normalized=normalized, use_cache=not no_cache)
+    except audit.CellNotLowered as exc:
+        report_error(exc)
+        raise typer.Exit(EXIT_DIFFERENCE) from None
+    if output:
+        write_output(output, text, "--output", "module.hlo.txt")
+    else:
+        sys.stdout.write(text)
+
+
+def _pairs(values: list[str] | None, option: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` options as pairs; anything else is a usage error naming the option."""
+    pairs = []
+    for value in values or []:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise InputError(f"{option} expects NAME=VALUE, got {value!r}")
+        pairs.append((name.strip(), rest.strip()))
+    return pairs
+
+
+def _toml_scalar(text: str):
+    """``--arg width=16`` gives 16, ``rate=0.1`` 0.1, ``flag=true`` True; anything else stays a string."""
+    import tomllib  # noqa: PLC0415
+
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+@app.command()
+@exit_on_input_error
+def init(
+    nnx: Annotated[str | None, typer.Option("--nnx", metavar="package.module:Factory", help="The stock NNX "
+                                            "target: the nnx.Module class (or function) of a model library.")] = None,
+    nnx_config: Annotated[str | None, typer.Option("--nnx-config", metavar="package.module:callable",
+                                                   help="With --nnx: what returns the model's config object "
+                                                        "(a preset such as ModelConfig.qwen3_0p6b).")]
+    = None,
+    function: Annotated[str | None, typer.Option("--callable", metavar="package.module:function",
+                                                 help="A function that lowers a cell (docs/configuration.md).")]
+    = None,
+    maxtext: Annotated[bool, typer.Option("--maxtext", help="MaxText's train step (the MaxText installed: in a "
+                                          "contributor's checkout, their branch).")] = False,
+    model: Annotated[list[str] | None, typer.Option("--model", metavar="NAME", help="A model name (repeatable): "
+                                                    "MaxText's (default: the built-in matrix's three), the "
+                                                    "callable's, or the nnx model's name in its cell ids.")] = None,
+    quant: Annotated[str | None, typer.Option("--quant", metavar="Q,...", help="--maxtext: quantizations "
+                                              "(default: none,int8,fp8,nanoo_fp8).")] = None,
+    layers: Annotated[str, typer.Option("--layers", metavar="N,...", help="Depths of every series.")] = "2,4",
+    inputs: Annotated[list[str] | None, typer.Option("--input", metavar="NAME=DTYPE[DIMS]", help="--nnx: an "
+                                                     "argument of the model's call, e.g. x=float32[batch,16] "
+                                                     "(repeatable; default: read off the call's names).")] = None,
+    args: Annotated[list[str] | None, typer.Option("--arg", metavar="NAME=VALUE", help="--nnx: a keyword "
+                                                   "argument of the factory (repeatable).")] = None,
+    labels: Annotated[str | None, typer.Option("--labels", metavar="NAME", help="--nnx: the input holding the "
+                                               "token ids the loss predicts.")] = None,
+    layers_field: Annotated[str | None, typer.Option("--layers-field", metavar="NAME", help="--nnx: the config "
+                                                     "field (or keyword) that sets the depth.")] = None,
+    scan_field: Annotated[str | None, typer.Option("--scan-field", metavar="NAME", help="--nnx: the config field "
+                                                   "(or keyword) that turns layer scan on.")] = None,
+    optimizer: Annotated[str, typer.Option("--optimizer", help="--nnx: an optax optimizer.")] = "adamw",
+    learning_rate: Annotated[float, typer.Option("--learning-rate", help="--nnx: its learning rate.")] = 1e-4,
+    shards: Annotated[int, typer.Option("--shards", min=1, max=256, help="Check jobs in the CI workflow.")] = 2,
+    no_golden: Annotated[bool, typer.Option("--no-golden", help="Write the config and the workflow only.")] = False,
+    jobs: JobsOpt = 1,
+) -> None:
+    """Put this repository under the gate: write hlo-audit.toml for the target, a GitHub Actions workflow
+    (.github/workflows/hlo-audit.yml: check in shards, merged), and the first goldens (golden update). Nothing
+    is overwritten: if any of them exists, init says which and exits 2. Exit 1 if a cell fails to lower (the
+    config and workflow stay: fix the config, then `hlo-audit golden update`)."""
+    import pathlib  # noqa: PLC0415
+
+    kinds = [k for k, given in (("nnx", nnx), ("callable", function), ("maxtext", maxtext)) if given]
+    if len(kinds) != 1:
+        raise InputError("init: name the target: one of --nnx package.module:Factory, --callable "
+                         "package.module:function, --maxtext")
+    folder = pathlib.Path.cwd()
+    found = scaffold.existing(folder)
+    if found:
+        raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
+                         "(edit the config by hand, or remove them first)")
+    depths = audit.parse_layers(layers) or []
+    if not depths or "full" in depths:
+        raise InputError(f"init --layers: give depths such as 2,4, got {layers!r}")
+    request = audit.InitRequest(
+        kind=kinds[0], models=tuple(model or ()), layers=tuple(int(d) for d in depths),
+        quants=tuple(q.strip() for q in quant.split(",")) if quant else (), function=function or "",
+        factory=nnx or "", factory_config=nnx_config, inputs=tuple(_pairs(inputs, "--input")),
+        args=tuple((k, _toml_scalar(v)) for k, v in _pairs(args, "--arg")), labels=labels,
+        layers_field=layers_field, scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate,
+        shards=shards)
+    written = scaffold.write(folder, audit.init_scaffold(folder, request))
+    for path in written:
+        print(f"wrote {path.relative_to(folder)}")
+    if not scaffold.ignores_cache(folder):
+        print("note: .hlo-audit-cache/ will hold the lowering cache: add it to .gitignore")
+    if no_golden:
+        print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
+        raise typer.Exit(EXIT_OK)
+    code = _golden_update(audit.plan(None, cwd=folder), jobs, no_cache=False)
+    if code == EXIT_OK:
+        print("next: hlo-audit check (it passes now), then commit hlo-audit.toml, the workflow and golden/")
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -11,13 +11,14 @@ import os
 import stat
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hlo_audit import platforms
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
 from hlo_audit.stages import STAGES
+from hlo_audit.targets import nnx_spec
 from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, DEFAULT_PREFILL, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS,
                                      TE_RECIPES, TRAIN_STEP, is_transformer_engine)
 
@@ -79,6 +80,8 @@ DEFAULTS: dict = {
     # refuses anything else ("eligible for RHT cast fusion"); deepseek3-test's MoE dims (576) do not fit, on any GPU.
     "exclude": [{"model": "deepseek3-test", "quant": "te_nvfp4"}],
     "policy": {},
+    # The stock NNX target's model descriptions (target = "nnx"; targets/nnx_spec.py reads it).
+    "nnx": {},
     "waive": [
         {"rule": "rng_scaling", "quant": "int8",
          "reason": "MaxText's AQT int8 keeps a private RNG stream per quantized dot by design: its "
@@ -118,6 +121,12 @@ class Config:
     policy: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_POLICY))
     waivers: tuple[Mapping[str, str], ...] = ()  # each: rule, reason, and cell attributes to match
     memory_tolerance: float = DEFAULTS["memory_tolerance"]
+    # Per series: the axes (scan, quant) the config left to their default, which a callable target's function may
+    # declare (its `scan` / `quant` attribute) once the plan imports it (``resolve``).
+    defaulted: tuple[frozenset[str], ...] = ()
+    # target "nnx": model -> its description (targets.nnx_spec), with the library's source digest once resolved.
+    nnx: Mapping[str, Mapping] = field(default_factory=dict)
+    resolved: bool = False  # the target imported and checked (``resolve``)
 
     @property
     def uses_full_depth(self) -> bool:
@@ -229,9 +238,15 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     merged = {**DEFAULTS, **raw}
     if "matrix" not in raw and any(key in raw for key in AXIS_KEYS):
         merged["matrix"] = []  # the default's further series belong to the default's models and quants
+    stock_nnx = raw.get("target") == nnx_spec.TARGET
     # The default overrides follow the default models: a config naming its own models starts clean.
     if "overrides" not in raw:
-        merged["overrides"] = {m: t for m, t in DEFAULTS["overrides"].items() if m in merged["models"]}
+        merged["overrides"] = {} if stock_nnx else {m: t for m, t in DEFAULTS["overrides"].items()
+                                                    if m in merged["models"]}
+    if stock_nnx:
+        # A library's models are not MaxText's: no MaxText quantizations, no waivers written for MaxText's leaks.
+        merged["quant"] = raw.get("quant", ["none"])
+        merged["waive"] = raw.get("waive", [])
 
     def fail(key: str, message: str):
         # A TOML key may hold any character: shown escaped, so the error stays one line.
@@ -239,20 +254,73 @@ def validate(raw: dict, source: str, base: Path) -> Config:
         raise ConfigError(f"{source}: {key}: {message}")
 
     target = _typed(merged, "target", str, fail)
-    if target != "maxtext" and ":" not in target:
-        fail("target", f"expected 'maxtext' or 'package.module:function', got {target!r}")
+    if target not in ("maxtext", nnx_spec.TARGET) and ":" not in target:
+        fail("target", f"expected 'maxtext' or 'package.module:function' (or 'nnx', the stock NNX target), "
+                       f"got {target!r}")
     if problem := text_problem(target):
         fail("target", problem)
+    if target == nnx_spec.TARGET and "models" not in raw:
+        fail("models", "the nnx target audits the models a config names: models = ['NAME', ...], each described "
+                       "by [nnx] and [nnx.models.NAME]")
+    if raw.get("nnx") and target != nnx_spec.TARGET:
+        fail("nnx", f"only target = 'nnx' reads the [nnx] table (target is {target!r})")
     tolerance = merged["memory_tolerance"]
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         fail("memory_tolerance", f"expected a fraction in [0, 1), e.g. 0.02 for 2%, got {tolerance!r}")
     golden_dir, cache_dir = _folders(merged, base, fail)
+    series = _series(merged, target, fail)
+    entries = merged["matrix"]
+    defaulted = tuple(frozenset(k for k in DEFAULTABLE_AXES if k not in raw and k not in entry)
+                      for entry in [{}, *entries])
+    specs: dict[str, dict] = {}
+    if target == nnx_spec.TARGET:
+        series, defaulted, specs = _nnx_series(merged, series, defaulted, fail)
     return Config(
-        source=source, target=target, series=_series(merged, target, fail), memory_tolerance=float(tolerance),
+        source=source, target=target, series=series, memory_tolerance=float(tolerance),
         cache_dir=cache_dir, golden_dir=golden_dir,
         exclude=_exclude(merged["exclude"], fail), policy={**DEFAULT_POLICY, **_policy(merged["policy"], fail)},
-        waivers=_waivers(merged["waive"], fail),
+        waivers=_waivers(merged["waive"], fail), defaulted=defaulted, nnx=specs,
     )
+
+
+# Axes whose default a callable target's function may declare (its `scan` / `quant` attribute).
+DEFAULTABLE_AXES = ("scan", "quant")
+
+
+def _nnx_series(merged: dict, series: tuple[Axes, ...], defaulted: tuple[frozenset[str], ...],
+                fail) -> tuple[tuple[Axes, ...], tuple[frozenset[str], ...], dict[str, dict]]:
+    """target "nnx": each series split into one per model, carrying the model's description in its cells'
+    overrides; scan defaults to what the model supports (on and off where its description names a scan switch,
+    off where it does not), and an explicit scan 'on' for a model without one is an error."""
+    if any(values for axes in series for values in axes.overrides.values()):
+        fail("overrides", "the nnx target sets a model's config fields in [nnx.models.NAME] fields = {...}, or in a "
+                          "variant's [nnx.quant.NAME], not in overrides")
+    models = list(dict.fromkeys(m for axes in series for m in axes.models))
+    quants = list(dict.fromkeys(q for axes in series for q in axes.quants))
+    try:
+        specs = nnx_spec.validate(merged["nnx"], models, quants)
+    except nnx_spec.SpecError as exc:
+        fail(exc.key, str(exc))
+    split, flags = [], []
+    for i, (axes, given) in enumerate(zip(series, defaulted)):
+        prefix = "" if i == 0 else f"matrix[{i - 1}]."
+        if any(step != TRAIN_STEP for step in axes.steps):
+            fail(prefix + "step", f"the nnx target builds a train step only, got {', '.join(axes.steps)}")
+        if any(mode != "train" for mode in axes.quant_modes):
+            fail(prefix + "quant_mode", "quant_mode is AQT's (MaxText's); the nnx target's variants are quant's values")
+        for model in axes.models:
+            scans = axes.scans
+            if "scan" in given:
+                scans = (True, False) if nnx_spec.supports_scan(specs[model]) else (False,)
+            elif True in scans and not nnx_spec.supports_scan(specs[model]):
+                fail(prefix + "scan", f"'on' for model {model!r}, whose description names no scan switch: set "
+                                      f"scan = 'FIELD' (the config field or keyword that turns layer scan on) in "
+                                      f"[nnx.models.{model}], or leave scan out (it defaults to what each model "
+                                      "supports)")
+            split.append(replace(axes, models=(model,), scans=scans,
+                                 overrides={model: {nnx_spec.SPEC_KEY: nnx_spec.to_json(specs[model])}}))
+            flags.append(given)
+    return tuple(split), tuple(flags), specs
 
 
 def _folders(merged: dict, base: Path, fail) -> tuple[Path, Path]:
@@ -520,3 +588,88 @@ def _string_list(merged: dict, key: str, fail, allow_scalar: bool = False, allow
 def _toml_scalar(value) -> str:
     """MaxText takes config values as command-line strings; TOML booleans become True/False."""
     return str(value)
+
+
+def resolve(config: Config) -> Config:
+    """The config with its target imported and checked: what only an import can tell, found when a command plans
+    its cells (``list`` too), so a misspelled function or factory is one line naming the file and the key, and
+    exit 2, before any cell runs.
+
+    * A callable target (``package.module:function``): the function is imported. Its ``scan`` and ``quant``
+      attributes, where it has them, say which values of those axes it lowers: they are the defaults of every
+      series that leaves the axis out, and a series naming another value is an error.
+    * The nnx target: each model's factory, config callable, fields and optimizer are checked, its full depth read
+      off its config, and the digest of its library's source added to the description its cells carry, so an
+      edit of the library is a cache miss (``targets.nnx.resolve``).
+    * MaxText's target: nothing to import here; MaxText's config system judges its models when a cell lowers.
+    """
+    if config.resolved or config.target == "maxtext":
+        return config
+    if config.target == nnx_spec.TARGET:
+        return _resolve_nnx(config)
+    from hlo_audit.targets import get_target  # noqa: PLC0415 (imports the user's module)
+
+    try:
+        target = get_target(config.target)
+    except TargetError as exc:
+        raise ConfigError(f"{config.source}: target: {' '.join(str(exc).split())}") from None
+    series = list(config.series)
+    for axis, values_of in (("scan", _declared_scans), ("quant", _declared_quants)):
+        declared = values_of(target, config)
+        if declared is None:
+            continue
+        for i, (axes, defaulted) in enumerate(zip(series, config.defaulted or [frozenset()] * len(series))):
+            field_name = "scans" if axis == "scan" else "quants"
+            if axis in defaulted:
+                series[i] = replace(axes, **{field_name: declared})
+                continue
+            for j, value in enumerate(getattr(axes, field_name)):
+                if value not in declared:
+                    shown = (("on" if value else "off") if axis == "scan" else value)
+                    names = ", ".join(("on" if v else "off") if axis == "scan" else v for v in declared)
+                    prefix = "" if i == 0 else f"matrix[{i - 1}]."
+                    raise ConfigError(f"{config.source}: {prefix}{axis}[{j}]: {config.target} lowers {axis} "
+                                      f"{names} only (its function's {axis} attribute), got {shown!r}")
+    return replace(config, series=tuple(series), resolved=True)
+
+
+def _declared(target, config: Config, axis: str) -> list[str] | None:
+    declared = getattr(getattr(target, "function", None), axis, None)
+    if declared is None or callable(declared):
+        return None
+    declared = [declared] if isinstance(declared, str) else declared
+    if not isinstance(declared, (list, tuple)) or not declared or not all(isinstance(v, str) for v in declared):
+        raise ConfigError(f"{config.source}: target: {config.target}'s {axis} attribute: expected a list of "
+                          f"strings, got {declared!r}")
+    for value in declared:
+        if axis == "scan" and value not in ("on", "off"):
+            raise ConfigError(f"{config.source}: target: {config.target}'s scan attribute: expected 'on' and/or "
+                              f"'off', got {value!r}")
+        if problem := id_part_problem(value):
+            raise ConfigError(f"{config.source}: target: {config.target}'s {axis} attribute: {value!r} {problem}")
+    return list(dict.fromkeys(declared))
+
+
+def _declared_scans(target, config: Config) -> tuple[bool, ...] | None:
+    declared = _declared(target, config, "scan")
+    return None if declared is None else tuple(v == "on" for v in declared)
+
+
+def _declared_quants(target, config: Config) -> tuple[str, ...] | None:
+    declared = _declared(target, config, "quant")
+    return None if declared is None else tuple(declared)
+
+
+def _resolve_nnx(config: Config) -> Config:
+    from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax, optax and the model's library)
+
+    resolved = {}
+    for model, spec in config.nnx.items():
+        try:
+            resolved[model] = nnx.resolve(spec)
+        except nnx_spec.SpecError as exc:
+            whose = "" if f".{model}." in f"{exc.key}." else f" (model {model!r})"
+            raise ConfigError(f"{config.source}: {exc.key}: {' '.join(str(exc).split())}{whose}") from None
+    series = tuple(replace(axes, overrides={m: {nnx_spec.SPEC_KEY: nnx_spec.to_json(resolved[m])}
+                                            for m in axes.models}) for axes in config.series)
+    return replace(config, series=series, nnx=resolved, resolved=True)

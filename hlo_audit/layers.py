@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("running", ("config", "cache", "run")),
     ("judging", ("golden", "gate", "scaling", "matrix_report", "explain")),
     ("formats", ("report", "report.*")),
-    ("commands", ("audit", "errors", "cli", "pytest_plugin", "__main__", "", "examples", "examples.*")),
+    ("commands", ("audit", "errors", "scaffold", "cli", "pytest_plugin", "__main__", "", "examples", "examples.*")),
 )
 # The HLO core: jax-free, below everything, importing nothing outside itself.
 CORE = ("hlo", "hlo.*")

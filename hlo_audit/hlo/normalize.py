@@ -12,7 +12,9 @@ after the operands (and control predecessors) it needs, depth first from the roo
 operands by what they are); computations callees first. So a shared constant, or any instruction that
 depends on nothing before it, prints in the same place wherever the printer put it. A shape without a layout
 prints with XLA's default one (the same shape to XLA). An ``entry_computation_layout`` that only spells out the
-default layouts of the entry's parameters and root says nothing and is left out, as are comments.
+default layouts of the entry's parameters and root says nothing and is left out, as are comments, and so are the
+SPMD propagation flags of a one-partition module (compile options XLA's dump prints and jax's lowering does not:
+``header_attr_says_nothing``), so a module read from a dump and the same module lowered print alike.
 
 Dropped as volatile: metadata (op_name, source file/line, stack_frame_id), the dump's FileNames /
 StackFrames tables, ``/*index=N*/`` comments, module-id suffixes, and serialized kernel bodies in
@@ -309,7 +311,7 @@ def normalize_with_printed(module: HloModule,
 def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[str, frozenset[str]]:
     namer = _Namer(params if params is not None else entry_params(module))
     header_attrs = ", ".join(f"{k}={v}" for k, v in sorted(module.header_attrs.items())
-                             if k != "entry_computation_layout" or not spells_out_defaults(module, v))
+                             if not header_attr_says_nothing(module, k, v))
     lines = [f"HloModule {strip_number_suffix(module.name)}" + (f", {header_attrs}" if header_attrs else "")]
     for comp in call_graph_postorder(module):
         namer.computation(comp)
@@ -320,6 +322,25 @@ def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[
     for name, canonical in namer.computation_names.items():
         first_of_each.setdefault(canonical, name)
     return "\n".join(lines) + "\n", frozenset(first_of_each.values())
+
+
+# Compile options only XLA's sharding propagation reads, and XLA runs it only on a module of more than one partition
+# (its compilers add the SPMD passes when num_partitions > 1). PJRT sets them when it compiles (jax's unspecified
+# in and out shardings give {true,...}), so XLA's dump of the module before optimizations prints them and jax's
+# own lowering does not: one partition, they say nothing about the program.
+SPMD_PROPAGATION_ATTRS = frozenset({"allow_spmd_sharding_propagation_to_parameters",
+                                    "allow_spmd_sharding_propagation_to_output"})
+
+
+def header_attr_says_nothing(module: HloModule, key: str, value: str) -> bool:
+    """Whether a header attribute only says what XLA does without it, so the canonical text leaves it out: an
+    ``entry_computation_layout`` of the default layouts, SPMD propagation flags of a one-partition module."""
+    if key == "entry_computation_layout":
+        return spells_out_defaults(module, value)
+    if key in SPMD_PROPAGATION_ATTRS:
+        partitions = module.header_attrs.get("num_partitions", "1").strip()
+        return not partitions.isdigit() or int(partitions) <= 1
+    return False
 
 
 def spells_out_defaults(module: HloModule, layout: str) -> bool:

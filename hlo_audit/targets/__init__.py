@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 
 from hlo_audit import host
 
-# Built-in targets by name: module and class, imported only when a config names them (MaxText imports jax).
-BUILTIN = {"maxtext": ("hlo_audit.targets.maxtext", "MaxTextTarget")}
+# Built-in targets by name: module and class, imported only when a config names them (they import jax).
+BUILTIN = {
+    "maxtext": ("hlo_audit.targets.maxtext", "MaxTextTarget"),
+    "nnx": ("hlo_audit.targets.nnx", "NnxTarget"),  # a Flax NNX library's model, described in the config
+}
 
 
-def get_target(spec: str):
-    """``maxtext`` or ``package.module:function`` (a user's callable)."""
+def get_target(spec: str, models: Mapping[str, Mapping] | None = None):
+    """``maxtext``, ``nnx`` or ``package.module:function`` (a user's callable). ``models``: the config's model
+    descriptions, for a target that answers ``full_depth`` from them (``nnx``; its cells carry their own)."""
     host.cpu_backend_only_without_accelerators()  # for library callers too, not only the processes hlo-audit owns
     module, name = BUILTIN.get(spec, ("hlo_audit.targets.callable", "CallableTarget"))
     implementation = getattr(importlib.import_module(module), name)
+    if spec == "nnx":
+        return implementation(models)
     return implementation() if spec in BUILTIN else implementation(spec)

@@ -1,6 +1,7 @@
 """Any JAX project: ``target = "package.module:function"``.
 
-The function receives the cell (model, scan, quant, layers, batch, seq, platform, overrides) and returns
+The function receives the cell (every field it may read is in docs/configuration.md, "What a target reads off
+the cell"; ``quant`` is a free variant axis the function gives a meaning) and returns
 a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform`` and records the arrays it closes over) or a
 ``jax.stages.Lowered``, or what ``nnx.jit(f).trace(...)`` / ``.lower(...)`` return (flax's wrappers of those two:
 ``.traced`` / ``.lowered``; the arguments' real state paths and variable types are read back from their graph,
@@ -8,9 +9,10 @@ a ``jax.stages.Traced`` (the tool lowers it for ``cell.platform`` and records th
 ``hlo_audit.Unavailable("why")`` for cells it cannot build here. It runs with jax's default device set to the
 cell's first device (one chip of a TPU topology, for a ``tpu`` cell with a ``topology``), so unsharded code
 lowers and compiles for that platform as it is; a function that shards builds its mesh over
-``hlo_audit.devices(cell)``. Optional attribute
-``function.full_depth``: a dict model -> layers, or a callable model -> layers, for ``--layers full`` and
-scaling projections.
+``hlo_audit.devices(cell)``. Optional attributes: ``function.full_depth``, a dict model -> layers, or a callable
+model -> layers, for ``--layers full`` and scaling projections; ``function.scan`` and ``function.quant``, the
+values of those axes it lowers, the defaults of a series that leaves them out (``config.resolve``, at plan time,
+where a misspelled function is a config error too).
 """
 
 from __future__ import annotations
