@@ -60,6 +60,9 @@ class Lowering:
     jax's pytree keys of each entry parameter, when known and checked against the module's parameters;
     ``captured`` the arrays the step closes over (``hlo_audit.capture``). ``memory`` (bytes by
     ``MEMORY_KINDS`` key) and ``cost`` (flops, transcendentals, bytes accessed) exist from stage optimized on.
+    ``dump`` is what the stage kept of XLA's dump besides the module, by kind: a GPU program's ``thunk_sequence``
+    and ``thunk_metadata`` (stage compiled: what one step launches); empty for a GPU program of stage optimized,
+    which ends before codegen writes them (launches are then counted from the module); None for other programs.
     """
 
     text: str
@@ -70,13 +73,14 @@ class Lowering:
     note: str = ""
     memory: dict[str, int] | None = None
     cost: dict[str, float] | None = None
+    dump: dict[str, str] | None = None
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
         return {"stage": self.stage,
                 "arg_keys": [list(k) for k in self.arg_keys] if self.arg_keys is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
-                "note": self.note, "memory": self.memory, "cost": self.cost}
+                "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump}
 
     @classmethod
     def from_cache(cls, text: str, meta: dict) -> "Lowering":
@@ -85,4 +89,5 @@ class Lowering:
         return cls(text, stage=meta.get("stage", "lowered"),
                    arg_keys=tuple(map(tuple, keys)) if keys is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
-                   note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"))
+                   note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
+                   dump=meta.get("dump"))
