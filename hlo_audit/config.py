@@ -92,7 +92,8 @@ DEFAULTS: dict = {
                      "parameters; drop this waiver when MaxText ships it"} for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
     ],
 }
-DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail",
+DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
+                  "missing_golden": "fail",
                   "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)

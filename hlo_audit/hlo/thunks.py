@@ -828,9 +828,14 @@ def group_counts(report: LaunchReport) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def group_delta(before: dict[str, int], after: dict[str, int]) -> list[LaunchGroup]:
-    """``launch_delta`` of two records' ``group_counts`` (the most parameters a launch reads: its collapsed paths)."""
-    return _merge(_delta(_parse_groups(before), _parse_groups(after)))
+def group_delta(before: dict[str, int], after: dict[str, int], reading: Iterable[str] | None = None) -> list[LaunchGroup]:
+    """``launch_delta`` of two records' ``group_counts`` (the most parameters a launch reads: its collapsed paths);
+    with ``reading`` (roles), only the launches that read an entry parameter of one of those roles."""
+    old, new = _parse_groups(before), _parse_groups(after)
+    if reading is not None:
+        wanted = set(reading)
+        old, new = ({k: v for k, v in side.items() if wanted & set(k[3])} for side in (old, new))
+    return _merge(_delta(old, new))
 
 
 def _parse_groups(groups: dict[str, int]) -> dict[_Key, tuple[int, int, set[str]]]:
@@ -844,6 +849,13 @@ def _parse_groups(groups: dict[str, int]) -> dict[_Key, tuple[int, int, set[str]
         fine[(m.group("category"), bool(m.group("scalar")), m.group("name"), roles, paths)] = (
             count, len(paths), set(paths))
     return fine
+
+
+def change_text(before: dict, after: dict, delta: dict) -> str:
+    """``kernels per step 580 -> 622 (+42, scalar +42)``: two launch records' gated counts (``total``, ``scalar``,
+    ``collectives``) and their differences, as a finding and ``diff`` say them."""
+    moved = ", ".join(f"{v:+d}" if k == "total" else f"{k} {v:+d}" for k, v in delta.items())
+    return f"kernels per step {before['total']} -> {after['total']}" + (f" ({moved})" if moved else " (unchanged)")
 
 
 def step_launches(module: HloModule, params: Sequence[EntryParam], dump: dict[str, str] | None,

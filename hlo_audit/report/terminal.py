@@ -19,8 +19,9 @@ from rich.text import Text
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
-from hlo_audit.report.words import (captured_text, common_path_prefix, constants_headline, frozen_rng_line, rng_cost,
-                                    rng_headline)
+from hlo_audit.report.words import (captured_text, common_path_prefix, constants_headline, frozen_rng_line,
+                                    launches_change_text, launches_headline, rng_cost, rng_headline,
+                                    scalar_launch_lines)
 from hlo_audit.results import worst
 
 
@@ -69,9 +70,10 @@ def make_table(console: Console, title: str, columns: Sequence[tuple[str, str]])
     return table
 
 
-def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
-    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI)."""
-    for a in analyses:
+def print_count(console: Console, analyses: Sequence, top: int = 20, launches: Sequence | None = None) -> None:
+    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI); a GPU dump's
+    module, what one step launches."""
+    for a, kernels in zip(analyses, launches or [None] * len(analyses)):
         if not isinstance(a, Analysis):
             continue
         s = a.summary
@@ -91,7 +93,17 @@ def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
             table.add_row(Text(pattern), str(n))
         console.print(table)
         print_constants(console, a.constants.to_record())
+        print_launches(console, kernels)
         console.print()
+
+
+def print_launches(console: Console, record: dict | None) -> None:
+    """A GPU program's launches per step in a line, then its largest groups of scalar kernels."""
+    if not record:
+        return
+    status(console, launches_headline(record))
+    for line in scalar_launch_lines(record):
+        status(console, Text(f"  {line}"))
 
 
 def print_constants(console: Console, record: dict) -> None:
@@ -113,7 +125,7 @@ def print_constants(console: Console, record: dict) -> None:
         console.print(groups)
 
 
-def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
+def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> None:
     style = {"identical": "green", "identical-after-normalization": "green",
              "rng-state-only": "yellow", "changed": "red"}[d.verdict]
     verdict = Text(f"verdict: {d.verdict}", style=f"bold {style}")
@@ -121,6 +133,10 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
         verdict.append(f" ({', '.join(d.changes)})")
     status(console, verdict)
     status(console, f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})")
+    if launches:
+        status(console, launches_change_text(launches))
+        for line in launches["lines"][:8]:
+            status(console, Text(f"  {line}", style="red" if line.startswith("+") else "green"))
     if d.by_dtype_delta or d.by_role_delta:
         deltas = make_table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
         for k, v in d.by_dtype_delta.items():
@@ -173,16 +189,21 @@ def keep_ids_whole(table: Table, ids) -> None:
 
 
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
-    table = make_table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
-                                   ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
+    columns = [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"), ("rng", "right"),
+               ("/layer", "right"), ("dead", "right"), ("const", "right")]
+    kernels = any(r.launches for r in results)  # GPU cells: launches per step (`kernels`)
+    table = make_table(console, None, columns + ([("kern", "right")] if kernels else []))
     keep_ids_whole(table, [r.cell.id for r in results])
+    if kernels:  # the 40-character ids still fit in 100 columns beside the count
+        table.columns[0].min_width = min(table.columns[0].min_width, ID_MIN_WIDTH - 1)
     for r in results:
         slope = slopes.get(r.cell.id)
         captured = r.captured
         table.add_row(Text(r.cell.id), Text(r.status, style=STATUS_STYLE[r.status]),
                       str(r.entry_params) if r.summary else "", dtype_counts(r.summary["by_dtype"]) if r.summary else "",
                       str(r.rng_params) if r.summary else "", "" if slope is None else f"{slope:g}",
-                      str(r.rng["dead_params"]) if r.rng else "", str(captured["arrays"]) if captured else "")
+                      str(r.rng["dead_params"]) if r.rng else "", str(captured["arrays"]) if captured else "",
+                      *([str(r.kernels) if r.launches else ""] if kernels else []))
     if Measurement.get(console, console.options.update_width(10_000), table).maximum > console.width:
         table.collapse_padding = True  # one space between columns rather than squeezing one to nothing
     console.print(table)
@@ -225,6 +246,18 @@ def print_scaling(console: Console, series) -> None:
                       str(p.get("layers", "")), str(p.get("entry_params", "")),
                       str(p.get("by_dtype", {}).get("u32", "")))
     console.print(table)
+    launched = [s for s in series if s.launches]
+    if launched:  # GPU series: kernels per step per layer, projected to full depth
+        kernels = make_table(console, "kernels per step: per layer (/L) and projected to full depth", [
+            ("series", "left"), ("kern/L", "right"), ("scalar/L", "right"), ("rng/L", "right"), ("coll/L", "right"),
+            ("full", "right"), ("proj. kern", "right"), ("proj. rng", "right")])
+        keep_ids_whole(kernels, [s.id for s in launched])
+        for s in launched:
+            p = s.projected().get("launches", {})
+            kernels.add_row(Text(s.id), *(f"{s.launches[k].slope:g}" for k in ("total", "scalar", "reading_rng",
+                                                                                 "collectives")),
+                            str(s.full_depth or ""), str(p.get("total", "")), str(p.get("reading_rng", "")))
+        console.print(kernels)
 
 
 def print_cells(console: Console, cells) -> None:
@@ -295,8 +328,10 @@ def _print_series_summary(console: Console, findings, results) -> None:
         if r.status == "ok":
             series.setdefault(r.cell.series, []).append(r)
     if series:
+        kernels = any(r.launches for rows in series.values() for r in rows)
         table = make_table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
-                                       ("dead rng", "right"), ("verdict", "left")])
+                                       ("dead rng", "right"), *([("kernels", "right")] if kernels else []),
+                                       ("verdict", "left")])
         for rows in series.values():
             rows.sort(key=lambda r: r.cell.layers)
             label = rows[0].cell.series_id([r.cell.layers for r in rows])
@@ -304,6 +339,7 @@ def _print_series_summary(console: Console, findings, results) -> None:
             table.add_row(Text(label), " -> ".join(str(r.entry_params) for r in rows),
                           " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
                           " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
+                          *([" -> ".join(str(r.kernels) if r.launches else "-" for r in rows)] if kernels else []),
                           Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
         console.print(table)
     print_unavailable(console, results)
