@@ -11,7 +11,7 @@ TE_WHEEL_SUMS := $(wildcard $(TE_WHEELS)/*.whl.sha256)
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
-.PHONY: setup browser audit test bench clean
+.PHONY: setup browser audit audit-gpu test bench clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,10 @@ endif
 audit: setup
 	$(VENV)/bin/hlo-audit check --jobs 2
 
+# The GPU profile (docs/gpu.md): MaxText compiled by XLA's GPU compiler for named GPUs on this host.
+audit-gpu: setup
+	$(VENV)/bin/hlo-audit check --config hlo-audit.gpu.toml --jobs 2
+
 # The HTML report's test renders it in headless Chromium; install Debian's package when it is missing.
 browser:
 	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
@@ -44,6 +48,7 @@ bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_tpu.py
+	$(PY) scripts/bench_gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -363,8 +363,9 @@ def test_reverted_te_bridge_fix_fails_the_gate_with_the_kernel_delta(gpu_profile
     [count] = [f for f in doc["findings"] if f["rule"] == "count"]
     launches = count["details"]["launches"]
     assert launches["delta"] == {"total": 42, "scalar": 42}
+    # 7 dots x 2 layers x 3 streams: each TE dot's bridge keeps its fork, and each counter is a kernel of its own.
     assert launches["lines"] == ["+42 scalar kernels loop_add_fusion, each reading "
-                                 "state.model.decoder.layers_*.*.to_nnx__rngs.*.count"]
+                                 "state.model.decoder.layers_*.*.TEWrapper_dot_general_0.to_nnx__rngs.*.count"]
     assert "kernels per step 580 -> 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion" in count["message"]
     assert count["details"]["by_dtype"] == {"u32": 84}  # 7 dots x 2 layers x 3 streams x (key, count)
     cell = _cell(doc, ACCEPTANCE_ID)

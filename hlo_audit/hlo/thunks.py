@@ -576,7 +576,7 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
     outputs are one element each (an in-place dynamic-update-slice's: its update), which XLA launches as one block
     of one thread. What only codegen decides is
     not seen: a sort fusion's extra copy into its output buffer, a reduction's memset, a copy elided by buffer
-    assignment (``launches``' counts are measured against the thunk sequence: module docs of stages/cuda.py).
+    assignment (measured equal to the thunk sequence on the GPU profile's MaxText cells: docs/gpu.md).
     """
     reads = ParameterReads(module)
     launches: list[Launch] = []
