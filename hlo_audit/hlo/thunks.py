@@ -349,6 +349,12 @@ class Launch:
         return record
 
 
+# What a launch of each category is called, one and many.
+_CATEGORY_WORDS = {"kernel": ("kernel", "kernels"), "library": ("library call", "library calls"),
+                   "collective": ("collective", "collectives"), "copy": ("copy", "copies"),
+                   "memset": ("memset", "memsets"), "host": ("host transfer", "host transfers")}
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchGroup:
     """Launches of one kind of work reading one kind of state: ``42 scalar kernels loop_add_fusion, each reading
@@ -362,10 +368,9 @@ class LaunchGroup:
     reads_per_launch: int  # the most parameters one launch of the group reads
 
     def describe(self, signed: bool = False) -> str:
-        what = ("scalar " if self.scalar else "") + {"kernel": "kernel", "library": "library call",
-                                                     "collective": "collective"}.get(self.category, self.category)
+        one, many = _CATEGORY_WORDS.get(self.category, (f"{self.category} launch", f"{self.category} launches"))
         number = f"{self.count:+d}" if signed else str(self.count)
-        text = f"{number} {what}{'' if abs(self.count) == 1 else 's'} {self.name}"
+        text = f"{number} {'scalar ' if self.scalar else ''}{one if abs(self.count) == 1 else many} {self.name}"
         if self.reads:
             each = "" if abs(self.count) == 1 else "each "
             more = "" if self.reads_per_launch <= 1 else f" (up to {self.reads_per_launch} parameters)"

@@ -70,10 +70,10 @@ _COMPILED_WORKER_BYTES = 3 << 30
 _OPTIMIZED_WORKER_BYTES = 4 << 30
 
 # What XLA's GPU compiler writes of a module, by the names its dump files end with (``module_0001.jit_step.`` then
-# ``sm_9.0a_gpu_after_optimizations.txt``...): the module after optimizations and its buffer assignment, then the
-# live ranges and the memory-usage report, one file after the other in one thread, so the report's existence says
-# both are complete (stage optimized stops there); the thunk sequence and its metadata only after LLVM and ptxas
-# (stage compiled keeps them: what one step launches, ``hlo/thunks.py``).
+# ``sm_9.0a_gpu_after_optimizations.txt``...): once buffer assignment is done, the module after optimizations, its
+# buffer assignment, the live ranges and the memory-usage report, concurrently (the report can exist before the
+# module is written: stage optimized waits for it, then for both files to be complete); the thunk sequence and its
+# metadata only after LLVM and ptxas (stage compiled keeps them: what one step launches, ``hlo/thunks.py``).
 GPU_DUMP = DumpFiles(module="gpu_after_optimizations.txt",
                      buffer_assignment="gpu_after_optimizations-buffer-assignment.txt",
                      buffer_assignment_done="gpu_after_optimizations-memory-usage-report.txt",

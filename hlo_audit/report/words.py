@@ -98,7 +98,9 @@ def launches_headline(record: dict) -> str:
     """``kernels per step: 580 (kernel 439, library 124, copy 17); scalar 68; collectives 0; reading RNG state 0``
     (a GPU program's launches record, ``hlo.thunks.LaunchReport.to_record``)."""
     bound = "" if record["exact"] else " at most (a loop's trip count unknown, or a branch chosen)"
-    where = "; from the scheduled module (no thunk sequence before codegen)" if record["from_module"] else ""
+    where = ("; counted from the scheduled module (stage optimized: no thunk sequence before codegen, so launch "
+             "dimensions are predicted and what only codegen adds, a sort's copy into its output, is not seen)"
+             if record["from_module"] else "")
     return (f"kernels per step: {record['total']}{bound} ({counts_text(record['by_category'])}); scalar "
             f"{record['scalar']}; collectives {record['collectives']}; reading RNG state "
             f"{record.get('reading_rng', 0)}{where}")

@@ -21,8 +21,9 @@ How, since jax has no call that stops after the HLO passes and an XLA compile ca
    cell's platform's ``compile_devices``) and compiles that request in a thread, with XLA's dump on. XLA writes
    the module after optimizations and its buffer assignment, then a file the platform names
    (``HostPlatform.dump_files``: libtpu's ``*.after_optimizations_after_buffer_assignment.txt``, the GPU
-   compiler's ``*-memory-usage-report.txt``), one file after the other. Once that last file exists, the first two
-   are complete. The child reads them, writes its result and exits, abandoning codegen. If the compile ends first
+   compiler's ``*-memory-usage-report.txt``). Once that file exists and the first two have kept their size for a
+   moment and the module parses, they are complete (the GPU compiler writes a module's dump files concurrently: the
+   done file alone does not say so). The child reads them, writes its result and exits, abandoning codegen. If the compile ends first
    (an XLA error, such as the program not fitting in memory), it reports how it ended. An error that only codegen
    would raise is never seen here; stage compiled sees it. A module that partitions ops through jax
    ``custom_partitioning`` callbacks (Transformer Engine on more than one GPU) is refused: the callbacks live in
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
     from hlo_audit.matrix import Cell
 
 _POLL_SECONDS = 0.02
+# How long a dump file must keep its size to be taken as written (module doc of _compile_until_buffer_assignment).
+_STABLE_SECONDS = 0.2
 # What jax's custom_partitioning lowers to: a callback into the lowering process, during XLA's SPMD partitioning.
 _CUSTOM_PARTITIONING = b"CustomSPMDPartitioning"
 # `allocation 3: size 525336576, page 0, parameter 47, shape |f32[...]| at ShapeIndex {}, maybe-live-out:`
@@ -189,28 +192,24 @@ def _child(work: Path) -> None:
 def _optimize(work: Path, request: dict) -> dict:
     """The request compiled until XLA's dump holds the optimized module and its buffer assignment; what they say."""
     dump = work / "dump"
-    _compile_until_buffer_assignment(work, request, dump)
-    modules = sorted(dump.glob("*" + request["module"]))
-    buffers = sorted(dump.glob("*" + request["buffer_assignment"]))
-    if len(modules) != 1 or len(buffers) != 1:
-        raise OptimizeError(f"XLA's dump in {dump} has {len(modules)} optimized modules and {len(buffers)} buffer "
-                            "assignments, expected one of each")
-    # XLA's own reading of the module (the child runs XLA anyway; the parent never parses with it): the entry
-    # parameters the argument paths are checked against, and XLA's HloCostAnalysis.
-    from jax._src.lib import hlo  # noqa: PLC0415
-
-    module = hlo.hlo_module_from_text(modules[0].read_text())
-    return {"module": str(modules[0]),
+    module_path, buffers_path, module = _compile_until_buffer_assignment(work, request, dump)
+    return {"module": str(module_path),
             "parameters": parameter_shapes(module),
-            "memory": memory_from_buffer_assignment(buffers[0].read_text()),
+            "memory": memory_from_buffer_assignment(buffers_path.read_text()),
             "cost": generic_cost(module)}
 
 
-def _compile_until_buffer_assignment(work: Path, request: dict, dump: Path) -> None:
-    """Start XLA's compile of the request in a thread, with its dump in ``dump``; return once the dump marks buffer
-    assignment done (the thread goes on into codegen, which the child's exit abandons), or raise XLA's error."""
+def _compile_until_buffer_assignment(work: Path, request: dict, dump: Path):
+    """Start XLA's compile of the request in a thread, with its dump in ``dump``; return the optimized module's and
+    the buffer assignment's files, and XLA's parse of the module, once both are complete (the thread goes on into
+    codegen, which the child's exit abandons); or raise XLA's error.
+
+    Complete: the platform's done file exists, and then both files have kept their size for ``_STABLE_SECONDS`` and
+    the module parses (XLA's own parser: the entry parameters are checked against it, its cost analysed). The done
+    file alone is not enough: XLA's GPU compiler writes a module's dump files concurrently (measured for llama3-8b
+    L2: the buffer assignment, the memory-usage report, then the 1.3 MB module text 0.11 s later)."""
     from jax._src.interpreters import mlir  # noqa: PLC0415
-    from jax._src.lib import xla_client  # noqa: PLC0415
+    from jax._src.lib import hlo, xla_client  # noqa: PLC0415
     from jax._src.lib.mlir import ir  # noqa: PLC0415
 
     compile_devices = platforms.get(request["platform"]).compile_devices(request["device"])
@@ -230,10 +229,37 @@ def _compile_until_buffer_assignment(work: Path, request: dict, dump: Path) -> N
             ended.append(error)
 
     threading.Thread(target=compile_in_thread, daemon=True).start()
-    while not ended and not list(dump.glob("*" + request["done"])):
+    sizes: tuple = ()
+    changed = time.perf_counter()
+    while True:
+        if ended and ended[0] is not None:
+            raise ended[0]
+        finished = bool(ended)  # the whole compile ended: every file it wrote is complete
+        found = _one(dump, request["module"]), _one(dump, request["buffer_assignment"])
+        if all(found) and (finished or _one(dump, request["done"])):
+            now = tuple(path.stat().st_size for path in found)
+            if now != sizes:
+                sizes, changed = now, time.perf_counter()
+            if finished or time.perf_counter() - changed >= _STABLE_SECONDS:
+                try:
+                    return (*found, hlo.hlo_module_from_text(found[0].read_text()))
+                except Exception:  # noqa: BLE001 (still being written)
+                    if finished:
+                        raise
+                    changed = time.perf_counter()
+        elif finished:
+            held = ", ".join(sorted(p.name for p in dump.iterdir())) if dump.is_dir() else "nothing"
+            raise OptimizeError(f"XLA's compile ended without one optimized module and one buffer assignment in its "
+                                f"dump (it holds: {held})")
         time.sleep(_POLL_SECONDS)
-    if ended and ended[0] is not None:
-        raise ended[0]
+
+
+def _one(dump: Path, suffix: str) -> Path | None:
+    """The one file of the dump ending with ``suffix``; None while there is none (an error if there are more)."""
+    files = sorted(dump.glob("*" + suffix)) if dump.is_dir() else []
+    if len(files) > 1:
+        raise OptimizeError(f"XLA's dump in {dump} has {len(files)} files *{suffix}, expected one module's")
+    return files[0] if files else None
 
 
 if __name__ == "__main__":
