@@ -242,6 +242,28 @@ def test_rng_kernels_per_layer_are_a_finding_and_the_series_projects_them(tmp_pa
     table = hlo_audit(tmp_path, "scaling")
     assert "kernels per step: per layer (/L) and projected to full depth" in table.stdout
     assert "proj. kern" in table.stdout
+    # The other views of the same (cached) cells: run's column, report's compiled view, explain's line.
+    run = json.loads(hlo_audit(tmp_path, "run", "--format", "json").stdout)["cells"]
+    assert [c["kernels"]["reading_rng"] for c in run] == [4, 8]
+    assert " kern" in hlo_audit(tmp_path, "run").stdout.splitlines()[0]
+    report = json.loads(hlo_audit(tmp_path, "report", "--format", "json").stdout)
+    assert [c["kernels"]["total"] for c in report["cells"]] == [c["kernels"]["total"] for c in run]
+    assert "kernels per step" in hlo_audit(tmp_path, "report").stdout
+    explained = hlo_audit(tmp_path, "explain", "bridge/scan-off/none/L4/cuda-h100/compiled")
+    assert f"kernels per step: {run[1]['kernels']['total']} (" in explained.stdout
+    assert json.loads(hlo_audit(tmp_path, "explain", "bridge/scan-off/none/L4/cuda-h100/compiled", "--format",
+                                "json").stdout)["kernels"]["scalar"] == run[1]["kernels"]["scalar"]
+
+
+@needs_cuda
+def test_a_lowered_gpu_cell_lowers_for_the_gpus_devices_and_launches_nothing_yet(tmp_path):
+    """Stage lowered for a named GPU: jax's module for its compile-only devices, before XLA: no kernels to count."""
+    (tmp_path / "hlo-audit.toml").write_text(NNX_CONFIG.format(model="bridge", layers="[2]").replace(
+        'stage = "compiled"', 'stage = "lowered"'))
+    [cell] = json.loads(hlo_audit(tmp_path, "run", "--format", "json").stdout)["cells"]
+    assert (cell["id"], cell["status"], cell["kernels"], cell["memory"]) == (
+        "bridge/scan-off/none/L2/cuda-h100", "ok", None, None)
+    assert cell["entry_params"] == 21 and (cell["gpu"], cell["cuda_arch"]) == ("h100", "sm_90")
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -63,9 +63,10 @@ _CAPABILITY = re.compile(r"cuda_compute_capability\s*\{(?P<body>[^}]*)\}")
 # sizes the global batch by it, which a mesh over compile-only GPUs needs (the host's own jax.devices() is a CPU).
 _MAXTEXT_GPU_SYSTEM, _MAXTEXT_GPUS_PER_HOST = "a3", 8
 
-# Peak RSS of one worker, measured on the 2-core CPU machine for MaxText llama3-8b (scripts/bench_gpu.py prints
-# them): a full deviceless GPU compile holds 1.3-1.9 GiB at 2 layers, 2.4 GiB at 4; stage optimized holds its
-# lowering while its child (another ~1.5 GiB) runs XLA. Rounded up.
+# Peak RSS of one worker, measured on the 2-core CPU machine for MaxText llama3-8b at 2 layers (scripts/bench_gpu.py
+# prints them): a full deviceless GPU compile holds 1.3-1.4 GiB unquantized, 1.5 GiB te_fp8_currentscaling, 1.9 GiB
+# te_nvfp4_no_rht on a B200; stage optimized holds its lowering (1.0 GiB) while its XLA child (another 1.0-1.5 GiB)
+# runs. Deeper cells hold more. Rounded up, with room for them.
 _COMPILED_WORKER_BYTES = 3 << 30
 _OPTIMIZED_WORKER_BYTES = 4 << 30
 
