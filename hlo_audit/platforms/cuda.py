@@ -115,9 +115,13 @@ class CudaPlatform(HostPlatform):
                 if key in given:
                     bad(key, "a named GPU implies its architecture: set gpu (or gpu_target) or cuda_arch, not both")
             return self._listed(given, "cuda_arch", str, bad, self._arch_problem)
-        files = [str((base / path).resolve()) for path in self._listed(given, "gpu_target", str, bad, lambda p: None)]
-        for i, (path, written) in enumerate(zip(files, self._listed(given, "gpu_target", str, bad, lambda p: None))):
-            problem = _file_problem(path, written)
+        written = self._listed(given, "gpu_target", str, bad, lambda path: None)
+        files = [str((base / path).resolve()) for path in written]
+        for i, (path, shown) in enumerate(zip(files, written)):
+            problem = _file_problem(path, shown)
+            if not problem and Path(path).stem in shipped_gpus():
+                problem = (f"{shown!r} would show as the shipped GPU {Path(path).stem!r} in cell ids (a file's name is "
+                           f"its GPU's): name it otherwise, e.g. my_{Path(path).stem}{CONFIG_SUFFIX}")
             if problem:
                 bad(f"gpu_target[{i}]", problem)
         gpus = [*self._listed(given, "gpu", str, bad, _shipped_problem), *files]
