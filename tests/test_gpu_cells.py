@@ -170,6 +170,35 @@ def test_the_platform_says_what_a_gpu_means():
     assert cuda.dump_files(cell("sm_90", "lowered")) is None
 
 
+@pytest.mark.te
+@needs_cuda
+def test_a_named_gpu_is_the_architecture_te_is_told_and_eight_set_te_s_mesh_resource():
+    """The GPU implies the compute capability TE answers while the cell lowers (B200: 10.0, so NVFP4 runs there; an
+    H100 cannot), and a cell of more than one GPU lowers and compiles inside TE's mesh resource with MaxText's axes."""
+    from hlo_audit.platforms.cuda import compute_capability
+    from hlo_audit.targets import te
+    from hlo_audit.targets.maxtext import te_recipe
+
+    loaded = te.load()
+    from transformer_engine.jax import sharding
+
+    for gpu, number, note in (("b200", 100, ""), ("h100", 90, "10.0 or higher required for NVFP4")):
+        cell = Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", device=gpu, stage="compiled")
+        with te.cross_lowering(cell, te_recipe) as notes:
+            assert loaded.extension.get_device_compute_capability(0) == number == compute_capability(f"sm_{number}")
+            assert sharding._GLOBAL_MESH_RESOURCE is None  # one GPU: nothing to partition, nothing set
+        if note:
+            assert len(notes) == 1 and note in notes[0] and "cross-lowered for sm_90" in notes[0]
+        else:
+            assert notes == []
+    eight = Cell("llama3-8b", False, "te_fp8_currentscaling", 2, platform="cuda", device="8xh100", stage="compiled")
+    with te.cross_lowering(eight, te_recipe):
+        resource = sharding._GLOBAL_MESH_RESOURCE  # (its getter checks it against a mesh: none outside a lowering)
+        assert (resource.fsdp_resource, resource.dp_resource, resource.tpsp_resource) == (
+            "fsdp", "data", "tensor_sequence")
+    assert sharding._GLOBAL_MESH_RESOURCE is None  # restored
+
+
 def test_the_shipped_configs_are_package_data():
     """`pip install .` ships platforms/gpus/*.txtpb (pyproject's package-data), read through importlib.resources."""
     import importlib.resources
