@@ -199,6 +199,16 @@ def test_a_named_gpu_is_the_architecture_te_is_told_and_eight_set_te_s_mesh_reso
     assert sharding._GLOBAL_MESH_RESOURCE is None  # restored
 
 
+def test_the_gpu_profile_s_goldens_are_its_cells_and_in_a_folder_of_their_own():
+    """golden-gpu/ holds a golden for every cell of hlo-audit.gpu.toml and nothing else; golden/ (the default
+    matrix's) holds none of them: in one folder each config would call the other's goldens stale, and prune them."""
+    from hlo_audit import golden
+
+    profile_cells = cells_of((ROOT / "hlo-audit.gpu.toml").read_text())
+    assert golden.stored_ids(ROOT / "golden-gpu") == sorted(profile_cells) and len(profile_cells) == 7
+    assert not set(golden.stored_ids(ROOT / "golden")) & set(profile_cells)
+
+
 def test_the_shipped_configs_are_package_data():
     """`pip install .` ships platforms/gpus/*.txtpb (pyproject's package-data), read through importlib.resources."""
     import importlib.resources
@@ -315,13 +325,17 @@ def maxtext_gpu(test):
 
 
 
+GOLDEN_GPU = ROOT / "golden-gpu"  # the GPU profile's own goldens (hlo-audit.gpu.toml's golden_dir)
+
+
 def profile(tmp_path: Path, target: str | None = None) -> Path:
     """The GPU profile (hlo-audit.gpu.toml) with this repository's goldens and a private cache, in ``tmp_path``."""
     text = (ROOT / "hlo-audit.gpu.toml").read_text()
-    head = f'golden_dir = "{ROOT / "golden"}"\ncache_dir = "{tmp_path / "cache"}"\n'
+    assert 'golden_dir = "golden-gpu"\n' in text
+    text = text.replace('golden_dir = "golden-gpu"\n', f'golden_dir = "{GOLDEN_GPU}"\ncache_dir = "{tmp_path / "cache"}"\n')
     if target:
-        head += f'target = "{target}"\n'
-    (tmp_path / "hlo-audit.toml").write_text(head + text)
+        text = f'target = "{target}"\n' + text
+    (tmp_path / "hlo-audit.toml").write_text(text)
     return tmp_path
 
 
@@ -348,10 +362,11 @@ def test_the_profiles_cells_lower_compile_and_match_their_goldens(gpu_profile, c
     assert checked.returncode == 0, failing
     cell = _cell(doc, cell_id)
     assert cell["status"] == "ok" and cell["memory"]["argument_bytes"] > 0 and cell["memory"]["temp_bytes"] > 0
-    golden = json.loads((ROOT / "golden" / f"{cell_id}.json").read_text())
+    golden = json.loads((GOLDEN_GPU / f"{cell_id}.json").read_text())
     assert cell["kernels"]["total"] == golden["launches"]["total"]
     assert cell["memory"] == golden["memory"] and cell["entry_params"] == golden["entry_params"]
     assert [f["severity"] for f in doc["findings"] if f["cell"] == cell_id and f["rule"] == "hlo_text"] == []
+    assert [f["cell"] for f in doc["findings"] if f["severity"] == "stale"] == []
 
 
 @maxtext_gpu
