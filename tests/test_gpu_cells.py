@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -432,7 +431,7 @@ def test_the_compiles_dump_folder_counts_as_the_cell(gpu_profile):
 def test_reverted_te_bridge_fix_fails_the_gate_with_the_kernel_delta(gpu_profile, tmp_path):
     """Seed 000's bridge fix reverted for Transformer Engine (tests/injected_maxtext.py te-keeps-rngs), checked
     against the committed golden: +42 kernels per step, all scalar, each reading an RNG counter, and check fails."""
-    _, _, clean_doc, dumps = gpu_profile
+    dumps = gpu_profile[3]
     project = profile(tmp_path, target="injected_maxtext:lower")
     reverted = hlo_audit(project, "check", "--no-cache", "--format", "json", "--only", f"id={ACCEPTANCE_ID}",
                          env={"HLO_AUDIT_INJECT": "te-keeps-rngs", "HLO_AUDIT_KEEP_DUMP": str(tmp_path / "dumps")})

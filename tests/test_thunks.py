@@ -164,6 +164,27 @@ def test_two_more_layers_add_their_counter_kernels(bridge_steps):
     assert per_layer == sum(g.count for g in launch_delta(before, after)) // 2
 
 
+def test_records_give_the_reports_attribution(bridge_steps):
+    """What a result and a golden keep (``group_counts``) differ as the reports do (``launch_delta``), and a stage's
+    kept dump gives the report (``step_launches``): thunks when compiled, the module when there are none."""
+    (l2, _), (l4, _) = bridge_steps["L2"], bridge_steps["L4"]
+    before, after = report(l2)[0], report(l4)[0]
+    assert [g.describe(signed=True) for g in group_delta(group_counts(before), group_counts(after))] == [
+        g.describe(signed=True) for g in launch_delta(before, after)]
+    assert sum(group_counts(after).values()) == after.total
+    assert "kernel scalar loop_add_fusion [rng_count] state.layers_*.bridge.to_nnx__rngs.params.count" in group_counts(
+        after)
+    only_rng = group_delta(group_counts(before), group_counts(after), reading=("rng_key", "rng_count"))
+    assert [g.describe(signed=True) for g in only_rng] == [
+        "+4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.to_nnx__rngs.*.count"]
+    module = parse_module(l4.text)
+    params = entry_params(module, l4.arg_keys)
+    assert step_launches(module, params, l4.dump).to_record() == after.to_record()
+    from_module = step_launches(module, params, {})
+    assert from_module.from_module and (from_module.total, from_module.by_kind) == (after.total, after.by_kind)
+    assert step_launches(module, params, None) is None  # not a GPU program's
+
+
 def test_a_scanned_body_counts_once_per_layer(bridge_steps):
     (scan, _), (unrolled, _) = bridge_steps["scan_L4"], bridge_steps["L4"]
     launches = report(scan)[0]
