@@ -14,7 +14,7 @@ NNX_LIBRARY := google-tunix google-metrax clu wrapt perfetto
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
-.PHONY: setup browser audit test compat bench clean
+.PHONY: setup browser audit audit-gpu test compat bench clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,10 @@ endif
 
 audit: setup
 	$(VENV)/bin/hlo-audit check --jobs 2
+
+# The GPU profile (docs/gpu.md): MaxText compiled by XLA's GPU compiler for named GPUs on this host.
+audit-gpu: setup
+	$(VENV)/bin/hlo-audit check --config hlo-audit.gpu.toml --jobs 2
 
 # The HTML report's test renders it in headless Chromium; install Debian's package when it is missing.
 browser:
@@ -66,6 +70,7 @@ bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_tpu.py
+	$(PY) scripts/bench_gpu.py
 
 clean:
 	rm -rf $(VENV) $(COMPAT) .pytest_cache

@@ -21,12 +21,13 @@ from hlo_audit.cache import Cache
 from hlo_audit.config import DEFAULT_CONFIG_FILE, Config, ConfigError, load_config, resolve, validate
 from hlo_audit.errors import InputError
 from hlo_audit.explain import Node, explain
-from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, stale, stale_waivers
+from hlo_audit.gate import CheckReport, Gate, Policy, Waiver, launch_changes, stale, stale_waivers
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import ModuleDiff, diff_modules
+from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.source import read_input
-from hlo_audit.hlo.text import HloParseError
-from hlo_audit.lowering import Lowering
+from hlo_audit.hlo.text import HloParseError, parse_module
+from hlo_audit.hlo.thunks import launch_report, thunk_dumps
 from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, id_part_problem, parse_shard, selection, shard_of
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.results import SEVERITIES, CellResult, Finding
@@ -160,6 +161,7 @@ class Source:
     params: list[dict]  # EntryParam.to_record() of each entry parameter
     rng: dict  # RngReport.to_record()
     constants: dict | None = None  # ConstantReport.to_record(): captured state, literal RNG keys
+    launches: dict | None = None  # a GPU program's launches per step (LaunchReport.to_record), when known
 
 
 def load_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
@@ -168,9 +170,9 @@ def load_source(spec: str, config_path: str | None = None, module: str | None = 
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
         analysis = analyze_input(spec, module, stage)
         return Source(analysis.source, [p.to_record() for p in analysis.params], analysis.rng.to_record(),
-                      analysis.constants.to_record())
+                      analysis.constants.to_record(), dump_launches(analysis))
     result = cell_result(spec, config_path, use_cache, refresh)
-    return Source(spec, result.params, result.rng, result.constants)
+    return Source(spec, result.params, result.rng, result.constants, result.launches)
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,37 @@ def analyze_input(spec: str, module: str | None = None, stage: str = "before") -
 def diff(old: Analysis, new: Analysis, max_text_lines: int) -> ModuleDiff:
     """What changed from ``old`` to ``new``, with a verdict (``hlo_audit.hlo.diff``)."""
     return diff_modules(old, new, max_text_lines=max_text_lines)
+
+
+def dump_launches(analysis: Analysis) -> dict | None:
+    """What one step of a GPU program read from an ``--xla_dump_to`` folder launches: the thunk sequence XLA wrote
+    beside the module file read (``hlo.thunks.thunk_dumps``), attributed through the same module's after-optimizations
+    text (the file read, when it is that one); None for any other input (a file outside a GPU dump, stdin)."""
+    path = Path(analysis.source)
+    if not path.is_file():
+        return None
+    found = [d for d in thunk_dumps(path.parent) if path.name.startswith(d.prefix + ".")]
+    if not found:
+        return None
+    dump = max(found, key=lambda d: len(d.prefix))
+    sequence, metadata, after = dump.read()
+    if dump.after_optimizations is not None and dump.after_optimizations.resolve() == path.resolve():
+        module, params = analysis.module, analysis.params
+    elif after is not None:
+        module = parse_module(after, str(dump.after_optimizations))
+        params = entry_params(module)
+    else:
+        module, params = None, ()
+    return launch_report(sequence, metadata, module, params, str(dump.sequence)).to_record()
+
+
+def launches_diff(old: dict | None, new: dict | None) -> dict | None:
+    """Two GPU programs' launches per step side by side (``gate.launch_changes``), None unless both have them."""
+    if old is None or new is None:
+        return None
+    return launch_changes(old, new) or {"golden": {k: old[k] for k in ("total", "scalar", "collectives")},
+                                        "now": {k: new[k] for k in ("total", "scalar", "collectives")},
+                                        "delta": {}, "groups": [], "lines": []}
 
 
 def analyze_each(specs: list[str], module: str | None = None, stage: str = "before") -> list[Analysis | Unreadable]:
@@ -226,7 +259,11 @@ def explain_source(spec: str, config_path: str | None = None, module: str | None
                    refresh: bool = False) -> tuple[Node, Node | None]:
     """The explain trees of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder: its entry
     parameters', and, for a step that closes over state, its captured arrays' (known for cells only)."""
-    source = load_source(spec, config_path, module, stage, use_cache, refresh)
+    return explain_trees(load_source(spec, config_path, module, stage, use_cache, refresh), depth, top)
+
+
+def explain_trees(source: Source, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:
+    """``explain_source`` of a source already loaded (its launches, for a GPU program, are the source's)."""
     # Each RNG parameter's stream verdict, so a node can say how much of it is drawn and how much buys nothing.
     verdict = {s[part]: s["verdict"] for s in source.rng["stream_list"] for part in ("key", "count")
                if s[part] is not None}

@@ -44,14 +44,14 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_print_ver
 # gathered them) into the text it prints.
 FORMATS = {
     "count": {
-        "json": lambda v: jsonfmt.format_count(v.analyses, with_params=v.params),
-        "markdown": lambda v: markdown.format_count(v.analyses, v.top),
-        "table": lambda v: terminal.render(terminal.print_count, v.analyses, v.top),
+        "json": lambda v: jsonfmt.format_count(v.analyses, with_params=v.params, launches=v.launches),
+        "markdown": lambda v: markdown.format_count(v.analyses, v.top, v.launches),
+        "table": lambda v: terminal.render(terminal.print_count, v.analyses, v.top, v.launches),
     },
     "diff": {
-        "json": lambda v: jsonfmt.format_diff(v.diff, v.old, v.new),
-        "markdown": lambda v: markdown.format_diff(v.diff, v.old, v.new),
-        "table": lambda v: terminal.render(terminal.print_diff, v.diff, v.old, v.new),
+        "json": lambda v: jsonfmt.format_diff(v.diff, v.old, v.new, v.launches),
+        "markdown": lambda v: markdown.format_diff(v.diff, v.old, v.new, v.launches),
+        "table": lambda v: terminal.render(terminal.print_diff, v.diff, v.old, v.new, v.launches),
     },
     "list": {
         "json": lambda v: jsonfmt.format_cells(v.cells, v.source),
@@ -86,9 +86,10 @@ FORMATS = {
         "table": lambda v: terminal.render(terminal_report.print_report, v.report, max_width=REPORT_WIDTH),
     },
     "explain": {
-        "json": lambda v: jsonfmt.format_explain(v.tree, v.captured),
-        "markdown": lambda v: markdown.format_explain(v.tree, v.captured),
-        "table": lambda v: terminal.render(terminal_tree.print_explain, v.tree, v.captured, max_width=REPORT_WIDTH),
+        "json": lambda v: jsonfmt.format_explain(v.tree, v.captured, v.launches),
+        "markdown": lambda v: markdown.format_explain(v.tree, v.captured, v.launches),
+        "table": lambda v: terminal.render(terminal_tree.print_explain, v.tree, v.captured, v.launches,
+                                           max_width=REPORT_WIDTH),
     },
 }
 
@@ -160,7 +161,8 @@ def count(
 ) -> None:
     """Count entry parameters by dtype, role and state-path group. Exit 2 if any input could not be read."""
     analyses = audit.analyze_each(paths, module, stage.value)
-    emit("count", fmt, analyses=analyses, top=top, params=params)
+    launches = [None if isinstance(a, audit.Unreadable) else audit.dump_launches(a) for a in analyses]
+    emit("count", fmt, analyses=analyses, top=top, params=params, launches=launches)
     unreadable = [a for a in analyses if isinstance(a, audit.Unreadable)]
     for a in unreadable:
         report_error(a.error)
@@ -182,7 +184,8 @@ def diff(
         raise InputError("only one of OLD and NEW can be '-' (stdin)")
     a, b = audit.analyze_input(old, module, stage.value), audit.analyze_input(new, module, stage.value)
     d = audit.diff(a, b, max_lines)
-    emit("diff", fmt, diff=d, old=a.source, new=b.source)
+    emit("diff", fmt, diff=d, old=a.source, new=b.source,
+         launches=audit.launches_diff(audit.dump_launches(a), audit.dump_launches(b)))
     raise typer.Exit(1 if d.differs else 0)
 
 
@@ -386,9 +389,9 @@ def explain(
 ) -> None:
     """Where the entry parameters come from: a tree of path-pattern groups, largest first; and, for a step that
     closes over state, the same tree of what it captured as constants."""
-    tree, captured = audit.explain_source(source, config, module, stage.value, use_cache=not no_cache, depth=depth,
-                                          top=top, refresh=refresh)
-    emit("explain", fmt, tree=tree, captured=captured)
+    loaded = audit.load_source(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
+    tree, captured = audit.explain_trees(loaded, depth=depth, top=top)
+    emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches)
 
 
 @app.command()

@@ -23,8 +23,8 @@ from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, DEFAULT_PREFILL, MAXTEXT
                                      TE_RECIPES, TRAIN_STEP, is_transformer_engine)
 
 DEFAULT_CONFIG_FILE = "hlo-audit.toml"
-# The config keys naming a platform's devices (topology, cuda_arch), each owned by its platform.
-DEVICE_KEYS = tuple(p.device_key for p in platforms.PLATFORMS.values() if p.device_key)
+# The config keys naming a platform's devices (topology; cuda_arch, gpu, gpus, gpu_target), each read by its platform.
+DEVICE_KEYS = platforms.CONFIG_KEYS
 
 # The axes of a series: top-level keys give the first series and the defaults of every [[matrix]] entry.
 AXIS_KEYS = ("models", "scan", "quant", "quant_mode", "layers", "step", "batch", "seq", "prefill", "platform",
@@ -98,7 +98,8 @@ DEFAULTS: dict = {
                      "parameters; drop this waiver when MaxText ships it"} for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
     ],
 }
-DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "hlo_text": "fail", "missing_golden": "fail",
+DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
+                  "missing_golden": "fail",
                   "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)
@@ -268,7 +269,7 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
         fail("memory_tolerance", f"expected a fraction in [0, 1), e.g. 0.02 for 2%, got {tolerance!r}")
     golden_dir, cache_dir = _folders(merged, base, fail)
-    series = _series(merged, target, fail)
+    series = _series(merged, target, base, fail)
     entries = merged["matrix"]
     defaulted = tuple(frozenset(k for k in DEFAULTABLE_AXES if k not in raw and k not in entry)
                       for entry in [{}, *entries])
@@ -349,9 +350,9 @@ def _folders(merged: dict, base: Path, fail) -> tuple[Path, Path]:
     return base / merged["golden_dir"], base / merged["cache_dir"]
 
 
-def _series(merged: dict, target: str, fail) -> tuple[Axes, ...]:
+def _series(merged: dict, target: str, base: Path, fail) -> tuple[Axes, ...]:
     """The top-level series, then one per [[matrix]] entry (over the top-level axes)."""
-    series = [_axes(merged, target, "", fail)]
+    series = [_axes(merged, target, "", base, fail)]
     entries = merged["matrix"]
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         fail("matrix", "expected an array of tables: [[matrix]] quant = [...], platform = ...")
@@ -362,7 +363,7 @@ def _series(merged: dict, target: str, fail) -> tuple[Axes, ...]:
         inherited = {k: v for k, v in merged.items() if k in AXIS_KEYS}
         if "models" in entry and "overrides" not in entry:
             inherited["overrides"] = {m: t for m, t in merged["overrides"].items() if m in entry["models"]}
-        series.append(_axes({**inherited, **entry}, target, f"matrix[{i}].", fail))
+        series.append(_axes({**inherited, **entry}, target, f"matrix[{i}].", base, fail))
     return tuple(series)
 
 
@@ -432,7 +433,7 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
     return tuple(waivers)
 
 
-def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
+def _axes(table: dict, target: str, prefix: str, base: Path, fail) -> Axes:
     """One series' axes from a table of axis keys; errors name the key with ``prefix`` (``matrix[1].``)."""
 
     def bad(key: str, message: str):
@@ -448,7 +449,7 @@ def _axes(table: dict, target: str, prefix: str, fail) -> Axes:
     if target == "maxtext" and "serve" in quant_modes:
         _check_serve_mode(steps, quants, bad)
     batch, seq, prefill = _sizes(table, steps, bad)
-    devices = _devices(table, platform, bad)
+    devices = _devices(table, platform, base, bad)
     return Axes(
         models=tuple(models), scans=_scans(table, bad), quants=tuple(quants), layers=_depths(table, bad), batch=batch,
         seq=seq, platform=platform, devices=devices, stage=_stage(table, platform, devices, bad), steps=tuple(steps),
@@ -544,21 +545,17 @@ def _overrides(table: dict, models: list[str], bad) -> dict[str, dict[str, str]]
     return {m: {k: _toml_scalar(v) for k, v in t.items()} for m, t in overrides.items()}
 
 
-def _devices(table: dict, platform: str, bad) -> tuple[str, ...]:
-    """The series' devices from the platform's own key (``topology`` for tpu...); ("",) for the host's own."""
-    devices: tuple[str, ...] = ("",)
-    for key in DEVICE_KEYS:
-        names = _string_list(table, key, bad, allow_scalar=True, allow_empty=True)
-        owner = platforms.by_device_key(key)
-        if names and owner.name != platform:
-            bad(key, f"a {owner.device_word} needs platform = {owner.name!r} (got {platform!r})")
-        for i, name in enumerate(names):
-            problem = owner.device_problem(name)
-            if problem:
-                bad(f"{key}[{i}]", problem)
-        if names:
-            devices = tuple(names)
-    return devices
+def _devices(table: dict, platform: str, base: Path, bad) -> tuple[str, ...]:
+    """The series' devices from its platform's own keys (``topology`` for tpu; ``gpu``, ``gpus``... for cuda: the
+    platform reads them); ("",) for the host's own."""
+    given = {key: table[key] for key in DEVICE_KEYS if table.get(key) not in (None, [], "")}
+    owner = platforms.get(platform)
+    for key in given:
+        if key not in owner.config_keys:
+            reader = platforms.by_device_key(key)
+            bad(key, f"a {reader.key_words.get(key, reader.device_word)} needs platform = {reader.name!r} "
+                     f"(got {platform!r})")
+    return owner.config_devices(given, bad, base) or ("",)
 
 
 def _typed(merged: dict, key: str, kind: type, fail):

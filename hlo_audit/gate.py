@@ -9,8 +9,15 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   unknown, from the RNG analysis): each is a kernel on a GPU, and seed 000's 672 dead ones came with no new
   parameter where streams were shared. A finding lists the path patterns that grew, shrank or were renamed
   (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's.
+  A GPU cell's launches per step count the same way:
+  more kernels (in all, or scalar ones) or collectives per step than the golden is a regression, and the
+  finding says which launches came, and what they read (``+42 scalar kernels loop_add_fusion, each reading
+  state.model.decoder.layers_*.*.to_nnx__rngs.*.count``).
 * ``rng_scaling``: in an unrolled (scan off) series, RNG parameters must not grow with depth. That growth
   is the seed-000 bug: per-layer RNG state the host marshals every step.
+* ``launch_scaling``: in an unrolled series of GPU cells, the kernels that read RNG state must not grow with
+  depth either: each is a launch in the step's dependency chain (seed 000 measured 673 such counter kernels per
+  step on 8xH100 as 8% of step time), and a stream shared across layers adds them without a parameter.
 * ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
   flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
   still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only, dropped, is an
@@ -32,16 +39,17 @@ from __future__ import annotations
 import difflib
 import fnmatch
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hlo_audit.golden import Golden, environment_change, increments_summary
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.diff import captured_change, captured_delta, count_delta, diff_modules, signed_counts
+from hlo_audit.hlo.thunks import change_text, group_delta
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.results import SEVERITIES, CellResult, Finding, worst
-from hlo_audit.scaling import Series, rng_slope
+from hlo_audit.scaling import Series, rng_launch_slope, rng_slope
 
 GATED_MEMORY = tuple(kind.key for kind in MEMORY_KINDS if kind.gated)
 TEXT_DIFF_LINES = 40
@@ -128,6 +136,7 @@ class Gate:
                             self._apply("hlo_text", result, self._text(result, golden, normalized)))
             findings.append(self._apply("memory", result, self._memory(result, golden)))
         findings.append(self._apply("rng_scaling", result, self._rng_scaling(result, series)))
+        findings.append(self._apply("launch_scaling", result, self._launch_scaling(result, series)))
         findings.append(self._apply("dead_rng", result, self._dead_rng(result)))
         kept = [f for f in findings if f is not None]
         return kept or [Finding(cid, "ok", "all", "matches its golden")]
@@ -146,16 +155,19 @@ class Gate:
         captured = (captured_delta(old["constants"], golden_summary(result.constants))
                     if "constants" in old and result.constants is not None else None)
         increments = increment_changes(old.get("rng_increments"), result.rng)
+        launches = launch_changes(old.get("launches"), result.launches)
         slopes = slope_changes(old.get("slopes"), series if series is not None and series.cell == result.cell else None)
         details = {"entry_params": {"golden": old["entry_params"], "now": new["entry_params"]},
                    "by_dtype": by_dtype, "by_role": by_role, "groups": count_delta(old["groups"], new["groups"]),
-                   "patterns": patterns, "captured": captured, "rng_increments": increments, "slopes": slopes,
+                   "patterns": patterns, "captured": captured, "rng_increments": increments, "launches": launches,
+                   "slopes": slopes,
                    "regenerate": self._command(cid)}
         grew = any(v > 0 for v in (*by_dtype.values(), *by_role.values()))
         baked = captured is not None and (any(v > 0 for v in (*captured["by_dtype"].values(),
                                                                *captured["bytes_by_dtype"].values()))
                                            or captured["literal_keys"][1] > captured["literal_keys"][0])
         more_increments = increments is not None and any(v > 0 for v in increments["by_verdict"].values())
+        more_launches = launches is not None and any(v > 0 for v in launches["delta"].values())
         changes = []
         if by_dtype or by_role:
             changes.append(f"entry parameters {old['entry_params']} -> {new['entry_params']}: "
@@ -164,11 +176,12 @@ class Gate:
         changes += [patterns_text(patterns)] if any(patterns.values()) else []
         changes += [captured_change(captured)] if captured else []
         changes += [increments_text(increments)] if increments else []
+        changes += [launches_text(launches)] if launches else []
         changes += [slopes_text(slopes)] if slopes else []
-        if grew or baked or more_increments:
+        if grew or baked or more_increments or more_launches:
             return Finding(cid, "regression", "count", f"{'; '.join(changes)}. If intended: {self._command(cid)}",
                            details)
-        if changes and not (by_dtype or by_role or captured or increments or slopes):
+        if changes and not (by_dtype or by_role or captured or increments or launches or slopes):
             # Only renamed patterns: nothing grew or shrank, but the golden should record the new names.
             return Finding(cid, "advisory", "count", f"{'; '.join(changes)}; record it: {self._command(cid)}", details)
         if changes:
@@ -243,6 +256,23 @@ class Gate:
                        f"({', '.join(f'{k} {v:+g}' for k, v in by_role.items())}; depths {', '.join(map(str, series.depths))})",
                        {"rng_per_layer": slope, "depths": list(series.depths)})
 
+    def _launch_scaling(self, result: CellResult, series: Series | None) -> Finding | None:
+        """Kernels that read RNG state, per layer of an unrolled GPU series; reported once, on its shallowest cell."""
+        if result.cell.scan or series is None or series.cell != result.cell:
+            return None
+        slope = rng_launch_slope(series)
+        if slope <= 0:
+            return None
+        lines = {k: series.launches[k].slope for k in ("total", "scalar") if series.launches[k].slope}
+        depths = series.depths
+        grown = [g.describe(signed=True) for g in series.launch_groups if g.count > 0][:3]
+        return Finding(result.cell.id, "regression", "launch_scaling",
+                       f"kernels that read RNG state grow by {slope:g} per layer in an unrolled model "
+                       f"({', '.join(f'{k} {v:+g}' for k, v in lines.items())} per layer; depths "
+                       f"{', '.join(map(str, depths))})"
+                       + (f"; L{depths[0]} -> L{depths[-1]}: {'; '.join(grown)}" if grown else ""),
+                       {"rng_launches_per_layer": slope, "launches_per_layer": lines, "depths": list(depths),
+                        "groups": [g.to_record() for g in series.launch_groups]})
 
     def _dead_rng(self, result: CellResult) -> Finding | None:
         """Carried streams, by pattern; patterns a waiver names are set apart, and alone they make a waived finding."""
@@ -339,6 +369,33 @@ def increments_text(increments: Mapping) -> str:
     return text + (f" in {'; '.join(grown)}" if grown else "")
 
 
+# The launch counts the ratchet holds a GPU cell to (keys of its launches record).
+GATED_LAUNCHES = ("total", "scalar", "collectives")
+
+
+def launch_changes(old: Mapping | None, new: Mapping | None) -> dict | None:
+    """A GPU cell's launches per step against the golden's: kernels in all, scalar ones and collectives, with the
+    launch groups that came and went (``hlo.thunks.group_delta``); None when either side has no launches record
+    (a golden written before they were kept, a cell that is not a GPU's) or no gated count moved."""
+    if old is None or new is None:
+        return None
+    counts = {k: (old.get(k, 0), new.get(k, 0)) for k in GATED_LAUNCHES}
+    delta = {k: b - a for k, (a, b) in counts.items() if a != b}
+    if not delta:
+        return None
+    groups = group_delta(old.get("groups", {}), new.get("groups", {}))
+    return {"golden": {k: a for k, (a, _) in counts.items()}, "now": {k: b for k, (_, b) in counts.items()},
+            "delta": delta, "groups": [g.to_record() for g in groups], "lines": [g.describe(signed=True) for g in groups]}
+
+
+def launches_text(launches: Mapping) -> str:
+    """``kernels per step 580 -> 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion, each reading ...``"""
+    shown = launches["lines"][:3]
+    more = f"; and {len(launches['lines']) - 3} more launch groups" if len(launches["lines"]) > 3 else ""
+    return (change_text(launches["golden"], launches["now"], launches["delta"])
+            + (f": {'; '.join(shown)}{more}" if shown else ""))
+
+
 def slope_changes(old: Mapping | None, series: Series | None) -> dict | None:
     """The series' entry parameters and RNG parameters per layer against the golden's (reported on the series'
     shallowest cell, where the golden keeps its slopes); None when either side has no slopes or nothing moved."""
@@ -350,11 +407,16 @@ def slope_changes(old: Mapping | None, series: Series | None) -> dict | None:
         changes["params_per_layer"] = [old["total"], series.total.slope]
     if rng_before != rng_slope(series):
         changes["rng_per_layer"] = [rng_before, rng_slope(series)]
+    if "launches" in old and series.launches:
+        for key, word in (("total", "kernels_per_layer"), ("reading_rng", "rng_kernels_per_layer")):
+            if old["launches"].get(key, 0) != series.launches[key].slope:
+                changes[word] = [old["launches"].get(key, 0), series.launches[key].slope]
     return changes or None
 
 
 def slopes_text(slopes: Mapping) -> str:
-    words = {"params_per_layer": "entry parameters per layer", "rng_per_layer": "RNG parameters per layer"}
+    words = {"params_per_layer": "entry parameters per layer", "rng_per_layer": "RNG parameters per layer",
+             "kernels_per_layer": "kernels per layer", "rng_kernels_per_layer": "kernels reading RNG state per layer"}
     return "; ".join(f"{words[k]} {a:+g} -> {b:+g}" for k, (a, b) in slopes.items())
 
 

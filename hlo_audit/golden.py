@@ -2,7 +2,8 @@
 
 Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode
 histogram, the state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost,
-and the environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per
+a GPU cell's launches per step (kernels by kind, scalar, collectives, and by what they run and read), and the
+environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per
 depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the
 summary's ``"hlo"`` key. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like
 the change.
@@ -108,6 +109,8 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
         record["groups_by_role"] = result.groups_by_role()  # a finding names the roles of a pattern that moved
     if result.rng is not None:  # the count ratchet covers RNG counter increments per step too
         record["rng_increments"] = increments_summary(result.rng)
+    if result.launches is not None:  # GPU cells: the count ratchet covers kernels per step too
+        record["launches"] = launches_summary(result.launches)
     if series is not None:
         record["slopes"] = {
             "depths": list(series.depths),
@@ -115,7 +118,19 @@ def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
             "by_dtype": {k: v.slope for k, v in series.by_dtype.items()},
             "by_role": {k: v.slope for k, v in series.by_role.items()},
         }
+        if series.launches:
+            record["slopes"]["launches"] = {k: v.slope for k, v in series.launches.items()}
     return record
+
+
+# What a golden keeps of a result's launches record (hlo.thunks.LaunchReport.to_record): the counts the ratchet
+# compares, and the groups a finding's attribution is the difference of.
+_LAUNCH_FIELDS = ("total", "scalar", "collectives", "reading_rng", "by_category", "by_kind", "exact", "from_module",
+                  "groups")
+
+
+def launches_summary(launches: dict) -> dict:
+    return {k: launches[k] for k in _LAUNCH_FIELDS if k in launches}
 
 
 # The RNG analysis' verdicts (hlo_audit.hlo.rng_flow.VERDICTS), each with its increments' field in the record.

@@ -62,6 +62,9 @@ class Lowering:
     ``arg_leaves`` each one's argument name and kind (``hlo_audit.attribution.arg_leaves``), alike;
     ``captured`` the arrays the step closes over (``hlo_audit.capture``). ``memory`` (bytes by
     ``MEMORY_KINDS`` key) and ``cost`` (flops, transcendentals, bytes accessed) exist from stage optimized on.
+    ``dump`` is what the stage kept of XLA's dump besides the module, by kind: a GPU program's ``thunk_sequence``
+    and ``thunk_metadata`` (stage compiled: what one step launches); empty for a GPU program of stage optimized,
+    which ends before codegen writes them (launches are then counted from the module); None for other programs.
     """
 
     text: str
@@ -75,6 +78,8 @@ class Lowering:
     cost: dict[str, float] | None = None
     # (computation, instruction, sha256 of the literal) of each constant the text prints as `{...}`.
     literal_digests: tuple[tuple[str, str, str], ...] = ()
+    # What the stage kept of XLA's dump, by the platform's name for it (a GPU's thunk sequence and metadata).
+    dump: dict[str, str] | None = None
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
@@ -82,7 +87,7 @@ class Lowering:
                 "arg_keys": [list(k) for k in self.arg_keys] if self.arg_keys is not None else None,
                 "arg_leaves": [a.to_record() for a in self.arg_leaves] if self.arg_leaves is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
-                "note": self.note, "memory": self.memory, "cost": self.cost,
+                "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump,
                 "literal_digests": [list(d) for d in self.literal_digests]}
 
     @classmethod
@@ -94,4 +99,4 @@ class Lowering:
                    arg_leaves=tuple(map(ArgLeaf.from_record, leaves)) if leaves is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
-                   literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())))
+                   dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())))

@@ -21,8 +21,10 @@ from dataclasses import asdict, dataclass, field, fields
 from hlo_audit import platforms
 from hlo_audit.targets.vocab import DEFAULT_PREFILL, TRAIN_STEP
 
-# The record's keys for the device, as every v1 JSON document and `--only` name it: each platform's own key.
-DEVICE_RECORD_KEYS = ("topology", "cuda_arch")
+# The record's keys for the device, as every v1 JSON document and `--only` name it: each platform's own keys (a
+# named GPU shows under `gpu`, with its architecture under `cuda_arch`; the first non-empty key is the device).
+DEVICE_RECORD_KEYS = ("topology", "gpu", "cuda_arch")
+assert set(DEVICE_RECORD_KEYS) == set(platforms.RECORD_KEYS), "a platform's record key is missing here"
 # The axes a cell is named by, as its record, `--only`, exclude rules and waivers spell them.
 AXES = ("model", "scan", "quant", "quant_mode", "layers", "step", "platform", *DEVICE_RECORD_KEYS, "stage")
 # `--only` keys: every axis, the id and the target.
@@ -48,8 +50,9 @@ class Cell:
     stage: str = "lowered"
     overrides: tuple[tuple[str, str], ...] = field(default=())
     step: str = "train"
-    # What the platform names the exact device by: a TPU topology compiled for (MaxText's names: v6e-4), a CUDA
-    # architecture declared to the compiler stack (sm_90); "" for the host's own devices.
+    # What the platform names the exact device by: a TPU topology compiled for (MaxText's names: v6e-4), named GPUs
+    # compiled for (h100, 8xh100: hlo_audit.platforms.cuda), a CUDA architecture declared to the compiler stack
+    # (sm_90); "" for the host's own devices.
     device: str = ""
     # AQT's mode: "train" quantizes full-precision weights on every call; "serve" runs on weights quantized
     # ahead of time (MaxEngine with checkpoint_is_quantized). Part of the id, as `int8-serve`, when not "train".

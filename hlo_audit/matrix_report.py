@@ -2,7 +2,7 @@
 depth scaling, and the tidy per cell x dtype x role rows behind all of them (pandas, CSV, JSON, HTML).
 
 Compiled cells add a fourth view: what XLA's memory and cost analyses say (bytes by kind, flops, bytes
-accessed), against the golden's.
+accessed), against the golden's, and for a GPU its launches per step.
 
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
 parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here lowers anything that `run` or `check` already lowered: results come
@@ -52,6 +52,14 @@ class CellView:
         if self.golden is None or not self.result.summary:
             return None
         return self.result.entry_params - self.golden["entry_params"]
+
+    def launches_delta(self) -> dict[str, int] | None:
+        """A GPU cell's kernels (total, scalar) and collectives per step minus its golden's; None without a golden
+        that recorded them."""
+        old, new = (self.golden or {}).get("launches"), self.result.launches
+        if old is None or new is None:
+            return None
+        return {k: new[k] - old.get(k, 0) for k in ("total", "scalar", "collectives")}
 
     def memory_delta(self) -> dict[str, int] | None:
         """A compiled cell's bytes by kind minus its golden's; None without a golden that recorded memory."""

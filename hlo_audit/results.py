@@ -27,6 +27,8 @@ class CellResult:
     memory: dict | None = None  # optimized and compiled cells: bytes by MEMORY_KINDS key
     cost: dict | None = None  # optimized and compiled cells: flops, transcendentals, bytes_accessed
     constants: dict | None = None  # constants, large ones, literal keys, captured arrays (ConstantReport.to_record)
+    # GPU cells of stage optimized and compiled: what one step launches (hlo.thunks.LaunchReport.to_record)
+    launches: dict | None = None
     # What the exact HLO text depends on besides the model: versions, toolchain, platform, stage (golden.py).
     environment: dict[str, str] = field(default_factory=dict)
     hlo_sha256: str = ""
@@ -65,6 +67,11 @@ class CellResult:
     def captured(self) -> dict | None:
         """What the step closes over (captured_summary plus ``arrays_list``); None when not known."""
         return self.constants.get("captured") if self.constants else None
+
+    @property
+    def kernels(self) -> int | None:
+        """Launches per step (GPU cells of stage optimized and compiled), None where nothing is known of them."""
+        return self.launches["total"] if self.launches else None
 
     @property
     def rng_params(self) -> int:

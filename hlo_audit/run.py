@@ -23,6 +23,7 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
+from hlo_audit.hlo.thunks import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult
@@ -46,11 +47,13 @@ def environment(target, cell: Cell) -> dict[str, str]:
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> CellResult:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.arg_leaves,
                        lowering.literal_digests)
+    launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
     return CellResult(
         cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary),
         params=[p.to_record() for p in analysis.params],
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
         memory=lowering.memory, cost=lowering.cost, constants=analysis.constants.to_record(), environment=env,
+        launches=launches.to_record() if launches is not None else None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),

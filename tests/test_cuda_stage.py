@@ -1,4 +1,5 @@
-"""Stages compiled and optimized for CUDA, deviceless (hlo_audit/stages/cuda.py), on small real jax programs."""
+"""Stages compiled and optimized for a named GPU, deviceless (hlo_audit/stages/, the CUDA platform's dump files), on
+small real jax programs: the same stage modules as a TPU topology's, with the platform saying what differs."""
 
 from __future__ import annotations
 
@@ -9,20 +10,32 @@ import pytest
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from hlo_audit.stages.cuda import (CudaCompileError, compile_for_cuda, cuda_devices, gpu_target_config,
-                                   optimize_for_cuda)
+from hlo_audit import platforms
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.thunks import step_launches
+from hlo_audit.lowering import Unavailable
+from hlo_audit.matrix import Cell
+from hlo_audit.platforms.cuda import cuda_devices, device_name, target_config
+from hlo_audit.stages import compiled as compiled_stage
+from hlo_audit.stages import optimized as optimized_stage
+from hlo_audit.stages import to_stage
 
 
 def _cuda_missing() -> str | None:
     try:
-        cuda_devices(gpu_target_config("h100"))
-    except CudaCompileError as error:
+        cuda_devices(target_config("h100"))
+    except Unavailable as error:
         return str(error)
     return None
 
 
 pytestmark = pytest.mark.skipif(_cuda_missing() is not None,
                                 reason=f"no compile-only CUDA devices: {_cuda_missing()}")
+
+
+def cell(topology: str, stage: str) -> Cell:
+    return Cell("step", False, "none", 1, target="tests:unused", platform="cuda", device=device_name("h100", topology),
+                stage=stage)
 
 
 def step(params, batch, unused):
@@ -33,7 +46,7 @@ def step(params, batch, unused):
 
 
 def lowered_step(topology: str):
-    mesh = Mesh(np.array(cuda_devices(gpu_target_config("h100"), topology)), ("x",))
+    mesh = Mesh(np.array(platforms.devices(cell(topology, "compiled"))), ("x",))
     rows = NamedSharding(mesh, P("x"))
     whole = NamedSharding(mesh, P())
     params = {"w": jax.ShapeDtypeStruct((512, 512), jnp.float32, sharding=whole),
@@ -43,26 +56,43 @@ def lowered_step(topology: str):
     return jax.jit(step, donate_argnums=0).lower(params, batch, unused)
 
 
+def launches(lowering):
+    analysis = analyze(lowering.text, "<stage>", lowering.arg_keys)
+    return step_launches(analysis.module, analysis.params, lowering.dump), analysis
+
+
 @pytest.mark.parametrize("topology", ["1x1x1", "1x1x8"])
 def test_the_optimized_stage_stops_at_the_compiled_stage_s_module(topology):
     lowered = lowered_step(topology)
-    compiled = compile_for_cuda(lowered)
-    optimized = optimize_for_cuda(lowered, gpu_target_config("h100"), topology)
-    assert optimized.module == compiled.module
-    assert optimized.thunk_sequence is None and compiled.thunk_sequence
-    assert optimized.parameters == compiled.parameters
+    compiled = to_stage(lowered, cell(topology, "compiled"))
+    optimized = to_stage(lowered, cell(topology, "optimized"))
+    assert (compiled.stage, optimized.stage) == ("compiled", "optimized")
+    assert optimized.text == compiled.text  # both the module XLA dumped after its optimizations
+    assert set(compiled.dump) == {"thunk_sequence", "thunk_metadata"} and optimized.dump == {}
     assert optimized.arg_keys == compiled.arg_keys == (("count",), ("w",), ("x",))  # `unused` pruned by jit
     memory = {k: v for k, v in compiled.memory.items() if k != "generated_code_bytes"}
     assert optimized.memory == memory and memory["argument_bytes"] > 0
+    # A GPU executable has no cost analysis of its own: both stages report XLA's generic one of the same module.
     assert optimized.cost == compiled.cost and compiled.cost["flops"] > 0
+    from_thunks, analysis = launches(compiled)
     devices = int(topology.split("x")[-1])
-    assert compiled.parameters[2] == ("float32", (256 // devices, 512))  # one GPU's shard of the batch
+    assert analysis.params[2].shape.dims == (256 // devices, 512)  # one GPU's shard of the batch
     # What the optimized stage counts from the scheduled module is what the compiled one's thunks launch.
-    from_module, from_thunks = optimized.launches(), compiled.launches()
-    assert from_module.from_module and not from_thunks.from_module
+    from_module, _ = launches(optimized)
+    assert from_module.from_module and not from_thunks.from_module and from_thunks.attributed
     assert (from_module.total, from_module.by_kind, from_module.scalar) == (
         from_thunks.total, from_thunks.by_kind, from_thunks.scalar)
-    assert optimized.child_peak_rss_bytes > 0 and set(optimized.phases) == {"capture", "setup", "xla"}
+    # The one scalar kernel is the counter's increment, and it reads the counter.
+    [increment] = [launch for launch in from_thunks.launches if launch.is_scalar]
+    assert [from_thunks.param_by_number()[i].path for i in increment.reads] == ["params.count"]
+
+
+def test_a_tpu_style_compile_keeps_no_dump():
+    """A platform that keeps no dump files compiles as before, without XLA's dump (the CPU host's own devices)."""
+    x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    lowering = compiled_stage.run(jax.jit(lambda a: a @ a).lower(x), Cell("f", True, "none", 1, stage="compiled"))
+    assert lowering.dump is None and lowering.cost["flops"] > 0
+    assert step_launches(analyze(lowering.text).module, [], lowering.dump) is None
 
 
 @custom_partitioning
@@ -81,18 +111,10 @@ doubled.def_partition(partition=_partition, infer_sharding_from_operands=lambda 
 def test_custom_partitioning_is_compiled_not_optimized():
     """Transformer Engine's ops partition through custom_partitioning callbacks that XLA calls back into the
     lowering process for: the child of stage optimized cannot, so it refuses, saying why; compiled compiles."""
-    mesh = Mesh(np.array(cuda_devices(gpu_target_config("h100"), "1x1x8")), ("x",))
+    mesh = Mesh(np.array(platforms.devices(cell("1x1x8", "optimized"))), ("x",))
     x = jax.ShapeDtypeStruct((64, 64), jnp.float32, sharding=NamedSharding(mesh, P("x")))
     lowered = jax.jit(doubled).lower(x)
-    with pytest.raises(CudaCompileError, match="custom_partitioning callbacks .* use stage compiled"):
-        optimize_for_cuda(lowered, gpu_target_config("h100"), "1x1x8")
-    compiled = compile_for_cuda(lowered)
+    with pytest.raises(optimized_stage.OptimizeError, match="custom_partitioning callbacks .* use stage compiled"):
+        optimized_stage.run(lowered, cell("1x1x8", "optimized"))
+    compiled = compiled_stage.run(lowered, cell("1x1x8", "compiled"))
     assert compiled.memory["argument_bytes"] == 8 * 64 * 4
-
-
-def test_errors_are_one_line():
-    with pytest.raises(CudaCompileError, match=r"^CUDA topology '8' is not <partitions>x<hosts>x<devices per host>"):
-        cuda_devices(gpu_target_config("h100"), "8")
-    with pytest.raises(CudaCompileError, match=r"^no GPU target config 'h1000' \(shipped: a100, b200, gb200, gb300, "
-                                               r"h100, h200;"):
-        gpu_target_config("h1000")

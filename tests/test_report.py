@@ -112,7 +112,7 @@ def test_json_deltas_against_the_golden(project):
 def test_tidy_frame_rows_sum_to_the_cells(project):
     frame = hlo_audit.params_frame(config=str(project / "hlo-audit.toml"))
     assert list(frame.columns) == ["id", "model", "scan", "quant", "quant_mode", "layers", "step", "platform",
-                                   "topology", "cuda_arch", "stage", "dtype", "role", "count", "bytes",
+                                   "topology", "gpu", "cuda_arch", "stage", "dtype", "role", "count", "bytes",
                                    "golden_count", "golden_delta"]
     report = built(project)
     totals = frame.groupby("id")["count"].sum().to_dict()

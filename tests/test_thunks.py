@@ -1,12 +1,14 @@
 """Launches per step from XLA's GPU thunk sequence, on real deviceless compiles for an H100 (hlo/thunks.py).
 
 Every sequence here is made in the test: small jax functions and the NNX train steps of nnx_models.py, lowered
-over compile-only H100s (hlo_audit/stages/cuda.py) and compiled by XLA's GPU compiler on this CPU host. The
-numbers asserted are what XLA 0.12.0.1's GPU pipeline emits for them.
+over compile-only H100s (hlo_audit/platforms/cuda.py) and compiled by XLA's GPU compiler on this CPU host through
+stage compiled (hlo_audit/stages/compiled.py). The numbers asserted are what XLA 0.12.0.1's GPU pipeline emits
+for them.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -21,16 +23,20 @@ import nnx_models
 from hlo_audit.examples.nnx_mlp import make_step
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.text import HloParseError, parse_module
-from hlo_audit.hlo.thunks import (ThunkParseError, category, common_pattern, launch_delta, launch_report,
-                                  module_launches, parse_thunk_metadata, parse_thunk_sequence, thunk_dumps)
-from hlo_audit.stages.cuda import (GPU_CONFIG_DIR, CudaCompileError, compile_for_cuda, cuda_devices,
-                                   gpu_target_config)
+from hlo_audit.hlo.thunks import (ThunkParseError, category, common_pattern, group_counts, group_delta,
+                                  launch_delta, launch_report, module_launches, parse_thunk_metadata,
+                                  parse_thunk_sequence, step_launches, thunk_dumps)
+from hlo_audit.lowering import CellConfigError, Unavailable
+from hlo_audit.matrix import Cell
+from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, GpuTargetError, cuda_devices, device_name, target_config
+from hlo_audit.stages import compiled as compiled_stage
+from hlo_audit.stages.program import KEEP_DUMP_ENV
 
 
 def _cuda_missing() -> str | None:
     try:
-        cuda_devices(gpu_target_config("h100"))
-    except CudaCompileError as error:
+        cuda_devices(target_config("h100"))
+    except Unavailable as error:
         return str(error)
     return None
 
@@ -40,7 +46,34 @@ pytestmark = pytest.mark.skipif(_cuda_missing() is not None,
 
 
 def h100s(topology: str = "1x1x1"):
-    return cuda_devices(gpu_target_config("h100"), topology)
+    return cuda_devices(target_config("h100"), topology)
+
+
+def gpu_cell(name: str, topology: str = "1x1x1", gpu: str = "h100") -> Cell:
+    """A compiled cell of a small program (its target is never asked: the test lowers it itself)."""
+    return Cell(name, False, "none", 1, target="tests:unused", platform="cuda", device=device_name(gpu, topology),
+                stage="compiled")
+
+
+def compile_for_cuda(lowered, keep_dump: Path | None = None, cell: Cell | None = None):
+    """Stage compiled of ``lowered`` for an H100 cell; with ``keep_dump``, XLA's dump is copied there."""
+    cell = cell or gpu_cell("program")
+    saved = os.environ.get(KEEP_DUMP_ENV)
+    if keep_dump is not None:
+        os.environ[KEEP_DUMP_ENV] = str(keep_dump)
+    try:
+        lowering = compiled_stage.run(lowered, cell)
+    finally:
+        if saved is None:
+            os.environ.pop(KEEP_DUMP_ENV, None)
+        else:
+            os.environ[KEEP_DUMP_ENV] = saved
+    if keep_dump is not None:  # the stage keeps it under the cell's id: move it up, as --xla_dump_to would be
+        [kept] = list(keep_dump.iterdir())
+        for path in kept.iterdir():
+            path.rename(keep_dump / path.name)
+        kept.rmdir()
+    return lowering
 
 
 def replicated(devices):
@@ -57,9 +90,10 @@ def lower_nnx(spec: nnx_models.ModelSpec, devices=None):
 
 
 def report(compilation):
-    module = parse_module(compilation.module)
+    module = parse_module(compilation.text)
     params = entry_params(module, compilation.arg_keys)
-    return launch_report(compilation.thunk_sequence, compilation.thunk_metadata, module, params), module, params
+    return launch_report(compilation.dump["thunk_sequence"], compilation.dump["thunk_metadata"], module,
+                         params), module, params
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +164,27 @@ def test_two_more_layers_add_their_counter_kernels(bridge_steps):
     assert per_layer == sum(g.count for g in launch_delta(before, after)) // 2
 
 
+def test_records_give_the_reports_attribution(bridge_steps):
+    """What a result and a golden keep (``group_counts``) differ as the reports do (``launch_delta``), and a stage's
+    kept dump gives the report (``step_launches``): thunks when compiled, the module when there are none."""
+    (l2, _), (l4, _) = bridge_steps["L2"], bridge_steps["L4"]
+    before, after = report(l2)[0], report(l4)[0]
+    assert [g.describe(signed=True) for g in group_delta(group_counts(before), group_counts(after))] == [
+        g.describe(signed=True) for g in launch_delta(before, after)]
+    assert sum(group_counts(after).values()) == after.total
+    assert "kernel scalar loop_add_fusion [rng_count] state.layers_*.bridge.to_nnx__rngs.params.count" in group_counts(
+        after)
+    only_rng = group_delta(group_counts(before), group_counts(after), reading=("rng_key", "rng_count"))
+    assert [g.describe(signed=True) for g in only_rng] == [
+        "+4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.to_nnx__rngs.*.count"]
+    module = parse_module(l4.text)
+    params = entry_params(module, l4.arg_keys)
+    assert step_launches(module, params, l4.dump).to_record() == after.to_record()
+    from_module = step_launches(module, params, {})
+    assert from_module.from_module and (from_module.total, from_module.by_kind) == (after.total, after.by_kind)
+    assert step_launches(module, params, None) is None  # not a GPU program's
+
+
 def test_a_scanned_body_counts_once_per_layer(bridge_steps):
     (scan, _), (unrolled, _) = bridge_steps["scan_L4"], bridge_steps["L4"]
     launches = report(scan)[0]
@@ -148,8 +203,9 @@ def test_the_dump_folder_gives_the_same_report(bridge_steps):
     assert found.metadata is not None and re.search(r"sm_9\.0a_gpu_after_optimizations\.txt$",
                                                     found.after_optimizations.name)
     sequence, metadata, text = found.read()
-    assert (sequence, metadata, text) == (compilation.thunk_sequence, compilation.thunk_metadata, compilation.module)
+    assert (sequence, metadata) == (compilation.dump["thunk_sequence"], compilation.dump["thunk_metadata"])
     module = parse_module(text)
+    assert text == compilation.text  # the stage's module is the dump's: the one the thunk metadata names
     from_dump = launch_report(sequence, metadata, module, entry_params(module))  # paths from the module's names
     from_stage = report(compilation)[0]
     assert from_dump.to_record() == from_stage.to_record()
@@ -195,9 +251,9 @@ def test_command_buffers_hold_the_same_launches(control_flow_compile):
     compilation, dump = control_flow_compile
     after_passes = next(dump.glob("*jit_control_flow.thunk_sequence_after_thunk_passes.txt")).read_text()
     assert "kCommandBuffer" in after_passes
-    module = parse_module(compilation.module)
-    plain = launch_report(compilation.thunk_sequence, compilation.thunk_metadata, module)
-    wrapped = launch_report(after_passes, compilation.thunk_metadata, module)
+    module = parse_module(compilation.text)
+    plain = launch_report(compilation.dump["thunk_sequence"], compilation.dump["thunk_metadata"], module)
+    wrapped = launch_report(after_passes, compilation.dump["thunk_metadata"], module)
     assert wrapped.thunks > plain.thunks  # the command buffers themselves
     assert [launch.to_record() for launch in wrapped.launches] == [launch.to_record() for launch in plain.launches]
 
@@ -207,7 +263,8 @@ def test_collectives_on_eight_gpus():
     mesh = Mesh(np.array(devices), ("x",))
     x = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P("x")))
     w = jax.ShapeDtypeStruct((1024, 1024), jnp.float32, sharding=NamedSharding(mesh, P(None, "x")))
-    compilation = compile_for_cuda(jax.jit(lambda a, b: (jnp.tanh(a @ b).sum(), a + 1)).lower(x, w))
+    compilation = compile_for_cuda(jax.jit(lambda a, b: (jnp.tanh(a @ b).sum(), a + 1)).lower(x, w),
+                                   cell=gpu_cell("collectives", "1x1x8"))
     launches, module, params = report(compilation)
     assert launches.collectives == 2
     assert launches.by_kind == {"kCustomKernel": 6, "kAllGather": 1, "kCollectiveKernel": 1}
@@ -235,21 +292,22 @@ def test_the_scheduled_module_predicts_the_sequence(bridge_steps, control_flow_c
 
 def test_nesting_and_launch_dimensions_are_read(control_flow_compile):
     compilation, _ = control_flow_compile
-    thunks = parse_thunk_sequence(compilation.thunk_sequence)
-    assert len(thunks) == len(compilation.thunk_sequence.strip().splitlines()) - sum(
-        1 for line in compilation.thunk_sequence.splitlines() if line.strip().endswith(":"))
+    sequence = compilation.dump["thunk_sequence"]
+    thunks = parse_thunk_sequence(sequence)
+    assert len(thunks) == len(sequence.strip().splitlines()) - sum(
+        1 for line in sequence.splitlines() if line.strip().endswith(":"))
     loops = [t for t in thunks if t.kind == "kWhile"]
     assert {thunks[t.parent].kind for t in thunks if t.parent is not None} >= {"kWhile", "kConditional"}
     assert {t.region for t in thunks if t.parent == loops[0].position} == {"condition", "body"}
     gemm = next(t for t in thunks if t.kernel.startswith("gemm_fusion"))
     assert gemm.grid[0] > 1 and gemm.threads[0] > 1 and gemm.shared_memory >= 0 and not gemm.is_scalar
-    annotations = parse_thunk_metadata(compilation.thunk_metadata)
+    annotations = parse_thunk_metadata(compilation.dump["thunk_metadata"])
     assert annotations[loops[0].id].startswith("while")
 
 
 def test_bad_files_are_one_line_errors(control_flow_compile):
     compilation, _ = control_flow_compile
-    lines = compilation.thunk_sequence.splitlines()
+    lines = compilation.dump["thunk_sequence"].splitlines()
     broken = "\n".join([*lines[:3], "this is not a thunk", *lines[3:]])
     with pytest.raises(ThunkParseError, match=r"^seq\.txt:4: not a thunk line") as error:
         parse_thunk_sequence(broken, "seq.txt")
@@ -260,7 +318,7 @@ def test_bad_files_are_one_line_errors(control_flow_compile):
 
 def test_without_metadata_counts_stand_but_nothing_is_attributed(bridge_steps):
     compilation, _ = bridge_steps["L2"]
-    bare = launch_report(compilation.thunk_sequence)
+    bare = launch_report(compilation.dump["thunk_sequence"])
     full = report(compilation)[0]
     assert (bare.total, bare.by_kind, bare.scalar) == (full.total, full.by_kind, full.scalar)
     assert not bare.attributed and all(not launch.reads for launch in bare.launches)
@@ -298,17 +356,18 @@ def test_every_shipped_config_parses_with_its_comments_and_compiles(path: Path):
     assert device.device_kind == name
     sharding = replicated([device])
     x = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16, sharding=sharding)
-    compilation = compile_for_cuda(jax.jit(lambda a: jnp.tanh(a @ a.T).sum()).lower(x))
-    header = compilation.module.splitlines()[0]
+    compilation = compile_for_cuda(jax.jit(lambda a: jnp.tanh(a @ a.T).sum()).lower(x), cell=gpu_cell("config", gpu=path.stem))
+    header = compilation.text.splitlines()[0]
     assert header.startswith("HloModule jit__lambda")
     assert report(compilation)[0].total >= 2
     assert major in (8, 9, 10)
 
 
 def test_an_unknown_field_is_rejected_not_ignored():
-    text = gpu_target_config("h100").replace("core_count:", "core_kount:")
-    with pytest.raises(CudaCompileError, match="Failed to parse GpuTargetConfigProto"):
+    text = target_config("h100").replace("core_count:", "core_kount:")
+    with pytest.raises(GpuTargetError, match="Failed to parse GpuTargetConfigProto") as error:
         cuda_devices(text)
+    assert isinstance(error.value, CellConfigError) and "\n" not in str(error.value)  # the cell's one-line error
 
 
 def test_a_dumped_config_is_a_target_config(control_flow_compile):

@@ -33,9 +33,16 @@ def of(cell: Cell) -> HostPlatform:
     return PLATFORMS[cell.platform]
 
 
+# Every config key that names a platform's devices, and every record key that shows one, each once, in order.
+CONFIG_KEYS = tuple(dict.fromkeys(k for p in PLATFORMS.values() for k in p.config_keys))
+RECORD_KEYS = tuple(dict.fromkeys(k for p in PLATFORMS.values() for k in p.record_keys))
+
+
 def by_device_key(key: str) -> HostPlatform | None:
-    """The platform whose devices the config key ``key`` names (``topology``: tpu), if any."""
-    return next((p for p in PLATFORMS.values() if p.device_key == key), None)
+    """The platform a config key names devices of, for messages: the one whose main key it is (``topology``: tpu),
+    else the first that reads it (``gpus``: cuda); None if none does."""
+    return next((p for p in PLATFORMS.values() if p.device_key == key), None) or next(
+        (p for p in PLATFORMS.values() if key in p.config_keys), None)
 
 
 def devices(cell: Cell) -> list:

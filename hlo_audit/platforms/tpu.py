@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from hlo_audit import host
 from hlo_audit.lowering import Unavailable
-from hlo_audit.platforms.base import LOWERING_WORKER_BYTES, HostPlatform
+from hlo_audit.platforms.base import LOWERING_WORKER_BYTES, DumpFiles, HostPlatform
 
 if TYPE_CHECKING:
     from hlo_audit.matrix import Cell
@@ -27,11 +27,18 @@ _TOPOLOGY = re.compile(r"^v\d+[a-z]*-\d+$")  # MaxText's compile_topology names:
 # while its XLA child runs (~1.0 GB), ~1.9 GB together. Rounded up.
 _COMPILING_WORKER_BYTES = 3 << 30
 _COMPILING_STAGES = ("optimized", "compiled")
+# libtpu's dump of a module: after optimizations, its buffer assignment, then the module again once buffer
+# assignment is done (``*.after_optimizations_after_buffer_assignment.txt``), the last before codegen. Stage
+# compiled keeps nothing of it (the compiled executable says what its TPU cell reports).
+TPU_DUMP = DumpFiles(module=".after_optimizations.txt", buffer_assignment=".after_optimizations-buffer-assignment.txt",
+                     buffer_assignment_done=".after_optimizations_after_buffer_assignment.txt")
 
 
 class TpuPlatform(HostPlatform):
     device_key = "topology"
     device_word = "TPU topology"
+    config_keys = ("topology",)
+    record_keys = ("topology",)
 
     def __init__(self):
         super().__init__("tpu")
@@ -66,6 +73,9 @@ class TpuPlatform(HostPlatform):
 
     def mesh_topology(self, cell: Cell) -> tuple[str, int] | None:
         return (cell.device, 1) if cell.device else None
+
+    def dump_files(self, cell: Cell) -> DumpFiles | None:
+        return TPU_DUMP if cell.device else None
 
     def toolchain(self, cell: Cell) -> dict[str, str]:
         return {"libtpu": host.installed_version("libtpu")} if cell.device else {}

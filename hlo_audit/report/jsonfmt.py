@@ -14,7 +14,7 @@ COUNT_SCHEMA = "hlo-audit/count/v1"
 DIFF_SCHEMA = "hlo-audit/diff/v1"
 
 
-def count_record(a: Analysis, with_params: bool = False) -> dict:
+def count_record(a: Analysis, with_params: bool = False, launches: dict | None = None) -> dict:
     s = a.summary
     record = {
         "source": a.source,
@@ -26,6 +26,8 @@ def count_record(a: Analysis, with_params: bool = False) -> dict:
         "bytes_by_role": s.bytes_by_role,
         "groups": s.groups,
         "constants": a.constants.to_record(),
+        # A GPU dump folder's module: what one step launches (its thunk sequence); null for other inputs.
+        "kernels": launches,
     }
     if with_params:
         record["params"] = [{**p.to_record(), "name": p.name, "layout": p.shape.layout, "sharding": p.sharding}
@@ -33,15 +35,16 @@ def count_record(a: Analysis, with_params: bool = False) -> dict:
     return record
 
 
-def format_count(analyses: Sequence, with_params: bool = False) -> str:
+def format_count(analyses: Sequence, with_params: bool = False, launches: Sequence | None = None) -> str:
     """Every input in order: its counts, or ``{"source", "error"}`` for one that could not be read."""
-    modules = [count_record(a, with_params) if isinstance(a, Analysis) else {"source": a.source, "error": a.error}
-               for a in analyses]
+    launches = launches or [None] * len(analyses)
+    modules = [count_record(a, with_params, k) if isinstance(a, Analysis) else {"source": a.source, "error": a.error}
+               for a, k in zip(analyses, launches)]
     doc = {"schema": COUNT_SCHEMA, "modules": modules}
     return json.dumps(doc, indent=2) + "\n"
 
 
-def diff_record(d: ModuleDiff, old: str, new: str) -> dict:
+def diff_record(d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> dict:
     return {
         "old": old,
         "new": new,
@@ -58,11 +61,13 @@ def diff_record(d: ModuleDiff, old: str, new: str) -> dict:
         "text_diff": d.text_diff,
         "text_diff_omitted": d.text_diff_omitted,
         "constants_delta": d.constants,
+        # Two GPU dump folders: kernels per step old ("golden") and new ("now"), the launch groups that moved.
+        "kernels": launches,
     }
 
 
-def format_diff(d: ModuleDiff, old: str, new: str) -> str:
-    return json.dumps({"schema": DIFF_SCHEMA, **diff_record(d, old, new)}, indent=2) + "\n"
+def format_diff(d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> str:
+    return json.dumps({"schema": DIFF_SCHEMA, **diff_record(d, old, new, launches)}, indent=2) + "\n"
 
 
 RUN_SCHEMA = "hlo-audit/run/v1"
@@ -83,6 +88,9 @@ def cell_record(r, slope: float | None = None) -> dict:
         "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
         # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
         "memory": r.memory, "cost": r.cost,
+        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.thunks), total,
+        # by kind and category, scalar, collectives, reading RNG state, the scalar groups and every group.
+        "kernels": r.launches,
         # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
         "constants": r.constants,
         "cached": r.cached, "lower_seconds": r.lower_seconds,
@@ -102,7 +110,8 @@ def series_record(s) -> dict:
     return {"series": s.id, "model": s.cell.model, "scan": s.cell.scan_label, "quant": s.cell.quant,
             "depths": list(s.depths), "full_depth": s.full_depth,
             "total": {"slope": s.total.slope, "intercept": s.total.intercept, "exact": s.total.exact},
-            "by_dtype": lines(s.by_dtype), "by_role": lines(s.by_role), "projected": s.projected()}
+            "by_dtype": lines(s.by_dtype), "by_role": lines(s.by_role),
+            "kernels": lines(s.launches) if s.launches else None, "projected": s.projected()}
 
 
 def format_scaling(series) -> str:
@@ -120,7 +129,8 @@ def report_record(report) -> dict:
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
                    "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
-                   "memory_delta": v.memory_delta(), "constants_delta": v.constants_delta} for v in report.cells],
+                   "memory_delta": v.memory_delta(), "kernels_delta": v.launches_delta(),
+                   "constants_delta": v.constants_delta} for v in report.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
                  for p in report.scan_pairs],
@@ -136,9 +146,10 @@ def format_report(report) -> str:
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
 
 
-def format_explain(node, captured=None) -> str:
+def format_explain(node, captured=None, launches: dict | None = None) -> str:
     return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record(),
-                       "captured_tree": captured.to_record() if captured is not None else None}, indent=2) + "\n"
+                       "captured_tree": captured.to_record() if captured is not None else None,
+                       "kernels": launches}, indent=2) + "\n"
 
 
 def format_cells(cells, source: str) -> str:

@@ -16,7 +16,7 @@ from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
 from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, frozen_rng_line,
-                                    human_bytes, rng_cost, rng_headline)
+                                    human_bytes, launches_change_text, launches_headline, rng_cost, rng_headline)
 
 
 class Md(str):
@@ -40,9 +40,9 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]
     return lines
 
 
-def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
+def format_count(analyses: Sequence[Analysis], top: int = 20, launches: Sequence | None = None) -> str:
     out: list[str] = []
-    for a in analyses:
+    for a, kernels in zip(analyses, launches or [None] * len(analyses)):
         if not isinstance(a, Analysis):  # unreadable: its error in place of its numbers
             out.append(f"### {_code(a.source, False)} — not read\n\nNot read: {_text(a.error)}\n")
             continue
@@ -59,6 +59,7 @@ def format_count(analyses: Sequence[Analysis], top: int = 20) -> str:
         if len(shown) < len(groups):
             out.append(f"\n{len(groups) - len(shown)} more groups not shown.")
         out += ["", _constants_line(a.constants.to_record()), ""]
+        out += [f"{launches_headline(kernels)}.", ""] if kernels else []
     return "\n".join(out) + "\n"
 
 
@@ -67,10 +68,12 @@ def _constants_line(record: dict) -> str:
     return _text(f"{constants_headline(record)}{captured}.")
 
 
-def format_diff(d: ModuleDiff, old: str, new: str) -> str:
+def format_diff(d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> str:
     out = [f"### HLO diff: **{d.verdict}**" + (f" ({', '.join(d.changes)})" if d.changes else ""), ""]
     out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
     out.append("")
+    if launches:
+        out += [f"{launches_change_text(launches)}.", "", *(f"- {line}" for line in launches["lines"][:8]), ""]
     if d.by_dtype_delta or d.by_role_delta:
         rows = [("dtype", k, f"{v:+d}") for k, v in d.by_dtype_delta.items()]
         rows += [("role", k, f"{v:+d}") for k, v in d.by_role_delta.items()]
@@ -106,11 +109,16 @@ def format_run(results, slopes: dict[str, float]) -> str:
                      _dtype_text(r.summary["by_dtype"]) if r.summary else "", r.rng_params if r.summary else "",
                      "" if slope is None else f"{slope:g}",
                      f"{captured['arrays']}: {_dtype_text(captured['by_dtype'])}" if captured else "", r.message))
-    return "\n".join(_table(["cell", "status", "entry params", "by dtype", "RNG params", "params/layer",
-                             "captured arrays", "note"], rows)) + "\n"
+    if any(r.launches for r in results):  # GPU cells: launches per step
+        rows = [(*row[:-1], r.kernels if r.launches else "", row[-1]) for row, r in zip(rows, results)]
+        header = ["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "captured arrays",
+                  "kernels", "note"]
+    else:
+        header = ["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "captured arrays", "note"]
+    return "\n".join(_table(header, rows)) + "\n"
 
 
-def format_explain(node, captured=None) -> str:
+def format_explain(node, captured=None, launches: dict | None = None) -> str:
     """The explain tree as a nested list: counts, dtypes, roles, bytes per group; then the captured state's."""
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
@@ -128,6 +136,8 @@ def format_explain(node, captured=None) -> str:
     if captured is not None:
         out += ["", "Captured as constants (arrays the step closes over instead of taking them):", ""]
         out += lines(captured, 0)
+    if launches:
+        out += ["", f"{launches_headline(launches)}."]
     return "\n".join(out) + "\n"
 
 
@@ -142,6 +152,14 @@ def _memory_cells(view) -> list[str]:
         change = f" ({'+' if d > 0 else '-'}{human_bytes(abs(d))})" if d else ""
         cells.append(human_bytes(view.result.memory[key]) + change)
     return cells
+
+
+def _kernels_cell(view) -> str:
+    """A GPU cell's launches per step, with its change against the golden's."""
+    if not view.result.launches:
+        return ""
+    delta = (view.launches_delta() or {}).get("total")
+    return f"{view.result.kernels}" + (f" ({delta:+d})" if delta else "")
 
 
 def _cost_cells(cost: dict) -> tuple[str, str]:
@@ -160,9 +178,9 @@ def format_report(report) -> str:
         out += ["", "### Depth scaling", "", format_scaling(report.series).rstrip("\n")]
     if report.with_memory:
         out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
-        out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed"],
-                      [(_code(v.result.cell.id), *_memory_cells(v), *_cost_cells(v.result.cost or {}))
-                       for v in report.with_memory])
+        out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed", "kernels"],
+                      [(_code(v.result.cell.id), *_memory_cells(v), *_cost_cells(v.result.cost or {}),
+                        _kernels_cell(v)) for v in report.with_memory])
     tidy = report.tidy_rows
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
     columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]

@@ -10,7 +10,6 @@ end with (``hlo-audit golden update --only id=...``) are printed on a line of th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import sys
@@ -29,7 +28,8 @@ from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
-                                    frozen_rng_line, rng_cost, rng_headline)
+                                    frozen_rng_line, launches_change_text, launches_headline, rng_cost, rng_headline,
+                                    scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -140,9 +140,10 @@ def print_message(console: Console, message: str, indent: int = 4) -> None:
         status(console, Text(pad + command))
 
 
-def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
-    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI)."""
-    for a in analyses:
+def print_count(console: Console, analyses: Sequence, top: int = 20, launches: Sequence | None = None) -> None:
+    """Each readable module's tables (an unreadable input's error goes to stderr, from the CLI); a GPU dump's
+    module, what one step launches."""
+    for a, kernels in zip(analyses, launches or [None] * len(analyses)):
         if not isinstance(a, Analysis):
             continue
         s = a.summary
@@ -162,7 +163,17 @@ def print_count(console: Console, analyses: Sequence, top: int = 20) -> None:
             add_row(table, pattern, n)
         print_table(console, table)
         print_constants(console, a.constants.to_record())
+        print_launches(console, kernels)
         console.print()
+
+
+def print_launches(console: Console, record: dict | None) -> None:
+    """A GPU program's launches per step in a line, then its largest groups of scalar kernels."""
+    if not record:
+        return
+    status(console, launches_headline(record))
+    for line in scalar_launch_lines(record):
+        status(console, Text(f"  {line}"))
 
 
 def print_constants(console: Console, record: dict) -> None:
@@ -185,7 +196,7 @@ def print_constants(console: Console, record: dict) -> None:
         print_table(console, groups)
 
 
-def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
+def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> None:
     style = {"identical": "green", "identical-after-normalization": "green",
              "rng-state-only": "yellow", "changed": "red"}[d.verdict]
     verdict = Text(f"verdict: {d.verdict}", style=f"bold {style}")
@@ -193,6 +204,10 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str) -> None:
         verdict.append(f" ({', '.join(d.changes)})")
     status(console, verdict)
     status(console, esc(f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})"))
+    if launches:
+        status(console, esc(launches_change_text(launches)))
+        for line in launches["lines"][:8]:
+            status(console, esc(f"  {line}", style="red" if line.startswith("+") else "green"))
     if d.by_dtype_delta or d.by_role_delta:
         deltas = make_table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
         for k, v in d.by_dtype_delta.items():
@@ -237,15 +252,18 @@ def dtype_counts(by_dtype: dict[str, int]) -> str:
 
 
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
-    table = make_table(console, None, [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"),
-                                       ("rng", "right"), ("/layer", "right"), ("dead", "right"), ("const", "right")])
+    columns = [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"), ("rng", "right"),
+               ("/layer", "right"), ("dead", "right"), ("const", "right")]
+    kernels = any(r.launches for r in results)  # GPU cells: launches per step (`kernels`)
+    table = make_table(console, None, columns + ([("kern", "right")] if kernels else []))
     for r in results:
         slope = slopes.get(r.cell.id)
         captured = r.captured
         add_row(table, r.cell.id, esc(r.status, style=STATUS_STYLE[r.status]),
                 r.entry_params if r.summary else "", dtype_counts(r.summary["by_dtype"]) if r.summary else "",
                 r.rng_params if r.summary else "", "" if slope is None else f"{slope:g}",
-                r.rng["dead_params"] if r.rng else "", captured["arrays"] if captured else "")
+                r.rng["dead_params"] if r.rng else "", captured["arrays"] if captured else "",
+                *([r.kernels if r.launches else ""] if kernels else []))
     print_table(console, table)
     if any(r.captured and r.captured["arrays"] for r in results):
         status(console, Text("const: arrays the step captured (closes over), baked into the program as constants "
@@ -283,6 +301,17 @@ def print_scaling(console: Console, series) -> None:
                 f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
                 p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", ""))
     print_table(console, table)
+    launched = [s for s in series if s.launches]
+    if launched:  # GPU series: kernels per step per layer, projected to full depth
+        kernels = make_table(console, "kernels per step: per layer (/L) and projected to full depth", [
+            ("series", "left"), ("kern/L", "right"), ("scalar/L", "right"), ("rng/L", "right"), ("coll/L", "right"),
+            ("full", "right"), ("proj. kern", "right"), ("proj. rng", "right")])
+        for s in launched:
+            p = s.projected().get("launches", {})
+            add_row(kernels, s.id, *(f"{s.launches[k].slope:g}" for k in ("total", "scalar", "reading_rng",
+                                                                          "collectives")),
+                    s.full_depth or "", p.get("total", ""), p.get("reading_rng", ""))
+        print_table(console, kernels)
 
 
 def print_cells(console: Console, cells) -> None:
@@ -341,8 +370,10 @@ def _print_series_summary(console: Console, report) -> None:
         if r.status == "ok":
             series.setdefault(r.cell.series, []).append(r)
     if series:
+        kernels = any(r.launches for rows in series.values() for r in rows)
         table = make_table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
-                                           ("dead rng", "right"), ("verdict", "left")])
+                                           ("dead rng", "right"), *([("kernels", "right")] if kernels else []),
+                                           ("verdict", "left")])
         for rows in series.values():
             rows.sort(key=lambda r: r.cell.layers)
             label = rows[0].cell.series_id([r.cell.layers for r in rows])
@@ -350,6 +381,7 @@ def _print_series_summary(console: Console, report) -> None:
             add_row(table, label, " -> ".join(str(r.entry_params) for r in rows),
                     " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
                     " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
+                    *([" -> ".join(str(r.kernels) if r.launches else "-" for r in rows)] if kernels else []),
                     Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
         print_table(console, table)
     print_unavailable(console, report.results)

@@ -87,13 +87,18 @@ TERMINAL_MEMORY = tuple(kind for kind in MEMORY_KINDS if kind.gated)
 def print_compiled(console: Console, report) -> None:
     """Optimized and compiled cells: XLA's memory analysis (per device) and cost analysis, memory against the
     golden."""
-    columns = [("cell", "left"), *((kind.label, "right") for kind in TERMINAL_MEMORY), ("GFLOP", "right")]
-    table = make_table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step", columns)
+    kernels = any(v.result.launches for v in report.with_memory)  # GPU cells: launches per step
+    columns = [("cell", "left"), *((kind.label, "right") for kind in TERMINAL_MEMORY), ("GFLOP", "right"),
+               *([("kernels", "right")] if kernels else [])]
+    table = make_table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step"
+                       + (", kernels per step" if kernels else ""), columns)
     for v in report.with_memory:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
         add_row(table, v.result.cell.id, *[_bytes_with_delta(memory[k.key], delta.get(k.key))
                                            if k.key in memory else Text("") for k in TERMINAL_MEMORY],
-                f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "")
+                f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "",
+                *([_with_delta(v.result.kernels, (v.launches_delta() or {}).get("total"))
+                   if v.result.launches else Text("")] if kernels else []))
     print_table(console, table)
 
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from hlo_audit.report.escape import visible
-from hlo_audit.report.terminal import print_whole
+from hlo_audit.report.terminal import print_launches, print_whole
 from hlo_audit.report.words import ROLE_SHORT, human_bytes
 
 if TYPE_CHECKING:
@@ -70,8 +70,9 @@ def _grow(tree: Tree, node: Node, width: int, level: int) -> None:
         tree.add(Text(f"{node.hidden_params:>5}  ... {node.hidden} more", style="dim italic"))
 
 
-def print_explain(console: Console, node: Node, captured: Node | None = None) -> None:
-    """The entry parameters' tree, then (when the step closes over state) the tree of what it captured."""
+def print_explain(console: Console, node: Node, captured: Node | None = None, launches: dict | None = None) -> None:
+    """The entry parameters' tree, then (when the step closes over state) the tree of what it captured; then, for a
+    GPU program, what one step launches."""
     for root in (node, captured):
         if root is None:
             continue
@@ -81,3 +82,5 @@ def print_explain(console: Console, node: Node, captured: Node | None = None) ->
         tree = Tree(_label(root, console.width, 0), guide_style="dim")
         _grow(tree, root, console.width, 0)
         print_whole(console, tree)
+    if launches:
+        print_launches(console, launches)

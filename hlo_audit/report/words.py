@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.hlo.constants import frozen_rng
+from hlo_audit.hlo.thunks import LaunchGroup, change_text
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 
@@ -107,3 +108,25 @@ def check_summary_text(summary) -> str:
     if summary.stale_goldens:
         text += f"; {summary.stale_goldens} stale golden{'s' if summary.stale_goldens != 1 else ''}"
     return text
+
+
+def launches_headline(record: dict) -> str:
+    """``kernels per step: 580 (kernel 439, library 124, copy 17); scalar 68; collectives 0; reading RNG state 0``
+    (a GPU program's launches record, ``hlo.thunks.LaunchReport.to_record``)."""
+    bound = "" if record["exact"] else " at most (a loop's trip count unknown, or a branch chosen)"
+    where = ("; counted from the scheduled module (stage optimized: no thunk sequence before codegen, so launch "
+             "dimensions are predicted and what only codegen adds, a sort's copy into its output, is not seen)"
+             if record["from_module"] else "")
+    return (f"kernels per step: {record['total']}{bound} ({counts_text(record['by_category'])}); scalar "
+            f"{record['scalar']}; collectives {record['collectives']}; reading RNG state "
+            f"{record.get('reading_rng', 0)}{where}")
+
+
+def scalar_launch_lines(record: dict, top: int = 4) -> list[str]:
+    """The largest groups of scalar kernels (one block of one thread), in words."""
+    return [LaunchGroup(**g).describe() for g in record.get("scalar_groups", [])[:top]]
+
+
+def launches_change_text(change: dict) -> str:
+    """``kernels per step 580 -> 622 (+42, scalar +42)`` of two launches records (``audit.launches_diff``)."""
+    return change_text(change["golden"], change["now"], change["delta"])

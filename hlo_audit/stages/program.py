@@ -67,3 +67,59 @@ def parameter_shapes(module) -> list[tuple[str, tuple[int, ...]]]:
 
     program = hlo.XlaComputation(module.as_serialized_hlo_module_proto()).program_shape()
     return [(str(shape.numpy_dtype()), tuple(shape.dimensions())) for shape in program.parameter_shapes()]
+
+
+def generic_cost(module) -> dict[str, float] | None:
+    """XLA's device-independent ``HloCostAnalysis`` of an ``HloModule``, computed by the CPU client.
+
+    For a module whose backend gives no cost analysis of its own: a GPU executable's ``cost_analysis()`` is None
+    (the compile-only CUDA client cannot run one), and stage optimized has no executable at all. Its flops and
+    transcendentals equal a backend's own; its bytes accessed follow the generic model. None when this process has
+    no CPU client (jax started without its CPU backend)."""
+    import jax  # noqa: PLC0415
+    from jax._src.lib import _jax  # noqa: PLC0415 (XLA's cost analysis of a module; no public jax view)
+
+    try:
+        client = jax.devices("cpu")[0].client
+    except RuntimeError:
+        return None
+    return cost_record(_jax.hlo_module_cost_analysis(client, module))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# XLA's dump, as the stages read it
+# --------------------------------------------------------------------------------------------------------------
+
+# Where a user asks for each compiled or optimized cell's XLA dump to be kept (a folder per cell under it).
+KEEP_DUMP_ENV = "HLO_AUDIT_KEEP_DUMP"
+
+
+def dump_options(folder) -> dict[str, object]:
+    """The compile options that dump a module to ``folder``. The dump is a stage's input, so its form is fixed here
+    whatever XLA_FLAGS says: text, every module, XLA's long form with metadata (its defaults), large constants as
+    ``{...}`` (as every stage prints them)."""
+    return {"xla_dump_to": str(folder), "xla_dump_hlo_as_text": True, "xla_dump_hlo_as_long_text": True,
+            "xla_dump_hlo_module_re": ".*", "xla_dump_large_constants": False, "xla_dump_disable_metadata": False}
+
+
+def dumped(folder, suffix: str):
+    """The one file of the compiled module in a dump folder whose name ends with ``suffix``; None if there is none.
+
+    One compile dumps one module; should jax have compiled a helper into the same folder, the largest is the step."""
+    from pathlib import Path  # noqa: PLC0415
+
+    folder = Path(folder)
+    files = sorted(p for p in folder.iterdir() if p.name.endswith(suffix)) if folder.is_dir() else []
+    return max(files, key=lambda p: p.stat().st_size) if files else None
+
+
+def keep_dump(folder, cell) -> None:
+    """Copy a cell's dump to ``$HLO_AUDIT_KEEP_DUMP/<cell id, '/' as '+'>`` when that variable names a folder (a cell
+    answered from the cache compiles nothing, so keeps nothing)."""
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    root = os.environ.get(KEEP_DUMP_ENV)
+    if root and cell is not None:
+        shutil.copytree(folder, Path(root) / cell.id.replace("/", "+"), dirs_exist_ok=True)

@@ -22,7 +22,12 @@ Why it is done this way:
   the dot-product path. A TPU cell with a topology (v6e-4) gets that topology's
   compile-only devices from libtpu and MaxText's ``compile_topology`` settings,
   exactly as ``train_compile`` builds its mesh: MaxText then picks the TPU
-  kernels (splash attention) and the step AOT-compiles on a CPU host.
+  kernels (splash attention) and the step AOT-compiles on a CPU host. A named
+  GPU (h100, 8xh100) gets compile-only CUDA devices from jax's CUDA plugin,
+  and, for more than one, MaxText's GPU system ``a3`` as its compile_topology
+  (MaxText sizes the global batch by it). The stage compiles inside the mesh,
+  as ``train_compile`` does: Transformer Engine's partitioning callbacks, which
+  XLA calls during the compile, read the mesh from jax's context.
   Transformer Engine cells lower inside ``te.cross_lowering`` (targets/te.py):
   TE loaded and answering the cell's GPU architecture; the recipe is MaxText's
   own table's. The lowered step is then taken to the cell's stage
@@ -36,6 +41,7 @@ Why it is done this way:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -103,25 +109,25 @@ def lower_train_step(
 
 
 def _lower_train_step(cell_settings: dict[str, str], platform: str,
-                      devices: list | None = None) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
-    """The lowered train step and the arrays it closes over (none that are state, in MaxText 0.2.5)."""
+                      devices: list | None = None) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...], object]:
+    """The lowered train step, the arrays it closes over (none that are state, in MaxText 0.2.5) and its mesh."""
     config = hyperparameters(cell_settings)
     with trainer_jax_flags(config):
         mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, devices or jax.devices())
         step, args, jit_kwargs = _train_step_and_args(config, mesh)
         _check_nnx_state(args[0])
-        return _lower(step, args, jit_kwargs, config, mesh, platform)
+        return (*_lower(step, args, jit_kwargs, config, mesh, platform), mesh)
 
 
-def lower_cell(cell) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...]]:
+def lower_cell(cell) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...], object]:
     """A matrix cell's step (train, or MaxEngine's prefill / generate / insert), lowered for the devices of its
-    platform, and the arrays it closes over."""
+    platform, the arrays it closes over, and the train step's mesh (None for an inference step)."""
     overrides = {**platform_settings(cell), **dict(cell.overrides)}
     if cell.is_inference:
-        return lower_inference_step(
+        return (*lower_inference_step(
             cell.model, cell.step, scan_layers=cell.scan, quantization=cell.quant, quant_mode=cell.quant_mode,
             num_layers=cell.layers, per_device_batch_size=cell.batch, max_target_length=cell.seq,
-            max_prefill_length=cell.prefill, platform=cell.platform, overrides=overrides)
+            max_prefill_length=cell.prefill, platform=cell.platform, overrides=overrides), None)
     cell_settings = train_settings(cell.model, scan_layers=cell.scan, quantization=cell.quant,
                                    num_layers=cell.layers, per_device_batch_size=cell.batch,
                                    max_target_length=cell.seq, overrides=overrides)
@@ -188,8 +194,10 @@ class MaxTextTarget:
     def lower(self, cell):
         self.check_available(cell)
         with te.cross_lowering(cell, te_recipe) as notes:
-            lowered, captured = lower_cell(cell)
-            return to_stage(lowered, cell, captured, note="; ".join(notes))
+            lowered, captured, mesh = lower_cell(cell)
+            # Inside the mesh, as train_compile compiles (TE's partitioning callbacks read it during the compile).
+            with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+                return to_stage(lowered, cell, captured, note="; ".join(notes))
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)

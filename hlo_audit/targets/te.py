@@ -1,7 +1,8 @@
 """Transformer Engine cells: TE's recipes cross-lowered for CUDA on any host, for a declared GPU architecture.
 
-A TE cell (``quant = "te_*"``, ``platform = "cuda"``, ``cuda_arch = "sm_90"``) is lowered the way a
-cross-compiler builds for a target it does not run on. Everything that takes is kept in this module, so the
+A TE cell (``quant = "te_*"``, ``platform = "cuda"``, ``cuda_arch = "sm_90"`` or a named GPU, ``gpu = "h100"``,
+whose compute capability is the architecture) is lowered the way a cross-compiler builds for a target it does
+not run on. Everything that takes is kept in this module, so the
 MaxText target and the runner only ask it for a context (``cross_lowering``) and a cheap availability check.
 
 Why each piece is needed (measured on a GPU-less 2-core host, README "Transformer Engine on CPU hosts"):
@@ -27,6 +28,12 @@ Why each piece is needed (measured on a GPU-less 2-core host, README "Transforme
   Without a GPU that raises "no CUDA-capable device is detected". Inside ``cross_lowering`` TE's query
   answers the cell's ``cuda_arch``; the HLO depends on it (te_fp8_currentscaling differs between SM 90 and
   SM 100), which is why the architecture is part of the cell's id, cache key and golden environment.
+* **The mesh resource, on more than one GPU.** TE partitions its ops through ``custom_partitioning`` callbacks,
+  run inside XLA's SPMD partitioning, that look up which mesh axes are data, FSDP, tensor... in TE's global
+  ``MeshResource``. MaxText sets it around its step (``max_utils.transformer_engine_context``) with its own axis
+  names; that wrapper catches every exception and yields again, which turns the compile's own errors into
+  "generator didn't stop after throw()", so the same resource is set here through TE itself, around the lowering
+  and the stage (``MAXTEXT_MESH_RESOURCE``). One device has nothing to partition: the cells keep their HLO.
 
 What this does not do: run or compile anything. A recipe the declared architecture cannot run (NVFP4 and
 MXFP8 below SM 100) still lowers; TE's own support check says so in the cell's note.
@@ -60,6 +67,10 @@ DRIVER_SONAME = "libcuda.so.1"
 _TE_LIBRARY_HOMES = {"NVRTC_HOME": "cuda_nvrtc", "CURAND_HOME": "curand", "CUDNN_HOME": "cudnn"}
 # The wheel folders of the libraries libtransformer_engine.so names in DT_NEEDED (readelf -d).
 _CORE_LIBRARY_WHEELS = ("cuda_runtime", "cublas", "nccl", "cudnn")
+# MaxText 0.2.5's max_utils.transformer_engine_context: its mesh axes for each of TE's parallelism kinds.
+MAXTEXT_MESH_RESOURCE = {"dp_resource": "data", "tp_resource": "tensor", "tpsp_resource": "tensor_sequence",
+                         "fsdp_resource": "fsdp", "pp_resource": None, "cp_resource": "context",
+                         "ep_resource": "expert"}
 NOT_INSTALLED = ("Transformer Engine is not installed (`make setup` installs it; `make setup TE=0` leaves it out; "
                  "or pip install '.[te]' plus libcuda.so.1, see README)")
 
@@ -175,13 +186,25 @@ def cross_lowering(cell: Cell, recipe_of=None) -> Iterator[list[str]]:
     if not is_transformer_engine(cell.quant):
         yield notes
         return
-    architecture = platforms.of(cell).architecture(cell.device) if cell.platform == "cuda" else ""
+    architecture = platforms.of(cell).architecture(cell.device)
     if not architecture:
         raise Unavailable(f"{cell.quant} is a Transformer Engine recipe: it lowers only for platform 'cuda' with "
-                          f"a cuda_arch (got {cell.platform_label!r})")
+                          f"a cuda_arch or a gpu (got {cell.platform_label!r})")
     te = load()
-    with te.declared_architecture(compute_capability(architecture)):
+    with te.declared_architecture(compute_capability(architecture)), _mesh_resource(cell):
         reason = te.unsupported_reason(recipe_of(cell.quant)) if recipe_of else ""
         if reason:
             notes.append(f"cross-lowered for {architecture}, where this recipe does not run: {reason}")
         yield notes
+
+
+@contextlib.contextmanager
+def _mesh_resource(cell: Cell) -> Iterator[None]:
+    """TE's global mesh resource with MaxText's axis names, where the cell has more than one device (module doc)."""
+    if len(platforms.devices(cell)) <= 1:
+        yield
+        return
+    from transformer_engine.jax.sharding import MeshResource, global_shard_guard  # noqa: PLC0415
+
+    with global_shard_guard(MeshResource(**MAXTEXT_MESH_RESOURCE)):
+        yield
