@@ -46,7 +46,10 @@ audit-gpu: setup
 browser:
 	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
+# The linter first (seconds; pyproject.toml's [tool.ruff]), then the suite, whose tests/test_layers.py holds the
+# import layers.
 test: setup browser
+	$(VENV)/bin/ruff check hlo_audit tests scripts
 	$(PY) -m pytest -n 2 -q
 
 # hlo-audit installed as a user installs it (pip install ., no editable link, no extras) into an environment that

@@ -28,7 +28,8 @@ from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.thunks import launch_report, thunk_dumps
-from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, id_part_problem, parse_shard, selection, shard_of
+from hlo_audit.matrix import (MAX_DEPTH, Cell, MatrixError, fingerprint, id_part_problem, parse_shard, selection,
+                              shard_of)
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.results import SEVERITIES, CellResult, Finding
 from hlo_audit.run import run_cells
@@ -236,7 +237,8 @@ def analyze_each(specs: list[str], module: str | None = None, stage: str = "befo
     return results
 
 
-def execute(p: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = False, started=None) -> Iterator[CellResult]:
+def execute(p: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = False,
+            started=None) -> Iterator[CellResult]:
     """Every cell's result (``run.run_cells``). ``use_cache=False``: the cache is neither read nor written;
     ``refresh``: every cell is lowered again and its entry rewritten; ``started(cell)``: called when a cell's
     lowering begins."""
@@ -285,7 +287,8 @@ def _series_by_cell(p: Plan, results: list[CellResult]) -> dict[str, Series]:
 
 def _text_owners(results: list[CellResult], series: dict[str, Series]) -> set[str]:
     """Cells whose normalized text is kept: the shallowest of each series, and cells without a series."""
-    return {r.cell.id for r in results if r.status == "ok" and (r.cell.id not in series or series[r.cell.id].cell == r.cell)}
+    return {r.cell.id for r in results
+            if r.status == "ok" and (r.cell.id not in series or series[r.cell.id].cell == r.cell)}
 
 
 def normalized_text(result: CellResult) -> str:

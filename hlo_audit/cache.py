@@ -167,7 +167,7 @@ def _note(environ, key, value) -> None:
     if environ is not os.environ or not isinstance(key, str) or getattr(_bulk, "depth", 0):
         return
     try:
-        caller = sys._getframe(2).f_code  # the frame that asked os.environ
+        caller = sys._getframe(2).f_code  # noqa: SLF001 -- the frame that asked os.environ (no public equivalent)
     except ValueError:  # asked from C with no Python frame above
         caller = None
     if caller is not None and caller.co_name == "__iter__" and "_collections_abc" in caller.co_filename:

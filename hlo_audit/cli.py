@@ -128,7 +128,8 @@ ConfigOpt = Annotated[str | None, typer.Option("--config", "-c", help="Config fi
                                                "Check's rules and waivers are [policy] and [[waive]] in "
                                                "hlo-audit.toml, [tool.hlo-audit.policy] and "
                                                "[[tool.hlo-audit.waive]] in pyproject.toml.")]
-OnlyOpt = Annotated[list[str] | None, typer.Option("--only", metavar="KEY=VALUE[,...]", help="Filter cells: key=value[,key=value...] with keys "
+OnlyOpt = Annotated[list[str] | None, typer.Option("--only", metavar="KEY=VALUE[,...]",
+                                                   help="Filter cells: key=value[,key=value...] with keys "
                                                    "model, scan, quant, quant_mode, layers, step, platform, "
                                                    "topology, cuda_arch, stage, target, id. A key given twice "
                                                    "matches either value; different keys must all match. "

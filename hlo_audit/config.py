@@ -95,7 +95,8 @@ DEFAULTS: dict = {
                      "the stochastic rounding of the DGRAD quantizer (hlo-audit rng: its params streams are drawn "
                      "by te_dbias_quantize_ffi). Drawn, but it need not be per layer: seed 001 (one shared RNG "
                      "stream for the bridged NVFP4 quantizers) takes llama3-8b unrolled from 2231 to 887 entry "
-                     "parameters; drop this waiver when MaxText ships it"} for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
+                     "parameters; drop this waiver when MaxText ships it"}
+          for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
     ],
 }
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",

@@ -253,7 +253,8 @@ class Gate:
         by_role = {k: series.by_role[k].slope for k in ("rng_key", "rng_count") if k in series.by_role}
         return Finding(result.cell.id, "regression", "rng_scaling",
                        f"RNG parameters grow by {slope:g} per layer in an unrolled model "
-                       f"({', '.join(f'{k} {v:+g}' for k, v in by_role.items())}; depths {', '.join(map(str, series.depths))})",
+                       f"({', '.join(f'{k} {v:+g}' for k, v in by_role.items())}; "
+                       f"depths {', '.join(map(str, series.depths))})",
                        {"rng_per_layer": slope, "depths": list(series.depths)})
 
     def _launch_scaling(self, result: CellResult, series: Series | None) -> Finding | None:
@@ -385,7 +386,8 @@ def launch_changes(old: Mapping | None, new: Mapping | None) -> dict | None:
         return None
     groups = group_delta(old.get("groups", {}), new.get("groups", {}))
     return {"golden": {k: a for k, (a, _) in counts.items()}, "now": {k: b for k, (_, b) in counts.items()},
-            "delta": delta, "groups": [g.to_record() for g in groups], "lines": [g.describe(signed=True) for g in groups]}
+            "delta": delta, "groups": [g.to_record() for g in groups],
+            "lines": [g.describe(signed=True) for g in groups]}
 
 
 def launches_text(launches: Mapping) -> str:

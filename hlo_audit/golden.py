@@ -30,6 +30,7 @@ before reading anything; a reader that meets that half-done state says so instea
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -429,7 +430,7 @@ def _commit_lock(root: Path):
         raise GoldenError(f"{root}: cannot use the folder that holds it: {exc.strerror or exc}") from None
     try:
         try:
-            import fcntl
+            import fcntl  # noqa: PLC0415 -- POSIX only: elsewhere publishing goes on without the lock
             fcntl.flock(fd, fcntl.LOCK_EX)
         except (ImportError, OSError):
             pass
@@ -531,7 +532,6 @@ _RENAME_EXCHANGE, _AT_FDCWD = 2, -100
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two directory entries in one step (Linux ``renameat2(RENAME_EXCHANGE)``, glibc >= 2.28); False where
     the C library or the filesystem cannot, so the caller falls back to two renames."""
-    import ctypes
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):

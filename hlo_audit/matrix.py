@@ -85,7 +85,8 @@ class Cell:
 
     @property
     def id(self) -> str:
-        """``llama3-8b/scan-off/int8/L2``; step, platform, stage, batch/seq/prefill appear only when not the defaults."""
+        """``llama3-8b/scan-off/int8/L2``; step, platform, stage, batch/seq/prefill appear only when not the
+        defaults."""
         return self.id_with_depth(f"L{self.layers}")
 
     def id_with_depth(self, depth: str) -> str:

@@ -5,7 +5,8 @@ Compiled cells add a fourth view: what XLA's memory and cost analyses say (bytes
 accessed), against the golden's, and for a GPU its launches per step.
 
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
-parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here lowers anything that `run` or `check` already lowered: results come
+parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here
+lowers anything that `run` or `check` already lowered: results come
 through the same plan -> execute path, so a report after a `check` reads only the cache (``audit.report``).
 """
 

@@ -133,4 +133,5 @@ def rng_launch_slope(series: Series) -> float:
 
 
 def rng_slope(series: Series) -> float:
-    return series.by_role.get("rng_key", Line(0, 0, True)).slope + series.by_role.get("rng_count", Line(0, 0, True)).slope
+    flat = Line(0, 0, True)
+    return series.by_role.get("rng_key", flat).slope + series.by_role.get("rng_count", flat).slope

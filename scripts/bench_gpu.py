@@ -43,8 +43,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from hlo_audit import platforms  # noqa: E402 (no jax: this process stays small)
-from hlo_audit.matrix import Cell  # noqa: E402
+from hlo_audit import platforms
+from hlo_audit.matrix import Cell
 
 CONFIG = textwrap.dedent("""
     cache_dir = "{cache}"
@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     bare, compiled, optimized = (best[n] for n in list(steps)[:3])
     alone = best["stages alone: compiled, optimized"]["stages"]
     for measure_name in ("wall", "cpu"):
-        print(f"{measure_name}: compiled cell / bare lower().compile(): {compiled[measure_name] / bare[measure_name]:.2f}x"
+        print(f"{measure_name}: compiled cell / bare lower().compile(): "
+              f"{compiled[measure_name] / bare[measure_name]:.2f}x"
               f" (target <= 1.1x); optimized cell / compiled cell: "
               f"{optimized[measure_name] / compiled[measure_name]:.2f}x; stage optimized / stage compiled: "
               f"{alone['optimized'][measure_name] / alone['compiled'][measure_name]:.2f}x (target <= 0.5x)")
@@ -213,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"optimized cell against compiled: {same}")
     if args.autotune_off:
         off = best["stages alone, autotune level 0"]["stages"]["optimized"]
-        print(f"autotune level 0: stage optimized {off['cpu']:.1f} CPU s, {off['cpu'] / alone['compiled']['cpu']:.2f}x of "
-              f"stage compiled; its module is the default's: {off['text_sha256'] == alone['optimized']['text_sha256']}, "
+        print(f"autotune level 0: stage optimized {off['cpu']:.1f} CPU s, "
+              f"{off['cpu'] / alone['compiled']['cpu']:.2f}x of stage compiled; its module is the default's: "
+              f"{off['text_sha256'] == alone['optimized']['text_sha256']}, "
               f"memory: {off['memory'] == alone['optimized']['memory']}, kernels: "
               f"{off['kernels'] == alone['optimized']['kernels']}")
     for stage, m in (("compiled", compiled), ("optimized", optimized)):

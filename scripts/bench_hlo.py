@@ -29,12 +29,12 @@ from importlib import metadata
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from hlo_audit.files import write_atomic  # noqa: E402
-from hlo_audit.hlo.analysis import Analysis, analyze  # noqa: E402
-from hlo_audit.hlo.constants import constant_report  # noqa: E402
-from hlo_audit.hlo.normalize import normalize  # noqa: E402
-from hlo_audit.hlo.rng_flow import classify_streams  # noqa: E402
-from hlo_audit.hlo.text import HloParseError, read_text  # noqa: E402
+from hlo_audit.files import write_atomic
+from hlo_audit.hlo.analysis import Analysis, analyze
+from hlo_audit.hlo.constants import constant_report
+from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.rng_flow import classify_streams
+from hlo_audit.hlo.text import HloParseError, read_text
 
 MODEL, QUANT, LAYERS = "llama3-8b", "int8", 32
 TARGET_RATIO = 2.0
@@ -117,7 +117,7 @@ def cached_hlo(cache_dir: pathlib.Path | None) -> pathlib.Path:
 def _lower() -> str:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
-        from hlo_audit.targets import maxtext, maxtext_config  # noqa: PLC0415 (jax and MaxText: imported only to lower)
+        from hlo_audit.targets import maxtext, maxtext_config
         maxtext_config.load_maxtext()
     except ImportError as error:
         raise LoweringError(f"{error} (install the maxtext extra, or pass --hlo FILE)") from error

@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from hlo_audit.matrix import Cell  # noqa: E402 (no jax: this process stays small, see the module doc)
-from hlo_audit import platforms  # noqa: E402
+from hlo_audit.matrix import Cell
+from hlo_audit import platforms
 
 CELL = "llama3-8b/scan-on/none/L4/tpu-v6e-4/compiled"
 OPTIMIZED_CELL = "llama3-8b/scan-on/none/L4/tpu-v6e-4/optimized"
@@ -58,7 +58,8 @@ MAXTEXT_ARGS = ["model_name=llama3-8b", "dataset_type=synthetic", "override_mode
                 "jax_cache_dir="]
 # Compile-only libtpu and no idle TPU runtime, for every process alike (hlo-audit's own processes set these
 # themselves: host.setup_own_process).
-ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
+ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+       "TF_CPP_MIN_LOG_LEVEL": "1"}
 
 
 def measure(command: list[str], cwd: Path) -> tuple[float, int]:

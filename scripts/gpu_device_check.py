@@ -123,7 +123,8 @@ def run_side(cell: str, side: str, work: Path, xla_flags: str) -> dict:
     done = subprocess.run([sys.executable, "-c", SIDE, cell, side, str(work)], env=env, capture_output=True, text=True,
                           timeout=1800)
     if done.returncode != 0:
-        raise RuntimeError(f"{cell} {side}: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode}")
+        why = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done.returncode
+        raise RuntimeError(f"{cell} {side}: {why}")
     return json.loads((work / f"{side}.json").read_text())
 
 
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     probe = subprocess.run([sys.executable, "-c", "import jax; print(len(jax.devices('gpu')))"], capture_output=True,
                            text=True, env={k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"})
     if probe.returncode != 0 or not probe.stdout.strip().isdigit() or int(probe.stdout) == 0:
-        print("gpu_device_check: no GPU here (jax.devices('gpu') is empty): run it on a machine with one", file=sys.stderr)
+        print("gpu_device_check: no GPU here (jax.devices('gpu') is empty): run it on a machine with one",
+              file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     report, pinned_differs = {}, False

@@ -24,9 +24,9 @@ import jax
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from hlo_audit.attribution import key_name, parameter_numbers  # noqa: E402
-from hlo_audit.hlo.text import parse_module  # noqa: E402
-from hlo_audit.targets import maxtext, maxtext_config  # noqa: E402
+from hlo_audit.attribution import key_name, parameter_numbers
+from hlo_audit.hlo.text import parse_module
+from hlo_audit.targets import maxtext, maxtext_config
 
 
 

@@ -34,10 +34,10 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from hlo_audit import audit  # noqa: E402
-from hlo_audit.cache import Cache  # noqa: E402
-from hlo_audit.hlo.analysis import analyze  # noqa: E402
-from hlo_audit.hlo.diff import diff_modules  # noqa: E402
+from hlo_audit import audit
+from hlo_audit.cache import Cache
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.diff import diff_modules
 
 MODELS = ("llama3-8b", "deepseek3-test", "qwen3-1.7b")
 SEED_000 = {"llama3-8b": 30, "deepseek3-test": 54, "qwen3-1.7b": 18}  # "dropped u32 RNG arrays"

@@ -424,8 +424,8 @@ def typed_state_traced(width: int = 8):
     key as the old rules knew it. ``seed``: a typed PRNG key (``jax.random.key``); ``noise``: a raw
     ``jax.random.PRNGKey`` (``u32[2]``, untyped: nothing says it is a key); ``adam``: an optax state; ``ts``: a flax
     ``TrainState``; ``net``: an ``nnx.split`` state with ``Param``, ``BatchStat`` and ``Cache`` leaves."""
-    import optax  # noqa: PLC0415
-    from flax.training import train_state  # noqa: PLC0415
+    import optax
+    from flax.training import train_state
 
     weights = {"w": jax.ShapeDtypeStruct((width, width), jnp.float32)}
     tx = optax.adam(1e-3)

@@ -241,6 +241,6 @@ def lower(spec: StepSpec) -> jax.stages.Lowered:
 
 def hlo_text(spec: StepSpec) -> str:
     """The pre-optimization HLO text, as hlo-audit prints a lowering (stages.lowered.hlo_text)."""
-    from hlo_audit.stages.lowered import hlo_text as text  # noqa: PLC0415
+    from hlo_audit.stages.lowered import hlo_text as text
 
     return text(lower(spec))

@@ -254,7 +254,7 @@ def _case(name: str, lowered, step, args, t0: float, **kwargs) -> OracleCase:
 
 def nnx_specs():
     """The specs the tests run the oracle on: every RNG pattern of nnx_models, unrolled and scanned."""
-    from nnx_models import ModelSpec  # noqa: PLC0415 (tests/ is on sys.path under pytest)
+    from nnx_models import ModelSpec
 
     return (
         ModelSpec(layers=2, dropout_rate=0.0),
@@ -272,10 +272,10 @@ def nnx_specs():
 
 def nnx_case(spec) -> OracleCase:
     """The oracle on ``nnx_models``' real jitted step (state donated) for ``spec``, with its HLO text."""
-    import nnx_models  # noqa: PLC0415
+    import nnx_models
 
     t0 = time.perf_counter()
-    step, state, x = nnx_models._setup(spec)  # noqa: SLF001
+    step, state, x = nnx_models._setup(spec)
     # As nnx_models.lower does: without it, names inside nested computations depend on the random ops run
     # eagerly before (here: the model's init), and the text would differ from nnx_models.hlo_text(spec).
     jax.clear_caches()
@@ -290,7 +290,7 @@ def nnx_case(spec) -> OracleCase:
 
 def construct_case(spec) -> OracleCase:
     """The oracle on ``rng_constructs``' real jitted step (state donated) for ``spec``, with its HLO text."""
-    import rng_constructs  # noqa: PLC0415
+    import rng_constructs
 
     t0 = time.perf_counter()
     lowered = rng_constructs.lower(spec)
@@ -329,7 +329,7 @@ MAXTEXT_CASES = {
 
 def maxtext_overrides(name: str) -> dict[str, str]:
     """Every setting ``maxtext_case(name)`` passes to MaxText's config system (on top of base.yml)."""
-    from hlo_audit.targets import maxtext_config  # noqa: PLC0415
+    from hlo_audit.targets import maxtext_config
 
     scan, quant, layers, extra = MAXTEXT_CASES[name]
     return maxtext_config.train_settings(
@@ -346,8 +346,8 @@ def maxtext_case(name: str = "maxtext_int8_unrolled") -> OracleCase:
     as ``train_compile.get_shaped_inputs`` and ``maxtext_utils.setup_initial_state`` build it) made concrete
     under the mesh, and the batch is a fixed synthetic one with the shapes of ``get_shaped_batch``.
     """
-    from hlo_audit.targets import maxtext as target  # noqa: PLC0415
-    from hlo_audit.targets import maxtext_config  # noqa: PLC0415
+    from hlo_audit.targets import maxtext as target
+    from hlo_audit.targets import maxtext_config
 
     t0 = time.perf_counter()
     mt = maxtext_config.load_maxtext()
@@ -355,12 +355,12 @@ def maxtext_case(name: str = "maxtext_int8_unrolled") -> OracleCase:
     with contextlib.ExitStack() as stack:
         stack.enter_context(maxtext_config.trainer_jax_flags(config))
         mesh = mt.maxtext_utils.get_mesh_from_config(config, jax.devices())
-        step, abstract_args, jit_kwargs = target._train_step_and_args(config, mesh)  # noqa: SLF001
+        step, abstract_args, jit_kwargs = target._train_step_and_args(config, mesh)
         state = _maxtext_concrete_state(config, mesh, jit_kwargs["in_shardings"][0])
         batch = _maxtext_batch(abstract_args[1])
         _check_matches(abstract_args[0], state, "state")
         _check_matches(abstract_args[1], batch, "batch")
-        from flax.core.spmd import logical_axis_rules  # noqa: PLC0415
+        from flax.core.spmd import logical_axis_rules
 
         stack.enter_context(jax.set_mesh(mesh))
         stack.enter_context(logical_axis_rules(config.logical_axis_rules))
@@ -371,11 +371,11 @@ def maxtext_case(name: str = "maxtext_int8_unrolled") -> OracleCase:
 
 def _maxtext_concrete_state(config, mesh, shardings):
     """MaxText's initial NNX train state, concrete, as ``setup_initial_state`` builds it (no checkpoint)."""
-    from flax import nnx  # noqa: PLC0415
-    from flax.core.spmd import logical_axis_rules  # noqa: PLC0415
-    from maxtext.common import train_state_nnx  # noqa: PLC0415
-    from maxtext.optimizers import optimizers  # noqa: PLC0415
-    from maxtext.utils import maxtext_utils, model_creation_utils  # noqa: PLC0415
+    from flax import nnx
+    from flax.core.spmd import logical_axis_rules
+    from maxtext.common import train_state_nnx
+    from maxtext.optimizers import optimizers
+    from maxtext.utils import maxtext_utils, model_creation_utils
 
     create_model, model = model_creation_utils.create_nnx_abstract_model(config, mesh)
     tx = optimizers.get_optimizer(config, maxtext_utils.create_learning_rate_schedule(config), model, mesh=mesh)

@@ -686,7 +686,7 @@ def test_status_lines_are_never_hard_wrapped(tmp_path):
 
 
 def test_version():
-    from importlib.metadata import version  # noqa: PLC0415
+    from importlib.metadata import version
 
     proc = run_module("--version")
     assert proc.returncode == 0 and proc.stderr == b""
@@ -694,7 +694,7 @@ def test_version():
 
 
 def _commands(group, prefix=()):
-    import typer.main  # noqa: PLC0415
+    import typer.main
 
     command = typer.main.get_command(group) if not hasattr(group, "commands") else group
     for name, sub in command.commands.items():

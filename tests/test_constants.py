@@ -211,7 +211,7 @@ def test_the_gate_ratchets_captured_state_both_ways(tmp_path):
 
 def _hadamard(signs: int):
     """A step that multiplies by a 16x16 matrix baked in (TE's RHT Hadamard signs), one row's signs flipped."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
     matrix = np.where(np.add.outer(np.arange(16), np.arange(16)) % 2, 1.0, -1.0).astype(np.float32)
     matrix[0] *= signs
@@ -219,7 +219,7 @@ def _hadamard(signs: int):
 
 
 def test_a_value_only_change_of_an_elided_constant_changes_the_canonical_text():
-    from hlo_audit.stages import lowered as lowered_stage  # noqa: PLC0415
+    from hlo_audit.stages import lowered as lowered_stage
 
     same, flipped = (lowered_stage.run(_hadamard(s), None) for s in (1, -1))
     assert same.text == flipped.text and "constant({...})" in same.text  # jax's text alone cannot tell them apart

@@ -11,7 +11,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
 # One model, four versions of its code (MODE): a per-layer Dropout(0.0) (dead RNG state, 2 u32 a layer), the same
 # under another attribute name, none, and a shared stream whose counter each layer advances without drawing

@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # works under any pytest import mode
 
-import nnx_models as nm  # noqa: E402
-from nnx_models import ModelSpec  # noqa: E402
+import nnx_models as nm
+from nnx_models import ModelSpec
 
 # Exploration-grade regex, independent of hlo_audit's parser: entry parameters of jax's printer (no '%') or of an
 # XLA dump ('%name', trailing metadata).

@@ -99,7 +99,7 @@ def test_two_tunix_models_audited_from_a_config_alone(tmp_path):
     for cid, cell in cells.items():
         model_cls, preset = builders[cell["model"]]
         config = dataclasses.replace(preset(), num_layers=cell["layers"])
-        weights = param_count(nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0))))  # noqa: B023
+        weights = param_count(nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0))))
         roles = cell["by_role"]
         assert cell["status"] == "ok", cell["message"]
         assert roles["weight"] == weights, cid

@@ -251,7 +251,7 @@ def test_html_report_renders_every_cell_in_chromium(project, tmp_path):
     shot.unlink(missing_ok=True)
     chromium(f"--screenshot={shot}", "--window-size=1200,1800", page.resolve().as_uri(),
              profile=tmp_path / "profile")
-    from PIL import Image  # noqa: PLC0415 (pillow comes with the maxtext extra)
+    from PIL import Image
 
     with Image.open(shot) as image:
         colors = {rgb for _, rgb in image.convert("RGB").getcolors(maxcolors=1 << 20)}

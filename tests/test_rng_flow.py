@@ -332,7 +332,6 @@ def passing_through(with_idle: bool) -> str:
     b = with_idle
     kinds = ["u32[2]{0}", *(["u32[2]{0}"] if b else []), "f32[2]{0}"]
     t = "(" + ", ".join(kinds) + ")"
-    w = len(kinds) - 1
 
     def elements(base: str, kb: str) -> str:
         return "\n".join(f"  {name} = {shape} get-tuple-element({base}), index={i}"
@@ -387,7 +386,7 @@ def test_streams_through_async_pairs_and_tuple_pass_throughs_keep_apart():
 def test_rng_state_through_async_pairs_and_tuple_pass_throughs_is_stripped():
     """Without stream b, the same program: rng-state-only, the tuples, the async wrapper's parameter and its
     MoveToHost losing the element b held."""
-    from hlo_audit.hlo.diff import diff_modules  # noqa: PLC0415
+    from hlo_audit.hlo.diff import diff_modules
 
     d = diff_modules(analyze(passing_through(True), "idle"), analyze(passing_through(False), "none"))
     assert (d.verdict, d.by_dtype_delta) == ("rng-state-only", {"u32": -2})

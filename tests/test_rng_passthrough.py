@@ -178,7 +178,7 @@ def _mismatches(module: HloModule) -> list[str]:
 @pytest.mark.parametrize("construct", CONSTRUCTS)
 def test_the_lowerings_are_what_xla_parses(construct):
     """These texts are read by hlo-audit as XLA reads them (the oracle of every parser test)."""
-    from xla_oracle import our_counts  # noqa: PLC0415
+    from xla_oracle import our_counts
 
     text = rng_constructs.hlo_text(StepSpec(construct, "private+idle"))
     assert our_counts(text) == xla_counts(text)

@@ -183,8 +183,8 @@ def te_lowered(request):
     target lowers it, with ``patch`` ("seed-001", or a seed-000 revert) applied; lowered once, cached under pytest's
     cache folder as ``lowered`` caches, keyed by the library versions (Transformer Engine's too) and the sources that
     lower it."""
-    from hlo_audit.matrix import Cell  # noqa: PLC0415
-    from hlo_audit.targets import te  # noqa: PLC0415
+    from hlo_audit.matrix import Cell
+    from hlo_audit.targets import te
 
     versions = "".join(metadata.version(d) for d in ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax"))
     sources = b"".join(Path(m.__file__).read_bytes() for m in (injected_maxtext, maxtext_target, te))
@@ -264,10 +264,10 @@ def test_te_fp8_forced_onto_a_shared_stream_adds_dead_increments_only(te_lowered
 def test_seed_001_patch_says_which_backends_share_and_is_undone_on_exit():
     """The patch's ApplyRngs, as seed 001 describes it: NVFP4 (stochastic rounding on) SHARED, the other TE recipes
     NONE, fp8 NONE, AQT PRIVATE; and MaxText is as released once the block is left."""
-    import types  # noqa: PLC0415
+    import types
 
-    from hlo_audit.targets import te  # noqa: PLC0415
-    from maxtext.layers import linears, moe, nnx_wrappers, quantizations  # noqa: PLC0415
+    from hlo_audit.targets import te
+    from maxtext.layers import linears, moe, nnx_wrappers, quantizations
 
     te.load()
     released = (linears.DenseGeneral.__init__, moe.GateLogit.__init__)

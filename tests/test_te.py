@@ -33,7 +33,7 @@ def test_te_answers_the_declared_architecture_only_while_a_cell_lowers():
     """TE's query is redirected everywhere TE bound it, then restored: outside, there is no device to ask."""
     loaded = te.load()
     gemm = importlib.import_module("transformer_engine.jax.cpp_extensions.gemm")  # the package exports gemm()
-    from transformer_engine.jax.quantize import device_utils  # noqa: PLC0415
+    from transformer_engine.jax.quantize import device_utils
 
     for arch, workspace in (("sm_90", 33_554_432), ("sm_80", 4_194_304)):  # TE: 32 MiB cuBLAS workspace from Hopper
         with te.cross_lowering(Cell("llama3-8b", False, "te_fp8_currentscaling", 2, platform="cuda", device=arch)):
@@ -53,7 +53,7 @@ def test_te_answers_the_declared_architecture_only_while_a_cell_lowers():
     ("te_nvfp4", "sm_100", ""),
 ])
 def test_the_note_is_te_s_own_support_check_for_the_declared_architecture(quant, arch, says):
-    from hlo_audit.targets.maxtext import te_recipe  # noqa: PLC0415
+    from hlo_audit.targets.maxtext import te_recipe
 
     with te.cross_lowering(Cell("llama3-8b", False, quant, 2, platform="cuda", device=arch), te_recipe) as notes:
         pass

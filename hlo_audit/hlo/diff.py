@@ -84,7 +84,8 @@ def captured_delta(old: Mapping, new: Mapping) -> dict | None:
 
 
 def captured_change(delta: dict) -> str:
-    """In words, as the gate and `diff` print it: ``captured arrays 56 -> 0 (436,379,816 -> 0 bytes): s8 -14, ...; literal RNG keys 14 -> 0; path patterns: ...``"""
+    """In words, as the gate and `diff` print it: ``captured arrays 56 -> 0 (436,379,816 -> 0 bytes): s8 -14, ...;
+    literal RNG keys 14 -> 0; path patterns: ...``"""
     (old_n, new_n), (old_b, new_b), (old_k, new_k) = delta["arrays"], delta["bytes"], delta["literal_keys"]
     text = f"{delta['basis']} {old_n} -> {new_n} ({old_b:,} -> {new_b:,} bytes)"
     text += f": {signed_counts(delta['by_dtype'])}" if delta["by_dtype"] else ""

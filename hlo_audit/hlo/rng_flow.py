@@ -600,7 +600,8 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
         own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
         verdict, where = _verdict(outputs, own, own_params, own_shapes, aliased,
                                   key_bit if key is not None else count_bit, events)
-        result.append(Stream(path=path, pattern=(key or count).folded_path.rsplit(".", 1)[0].removeprefix("state."), key=key, count=count, verdict=verdict, where=where,
+        pattern = (key or count).folded_path.rsplit(".", 1)[0].removeprefix("state.")
+        result.append(Stream(path=path, pattern=pattern, key=key, count=count, verdict=verdict, where=where,
                              increments=events.increments.get(count_bit, 0) if count is not None else 0))
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
 

@@ -328,7 +328,8 @@ class Launch:
 
     @property
     def name(self) -> str:
-        """What it runs, without XLA's numbering: ``loop_add_fusion``, ``te_gemm_v2_ffi``, ``copy``, ``all-reduce-start``."""
+        """What it runs, without XLA's numbering: ``loop_add_fusion``, ``te_gemm_v2_ffi``, ``copy``,
+        ``all-reduce-start``."""
         if self.target:
             return self.target
         if self.instruction:
@@ -576,7 +577,8 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
     kernel), per custom call (its library
     kind; ``AllocateBuffer`` none), per copy and copy-start, per collective (``*-done`` none), per host
     transfer (a fusion XLA runs as a copy: a slice of contiguous bytes, or a dynamic slice at an address computed
-    on the host, its root marked ``dynamic_slice_config``); none for parameters, constants, tuples, get-tuple-element, bitcasts; while bodies per trip,
+    on the host, its root marked ``dynamic_slice_config``); none for parameters, constants, tuples, get-tuple-element,
+    bitcasts; while bodies per trip,
     conditionals by their largest branch, async and called computations through. Scalar: a loop fusion whose
     outputs are one element each (an in-place dynamic-update-slice's: its update), which XLA launches as one block
     of one thread. What only codegen decides is
@@ -627,7 +629,8 @@ def module_launches(module: HloModule, params: Sequence[EntryParam] = ()) -> Lau
                 total += add(instr, "kCopy", scope, times, counted)
             elif _COLLECTIVE_OPCODES.match(op):
                 base = _COLLECTIVE_OPCODES.match(op).group(1)
-                kind = "k" + "".join(w.capitalize() for w in base.split("-")) + ("Start" if op.endswith("-start") else "")
+                kind = ("k" + "".join(w.capitalize() for w in base.split("-"))
+                        + ("Start" if op.endswith("-start") else ""))
                 total += add(instr, kind, scope, times, counted)
             elif op in ("send", "recv", "infeed", "outfeed"):
                 total += add(instr, "kHost" + op.capitalize() if op in ("send", "recv") else "k" + op.capitalize(),
@@ -812,13 +815,15 @@ def _delta(old: dict[_Key, tuple[int, int, set[str]]],
         count_old, most_old, paths_old = old.get(key, (0, 0, set()))
         count_new, most_new, paths_new = new.get(key, (0, 0, set()))
         if count_new != count_old:
-            paths = (paths_new - paths_old or paths_new) if count_new > count_old else (paths_old - paths_new or paths_old)
+            paths = ((paths_new - paths_old or paths_new) if count_new > count_old
+                     else (paths_old - paths_new or paths_old))
             delta[key] = (count_new - count_old, max(most_old, most_new), paths)
     return delta
 
 
 # `kernel scalar loop_add_fusion [rng_count] state.layers_*.mlp.to_nnx__rngs.aqt.count`: one group of a record.
-_GROUP_KEY = re.compile(r"^(?P<category>\w+)(?P<scalar> scalar)? (?P<name>\S+)(?: \[(?P<roles>[^\]]*)\] (?P<paths>.*))?$")
+_GROUP_KEY = re.compile(r"^(?P<category>\w+)(?P<scalar> scalar)? (?P<name>\S+)"
+                        r"(?: \[(?P<roles>[^\]]*)\] (?P<paths>.*))?$")
 
 
 def group_counts(report: LaunchReport) -> dict[str, int]:
@@ -828,12 +833,14 @@ def group_counts(report: LaunchReport) -> dict[str, int]:
     reports (``group_delta``), one line a group in a golden's diff."""
     counts = {}
     for (cat, scalar, name, roles, paths), (count, _most, _seen) in _fine_counts(report).items():
-        key = f"{cat}{' scalar' if scalar else ''} {name}" + (f" [{','.join(roles)}] {','.join(paths)}" if paths else "")
+        key = (f"{cat}{' scalar' if scalar else ''} {name}"
+               + (f" [{','.join(roles)}] {','.join(paths)}" if paths else ""))
         counts[key] = counts.get(key, 0) + count
     return dict(sorted(counts.items()))
 
 
-def group_delta(before: dict[str, int], after: dict[str, int], reading: Iterable[str] | None = None) -> list[LaunchGroup]:
+def group_delta(before: dict[str, int], after: dict[str, int],
+                reading: Iterable[str] | None = None) -> list[LaunchGroup]:
     """``launch_delta`` of two records' ``group_counts`` (the most parameters a launch reads: its collapsed paths);
     with ``reading`` (roles), only the launches that read an entry parameter of one of those roles."""
     old, new = _parse_groups(before), _parse_groups(after)

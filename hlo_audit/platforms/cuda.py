@@ -385,7 +385,7 @@ def cuda_devices(config: str, topology: str = "1x1x1") -> tuple:
             "jax's CUDA plugin is not registered (install jax-cuda12-plugin; on a host without a GPU set "
             f"JAX_PLATFORMS=cpu before jax starts, so the plugin skips its device check): {one_line(error)}"
         ) from error
-    except Exception as error:  # noqa: BLE001 (XLA's parse error of the config, as one line)
+    except Exception as error:
         raise GpuTargetError(f"compile-only CUDA devices for topology {topology}: {one_line(error)}") from error
 
 

@@ -187,7 +187,9 @@ def compiled_table(report) -> str:
                 cells.append("")
                 continue
             d = delta.get(key)
-            change = f' <span class="{"grow" if d > 0 else "shrink"}">{"+" if d > 0 else "-"}{human_bytes(abs(d))}</span>' if d else ""
+            grow = d is not None and d > 0
+            sign, css = ("+", "grow") if grow else ("-", "shrink")
+            change = f' <span class="{css}">{sign}{human_bytes(abs(d))}</span>' if d else ""
             cells.append(human_bytes(memory[key]) + change)
         cells += [f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "",
                   human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else ""]

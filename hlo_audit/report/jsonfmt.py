@@ -124,7 +124,8 @@ REPORT_SCHEMA = "hlo-audit/report/v1"
 def report_record(report) -> dict:
     def side(r):
         return None if r is None else {
-            "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"), "rng_params": r.rng_params}
+            "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"),
+            "rng_params": r.rng_params}
 
     return {
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,

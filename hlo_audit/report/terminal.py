@@ -70,7 +70,8 @@ def status(console: Console, line: str | Text) -> None:
 
 
 def make_table(console: Console, title: str | None, columns: Sequence[tuple[str, str]]) -> Table:
-    table = Table(title=None if title is None else Text(title), title_justify="left", box=box.SIMPLE_HEAD if console.is_terminal else None,
+    table = Table(title=None if title is None else Text(title), title_justify="left",
+                  box=box.SIMPLE_HEAD if console.is_terminal else None,
                   pad_edge=False, show_edge=False)
     for name, justify in columns:
         table.add_column(esc(name), justify=justify, no_wrap=True)
@@ -158,7 +159,8 @@ def print_count(console: Console, analyses: Sequence, top: int = 20, launches: S
         print_table(console, roles)
         groups = list(s.groups.items())
         shown = groups if top <= 0 else groups[:top]
-        table = make_table(console, f"groups ({len(shown)} of {len(groups)})", [("pattern", "left"), ("params", "right")])
+        table = make_table(console, f"groups ({len(shown)} of {len(groups)})",
+                           [("pattern", "left"), ("params", "right")])
         for pattern, n in shown:
             add_row(table, pattern, n)
         print_table(console, table)
@@ -181,7 +183,8 @@ def print_constants(console: Console, record: dict) -> None:
     status(console, esc(constants_headline(record)))
     if record["large"]:
         large = make_table(console, "large constants (the size of model state)",
-                           [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"), ("bytes", "right")])
+                           [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"),
+                            ("bytes", "right")])
         for c in record["large"]:
             add_row(large, c["name"], c["form"], f"{c['dtype']}[{','.join(map(str, c['dims']))}]", c["value"],
                     f"{c['bytes']:,}")
@@ -390,7 +393,8 @@ def _print_series_summary(console: Console, report) -> None:
 VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}
 
 
-def print_rng(console: Console, source: str, record: dict, streams: bool = False, constants: dict | None = None) -> None:
+def print_rng(console: Console, source: str, record: dict, streams: bool = False,
+              constants: dict | None = None) -> None:
     status(console, esc(f"{source}: {rng_headline(record)}", style="bold"))
     status(console, rng_cost(record))
     frozen = frozen_rng_line(constants)

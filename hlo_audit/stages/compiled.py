@@ -122,4 +122,5 @@ def compiled_parameter_signatures(compiled: jax.stages.Compiled) -> list[Signatu
         shardings = [None] * len(shapes)
     if len(shardings) != len(shapes):
         return None
-    return [(*shape, None if op is None else str(hlo.HloSharding.from_proto(op))) for shape, op in zip(shapes, shardings)]
+    return [(*shape, None if op is None else str(hlo.HloSharding.from_proto(op)))
+            for shape, op in zip(shapes, shardings)]

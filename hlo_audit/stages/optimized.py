@@ -23,7 +23,8 @@ How, since jax has no call that stops after the HLO passes and an XLA compile ca
    (``HostPlatform.dump_files``: libtpu's ``*.after_optimizations_after_buffer_assignment.txt``, the GPU
    compiler's ``*-memory-usage-report.txt``). Once that file exists and the first two have kept their size for a
    moment and the module parses, they are complete (the GPU compiler writes a module's dump files concurrently: the
-   done file alone does not say so). The child reads them, writes its result and exits, abandoning codegen. If the compile ends first
+   done file alone does not say so). The child reads them, writes its result and exits, abandoning codegen. If the
+   compile ends first
    (an XLA error, such as the program not fitting in memory), it reports how it ended. An error that only codegen
    would raise is never seen here; stage compiled sees it. A module that partitions ops through jax
    ``custom_partitioning`` callbacks (Transformer Engine on more than one GPU) is refused: the callbacks live in
@@ -243,7 +244,7 @@ def _compile_until_buffer_assignment(work: Path, request: dict, dump: Path):
             if finished or time.perf_counter() - changed >= _STABLE_SECONDS:
                 try:
                     return (*found, hlo.hlo_module_from_text(found[0].read_text()))
-                except Exception:  # noqa: BLE001 (still being written)
+                except Exception:
                     if finished:
                         raise
                     changed = time.perf_counter()

@@ -117,7 +117,7 @@ def load():
     for variable, folder in _TE_LIBRARY_HOMES.items():
         os.environ[variable] = str(wheels / folder)  # this process's lookups only; read at TE's import
     try:
-        import transformer_engine.jax  # noqa: F401, PLC0415 (loads transformer_engine_jax and the core library)
+        import transformer_engine.jax  # noqa: PLC0415 (loads transformer_engine_jax and the core library)
         import transformer_engine.jax.cpp_extensions  # noqa: F401, PLC0415
         import transformer_engine_jax  # noqa: PLC0415
         from transformer_engine.jax.quantize import device_utils, helper  # noqa: PLC0415
