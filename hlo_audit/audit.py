@@ -144,7 +144,7 @@ def cell_text(cell_id: str, config_path: str | None = None, normalized: bool = F
         raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
     cache = Cache(p.config.cache_dir, enabled=use_cache)
     if normalized:
-        return normalized_text(cache, result) if use_cache else result.normalized
+        return normalized_text(result)
     text = result.text if result.text is not None else cache.hlo_text(result.key)
     if text is None:  # a result cached without its module: lower it again
         result = next(execute(p, use_cache=False))

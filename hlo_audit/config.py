@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hlo_audit import platforms
+from hlo_audit.cache import recording_environment
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
 from hlo_audit.stages import STAGES
@@ -606,8 +607,16 @@ def resolve(config: Config) -> Config:
     """
     if config.resolved or config.target == "maxtext":
         return config
-    if config.target == nnx_spec.TARGET:
-        return _resolve_nnx(config)
+    # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
+    # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module
+    # already imported and reads nothing).
+    with recording_environment(process_wide=True):
+        if config.target == nnx_spec.TARGET:
+            return _resolve_nnx(config)
+        return _resolve_callable(config)
+
+
+def _resolve_callable(config: Config) -> Config:
     from hlo_audit.targets import get_target  # noqa: PLC0415 (imports the user's module)
 
     try:

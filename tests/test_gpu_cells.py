@@ -208,16 +208,23 @@ def test_the_gpu_profile_s_goldens_are_its_cells_and_in_a_folder_of_their_own():
     assert not set(golden.stored_ids(ROOT / "golden")) & set(profile_cells)
 
 
-def test_the_shipped_configs_are_package_data():
-    """`pip install .` ships platforms/gpus/*.txtpb (pyproject's package-data), read through importlib.resources."""
+def test_the_shipped_configs_are_package_data(tmp_path):
+    """`pip install .` ships platforms/gpus/*.txtpb, read through importlib.resources: the wheel the build backend
+    makes from this checkout holds every one (hatchling takes a package's files, not only its .py)."""
     import importlib.resources
-    import tomllib
+    import zipfile
 
     shipped = sorted(p.name for p in importlib.resources.files("hlo_audit.platforms").joinpath("gpus").iterdir()
                      if p.name.endswith(".txtpb"))
     assert shipped == sorted(p.name for p in GPU_CONFIG_DIR.glob("*.txtpb")) and "b200.txtpb" in shipped
-    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert "gpus/*.txtpb" in package_data["hlo_audit.platforms"]
+    out = tmp_path / "wheel"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = out.glob("hlo_audit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {f"hlo_audit/platforms/gpus/{name}" for name in shipped} <= set(names)
+    assert "hlo_audit/platforms/gpus/SOURCES.md" in names
 
 
 # --------------------------------------------------------------------------------------------------------------

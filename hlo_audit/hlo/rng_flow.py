@@ -106,13 +106,15 @@ def _rebuild(value, leaf_of):
         if item is _DONE:
             stack.pop()
             done = Tup(built.pop())
+            if not stack:
+                return done
             built[-1].append(done)
         elif isinstance(item, Tup):
             stack.append(iter(item))
             built.append([])
         else:
             built[-1].append(leaf_of(item))
-    return built[0][0]
+    return Tup()
 
 
 def _fill(shape: Shape, leaf):
