@@ -319,7 +319,9 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     policy = Policy(p.config.policy, tuple(
         Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
                match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")}, index=i,
-               source=f"{p.config.source}: waive[{i}]")
+               source=(f"built-in default waive[{i}]" if p.config.waivers_built_in
+                       else f"{p.config.source}: waive[{i}]"),
+               built_in=p.config.waivers_built_in)
         for i, w in enumerate(p.config.waivers)), memory_tolerance=p.config.memory_tolerance)
     gate = Gate(policy, regenerate_command(config_path))
     series = _series_by_cell(p, results)

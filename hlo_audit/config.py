@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hlo_audit import platforms
+from hlo_audit import host, platforms
 from hlo_audit.cache import recording_environment
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
@@ -123,6 +123,7 @@ class Config:
     exclude: tuple[Mapping[str, str], ...] = ()
     policy: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_POLICY))
     waivers: tuple[Mapping[str, str], ...] = ()  # each: rule, reason, and cell attributes to match
+    waivers_built_in: bool = False  # the config wrote no waive list: the waivers are DEFAULTS'
     memory_tolerance: float = DEFAULTS["memory_tolerance"]
     # Per series: the axes (scan, quant) the config left to their default, which a callable target's function may
     # declare (its `scan` / `quant` attribute) once the plan imports it (``resolve``).
@@ -285,7 +286,8 @@ def validate(raw: dict, source: str, base: Path) -> Config:
         source=source, target=target, series=series, memory_tolerance=float(tolerance),
         cache_dir=cache_dir, golden_dir=golden_dir,
         exclude=_exclude(merged["exclude"], fail), policy={**DEFAULT_POLICY, **_policy(merged["policy"], fail)},
-        waivers=_waivers(merged["waive"], fail), defaulted=defaulted, nnx=specs,
+        waivers=_waivers(merged["waive"], fail), waivers_built_in="waive" not in raw and bool(merged["waive"]),
+        defaulted=defaulted, nnx=specs,
     )
 
 
@@ -610,7 +612,7 @@ def resolve(config: Config) -> Config:
     # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
     # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module
     # already imported and reads nothing).
-    with recording_environment(process_wide=True):
+    with recording_environment(process_wide=True), host.prints_to_stderr():
         if config.target == nnx_spec.TARGET:
             return _resolve_nnx(config)
         return _resolve_callable(config)

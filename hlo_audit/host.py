@@ -38,6 +38,37 @@ def setup_own_process() -> None:
     cpu_backend_only_without_accelerators()
 
 
+@contextlib.contextmanager
+def prints_to_stderr() -> Iterator[None]:
+    """What the block prints goes to stderr, from Python (``sys.stdout``) and from C (file descriptor 1, pointed
+    at stderr's file for the block). Used around building and lowering a target: stdout is the command's report
+    (a JSON document a pipeline parses), and a library's print (MaxText's "[DECOUPLED NO-OP] gcs_storage: using
+    stubs." from an import, XLA's printf) must never come before it."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1 (closed by whoever started us): nothing of C's to move
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def worker_stdout_to_stderr() -> None:
+    """In a worker process, file descriptor 1 (inherited: the command's stdout) points to stderr from now on, so
+    neither Python's nor C++'s prints of a lowering reach the report. Workers return their results through the
+    pool, never through stdout."""
+    sys.stdout.flush()
+    os.dup2(2, 1)
+
+
 def compile_only_libtpu() -> None:
     """Settings for libtpu loaded only to compile (call before it loads; MaxText's train_compile needs them too)."""
     # libtpu must never ask a cloud metadata server where it runs (there is none, and CI has no network). jax

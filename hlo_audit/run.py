@@ -69,9 +69,10 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
     lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
     started = time.perf_counter()
     try:
-        target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
-        with recording_environment() as window:
-            lowering = target.lower(cell)
+        with host.prints_to_stderr():
+            target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
+            with recording_environment() as window:
+                lowering = target.lower(cell)
         seconds = time.perf_counter() - started
         reads = reads_after(window)
         return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering, reads
@@ -113,6 +114,7 @@ def _target(spec: str):
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None, dict | None]:
     """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
     host.setup_own_process()
+    host.worker_stdout_to_stderr()
     result, lowering, reads = _lower_one(target_spec, cell, key)
     return result.to_record(), result.normalized, lowering, reads
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from hlo_audit import platforms
-from hlo_audit.cache import lowering_key
+from hlo_audit.cache import entry_files, lowering_key
 from hlo_audit.config import ConfigError, validate
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell, select
@@ -245,6 +245,19 @@ policy = {{ dead_rng = "off" }}
 
 
 @needs_cuda
+def test_a_stage_optimized_cell_hits_the_cache_whatever_the_shell_variables(tmp_path):
+    """Stage optimized compiles in a child process given a copy of the environment: the copy is no dependency, so
+    the shell's own variables (PWD, OLDPWD, `_`, SHLVL: they change from one CI step to the next) key nothing."""
+    (tmp_path / "hlo-audit.toml").write_text(NNX_CONFIG.format(model="dropout", layers="[2]")
+                                             .replace('stage = "compiled"', 'stage = "optimized"'))
+    first = hlo_audit(tmp_path, "run", "--format", "json", env={"OLDPWD": "/a", "_": "/usr/bin/a", "SHLVL": "1"})
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert [c["cached"] for c in json.loads(first.stdout)["cells"]] == [False]
+    again = hlo_audit(tmp_path, "run", "--format", "json", env={"OLDPWD": "/b", "_": "/usr/bin/b", "SHLVL": "2"})
+    assert [c["cached"] for c in json.loads(again.stdout)["cells"]] == [True], again.stderr[-2000:]
+
+
+@needs_cuda
 def test_kernels_a_change_adds_without_a_parameter_fail_the_ratchet(tmp_path):
     """Each layer's Dropout keeps its fork of the stream at any rate: at 0.5 it draws, which adds no entry parameter
     but, per layer, a counter increment and a key hash. Only launches per step see it; the count rule fails."""
@@ -387,8 +400,7 @@ def test_the_acceptance_cell(gpu_profile):
     assert kernels["reading_rng"] == 0  # with the fix, no kernel reads RNG state
     # jax's argument paths were checked, in order, against XLA's entry parameters of the compiled module.
     project = gpu_profile[0]
-    [meta] = [m for m in (json.loads(p.read_text()) for p in (project / "cache").rglob("*.lowering.json"))
-              if m["cell"] == ACCEPTANCE_ID]
+    meta = json.loads(entry_files(project / "cache")[ACCEPTANCE_ID]["lowering"].read_text())["body"]
     assert meta["arg_keys"] is not None and len(meta["arg_keys"]) == 77
     assert set(meta["dump"]) == {"thunk_sequence", "thunk_metadata"}
     # 124 library calls are Transformer Engine's FFI calls: 70 quantizations, 54 gemms.

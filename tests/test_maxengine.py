@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from hlo_audit.cache import Cache, entry_files
+
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxengine")]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,8 +166,8 @@ def test_moving_the_rest_state_into_the_arguments_shows_in_the_gate_and_in_diff(
     assert "rest.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.qrhs.frozen.qvalue +2" in out
     assert "captured arrays 56 -> 0 (436,379,816 -> 0 bytes): bf16 -14, s8 -14, u32 -28; literal RNG keys 14 -> 0" in out
     # The same change between the two modules' texts, which know nothing of the trace.
-    (old,) = _texts(project, serve_prefill)
-    (new,) = _texts(tmp_path, serve_prefill, "cache")
+    (old,) = _texts(project, serve_prefill, tmp_path)
+    (new,) = _texts(tmp_path, serve_prefill, tmp_path, "cache")
     diff = hlo_audit(tmp_path, "diff", str(old), str(new), "--max-lines", "0")
     out = " ".join(diff.stdout.split())
     assert diff.returncode == 1 and "entry parameters: 9 -> 65" in out
@@ -181,7 +183,12 @@ def _config(folder: Path, golden: Path, target: str, cache: Path) -> Path:
     return path
 
 
-def _texts(project: Path, cell_id: str, cache: str = ".hlo-audit-cache") -> list[Path]:
-    """The cached HLO text of one cell (lowering.json names the cell)."""
-    return [meta.with_suffix("").with_suffix(".hlo.txt") for meta in (project / cache).rglob("*.lowering.json")
-            if json.loads(meta.read_text())["cell"] == cell_id]
+def _texts(project: Path, cell_id: str, into: Path, cache: str = ".hlo-audit-cache") -> list[Path]:
+    """The cached HLO text of one cell (its entries' headers name the cell), written to a file in ``into``."""
+    entry = entry_files(project / cache).get(cell_id, {})
+    if "hlo" not in entry:
+        return []
+    text = Cache(project / cache).hlo_text(entry["hlo"].name.removesuffix(".hlo.txt"))
+    path = into / f"{project.name}-{cache.strip('.')}.hlo.txt"
+    path.write_text(text)
+    return [path]

@@ -124,7 +124,12 @@ def _child_environment() -> dict[str, str]:
     compiles for compile-only devices (and a CUDA plugin started without a GPU check: platforms/cuda.py)."""
     root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {**os.environ, "PYTHONPATH": path, "JAX_PLATFORMS": "cpu"}
+    # os.environ.copy(), not {**os.environ}: the cache records a copy of the whole environment as no dependency
+    # (cache.recording_environment); unpacking reads every variable one by one, and PWD, OLDPWD or `_` then key
+    # the cell (a TPU cell never hit the cache).
+    environment = os.environ.copy()
+    environment.update(PYTHONPATH=path, JAX_PLATFORMS="cpu")
+    return environment
 
 
 def compile_request(lowered) -> tuple[bytes, bytes, list[int]]:
