@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 import tomllib
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_audit import golden, matrix_report, platforms, scaffold
+from hlo_audit.files import read_bounded
 from hlo_audit.cache import Cache
 from hlo_audit.config import DEFAULT_CONFIG_FILE, Config, ConfigError, load_config, resolve, validate
 from hlo_audit.errors import InputError
@@ -468,20 +468,7 @@ def _result_from_cell_record(c, where: str = "cell") -> CellResult:
 
 def _read_check_report(path: str) -> dict:
     """One shard's `check --format json`, every field merge reads checked; anything else is one line naming it."""
-    try:
-        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise InputError(f"{path}: not a regular file")
-            data = handle.read(MAX_REPORT_BYTES + 1)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a check JSON report") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_REPORT_BYTES:
-        raise InputError(f"{path}: larger than {MAX_REPORT_BYTES >> 20} MiB: not a check JSON report")
+    data = read_bounded(path, MAX_REPORT_BYTES, "a check JSON report", InputError, fifo=False)
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -7,14 +7,13 @@ key (``hlo-audit.toml: quant[2]: unknown quantization 'int9'``), so a broken con
 
 from __future__ import annotations
 
-import os
-import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hlo_audit import host, platforms
+from hlo_audit.files import read_bounded
 from hlo_audit.cache import recording_environment
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
@@ -186,20 +185,7 @@ def find_config(explicit: str | None = None, cwd: Path | None = None) -> tuple[d
 
 def _read_text(path: Path) -> str:
     """The file's text; a device, a folder or a file too large to be a config is one line naming it."""
-    try:
-        with open(path, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-                raise ConfigError(f"{path}: not a config file (a device or socket)")
-            data = handle.read(MAX_CONFIG_BYTES + 1)  # a FIFO (--config <(...)) is read like a file
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a folder, not a config file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB: not a config file")
+    data = read_bounded(path, MAX_CONFIG_BYTES, "a config file", ConfigError, fifo=True)  # --config <(...) too
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -11,6 +11,29 @@ import tempfile
 from pathlib import Path
 
 
+def read_bounded(path: Path | str, limit: int, what: str, error: type[Exception], fifo: bool) -> bytes:
+    """A user's input file (a config, a shard's report), at most ``limit`` bytes, or ``error`` with one line naming
+    the path: missing, a folder, unreadable, too large, or not a file of a kind that ends. ``fifo``: a named pipe is
+    read like a file (``--config <(...)``); without it only a regular file is, opened without blocking so a FIFO
+    is refused instead of waiting for a writer."""
+    opener = None if fifo else (lambda name, flags: os.open(name, flags | os.O_NONBLOCK))
+    try:
+        with open(path, "rb", opener=opener) as handle:
+            mode = os.fstat(handle.fileno()).st_mode
+            if not (stat.S_ISREG(mode) or (fifo and stat.S_ISFIFO(mode))):
+                raise error(f"{path}: not {what} (a device or socket)" if fifo else f"{path}: not a regular file")
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a folder, not {what}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise error(f"{path}: larger than {limit >> 20} MiB: not {what}")
+    return data
+
+
 def write_atomic(path: Path | str, data: str, mode: int | None = None) -> None:
     """Write ``data`` to a temporary file in the same folder, then rename it into place: a kill midway leaves
     the old file or the new one, never a torn one. ``mode``: the new file's permissions (default mkstemp's

@@ -7,30 +7,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cuda_probe import needs_cuda
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from hlo_audit import platforms
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.thunks import step_launches
-from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
-from hlo_audit.platforms.cuda import cuda_devices, device_name, target_config
+from hlo_audit.platforms.cuda import device_name
 from hlo_audit.stages import compiled as compiled_stage
 from hlo_audit.stages import optimized as optimized_stage
 from hlo_audit.stages import to_stage
 
 
-def _cuda_missing() -> str | None:
-    try:
-        cuda_devices(target_config("h100"))
-    except Unavailable as error:
-        return str(error)
-    return None
-
-
-pytestmark = pytest.mark.skipif(_cuda_missing() is not None,
-                                reason=f"no compile-only CUDA devices: {_cuda_missing()}")
+pytestmark = needs_cuda
 
 
 def cell(topology: str, stage: str) -> Cell:

@@ -20,13 +20,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from cuda_probe import cuda_missing, needs_cuda
 
 from hlo_audit import platforms
 from hlo_audit.cache import entry_files, lowering_key
 from hlo_audit.config import ConfigError, validate
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell, select
-from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, cuda_devices, target_config
+from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, target_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -36,17 +37,6 @@ def cells_of(toml: str, base: Path = ROOT) -> dict[str, Cell]:
     import tomllib
 
     return {c.id: c for c in validate(tomllib.loads(toml), "hlo-audit.toml", base).cells()}
-
-
-def _cuda_missing() -> str | None:
-    try:
-        cuda_devices(target_config("h100"))
-    except Unavailable as error:
-        return str(error)
-    return None
-
-
-needs_cuda = pytest.mark.skipif(_cuda_missing() is not None, reason=f"no compile-only CUDA devices: {_cuda_missing()}")
 
 
 def hlo_audit(cwd: Path, *args, env: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
@@ -79,7 +69,7 @@ def test_a_named_gpu_its_count_and_topology_name_the_cell():
     # Another topology than one host's: eight hosts of one GPU.
     [hosts] = cells_of(BASE + 'gpu = "h100"\ntopology = "1x8x1"\n').values()
     assert hosts.id.endswith("/cuda-h100@1x8x1/compiled") and hosts.device == "h100@1x8x1"
-    if _cuda_missing() is None:
+    if cuda_missing() is None:
         assert len(platforms.devices(hosts)) == 8
     # The declared-architecture cells keep their ids (their goldens are the default matrix's).
     [arch] = cells_of(BASE.replace('stage = "compiled"\n', "") + 'cuda_arch = "sm_90"\n').values()
@@ -341,7 +331,6 @@ def maxtext_gpu(test):
     for mark in (pytest.mark.maxtext, pytest.mark.te, pytest.mark.xdist_group("gpu"), needs_cuda):
         test = mark(test)
     return test
-
 
 
 GOLDEN_GPU = ROOT / "golden-gpu"  # the GPU profile's own goldens (hlo-audit.gpu.toml's golden_dir)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cuda_probe import needs_cuda
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -26,23 +27,14 @@ from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.thunks import (ThunkParseError, category, common_pattern, group_counts, group_delta,
                                   launch_delta, launch_report, module_launches, parse_thunk_metadata,
                                   parse_thunk_sequence, step_launches, thunk_dumps)
-from hlo_audit.lowering import CellConfigError, Unavailable
+from hlo_audit.lowering import CellConfigError
 from hlo_audit.matrix import Cell
 from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, GpuTargetError, cuda_devices, device_name, target_config
 from hlo_audit.stages import compiled as compiled_stage
 from hlo_audit.stages.program import KEEP_DUMP_ENV
 
 
-def _cuda_missing() -> str | None:
-    try:
-        cuda_devices(target_config("h100"))
-    except Unavailable as error:
-        return str(error)
-    return None
-
-
-pytestmark = pytest.mark.skipif(_cuda_missing() is not None,
-                                reason=f"no compile-only CUDA devices: {_cuda_missing()}")
+pytestmark = needs_cuda
 
 
 def h100s(topology: str = "1x1x1"):

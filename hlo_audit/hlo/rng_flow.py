@@ -95,47 +95,37 @@ def _collapse(value) -> tuple[int, int, int]:
     return (k, b, u)
 
 
-def _rebuild(value, leaf_of):
-    """``value`` with each leaf replaced by ``leaf_of(leaf)``, its tuples as they are (no recursion)."""
-    if not isinstance(value, Tup):
-        return leaf_of(value)
+def _tuple_tree(root, children, leaf_of):
+    """A ``Tup`` tree shaped as ``root``: ``children(node)`` gives a tuple node's elements (None for a leaf),
+    ``leaf_of(node)`` a leaf's value. Iterative: XLA nests tuples deeper than Python recurses."""
+    if children(root) is None:
+        return leaf_of(root)
     built: list[list] = [[]]
-    stack = [iter(value)]
+    stack = [iter(children(root))]
     while stack:
-        item = next(stack[-1], _DONE)
-        if item is _DONE:
+        node = next(stack[-1], _DONE)
+        if node is _DONE:
             stack.pop()
             done = Tup(built.pop())
             if not stack:
                 return done
             built[-1].append(done)
-        elif isinstance(item, Tup):
-            stack.append(iter(item))
+        elif (elements := children(node)) is not None:
+            stack.append(iter(elements))
             built.append([])
         else:
-            built[-1].append(leaf_of(item))
+            built[-1].append(leaf_of(node))
     return Tup()
+
+
+def _rebuild(value, leaf_of):
+    """``value`` with each leaf replaced by ``leaf_of(leaf)``, its tuples as they are."""
+    return _tuple_tree(value, lambda v: v if isinstance(v, Tup) else None, leaf_of)
 
 
 def _fill(shape: Shape, leaf):
-    if not shape.is_tuple:
-        return leaf
-    built: list[list] = [[]]
-    stack = [iter(shape.elements)]
-    while stack:
-        element = next(stack[-1], None)
-        if element is None:
-            stack.pop()
-            done = Tup(built.pop())
-            if not stack:
-                return done
-            built[-1].append(done)
-        elif element.is_tuple:
-            stack.append(iter(element.elements))
-            built.append([])
-        else:
-            built[-1].append(leaf)
-    return Tup()
+    """``leaf`` at every array of ``shape``, in its tuple structure."""
+    return _tuple_tree(shape, lambda s: s.elements if s.is_tuple else None, lambda _: leaf)
 
 
 def _join(a, b):
