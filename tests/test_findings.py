@@ -41,6 +41,8 @@ class Block(nnx.Module):
             x = self.drop(x)
         if MODE == "counters":
             self.rngs.noise()  # advances the shared counter; the key it makes is never used
+        if MODE == "draws":
+            x = x + 0.01 * jax.random.uniform(self.rngs.noise(), x.shape)  # the shared stream, drawn
         return nnx.relu(self.linear(x))
 
 
@@ -152,3 +154,17 @@ def test_dead_counter_increments_alone_fail_the_count_ratchet(tmp_path):
     assert "RNG counter increments per step 0 -> 2 (carried +2) in layers.*.rngs.noise +2 " \
            "(state.layers.0.rngs.noise)" in count["message"]
     assert only(findings, "m/scan-off/none/L3", "count")["details"]["rng_increments"]["now"] == 3
+
+
+def test_a_drawn_streams_increments_are_reported_and_the_text_rule_judges_the_change(tmp_path):
+    """Increments of a stream the step draws from move with its draws (seed 001: one shared stream, advanced per
+    draw): the count finding names them without failing on them; the new draws are a program change, and
+    the text rule fails it."""
+    exit_code, findings = golden_then_check(tmp_path, "plain", "draws")
+    assert exit_code == 1
+    count = only(findings, L2, "count")
+    increments = count["details"]["rng_increments"]
+    assert (increments["golden"], increments["now"], increments["by_verdict"]) == (0, 2, {"drawn": 2})
+    assert count["severity"] == "advisory" and "(drawn +2)" in count["message"]
+    text = only(findings, L2, "hlo_text")
+    assert text["severity"] == "regression" and text["details"]["verdict"] == "changed"
