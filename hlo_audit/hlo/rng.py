@@ -377,8 +377,13 @@ def _reachable(module: HloModule, entry: Computation, stripped: Iterable[Computa
     A computation that only RNG state called (jax's threefry, say, for a key nobody draws from any more) goes."""
     called_before = _called_closure(module.entry, module.computations)
     known = {**module.computations, **{c.name: c for c in stripped}, entry.name: entry}
-    called = _called_closure(entry, known)
-    return {name: comp for name, comp in known.items() if name in called or name not in called_before}
+    kept = _called_closure(entry, known)
+    # A computation the module never called stays, with what it calls; a rewritten copy nothing calls any more
+    # (a threefry whose key went) goes with its while bodies, instead of staying behind and naming them.
+    for name, comp in module.computations.items():
+        if name not in called_before and name not in kept:
+            kept |= _called_closure(comp, known)
+    return {name: comp for name, comp in known.items() if name in kept}
 
 
 def _called_closure(start: Computation, computations: dict[str, Computation]) -> set[str]:
