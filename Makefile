@@ -14,7 +14,7 @@ NNX_LIBRARY := google-tunix google-metrax clu wrapt perfetto
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
-.PHONY: setup browser audit audit-gpu test compat bench clean
+.PHONY: setup browser audit audit-gpu test test-long compat bench clean
 
 setup: $(STAMP)
 
@@ -50,7 +50,12 @@ browser:
 # import layers.
 test: setup browser
 	$(VENV)/bin/ruff check hlo_audit tests scripts
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q -m "not long"
+
+# The suite's long acceptance runs (pytest marker `long`: the GPU profile's MaxText compiles, seed 001 at 32
+# layers), ~10 minutes of their own: .ci/run runs them after `make test`.
+test-long: setup
+	$(PY) -m pytest -n 2 -q -m long
 
 # hlo-audit installed as a user installs it (pip install ., no editable link, no extras) into an environment that
 # already holds an older stack: the low end of pyproject.toml's ranges (.ci/compat-stack.txt). The install must change

@@ -328,7 +328,7 @@ FSDP_ID = "llama3-8b/scan-off/te_fp8_currentscaling/L2/cuda-8xh100/compiled"
 
 def maxtext_gpu(test):
     """MaxText's train step compiled for GPUs: slow (a minute or two a compile), one xdist group."""
-    for mark in (pytest.mark.maxtext, pytest.mark.te, pytest.mark.xdist_group("gpu"), needs_cuda):
+    for mark in (pytest.mark.maxtext, pytest.mark.te, pytest.mark.long, pytest.mark.xdist_group("gpu"), needs_cuda):
         test = mark(test)
     return test
 

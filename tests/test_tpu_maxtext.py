@@ -147,7 +147,7 @@ def test_committed_tpu_golden_passes_and_reverted_seed_000_fixes_fail_it(optimiz
     out = " ".join(failed.stdout.split())
     assert f"regression {OPTIMIZED_CELL} count" in out
     assert "u32 +18 (rng_count +9, rng_key +9)" in out  # 9 streams: 3 Dropouts' forks of (params, dropout, aqt)
-    assert "state.model.decoder.layers.mlp.dropout.rngs.* +6" in out
+    assert "+6 state.model.decoder.layers.mlp.dropout.rngs.* (rng_count +3, rng_key +3)" in out
 
 
 def test_diff_names_what_the_fixes_dropped_and_the_seeds_count(optimized, reverted):
