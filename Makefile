@@ -52,8 +52,8 @@ test: setup browser
 	$(VENV)/bin/ruff check hlo_audit tests scripts
 	$(PY) -m pytest -n 2 -q -m "not long"
 
-# The suite's long acceptance runs (pytest marker `long`: the GPU profile's MaxText compiles, seed 001 at 32
-# layers), ~10 minutes of their own: .ci/run runs them after `make test`.
+# The suite's long acceptance runs (pytest marker `long`: the GPU profile's MaxText compiles, a full TPU compile
+# beside MaxText's own train_compile, seed 001 at 32 layers), ~10 minutes of their own: .ci/run runs them after `make test`.
 test-long: setup
 	$(PY) -m pytest -n 2 -q -m long
 

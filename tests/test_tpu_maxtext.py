@@ -73,6 +73,7 @@ def maxtext_dump(tmp_path_factory):
     return json.loads(maxtext.stdout)
 
 
+@pytest.mark.long  # a full TPU compile and MaxText's own train_compile, minutes each
 def test_entry_params_equal_xla_count_of_maxtexts_own_train_compile_dump(released, maxtext_dump):
     _, cell, text, meta = released
     assert (cell["status"], cell["stage"], cell["platform"], cell["topology"]) == ("ok", "compiled", "tpu", "v6e-4")
@@ -99,6 +100,7 @@ def test_entry_params_equal_xla_count_of_maxtexts_own_train_compile_dump(release
     assert [p.path for p in analyze(text, arg_keys=meta["arg_keys"]).params] == [p.path for p in analyze(text).params]
 
 
+@pytest.mark.long  # a full TPU compile and MaxText's own train_compile, minutes each
 def test_optimized_cell_is_the_compiled_module_before_codegen(released, optimized, maxtext_dump):
     """The shipped series' stage: the after-optimizations module MaxText's hlo_diff_test diffs, without codegen."""
     _, cell, text, meta = optimized
