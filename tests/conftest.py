@@ -14,8 +14,9 @@ from hlo_audit import host
 # installed for compiling to TPU topologies, which needs none), and libtpu is compile-only.
 host.setup_own_process()
 
-# The tests read a CLI run's stderr apart from its stdout, as click 8.2 always keeps them. click 8.1 (typer 0.15's, the
-# low end `make compat` runs) mixes them unless asked: ask, so the same tests hold under both.
+# The tests read a CLI run's stderr apart from its stdout, and `output` as both, as click 8.2 always keeps them.
+# click 8.1 (typer 0.15's, the low end `make compat` runs) mixes them unless asked, and then its `output` is stdout
+# alone: ask, and give `output` both (stdout, then stderr), so the same tests hold under both.
 if "mix_stderr" in inspect.signature(click.testing.CliRunner.__init__).parameters:
     _runner_init = click.testing.CliRunner.__init__
 
@@ -23,6 +24,16 @@ if "mix_stderr" in inspect.signature(click.testing.CliRunner.__init__).parameter
         _runner_init(self, *args, mix_stderr=mix_stderr, **kwargs)
 
     click.testing.CliRunner.__init__ = _separate_stderr
+    click.testing.Result.output = property(
+        lambda self: self.stdout + (self.stderr if self.stderr_bytes is not None else ""))
+    # click 8.1 flushes only the captured stdout before reading it back: what was printed to stderr stays in the
+    # wrapper's buffer and the result's stderr reads empty. Write through instead.
+    _wrapper_init = click.testing._NamedTextIOWrapper.__init__
+
+    def _write_through(self, *args, **kwargs):
+        _wrapper_init(self, *args, **{"write_through": True, **kwargs})
+
+    click.testing._NamedTextIOWrapper.__init__ = _write_through
 
 import nnx_models  # noqa: E402 (jax starts here)
 from nnx_models import ModelSpec  # noqa: E402

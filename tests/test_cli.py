@@ -714,6 +714,9 @@ def test_help_shows_every_option_s_help_whole(columns):
         result = CliRunner(env={"COLUMNS": columns}).invoke(app, [*path, "--help"])
         assert result.exit_code == 0, result.output
         flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.stdout).split())
+        # An integer range's metavar (`[1<=x<=256]`) wraps onto a second line of its column in typer 0.15, between
+        # the words of the help beside it: it is the metavar's, not the help's.
+        flat = re.sub(r" \[[0-9.]*<?=?x[<>]=[0-9.]*\]", "", flat)
         for param in command.params:
             if param.help:  # Markdown: `code` shows without its backticks
                 assert " ".join(param.help.replace("`", "").split()) in flat, (path, param.name, flat)

@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Mapping
 
 from hlo_audit import host
+from hlo_audit.lowering import TargetError
 
 # Built-in targets by name: module and class, imported only when a config names them (they import jax).
 BUILTIN = {
@@ -19,7 +20,15 @@ def get_target(spec: str, models: Mapping[str, Mapping] | None = None):
     descriptions, for a target that answers ``full_depth`` from them (``nnx``; its cells carry their own)."""
     host.cpu_backend_only_without_accelerators()  # for library callers too, not only the processes hlo-audit owns
     module, name = BUILTIN.get(spec, ("hlo_audit.targets.callable", "CallableTarget"))
-    implementation = getattr(importlib.import_module(module), name)
+    try:
+        implementation = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if spec not in BUILTIN:
+            raise
+        # The built-in target's own stack is an extra (MaxText: pip install "hlo-audit[maxtext]"): name what is
+        # missing in one line, not a traceback.
+        raise TargetError(f"target {spec!r} needs {exc.name!r}, which is not installed here (for MaxText: "
+                          f"pip install 'hlo-audit[maxtext]')") from None
     if spec == "nnx":
         return implementation(models)
     return implementation() if spec in BUILTIN else implementation(spec)
