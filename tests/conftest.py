@@ -65,7 +65,8 @@ def pytest_addoption(parser):
 
 # Optional installs a test needs, by its marker: without them (`make setup TE=0`, a user's environment in
 # `make compat`) those tests are skipped, saying so.
-_OPTIONAL = {"te": ("transformer_engine", "Transformer Engine is not installed (make setup TE=0)"),
+_OPTIONAL = {"maxtext": ("maxtext", "MaxText is not installed (the maxtext extra)"),
+             "te": ("transformer_engine", "Transformer Engine is not installed (make setup TE=0)"),
              "tpu": ("libtpu", "libtpu is not installed (the tpu extra)"),
              "tunix": ("tunix", "google-tunix is not installed (make setup installs it, --no-deps)")}
 

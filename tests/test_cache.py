@@ -298,6 +298,7 @@ def test_what_a_lowering_read_is_recorded_in_the_process_that_lowered(tmp_path, 
         assert reads["environment"]["STACK_DROPOUT"] == "0"
 
 
+@pytest.mark.tpu  # needs libtpu (make compat's environment has none)
 def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
     """Recorded by the CLI started from a shell (it imports jax while building the target), looked up here (jax
     imported long before, by the suite): the variable jax's import sets (TPU_LIBRARY_PATH, where it found libtpu)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from hlo_audit.matrix import Cell
 from hlo_audit.run import _lower_one
 
@@ -31,6 +33,7 @@ def test_a_missing_module_names_the_file_that_needs_it(tmp_path, monkeypatch):
     assert result.message == "ModuleNotFoundError: No module named 'no_such_cloud_package' (needy.py:7)"
 
 
+@pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
 def test_maxtext_runs_decoupled_from_its_optional_cloud_packages():
     """MaxText from its GitHub tree raises for a missing JetStream unless DECOUPLE_GCLOUD=TRUE (the released 0.2.5
     falls back to stubs): the MaxText target decouples before MaxText loads; an explicit value wins."""

@@ -49,6 +49,7 @@ def project(tmp_path):
     return tmp_path
 
 
+@pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
 def test_update_twice_is_byte_identical_and_check_passes(project):
     first = snapshot(project / "golden")
     assert "mlp/scan-off/dropout0/L2.json" in first and "mlp/scan-off/dropout0/L2.hlo.txt" in first
@@ -99,6 +100,7 @@ def test_rng_scaling_waiver_and_policy(project):
     assert hlo_audit(project, "check").returncode == 0
 
 
+@pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
 def test_hlo_text_gate_and_environment(project):
     text = project / "golden/mlp/scan-on/none/L2.hlo.txt"
     text.write_text(text.read_text().replace("multiply(", "add(", 1))

@@ -441,6 +441,7 @@ def test_update_of_one_depth_keeps_the_series_slopes_and_its_text(projects, tmp_
     assert tree(gold) == full and not (gold / "mlp/scan-off/dropout0/L3.hlo.txt").exists()
 
 
+@pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
 def test_environment_message_names_every_differing_key_both_ways(projects, tmp_path):
     project = copy_project(projects[0], tmp_path / "p")
     text = project / "golden/mlp/scan-on/none/L2.hlo.txt"

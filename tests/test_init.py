@@ -165,6 +165,7 @@ def test_init_for_a_callable_target(empty):
     assert checked.returncode == 0 and json.loads(checked.stdout)["totals"]["cells_by_verdict"] == {"ok": 4}
 
 
+@pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
 def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empty):
     """A MaxText contributor's tree: the config names their models, the workflow installs MaxText's release with
     what its train step imports, then their checkout over it (--no-deps), so the gate lowers their branch."""
