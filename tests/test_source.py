@@ -114,7 +114,8 @@ def _backend_dump(backend: str, folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def gpu_dump(tmp_path_factory):
-    if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+    # find_spec of a submodule raises when its package is missing: ask for the package first.
+    if importlib.util.find_spec("jax_plugins") is None or importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
         pytest.skip("jax's CUDA plugin (jax-cuda12-plugin) is not installed: no deviceless GPU compile")
     return _backend_dump("gpu", tmp_path_factory.mktemp("gpu-dump"))
 
