@@ -240,6 +240,14 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
                     setattr(_ENVIRON, name, function)
 
 
+@contextlib.contextmanager
+def importing_target() -> Iterator[None]:
+    """Around importing a target's code (plan time, and each worker's first cell): what the import reads from the
+    environment keys every cell this process lowers after it, and what it prints goes to stderr."""
+    with recording_environment(process_wide=True), host.prints_to_stderr():
+        yield
+
+
 def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
     # The prefixes are the primary key's; JAX_PLATFORMS is not an input of what a cell lowers to (_NOT_FLAGS).
     return {name: value for name, value in sorted(reads.read.items())

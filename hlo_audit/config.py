@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hlo_audit import host, platforms
+from hlo_audit import platforms
 from hlo_audit.files import read_bounded
-from hlo_audit.cache import recording_environment
+from hlo_audit.cache import importing_target
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
 from hlo_audit.stages import STAGES
@@ -598,7 +598,7 @@ def resolve(config: Config) -> Config:
     # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
     # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module
     # already imported and reads nothing).
-    with recording_environment(process_wide=True), host.prints_to_stderr():
+    with importing_target():
         if config.target == nnx_spec.TARGET:
             return _resolve_nnx(config)
         return _resolve_callable(config)

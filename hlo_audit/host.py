@@ -61,14 +61,6 @@ def prints_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
-def worker_stdout_to_stderr() -> None:
-    """In a worker process, file descriptor 1 (inherited: the command's stdout) points to stderr from now on, so
-    neither Python's nor C++'s prints of a lowering reach the report. Workers return their results through the
-    pool, never through stdout."""
-    sys.stdout.flush()
-    os.dup2(2, 1)
-
-
 def compile_only_libtpu() -> None:
     """Settings for libtpu loaded only to compile (call before it loads; MaxText's train_compile needs them too)."""
     # libtpu must never ask a cloud metadata server where it runs (there is none, and CI has no network). jax

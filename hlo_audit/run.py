@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from hlo_audit import host, platforms
-from hlo_audit.cache import Cache, lowering_key, reads_after, recording_environment
+from hlo_audit.cache import Cache, importing_target, lowering_key, reads_after, recording_environment
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
@@ -106,7 +106,7 @@ def _target(spec: str):
     if spec not in _TARGETS:
         # What the target's imports read (jax's config, a user's module-level os.environ.get) holds for every
         # cell this process lowers after: part of each one's manifest.
-        with recording_environment(process_wide=True):
+        with importing_target():
             _TARGETS[spec] = get_target(spec)
     return _TARGETS[spec]
 
@@ -114,7 +114,6 @@ def _target(spec: str):
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None, dict | None]:
     """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
     host.setup_own_process()
-    host.worker_stdout_to_stderr()
     result, lowering, reads = _lower_one(target_spec, cell, key)
     return result.to_record(), result.normalized, lowering, reads
 
