@@ -168,3 +168,30 @@ def test_a_drawn_streams_increments_are_reported_and_the_text_rule_judges_the_ch
     assert count["severity"] == "advisory" and "(drawn +2)" in count["message"]
     text = only(findings, L2, "hlo_text")
     assert text["severity"] == "regression" and text["details"]["verdict"] == "changed"
+
+
+def test_a_built_in_waiver_is_stale_only_on_cells_it_covers():
+    """A default waiver (MaxText's known leaks, not in the user's config) that covers judged cells and waived
+    nothing is stale like any other; one whose cells this config's matrix leaves out is not reported at all,
+    while a waiver the user wrote that matches no cell is."""
+    from hlo_audit.gate import Gate, Policy, Waiver, stale_waivers
+    from hlo_audit.matrix import Cell
+    from hlo_audit.results import CellResult
+
+    matrix = [Cell("m", False, "none", 2), Cell("m", False, "none", 4)]
+    judged = [CellResult(cell=c, status="ok", summary={}) for c in matrix]
+    covering = Waiver("rng_scaling", "known leak", {"model": "m"}, index=0, source="built-in default waive[0]",
+                      built_in=True)
+    elsewhere = Waiver("rng_scaling", "known leak", {"model": "other"}, index=1, source="built-in default waive[1]",
+                       built_in=True)
+    written = Waiver("rng_scaling", "typo", {"model": "other"}, index=2, source="hlo-audit.toml: waive[2]")
+    gate = Gate(Policy({}, (covering, elsewhere, written)), "hlo-audit golden update")
+    by_source = {f.cell: f for f in stale_waivers(gate, judged, matrix)}
+    assert set(by_source) == {"built-in default waive[0]", "hlo-audit.toml: waive[2]"}
+    assert "covers 2 cells, none of which has a rng_scaling finding" in by_source["built-in default waive[0]"].message
+    assert "matches no cell of the matrix" in by_source["hlo-audit.toml: waive[2]"].message
+    gate.used.add(0)  # once it waived something, it is in use
+    assert {f.cell for f in stale_waivers(gate, judged, matrix)} == {"hlo-audit.toml: waive[2]"}
+    # Not every covered cell judged (a shard, an unavailable cell): nobody can tell yet.
+    gate.used.clear()
+    assert {f.cell for f in stale_waivers(gate, judged[:1], matrix)} == {"hlo-audit.toml: waive[2]"}

@@ -45,6 +45,8 @@ def _dtype(instr) -> str:
     if shape is not None:
         return str(shape.xla_element_type()).split(".", 1)[1].lower()
     after = instr.to_string().split(" = ", 1)[1]  # jaxlib 0.11's instructions have no shape: read XLA's own print
+    if after.startswith("b("):  # a buffer type, b(f32[32]): its element type is its array's
+        after = after[2:]
     return "tuple" if after.startswith("(") else re.match(r"[a-z0-9]+", after).group(0)
 
 
