@@ -1,16 +1,19 @@
-"""Hostile text in every sink: the terminal, Markdown (the PR summary), JUnit XML and HTML.
+"""Hostile text in every sink: the terminal, Markdown (the PR summary), JUnit XML, HTML and CSV.
 
 The same hostile strings go through each sink's escaping function (``hlo_audit.report.escape``) and through the
 real formatters, fed by a real check of the example NNX target whose waiver reason and whose target's error
 message carry them (a config and a model are input, as a pull request would change them), and by a real
 report with its cell ids replaced (what a shard JSON given to ``merge`` may hold). Each sink is read back with
 its own parser: JUnit with ``xml.etree``, Markdown with markdown-it-py (CommonMark plus GFM tables, what
-GitHub renders), HTML with ``html.parser``; the terminal output is searched for raw control bytes.
+GitHub renders), HTML with ``html.parser``, CSV with ``csv`` (what a spreadsheet would read as a formula is
+searched for); the terminal output is searched for raw control bytes.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import html.parser
 import json
 import re
@@ -47,6 +50,8 @@ HOSTILE = {
     "surrogate": "bad \udcff name",
     "entity": "&lt;b&gt; &amp;",
     "emphasis": "*bold* _it_ [link](javascript:alert(1)) $x^2$",
+    "formula": '=HYPERLINK("http://evil/","open me")',
+    "formula_at": "@SUM(1+1)*cmd|' /C calc'!A0",
 }
 IDS = list(HOSTILE)
 # Bytes no terminal output may hold: C0 controls but newline, DEL, C1 (as UTF-8: U+0080..U+009F).
@@ -125,6 +130,16 @@ def test_junit_text_and_attributes_parse_back(name):
     parsed = ET.fromstring(ET.tostring(case, encoding="unicode"))
     assert parsed.get("name") == visible(s) and parsed.find("failure").get("message") == visible(s)
     assert parsed.find("failure").text == visible(s)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_csv_field_is_never_a_formula(name):
+    s = HOSTILE[name]
+    out = io.StringIO()
+    csv.writer(out).writerow([escape.csv_field(s), 1])
+    [[field, number]] = list(csv.reader(io.StringIO(out.getvalue())))
+    assert number == "1" and not field.startswith(("=", "+", "-", "@")) and not RAW_CONTROL.search(field)
+    assert field.removeprefix("'") == visible(s)
 
 
 class _Collect(html.parser.HTMLParser):
@@ -287,6 +302,22 @@ def test_terminal_check_of_a_hostile_report_holds_no_control_byte(hostile_report
             out = terminal.render(terminal.print_check, report, verbose)
             assert not RAW_CONTROL.search(out), (label, verbose)
             assert out.splitlines()[-1].startswith("hlo-audit check FAILED: 12 cells")
+
+
+def test_csv_of_a_hostile_run_holds_no_formula_nor_control(hostile_report):
+    from hlo_audit.report import frame
+
+    for label, report in _reports(hostile_report).items():
+        # A message that is a formula from its first character (a target may raise with any text).
+        results = [dataclasses.replace(r, message=HOSTILE["formula"] + r.message) if r.status == "error" else r
+                   for r in report.results]
+        rows = list(csv.DictReader(io.StringIO(frame.format_run_csv(results, {}))))
+        assert len(rows) == 12, label
+        fields = [v for row in rows for v in row.values()]
+        assert not [v for v in fields if v.startswith(("=", "@", "+"))], label
+        assert not [v for v in fields if v.startswith("-") and not re.fullmatch(r"-[0-9.]+", v)], label
+        assert not [v for v in fields if RAW_CONTROL.search(v) or "\n" in v], label
+        assert sum("HYPERLINK" in row["message"] for row in rows) == 4  # the target's error, kept as text
 
 
 def test_json_of_a_hostile_check_round_trips(hostile_report):

@@ -23,6 +23,9 @@ string through it:
   and CR; lone surrogates; U+FFFE, U+FFFF) survives, so ``xml.etree`` parses the report; ElementTree
   escapes ``<``, ``&``, ``"`` itself.
 * ``html``: ``html.escape`` (``<``, ``>``, ``&``, both quotes) of ``visible(s)``.
+* ``csv_field``: a text field of CSV output, which spreadsheets open: one that starts with ``=``, ``+``, ``-``
+  or ``@`` would be read as a formula (``=HYPERLINK(...)`` in a target's error message), so a leading ``'``
+  makes it text, as OWASP's CSV-injection advice says. Numbers are not text fields and keep their sign.
 """
 
 from __future__ import annotations
@@ -103,3 +106,12 @@ def junit(s: object) -> str:
 def html(s: object) -> str:
     """Text for HTML (element content and quoted attribute values)."""
     return _html.escape(visible(s), quote=True)
+
+
+_FORMULA_START = ("=", "+", "-", "@")
+
+
+def csv_field(s: object) -> str:
+    """A CSV text field: control characters visible, never read as a spreadsheet formula."""
+    text = visible(s)
+    return "'" + text if text.startswith(_FORMULA_START) else text

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hlo_audit.report.escape import csv_field
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -32,8 +34,15 @@ def cells_frame(results, slopes: dict[str, float] | None = None) -> pd.DataFrame
     return frame
 
 
+def _csv(frame: pd.DataFrame) -> str:
+    """The frame as CSV, every text field through ``escape.csv_field`` (ids, messages and paths are input)."""
+    text = frame.select_dtypes(include=["object", "string"]).columns
+    escaped = frame.assign(**{c: frame[c].map(lambda v: csv_field(v) if isinstance(v, str) else v) for c in text})
+    return escaped.to_csv(index=False)
+
+
 def format_run_csv(results, slopes: dict[str, float]) -> str:
-    return cells_frame(results, slopes).to_csv(index=False)
+    return _csv(cells_frame(results, slopes))
 
 
 def tidy_frame(report) -> pd.DataFrame:
@@ -47,4 +56,4 @@ def tidy_frame(report) -> pd.DataFrame:
 
 
 def format_tidy_csv(report) -> str:
-    return tidy_frame(report).to_csv(index=False)
+    return _csv(tidy_frame(report))
