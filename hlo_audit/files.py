@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import socket
 import stat
@@ -51,6 +52,26 @@ def write_atomic(path: Path | str, data: str, mode: int | None = None) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def sync(path: Path | str) -> None:
+    """Flush a file's or a folder's contents to disk (a folder's: its entries, made by rename, link or create).
+    A filesystem that cannot sync a folder (EINVAL: some network ones) is left as it is: the rename still holds
+    against a kill, only not against a power loss there."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def sync_tree(root: Path | str) -> None:
+    """``sync`` of every folder under ``root`` and of ``root`` itself (files written are synced by their writer)."""
+    for dirpath, _, _ in os.walk(root):
+        sync(dirpath)
 
 
 class OutputError(ValueError):

@@ -20,7 +20,8 @@ Writing is all-or-nothing. Every lowering happens first; then, holding a lock on
 the directory: no lock file is left behind), the new tree is built complete in a staging folder beside the store
 (``.golden-staging-*``: hard links for what does not change, new files for what does) and swapped with the old
 one in a single ``renameat2(RENAME_EXCHANGE)``: a reader, a ``git status`` or a kill sees the old tree or the new
-one, never a mix, at every instant. The old tree is then deleted with the staging folder. A kill before the
+one, never a mix, at every instant (and after a power loss: the new tree's files and folders are synced before
+the swap, the swap after it). The old tree is then deleted with the staging folder. A kill before the
 swap leaves the old tree; after it, the new one; either way at most a staging folder, which the next
 ``golden update`` removes before it reads anything. Where the filesystem cannot exchange two entries the swap is
 two renames (old tree into the staging folder, new tree into place) and the next run finishes or undoes them
@@ -41,6 +42,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hlo_audit.files import sync, sync_tree
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.matrix import text_problem
@@ -495,7 +497,11 @@ def _commit(root: Path, changes: dict[Path, str | None]) -> None:
         _after_step("staging folder created")
         tree = staging / STAGED_TREE
         _build(real, tree, changes, root)
+        # On disk before anything points at it: after a power loss the swapped-in tree must not hold empty files
+        # (a kill needs none of this; the files written are synced by _write_new, carried ones are old inodes).
+        sync_tree(tree)
         (staging / STAGED_READY).touch()
+        sync(staging)
         _after_step("new tree complete")
         _publish(tree, real, staging)
         # From here the new tree is in place; what is left in the staging folder is the old one.
@@ -505,6 +511,10 @@ def _commit(root: Path, changes: dict[Path, str | None]) -> None:
     finally:
         _settle(staging, real)  # Ctrl-C between the fallback's renames: finished here, not deleted
     _after_step("staging folder removed")
+    # The swap and the staging folder's removal on disk: entries of the folder that holds golden_dir. The new tree
+    # is in place whatever this says, so a failing sync (EIO) is no reason to report the update as not written.
+    with contextlib.suppress(OSError):
+        sync(real.parent)
 
 
 def _publish(tree: Path, real: Path, staging: Path) -> None:
@@ -606,6 +616,8 @@ def _build(old: Path, new: Path, changes: dict[Path, str | None], root: Path) ->
 def _write_new(path: Path, content: str) -> None:
     with open(path, "x", encoding="utf-8", newline="") as handle:  # the umask's mode, as any new file
         handle.write(content)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _carry(src: Path, dst: Path, shown: Path) -> None:
@@ -617,6 +629,7 @@ def _carry(src: Path, dst: Path, shown: Path) -> None:
             os.link(src, dst, follow_symlinks=False)
         except OSError:  # a filesystem without hard links, or protected_hardlinks on a file of another user
             shutil.copy2(src, dst)
+            sync(dst)  # a new inode, unlike a link: on disk before the swap, as written files are
     else:
         raise GoldenError(f"{shown}: not a regular file, folder or symbolic link; golden update rebuilds the golden "
                           "folder and cannot carry it over (move it out of golden_dir)")

@@ -309,6 +309,34 @@ def test_a_kill_after_every_step_leaves_the_old_tree_or_the_new(projects, tmp_pa
             assert len(r["staging_after_kill"]) == 1 and r["cleaned"], where
 
 
+def test_the_new_tree_is_on_disk_before_the_swap_points_at_it(projects, tmp_path, monkeypatch):
+    """A kill cannot split the swap; a power loss could leave the new tree's files empty (delayed allocation) unless
+    each written file and each folder of the new tree is synced before the swap, and the swap after it."""
+    old, new = (p / "golden" for p in projects)
+    root = tmp_path / "golden"
+    shutil.copytree(old, root, symlinks=True)
+    changes = changes_between(old, new)
+    events: list[tuple[str, str]] = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        events.append(("sync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(golden, "_after_step", lambda step: events.append(("step", step)))
+    golden.publish(root, changes)
+    assert tree(root) == tree(new)
+    swap = events.index(("step", "trees exchanged"))
+    synced_before = {path for kind, path in events[:swap] if kind == "sync"}
+    staged_tree = next(Path(path) for kind, path in events if kind == "sync" and path.endswith("/tree"))
+    written = {str(staged_tree / rel) for rel, text in changes.items() if text is not None}
+    folders = {str(staged_tree / rel) for rel, kind in tree(new).items() if kind == "dir"} | {str(staged_tree)}
+    assert written and written <= synced_before, written - synced_before
+    assert folders <= synced_before, folders - synced_before
+    assert ("sync", str(root.resolve().parent)) in events[swap:]  # the swap itself
+
+
 def test_a_killed_cli_update_is_finished_by_the_next_run(projects, tmp_path):
     """The same through the real CLI: `golden update` SIGKILLed right after the swap leaves the new tree and its
     staging folder (the old tree); the next `golden update` removes it and says so; `check` passes."""
