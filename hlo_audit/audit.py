@@ -609,9 +609,55 @@ class InitRequest:
     shards: int = 2
 
 
+def init_request(*, nnx: str | None, nnx_config: str | None, function: str | None, maxtext: bool,
+                 models: Sequence[str], quant: str | None, layers: str, inputs: Sequence[str], args: Sequence[str],
+                 labels: str | None, layers_field: str | None, scan_field: str | None, optimizer: str,
+                 learning_rate: float, shards: int) -> InitRequest:
+    """`hlo-audit init`'s options as a request: exactly one target kind, depths (no 'full': a scaffold names its
+    series), ``NAME=VALUE`` pairs; a bad option is an InputError naming it."""
+    kinds = [k for k, given in (("nnx", nnx), ("callable", function), ("maxtext", maxtext)) if given]
+    if len(kinds) != 1:
+        raise InputError("init: name the target: one of --nnx package.module:Factory, --callable "
+                         "package.module:function, --maxtext")
+    depths = parse_layers(layers) or []
+    if not depths or "full" in depths:
+        raise InputError(f"init --layers: give depths such as 2,4, got {layers!r}")
+    return InitRequest(
+        kind=kinds[0], models=tuple(models), layers=tuple(int(d) for d in depths),
+        quants=tuple(q.strip() for q in quant.split(",")) if quant else (), function=function or "",
+        factory=nnx or "", factory_config=nnx_config, inputs=tuple(_pairs(inputs, "--input")),
+        args=tuple((k, _toml_value(v)) for k, v in _pairs(args, "--arg")), labels=labels,
+        layers_field=layers_field, scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate,
+        shards=shards)
+
+
+def _pairs(values: Sequence[str], option: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` options as pairs; anything else is a usage error naming the option."""
+    pairs = []
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise InputError(f"{option} expects NAME=VALUE, got {value!r}")
+        pairs.append((name.strip(), rest.strip()))
+    return pairs
+
+
+def _toml_value(text: str):
+    """``--arg width=16`` gives 16, ``rate=0.1`` 0.1, ``flag=true`` True; anything else stays a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def init_scaffold(folder: Path, request: InitRequest) -> scaffold.Scaffold:
     """The config and workflow for ``request``, the config read back and resolved as any config is (a bad option
-    is a ConfigError or InputError naming it, before anything is written)."""
+    is a ConfigError or InputError naming it, before anything is written). Nothing is overwritten: a file init
+    would write that exists already is an InputError naming it."""
+    found = scaffold.existing(folder)
+    if found:
+        raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
+                         "(edit the config by hand, or remove them first)")
     library = None
     if request.kind == "maxtext":
         text = scaffold.maxtext_config(request.models or DEFAULTS_MODELS, request.quants or DEFAULTS_QUANTS,

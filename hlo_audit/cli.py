@@ -422,27 +422,6 @@ def lower(
         sys.stdout.write(text)
 
 
-def _pairs(values: list[str] | None, option: str) -> list[tuple[str, str]]:
-    """``NAME=VALUE`` options as pairs; anything else is a usage error naming the option."""
-    pairs = []
-    for value in values or []:
-        name, sep, rest = value.partition("=")
-        if not sep or not name.strip() or not rest.strip():
-            raise InputError(f"{option} expects NAME=VALUE, got {value!r}")
-        pairs.append((name.strip(), rest.strip()))
-    return pairs
-
-
-def _toml_scalar(text: str):
-    """``--arg width=16`` gives 16, ``rate=0.1`` 0.1, ``flag=true`` True; anything else stays a string."""
-    import tomllib  # noqa: PLC0415
-
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 @app.command()
 @exit_on_input_error
 def init(
@@ -486,25 +465,11 @@ def init(
     config and workflow stay: fix the config, then `hlo-audit golden update`)."""
     import pathlib  # noqa: PLC0415
 
-    kinds = [k for k, given in (("nnx", nnx), ("callable", function), ("maxtext", maxtext)) if given]
-    if len(kinds) != 1:
-        raise InputError("init: name the target: one of --nnx package.module:Factory, --callable "
-                         "package.module:function, --maxtext")
+    request = audit.init_request(
+        nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
+        layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
+        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards)
     folder = pathlib.Path.cwd()
-    found = scaffold.existing(folder)
-    if found:
-        raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
-                         "(edit the config by hand, or remove them first)")
-    depths = audit.parse_layers(layers) or []
-    if not depths or "full" in depths:
-        raise InputError(f"init --layers: give depths such as 2,4, got {layers!r}")
-    request = audit.InitRequest(
-        kind=kinds[0], models=tuple(model or ()), layers=tuple(int(d) for d in depths),
-        quants=tuple(q.strip() for q in quant.split(",")) if quant else (), function=function or "",
-        factory=nnx or "", factory_config=nnx_config, inputs=tuple(_pairs(inputs, "--input")),
-        args=tuple((k, _toml_scalar(v)) for k, v in _pairs(args, "--arg")), labels=labels,
-        layers_field=layers_field, scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate,
-        shards=shards)
     written = scaffold.write(folder, audit.init_scaffold(folder, request))
     for path in written:
         print(f"wrote {path.relative_to(folder)}")
