@@ -3,7 +3,9 @@
 The oracle is the ground truth the RNG dataflow analysis is tested against, so it is tested first: on tiny
 jitted steps whose answer is known by construction (including steps that draw from a key only in a way that
 cancels or only into the stream's own state), on the small NNX models, on steps that hand their RNG state through
-each of XLA's pass-through constructs, and on MaxText's real train step.
+each of XLA's pass-through constructs, and on MaxText's real train step. The MaxText cases execute the step once
+per RNG stream (~3 minutes on the 2-core CI machine), so they are `long` tests (make test-long, run by .ci/run
+after make test); the NNX cases, through the same constructs, are in make test.
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ MAXTEXT_EXPECTED = {
 
 @pytest.mark.maxtext
 @pytest.mark.xdist_group("maxtext_oracle")
+@pytest.mark.long
 @pytest.mark.parametrize("name", list(rng_oracle.MAXTEXT_CASES))
 def test_maxtext_case_streams_match_analyze(name):
     case = _maxtext(name)
@@ -230,6 +233,7 @@ def test_maxtext_case_streams_match_analyze(name):
 
 @pytest.mark.maxtext
 @pytest.mark.xdist_group("maxtext_oracle")
+@pytest.mark.long
 @pytest.mark.parametrize("name", list(rng_oracle.MAXTEXT_CASES))
 def test_maxtext_case_truths(name):
     case = _maxtext(name)
@@ -241,6 +245,7 @@ def test_maxtext_case_truths(name):
 
 @pytest.mark.maxtext
 @pytest.mark.xdist_group("maxtext_oracle")
+@pytest.mark.long
 def test_maxtext_int8_unrolled_stream_count():
     case = _maxtext("maxtext_int8_unrolled")
     # 2 layers x 7 AQT dots (query key value out wi_0 wi_1 wo) x 3 streams, plus the attention's 3: one Rngs
@@ -258,6 +263,7 @@ def test_maxtext_int8_unrolled_stream_count():
 
 @pytest.mark.maxtext
 @pytest.mark.xdist_group("maxtext_oracle")
+@pytest.mark.long
 def test_maxtext_case_is_the_program_the_tool_lowers():
     """The oracle's executed step has the entry parameters of hlo_audit's own lowering of the same config."""
     from hlo_audit.targets.maxtext import lower_train_step
@@ -310,6 +316,7 @@ def test_analysis_agrees_with_the_oracle_on_nnx_models(spec):
 
 @pytest.mark.maxtext
 @pytest.mark.xdist_group("maxtext_oracle")
+@pytest.mark.long
 @pytest.mark.parametrize("name", list(rng_oracle.MAXTEXT_CASES))
 def test_analysis_agrees_with_the_oracle_on_maxtext(name):
     assert _disagreements(_maxtext(name)) == {}
