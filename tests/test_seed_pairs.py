@@ -5,7 +5,7 @@ nanoo_fp8, ``Dropout`` forking at rate 0, ``AttentionOp`` holding rngs); ``injec
 them in MaxText 0.2.5. Each pair is the same configuration lowered with the fix reverted and as released:
 the review statement "the only difference is the dropped u32 RNG arrays and the renumbering that follows"
 must come out ``rng-state-only``, with the u32 delta equal to the RNG parameters the fix dropped, for every
-quantization, scanned and unrolled, at two depths. Real changes that are not RNG state must come out
+quantization, scanned and unrolled, at two depths (the second, 4 layers, in make test-long). Real changes that are not RNG state must come out
 ``changed``, with the kinds that changed.
 
 Seed 001 (one RNG stream shared by the bridged NVFP4 quantizers) is not in MaxText 0.2.5: ``injected_maxtext.seed_001``
@@ -75,7 +75,10 @@ def _rng_params(path: Path) -> int:
     return sum(p.is_rng for p in analyze(path.read_text(), str(path)).params)
 
 
-@pytest.mark.parametrize("quant,scan,layers", PAIRS, ids=[_pair_id(*p) for p in PAIRS])
+# The 4-layer pairs (16 lowerings, ~2.5 minutes of one worker) are `long` tests (make test-long, run by .ci/run):
+# make test holds every quantization, scanned and unrolled, at 2 layers.
+@pytest.mark.parametrize("quant,scan,layers", [
+    pytest.param(*p, id=_pair_id(*p), marks=[pytest.mark.long] if p[2] > 2 else []) for p in PAIRS])
 def test_fix_reverted_is_rng_state_only(lowered, quant, scan, layers):
     """`hlo-audit diff BEFORE AFTER` on MaxText without and with seed 000's fix: rng-state-only, exit 1."""
     before, after = lowered(quant, scan, layers, ("prefix",)), lowered(quant, scan, layers)
