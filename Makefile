@@ -18,8 +18,6 @@ DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
 setup: $(STAMP)
 
-# --no-compile: pip would byte-compile all ~15,000 modules of the 8 GB stack, serially; Python compiles the few
-# thousand a run imports on first import instead (and keeps them in __pycache__).
 # Reinstall only when the dependency declaration, the pinned set (or the TE wheel) changes. pyproject.toml declares
 # the ranges users get; constraints.txt pins what this repository's goldens depend on.
 $(STAMP): pyproject.toml constraints.txt $(TE_WHEEL_SUMS)
@@ -28,12 +26,12 @@ $(STAMP): pyproject.toml constraints.txt $(TE_WHEEL_SUMS)
 	$(PY) -m pip install --quiet --upgrade pip
 ifeq ($(TE),1)
 	cd $(TE_WHEELS) && sha256sum --check --quiet *.whl.sha256
-	$(PY) -m pip install --quiet --no-compile -e '.[maxtext,tpu,dev,te]' -c constraints.txt --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
+	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev,te]' -c constraints.txt --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
 	bash scripts/fetch_libcuda.sh $(DRIVER_DIR)
 else
-	$(PY) -m pip install --quiet --no-compile -e '.[maxtext,tpu,dev]' -c constraints.txt
+	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]' -c constraints.txt
 endif
-	$(PY) -m pip install --quiet --no-compile --no-deps -c constraints.txt $(NNX_LIBRARY)
+	$(PY) -m pip install --quiet --no-deps -c constraints.txt $(NNX_LIBRARY)
 	rm -f $(VENV)/.installed*
 	touch $(STAMP)
 
