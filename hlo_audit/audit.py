@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit import golden, matrix_report, platforms, scaffold
+from hlo_audit import golden, matrix_report, platforms, preflight, scaffold
 from hlo_audit.files import read_bounded
 from hlo_audit.cache import Cache
 from hlo_audit.config import DEFAULT_CONFIG_FILE, Config, ConfigError, load_config, resolve, validate
@@ -667,6 +667,7 @@ def init_scaffold(folder: Path, request: InitRequest) -> scaffold.Scaffold:
             raise InputError("init --callable: name the models the function lowers (--model NAME, repeatable)")
         text = scaffold.callable_config(request.function, request.models, request.layers)
     else:
+        preflight.check_jax_variables()
         from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax and the model's library)
         from hlo_audit.targets.nnx_spec import SpecError  # noqa: PLC0415
 

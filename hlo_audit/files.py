@@ -9,6 +9,7 @@ import socket
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -144,11 +145,14 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
         raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
 
 
-def append_output(path: Path | str, text: str) -> str | None:
+def append_output(path: Path | str, text: str, timeout: float = 10.0) -> str | None:
     """Append ``text`` to ``path`` (``$GITHUB_STEP_SUMMARY``: a file the runner made, or one to create).
 
     Returns None when written, else why not in a few words, for a warning: a summary that cannot be written
-    must not change the verdict of the run that made it.
+    must not change the verdict of the run that made it, nor hold it up. Only a regular file (or a new one), a
+    pipe with a reader, and the file behind our own stdout or stderr are written; the path is opened without
+    blocking, so a FIFO nobody reads is skipped at once, and a reader that stops reading gets ``timeout``
+    seconds to go on before the rest is dropped.
     """
     path = Path(path)
     try:
@@ -157,19 +161,49 @@ def append_output(path: Path | str, text: str) -> str | None:
         info = None
     except OSError as exc:
         return exc.strerror or str(exc)
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        return "is a folder"
-    if info is not None and stat.S_ISBLK(info.st_mode):
-        return "is a block device"
-    try:
-        own = _own_stream(info) if info is not None else None
+    if info is not None:
+        own = _own_stream(info)
         if own is not None:
-            _write_stream(own, text)
-        else:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(text)
+            try:
+                _write_stream(own, text)
+            except OSError as exc:
+                return exc.strerror or str(exc)
+            return None
+        if stat.S_ISDIR(info.st_mode):
+            return "is a folder"
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+            return "not a regular file or a pipe"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0),
+                     0o666)
     except OSError as exc:
-        return exc.strerror or str(exc)
+        return "a pipe nobody reads" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # put there since it was looked at
+            return "not a regular file or a pipe"
+        return _write_all(fd, text.encode("utf-8"), timeout)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes, timeout: float) -> str | None:
+    """Write ``data`` to a non-blocking descriptor; why not, when a pipe's reader left or stopped reading."""
+    import select  # noqa: PLC0415 (only a job summary needs it)
+
+    deadline = time.monotonic() + timeout
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                return f"the pipe's reader stopped reading for {timeout:g} s (the summary is cut short)"
+        except BrokenPipeError:
+            return "the pipe's reader went away"
+        except OSError as exc:
+            return exc.strerror or str(exc)
     return None
 
 
