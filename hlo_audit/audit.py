@@ -327,13 +327,16 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)
     findings: list[Finding] = []
+    # One tree, read whole: a `golden update` swapping it meanwhile is never half seen (golden.read_snapshot).
+    goldens, stored_ids = golden.read_snapshot(p.config.golden_dir, lambda tree: (
+        {r.cell.id: tree.load(r.cell.id) for r in results}, tree.stored_ids() if report_stale else []))
     for r in results:
-        stored = golden.load(p.config.golden_dir, r.cell.id)
+        stored = goldens[r.cell.id]
         compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
         text = normalized_text(r) if r.cell.id in owners and compared else None
         findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
     if report_stale:
-        findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
+        findings.extend(stale(stored_ids, full_matrix_ids(p)))
     findings.extend(stale_waivers(gate, results, full_matrix(p)))
     return CheckReport(findings, results, shard=p.shard_record)
 
@@ -563,10 +566,9 @@ def merge_check_reports(paths: list[str]) -> CheckReport:
 
 def report(p: Plan, results: list[CellResult]) -> matrix_report.MatrixReport:
     """The matrix against its goldens, scan pairs and depth scaling, for ``report`` and ``params_frame``."""
-    goldens = {}
-    for r in results:
-        stored = golden.load(p.config.golden_dir, r.cell.id)
-        goldens[r.cell.id] = stored.record if stored is not None and not stored.damaged else None
+    loaded = golden.read_snapshot(p.config.golden_dir, lambda tree: {r.cell.id: tree.load(r.cell.id) for r in results})
+    goldens = {cid: stored.record if stored is not None and not stored.damaged else None
+               for cid, stored in loaded.items()}
     return matrix_report.build(results, scaling(p, results), goldens)
 
 

@@ -110,7 +110,8 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
     * A character device, FIFO or socket (``/dev/null``, a pipe's name): opened and written as a stream; it keeps
       its type, whoever runs hlo-audit (root included).
     * A regular file, through any symlink: replaced atomically (``write_atomic``), keeping its permissions; one in
-      a folder we may not create files in is rewritten in place.
+      a folder we may not create files in is rewritten in place (``rewrite_in_place``: space reserved first). A
+      write cut short (a full disk, ``ulimit -f``) leaves the old file whole, and no temporary file.
     * An absent path: a new file with the mode ``open()`` gives under the umask (not ``mkstemp``'s 0600).
     * A folder or a block device: the user's mistake (``OutputError``, one line).
     """
@@ -132,8 +133,7 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
             if os.access(target.parent, os.W_OK | os.X_OK):
                 write_atomic(target, text, mode=stat.S_IMODE(info.st_mode))
             else:
-                with open(target, "w", encoding="utf-8") as handle:
-                    handle.write(text)
+                rewrite_in_place(target, text.encode("utf-8"))
         elif stat.S_ISSOCK(info.st_mode):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(str(path))
@@ -143,6 +143,48 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
                 stream.write(text)
     except OSError as exc:
         raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Replace a file's content where it cannot be written beside and renamed over (a folder we may not create
+    files in), all or nothing as far as the filesystem lets: the space for ``data`` is reserved first
+    (``posix_fallocate``: a full disk, a quota or a file size limit fails there, before any byte changes), then
+    the bytes are written and the file cut to their length. Without fallocate (some filesystems), the old content
+    is put back when the write fails."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_NOCTTY", 0))
+    try:
+        try:
+            os.posix_fallocate(fd, 0, max(len(data), 1))
+            old = None
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS):
+                raise
+            old = _read_all(fd)
+        try:
+            _pwrite_all(fd, data)
+            os.ftruncate(fd, len(data))
+        except OSError:
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    _pwrite_all(fd, old)
+                    os.ftruncate(fd, len(old))
+            raise
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    view, offset = memoryview(data), 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
 
 
 def append_output(path: Path | str, text: str, timeout: float = 10.0) -> str | None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -191,13 +190,12 @@ def long_attribute_module(line: str, size: int) -> str:
 
 
 def peak_rss(*args: str, limit: int = 4 << 30) -> tuple[int, str, int]:
-    """(exit code, stdout, peak resident bytes) of ``hlo-audit ARGS`` run under an address-space limit."""
-    def limited():
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
+    """(exit code, stdout, peak resident bytes) of ``hlo-audit ARGS`` run under an address-space limit (set by the
+    shell, as a user's ``ulimit -v`` does: no fork of this process, which may hold jax's threads)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with open(os.devnull, "wb") as sink, subprocess.Popen([str(CLI), *args], stdout=subprocess.PIPE, stderr=sink,
-                                                          env=env, preexec_fn=limited) as proc:
+    command = ["bash", "-c", f'ulimit -v {limit >> 10} && exec "$0" "$@"', str(CLI), *args]
+    with open(os.devnull, "wb") as sink, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sink,
+                                                          env=env) as proc:
         out = proc.stdout.read().decode()
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
