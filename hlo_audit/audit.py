@@ -660,6 +660,8 @@ def init_scaffold(folder: Path, request: InitRequest) -> scaffold.Scaffold:
     if found:
         raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
                          "(edit the config by hand, or remove them first)")
+    if problem := scaffold.unwritable(folder):  # every path checked before any is written
+        raise InputError(f"init: {problem}; nothing was written")
     library = None
     if request.kind == "maxtext":
         text = scaffold.maxtext_config(request.models or DEFAULTS_MODELS, request.quants or DEFAULTS_QUANTS,
