@@ -25,7 +25,9 @@ app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, no_args_is_help=
                   pretty_exceptions_enable=False, rich_markup_mode="markdown",
                   help="Count, normalize and diff the entry parameters of JAX programs' HLO; gate on them against "
                        "committed goldens.\n\nExit codes: 0 clean; 1 a difference, a regression or a failing cell "
-                       "(rng: dead RNG state found); 2 a usage or input error, said in one line on stderr.")
+                       "(rng: dead RNG state found), nothing else; 2 a usage, input or environment error (a closed "
+                       "stdout, a JAX_*/XLA_FLAGS value jax or XLA refuses), said in one line on stderr; 130, 143, 129 "
+                       "stopped by SIGINT, SIGTERM, SIGHUP.")
 
 REPORT_WIDTH = 100  # report and explain views aim at this many columns, on a terminal or piped
 
