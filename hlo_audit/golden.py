@@ -27,6 +27,8 @@ swap leaves the old tree; after it, the new one; either way at most a staging fo
 ``golden update`` removes before it reads anything. Where the filesystem cannot exchange two entries the swap is
 two renames (old tree into the staging folder, new tree into place) and the next run finishes or undoes them
 before reading anything; a reader that meets that half-done state says so instead of reading an empty store.
+Readers that read many goldens (``check``, ``report``) read them through one descriptor of the tree (``Snapshot``,
+``read_snapshot``), so an update swapping trees meanwhile is never half seen.
 """
 
 from __future__ import annotations

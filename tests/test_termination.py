@@ -83,7 +83,6 @@ def project(tmp_path):
 TRIALS = [
     # (command, signal, when)
     (("run",), signal.SIGINT, "workers starting"),
-    (("run",), signal.SIGTERM, "both workers lowering"),
     (("check", "--junit", "junit.xml", "--markdown", "summary.md"), signal.SIGTERM, "both workers lowering"),
     (("golden", "update"), signal.SIGHUP, "one cell done"),
 ]
