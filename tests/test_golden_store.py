@@ -629,7 +629,7 @@ def test_check_racing_golden_update_sees_the_old_tree_or_the_new_never_a_mix(pro
     swapper.stdin.close()
     try:
         assert swapper.stdout.readline() == "started\n"
-        checks = [seen() for _ in range(120)]
+        checks = [seen() for _ in range(80)]
     finally:
         stop.touch()
         swaps = int(swapper.stdout.read().strip() or 0)
