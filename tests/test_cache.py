@@ -298,6 +298,27 @@ def test_what_a_lowering_read_is_recorded_in_the_process_that_lowered(tmp_path, 
         assert reads["environment"]["STACK_DROPOUT"] == "0"
 
 
+def test_the_cache_log_has_a_line_per_cell_lowered_and_none_per_hit(tmp_path, monkeypatch):
+    """$HLO_AUDIT_CACHE_LOG, how the test session counts its lowerings (tests/conftest.py): a JSON line per cell
+    lowered, with its primary and entry keys and the variables the lowering found set; none for a cell served from
+    the cache; a line again for a cell lowered under --no-cache."""
+    log = tmp_path / "lowerings.jsonl"
+    monkeypatch.setenv(cache_module.LOG_VARIABLE, str(log))
+    monkeypatch.setenv("HLO_AUDIT_INJECT", "a-change")  # set while lowering: recorded only if the target read it
+    cells = [Cell("mlp", False, quant, 2, target="hlo_audit.examples.nnx_mlp:lower") for quant in ("none", "dropout0")]
+    fresh = list(run_cells(cells, Cache(tmp_path / "cache")))
+    key = lowering_key(cells[0], CallableTarget(cells[0].target).fingerprint())
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(line["cell"], line["target"], line["entry"]) for line in lines] == [
+        (r.cell.id, r.cell.target, r.key) for r in fresh]
+    assert lines[0]["key"] == key and lines[0]["seconds"] == fresh[0].lower_seconds > 0
+    assert lines[0]["pid"] == os.getpid() and "HLO_AUDIT_INJECT" not in lines[0]["environment"]
+    assert all(r.cached for r in run_cells(cells, Cache(tmp_path / "cache")))
+    assert len(log.read_text().splitlines()) == 2
+    (again,) = run_cells(cells[:1], Cache(tmp_path / "cache", enabled=False))
+    assert not again.cached and len(log.read_text().splitlines()) == 3
+
+
 @pytest.mark.tpu  # needs libtpu (make compat's environment has none)
 def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
     """Recorded by the CLI started from a shell (it imports jax while building the target), looked up here (jax
