@@ -20,18 +20,21 @@ from pathlib import Path
 import pytest
 import yaml
 
+from in_process import Ran, hlo_audit_here
 from nnx_library import add_layer_dropout, write_library
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def hlo_audit(folder: Path, *args: str, pythonpath: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """A process of its own, with ``pythonpath`` (a library's folder) first: the library is imported anew by every
+    command, as a user's runs import it after an edit."""
     path = os.pathsep.join([*map(str, pythonpath), str(REPO), os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=folder, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path}, timeout=900)
 
 
-def one_error_line(result: subprocess.CompletedProcess) -> str:
+def one_error_line(result: subprocess.CompletedProcess | Ran) -> str:
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -155,13 +158,13 @@ def test_init_on_tunix_qwen3_and_check_fails_after_its_decoder_layer_gains_a_dro
 
 
 def test_init_for_a_callable_target(empty):
-    made = hlo_audit(empty, "init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model", "mlp",
-                     "--layers", "2,3")
+    made = hlo_audit_here(empty, "init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model", "mlp",
+                          "--layers", "2,3")
     assert made.returncode == 0, made.stderr[-2000:]
     config = tomllib.loads((empty / "hlo-audit.toml").read_text())
     assert config == {"target": "hlo_audit.examples.nnx_mlp:lower", "models": ["mlp"], "layers": [2, 3],
                       "quant": ["none"]}
-    checked = hlo_audit(empty, "check", "--format", "json")
+    checked = hlo_audit_here(empty, "check", "--format", "json")
     assert checked.returncode == 0 and json.loads(checked.stdout)["totals"]["cells_by_verdict"] == {"ok": 4}
 
 
@@ -171,7 +174,7 @@ def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empt
     what its train step imports, then their checkout over it (--no-deps), so the gate lowers their branch."""
     (empty / "pyproject.toml").write_text('[project]\nname = "maxtext"\nversion = "0.2.5"\n')
     (empty / ".gitignore").write_text("build/\n.hlo-audit-cache/\n")
-    made = hlo_audit(empty, "init", "--maxtext", "--model", "llama3-8b", "--quant", "none,int8", "--no-golden")
+    made = hlo_audit_here(empty, "init", "--maxtext", "--model", "llama3-8b", "--quant", "none,int8", "--no-golden")
     assert made.returncode == 0, made.stderr
     assert "note:" not in made.stdout  # the cache is ignored already
     assert made.stdout.splitlines()[-1].startswith("next: hlo-audit golden update")
@@ -182,7 +185,7 @@ def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empt
                    ["check"]["steps"] if s.get("name") == "Install")["run"].splitlines()
     assert install[1].startswith('pip install "hlo-audit[maxtext]"') and '"maxtext==' in install[1]
     assert install[2].startswith("pip install --no-deps -e .")
-    listed = hlo_audit(empty, "list", "--format", "json")
+    listed = hlo_audit_here(empty, "list", "--format", "json")
     assert len(json.loads(listed.stdout)["cells"]) == 8 and not (empty / "golden").exists()
 
 
@@ -191,17 +194,17 @@ def test_init_nnx_asks_for_what_it_cannot_read_off_the_model(empty):
     (mean-square loss: no token ids to predict)."""
     args = ["init", "--nnx", "hlo_audit.examples.nnx_mlp:MLP", "--no-golden"]
     assert "init --arg: hlo_audit.examples.nnx_mlp:MLP needs 'width': give --arg width=VALUE" in \
-        one_error_line(hlo_audit(empty, *args))
+        one_error_line(hlo_audit_here(empty, *args))
     assert "init --input: cannot tell what hlo_audit.examples.nnx_mlp:MLP's call takes as 'x'" in \
-        one_error_line(hlo_audit(empty, *args, "--arg", "width=16", "--arg", "rate=0.0"))
+        one_error_line(hlo_audit_here(empty, *args, "--arg", "width=16", "--arg", "rate=0.0"))
     assert not list(empty.iterdir())  # nothing written while it asks
-    made = hlo_audit(empty, *args, "--arg", "width=16", "--arg", "rate=0.0", "--input", "x=float32[batch,16]",
-                     "--model", "mlp")
+    made = hlo_audit_here(empty, *args, "--arg", "width=16", "--arg", "rate=0.0", "--input", "x=float32[batch,16]",
+                          "--model", "mlp")
     assert made.returncode == 0, made.stderr
     spec = tomllib.loads((empty / "hlo-audit.toml").read_text())["nnx"]["models"]["mlp"]
     assert spec == {"model": "hlo_audit.examples.nnx_mlp:MLP", "layers": "layers", "scan": "scan", "rngs": "rngs",
                     "args": {"width": 16, "rate": 0.0}, "inputs": {"x": "float32[batch,16]"}}
-    run = hlo_audit(empty, "run", "--format", "json", "--only", "layers=2")
+    run = hlo_audit_here(empty, "run", "--format", "json", "--only", "layers=2")
     assert run.returncode == 0 and {c["status"] for c in json.loads(run.stdout)["cells"]} == {"ok"}
 
 
@@ -228,6 +231,6 @@ def test_init_refuses_in_one_line_and_writes_nothing(empty, setup, args, message
     elif setup:
         (empty / ("pyproject.toml" if setup == "pyproject" else setup)).write_text(before[setup])
     existing = sorted(p.name for p in empty.iterdir())
-    line = one_error_line(hlo_audit(empty, *args))
+    line = one_error_line(hlo_audit_here(empty, *args))
     assert message in line, line
     assert sorted(p.name for p in empty.iterdir()) == existing
