@@ -12,7 +12,9 @@ A cell's lowering is looked up in two steps, as ccache's direct mode or a build 
   ``sys.modules`` afterwards, not only the ones it imported (a model module imported by an earlier cell of the same
   worker is used all the same): files of an installed distribution by the distribution's name and version, stdlib
   by the Python's version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by
-  size, mtime and SHA-256; and the environment variables it read, with their values. A variant is reused only if
+  size, mtime and SHA-256; and the environment variables it read, with their values (one it found unset and then
+  set itself, as MaxText's import does DECOUPLE_GCLOUD in the first cell a process lowers, holds unset or at the
+  value it set: a process that imported MaxText before its lookup still hits the cell). A variant is reused only if
   all of it still holds: environment and versions first, then a ``stat`` per file, a hash only where size or mtime
   differ (a fresh checkout: then the mtimes are refreshed in the manifest). Several variants per cell, so switching
   a variable back and forth is a hit both ways.
@@ -146,11 +148,13 @@ def analysis_fingerprint() -> str:
 
 class _EnvironmentReads:
     """The variables one window read, with the value first read (None: absent), and those it wrote itself (a read
-    after the window's own write is not an input)."""
+    after the window's own write is not an input). ``set_itself``: the variables it read unset and then set, with
+    the value they hold after it (filled when the window closes)."""
 
     def __init__(self) -> None:
         self.read: dict[str, str | None] = {}
         self.written: set[str] = set()
+        self.set_itself: dict[str, str] = {}
 
 
 _ENVIRON = type(os.environ)
@@ -234,6 +238,9 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
             if process_wide:
                 for name in reads.written & reads.read.keys():
                     reads.read[name] = os.environ.get(name)
+            else:
+                reads.set_itself = {name: os.environ[name] for name in sorted(reads.written & reads.read.keys())
+                                    if reads.read[name] is None and name in os.environ}
             _recorders.remove(reads)
             if not _recorders:
                 for name, function in _ORIGINAL.items():
@@ -251,7 +258,7 @@ def importing_target() -> Iterator[None]:
 def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
     # The prefixes are the primary key's; JAX_PLATFORMS is not an input of what a cell lowers to (_NOT_FLAGS).
     return {name: value for name, value in sorted(reads.read.items())
-            if not name.startswith(_FLAG_PREFIXES) and name not in _NOT_FLAGS}
+            if not name.startswith(_FLAG_PREFIXES) and name not in _NOT_FLAGS and name not in reads.set_itself}
 
 
 def reads_after(window: _EnvironmentReads) -> dict:
@@ -270,8 +277,11 @@ def reads_after(window: _EnvironmentReads) -> dict:
             files[path] = _file_state(path)
         elif kind is not None:
             distributions[kind[0]] = kind[1]
+    set_itself = {name: value for name, value in window.set_itself.items()
+                  if not name.startswith(_FLAG_PREFIXES) and name not in _NOT_FLAGS}
     return {"files": files, "distributions": dict(sorted(distributions.items())),
-            "environment": _variables(window), "imported_environment": _variables(_PROCESS_READS)}
+            "environment": _variables(window), "set_by_lowering": set_itself,
+            "imported_environment": _variables(_PROCESS_READS)}
 
 
 def _module_files() -> set[str]:
@@ -389,7 +399,7 @@ def _identity(reads: dict) -> dict:
     """What a manifest's variant stands for, without the mtimes (a fresh checkout of the same files is the same)."""
     return {"files": {path: state[2] if state else None for path, state in reads["files"].items()},
             "distributions": reads["distributions"], "environment": reads["environment"],
-            "imported_environment": reads["imported_environment"]}
+            "set_by_lowering": reads.get("set_by_lowering", {}), "imported_environment": reads["imported_environment"]}
 
 
 class _Now:
@@ -438,6 +448,9 @@ class _Now:
         """(why the variant no longer holds, or None; whether some file held by its hash only, mtime changed)."""
         for name, value in reads["environment"].items():
             if os.environ.get(name) != value:
+                return f"${name} changed", False
+        for name, value in reads.get("set_by_lowering", {}).items():
+            if os.environ.get(name) not in (None, value):  # unset, the lowering sets it so again
                 return f"${name} changed", False
         imported = _PROCESS_READS.read  # what this process's own imports saw, where they read it
         for name, value in reads["imported_environment"].items():
