@@ -173,10 +173,10 @@ def pytest_terminal_summary(terminalreporter, config):
                     if inputs[r["key"], (inject := r.get("environment", {}).get(_INJECT))] > 1})
     terminalreporter.write_sep("-", "lowerings")
     terminalreporter.write_line(
-        f"{len(records)} cells lowered ({sum(r['seconds'] for r in records):.0f} s in all), {len(maxtext)} of them "
-        f"MaxText's ({sum(r['seconds'] for r in maxtext):.0f} s) in {len({r['key'] for r in maxtext})} cells; "
+        f"{len(records)} cells lowered in {sum(r['seconds'] for r in records):.0f} s, of them MaxText's: "
+        f"{len(maxtext)} ({len(inputs)} distinct) in {sum(r['seconds'] for r in maxtext):.0f} s; "
         + (f"lowered more than once with the same inputs: {', '.join(again)}" if again else
-           "none lowered twice with the same inputs"))
+           "no MaxText cell lowered twice with the same inputs"))
 
 
 @contextlib.contextmanager

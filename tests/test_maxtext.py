@@ -3,10 +3,10 @@
 One matrix run, shared by most tests here (they run in one xdist group): llama3-8b unrolled and scanned at 2 and 4
 layers, unquantized and int8; the five Transformer Engine recipes cross-lowered for sm_90 at 2 layers as the default
 matrix lowers them (attention pinned; te_nvfp4_no_rht, seed 001's row, at 4 too); and a model name MaxText does not
-know. Every run here lowers through the session's cache (tests/conftest.py), so a cell the seed pairs, the committed
-goldens or another run here also read is lowered once. The seeds' full depth, 32
-layers unrolled, is a run of its own for the `long` tests (make test-long): what the shallow depths project to is
-checked here against the seeds' numbers, the real 32-layer lowering there. The numbers are the seeds' (000, 001),
+know. Every run here is the CLI in this process (tests/in_process.py) over the session's cache (tests/conftest.py),
+so a cell the seed pairs, the committed goldens or another run here also read is lowered once. The seeds' full
+depth, 32 layers unrolled, is a run of its own for the `long` tests (make test-long): what the shallow depths
+project to is checked here against the seeds' numbers, the real 32-layer lowering there. The numbers are the seeds' (000, 001),
 DESIGN.md's and ../shared/te-on-cpu/NOTES.md's.
 """
 
@@ -34,7 +34,7 @@ from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import fit_series
 from hlo_audit.targets.maxtext import MaxTextTarget
-from in_process import hlo_audit_here
+from in_process import Ran, hlo_audit_here
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
 
@@ -77,12 +77,20 @@ layers = [2, 4, 32]
 """
 
 
+def _in_session(session_lowerings, folder: Path, *args, change: str = "", config: Path | None = None,
+                only: str | None = None) -> Ran:
+    """hlo-audit in this process (tests/in_process.py) over the session's cache, holding the locks of the cells it
+    may lower (those of ``config``, default the folder's, with ``--only``); ``change``: $HLO_AUDIT_INJECT for the
+    injected_maxtext:lower target (unset when empty)."""
+    cells = session_lowerings.cells_of(config or folder / "hlo-audit.toml", only)
+    with session_lowerings.locked(cells, change):
+        return hlo_audit_here(folder, *args, env={"HLO_AUDIT_INJECT": change or None})
+
+
 def _run_project(tmp_path_factory, session_lowerings, name: str, config: str):
     project = tmp_path_factory.mktemp(name)
     (project / "hlo-audit.toml").write_text(session_lowerings.cache_dir + config)
-    with session_lowerings.locked(session_lowerings.cells_of(project / "hlo-audit.toml")):
-        proc = subprocess.run([sys.executable, "-m", "hlo_audit", "run", "--format", "json"], cwd=project,
-                              capture_output=True, text=True, timeout=1200)
+    proc = _in_session(session_lowerings, project, "run", "--format", "json")
     cells = {c["id"]: c for c in json.loads(proc.stdout)["cells"]}
     return project, proc, cells
 
@@ -293,14 +301,6 @@ def test_args_info_paths_agree_with_the_text(matrix, session_lowerings):
     assert [p.path for p in entry_params(module, meta["arg_keys"])] == from_text
 
 
-def _injecting(change: str) -> dict[str, str]:
-    """A CLI run's environment for the ``injected_maxtext:lower`` target: this folder on the path (after what is
-    there: the checkout under test stays first), $HLO_AUDIT_INJECT naming ``change`` (or unset)."""
-    env = {k: v for k, v in os.environ.items() if k != "HLO_AUDIT_INJECT"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(Path(__file__).parent)) if p)
-    return {**env, "HLO_AUDIT_INJECT": change} if change else env
-
-
 INJECTION_CONFIG = """
 target = "injected_maxtext:lower"
 models = ["llama3-8b"]
@@ -325,10 +325,7 @@ def test_reverted_rng_fix_fails_the_gate(tmp_path, session_lowerings, quant, inj
                                              + INJECTION_CONFIG.format(quant=quant, platform=platform))
 
     def hlo_audit(*args, injected=False):
-        change = inject if injected else ""
-        with session_lowerings.locked(session_lowerings.cells_of(tmp_path / "hlo-audit.toml"), change):
-            return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
-                                  text=True, env=_injecting(change), timeout=900)
+        return _in_session(session_lowerings, tmp_path, *args, change=inject if injected else "")
 
     assert hlo_audit("golden", "update").returncode == 0
     clean = hlo_audit("check")
@@ -370,10 +367,7 @@ def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its
     (tmp_path / "hlo-audit.toml").write_text(session_lowerings.cache_dir + SEED_001_CONFIG)
 
     def hlo_audit(*args, fixed=False):
-        change = "seed-001" if fixed else ""
-        with session_lowerings.locked(session_lowerings.cells_of(tmp_path / "hlo-audit.toml"), change):
-            return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
-                                  text=True, env=_injecting(change), timeout=1800)
+        return _in_session(session_lowerings, tmp_path, *args, change="seed-001" if fixed else "")
 
     update = hlo_audit("golden", "update")
     assert update.returncode == 0, update.stderr
@@ -409,9 +403,8 @@ def test_committed_goldens_pass_the_gate(tmp_path, session_lowerings):
     # The default matrix, with this repository's goldens and the session's cache.
     config.write_text(f'golden_dir = "{root / "golden"}"\n' + session_lowerings.cache_dir)
     only = "model=llama3-8b,model=qwen3-1.7b,quant=fp8,quant=none,platform=cpu,step=train"
-    with session_lowerings.locked(session_lowerings.cells_of(config, only)):
-        result = subprocess.run([sys.executable, "-m", "hlo_audit", "check", "--config", str(config), "--format",
-                                 "json", "--only", only], capture_output=True, text=True, timeout=900)
+    result = _in_session(session_lowerings, tmp_path, "check", "--config", config, "--format", "json", "--only", only,
+                         config=config, only=only)
     doc = json.loads(result.stdout)
     assert result.returncode == 0, [f for f in doc["findings"] if f["severity"] in ("regression", "error")]
     # Every cell carries dead RNG state (dead_rng, default warn): advisories, not failures.
