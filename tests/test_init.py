@@ -53,9 +53,15 @@ def empty(tmp_path) -> Path:
     return folder
 
 
-def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropout(library, empty):
-    made = hlo_audit(empty, "init", "--nnx", "tinylm.model:TinyLM", "--nnx-config", "tinylm.model:ModelConfig.tiny",
-                     pythonpath=(library,))
+def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropout(library, empty, monkeypatch):
+    """Before the library changes, the commands run in this process with the test's own copy of the library
+    imported; after the edit, each in a process of its own that imports the edited library anew, as a user's CI
+    does."""
+    for name in [m for m in sys.modules if m == "tinylm" or m.startswith("tinylm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(library))
+    made = hlo_audit_here(empty, "init", "--nnx", "tinylm.model:TinyLM", "--nnx-config",
+                          "tinylm.model:ModelConfig.tiny")
     assert made.returncode == 0, made.stderr[-3000:]
     assert made.stdout.splitlines()[:3] == ["wrote hlo-audit.toml", "wrote .github/workflows/hlo-audit.yml",
                                             "note: .hlo-audit-cache/ will hold the lowering cache: add it to "
@@ -73,11 +79,11 @@ def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropo
     assert (empty / "golden/tiny/scan-off/none/L2.hlo.txt").is_file()
     _workflow_is_sharded_and_merged(empty / ".github/workflows/hlo-audit.yml", shards=2)
 
-    passed = hlo_audit(empty, "check", pythonpath=(library,))
+    passed = hlo_audit_here(empty, "check")
     assert passed.returncode == 0, passed.stdout[-3000:]
     assert "hlo-audit check passed: 4 cells: 4 ok" in passed.stdout
     # The workflow's own commands, run here: each shard's JSON, then the merge.
-    _shards_and_merge(empty, 2, library, expect=0)
+    _shards_and_merge(empty, 2, expect=0, check=hlo_audit_here)
 
     add_layer_dropout(library)  # the library's model changes; the cache is warm from the runs above
     failed = hlo_audit(empty, "check", pythonpath=(library,))
@@ -85,9 +91,9 @@ def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropo
     assert "hlo-audit check FAILED: 4 cells: 4 regression" in failed.stdout
     assert "state.model.layers.*.dropout.rngs.* (rng_count +2, rng_key +2)" in failed.stdout
     assert "RNG parameters grow by 2 per layer in an unrolled model" in failed.stdout
-    _shards_and_merge(empty, 2, library, expect=1)
+    _shards_and_merge(empty, 2, expect=1, check=lambda folder, *args: hlo_audit(folder, *args, pythonpath=(library,)))
 
-    again = one_error_line(hlo_audit(empty, "init", "--nnx", "tinylm.model:TinyLM", pythonpath=(library,)))
+    again = one_error_line(hlo_audit_here(empty, "init", "--nnx", "tinylm.model:TinyLM"))
     assert again == (f"hlo-audit: error: init: hlo-audit.toml, .github/workflows/hlo-audit.yml, golden/ already "
                      f"there in {empty}: init writes only what is not (edit the config by hand, or remove them first)")
 
@@ -111,14 +117,15 @@ def _workflow_is_sharded_and_merged(path: Path, shards: int) -> dict:
     return doc
 
 
-def _shards_and_merge(folder: Path, shards: int, library: Path, expect: int) -> None:
+def _shards_and_merge(folder: Path, shards: int, expect: int, check) -> None:
+    """Each shard's check (run by ``check``), then the merge (in this process: it reads the shards' JSON)."""
     reports = []
     for k in range(1, shards + 1):
-        shard = hlo_audit(folder, "check", "--shard", f"{k}/{shards}", "--format", "json", pythonpath=(library,))
+        shard = check(folder, "check", "--shard", f"{k}/{shards}", "--format", "json")
         assert shard.returncode in (0, 1), shard.stderr[-2000:]
         (folder / f"shard-{k}.json").write_text(shard.stdout)
         reports.append(f"shard-{k}.json")
-    merged = hlo_audit(folder, "merge", *reports, "--junit", "hlo-audit.xml")
+    merged = hlo_audit_here(folder, "merge", *reports, "--junit", "hlo-audit.xml")
     assert merged.returncode == expect, merged.stdout[-2000:]
     for report in [*reports, "hlo-audit.xml"]:
         (folder / report).unlink()
