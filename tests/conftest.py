@@ -21,6 +21,10 @@ import pytest
 
 from hlo_audit import cache as hlo_cache
 from hlo_audit import host
+from hlo_audit.config import load_config
+from hlo_audit.lowering import Lowering
+from hlo_audit.matrix import select
+from hlo_audit.run import run_cells
 
 # As the CLI does, before jax starts: on a host without accelerators jax starts no TPU runtime (libtpu is
 # installed for compiling to TPU topologies, which needs none), and libtpu is compile-only.
@@ -244,17 +248,11 @@ class SessionLowerings:
 
     def cells_of(self, config: Path, only: str | None = None) -> list:
         """The cells a CLI run of ``config`` (with ``--only``) lowers: what it must hold locked."""
-        from hlo_audit.config import load_config
-        from hlo_audit.matrix import select
-
         return select(load_config(str(config)).cells(), only)
 
     def lower(self, cell, inject: str = ""):
         """``(CellResult, Lowering)`` of ``cell``, lowered in this process unless the session has it; ``inject``:
         $HLO_AUDIT_INJECT while it lowers (the ``injected_maxtext:lower`` target's reverts and patches)."""
-        from hlo_audit.lowering import Lowering
-        from hlo_audit.run import run_cells
-
         cache = hlo_cache.Cache(self.folder)
         with self.locked([cell], inject), _variable(_INJECT, inject or None):
             (result,) = run_cells([cell], cache)
