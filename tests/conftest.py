@@ -56,9 +56,18 @@ from nnx_models import ModelSpec  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def dump_folder(tmp_path_factory):
-    """A real --xla_dump_to folder of a 2-layer model with dropout 0.5 (it draws random bits)."""
-    return nnx_models.write_dump(ModelSpec(dropout_rate=0.5), tmp_path_factory.mktemp("dump"))
+def dump_folder(request):
+    """A real --xla_dump_to folder of a 2-layer model with dropout 0.5 (it draws random bits): written once per
+    session for every worker (a process of its own, ~5 s), read only."""
+    session = request.config.stash[_SESSION]
+    folder, written = session / "dump", session / "dump.written"
+    with open(session / "dump.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not written.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            nnx_models.write_dump(ModelSpec(dropout_rate=0.5), folder)
+            written.touch()
+    return folder
 
 
 @pytest.fixture
@@ -93,9 +102,11 @@ _OPTIONAL = {"maxtext": ("maxtext", "MaxText is not installed (the maxtext extra
 # xdist (`--dist loadgroup --no-loadscope-reorder`, pyproject.toml) hands out work in the items' order: a group whole
 # to one worker, every other test alone. The groups go first, heaviest first, so that no worker is left alone with a
 # long group at the end; then the other tests, in file order, fill both workers. Worker-seconds per group, measured
-# with `pytest -n 2 -m "not long" --durations=0` (summed per group; docs/development.md): maxtext ~6 min, the
-# others 0.5 to 2 min each.
-GROUPS_FIRST = ("maxtext", "maxtext_te", "nnx_oracle", "maxengine", "tunix", "golden_store", "tpu", "merge")
+# with `pytest -n 2 -m "not long" --durations=0` (summed per group; docs/development.md) on the shared 2-core
+# machine under load: maxtext 656, nnx_oracle 220, maxtext_te 133, compiled ~60, maxengine 45, tunix 44, report
+# ~35, thunks ~30, tpu 27, golden_store 20, source_dumps ~20, merge 6 (the suite: ~2450).
+GROUPS_FIRST = ("maxtext", "nnx_oracle", "maxtext_te", "compiled", "maxengine", "tunix", "report", "thunks", "tpu",
+                "golden_store", "source_dumps", "merge")
 
 
 def xdist_group(item) -> str | None:
