@@ -13,8 +13,10 @@ A cell's lowering is looked up in two steps, as ccache's direct mode or a build 
   worker is used all the same): files of an installed distribution by the distribution's name and version, stdlib
   by the Python's version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by
   SHA-256 and the stamp a ``stat`` gives (size, mtime, ctime, inode: ``_stamp``); and the environment variables it
-  read, with their values. A variant is reused only if all of it still holds: environment and versions first, then
-  a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored file: then the stamps are
+  read, with their values (one it found unset and then set itself, as MaxText's import does DECOUPLE_GCLOUD in the
+  first cell a process lowers, holds unset or at the value it set: a process that imported MaxText before its lookup
+  still hits the cell). A variant is reused only if all of it still holds: environment and versions first, then a
+  ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored file: then the stamps are
   refreshed in the manifest). Size and mtime alone would serve a file restored with its old mtime (``cp -p``,
   ``rsync -a``, a cache-restore step) or edited to the same size and ``touch``-ed back; its ctime is new. Several
   variants per cell, so switching a variable back and forth is a hit both ways.
@@ -148,11 +150,13 @@ def analysis_fingerprint() -> str:
 
 class _EnvironmentReads:
     """The variables one window read, with the value first read (None: absent), and those it wrote itself (a read
-    after the window's own write is not an input)."""
+    after the window's own write is not an input). ``set_itself``: the variables it read unset and then set, with
+    the value they hold after it (filled when the window closes)."""
 
     def __init__(self) -> None:
         self.read: dict[str, str | None] = {}
         self.written: set[str] = set()
+        self.set_itself: dict[str, str] = {}
 
 
 _ENVIRON = type(os.environ)
@@ -236,6 +240,9 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
             if process_wide:
                 for name in reads.written & reads.read.keys():
                     reads.read[name] = os.environ.get(name)
+            else:
+                reads.set_itself = {name: os.environ[name] for name in sorted(reads.written & reads.read.keys())
+                                    if reads.read[name] is None and name in os.environ}
             _recorders.remove(reads)
             if not _recorders:
                 for name, function in _ORIGINAL.items():
@@ -253,7 +260,7 @@ def importing_target() -> Iterator[None]:
 def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
     # The prefixes are the primary key's; JAX_PLATFORMS is not an input of what a cell lowers to (_NOT_FLAGS).
     return {name: value for name, value in sorted(reads.read.items())
-            if not name.startswith(_FLAG_PREFIXES) and name not in _NOT_FLAGS}
+            if not name.startswith(_FLAG_PREFIXES) and name not in _NOT_FLAGS and name not in reads.set_itself}
 
 
 def reads_after(window: _EnvironmentReads) -> dict:
@@ -272,8 +279,11 @@ def reads_after(window: _EnvironmentReads) -> dict:
             files[path] = _file_state(path)
         elif kind is not None:
             distributions[kind[0]] = kind[1]
+    set_itself = {name: value for name, value in window.set_itself.items()
+                  if not name.startswith(_FLAG_PREFIXES) and name not in _NOT_FLAGS}
     return {"files": files, "distributions": dict(sorted(distributions.items())),
-            "environment": _variables(window), "imported_environment": _variables(_PROCESS_READS)}
+            "environment": _variables(window), "set_by_lowering": set_itself,
+            "imported_environment": _variables(_PROCESS_READS)}
 
 
 def _module_files() -> set[str]:
@@ -409,7 +419,7 @@ def _identity(reads: dict) -> dict:
     """What a manifest's variant stands for, without the stamps (a fresh checkout of the same files is the same)."""
     return {"files": {path: state[2] if state else None for path, state in reads["files"].items()},
             "distributions": reads["distributions"], "environment": reads["environment"],
-            "imported_environment": reads["imported_environment"]}
+            "set_by_lowering": reads.get("set_by_lowering", {}), "imported_environment": reads["imported_environment"]}
 
 
 class _Now:
@@ -458,6 +468,9 @@ class _Now:
         """(why the variant no longer holds, or None; whether some file held by its hash only, stamp changed)."""
         for name, value in reads["environment"].items():
             if os.environ.get(name) != value:
+                return f"${name} changed", False
+        for name, value in reads.get("set_by_lowering", {}).items():
+            if os.environ.get(name) not in (None, value):  # unset, the lowering sets it so again
                 return f"${name} changed", False
         imported = _PROCESS_READS.read  # what this process's own imports saw, where they read it
         for name, value in reads["imported_environment"].items():
@@ -542,6 +555,27 @@ def _parse_json_entry(raw: str, expected: dict) -> object:
 
 def _warn_on_stderr(message: str) -> None:
     print(f"hlo-audit: warning: {message}", file=sys.stderr)
+
+
+# A file that gets one JSON line per cell lowered (stored here, or computed under --no-cache; a hit writes none): how
+# a test session counts its lowerings in every process and finds a cell lowered twice (tests/conftest.py).
+LOG_VARIABLE = "HLO_AUDIT_CACHE_LOG"
+
+
+def _log_lowering(result: CellResult, key: str, reads: dict) -> None:
+    path = os.environ.get(LOG_VARIABLE)
+    if not path:
+        return
+    # The variables the lowering found set: an injected change ($HLO_AUDIT_INJECT in the tests) makes another
+    # lowering of the same primary key.
+    found = {name: value for name, value in reads.get("environment", {}).items() if value is not None}
+    line = _canonical({"cell": result.cell.id, "target": result.cell.target, "key": key, "entry": result.key,
+                       "environment": found, "seconds": result.lower_seconds, "pid": os.getpid()})
+    try:
+        with open(path, "a", encoding="utf-8") as log:  # one short line per append: whole lines, any process
+            log.write(line + "\n")
+    except OSError as exc:
+        _warn_on_stderr(f"${LOG_VARIABLE} {path} cannot be written ({exc.strerror or exc}); this cell is not logged")
 
 
 class Cache:
@@ -716,6 +750,7 @@ class Cache:
         variant naming it. Returns the entry key (the result's ``key``)."""
         entry = _digest({"primary": key, "reads": _identity(reads)})
         result.key = entry
+        _log_lowering(result, key, reads)
         if not self.enabled:
             return entry
         cell = result.cell.id
