@@ -338,11 +338,13 @@ def test_a_renamed_weight_is_renamed_only_and_listed():
     """state.w renamed state.v (and the function with it): the same program, verdict renamed-only, exit 0 (`differs`
     is False), the rename named; both ways."""
     base, renamed = _lowered(_two_columns), _lowered(_renamed, state_key="v")
-    for old, new, (before, after) in ((base, renamed, ("state.w", "state.v")), (renamed, base, ("state.v", "state.w"))):
+    for old, new, (before, after) in ((base, renamed, ("w", "v")), (renamed, base, ("v", "w"))):
         d = diff_modules(old, new)
         assert (d.verdict, d.changes, d.differs) == ("renamed-only", [], False)
         renames = [c for c in d.named if c.kind is ChangeKind.RENAME]
         assert [(c.before, c.after, c.count) for c in renames] == [(before, after, 1)]
+        assert renames[0].groups == ((f"state.{before} -> state.{after}", 1),)
+        assert d.params_added == d.params_removed == []  # the renames are named, not added and removed
         assert {c.kind for c in d.named} == {ChangeKind.RENAME, ChangeKind.HEADER}  # the module's name too
     # A rename beside a real change is a change, the rename still named.
     d = diff_modules(base, _lowered(_sine_renamed, state_key="v"))

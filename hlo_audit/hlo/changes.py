@@ -31,16 +31,16 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import PurePath
 
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
+from hlo_audit.hlo.locations import Locations
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import computation_words, header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS, trip_count
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, strip_number_suffix
+from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 from hlo_audit.hlo.thunks import ParameterReads
 
 
@@ -89,7 +89,9 @@ class Change:
     ``per_step``: executions in one step, loops' trip counts multiplied (host transfers, precision, size);
     ``bytes``: the parameters' bytes (donation: no longer donated, a buffer kept besides the output; parameters:
     added or removed); ``flops``: FLOPs per step that moved to ``after`` (precision); ``instructions``: instructions
-    added (negative: removed); ``groups``: (pattern, count) of the parameters or instructions it covers."""
+    added (negative: removed; precision: converts); ``groups``: (pattern or opcode, count) of the parameters or
+    instructions it covers; ``layers``: the layer instances its repeats span (distinct layers among the state paths
+    read; 0 outside layers), so that ``count / layers`` is per layer."""
 
     kind: ChangeKind
     action: Action
@@ -103,12 +105,14 @@ class Change:
     flops: int = 0
     instructions: int = 0
     groups: tuple[tuple[str, int], ...] = ()
+    layers: int = 0
 
     def to_record(self) -> dict:
         return {"kind": self.kind.value, "action": self.action.value, "subject": self.subject,
                 "place": self.place.to_record(), "count": self.count, "per_step": self.per_step,
                 "before": self.before, "after": self.after, "bytes": self.bytes, "flops": self.flops,
-                "instructions": self.instructions, "groups": [[k, n] for k, n in self.groups]}
+                "instructions": self.instructions, "groups": [[k, n] for k, n in self.groups],
+                "layers": self.layers}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +150,6 @@ def summary(match: ModuleMatch) -> MatchSummary:
 # Places
 # --------------------------------------------------------------------------------------------------------------
 
-_SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
-_SOURCE_LINE = re.compile(r"source_line=(\d+)")
 _LAYER_INDEX = re.compile(r"\b((?:layers?|blocks?|h|cell)[_.])\d+\b")
 # What passes a value on for attribution: the value a dot reads through these is still its weight.
 _ATTRIBUTION_PASS_THROUGH = frozenset({
@@ -163,45 +165,55 @@ def _passes_value(instr: Instruction) -> bool:
     return instr.opcode in _ATTRIBUTION_PASS_THROUGH
 
 
-def _source(instr: Instruction) -> str:
-    metadata = instr.attrs.get("metadata", "")
-    file, line = _SOURCE_FILE.search(metadata), _SOURCE_LINE.search(metadata)
-    if not file:
-        return ""
-    name = PurePath(file.group(1).replace("\\\\", "/")).name
-    return f"{name}:{line.group(1)}" if line else name
-
-
 def _fold(text: str) -> str:
+    """Layer indices folded as parameter patterns fold them: ``layers_3`` -> ``layers_*``."""
     return _LAYER_INDEX.sub(r"\1*", text)
 
 
-class _Places:
-    """Places of one module's instructions: the computation's words, metadata, the state paths read."""
+class _Module:
+    """One side of a match as the kinds read it: places, executions per step, users, state read."""
 
     def __init__(self, module: HloModule, params: Sequence[EntryParam]):
         self.module = module
-        self.paths = {p.index: p.folded_path for p in params}
+        self.params = {p.index: p for p in params}
         self.reads = ParameterReads(module, _passes_value)
-        self.computation_of: dict[int, Computation] = {}
-        for comp in module.computations.values():
-            for instr in comp.instructions:
-                self.computation_of[id(instr)] = comp
+        self.locations = Locations(module)
         self._executions: dict[str, int] | None = None
+        self._users: dict[int, list[Instruction]] | None = None
+
+    def read(self, instr: Instruction, computation: str) -> list[EntryParam]:
+        """The entry parameters whose values reach ``instr``'s operands through ops that pass values on."""
+        comp = self.module.computations[computation]
+        found: set[int] = set()
+        for operand in instr.operands:
+            found |= self.reads.value(comp, operand, ())
+        return [self.params[n] for n in sorted(found) if n in self.params]
 
     def place(self, instr: Instruction, computation: str) -> Place:
         comp = self.module.computations[computation]
-        reads: set[int] = set()
-        for operand in instr.operands:
-            reads |= self.reads.value(comp, operand, ())
-        paths = tuple(sorted({self.paths[n] for n in reads if n in self.paths}))
+        paths = tuple(sorted({p.folded_path for p in self.read(instr, computation)}))
         where = "main" if comp.is_entry else computation_words(comp.name)
-        return Place(where, _fold(instr.op_name), _source(instr), paths)
+        return Place(where, _fold(instr.op_name), self.locations.of(instr), paths)
 
     def executions(self, computation: str) -> int:
         if self._executions is None:
             self._executions = executions(self.module)
         return self._executions.get(computation, 1)
+
+    def operands(self, instr: Instruction, computation: str) -> list[Instruction]:
+        by_name = self.module.computations[computation].by_name
+        return [by_name[ref] for ref in instr.operands if ref in by_name]
+
+    def users(self, instr: Instruction) -> list[Instruction]:
+        if self._users is None:
+            self._users = defaultdict(list)
+            for comp in self.module.computations.values():
+                for user in comp.instructions:
+                    for ref in user.operands:
+                        operand = comp.by_name.get(ref)
+                        if operand is not None:
+                            self._users[id(operand)].append(user)
+        return self._users.get(id(instr), [])
 
 
 def executions(module: HloModule) -> dict[str, int]:
@@ -221,12 +233,66 @@ def executions(module: HloModule) -> dict[str, int]:
                 if instr.opcode == "while":
                     condition = module.computations.get(instr.attrs.get("condition", "").strip().lstrip("%"))
                     trips = trip_count(comp, instr, condition) if condition is not None else None
-                    times *= (trips or 1) + (callee == (condition.name if condition else None))
+                    times *= (trips or 1) + (condition is not None and callee == condition.name)
                 runs[callee] = runs.get(callee, 0) + times
                 if callee not in seen:
                     seen.add(callee)
                     order.append(target)
     return runs
+
+
+class _Sides:
+    """Both sides, and what an edit reads on its own side."""
+
+    def __init__(self, match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam]):
+        self.match = match
+        self.old = _Module(match.old, old_params)
+        self.new = _Module(match.new, new_params)
+
+    def side(self, e: InstructionEdit) -> tuple[_Module, Instruction, str]:
+        if e.new is not None:
+            return self.new, e.new, e.new_computation
+        return self.old, e.old, e.old_computation
+
+    def place(self, e: InstructionEdit) -> Place:
+        module, instr, computation = self.side(e)
+        return module.place(instr, computation)
+
+    def runs(self, e: InstructionEdit) -> int:
+        module, _, computation = self.side(e)
+        return module.executions(computation)
+
+    def layers(self, e: InstructionEdit) -> set[str]:
+        """The layer instances (``state.blocks.3``) whose state the edit's instruction reads."""
+        module, instr, computation = self.side(e)
+        return {".".join(p.path.split(".")[:p.layer_prefix.count(".") + 1]) for p in module.read(instr, computation)
+                if p.layer_prefix}
+
+
+class _Groups:
+    """Edits of one kind folded by a key: count, runs per step, layers spanned, and one place for all (the paths
+    any of them reads; the op_name and source most of them share)."""
+
+    def __init__(self):
+        self.found: dict[tuple, dict] = {}
+
+    def add(self, key: tuple, place: Place, runs: int, layers: set[str], **sums: int) -> None:
+        group = self.found.setdefault(key, {"count": 0, "runs": 0, "paths": set(), "op_names": Counter(),
+                                            "sources": Counter(), "computation": place.computation,
+                                            "layers": set(), "sums": Counter()})
+        group["count"] += 1
+        group["runs"] += runs
+        group["paths"].update(place.paths)
+        group["op_names"][place.op_name] += 1
+        group["sources"][place.source] += 1
+        group["layers"] |= layers
+        group["sums"].update(sums)
+
+    def items(self) -> Iterable[tuple[tuple, dict, Place]]:
+        for key, group in self.found.items():
+            place = Place(group["computation"], group["op_names"].most_common(1)[0][0],
+                          group["sources"].most_common(1)[0][0], tuple(sorted(group["paths"])))
+            yield key, group, place
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -238,22 +304,21 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     """The named changes of a match, most costly kinds first (module doc). ``*_params``: each module's entry
     parameters, RNG state included (donation is judged on them); ``*_header``: each module's header attributes
     before RNG state was stripped from it."""
-    old_places = _Places(match.old, old_params)
-    new_places = _Places(match.new, new_params)
-    claimed: set[int] = set()  # id() of edits a kind has named
+    sides = _Sides(match, old_params, new_params)
+    claimed: set[int] = set()  # id() of the edits a kind has named
     changes: list[Change] = []
     changes += _donation(match.params, old_params, new_params, old_header, new_header)
-    changes += _host_transfers(match.edits, old_places, new_places, claimed)
-    changes += _precision(match, old_places, new_places, claimed)
-    changes += _kernels(match.edits, old_places, new_places, claimed)
+    changes += _host_transfers(match.edits, sides, claimed)
+    changes += _precision(match.edits, sides, claimed)
+    changes += _kernels(match.edits, sides, claimed)
     changes += _renames(match.params)
     changes += _parameters(match.params)
-    changes += _program_size(match, old_places, new_places, claimed)
+    changes += _program_size(match, sides, claimed)
     # The stripped headers (RNG state's entries gone), and what stripping removed whole (a mesh declaration only
     # RNG keys used) as the module had it.
     changes += _header({**old_header, **match.old.header_attrs}, {**new_header, **match.new.header_attrs},
                        match.old, match.new, donation_changed=any(c.kind is ChangeKind.DONATION for c in changes))
-    changes += _instructions(match.edits, old_places, new_places, claimed)
+    changes += _instructions(match.edits, sides, claimed)
     return changes
 
 
@@ -267,28 +332,24 @@ def _donation(pairs: Sequence[ParamPair], old_params: Sequence[EntryParam], new_
     """Parameters of both modules (RNG state aside) donated in one and not the other."""
     old_donated, new_donated = donated_parameters(old_header), donated_parameters(new_header)
     lost, gained = [], []
-    old_by_index = {p.index: p for p in old_params}
-    new_by_index = {p.index: p for p in new_params}
     for pair in pairs:
         if pair.old is None or pair.new is None:
             continue
-        old, new = old_by_index.get(pair.old.index, pair.old), new_by_index.get(pair.new.index, pair.new)
-        if old.index in old_donated and new.index not in new_donated:
-            lost.append((new, old_donated[old.index]))
-        elif new.index in new_donated and old.index not in old_donated:
-            gained.append((new, new_donated[new.index]))
+        if pair.old.index in old_donated and pair.new.index not in new_donated:
+            lost.append((pair.new, old_donated[pair.old.index]))
+        elif pair.new.index in new_donated and pair.old.index not in old_donated:
+            gained.append((pair.new, new_donated[pair.new.index]))
     changes = []
     for action, found in ((Action.REMOVED, lost), (Action.ADDED, gained)):
         if not found:
             continue
         params = [p for p, _ in found]
-        attributes = sorted({a for _, a in found})
+        roles = _role_counts(params)
         changes.append(Change(
-            ChangeKind.DONATION, action, " / ".join(attributes),
+            ChangeKind.DONATION, action, " / ".join(sorted({a for _, a in found})),
             Place("main", "", "", tuple(p for p, _ in _grouped_patterns(params))), count=len(params),
             bytes=sum(p.bytes for p in params), groups=_grouped_patterns(params),
-            before=_role_counts(params) if action is Action.REMOVED else "",
-            after=_role_counts(params) if action is Action.ADDED else ""))
+            before=roles if action is Action.REMOVED else "", after=roles if action is Action.ADDED else ""))
     return changes
 
 
@@ -297,69 +358,55 @@ def _role_counts(params: Iterable[EntryParam]) -> str:
     return ", ".join(f"{n} {role}" for role, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def _edit_place(e: InstructionEdit, old_places: _Places, new_places: _Places) -> Place:
-    if e.new is not None:
-        return new_places.place(e.new, e.new_computation)
-    return old_places.place(e.old, e.old_computation)
-
-
-def _edit_runs(e: InstructionEdit, old_places: _Places, new_places: _Places) -> int:
-    if e.new is not None:
-        return new_places.executions(e.new_computation)
-    return old_places.executions(e.old_computation)
-
-
-def _host_transfers(edits: Sequence[InstructionEdit], old_places: _Places, new_places: _Places,
-                    claimed: set[int]) -> list[Change]:
-    groups: dict[tuple, list] = {}
+def _host_transfers(edits: Sequence[InstructionEdit], sides: _Sides, claimed: set[int]) -> list[Change]:
+    groups = _Groups()
     for e in edits:
         if e.edit is Edit.CHANGED:
             was, now = is_host_transfer(e.old), is_host_transfer(e.new)
             if was == now:
                 continue
-            action = Action.ADDED if now else Action.REMOVED
-            instr = e.new if now else e.old
+            action, instr = (Action.ADDED, e.new) if now else (Action.REMOVED, e.old)
         else:
             instr = e.instruction
             if not is_host_transfer(instr):
                 continue
             action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
         claimed.add(id(e))
-        place = _edit_place(e, old_places, new_places)
-        key = (action, host_transfer_name(instr), place)
-        entry = groups.setdefault(key, [0, 0])
-        entry[0] += 1
-        entry[1] += _edit_runs(e, old_places, new_places)
-    return [Change(ChangeKind.HOST_TRANSFER, action, name, place, count=n, per_step=runs)
-            for (action, name, place), (n, runs) in groups.items()]
+        place = sides.place(e)
+        groups.add((action, host_transfer_name(instr), place.op_name, place.source), place, sides.runs(e),
+                   sides.layers(e))
+    return [Change(ChangeKind.HOST_TRANSFER, action, name, place, count=g["count"], per_step=g["runs"],
+                   layers=len(g["layers"]))
+            for (action, name, _, _), g, place in groups.items()]
 
 
-_KERNEL_LABELS = re.compile(r"_(\w+)->")  # convolution dim_labels: input_kernel->output
 _PRECISION_OPS = frozenset({"dot", "convolution", "ragged-dot"})
 _PRECISION_ATTRS = ("precision_config", "algorithm", "operand_precision", "preferred_element_type")
+_KERNEL_LABELS = re.compile(r"_(\w+)->")  # convolution dim_labels: input_kernel->output
+# Aspects of an instruction that only follows a precision change: its dtype (and so its operands' names).
+_FOLLOWS_DTYPE = frozenset({"dtype", "operands", "literal"})
+# Between a dot and the converts around it: ops that pass the value on.
+_BESIDE = frozenset({"convert", "reshape", "transpose", "bitcast", "copy", "broadcast"})
 
 
-def _type_signature(instr: Instruction, places: _Places, computation: str) -> str:
-    comp = places.module.computations[computation]
-    operands = [comp.by_name.get(ref) for ref in instr.operands]
-    types = " x ".join((o.shape.dtype or "tuple") if o is not None else "?" for o in operands[:2])
+def type_signature(instr: Instruction, operands: Sequence[Instruction]) -> str:
+    """``bf16 x bf16 -> f32`` and the attributes that set a dot's precision."""
+    types = " x ".join(o.shape.dtype or "tuple" for o in operands[:2])
     text = f"{types} -> {instr.shape.dtype or 'tuple'}"
     extra = [f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
-def flops(instr: Instruction, comp: Computation) -> int:
-    """Multiply-adds x 2 of one dot or convolution, from its shapes: the result's elements times the contracted
-    (a convolution: the kernel's window and input features per output feature)."""
+def flops(instr: Instruction, operands: Sequence[Instruction]) -> int:
+    """2 x multiply-adds of one dot or convolution, from its shapes: the result's elements times what each
+    contracts (a dot: the lhs contracting dims; a convolution: the kernel's window and input features)."""
     result = instr.shape.num_elements if not instr.shape.is_tuple else 0
-    operands = [comp.by_name.get(ref) for ref in instr.operands]
-    if len(operands) < 2 or operands[0] is None or operands[1] is None:
+    if len(operands) < 2:
         return 0
     if instr.opcode in ("dot", "ragged-dot"):
-        dims = [int(d) for d in re.findall(r"\d+", instr.attrs.get("lhs_contracting_dims", ""))]
         lhs = operands[0].shape.dims
         contracted = 1
-        for d in dims:
+        for d in (int(d) for d in re.findall(r"\d+", instr.attrs.get("lhs_contracting_dims", ""))):
             contracted *= lhs[d] if d < len(lhs) else 1
         return 2 * result * contracted
     kernel = operands[1].shape
@@ -371,86 +418,84 @@ def flops(instr: Instruction, comp: Computation) -> int:
     return 2 * result * kernel.num_elements
 
 
-def _neighbour_converts(e_instr: Instruction, computation: str, places: _Places, converts: dict[int, object],
-                        users: dict[int, list[Instruction]]) -> list[object]:
-    """Edits of converts right before or after ``e_instr`` (through reshapes and transposes)."""
-    comp = places.module.computations[computation]
-    found = []
-    frontier = [comp.by_name.get(ref) for ref in e_instr.operands]
-    for _ in range(3):
-        nxt = []
-        for instr in frontier:
-            if instr is None:
-                continue
-            if id(instr) in converts:
-                found.append(converts[id(instr)])
-            if instr.opcode in ("convert", "reshape", "transpose", "bitcast", "copy", "broadcast"):
-                nxt += [comp.by_name.get(ref) for ref in instr.operands]
-        frontier = nxt
-    frontier = list(users.get(id(e_instr), ()))
-    for _ in range(3):
-        nxt = []
-        for instr in frontier:
-            if id(instr) in converts:
-                found.append(converts[id(instr)])
-            if instr.opcode in ("convert", "reshape", "transpose", "bitcast", "copy"):
-                nxt += users.get(id(instr), ())
-        frontier = nxt
-    return found
-
-
-def _users(module: HloModule) -> dict[int, list[Instruction]]:
-    users: dict[int, list[Instruction]] = defaultdict(list)
-    for comp in module.computations.values():
-        for instr in comp.instructions:
-            for ref in instr.operands:
-                operand = comp.by_name.get(ref)
-                if operand is not None:
-                    users[id(operand)].append(instr)
-    return users
-
-
-def _precision(match: ModuleMatch, old_places: _Places, new_places: _Places, claimed: set[int]) -> list[Change]:
-    """Dots and convolutions paired whose type signature changed, the converts beside them, the FLOPs moved."""
-    candidates = [e for e in match.edits if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS
-                  and e.new.opcode == e.old.opcode]
-    if not candidates:
+def _precision(edits: Sequence[InstructionEdit], sides: _Sides, claimed: set[int]) -> list[Change]:
+    """Dots and convolutions paired whose type signature changed; with each, the instructions around it whose only
+    change is to follow its dtype, and the converts added or removed among them; the FLOPs that moved."""
+    seeds = []
+    for e in edits:
+        if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS and e.new.opcode == e.old.opcode:
+            before = type_signature(e.old, sides.old.operands(e.old, e.old_computation))
+            after = type_signature(e.new, sides.new.operands(e.new, e.new_computation))
+            if before != after:
+                seeds.append((e, before, after))
+    if not seeds:
         return []
-    old_converts = {id(e.old): e for e in match.edits if e.edit is Edit.DELETED and e.old.opcode == "convert"}
-    new_converts = {id(e.new): e for e in match.edits if e.edit is Edit.INSERTED and e.new.opcode == "convert"}
-    old_users, new_users = _users(match.old), _users(match.new)
-    groups: dict[tuple, list] = {}
-    for e in candidates:
-        before = _type_signature(e.old, old_places, e.old_computation)
-        after = _type_signature(e.new, new_places, e.new_computation)
-        if before == after:
-            continue
+    changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}
+    changed_old = {id(e.old): e for e in edits if e.edit is Edit.CHANGED}
+    inserted = {id(e.new): e for e in edits if e.edit is Edit.INSERTED}
+    deleted = {id(e.old): e for e in edits if e.edit is Edit.DELETED}
+    groups = _Groups()
+    for e, before, after in seeds:
         claimed.add(id(e))
-        near = {id(c): c for c in _neighbour_converts(e.new, e.new_computation, new_places, new_converts, new_users)}
-        near.update((id(c), c) for c in _neighbour_converts(e.old, e.old_computation, old_places, old_converts,
-                                                           old_users))
-        converts = 0
-        for c in near.values():
-            if id(c) not in claimed:
-                claimed.add(id(c))
-                converts += 1 if c.edit is Edit.INSERTED else -1
-        place = new_places.place(e.new, e.new_computation)
-        runs = new_places.executions(e.new_computation)
-        moved = flops(e.new, new_places.module.computations[e.new_computation]) * runs
-        key = (e.new.opcode, before, after, place)
-        entry = groups.setdefault(key, [0, 0, 0, 0])
-        entry[0] += 1
-        entry[1] += runs
-        entry[2] += moved
-        entry[3] += converts
-    return [Change(ChangeKind.PRECISION, Action.CHANGED, opcode, place, count=n, per_step=runs, before=before,
-                   after=after, flops=moved, instructions=converts)
-            for (opcode, before, after, place), (n, runs, moved, converts) in groups.items()]
+    for e, before, after in seeds:
+        followers, converts = _follow_dtype(e, sides, claimed, changed_new, changed_old, inserted, deleted)
+        operands = sides.new.operands(e.new, e.new_computation)
+        runs = sides.new.executions(e.new_computation)
+        place = sides.new.place(e.new, e.new_computation)
+        groups.add((e.new.opcode, before, after, place.computation), place, runs, sides.layers(e),
+                   flops=flops(e.new, operands) * runs, converts=converts, **followers)
+    changes = []
+    for (opcode, before, after, _), g, place in groups.items():
+        sums = g["sums"]
+        follow = tuple(sorted(((op, n) for op, n in sums.items() if op not in ("flops", "converts") and n),
+                              key=lambda kv: (-kv[1], kv[0])))
+        changes.append(Change(ChangeKind.PRECISION, Action.CHANGED, opcode, place, count=g["count"],
+                              per_step=g["runs"], before=before, after=after, flops=sums["flops"],
+                              instructions=sums["converts"], groups=follow, layers=len(g["layers"])))
+    return changes
 
 
-def _kernels(edits: Sequence[InstructionEdit], old_places: _Places, new_places: _Places,
-             claimed: set[int]) -> list[Change]:
-    groups: dict[tuple, list] = {}
+def _follow_dtype(seed: InstructionEdit, sides: _Sides, claimed: set[int], changed_new: dict, changed_old: dict,
+                  inserted: dict, deleted: dict) -> tuple[Counter, int]:
+    """From a dot whose precision changed, the edits connected to it that only follow its dtype (by opcode), the
+    converts added (+) or removed (-) among and beside them, and the instructions that only read from those
+    (rewired: a loop's initial tuple reading the value a removed convert made)."""
+    followers: Counter = Counter()
+    converts = 0
+    region: set[int] = {id(seed)}
+    for module, start, computation, changed, alone, sign in (
+            (sides.new, seed.new, seed.new_computation, changed_new, inserted, 1),
+            (sides.old, seed.old, seed.old_computation, changed_old, deleted, -1)):
+        stack = [start]
+        seen = {id(start)}
+        while stack:
+            instr = stack.pop()
+            for neighbour in (*module.operands(instr, computation), *module.users(instr)):
+                key = id(neighbour)
+                if key in seen:
+                    continue
+                seen.add(key)
+                edit = changed.get(key)
+                if edit is not None and id(edit) in region:
+                    stack.append(neighbour)  # met from the other side already
+                elif edit is not None and id(edit) not in claimed and edit.old.opcode not in _PRECISION_OPS and \
+                        set(edit.aspects) <= _FOLLOWS_DTYPE:
+                    claimed.add(id(edit))
+                    region.add(id(edit))
+                    followers[edit.new.opcode if "dtype" in edit.aspects else "rewired"] += 1
+                    if "dtype" in edit.aspects:
+                        stack.append(neighbour)
+                elif (edit := alone.get(key)) is not None and id(edit) not in claimed and \
+                        neighbour.opcode == "convert":
+                    claimed.add(id(edit))
+                    region.add(id(edit))
+                    converts += sign
+                    stack.append(neighbour)
+    return followers, converts
+
+
+def _kernels(edits: Sequence[InstructionEdit], sides: _Sides, claimed: set[int]) -> list[Change]:
+    groups = _Groups()
     for e in edits:
         if id(e) in claimed:
             continue
@@ -464,37 +509,53 @@ def _kernels(edits: Sequence[InstructionEdit], old_places: _Places, new_places: 
             continue
         claimed.add(id(e))
         instr = e.instruction
-        key = (action, kernel_name(instr), instr.custom_call_target, _edit_place(e, old_places, new_places))
-        entry = groups.setdefault(key, [0, 0])
-        entry[0] += 1
-        entry[1] += _edit_runs(e, old_places, new_places)
-    return [Change(ChangeKind.KERNEL, action, name if name == target else f"{name} ({target})", place, count=n,
-                   per_step=runs)
-            for (action, name, target, place), (n, runs) in groups.items()]
+        place = sides.place(e)
+        groups.add((action, kernel_name(instr), instr.custom_call_target, place.source), place, sides.runs(e),
+                   sides.layers(e))
+    return [Change(ChangeKind.KERNEL, action, name if name == target else f"{name} ({target})", place,
+                   count=g["count"], per_step=g["runs"], layers=len(g["layers"]))
+            for (action, name, target, _), g, place in groups.items()]
 
 
 def _renames(pairs: Sequence[ParamPair]) -> list[Change]:
-    groups: Counter = Counter()
+    """Renamed parameters by what was renamed: the path components that differ (``up`` -> ``up_proj``, whether
+    under the weights or the optimizer's moments), each with the parameter patterns it renames."""
+    groups: dict[tuple[str, str], Counter] = defaultdict(Counter)
     for pair in pairs:
         if pair.renamed and not pair.old.is_rng and not pair.new.is_rng:
-            groups[(_fold(pair.old.folded_path), _fold(pair.new.folded_path))] += 1
-    return [Change(ChangeKind.RENAME, Action.CHANGED, f"{old} -> {new}", Place("main", "", "", (new,)), count=n,
-                   before=old, after=new)
-            for (old, new), n in sorted(groups.items())]
+            before, after = pair.old.folded_path, pair.new.folded_path
+            groups[_renamed_part(before, after)][f"{before} -> {after}"] += 1
+    return [Change(ChangeKind.RENAME, Action.CHANGED, f"{old} -> {new}",
+                   Place("main", "", "", tuple(sorted(p.split(" -> ")[1] for p in patterns))),
+                   count=sum(patterns.values()), before=old, after=new,
+                   groups=tuple(sorted(patterns.items(), key=lambda kv: (-kv[1], kv[0]))))
+            for (old, new), patterns in sorted(groups.items())]
+
+
+def _renamed_part(before: str, after: str) -> tuple[str, str]:
+    """What a rename changed: the components between the common prefix and suffix of two dotted paths."""
+    a, b = before.split("."), after.split(".")
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return ".".join(a[head:len(a) - tail]) or before, ".".join(b[head:len(b) - tail]) or after
 
 
 def _parameters(pairs: Sequence[ParamPair]) -> list[Change]:
     changes = []
-    for action, side in ((Action.ADDED, "new"), (Action.REMOVED, "old")):
-        alone = [getattr(p, side) for p in pairs if getattr(p, "old" if side == "new" else "new") is None
-                 and not getattr(p, side).is_rng]
+    for action, side, other in ((Action.ADDED, "new", "old"), (Action.REMOVED, "old", "new")):
+        alone = [getattr(p, side) for p in pairs if getattr(p, other) is None and not getattr(p, side).is_rng]
         by_pattern: dict[tuple, list[EntryParam]] = defaultdict(list)
         for p in alone:
             by_pattern[(p.pattern, p.dtype)].append(p)
         for (pattern, dtype), params in sorted(by_pattern.items()):
             changes.append(Change(ChangeKind.PARAMETERS, action, pattern, Place("main", "", "", (pattern,)),
-                                  count=len(params), bytes=sum(p.bytes for p in params), after=dtype,
-                                  groups=((pattern, len(params)),)))
+                                  count=len(params), bytes=sum(p.bytes for p in params),
+                                  before=dtype if action is Action.REMOVED else "",
+                                  after=dtype if action is Action.ADDED else ""))
     reshaped: dict[tuple, list[ParamPair]] = defaultdict(list)
     for pair in pairs:
         if pair.reshaped and not pair.new.is_rng:
@@ -506,64 +567,90 @@ def _parameters(pairs: Sequence[ParamPair]) -> list[Change]:
     return changes
 
 
-def _program_size(match: ModuleMatch, old_places: _Places, new_places: _Places, claimed: set[int]) -> list[Change]:
-    """What the named kinds left of inserted and deleted instructions, in one record (module doc)."""
+# Aspects of a paired instruction that only say it now reads other values: rewired to inserted or deleted code.
+_REWIRED = frozenset({"operands"})
+
+
+def _program_size(match: ModuleMatch, sides: _Sides, claimed: set[int]) -> list[Change]:
+    """What the named kinds left of inserted and deleted instructions, in one record (module doc); with it the
+    instructions whose only change is to read from them (rewired)."""
     rest = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
     computations = (len(match.computations_inserted), len(match.computations_deleted))
     if not rest and not any(computations):
         return []
+    alone = {id(e.instruction) for e in rest}
+    rewired = [e for e in match.edits if e.edit is Edit.CHANGED and id(e) not in claimed and
+               set(e.aspects) <= _REWIRED and _reads_any(e, sides, alone)]
     by_opcode: Counter = Counter()
     per_step = 0
     for e in rest:
         sign = 1 if e.edit is Edit.INSERTED else -1
         by_opcode[e.instruction.opcode] += sign
-        per_step += sign * _edit_runs(e, old_places, new_places)
-    for e in rest:
-        claimed.add(id(e))
+        per_step += sign * sides.runs(e)
+    claimed.update(id(e) for e in (*rest, *rewired))
     added = sum(1 for e in rest if e.edit is Edit.INSERTED)
     removed = len(rest) - added
     before, after = match.instructions
-    subject, place, count = _size_story(rest, old_places, new_places, by_opcode)
+    story, place, count, layers = _size_story(rest, sides, by_opcode)
     groups = tuple(sorted(((op, n) for op, n in by_opcode.items() if n), key=lambda kv: (-abs(kv[1]), kv[0])))
-    words = [f"+{added} -{removed} instructions"]
-    if computations[0]:
-        words.append(f"{computations[0]} computation{'s' * (computations[0] != 1)} added")
-    if computations[1]:
-        words.append(f"{computations[1]} computation{'s' * (computations[1] != 1)} removed")
+    groups += (("rewired", len(rewired)),) if rewired else ()
+    groups += (("computations added", computations[0]),) if computations[0] else ()
+    groups += (("computations removed", computations[1]),) if computations[1] else ()
     action = Action.ADDED if added > removed else Action.REMOVED if removed > added else Action.CHANGED
-    return [Change(ChangeKind.PROGRAM_SIZE, action, subject, place, count=count, per_step=per_step,
+    return [Change(ChangeKind.PROGRAM_SIZE, action, story, place, count=count, per_step=per_step,
                    before=f"{before} instructions", after=f"{after} instructions", instructions=added - removed,
-                   groups=groups)]
+                   groups=groups, layers=layers)]
 
 
-def _size_story(rest: Sequence[InstructionEdit], old_places: _Places, new_places: _Places,
-                by_opcode: Counter) -> tuple[str, Place, int]:
-    """What the inserted and deleted instructions are, in a few words: rematerialization removed or added (its
-    ``opt-barrier``s), copies of one subgraph (a loop unrolled), else the instructions' own count; with the place
-    most of them share and how many times it repeats."""
-    barriers = by_opcode.get("opt-barrier", 0)
-    if barriers:
-        edits = [e for e in rest if e.instruction.opcode == "opt-barrier"]
-        story = "rematerialization " + ("added" if barriers > 0 else "removed")
-        return story, _edit_place(edits[0], old_places, new_places), abs(barriers)
+def _reads_any(e: InstructionEdit, sides: _Sides, instructions: set[int]) -> bool:
+    return any(id(o) in instructions for o in sides.new.operands(e.new, e.new_computation)) or \
+        any(id(o) in instructions for o in sides.old.operands(e.old, e.old_computation))
+
+
+def _size_story(rest: Sequence[InstructionEdit], sides: _Sides, by_opcode: Counter) -> tuple[str, Place, int, int]:
+    """What the inserted and deleted instructions are, in a few words, with the place most of them share, how many
+    times the story repeats and the layers it spans: rematerialization removed or added (its ``opt-barrier``s), a
+    loop unrolled (its ``while`` gone, its body's copies inlined), copies of one subgraph; else instructions."""
+    barriers = [e for e in rest if e.instruction.opcode == "opt-barrier"]
+    if barriers and by_opcode.get("opt-barrier", 0):
+        added = by_opcode["opt-barrier"] > 0
+        sample = [e for e in barriers if (e.edit is Edit.INSERTED) == added]
+        layers = set().union(*(sides.layers(e) for e in sample))
+        return (f"rematerialization {'added' if added else 'removed'}", sides.place(sample[0]), len(sample),
+                len(layers))
     inserted = [e for e in rest if e.edit is Edit.INSERTED]
     deleted = [e for e in rest if e.edit is Edit.DELETED]
+    loops = [e for e in deleted if e.old.opcode == "while"]
+    if loops and len(inserted) > len([e for e in inserted if e.new.opcode == "while"]):
+        trips = Counter(_trips(e, sides) for e in loops)
+        (times, _), = trips.most_common(1)
+        if times and times > 1 and all(t == times for t in trips):
+            layers = set().union(*(sides.layers(e) for e in inserted))
+            return (f"{len(loops)} loop{'s' * (len(loops) != 1)} of {times} iterations unrolled ({times} copies of "
+                    "the body inline)", sides.place(loops[0]), len(loops), len(layers))
     side = inserted if len(inserted) >= len(deleted) else deleted
-    copies = Counter((e.instruction.opcode, _fold(e.instruction.op_name), _source(e.instruction)) for e in side)
+    if not side:
+        return "instructions", Place(), 0, 0
+    keyed = [(e, (e.instruction.opcode, _fold(e.instruction.op_name), sides.side(e)[0].locations.of(e.instruction)))
+             for e in side]
+    copies = Counter(key for _, key in keyed)
     repeats = Counter(copies.values())
-    if repeats:
-        times, kinds = max(repeats.items(), key=lambda kv: (kv[0] * kv[1], kv[0]))
-        covered = times * kinds
-        if times > 1 and covered * 2 >= len(side):
-            sample = next(e for e in side if copies[(e.instruction.opcode, _fold(e.instruction.op_name),
-                                                     _source(e.instruction))] == times)
-            story = f"{times} copies of the same {kinds}-instruction subgraph"
-            return story, _edit_place(sample, old_places, new_places), times
-    sources = Counter(_source(e.instruction) for e in side)
-    source = sources.most_common(1)[0][0] if sources else ""
-    sample = next((e for e in side if _source(e.instruction) == source), side[0]) if side else None
-    place = _edit_place(sample, old_places, new_places) if sample is not None else Place()
-    return "instructions", place, len(side)
+    times, kinds = max(repeats.items(), key=lambda kv: (kv[0] * kv[1], kv[0]))
+    if times > 1 and times * kinds * 2 >= len(side) and any(key[1] or key[2] for key in copies):
+        sample = next(e for e, key in keyed if copies[key] == times)
+        return (f"{times} copies of the same {kinds}-instruction subgraph", sides.place(sample), times,
+                len(sides.layers(sample)))
+    sources = Counter(key[2] for _, key in keyed)
+    source = sources.most_common(1)[0][0]
+    sample = next(e for e, key in keyed if key[2] == source)
+    return "instructions", sides.place(sample), len(side), len(set().union(*(sides.layers(e) for e in side)))
+
+
+def _trips(e: InstructionEdit, sides: _Sides) -> int | None:
+    module = sides.old.module
+    comp = module.computations[e.old_computation]
+    condition = module.computations.get(e.old.attrs.get("condition", "").strip().lstrip("%"))
+    return trip_count(comp, e.old, condition) if condition is not None else None
 
 
 def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: HloModule,
@@ -581,9 +668,7 @@ def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: 
             before = None
         if after is not None and header_attr_says_nothing(new_module, key, after):
             after = None
-        if before == after:
-            continue
-        if key in ("input_output_alias", "buffer_donor") and donation_changed:
+        if before == after or key in ("input_output_alias", "buffer_donor") and donation_changed:
             continue
         action = Action.ADDED if before is None else Action.REMOVED if after is None else Action.CHANGED
         changes.append(Change(ChangeKind.HEADER, action, key, Place("main"), before=_entries(key, before),
@@ -600,10 +685,9 @@ def _entries(key: str, value: str | None) -> str:
     return value if len(value) <= 60 else f"{len(value):,} characters"
 
 
-def _instructions(edits: Sequence[InstructionEdit], old_places: _Places, new_places: _Places,
-                  claimed: set[int]) -> list[Change]:
+def _instructions(edits: Sequence[InstructionEdit], sides: _Sides, claimed: set[int]) -> list[Change]:
     """The edits no kind named, grouped by what changed and where."""
-    groups: dict[tuple, list] = {}
+    groups = _Groups()
     for e in edits:
         if id(e) in claimed:
             continue
@@ -615,14 +699,13 @@ def _instructions(edits: Sequence[InstructionEdit], old_places: _Places, new_pla
         else:
             before = after = ""
             subject = e.instruction.opcode
-        key = (action, subject, before, after, _edit_place(e, old_places, new_places))
-        entry = groups.setdefault(key, [0, 0])
-        entry[0] += 1
-        entry[1] += _edit_runs(e, old_places, new_places)
-    changes = [Change(ChangeKind.INSTRUCTIONS, action, subject, place, count=n, per_step=runs, before=before,
-                      after=after, instructions=n if action is Action.ADDED else -n if action is Action.REMOVED
-                      else 0)
-               for (action, subject, before, after, place), (n, runs) in groups.items()]
+        place = sides.place(e)
+        groups.add((action, subject, before, after, place.computation, place.source), place, sides.runs(e),
+                   sides.layers(e))
+    sign = {Action.ADDED: 1, Action.REMOVED: -1, Action.CHANGED: 0}
+    changes = [Change(ChangeKind.INSTRUCTIONS, action, subject, place, count=g["count"], per_step=g["runs"],
+                      before=before, after=after, instructions=sign[action] * g["count"], layers=len(g["layers"]))
+               for (action, subject, before, after, _, _), g, place in groups.items()]
     changes.sort(key=lambda c: (-c.count, c.subject))
     return changes
 
@@ -633,11 +716,14 @@ def _form(instr: Instruction, aspects: Sequence[str]) -> str:
     if "opcode" in aspects:
         parts.append(instr.opcode)
     if {"dtype", "dims", "layout", "shape"} & set(aspects):
-        parts.append(instr.shape.text if len(instr.shape.text) <= 60 else f"{instr.shape.text[:57]}...")
+        parts.append(_short(instr.shape.text))
     for aspect in aspects:
         if aspect in instr.attrs:
-            value = instr.attrs[aspect]
-            parts.append(f"{aspect}={value if len(value) <= 60 else value[:57] + '...'}")
+            parts.append(f"{aspect}={_short(instr.attrs[aspect])}")
     if "literal" in aspects:
-        parts.append(instr.literal if len(instr.literal) <= 40 else instr.literal[:37] + "...")
+        parts.append(_short(instr.literal, 40))
     return "; ".join(parts)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -269,6 +269,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
             match = match_modules(old_stripped, new_stripped, old_kept, new_kept)
             named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs)
             matched = summary(match)
+            added, removed = _without_renames(added, removed, match, old, new)
             if not kernels_differ and _renamed_only(match, old_canonical, new_stripped, new_kept):
                 verdict, changes = "renamed-only", []
             else:
@@ -304,6 +305,26 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
         named=named, match=matched,
     )
+
+
+def _without_renames(added: list[ParamGroupDelta], removed: list[ParamGroupDelta], match: ModuleMatch,
+                     old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], list[ParamGroupDelta]]:
+    """The parameter groups added and removed, less the parameters the match found renamed (named as renames)."""
+    renamed = [p for p in match.params if p.renamed]
+    if not renamed:
+        return added, removed
+    gone = Counter((p.new.role, p.new.dtype, p.new.pattern) for p in renamed)
+    back = Counter((p.old.role, p.old.dtype, p.old.pattern) for p in renamed)
+
+    def less(rows: list[ParamGroupDelta], taken: Counter, sign: int) -> list[ParamGroupDelta]:
+        kept = []
+        for g in rows:
+            n = abs(g.count) - taken[(g.role, g.dtype, g.pattern)]
+            if n > 0:
+                kept.append(ParamGroupDelta(g.role, g.dtype, g.pattern, sign * n))
+        return kept
+
+    return less(added, gone, 1), less(removed, back, -1)
 
 
 def _kernels(module: HloModule) -> Counter[str]:

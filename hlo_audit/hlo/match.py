@@ -48,6 +48,15 @@ from hlo_audit.hlo.text import COMPUTATION_ATTRS, Computation, HloModule, Instru
 # pair and the operand it wraps (a convert added before a dot, a copy XLA dropped).
 WRAPPERS = frozenset({"convert", "bitcast", "bitcast-convert", "copy", "reshape", "transpose", "broadcast",
                       "reduce-precision", "opt-barrier"})
+# Elementwise ops: one may become another in place (tanh -> sine, add -> subtract) and still be the same value's
+# instruction; any other opcode changed is an instruction removed and another added.
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex", "cosine", "count-leading-zeros",
+    "divide", "erf", "exponential", "exponential-minus-one", "floor", "imag", "is-finite", "log", "log-plus-one",
+    "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt", "power", "real", "remainder",
+    "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic",
+    "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor",
+})
 # Attributes that order instructions or say where they came from, not what they compute.
 _NOT_SEMANTIC = VOLATILE_ATTRS | {"control-predecessors"}
 _MISSING = hash("<no operand>")  # an operand RNG-state stripping replaced (rng.RNG_VALUE)
@@ -253,8 +262,11 @@ class _Side:
                 if not COMPUTATION_ATTRS.isdisjoint(instr.attrs) else ()
             fp[key] = hash((own, callees, tuple(operand_fps)))
             height[key] = tallest + 1
+        # The root's subgraph, and what nothing reads (a host callback, a send: side effects hang off no user).
         root = comp.root
-        self.comp_fp[comp.name] = hash((fp[id(root)], tuple(_canonical_shape(p.shape) for p in comp.parameters),
+        unread = sorted(fp[id(i)] for i in comp.instructions if i is not root and id(i) not in users)
+        self.comp_fp[comp.name] = hash((fp[id(root)], tuple(unread),
+                                        tuple(_canonical_shape(p.shape) for p in comp.parameters),
                                         tuple(sorted(comp.attrs.items()))))
 
     def _own(self, instr: Instruction, in_entry: bool) -> tuple:
@@ -478,8 +490,10 @@ class _Matcher:
                     self.pair(inner, v, exact=old.fp[id(inner)] == new.fp[id(v)])
 
     def aligned(self, x: Instruction, xs: list, ys: list) -> Iterator[tuple]:
-        """Operand pairs by position; a commutative op's by what they are (partners first, then opcode)."""
-        if x.opcode not in COMMUTATIVE or len(xs) < 2 or len(xs) != len(ys):
+        """Operand pairs by position; a commutative op's, or a tuple's of another arity (a parameter added shifts
+        the state's outputs), by what they are: partners first, then fingerprint, then opcode."""
+        by_position = x.opcode not in COMMUTATIVE and not (x.opcode == "tuple" and len(xs) != len(ys))
+        if by_position or len(xs) < 2:
             return zip(xs, ys)
         left = list(range(len(ys)))
         pairs = []
@@ -497,7 +511,7 @@ class _Matcher:
             pairs.append((u, ys[hit]))
         for u in rest:
             hit = next((j for j in left if u is not None and ys[j] is not None and ys[j].opcode == u.opcode),
-                       left[0] if left else None)
+                       left[0] if left and len(xs) == len(ys) else None)
             if hit is not None:
                 left.remove(hit)
                 pairs.append((u, ys[hit]))
@@ -509,17 +523,20 @@ class _Matcher:
         return side.comp_of[id(instr)].by_name.get(instr.operands[0])
 
     def alike(self, u: Instruction, v: Instruction) -> bool:
-        """The same kind of instruction in the same place: the same opcode (a parameter: the same number), or an
-        opcode changed in place (same dims, same number of operands, neither a wrapper)."""
+        """The same kind of instruction in the same place: the same opcode and dims (a parameter: the same number;
+        a tuple: the same arity), or an elementwise opcode changed into another in place (also the same number of
+        operands). Another dims is left to the bottom-up step, which has the operands' word for it: by position
+        alone, a value of the optimizer's state pairs with its neighbour's once a parameter is added."""
+        if u.shape.dims != v.shape.dims or u.shape.is_tuple != v.shape.is_tuple or \
+                len(u.shape.elements) != len(v.shape.elements):
+            return False
         if u.opcode == v.opcode:
             return u.opcode != "parameter" or u.literal == v.literal
-        if u.opcode in WRAPPERS or v.opcode in WRAPPERS or "parameter" in (u.opcode, v.opcode):
-            return False
-        return len(u.operands) == len(v.operands) and u.shape.dims == v.shape.dims and \
-            u.shape.is_tuple == v.shape.is_tuple
+        return u.opcode in ELEMENTWISE and v.opcode in ELEMENTWISE and len(u.operands) == len(v.operands)
 
     def alike_or_same(self, u: Instruction, v: Instruction) -> bool:
-        return self.old.fp[id(u)] == self.new.fp[id(v)] or (u.opcode == v.opcode and u.opcode != "parameter")
+        return self.old.fp[id(u)] == self.new.fp[id(v)] or (
+            u.opcode == v.opcode and u.opcode != "parameter" and u.shape.dims == v.shape.dims)
 
     def bottom_up(self, a: Computation, b: Computation) -> None:
         """Each unpaired instruction whose operands are paired: the unpaired user of their partners with its
