@@ -263,10 +263,9 @@ class _Sides:
         return module.executions(computation)
 
     def layers(self, e: InstructionEdit) -> set[str]:
-        """The layer instances (``state.blocks.3``) whose state the edit's instruction reads."""
+        """The layers (their indices) whose state the edit's instruction reads."""
         module, instr, computation = self.side(e)
-        return {".".join(p.path.split(".")[:p.layer_prefix.count(".") + 1]) for p in module.read(instr, computation)
-                if p.layer_prefix}
+        return {_layer(p) for p in module.read(instr, computation) if p.layer_prefix}
 
 
 class _Groups:
@@ -545,26 +544,48 @@ def _renamed_part(before: str, after: str) -> tuple[str, str]:
 
 
 def _parameters(pairs: Sequence[ParamPair]) -> list[Change]:
+    """Parameters (RNG state aside) added or removed, by what they are in the model (``blocks.*.up.bias``, whether
+    the weight or an optimizer's moment of it, each pattern in ``groups``); those of another dtype or shape."""
     changes = []
     for action, side, other in ((Action.ADDED, "new", "old"), (Action.REMOVED, "old", "new")):
         alone = [getattr(p, side) for p in pairs if getattr(p, other) is None and not getattr(p, side).is_rng]
-        by_pattern: dict[tuple, list[EntryParam]] = defaultdict(list)
+        by_leaf: dict[tuple, list[EntryParam]] = defaultdict(list)
         for p in alone:
-            by_pattern[(p.pattern, p.dtype)].append(p)
-        for (pattern, dtype), params in sorted(by_pattern.items()):
-            changes.append(Change(ChangeKind.PARAMETERS, action, pattern, Place("main", "", "", (pattern,)),
+            by_leaf[(_leaf(p), p.dtype)].append(p)
+        for (leaf, dtype), params in sorted(by_leaf.items()):
+            changes.append(Change(ChangeKind.PARAMETERS, action, leaf, Place("main", "", "", (leaf,)),
                                   count=len(params), bytes=sum(p.bytes for p in params),
                                   before=dtype if action is Action.REMOVED else "",
-                                  after=dtype if action is Action.ADDED else ""))
+                                  after=dtype if action is Action.ADDED else "", groups=_grouped_patterns(params),
+                                  layers=len({_layer(p) for p in params if p.layer_prefix})))
     reshaped: dict[tuple, list[ParamPair]] = defaultdict(list)
     for pair in pairs:
         if pair.reshaped and not pair.new.is_rng:
-            reshaped[(pair.new.pattern, pair.old.shape.text, pair.new.shape.text)].append(pair)
-    for (pattern, before, after), found in sorted(reshaped.items()):
-        changes.append(Change(ChangeKind.PARAMETERS, Action.CHANGED, pattern, Place("main", "", "", (pattern,)),
+            reshaped[(_leaf(pair.new), pair.old.shape.text, pair.new.shape.text)].append(pair)
+    for (leaf, before, after), found in sorted(reshaped.items()):
+        changes.append(Change(ChangeKind.PARAMETERS, Action.CHANGED, leaf, Place("main", "", "", (leaf,)),
                               count=len(found), before=before, after=after,
-                              bytes=sum(p.new.bytes - p.old.bytes for p in found)))
+                              bytes=sum(p.new.bytes - p.old.bytes for p in found),
+                              groups=_grouped_patterns(p.new for p in found)))
     return changes
+
+
+def _leaf(p: EntryParam) -> str:
+    """What a parameter is in the model, wherever the state holds it: its folded path from the innermost layer
+    container on (``blocks.*.up.bias`` for the weight and for each optimizer moment of it), else its last two
+    components."""
+    folded = p.folded_path.split(".")
+    if p.layer_prefix:
+        depth = p.layer_prefix.count(".") + 1
+        return ".".join(folded[depth - 2 if folded[depth - 1] == "*" else depth - 1:])
+    return ".".join(folded[-2:])
+
+
+def _layer(p: EntryParam) -> str:
+    """Which layer a parameter is in: its index (``3`` of ``layers_3`` or ``blocks.3``), the stack's name for a
+    stacked (scanned) one."""
+    depth = p.layer_prefix.count(".") + 1
+    return p.path.split(".")[depth - 1]
 
 
 # Aspects of a paired instruction that only say it now reads other values: rewired to inserted or deleted code.
@@ -685,11 +706,30 @@ def _entries(key: str, value: str | None) -> str:
     return value if len(value) <= 60 else f"{len(value):,} characters"
 
 
+# Ops that only carry values (a tuple, its elements, a barrier, a called computation's parameter): another shape or
+# element index is the values they carry moving, not a change of their own.
+_CARRIERS = frozenset({"tuple", "get-tuple-element", "opt-barrier", "parameter"})
+_CARRIED = frozenset({"shape", "dims", "dtype", "layout", "index", "operands"})
+REWIRED = "rewired"
+
+
+def _rewired(e: InstructionEdit) -> bool:
+    """A paired instruction that only reads other values: its operands, or (a carrier) what it carries."""
+    aspects = set(e.aspects)
+    return aspects <= _REWIRED or e.new.opcode == e.old.opcode in _CARRIERS and aspects <= _CARRIED
+
+
 def _instructions(edits: Sequence[InstructionEdit], sides: _Sides, claimed: set[int]) -> list[Change]:
-    """The edits no kind named, grouped by what changed and where."""
+    """The edits no kind named, grouped by what changed and where; the rewired ones (the same op reading other
+    values) in one record: they follow a change named elsewhere."""
     groups = _Groups()
+    rewired = _Groups()
     for e in edits:
         if id(e) in claimed:
+            continue
+        if e.edit is Edit.CHANGED and _rewired(e):
+            place = sides.place(e)
+            rewired.add((), place, sides.runs(e), sides.layers(e), **{e.new.opcode: 1})
             continue
         action = {Edit.INSERTED: Action.ADDED, Edit.DELETED: Action.REMOVED, Edit.CHANGED: Action.CHANGED}[e.edit]
         if e.edit is Edit.CHANGED:
@@ -707,6 +747,10 @@ def _instructions(edits: Sequence[InstructionEdit], sides: _Sides, claimed: set[
                       before=before, after=after, instructions=sign[action] * g["count"], layers=len(g["layers"]))
                for (action, subject, before, after, _, _), g, place in groups.items()]
     changes.sort(key=lambda c: (-c.count, c.subject))
+    for _, g, place in rewired.items():
+        by_opcode = tuple(sorted(g["sums"].items(), key=lambda kv: (-kv[1], kv[0])))
+        changes.append(Change(ChangeKind.INSTRUCTIONS, Action.CHANGED, REWIRED, place, count=g["count"],
+                              per_step=g["runs"], groups=by_opcode, layers=len(g["layers"])))
     return changes
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlo_audit.hlo.changes import Action, Change, ChangeKind, MatchSummary, Place
+from hlo_audit.hlo.changes import REWIRED, Action, Change, ChangeKind, MatchSummary, Place
 
 SHOWN = 12  # named changes a diff prints before "... N more"
 _PATHS_SHOWN = 2
@@ -97,7 +97,10 @@ def change_line(c: Change) -> str:
                    f"({c.bytes:+,} bytes)"
         sign = "+" if c.action is Action.ADDED else "-"
         dtype = c.after or c.before
-        return f"{kind}: {sign}{_plural(c.count, 'parameter')} {c.subject} ({dtype}, {c.bytes:,} bytes)"
+        text = f"{kind}: {sign}{_plural(c.count, 'parameter')} {c.subject}{_per_layer(c)} ({dtype}, {c.bytes:,} bytes)"
+        if len(c.groups) > 1:
+            text += f": {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
+        return text
     if c.kind is ChangeKind.PROGRAM_SIZE:
         before = int(c.before.split()[0]) if c.before.split() and c.before.split()[0].isdigit() else 0
         share = f" ({c.instructions / before:+.1%})" if before else ""
@@ -109,6 +112,10 @@ def change_line(c: Change) -> str:
         return f"{text}; {where}".rstrip("; ")
     if c.kind is ChangeKind.HEADER:
         return f"{kind}: {c.subject} {c.before} -> {c.after}"
+    if c.subject == REWIRED:
+        ops = ", ".join(f"{op} {n}" for op, n in c.groups[:4])
+        return f"{kind}: {_plural(c.count, 'instruction')} rewired (the same op reading other values: {ops}), " \
+               "following the changes above"
     verb = {Action.ADDED: "+", Action.REMOVED: "-", Action.CHANGED: ""}[c.action]
     text = f"{kind}: {verb}{c.count} {c.subject}{_per_layer(c)}"
     if c.before or c.after:

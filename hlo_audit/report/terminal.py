@@ -255,7 +255,7 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches: di
             status(console, f"... {d.text_diff_omitted} more lines (use --max-lines)")
 
 
-OPCODE_ROWS = 12  # opcode:dtype deltas a diff prints before "... N more"
+OPCODE_ROWS = 8  # opcode:dtype deltas a diff prints before "... N more"
 
 
 def _signed(v: int) -> Text:
