@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS
 from hlo_audit.hlo.text import Instruction
 
 # Opcodes whose effect is outside their value: kept even when nothing reads them.
@@ -56,10 +57,14 @@ def is_host_transfer(instr: Instruction) -> bool:
 
 
 def has_side_effect(instr: Instruction) -> bool:
-    """Whether removing ``instr`` when nothing reads its value would change what the program does."""
+    """Whether removing ``instr`` when nothing reads its value would change what the program does. A sharding
+    annotation is none, whatever it declares: Shardy marks ``xla.sdy.FuncResultSharding`` side-effecting only so
+    that XLA keeps it on the value it annotates, and it goes with that value (an RNG key's, stripped)."""
     if instr.opcode in SIDE_EFFECTING_OPCODES:
         return True
     if instr.opcode == "custom-call":
+        if instr.custom_call_target in PASS_THROUGH_CUSTOM_CALLS:
+            return False
         return declares_side_effect(instr) or is_host_callback(instr)
     return False
 

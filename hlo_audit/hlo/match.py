@@ -134,7 +134,7 @@ class ModuleMatch:
     params: tuple[ParamPair, ...]
     computations: tuple[tuple[str | None, str | None], ...]  # (old, new); None on the side that lacks it
     edits: tuple[InstructionEdit, ...]
-    instructions: tuple[int, int]  # instructions of each module
+    instructions: tuple[int, int]  # instructions of each module, entry parameters aside
     matched: int  # instructions paired (identical computations' included), entry parameters excluded
     _partners: dict[int, Instruction] = field(default_factory=dict, repr=False)  # id(old) -> new, id(new) -> old
 
@@ -224,50 +224,57 @@ class _Side:
         self.param_keys = param_keys  # entry parameter number -> a key both sides share for a pair
         self.fp: dict[int, int] = {}
         self.own: dict[int, tuple] = {}
-        self.height: dict[int, int] = {}
-        self.order: dict[int, int] = {}
-        self.users: dict[int, list[tuple[Instruction, int]]] = defaultdict(list)
-        self.comp_of: dict[int, Computation] = {}
         self.comp_fp: dict[str, int] = {}
         self._attrs: dict[int, tuple] = {}
+        # What only a computation matched instruction by instruction needs, made when it is (``prepare``).
+        self.height: dict[int, int] = {}
+        self.order: dict[int, int] = {}
+        self.users: dict[int, list[tuple[Instruction, int]]] = {}
+        self._prepared: set[str] = set()
         for comp in call_graph_postorder(module):
             self._fingerprint(comp)
 
-    def operands(self, instr: Instruction, comp: Computation) -> list[Instruction | None]:
+    @staticmethod
+    def operands(instr: Instruction, comp: Computation) -> list[Instruction | None]:
         by_name = comp.by_name
         return [by_name.get(ref) for ref in instr.operands]
 
     def _fingerprint(self, comp: Computation) -> None:
-        fp, height, users, comp_of, order = self.fp, self.height, self.users, self.comp_of, self.order
+        fp, own_of, comp_fp = self.fp, self.own, self.comp_fp
         by_name = comp.by_name
-        for position, instr in enumerate(comp.instructions):  # operands come first (the parser checks it)
-            key = id(instr)
-            comp_of[key] = comp
-            order[key] = position
-            own = self.own[key] = self._own(instr, comp.is_entry)
-            operand_fps = []
+        read: set[str] = set()
+        for instr in comp.instructions:  # operands come first (the parser checks it)
+            own = own_of[id(instr)] = self._own(instr, comp.is_entry)
+            operand_fps = [fp[id(by_name[ref])] if ref in by_name else _MISSING for ref in instr.operands]
+            read.update(instr.operands)
+            if instr.opcode in COMMUTATIVE:
+                operand_fps.sort()
+            callees = tuple(comp_fp.get(c, 0) for c in instr.called_computations()) \
+                if not COMPUTATION_ATTRS.isdisjoint(instr.attrs) else ()
+            fp[id(instr)] = hash((own, callees, tuple(operand_fps)))
+        # The root's subgraph, and what nothing reads (a host callback, a send: side effects hang off no user).
+        root = comp.root
+        unread = sorted(fp[id(i)] for i in comp.instructions if i is not root and i.name not in read)
+        comp_fp[comp.name] = hash((fp[id(root)], tuple(unread),
+                                   tuple(_canonical_shape(p.shape) for p in comp.parameters),
+                                   tuple(sorted(comp.attrs.items()))))
+
+    def prepare(self, comp: Computation) -> None:
+        """Heights (for tallest first), positions (for ties) and users (for the bottom-up step) of one computation."""
+        if comp.name in self._prepared:
+            return
+        self._prepared.add(comp.name)
+        height, order, users = self.height, self.order, self.users
+        by_name = comp.by_name
+        for position, instr in enumerate(comp.instructions):
+            order[id(instr)] = position
             tallest = 0
             for pos, ref in enumerate(instr.operands):
                 operand = by_name.get(ref)
-                if operand is None:
-                    operand_fps.append(_MISSING)
-                    continue
-                operand_key = id(operand)
-                operand_fps.append(fp[operand_key])
-                tallest = max(tallest, height[operand_key])
-                users[operand_key].append((instr, pos))
-            if instr.opcode in COMMUTATIVE:
-                operand_fps.sort()
-            callees = tuple(self.comp_fp.get(c, 0) for c in instr.called_computations()) \
-                if not COMPUTATION_ATTRS.isdisjoint(instr.attrs) else ()
-            fp[key] = hash((own, callees, tuple(operand_fps)))
-            height[key] = tallest + 1
-        # The root's subgraph, and what nothing reads (a host callback, a send: side effects hang off no user).
-        root = comp.root
-        unread = sorted(fp[id(i)] for i in comp.instructions if i is not root and id(i) not in users)
-        self.comp_fp[comp.name] = hash((fp[id(root)], tuple(unread),
-                                        tuple(_canonical_shape(p.shape) for p in comp.parameters),
-                                        tuple(sorted(comp.attrs.items()))))
+                if operand is not None:
+                    tallest = max(tallest, height[id(operand)])
+                    users.setdefault(id(operand), []).append((instr, pos))
+            height[id(instr)] = tallest + 1
 
     def _own(self, instr: Instruction, in_entry: bool) -> tuple:
         """What an instruction is apart from its operands and callees: opcode, shape, attributes, literal (an entry
@@ -319,8 +326,8 @@ class _Matcher:
         stack = [(a, b)]
         while stack:
             x, y = stack.pop()
-            xs = old.operands(x, old.comp_of[id(x)])
-            ys = new.operands(y, new.comp_of[id(y)])
+            xs = old.operands(x, self.a)
+            ys = new.operands(y, self.b)
             if x.opcode in COMMUTATIVE:
                 xs = sorted(xs, key=lambda i: old.fp[id(i)] if i is not None else _MISSING)
                 ys = sorted(ys, key=lambda i: new.fp[id(i)] if i is not None else _MISSING)
@@ -360,16 +367,18 @@ class _Matcher:
         new_left = [c for c in self.new.module.computations.values() if not self.covered_new(c.name)]
         if not old_left or not new_left:
             return False
-        by_fp: dict[int, list[Computation]] = defaultdict(list)
-        for c in new_left:
-            by_fp[self.new.comp_fp[c.name]].append(c)
-        progress = False
+        # Identical ones, a group of one fingerprint at a time (jax repeats one reducer thousands of times).
+        old_by_fp: dict[int, list[Computation]] = defaultdict(list)
+        new_by_fp: dict[int, list[Computation]] = defaultdict(list)
         for c in old_left:
-            same = by_fp.get(self.old.comp_fp[c.name])
-            if same:
-                for twin in same:
-                    self.pair_computations(c, twin)
-                progress = True
+            old_by_fp[self.old.comp_fp[c.name]].append(c)
+        for c in new_left:
+            new_by_fp[self.new.comp_fp[c.name]].append(c)
+        progress = False
+        for fp in old_by_fp.keys() & new_by_fp.keys():
+            self.identical_old.update(c.name for c in old_by_fp[fp])
+            self.identical_new.update(c.name for c in new_by_fp[fp])
+            progress = True
         old_kinds: dict[tuple, list[Computation]] = defaultdict(list)
         new_kinds: dict[tuple, list[Computation]] = defaultdict(list)
         for c in old_left:
@@ -395,6 +404,9 @@ class _Matcher:
 
     def match_computation(self, a: Computation, b: Computation) -> None:
         old, new = self.old, self.new
+        self.a, self.b = a, b  # the computations every pair made below belongs to
+        old.prepare(a)
+        new.prepare(b)
         # Parameters of called computations by number; the entry's by their pairs (match_params), through their keys.
         if a.is_entry and b.is_entry:
             new_params = {new.own[id(p)][3]: p for p in b.parameters}
@@ -467,8 +479,8 @@ class _Matcher:
         old, new = self.old, self.new
         while self.pending:
             x, y = self.pending.pop()
-            xs = old.operands(x, old.comp_of[id(x)])
-            ys = new.operands(y, new.comp_of[id(y)])
+            xs = old.operands(x, self.a)
+            ys = new.operands(y, self.b)
             for u, v in self.aligned(x, xs, ys):
                 if u is None or v is None or id(u) in self.o2n:
                     continue
@@ -480,11 +492,11 @@ class _Matcher:
                         self.pair(u, v, exact=False)
                         continue
                 # One side wraps the other's value (a convert inserted before a dot, a copy removed).
-                inner = self.unwrap(new, v)
+                inner = self.unwrap(self.b, v)
                 if inner is not None and id(inner) not in self.n2o and self.alike_or_same(u, inner):
                     self.pair(u, inner, exact=old.fp[id(u)] == new.fp[id(inner)])
                     continue
-                inner = self.unwrap(old, u)
+                inner = self.unwrap(self.a, u)
                 if inner is not None and id(inner) not in self.o2n and id(v) not in self.n2o and \
                         self.alike_or_same(inner, v):
                     self.pair(inner, v, exact=old.fp[id(inner)] == new.fp[id(v)])
@@ -495,32 +507,51 @@ class _Matcher:
         by_position = x.opcode not in COMMUTATIVE and not (x.opcode == "tuple" and len(xs) != len(ys))
         if by_position or len(xs) < 2:
             return zip(xs, ys)
-        left = list(range(len(ys)))
+        # Indices of ``ys`` still free, by identity and by fingerprint, in order (a root tuple has thousands).
+        by_identity: dict[int, list[int]] = defaultdict(list)
+        by_fp: dict[int, list[int]] = defaultdict(list)
+        by_opcode: dict[str, list[int]] = defaultdict(list)
+        for j, v in enumerate(ys):
+            if v is not None:
+                by_identity[id(v)].append(j)
+                by_fp[self.new.fp[id(v)]].append(j)
+                by_opcode[v.opcode].append(j)
+        free = [v is not None for v in ys]
+
+        def take(candidates: list[int] | None) -> int | None:
+            while candidates:
+                j = candidates.pop(0)
+                if free[j]:
+                    free[j] = False
+                    return j
+            return None
+
         pairs = []
         rest = []
         for u in xs:
-            partner = self.o2n.get(id(u)) if u is not None else None
-            hit = next((j for j in left if ys[j] is partner), None) if partner is not None else None
-            if hit is None and u is not None:
-                hit = next((j for j in left if ys[j] is not None and self.new.fp[id(ys[j])] == self.old.fp[id(u)]),
-                           None)
+            if u is None:
+                continue
+            partner = self.o2n.get(id(u))
+            hit = take(by_identity.get(id(partner))) if partner is not None else None
+            if hit is None:
+                hit = take(by_fp.get(self.old.fp[id(u)]))
             if hit is None:
                 rest.append(u)
-                continue
-            left.remove(hit)
-            pairs.append((u, ys[hit]))
+            else:
+                pairs.append((u, ys[hit]))
         for u in rest:
-            hit = next((j for j in left if u is not None and ys[j] is not None and ys[j].opcode == u.opcode),
-                       left[0] if left and len(xs) == len(ys) else None)
+            hit = take(by_opcode.get(u.opcode))
+            if hit is None and len(xs) == len(ys):
+                hit = take([j for j, f in enumerate(free) if f][:1])
             if hit is not None:
-                left.remove(hit)
                 pairs.append((u, ys[hit]))
         return iter(pairs)
 
-    def unwrap(self, side: _Side, instr: Instruction) -> Instruction | None:
+    @staticmethod
+    def unwrap(comp: Computation, instr: Instruction) -> Instruction | None:
         if instr.opcode not in WRAPPERS or len(instr.operands) != 1:
             return None
-        return side.comp_of[id(instr)].by_name.get(instr.operands[0])
+        return comp.by_name.get(instr.operands[0])
 
     def alike(self, u: Instruction, v: Instruction) -> bool:
         """The same kind of instruction in the same place: the same opcode and dims (a parameter: the same number;
@@ -554,9 +585,8 @@ class _Matcher:
                 users = new.users.get(id(v), ())
                 if len(users) > _MAX_USERS_SEEN:
                     continue
-                for user, at in users:
-                    if (at == pos or commutative) and user.opcode == x.opcode and id(user) not in self.n2o \
-                            and new.comp_of[id(user)] is b:
+                for user, at in users:  # users of b's instructions are b's
+                    if (at == pos or commutative) and user.opcode == x.opcode and id(user) not in self.n2o:
                         entry = votes.setdefault(id(user), [0, user])
                         entry[0] += 1
             if not votes:
@@ -582,7 +612,7 @@ class _Matcher:
                     continue
                 if old.fp[id(x)] == new.fp[id(y)]:
                     continue
-                aspects = self.aspects(x, y)
+                aspects = self.aspects(x, y, a, b)
                 if aspects:
                     edits.append(InstructionEdit(Edit.CHANGED, x, y, a_name, b_name, aspects))
             for y in b.instructions:
@@ -596,7 +626,7 @@ class _Matcher:
                 edits += [InstructionEdit(Edit.INSERTED, None, y, None, comp.name) for y in comp.instructions]
         return edits
 
-    def aspects(self, x: Instruction, y: Instruction) -> tuple[str, ...]:
+    def aspects(self, x: Instruction, y: Instruction, a: Computation, b: Computation) -> tuple[str, ...]:
         """What differs between two paired instructions (InstructionEdit.aspects); empty when only operand names
         do (each operand is the other's partner)."""
         old, new = self.old, self.new
@@ -624,8 +654,8 @@ class _Matcher:
                     aspects.append("kernel" if k == "backend_config" and is_kernel_call(y) else k)
         if not self.same_callees(x.called_computations(), y.called_computations()):
             aspects.append("calls")
-        partners = [self.o2n.get(id(u)) if u is not None else None for u in old.operands(x, old.comp_of[id(x)])]
-        operands = new.operands(y, new.comp_of[id(y)])
+        partners = [self.o2n.get(id(u)) if u is not None else None for u in old.operands(x, a)]
+        operands = new.operands(y, b)
         if x.opcode in COMMUTATIVE:
             same = sorted(map(id, partners)) == sorted(map(id, operands))
         else:
@@ -644,9 +674,12 @@ class _Matcher:
         """Instructions paired, entry parameters aside: in computations matched instruction by instruction, and
         every one of the identical computations."""
         old = self.old
-        paired = sum(1 for name in self.comp_pairs for x in old.module.computations[name].instructions
-                     if id(x) in self.o2n and not (old.comp_of[id(x)].is_entry and x.opcode == "parameter"))
-        return paired + sum(len(old.module.computations[name].instructions) for name in self.identical_old
+        paired = 0
+        for name in self.comp_pairs:
+            comp = old.module.computations[name]
+            paired += sum(1 for x in comp.instructions
+                          if id(x) in self.o2n and not (comp.is_entry and x.opcode == "parameter"))
+        return paired + sum(_instructions(old.module.computations[name]) for name in self.identical_old
                             if name not in self.comp_pairs)
 
     def computation_pairs(self) -> list[tuple[str | None, str | None]]:
@@ -654,6 +687,11 @@ class _Matcher:
         pairs += [(name, None) for name in self.old.module.computations if not self.covered_old(name)]
         pairs += [(None, name) for name in self.new.module.computations if not self.covered_new(name)]
         return pairs
+
+
+def _instructions(comp: Computation) -> int:
+    """A computation's instructions as the match counts them: the entry's parameters are parameter pairs."""
+    return len(comp.instructions) - (len(comp.parameters) if comp.is_entry else 0)
 
 
 def _group(instructions, fps: dict[int, int]) -> dict[int, list[Instruction]]:
@@ -683,8 +721,7 @@ def match_modules(old: HloModule, new: HloModule, old_params: Sequence[EntryPara
     matcher = _Matcher(old_side, new_side)
     matcher.run()
     params = _params_paired_by_graph(params, matcher)
-    sizes = (sum(len(c.instructions) for c in old.computations.values()),
-             sum(len(c.instructions) for c in new.computations.values()))
+    sizes = (sum(map(_instructions, old.computations.values())), sum(map(_instructions, new.computations.values())))
     return ModuleMatch(old=old, new=new, params=tuple(params), computations=tuple(matcher.computation_pairs()),
                        edits=tuple(matcher.edits()), instructions=sizes, matched=matcher.matched(),
                        _partners={**matcher.o2n, **matcher.n2o})
