@@ -76,6 +76,7 @@ compat:
 
 bench: setup
 	$(PY) scripts/bench_hlo.py
+	$(PY) scripts/bench_diff.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_tpu.py
 	$(PY) scripts/bench_gpu.py

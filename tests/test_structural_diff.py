@@ -326,3 +326,18 @@ def test_a_pallas_kernel_is_compared_by_content(debug_locations, tmp_path):
     assert kernel.place.source == "pallas_kernel.py:" + str(
         next(n for n, line in enumerate(Path(pallas_kernel.__file__).read_text().splitlines(), 1)
              if "pl.pallas_call(" in line))
+
+
+def test_the_text_diff_summarizes_the_module_header(tmp_path):
+    """--text: a changed header attribute is one short line per side (its entries and a digest), not the whole
+    HloModule line (issue 26: ~2,500 characters a side for a real step's input_output_alias)."""
+    old_text, new_text = tm.lower(BASE), tm.lower(tm.VARIANTS["bias"])
+    header = old_text.splitlines()[0]
+    assert len(header) > 1000
+    result = cli_diff(tmp_path, old_text, new_text, "--text", "--max-lines", "100000")
+    lines = result.stdout.splitlines()
+    aliases = [line for line in lines if "input_output_alias=" in line]
+    assert [line[:1] for line in aliases] == ["-", "+"]
+    assert re.fullmatch(r"-  input_output_alias=<20 entries, [\d,]+ characters, digest [0-9a-f]{8}>", aliases[0])
+    assert re.fullmatch(r"\+  input_output_alias=<32 entries, [\d,]+ characters, digest [0-9a-f]{8}>", aliases[1])
+    assert header not in result.stdout and len(aliases[1]) < 100
