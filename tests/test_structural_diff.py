@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 import pallas_kernel
 import team_model as tm
+from cuda_probe import needs_cuda
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import Action, ChangeKind
@@ -307,22 +308,29 @@ def _kernel_module_at(folder: Path, name: str):
     return module
 
 
-@pytest.mark.tpu
-@pytest.mark.parametrize("debug_locations", [True, False], ids=["locations-beside", "locations-in-body"])
-def test_a_pallas_kernel_is_compared_by_content(debug_locations, tmp_path):
+KERNELS = [
+    pytest.param("mosaic", True, marks=pytest.mark.tpu, id="mosaic-locations-beside"),
+    pytest.param("mosaic", False, marks=pytest.mark.tpu, id="mosaic-locations-in-body"),
+    pytest.param("triton", True, marks=needs_cuda, id="triton"),
+]
+
+
+@pytest.mark.parametrize("backend,debug_locations", KERNELS)
+def test_a_pallas_kernel_is_compared_by_content(backend, debug_locations, tmp_path):
     here = _kernel_module_at(tmp_path / "checkout", "kernel_here")
     elsewhere = _kernel_module_at(tmp_path / "another" / "venv" / "site-packages" / "project", "kernel_elsewhere")
-    base = here.lower(128, debug_locations)
-    moved = elsewhere.lower(128, debug_locations)
+    base = here.lower(128, debug_locations, backend)
+    moved = elsewhere.lower(128, debug_locations, backend)
     assert str(tmp_path / "checkout") in base and str(tmp_path / "another") in moved  # jax's FileNames table
-    assert base.count("tpu_custom_call") == moved.count("tpu_custom_call") == 1
+    target = {"mosaic": "tpu_custom_call", "triton": "__gpu$xla.gpu.triton"}[backend]
+    assert base.count(target) == moved.count(target) == 1
     assert diff_modules(analyze(base, "here"), analyze(moved, "elsewhere")).verdict in (
         "identical", "identical-after-normalization")
-    bigger = here.lower(256, debug_locations)
+    bigger = here.lower(256, debug_locations, backend)
     d = diff_modules(analyze(base, "128"), analyze(bigger, "256"), max_text_lines=0)
     assert d.verdict == "changed" and "kernels" in d.changes and d.differs
     (kernel,) = kinds(d, ChangeKind.KERNEL)
-    assert kernel.action is Action.CHANGED and "tpu_custom_call" in kernel.subject
+    assert kernel.action is Action.CHANGED and target in kernel.subject
     assert kernel.place.source == "pallas_kernel.py:" + str(
         next(n for n, line in enumerate(Path(pallas_kernel.__file__).read_text().splitlines(), 1)
              if "pl.pallas_call(" in line))

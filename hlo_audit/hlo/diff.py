@@ -258,11 +258,17 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     elif old_text == new_text and not kernels_differ:
         verdict, changes = "identical-after-normalization", []
     else:
-        old_stripped, old_kept = strip_rng_state(old.module, old.params)
-        new_stripped, new_kept = strip_rng_state(new.module, new.params)
-        (old_canonical, old_printed), (new_canonical, new_printed) = (
-            normalize_with_printed(old_stripped, old_kept), normalize_with_printed(new_stripped, new_kept))
         has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
+        if has_rng_state:
+            old_stripped, old_kept = strip_rng_state(old.module, old.params)
+            new_stripped, new_kept = strip_rng_state(new.module, new.params)
+            (old_canonical, old_printed), (new_canonical, new_printed) = (
+                normalize_with_printed(old_stripped, old_kept), normalize_with_printed(new_stripped, new_kept))
+        else:  # nothing to strip: the modules and their canonical texts as they are
+            old_stripped, old_kept, old_canonical, old_printed = old.module, old.params, old_text, \
+                old.printed_computations
+            new_stripped, new_kept, new_canonical, new_printed = new.module, new.params, new_text, \
+                new.printed_computations
         if has_rng_state and old_canonical == new_canonical and not kernels_differ:
             verdict, changes = "rng-state-only", []
         else:

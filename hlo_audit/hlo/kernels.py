@@ -17,8 +17,10 @@ of jax's install):
   ``core.py``); the other sections, which refer to strings by index, are digested as they are. (Line and column
   numbers of such locations are varints inside the attribute section: a kernel whose source moved digests apart
   there, never one installed elsewhere.)
-* in any other config (Triton's, Mosaic GPU's, a format this module does not read), absolute paths and MLIR
-  ``loc(...)`` annotations of the text are masked the same way.
+* Triton's config (``__gpu$xla.gpu.triton``) is an MLIR attribute dictionary (``{grid_x = 4 : i32, ..., ir =
+  "ML\\EFR..."}``) whose ``ir`` string is the kernel's bytecode, escaped (``\\XX`` per byte): it is unescaped and
+  digested as above. In any other config (Mosaic GPU's, a format this module does not read), absolute paths and
+  MLIR ``loc(...)`` annotations of the text are masked the same way.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ _STRING_SECTION = 0
 _PATH_IN_TEXT = re.compile(r"(?:[A-Za-z]:[\\/]|/)(?:[\w.+@~-]+[\\/])+([\w.+@~-]+)")
 _LOC = re.compile(r"\bloc\((?:[^()\"]|\"(?:[^\"\\]|\\.)*\")*\)")
 _ABSOLUTE_PATH = re.compile(rb"^(?:[A-Za-z]:[\\/]|/)(?:[^\\/\x00]+[\\/])+([^\\/\x00]+)$")
-_KERNEL_NAME = re.compile(r'\\?"name\\?"\s*:\s*\\?"([^"\\]+)')
+# An MLIR string literal (its escapes read by _mlir_unescape).
+_MLIR_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"', re.S)
+_MLIR_ESCAPES = {"n": b"\n", "t": b"\t", '"': b'"', "\\": b"\\"}
+_KERNEL_NAME = re.compile(r'\\?"name\\?"\s*:\s*\\?"([^"\\]+)|\bname\s*=\s*"([^"\\]+)"')  # JSON's, MLIR's
 
 
 def is_kernel_call(instr: Instruction) -> bool:
@@ -53,7 +58,7 @@ def is_kernel_call(instr: Instruction) -> bool:
 def kernel_name(instr: Instruction) -> str:
     """The kernel's own name where the config says it (Mosaic's ``name``), else the custom call's target."""
     m = _KERNEL_NAME.search(instr.attrs.get("backend_config", ""))
-    return m.group(1) if m else instr.custom_call_target
+    return (m.group(1) or m.group(2)) if m else instr.custom_call_target
 
 
 def kernel_digest(instr: Instruction) -> str:
@@ -68,8 +73,51 @@ def canonical_config(value: str) -> str:
     try:
         config = json.loads(text)
     except ValueError:
-        return _masked_text(text)
+        return _MLIR_STRING.sub(_mlir_string, _masked_text_outside_strings(text))
     return json.dumps(_without_locations(config), sort_keys=True, separators=(",", ":"))
+
+
+def _mlir_string(m: re.Match) -> str:
+    """An MLIR string literal of a config: bytecode as its digest, any other as its text, paths masked."""
+    data = _mlir_unescape(m.group(1))
+    if data.startswith(_BYTECODE_MAGIC):
+        try:
+            return f'"<bytecode {_digest_parts(_bytecode_parts(data))}>"'
+        except (IndexError, ValueError):
+            pass
+    return '"' + _masked_text(data.decode("utf-8", "replace")) + '"'
+
+
+def _masked_text_outside_strings(text: str) -> str:
+    """Paths and locations masked outside string literals (inside them, ``_mlir_string`` reads the bytes)."""
+    pieces, at = [], 0
+    for m in _MLIR_STRING.finditer(text):
+        pieces += [_masked_text(text[at:m.start()]), m.group()]
+        at = m.end()
+    return "".join(pieces) + _masked_text(text[at:])
+
+
+def _mlir_unescape(body: str) -> bytes:
+    """An MLIR string literal's bytes: ``\\XX`` is the byte XX, ``\\n`` / ``\\t`` / ``\\"`` / ``\\\\`` their
+    characters."""
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c != "\\" or i + 1 >= len(body):
+            out += c.encode()
+            i += 1
+        elif body[i + 1] in _MLIR_ESCAPES:
+            out += _MLIR_ESCAPES[body[i + 1]]
+            i += 2
+        else:
+            try:
+                out.append(int(body[i + 1:i + 3], 16))
+                i += 3
+            except ValueError:
+                out += c.encode()
+                i += 1
+    return bytes(out)
 
 
 def _unquoted(value: str) -> str:
@@ -109,9 +157,12 @@ def _bytecode_digest(encoded: str) -> str | None:
     except (binascii.Error, ValueError):
         return None
     try:
-        parts = _bytecode_parts(data)
+        return _digest_parts(_bytecode_parts(data))
     except (IndexError, ValueError):
         return None
+
+
+def _digest_parts(parts: list[bytes]) -> str:
     digest = hashlib.sha256()
     for part in parts:
         digest.update(len(part).to_bytes(8, "little"))

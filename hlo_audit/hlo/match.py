@@ -226,11 +226,12 @@ class _Side:
         self.own: dict[int, tuple] = {}
         self.comp_fp: dict[str, int] = {}
         self._attrs: dict[int, tuple] = {}
-        # What only a computation matched instruction by instruction needs, made when it is (``prepare``).
-        self.height: dict[int, int] = {}
+        # What only a computation matched instruction by instruction needs, made when it is (``prepare``,
+        # ``users_of``).
         self.order: dict[int, int] = {}
         self.users: dict[int, list[tuple[Instruction, int]]] = {}
         self._prepared: set[str] = set()
+        self._users_made: set[str] = set()
         for comp in call_graph_postorder(module):
             self._fingerprint(comp)
 
@@ -260,21 +261,27 @@ class _Side:
                                    tuple(sorted(comp.attrs.items()))))
 
     def prepare(self, comp: Computation) -> None:
-        """Heights (for tallest first), positions (for ties) and users (for the bottom-up step) of one computation."""
+        """Positions of one computation's instructions (for tallest first: an operand comes before its users, so the
+        later an instruction, the more it holds below it; and for ties)."""
         if comp.name in self._prepared:
             return
         self._prepared.add(comp.name)
-        height, order, users = self.height, self.order, self.users
-        by_name = comp.by_name
+        order = self.order
         for position, instr in enumerate(comp.instructions):
             order[id(instr)] = position
-            tallest = 0
-            for pos, ref in enumerate(instr.operands):
-                operand = by_name.get(ref)
-                if operand is not None:
-                    tallest = max(tallest, height[id(operand)])
-                    users.setdefault(id(operand), []).append((instr, pos))
-            height[id(instr)] = tallest + 1
+
+    def users_of(self, instr: Instruction, comp: Computation) -> list[tuple[Instruction, int]]:
+        """The instructions of ``comp`` reading ``instr``, with the operand position (made for ``comp`` at first
+        use: only the bottom-up step asks)."""
+        if comp.name not in self._users_made:
+            self._users_made.add(comp.name)
+            users, by_name = self.users, comp.by_name
+            for user in comp.instructions:
+                for pos, ref in enumerate(user.operands):
+                    operand = by_name.get(ref)
+                    if operand is not None:
+                        users.setdefault(id(operand), []).append((user, pos))
+        return self.users.get(id(instr), [])
 
     def _own(self, instr: Instruction, in_entry: bool) -> tuple:
         """What an instruction is apart from its operands and callees: opcode, shape, attributes, literal (an entry
@@ -453,7 +460,7 @@ class _Matcher:
         old, new = self.old, self.new
         old_by_fp = _group(a.instructions, old.fp)
         new_by_fp = _group(b.instructions, new.fp)
-        unique = [(old.height[id(xs[0])], xs[0], new_by_fp[f][0]) for f, xs in old_by_fp.items()
+        unique = [(old.order[id(xs[0])], xs[0], new_by_fp[f][0]) for f, xs in old_by_fp.items()
                   if len(xs) == 1 and len(new_by_fp.get(f, ())) == 1]
         unique.sort(key=lambda t: -t[0])
         for _, x, y in unique:
@@ -582,7 +589,7 @@ class _Matcher:
                 v = self.o2n.get(id(u)) if u is not None else None
                 if v is None:
                     continue
-                users = new.users.get(id(v), ())
+                users = new.users_of(v, b)
                 if len(users) > _MAX_USERS_SEEN:
                     continue
                 for user, at in users:  # users of b's instructions are b's
@@ -610,7 +617,7 @@ class _Matcher:
                 if y is None:
                     edits.append(InstructionEdit(Edit.DELETED, x, None, a_name, None))
                     continue
-                if old.fp[id(x)] == new.fp[id(y)]:
+                if old.fp[id(x)] == new.fp[id(y)] or self.only_renamed(x, y, a, b):
                     continue
                 aspects = self.aspects(x, y, a, b)
                 if aspects:
@@ -663,6 +670,20 @@ class _Matcher:
         if not same:
             aspects.append("operands")
         return tuple(aspects)
+
+    def only_renamed(self, x: Instruction, y: Instruction, a: Computation, b: Computation) -> bool:
+        """The common case of a pair whose fingerprints differ: the same instruction reading its partner's
+        operands (something upstream changed), which is no change of its own."""
+        if self.old.own[id(x)] != self.new.own[id(y)] or len(x.operands) != len(y.operands):
+            return False
+        if x.opcode in COMMUTATIVE or not self.same_callees(x.called_computations(), y.called_computations()):
+            return False
+        o2n, by_name = self.o2n, b.by_name
+        for u, v in zip(x.operands, y.operands):
+            operand = a.by_name.get(u)
+            if operand is None or o2n.get(id(operand)) is not by_name.get(v):
+                return False
+        return True
 
     def same_callees(self, xs: list[str], ys: list[str]) -> bool:
         """Whether two instructions call each other's computations: paired, or identical."""
