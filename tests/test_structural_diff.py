@@ -349,3 +349,15 @@ def test_the_text_diff_summarizes_the_module_header(tmp_path):
     assert re.fullmatch(r"-  input_output_alias=<20 entries, [\d,]+ characters, digest [0-9a-f]{8}>", aliases[0])
     assert re.fullmatch(r"\+  input_output_alias=<32 entries, [\d,]+ characters, digest [0-9a-f]{8}>", aliases[1])
     assert header not in result.stdout and len(aliases[1]) < 100
+
+
+def test_instructions_per_step_see_through_loops():
+    """The unrolled loop runs what the loop ran: per step, the same tanh (8 iterations of the forward loop and of its
+    recomputation, per layer); only the loops' own bookkeeping (their conditions, counters and tuples) goes."""
+    from hlo_audit.hlo.changes import instructions_per_step
+
+    base = instructions_per_step(analysis(BASE).module)
+    unrolled = instructions_per_step(analysis(tm.VARIANTS["unrolled_8x"]).module)
+    assert base["tanh"] == unrolled["tanh"] >= 8 * 2 * BASE.layers  # the forward loop and its recomputation
+    assert base["while"] == 3 * BASE.layers and unrolled["while"] == 0
+    assert base["compare"] > unrolled["compare"]  # the conditions, 9 times a loop

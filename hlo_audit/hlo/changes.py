@@ -40,7 +40,7 @@ from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import computation_words, header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS, trip_count
-from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
+from hlo_audit.hlo.text import HloModule, Instruction, split_name_list, strip_number_suffix
 from hlo_audit.hlo.thunks import ParameterReads
 
 
@@ -239,6 +239,25 @@ def executions(module: HloModule) -> dict[str, int]:
                     seen.add(callee)
                     order.append(target)
     return runs
+
+
+def instructions_per_step(module: HloModule) -> Counter:
+    """Instructions one step executes, by opcode: each computation's times its runs per step (``executions``), the
+    computations applied per element (a reduction's reducer, a sort's comparator, a scatter's combiner) left out:
+    they are the op that applies them, not instructions of the program."""
+    runs = executions(module)
+    per_element = {c for comp in module.computations.values() for instr in comp.instructions
+                   for key in _PER_ELEMENT if key in instr.attrs for c in split_name_list(instr.attrs[key])}
+    counts: Counter = Counter()
+    for name, times in runs.items():
+        if name in per_element:
+            continue
+        for instr in module.computations[name].instructions:
+            counts[instr.opcode] += times
+    return counts
+
+
+_PER_ELEMENT = ("to_apply", "scatter", "select")
 
 
 class _Sides:
