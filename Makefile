@@ -78,6 +78,7 @@ bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_diff.py
 	$(PY) scripts/bench_matrix.py
+	$(PY) scripts/bench_cache_digest.py
 	$(PY) scripts/bench_tpu.py
 	$(PY) scripts/bench_gpu.py
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hlo_audit import golden, matrix_report, platforms, scaffold
+from hlo_audit import golden, matrix_report, platforms, preflight, scaffold
 from hlo_audit.files import read_bounded
 from hlo_audit.cache import Cache
 from hlo_audit.config import DEFAULT_CONFIG_FILE, Config, ConfigError, load_config, resolve, validate
@@ -327,13 +327,16 @@ def check(p: Plan, results: list[CellResult], config_path: str | None = None, re
     series = _series_by_cell(p, results)
     owners = _text_owners(results, series)
     findings: list[Finding] = []
+    # One tree, read whole: a `golden update` swapping it meanwhile is never half seen (golden.read_snapshot).
+    goldens, stored_ids = golden.read_snapshot(p.config.golden_dir, lambda tree: (
+        {r.cell.id: tree.load(r.cell.id) for r in results}, tree.stored_ids() if report_stale else []))
     for r in results:
-        stored = golden.load(p.config.golden_dir, r.cell.id)
+        stored = goldens[r.cell.id]
         compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
         text = normalized_text(r) if r.cell.id in owners and compared else None
         findings.extend(gate.check(r, stored, series.get(r.cell.id), text))
     if report_stale:
-        findings.extend(stale(golden.stored_ids(p.config.golden_dir), full_matrix_ids(p)))
+        findings.extend(stale(stored_ids, full_matrix_ids(p)))
     findings.extend(stale_waivers(gate, results, full_matrix(p)))
     return CheckReport(findings, results, shard=p.shard_record)
 
@@ -563,10 +566,9 @@ def merge_check_reports(paths: list[str]) -> CheckReport:
 
 def report(p: Plan, results: list[CellResult]) -> matrix_report.MatrixReport:
     """The matrix against its goldens, scan pairs and depth scaling, for ``report`` and ``params_frame``."""
-    goldens = {}
-    for r in results:
-        stored = golden.load(p.config.golden_dir, r.cell.id)
-        goldens[r.cell.id] = stored.record if stored is not None and not stored.damaged else None
+    loaded = golden.read_snapshot(p.config.golden_dir, lambda tree: {r.cell.id: tree.load(r.cell.id) for r in results})
+    goldens = {cid: stored.record if stored is not None and not stored.damaged else None
+               for cid, stored in loaded.items()}
     return matrix_report.build(results, scaling(p, results), goldens)
 
 
@@ -658,6 +660,8 @@ def init_scaffold(folder: Path, request: InitRequest) -> scaffold.Scaffold:
     if found:
         raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
                          "(edit the config by hand, or remove them first)")
+    if problem := scaffold.unwritable(folder):  # every path checked before any is written
+        raise InputError(f"init: {problem}; nothing was written")
     library = None
     if request.kind == "maxtext":
         text = scaffold.maxtext_config(request.models or DEFAULTS_MODELS, request.quants or DEFAULTS_QUANTS,
@@ -667,6 +671,7 @@ def init_scaffold(folder: Path, request: InitRequest) -> scaffold.Scaffold:
             raise InputError("init --callable: name the models the function lowers (--model NAME, repeatable)")
         text = scaffold.callable_config(request.function, request.models, request.layers)
     else:
+        preflight.check_jax_variables()
         from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax and the model's library)
         from hlo_audit.targets.nnx_spec import SpecError  # noqa: PLC0415
 

@@ -18,7 +18,8 @@ stale.
 
 Writing is all-or-nothing. Every lowering happens first; then, holding a lock on the folder's parent (a flock on
 the directory: no lock file is left behind), the new tree is built complete in a staging folder beside the store
-(``.golden-staging-*``: hard links for what does not change, new files for what does) and swapped with the old
+(``.golden-staging-*``, marked as hlo-audit's by a file in it: hard links for what does not change, new files for
+what does) and swapped with the old
 one in a single ``renameat2(RENAME_EXCHANGE)``: a reader, a ``git status`` or a kill sees the old tree or the new
 one, never a mix, at every instant (and after a power loss: the new tree's files and folders are synced before
 the swap, the swap after it). The old tree is then deleted with the staging folder. A kill before the
@@ -26,6 +27,8 @@ swap leaves the old tree; after it, the new one; either way at most a staging fo
 ``golden update`` removes before it reads anything. Where the filesystem cannot exchange two entries the swap is
 two renames (old tree into the staging folder, new tree into place) and the next run finishes or undoes them
 before reading anything; a reader that meets that half-done state says so instead of reading an empty store.
+Readers that read many goldens (``check``, ``report``) read them through one descriptor of the tree (``Snapshot``,
+``read_snapshot``), so an update swapping trees meanwhile is never half seen.
 """
 
 from __future__ import annotations
@@ -38,9 +41,10 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from hlo_audit.files import sync, sync_tree
 from hlo_audit.hlo.constants import golden_summary
@@ -57,6 +61,11 @@ MAX_GOLDEN_BYTES = 256 << 20
 # Inside a staging folder: the new tree, the marker that it is complete, and for the two-rename fallback its marker
 # (written before the first rename: only then may the next run move a tree into place) and the old tree.
 STAGED_TREE, STAGED_READY, STAGED_FALLBACK, STAGED_OLD = "tree", "ready", "two-renames", "old"
+T = TypeVar("T")
+# The first file of every staging folder: what says it is hlo-audit's, so that only hlo-audit's own leftovers are
+# ever removed (a user's `.golden-staging-notes/` beside the store matches the name pattern, not this).
+STAGING_MARKER = ".hlo-audit-staging"
+_STAGING_MARKER_TEXT = "a staging folder of `hlo-audit golden update`: the next one removes it\n"
 
 
 class GoldenError(ValueError):
@@ -194,9 +203,13 @@ class Golden:
         return None
 
 
-def _read_bytes(path: Path) -> bytes:
-    """A golden's bytes; a folder, FIFO or device at its path, or a file too large to be one, is an OSError."""
-    with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NONBLOCK)) as handle:
+def _read_bytes(path: Path, at: Snapshot | None = None) -> bytes:
+    """A golden's bytes (read in the tree ``at`` holds open, when given); a folder, FIFO or device at its path, or
+    a file too large to be one, is an OSError."""
+    def opener(name, flags):
+        return os.open(name, flags | os.O_NONBLOCK) if at is None else at.open(Path(name), flags | os.O_NONBLOCK)
+
+    with open(path, "rb", opener=opener) as handle:
         info = os.fstat(handle.fileno())
         if not stat.S_ISREG(info.st_mode):
             raise OSError(errno.EINVAL, "not a regular file")
@@ -265,10 +278,10 @@ def record_problem(record, cell_id: str) -> str | None:
     return None
 
 
-def _read_record(path: Path, cell_id: str) -> tuple[dict | None, str | None]:
+def _read_record(path: Path, cell_id: str, at: Snapshot | None = None) -> tuple[dict | None, str | None]:
     """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
     try:
-        record = json.loads(_decode(_read_bytes(path)))
+        record = json.loads(_decode(_read_bytes(path, at)))
     except OSError as exc:
         return None, f"{path}: unreadable golden: {exc.strerror or exc}"
     except RecursionError:
@@ -279,21 +292,23 @@ def _read_record(path: Path, cell_id: str) -> tuple[dict | None, str | None]:
     return (record, None) if problem is None else (None, f"{path}: {problem}")
 
 
-def load(root: Path, cell_id: str) -> Golden | None:
-    """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``)."""
+def load(root: Path, cell_id: str, at: Snapshot | None = None) -> Golden | None:
+    """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``). ``at``:
+    read in that snapshot of the tree (``read_snapshot``), not by path."""
     root = Path(root)
-    check_published(root)
+    if at is None:
+        check_published(root)
     path = summary_path(root, cell_id)
-    if not os.path.lexists(path):
+    if not (os.path.lexists(path) if at is None else at.lexists(path)):
         return None
-    record, problem = _read_record(path, cell_id)
+    record, problem = _read_record(path, cell_id, at)
     if record is None:
         return Golden(cell_id, {}, None, damaged=problem)
     if record.get("hlo") is None:
         return Golden(cell_id, record, None)
     text_path = hlo_path(root, cell_id)
     try:
-        return Golden(cell_id, record, _decode(_read_bytes(text_path)))
+        return Golden(cell_id, record, _decode(_read_bytes(text_path, at)))
     except FileNotFoundError:
         why = f"{text_path}: missing (its summary names it)"
     except OSError as exc:
@@ -315,11 +330,105 @@ def _summary_files(root: Path) -> Iterator[tuple[str, Path]]:
                 yield str(path.relative_to(root))[: -len(SUMMARY_SUFFIX)], path
 
 
-def stored_ids(root: Path) -> list[str]:
+def stored_ids(root: Path, at: Snapshot | None = None) -> list[str]:
     """Every cell id with one of hlo-audit's golden summaries under ``root`` (the marker: ``record_problem``)."""
     root = Path(root)
-    check_published(root)
-    return sorted(cid for cid, path in _summary_files(root) if _read_record(path, cid)[0] is not None)
+    if at is None:
+        check_published(root)
+    files = _summary_files(root) if at is None else at.summary_files()
+    return sorted(cid for cid, path in files if _read_record(path, cid, at)[0] is not None)
+
+
+class Snapshot:
+    """The golden tree as it was when opened: one descriptor of its folder, every read relative to it.
+
+    ``golden update`` swaps a whole new tree in and then deletes the old one, so a reader that opened files one by
+    one by path read part of one tree and part of the other (issue 27: 3 of 4 cells, then 22 of 72 of the new
+    tree). Reads through the descriptor stay in the tree it was opened on; ``changed()`` says whether the path now
+    names another tree, in which case the old one may have lost files under the reads (``read_snapshot`` reads
+    again). A folder's inode and ctime tell: every swap puts another folder at the path, and renaming a folder
+    changes its ctime."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        check_published(self.root)
+        self.fd: int | None = None
+        try:
+            self.fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # no tree: nothing stored
+        except OSError as exc:
+            raise GoldenError(f"{self.root}: cannot read the golden folder: {exc.strerror or exc}") from None
+        self._identity = self._identify(os.fstat(self.fd)) if self.fd is not None else None
+
+    @staticmethod
+    def _identify(info: os.stat_result) -> tuple[int, int, int]:
+        return info.st_dev, info.st_ino, info.st_ctime_ns
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def changed(self) -> bool:
+        """Whether the path names another tree than the one these reads went to (or one appeared or went)."""
+        try:
+            now = self._identify(os.stat(self.root))
+        except OSError:
+            now = None
+        return now != self._identity
+
+    def _relative(self, path: Path) -> str:
+        return os.fspath(Path(path).relative_to(self.root))
+
+    def open(self, path: Path, flags: int) -> int:
+        if self.fd is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        return os.open(self._relative(path), flags, dir_fd=self.fd)
+
+    def lexists(self, path: Path) -> bool:
+        if self.fd is None:
+            return False
+        try:
+            os.stat(self._relative(path), dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def summary_files(self) -> Iterator[tuple[str, Path]]:
+        """``_summary_files`` of the tree this snapshot holds."""
+        if self.fd is None:
+            return
+        for dirpath, dirnames, filenames, _ in os.fwalk(".", dir_fd=self.fd):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                if name.endswith(SUMMARY_SUFFIX) and not name.startswith("."):
+                    rel = os.path.normpath(os.path.join(dirpath, name))
+                    yield rel[: -len(SUMMARY_SUFFIX)], self.root / rel
+
+    def load(self, cell_id: str) -> Golden | None:
+        return load(self.root, cell_id, at=self)
+
+    def stored_ids(self) -> list[str]:
+        return stored_ids(self.root, at=self)
+
+
+SNAPSHOT_ATTEMPTS = 20
+
+
+def read_snapshot(root: Path, read: Callable[[Snapshot], T]) -> T:
+    """``read(snapshot)`` of one golden tree, whole: read again when a ``golden update`` swapped the tree during
+    the reads (each swap ends a commit that takes longer than these reads, so a few attempts always end)."""
+    for _ in range(SNAPSHOT_ATTEMPTS):
+        snapshot = Snapshot(root)
+        try:
+            value = read(snapshot)
+        finally:
+            snapshot.close()
+        if not snapshot.changed():
+            return value
+    raise GoldenError(f"{root}: the golden folder was replaced {SNAPSHOT_ATTEMPTS} times while it was read (a "
+                      "`golden update` running?); run again when it is done")
 
 
 def owned_files(root: Path, cell_id: str) -> list[Path]:
@@ -442,11 +551,26 @@ def _commit_lock(root: Path):
 
 
 def _stagings(real: Path) -> list[Path]:
+    """The staging folders of ``real`` that hlo-audit made: its name's prefix and its marker (``_is_staging``)."""
     parent, prefix = real.parent, staging_prefix(real)
     if not parent.is_dir():
         return []
     return sorted(parent / name for name in os.listdir(parent)
-                  if name.startswith(prefix) and (parent / name).is_dir() and not (parent / name).is_symlink())
+                  if name.startswith(prefix) and _is_staging(parent / name))
+
+
+def _mark_staging(staging: Path) -> None:
+    _write_new(staging / STAGING_MARKER, _STAGING_MARKER_TEXT)
+
+
+def _is_staging(folder: Path) -> bool:
+    """A real folder (not a link to one) holding the marker hlo-audit writes first in each staging folder."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        return _read_bytes(folder / STAGING_MARKER) == _STAGING_MARKER_TEXT.encode()
+    except OSError:
+        return False
 
 
 def recover(root: Path) -> list[Path]:
@@ -494,6 +618,7 @@ def _commit(root: Path, changes: dict[Path, str | None]) -> None:
     except OSError as exc:
         raise GoldenError(f"{root}: cannot stage the new goldens beside it: {exc.strerror or exc}") from None
     try:
+        _mark_staging(staging)  # a kill before this leaves an empty folder nobody removes: never a user's file
         _after_step("staging folder created")
         tree = staging / STAGED_TREE
         _build(real, tree, changes, root)

@@ -12,15 +12,16 @@ import fnmatch
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shared words and leaves: records, the host process, jax's argument paths, MaxText's vocabulary.
-    ("words", ("layers", "lowering", "host", "files", "attribution", "capture", "targets.vocab")),
+    ("words", ("layers", "lowering", "host", "preflight", "files", "attribution", "capture", "targets.vocab")),
     ("platforms", ("platforms", "platforms.*")),
     ("cells", ("matrix", "results")),
     ("stages", ("stages", "stages.*")),
     ("targets", ("targets", "targets.*")),
-    ("running", ("config", "cache", "run")),
+    ("running", ("config", "cache", "run", "termination")),
     ("judging", ("golden", "gate", "scaling", "matrix_report", "explain")),
     ("formats", ("report", "report.*")),
-    ("commands", ("audit", "errors", "scaffold", "cli", "pytest_plugin", "__main__", "", "examples", "examples.*")),
+    ("commands", ("audit", "errors", "streams", "scaffold", "cli", "pytest_plugin", "__main__", "", "examples",
+                  "examples.*")),
 )
 # The HLO core: jax-free, below everything, importing nothing outside itself.
 CORE = ("hlo", "hlo.*")
