@@ -508,5 +508,5 @@ def main() -> None:
         report_error(exc)
         code = EXIT_INPUT_ERROR
     except KeyboardInterrupt as stop:  # a signal outside any command (while parsing its options)
-        print(f"hlo-audit: {termination.message(stop)}", file=sys.stderr)
-    sys.exit(termination.stopped_exit_code() or code)
+        termination.announce(stop)
+    termination.leave(termination.stopped_exit_code() or code)

@@ -91,6 +91,6 @@ def exit_on_input_error(fn):
             report(exc)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
         except KeyboardInterrupt as stop:  # Ctrl-C, and SIGTERM / SIGHUP the same way (hlo_audit.termination)
-            print(f"hlo-audit: {termination.message(stop)}", file=sys.stderr)
+            termination.announce(stop)
             raise typer.Exit(termination.exit_code(stop)) from None
     return wrapper

@@ -15,7 +15,13 @@ SIGKILL after a grace period), SIGHUP (the terminal or SSH session went away). A
   left to end by itself: it ignores both signals and leaves as soon as the last process holding its pipe (the
   command and its workers) is gone, having unlinked what they left;
 * the exit code is 128 + the signal's number, as a shell reports a process the signal killed: 130 (SIGINT), 143
-  (SIGTERM), 129 (SIGHUP), with one line on stderr.
+  (SIGTERM), 129 (SIGHUP), with one line on stderr (``announce``);
+* the process then leaves without the interpreter's exit hooks (``leave``): concurrent.futures joins its pool's
+  manager thread at exit, and a thread the signal interrupted can hold a lock that thread waits on, so a cancelled
+  job hung there until the runner's SIGKILL (seen once in CI: ``golden update`` alive 30 s after SIGHUP);
+* and whatever clean-up still runs ``CLEANUP_SECONDS`` after the signal is cut short the same way, its children
+  ended first: every write hlo-audit makes survives a SIGKILL at any point (atomic files, the golden swap), so
+  ending now leaves what a runner's SIGKILL would, only minutes sooner.
 
 A signal a shell told the command to ignore (``nohup``: SIGHUP; a background job: SIGINT) stays ignored.
 """
@@ -27,11 +33,13 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_SECONDS = 2.0
+CLEANUP_SECONDS = 10.0  # from the first signal to the process's end, whatever its clean-up is doing
 _SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 
 
@@ -59,13 +67,51 @@ def message(stop: KeyboardInterrupt) -> str:
 
 
 _received: list[int] = []  # the signal that stopped this process, once one has
+_announced: list[bool] = []  # whether its line is on stderr
+_deadline: list[threading.Timer] = []
+
+
+def announce(stop: KeyboardInterrupt) -> None:
+    """The one line a stopped command ends with (``hlo-audit: hung up (SIGHUP)``), said once."""
+    if _announced:
+        return
+    _announced.append(True)
+    with contextlib.suppress(OSError, ValueError):  # a closed stderr
+        print(f"hlo-audit: {message(stop)}", file=sys.stderr, flush=True)
 
 
 def _handler(signum: int, frame) -> None:
     if _received:  # the first one is being handled: its clean-up must not be cut short
         return
     _received.append(signum)
+    timer = threading.Timer(CLEANUP_SECONDS, _end_now, args=(signum,))
+    timer.daemon = True
+    timer.start()
+    _deadline.append(timer)
     raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _end_now(signum: int) -> None:
+    """The clean-up outlived ``CLEANUP_SECONDS``: end as a SIGKILL would, children first, with the command's line."""
+    with contextlib.suppress(Exception):
+        _end([pid for pid in descendants(os.getpid()) if pid != _resource_tracker_pid()])
+    announce(Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt())
+    _flush()
+    os._exit(128 + signum)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def leave(code: int) -> None:
+    """Exit with ``code``; after a signal without the interpreter's exit hooks (the module doc says why)."""
+    if _received:
+        _flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 @contextlib.contextmanager
@@ -73,6 +119,7 @@ def ending_on_signals() -> Iterator[None]:
     """Around a command, in the main thread: SIGINT, SIGTERM and SIGHUP stop it as the module doc says, and when one
     did, every process it started is ended before the block is left. Handlers are put back afterwards."""
     _received.clear()
+    _announced.clear()
     previous = {}
     for signum in SIGNALS:
         current = signal.getsignal(signum)
@@ -85,6 +132,9 @@ def ending_on_signals() -> Iterator[None]:
     finally:
         if _received:
             end_descendants()
+        for timer in _deadline:  # the block ended: what follows is the caller's (``leave``)
+            timer.cancel()
+        _deadline.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -591,12 +592,14 @@ SWAPPER = textwrap.dedent('''
     from pathlib import Path
     from hlo_audit import golden
     spec = json.loads(sys.stdin.read())
-    root, stop = Path(spec["root"]), Path(spec["stop"])
+    root, stop, count = Path(spec["root"]), Path(spec["stop"]), Path(spec["count"])
     swaps = 0
     print("started", flush=True)
     while not stop.exists():
         golden.publish(root, spec["to_new"] if swaps % 2 == 0 else spec["to_old"])
         swaps += 1
+        count.with_suffix(".tmp").write_text(str(swaps))
+        count.with_suffix(".tmp").replace(count)
     print(swaps, flush=True)
 ''')
 
@@ -623,14 +626,24 @@ def test_check_racing_golden_update_sees_the_old_tree_or_the_new_never_a_mix(pro
     new = seen()
     golden.publish(root, to_old)
     assert old != new and not old[1] and new[1]  # tree B: dropout0 cells regress, its dropout goldens are stale
-    stop = tmp_path / "stop"
+    stop, count = tmp_path / "stop", tmp_path / "swaps"
     swapper = subprocess.Popen([sys.executable, "-c", SWAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    swapper.stdin.write(json.dumps({"root": str(root), "stop": str(stop), "to_new": to_new, "to_old": to_old}))
+    swapper.stdin.write(json.dumps({"root": str(root), "stop": str(stop), "count": str(count), "to_new": to_new,
+                                    "to_old": to_old}))
     swapper.stdin.close()
+
+    def swapped() -> int:
+        return int(count.read_text() or 0) if count.exists() else 0
+
     try:
         assert swapper.stdout.readline() == "started\n"
-        checks = [seen() for _ in range(80)]
+        # At least 80 checks and 10 swaps under them, however fast either side runs on this machine (in CI the 80
+        # checks once ended after 6 swaps); the bound only keeps a stuck swapper from hanging the suite.
+        checks, deadline = [], time.monotonic() + 180
+        while (len(checks) < 80 or swapped() < 10 or old not in checks or new not in checks) \
+                and time.monotonic() < deadline:
+            checks.append(seen())
     finally:
         stop.touch()
         swaps = int(swapper.stdout.read().strip() or 0)

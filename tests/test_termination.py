@@ -128,3 +128,56 @@ def test_a_signal_ends_the_command_and_every_process_it_started(project, command
     # Nothing half-written: no report, no golden, no staging folder, no temporary file.
     assert sorted(p.name for p in project.iterdir() if p.name not in (".hlo-audit-cache", "__pycache__")) == [
         "hlo-audit.toml", "sleepy.py"]
+
+
+STUBBORN = """
+import time
+from pathlib import Path
+
+from hlo_audit.examples.nnx_mlp import lower as real
+
+
+def lower(cell):
+    Path(__file__).with_name("lowering").touch()
+    try:
+        time.sleep(120)
+    except KeyboardInterrupt:  # a target whose own clean-up hangs (a stuck lock, a join on a wedged thread)
+        time.sleep(120)
+        raise
+    return real(cell)
+"""
+
+
+def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
+    """A stopped command whose clean-up hangs (in CI: `golden update` alive 30 s after SIGHUP, the interpreter's exit
+    waiting on the worker pool's thread) ends anyway, CLEANUP_SECONDS after the signal, with its exit code and line:
+    a runner's SIGKILL would have left the same files, minutes later. Here the cell lowers in the command's own
+    process (--jobs 1) and the target's handler for the interrupt sleeps."""
+    from hlo_audit.termination import CLEANUP_SECONDS
+
+    (tmp_path / "stubborn.py").write_text(STUBBORN)
+    (tmp_path / "hlo-audit.toml").write_text(CONFIG.replace("sleepy", "stubborn").replace('"off", "on"', '"off"'))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    proc = subprocess.Popen([sys.executable, "-m", "hlo_audit", "run", "--jobs", "1", "--no-cache"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    stderr = Stderr(proc.stderr)
+    stderr.start()
+    try:
+        wait_for(lambda: (tmp_path / "lowering").exists(), 120, "the cell's lowering")
+        time.sleep(0.5)
+        assert proc.poll() is None, stderr.lines
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=CLEANUP_SECONDS + 20)
+        seconds = time.monotonic() - started
+        stderr.join(timeout=10)
+        wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert code == 128 + signal.SIGTERM, (code, stderr.lines)
+    assert stderr.lines[-1] == "hlo-audit: terminated (SIGTERM)", stderr.lines
+    assert CLEANUP_SECONDS - 1 < seconds < CLEANUP_SECONDS + 10, seconds
