@@ -48,6 +48,7 @@ import sysconfig
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -668,12 +669,12 @@ class Cache:
             return None
         try:
             result = CellResult.from_record(record, cached=True)
-            if result.cell.id != cell or result.key != entry or result.status != "ok":
+            if result.cell.id != cell or result.key != entry or not result.ok:
                 raise ValueError(result.cell.id)
         except (KeyError, TypeError, ValueError, AttributeError):
             return self._damaged(self._path(entry, "result"), cell, "not a result of this cell")
-        result.normalized = self._read(entry, "normalized", cell, _parse_text_entry)
-        return result if result.normalized is not None else None
+        normalized = self._read(entry, "normalized", cell, _parse_text_entry)
+        return replace(result, normalized=normalized) if normalized is not None else None
 
     def normalized_text(self, entry: str, cell: str | None = None) -> str | None:
         if not self.enabled:
@@ -690,20 +691,20 @@ class Cache:
                 self._warn(f"cache entry {path} cannot be written ({exc.strerror or exc}); not caching it")
             self._write_failed = True
 
-    def put(self, key: str, result: CellResult, lowering: Lowering, reads: dict) -> str:
+    def put(self, key: str, result: CellResult, lowering: Lowering, reads: dict) -> CellResult:
         """Store a cell just lowered: its entry (text, lowering record, result, canonical text), then the manifest
-        variant naming it. Returns the entry key (the result's ``key``)."""
+        variant naming it. Returns the result keyed by its entry (``key``)."""
         entry = _digest({"primary": key, "reads": _identity(reads)})
-        result.key = entry
+        result = replace(result, key=entry)
         if not self.enabled:
-            return entry
+            return result
         cell = result.cell.id
         meta = {"cell": cell, "seconds": result.lower_seconds, **lowering.meta(), "hlo_sha256": _sha256(lowering.text)}
         self._write(self._path(entry, "hlo"), _text_entry({"kind": "hlo", "key": entry, "cell": cell}, lowering.text))
         self._write(self._path(entry, "lowering"), _json_entry({"kind": "lowering", "key": entry, "cell": cell}, meta))
         self.put_result(entry, result)
         self._add_variant(key, cell, entry, reads)
-        return entry
+        return result
 
     def put_result(self, entry: str, result: CellResult) -> None:
         """The analysed result and its canonical text (written first: a result always has its text)."""

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit import __version__, audit, host, scaffold
+from hlo_audit import __version__, audit, host, merge as merge_reader, scaffold
 from hlo_audit.errors import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, exit_on_input_error
 from hlo_audit.errors import report as report_error
 from hlo_audit.errors import warn
@@ -75,9 +75,9 @@ FORMATS = {
         "table": lambda v: terminal.render(terminal.print_rng, v.label, v.rng, v.streams, v.constants),
     },
     "check": {
-        "json": lambda v: jsonfmt.format_check(v.report),
-        "markdown": lambda v: markdown.format_check(v.report),
-        "table": lambda v: terminal.render(terminal.print_check, v.report, v.verbose),
+        "json": lambda v: jsonfmt.format_check(v.outcome),
+        "markdown": lambda v: markdown.format_check(v.outcome),
+        "table": lambda v: terminal.render(terminal.print_check, v.outcome, v.verbose),
     },
     "report": {
         "json": lambda v: jsonfmt.format_report(v.report),
@@ -276,9 +276,9 @@ def rng(
     """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
     written into the program as literals (they never advance). Exit 1 when any stream is carried (dead RNG
     state), 0 when none is, 2 on bad input."""
-    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
-    emit("rng", fmt, label=source.label, rng=source.rng, streams=streams, constants=source.constants)
-    raise typer.Exit(EXIT_DIFFERENCE if source.rng["carried"] else EXIT_OK)
+    program = audit.load_program(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
+    emit("rng", fmt, label=program.label, rng=program.rng, streams=streams, constants=program.constants)
+    raise typer.Exit(EXIT_DIFFERENCE if program.rng.carried else EXIT_OK)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
@@ -298,9 +298,9 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
 def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
     """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
     results = _run(plan, jobs, no_cache, refresh)
-    report = audit.update_goldens(plan, results, prune=prune)
-    sys.stdout.write(terminal.render(terminal.print_golden_update, report, plan.config.golden_dir))
-    return 1 if any(why.startswith("error") for _, why in report.skipped) else 0
+    update = audit.update_goldens(plan, results, prune=prune)
+    sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir))
+    return 1 if update.failed else 0
 
 
 def _check_outputs(junit_path: str | None, markdown_path: str | None) -> None:
@@ -311,12 +311,12 @@ def _check_outputs(junit_path: str | None, markdown_path: str | None) -> None:
         check_output(markdown_path, "--markdown", "hlo-audit.md")
 
 
-def _write_outputs(report, junit_path: str | None, markdown_path: str | None) -> None:
+def _write_outputs(outcome, junit_path: str | None, markdown_path: str | None) -> None:
     """The report files asked for, then the job summary: a summary that cannot be appended is a warning, and the
     gate's verdict and exit code stand."""
     if junit_path:
-        write_output(junit_path, junit.format_junit(report), "--junit", "hlo-audit.xml")
-    summary = markdown.format_check(report)
+        write_output(junit_path, junit.format_junit(outcome), "--junit", "hlo-audit.xml")
+    summary = markdown.format_check(outcome)
     if markdown_path:
         write_output(markdown_path, summary, "--markdown", "hlo-audit.md")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -338,10 +338,10 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     plan = audit.plan(config, _only(only), shard, layers)
     _check_outputs(junit_path, markdown_path)
     results = _run(plan, jobs, no_cache, refresh)
-    report = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
-    emit("check", fmt, report=report, verbose=verbose)
-    _write_outputs(report, junit_path, markdown_path)
-    raise typer.Exit(report.exit_code)
+    outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
+    emit("check", fmt, outcome=outcome, verbose=verbose)
+    _write_outputs(outcome, junit_path, markdown_path)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -351,10 +351,10 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
           verbose: VerboseOpt = False) -> None:
     """Merge per-shard `check --format json` results into one report and exit code."""
     _check_outputs(junit_path, markdown_path)
-    report = audit.merge_check_reports(paths)
-    emit("check", fmt, report=report, verbose=verbose)
-    _write_outputs(report, junit_path, markdown_path)
-    raise typer.Exit(report.exit_code)
+    outcome = merge_reader.merge_check_reports(paths)
+    emit("check", fmt, outcome=outcome, verbose=verbose)
+    _write_outputs(outcome, junit_path, markdown_path)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -390,7 +390,7 @@ def explain(
 ) -> None:
     """Where the entry parameters come from: a tree of path-pattern groups, largest first; and, for a step that
     closes over state, the same tree of what it captured as constants."""
-    loaded = audit.load_source(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
+    loaded = audit.load_program(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     tree, captured = audit.explain_trees(loaded, depth=depth, top=top)
     emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches)
 

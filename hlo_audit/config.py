@@ -17,6 +17,7 @@ from hlo_audit.files import read_bounded
 from hlo_audit.cache import importing_target
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
+from hlo_audit.policy import DEFAULT_POLICY, Policy
 from hlo_audit.stages import STAGES
 from hlo_audit.targets import nnx_spec
 from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, DEFAULT_PREFILL, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS,
@@ -99,9 +100,6 @@ DEFAULTS: dict = {
           for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
     ],
 }
-DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
-                  "missing_golden": "fail",
-                  "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)
 # A config is a few kilobytes; anything near this is not one (``--config /dev/zero`` must not fill the memory).
@@ -130,6 +128,11 @@ class Config:
     # target "nnx": model -> its description (targets.nnx_spec), with the library's source digest once resolved.
     nnx: Mapping[str, Mapping] = field(default_factory=dict)
     resolved: bool = False  # the target imported and checked (``resolve``)
+
+    @property
+    def gate_policy(self) -> Policy:
+        """The gate's policy: ``[policy]``'s actions and the ``[[waive]]`` list, typed (built here, once)."""
+        return Policy.of(self.policy, self.waivers, self.waivers_built_in, self.source, self.memory_tolerance)
 
     @property
     def uses_full_depth(self) -> bool:

@@ -10,17 +10,13 @@ import typer
 from hlo_audit.cache import CacheError
 from hlo_audit.config import ConfigError
 from hlo_audit.files import OutputError
-from hlo_audit.golden import GoldenError
+from hlo_audit.golden.store import GoldenError
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MatrixError
+from hlo_audit.usage import InputError
 
 EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
-
-
-class InputError(Exception):
-    """Bad input or usage the user can fix; the message names what and where."""
-
 
 USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError,
                CacheError)

@@ -12,15 +12,22 @@ import fnmatch
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shared words and leaves: records, the host process, jax's argument paths, MaxText's vocabulary.
-    ("words", ("layers", "lowering", "host", "files", "attribution", "capture", "targets.vocab")),
+    ("words", ("layers", "lowering", "host", "files", "usage", "attribution", "capture", "targets.vocab")),
     ("platforms", ("platforms", "platforms.*")),
-    ("cells", ("matrix", "results")),
+    ("cells", ("matrix",)),
     ("stages", ("stages", "stages.*")),
     ("targets", ("targets", "targets.*")),
-    ("running", ("config", "cache", "run")),
-    ("judging", ("golden", "gate", "scaling", "matrix_report", "explain")),
-    ("formats", ("report", "report.*")),
-    ("commands", ("audit", "errors", "scaffold", "cli", "pytest_plugin", "__main__", "", "examples", "examples.*")),
+    # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
+    # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
+    ("records", ("analysed", "results", "policy", "findings")),
+    # Config -> cells -> results: the plan, the cache, the run.
+    ("running", ("config", "plan", "cache", "cache.*", "run")),
+    # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
+    ("judging", ("golden", "golden.*", "scaling", "outcome", "gate", "explain", "inputs")),
+    # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
+    ("formats", ("report", "report.*", "merge")),
+    ("commands", ("audit", "errors", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "", "examples",
+                  "examples.*")),
 )
 # The HLO core: jax-free, below everything, importing nothing outside itself.
 CORE = ("hlo", "hlo.*")

@@ -88,7 +88,7 @@ def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | 
     """One Series per group of ok cells that differ only in depth and cover two or more depths."""
     groups: dict[tuple, dict[int, CellResult]] = defaultdict(dict)
     for r in results:
-        if r.status == "ok":
+        if r.ok:
             groups[r.cell.series][r.cell.layers] = r
     series = []
     for by_depth in groups.values():
@@ -102,18 +102,18 @@ def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | 
                 return fit_line([(d, r.entry_params) for d, r in zip(depths, rows)])
             return fit_line([(d, r.count(kind, name)) for d, r in zip(depths, rows)])
 
-        dtypes = sorted({k for r in rows for k in r.summary["by_dtype"]})
-        roles = sorted({k for r in rows for k in r.summary["by_role"]})
+        dtypes = sorted({k for r in rows for k in r.summary.by_dtype})
+        roles = sorted({k for r in rows for k in r.summary.by_role})
         model = rows[0].cell.model
         launched = all(r.launches for r in rows)
         series.append(Series(
             cell=rows[0].cell, depths=depths, total=line(None),
             by_dtype={k: line("by_dtype", k) for k in dtypes}, by_role={k: line("by_role", k) for k in roles},
             full_depth=_safe_depth(full_depth, model),
-            launches={k: fit_line([(d, r.launches.get(k, 0)) for d, r in zip(depths, rows)]) for k in LAUNCH_COUNTS}
-            if launched else None,
-            launch_groups=tuple(group_delta(rows[0].launches.get("groups", {}), rows[-1].launches.get("groups", {}),
-                                            reading=RNG_ROLES)) if launched else (),
+            launches={k: fit_line([(d, getattr(r.launches, k)) for d, r in zip(depths, rows)])
+                      for k in LAUNCH_COUNTS} if launched else None,
+            launch_groups=tuple(group_delta(rows[0].launches.groups, rows[-1].launches.groups, reading=RNG_ROLES))
+            if launched else (),
         ))
     return sorted(series, key=lambda s: s.id)
 

@@ -12,7 +12,7 @@ be byte-identical.
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 
 import pytest
 
@@ -21,27 +21,26 @@ import unchanged_outputs as scenarios
 
 @contextlib.contextmanager
 def serve(entries):
-    """Today's seam: the pipeline's lowering step (``run.run_cells`` as the plan's execution calls it) yields the
+    """Today's seam: the pipeline's lowering step (``run.run_cells`` as ``run.execute`` calls it) yields the
     scenario's results, read through the results cache's record schema as a cached result would be."""
-    from hlo_audit import audit
+    from hlo_audit import run
     from hlo_audit.results import CellResult
 
     results = {}
     for entry in entries:
-        result = CellResult.from_record(entry["record"])
-        result.normalized = entry["normalized"]
+        result = dataclasses.replace(CellResult.from_record(entry["record"]), normalized=entry["normalized"])
         results[result.cell.id] = result
 
     def run_cells(cells, cache, jobs=1, started=None):
         for cell in cells:
-            yield copy.copy(results[cell.id])
+            yield results[cell.id]
 
-    saved = audit.run_cells
-    audit.run_cells = run_cells
+    saved = run.run_cells
+    run.run_cells = run_cells
     try:
         yield
     finally:
-        audit.run_cells = saved
+        run.run_cells = saved
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -66,7 +66,7 @@ def roles_chart(report) -> str:
         out.append(f'<text x="{label_width - 6}" y="{y + 12}" text-anchor="end">{escape(r.cell.id)}</text>')
         x = float(label_width)
         for role in roles:
-            n = r.summary["by_role"].get(role, 0)
+            n = r.summary.by_role.get(role, 0)
             if n:
                 w = bar_width * n / most
                 out.append(f'<rect data-role="{role}" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row - 4}" '
@@ -147,9 +147,9 @@ def matrix_table(report) -> str:
         by_dtype, by_role = v.delta("by_dtype") or {}, v.delta("by_role") or {}
         rows.append(({"data-cell": r.cell.id, "data-status": r.status},
                      [escape(r.cell.id), str(r.entry_params), f'<span class="{css}">{text}</span>']
-                     + [_count(r.summary["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes]
-                     + [_count(r.summary["by_role"].get(k, 0), by_role.get(k)) for k in roles]
-                     + [str(r.rng["dead_params"]) if r.rng else ""]))
+                     + [_count(r.summary.by_dtype.get(d, 0), by_dtype.get(d)) for d in dtypes]
+                     + [_count(r.summary.by_role.get(k, 0), by_role.get(k)) for k in roles]
+                     + [str(r.rng.dead_params) if r.rng else ""]))
     return _table("matrix", ["cell", "entry params", "Δ golden", *dtypes, *roles, "never-drawn RNG"], rows)
 
 

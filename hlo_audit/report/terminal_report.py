@@ -11,13 +11,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.terminal import (STATUS_STYLE, add_row, dtype_counts, make_table, print_scaling, print_table,
                                        status)
-from hlo_audit.report.words import ROLE_SHORT, captured_by_dtype, human_bytes
+from hlo_audit.report.words import ROLE_SHORT, human_bytes
 
 
 def _with_delta(value: int, delta: int | None) -> Text:
@@ -41,10 +40,10 @@ def print_matrix(console: Console, report) -> None:
     table = make_table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
-        add_row(table, v.result.cell.id, s["entry_params"], _delta(v.total_delta),
-                *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
-                *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
-                v.result.rng["dead_params"] if v.result.rng else "")
+        add_row(table, v.result.cell.id, s.entry_params, _delta(v.total_delta),
+                *[_with_delta(s.by_dtype.get(d, 0), by_dtype.get(d)) for d in dtypes],
+                *[_with_delta(s.by_role.get(r, 0), by_role.get(r)) for r in roles],
+                v.result.rng.dead_params if v.result.rng else "")
     for v in report.cells:
         if v.result.status == "error":
             add_row(table, v.result.cell.id, Text("error", style=STATUS_STYLE["error"]), "",
@@ -109,13 +108,14 @@ def print_captured(console: Console, report) -> None:
         ("keys", "right"), ("Δ", "left")])
     for v in report.baking:
         c = v.result.constants
-        captured = c["captured"]
+        captured = c.captured
         delta = v.constants_delta
-        change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
-            esc(captured_change(delta), style="red") if delta else Text("0"))
-        add_row(table, v.result.cell.id, captured["arrays"] if captured else "?",
-                human_bytes(captured["bytes"]) if captured else "", dtype_counts(captured_by_dtype(captured)),
-                len(c["large"]), frozen_rng(c)["literal_keys"], change)
+        change = Text("new", style="yellow") if not v.golden_knows_constants else (
+            esc(captured_change(delta.to_record()), style="red") if delta else Text("0"))
+        add_row(table, v.result.cell.id, captured.arrays if captured else "?",
+                human_bytes(captured.bytes) if captured else "",
+                dtype_counts(captured.by_dtype_most_first if captured else {}), len(c.large),
+                c.frozen_rng.literal_keys, change)
     print_table(console, table)
 
 

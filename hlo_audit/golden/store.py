@@ -1,20 +1,11 @@
-"""The golden store: what each cell looked like when a human last accepted it.
+"""The golden store: the folder of golden records on disk, read once per command and written all-or-nothing.
 
-Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode
-histogram, the state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost,
-a GPU cell's launches per step (kernels by kind, scalar, collectives, and by what they run and read), and the
-environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per
-depth series, at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the
-summary's ``"hlo"`` key. Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like
-the change.
-
-Which files are goldens. A summary is hlo-audit's when it is a JSON object whose ``"cell"`` is the id its path
-spells and which holds every ``REQUIRED_KEYS`` entry; a text is hlo-audit's when such a summary names it. That
-marker is inside each file, not in a manifest beside them: every summary hlo-audit has written carries it (the 122
-committed ones included, so none of them changes), a hand edit or a ``git checkout`` of one file keeps it, and two
-pull requests that update different cells never conflict over a shared list. Nothing else in the folder
-(``README.json``, ``notes/config.json``, a ``data.json`` with its ``data.hlo.txt``) is ever pruned or reported
-stale.
+Reading. A command reads the store through one ``Snapshot``: each file is read at most once, when first needed (a
+check of one cell reads that cell's golden; ``golden update --prune`` reads every summary once), and everyone in
+the command (the gate, the report, golden update's comparison of what it would write) shares what was read. Which
+files are goldens is the records' business (``record.record_problem``: the marker inside each summary); nothing
+else in the folder (``README.json``, ``notes/config.json``, a ``data.json`` with its ``data.hlo.txt``) is ever
+pruned or reported stale.
 
 Writing is all-or-nothing. Every lowering happens first; then, holding a lock on the folder's parent (a flock on
 the directory: no lock file is left behind), the new tree is built complete in a staging folder beside the store
@@ -38,20 +29,15 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_audit.files import sync, sync_tree
-from hlo_audit.hlo.constants import golden_summary
+from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, record_problem
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.matrix import text_problem
-from hlo_audit.results import CellResult
-from hlo_audit.scaling import Series
 
-SUMMARY_SUFFIX = ".json"
-REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
-HLO_SUFFIX = ".hlo.txt"
 # The largest golden read: a 32-layer unrolled llama3-8b module is 8.9 MB; a summary is a few kilobytes.
 MAX_GOLDEN_BYTES = 256 << 20
 # Inside a staging folder: the new tree, the marker that it is complete, and for the two-rename fallback its marker
@@ -89,79 +75,6 @@ def hlo_path(root: Path, cell_id: str) -> Path:
     return cell_path(root, cell_id, HLO_SUFFIX)
 
 
-def summary(result: CellResult, series: Series | None, with_hlo: bool) -> dict:
-    s = result.summary
-    record = {
-        "cell": result.cell.id,
-        "entry_params": s["entry_params"],
-        "by_dtype": s["by_dtype"],
-        "by_role": s["by_role"],
-        "groups": s["groups"],
-        "opcodes": result.opcodes,
-        "environment": result.environment,
-        "hlo": hlo_path(Path(), result.cell.id).name if with_hlo else None,
-    }
-    if result.memory is not None:  # compiled cells: what the memory rule ratchets on
-        record["memory"] = result.memory
-    if result.cost is not None:
-        record["cost"] = result.cost
-    if result.constants is not None:  # state baked in as constants: the count ratchet covers it too
-        record["constants"] = golden_summary(result.constants)
-    if result.params:  # per dtype x role: what the report's tidy rows compare against
-        record["by_dtype_role"] = {f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
-        record["groups_by_role"] = result.groups_by_role()  # a finding names the roles of a pattern that moved
-    if result.rng is not None:  # the count ratchet covers RNG counter increments per step too
-        record["rng_increments"] = increments_summary(result.rng)
-    if result.launches is not None:  # GPU cells: the count ratchet covers kernels per step too
-        record["launches"] = launches_summary(result.launches)
-    if series is not None:
-        record["slopes"] = {
-            "depths": list(series.depths),
-            "total": series.total.slope,
-            "by_dtype": {k: v.slope for k, v in series.by_dtype.items()},
-            "by_role": {k: v.slope for k, v in series.by_role.items()},
-        }
-        if series.launches:
-            record["slopes"]["launches"] = {k: v.slope for k, v in series.launches.items()}
-    return record
-
-
-# What a golden keeps of a result's launches record (hlo.thunks.LaunchReport.to_record): the counts the ratchet
-# compares, and the groups a finding's attribution is the difference of.
-_LAUNCH_FIELDS = ("total", "scalar", "collectives", "reading_rng", "by_category", "by_kind", "exact", "from_module",
-                  "groups")
-
-
-def launches_summary(launches: dict) -> dict:
-    return {k: launches[k] for k in _LAUNCH_FIELDS if k in launches}
-
-
-# The RNG analysis' verdicts (hlo_audit.hlo.rng_flow.VERDICTS), each with its increments' field in the record.
-_INCREMENT_FIELDS = {"drawn": "drawn_increments", "carried": "dead_increments", "unknown": "unknown_increments"}
-
-
-def increments_summary(rng: dict) -> dict:
-    """RNG counter increments per step (an ``RngReport`` record), by stream verdict and by stream pattern: what a
-    golden keeps so that the count ratchet covers them."""
-    return {"by_verdict": {verdict: rng.get(field, 0) for verdict, field in _INCREMENT_FIELDS.items()},
-            "by_pattern": {p["pattern"]: sum(p.get(field, 0) for field in _INCREMENT_FIELDS.values())
-                           for p in rng["patterns"]}}
-
-
-def dumps(record: dict) -> str:
-    return json.dumps(record, indent=1, sort_keys=True) + "\n"
-
-
-def environment_change(then: Mapping[str, object], now: Mapping[str, object]) -> str:
-    """Every key whose value differs, both ways: ``jax 0.11.0 -> 0.12.0.1, libtpu 0.0.52 -> (none), maxtext (none)
-    -> 0.2.5`` (a key only the golden has, or only this run has, is named too)."""
-    def shown(env, key):
-        return "(none)" if env.get(key) is None else str(env[key])
-
-    keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
-    return ", ".join(f"{k} {shown(then, k)} -> {shown(now, k)}" for k in keys)
-
-
 # --------------------------------------------------------------------------------------------------------------
 # Reading
 # --------------------------------------------------------------------------------------------------------------
@@ -170,7 +83,7 @@ def environment_change(then: Mapping[str, object], now: Mapping[str, object]) ->
 @dataclass(frozen=True)
 class Golden:
     cell_id: str
-    record: dict
+    record: GoldenRecord | None  # None when damaged
     hlo: str | None
     # The summary cannot be used (not UTF-8, not JSON, not a golden summary, another cell's): why, naming the
     # file. Nothing else is compared; the gate reports it as a missing golden, and `golden update` rewrites it.
@@ -179,8 +92,12 @@ class Golden:
     text_problem: str | None = None
 
     @property
-    def environment(self) -> dict:
-        return self.record.get("environment", {})
+    def environment(self) -> Mapping[str, str | None]:
+        return self.record.environment if self.record is not None else {}
+
+    @property
+    def names_text(self) -> bool:
+        return self.record is not None and self.record.hlo is not None
 
     def text_parse_problem(self) -> str | None:
         """Why the golden text is not an HLO module hlo-audit reads, or None (parsed only when asked: the gate asks
@@ -212,95 +129,93 @@ def _decode(data: bytes) -> str:
         raise ValueError(f"not UTF-8 (byte {exc.start})") from None
 
 
-def _is_counts(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+class Snapshot:
+    """The store as one command reads it: every file read at most once, when first asked for, and shared."""
 
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self._files: dict[Path, bytes | OSError] = {}
+        self._goldens: dict[str, Golden | None] = {}
+        self._published = False
 
-def _is_number_table(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                           for v in value.values())
+    def _bytes(self, path: Path) -> bytes:
+        if path not in self._files:
+            try:
+                self._files[path] = _read_bytes(path)
+            except OSError as exc:
+                self._files[path] = exc
+        found = self._files[path]
+        if isinstance(found, OSError):
+            raise found
+        return found
 
+    def _check_published(self) -> None:
+        if not self._published:
+            check_published(self.root)
+            self._published = True
 
-def _constants_ok(value) -> bool:
-    """The parts of a golden's ``constants`` the count ratchet reads (``hlo.diff.captured_delta``)."""
-    def side(d):
-        return isinstance(d, dict) and _is_counts(d.get("by_dtype")) and _is_counts(d.get("bytes_by_dtype"))
-    if not isinstance(value, dict) or not side(value.get("large")):
-        return False
-    keys = value.get("literal_keys")
-    captured = value.get("captured")
-    return (isinstance(keys, int) and not isinstance(keys, bool)
-            and (captured is None or (side(captured) and _is_counts(captured.get("groups")))))
+    def _record(self, path: Path, cell_id: str) -> tuple[dict | None, str | None]:
+        """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
+        try:
+            record = json.loads(_decode(self._bytes(path)))
+        except OSError as exc:
+            return None, f"{path}: unreadable golden: {exc.strerror or exc}"
+        except RecursionError:
+            return None, f"{path}: unreadable golden: nested too deep to be a golden summary"
+        except ValueError as exc:  # not UTF-8, not JSON
+            return None, f"{path}: unreadable golden: {exc}"
+        problem = record_problem(record, cell_id)
+        return (record, None) if problem is None else (None, f"{path}: {problem}")
 
+    def golden(self, cell_id: str) -> Golden | None:
+        """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``)."""
+        if cell_id not in self._goldens:
+            self._check_published()
+            self._goldens[cell_id] = self._load(cell_id)
+        return self._goldens[cell_id]
 
-# What each key of a summary must be for the gate and the report to read it; optional keys may be absent.
-_SUMMARY_KEYS = {
-    "entry_params": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "by_dtype": _is_counts, "by_role": _is_counts, "groups": _is_counts,
-    "environment": lambda v: isinstance(v, dict) and all(v2 is None or isinstance(v2, str) for v2 in v.values()),
-}
-_OPTIONAL_KEYS = {
-    "opcodes": _is_counts, "by_dtype_role": _is_counts, "memory": _is_number_table, "cost": _is_number_table,
-    "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
-}
+    def _load(self, cell_id: str) -> Golden | None:
+        path = summary_path(self.root, cell_id)
+        if not os.path.lexists(path):
+            return None
+        record, problem = self._record(path, cell_id)
+        if record is None:
+            return Golden(cell_id, None, None, damaged=problem)
+        typed = GoldenRecord.from_json(record)
+        if typed.hlo is None:
+            return Golden(cell_id, typed, None)
+        text_path = hlo_path(self.root, cell_id)
+        try:
+            return Golden(cell_id, typed, _decode(self._bytes(text_path)))
+        except FileNotFoundError:
+            why = f"{text_path}: missing (its summary names it)"
+        except OSError as exc:
+            why = f"{text_path}: unreadable: {exc.strerror or exc}"
+        except ValueError as exc:
+            why = f"{text_path}: {exc}"
+        return Golden(cell_id, typed, None, text_problem=why)
 
+    def stored_ids(self) -> list[str]:
+        """Every cell id with one of hlo-audit's golden summaries under the root (the marker: ``record_problem``)."""
+        self._check_published()
+        return sorted(cid for cid, path in _summary_files(self.root) if self._record(path, cid)[0] is not None)
 
-def record_problem(record, cell_id: str) -> str | None:
-    """Why ``record`` is not hlo-audit's golden summary of ``cell_id``, or None: the marker (``"cell"`` equal to
-    the id its path spells, every required key) and the type of every key the gate reads."""
-    if not isinstance(record, dict):
-        return f"not a golden summary: a JSON {type(record).__name__}, not an object"
-    missing = [k for k in REQUIRED_KEYS if k not in record]
-    if missing:
-        return f"not a golden summary: missing {missing[0]!r}"
-    if record.get("cell") != cell_id:
-        return (f"not the golden of {cell_id}: its \"cell\" is {record.get('cell')!r}" if "cell" in record
-                else "not a golden summary: missing 'cell'")
-    for key, ok in (*_SUMMARY_KEYS.items(), *((k, v) for k, v in _OPTIONAL_KEYS.items() if k in record)):
-        if not ok(record[key]):
-            return f"not a golden summary: {key!r} is malformed"
-    hlo = record.get("hlo")
-    if hlo is not None and hlo != Path(cell_id + HLO_SUFFIX).name:
-        return f"not a golden summary: 'hlo' must be null or {Path(cell_id + HLO_SUFFIX).name!r}, got {hlo!r}"
-    return None
+    def owned_files(self, cell_id: str) -> list[Path]:
+        """The files hlo-audit wrote for ``cell_id``: its summary when the marker says so, and the text it names."""
+        path = summary_path(self.root, cell_id)
+        record, _ = self._record(path, cell_id) if os.path.lexists(path) else (None, None)
+        if record is None:
+            return []
+        return [path, *([hlo_path(self.root, cell_id)] if record.get("hlo") is not None else [])]
 
-
-def _read_record(path: Path, cell_id: str) -> tuple[dict | None, str | None]:
-    """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
-    try:
-        record = json.loads(_decode(_read_bytes(path)))
-    except OSError as exc:
-        return None, f"{path}: unreadable golden: {exc.strerror or exc}"
-    except RecursionError:
-        return None, f"{path}: unreadable golden: nested too deep to be a golden summary"
-    except ValueError as exc:  # not UTF-8, not JSON
-        return None, f"{path}: unreadable golden: {exc}"
-    problem = record_problem(record, cell_id)
-    return (record, None) if problem is None else (None, f"{path}: {problem}")
-
-
-def load(root: Path, cell_id: str) -> Golden | None:
-    """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``)."""
-    root = Path(root)
-    check_published(root)
-    path = summary_path(root, cell_id)
-    if not os.path.lexists(path):
-        return None
-    record, problem = _read_record(path, cell_id)
-    if record is None:
-        return Golden(cell_id, {}, None, damaged=problem)
-    if record.get("hlo") is None:
-        return Golden(cell_id, record, None)
-    text_path = hlo_path(root, cell_id)
-    try:
-        return Golden(cell_id, record, _decode(_read_bytes(text_path)))
-    except FileNotFoundError:
-        why = f"{text_path}: missing (its summary names it)"
-    except OSError as exc:
-        why = f"{text_path}: unreadable: {exc.strerror or exc}"
-    except ValueError as exc:
-        why = f"{text_path}: {exc}"
-    return Golden(cell_id, record, None, text_problem=why)
+    def differs(self, path: Path, content: str | None) -> bool:
+        """Whether writing ``content`` (None: deleting) at ``path`` changes the store."""
+        if content is None:
+            return os.path.lexists(path)
+        try:
+            return self._bytes(path) != content.encode("utf-8")
+        except OSError:
+            return True
 
 
 def _summary_files(root: Path) -> Iterator[tuple[str, Path]]:
@@ -315,20 +230,17 @@ def _summary_files(root: Path) -> Iterator[tuple[str, Path]]:
                 yield str(path.relative_to(root))[: -len(SUMMARY_SUFFIX)], path
 
 
+def load(root: Path, cell_id: str) -> Golden | None:
+    """One cell's golden, read now (a command reads through its ``Snapshot``)."""
+    return Snapshot(root).golden(cell_id)
+
+
 def stored_ids(root: Path) -> list[str]:
-    """Every cell id with one of hlo-audit's golden summaries under ``root`` (the marker: ``record_problem``)."""
-    root = Path(root)
-    check_published(root)
-    return sorted(cid for cid, path in _summary_files(root) if _read_record(path, cid)[0] is not None)
+    return Snapshot(root).stored_ids()
 
 
 def owned_files(root: Path, cell_id: str) -> list[Path]:
-    """The files hlo-audit wrote for ``cell_id``: its summary when the marker says so, and the text it names."""
-    path = summary_path(root, cell_id)
-    record, _ = _read_record(path, cell_id) if os.path.lexists(path) else (None, None)
-    if record is None:
-        return []
-    return [path, *([hlo_path(root, cell_id)] if record.get("hlo") is not None else [])]
+    return Snapshot(root).owned_files(cell_id)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -336,55 +248,24 @@ def owned_files(root: Path, cell_id: str) -> list[Path]:
 # --------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class UpdateReport:
-    written: list[str]
-    unchanged: list[str]
-    skipped: list[tuple[str, str]]  # (cell id, why): errors and unavailable cells write nothing
-    pruned: list[str]
-    pruned_files: list[str] = field(default_factory=list)  # every file --prune removed, as paths
-    healed: list[str] = field(default_factory=list)  # cells whose golden was damaged and is now rewritten
-    cleaned: list[str] = field(default_factory=list)  # stale staging folders of killed runs, removed
-
-
-def update(root: Path, entries: list[tuple[CellResult, Series | None, str | None]],
-           prune_ids: Iterable[str] = ()) -> UpdateReport:
-    """Write the goldens of ``entries`` (result, its series, its normalized HLO or None); remove ``prune_ids``
-    (only files hlo-audit wrote: ``owned_files``). One atomic swap of the whole tree (module docstring)."""
+@contextlib.contextmanager
+def transaction(root: Path) -> Iterator[tuple[Snapshot, list[Path]]]:
+    """Holding the commit lock, after ``recover``: the store as it is now (read through the snapshot yielded, with
+    the stale staging folders removed). ``commit`` within it writes."""
     root = Path(root)
-    report = UpdateReport([], [], [], [])
     with _commit_lock(root):
-        report.cleaned = [str(p) for p in recover(root)]
-        wanted: dict[Path, str | None] = {}  # None: delete
-        for result, series, hlo in entries:
-            if result.status != "ok":
-                report.skipped.append((result.cell.id, f"{result.status}: {result.message}"))
-                continue
-            cid = result.cell.id
-            old = load(root, cid)
-            if old is not None and (old.damaged or old.text_problem or (
-                    old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
-                report.healed.append(cid)
-            wanted[summary_path(root, cid)] = dumps(summary(result, series, hlo is not None))
-            # Only a series' shallowest depth keeps its text; a deeper one drops the text its old summary named.
-            if hlo is not None or (old is not None and old.record.get("hlo") is not None):
-                wanted[hlo_path(root, cid)] = hlo
-        for cell_id in prune_ids:
-            files = owned_files(root, cell_id)
-            for path in files:
-                wanted[path] = None
-                report.pruned_files.append(str(path))
-            if files:
-                report.pruned.append(cell_id)
-        changes = {path: content for path, content in wanted.items() if _differs(path, content)}
-        changed_ids = {_cell_id(root, path) for path in changes}
-        for result, _, _ in entries:
-            if result.status == "ok":
-                (report.written if result.cell.id in changed_ids else report.unchanged).append(result.cell.id)
-        report.healed = [cid for cid in report.healed if cid in changed_ids]
-        if changes:
-            _commit(root, {path.relative_to(root): content for path, content in changes.items()})
-    return report
+        cleaned = recover(root)
+        yield Snapshot(root), cleaned
+
+
+def commit(snapshot: Snapshot, wanted: Mapping[Path, str | None]) -> set[Path]:
+    """Within a ``transaction``: swap in the tree with ``wanted`` (path -> text, None: delete) where it differs from
+    the snapshot; the paths changed."""
+    changes = {path: content for path, content in wanted.items() if snapshot.differs(path, content)}
+    if changes:
+        root = snapshot.root
+        _commit(root, {path.relative_to(root): content for path, content in changes.items()})
+    return set(changes)
 
 
 def publish(root: Path, files: Mapping[str, str | None]) -> list[Path]:
@@ -400,19 +281,6 @@ def publish(root: Path, files: Mapping[str, str | None]) -> list[Path]:
         if files:
             _commit(root, {Path(rel): content for rel, content in files.items()})
     return cleaned
-
-
-def _differs(path: Path, content: str | None) -> bool:
-    if content is None:
-        return os.path.lexists(path)
-    try:
-        return _read_bytes(path) != content.encode("utf-8")
-    except OSError:
-        return True
-
-
-def _cell_id(root: Path, path: Path) -> str:
-    return str(path.relative_to(root)).removesuffix(HLO_SUFFIX).removesuffix(SUMMARY_SUFFIX)
 
 
 def _after_step(step: str) -> None:
@@ -633,3 +501,4 @@ def _carry(src: Path, dst: Path, shown: Path) -> None:
     else:
         raise GoldenError(f"{shown}: not a regular file, folder or symbolic link; golden update rebuilds the golden "
                           "folder and cannot carry it over (move it out of golden_dir)")
+
