@@ -465,12 +465,12 @@ def init(
     config and workflow stay: fix the config, then `hlo-audit golden update`)."""
     import pathlib  # noqa: PLC0415
 
-    request = audit.init_request(
+    request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
         scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards)
     folder = pathlib.Path.cwd()
-    written = scaffold.write(folder, audit.init_scaffold(folder, request))
+    written = scaffold.write(folder, scaffold.init_scaffold(folder, request))
     for path in written:
         print(f"wrote {path.relative_to(folder)}")
     if not scaffold.ignores_cache(folder):

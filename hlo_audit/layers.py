@@ -21,7 +21,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
     ("records", ("analysed", "results", "policy", "findings")),
     # Config -> cells -> results: the plan, the cache, the run.
-    ("running", ("config", "plan", "cache", "cache.*", "run")),
+    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run")),
     # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
     ("judging", ("golden", "golden.*", "scaling", "outcome", "gate", "explain", "inputs")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).

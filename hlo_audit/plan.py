@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from hlo_audit.config import Config, load_config, resolve
+from hlo_audit.config import Config, load_config
 from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, parse_shard, selection, shard_of
+from hlo_audit.resolve import resolve
 from hlo_audit.targets import get_target
 from hlo_audit.usage import InputError
 

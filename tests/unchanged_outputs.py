@@ -132,7 +132,11 @@ def _grow(record: dict, dtype: str, roles: dict[str, int], pattern: str) -> None
 
 def _synthesized(folder: Path, golden_dir: str, config: str | None) -> list[dict]:
     """Every cell of the scenario's matrix with its golden's numbers; cells without a golden are left out."""
-    from hlo_audit.config import load_config, resolve
+    from hlo_audit.config import load_config
+    try:
+        from hlo_audit.resolve import resolve
+    except ImportError:  # main, before issue 28
+        from hlo_audit.config import resolve
 
     cfg = resolve(load_config(config, folder))
     out = []
