@@ -19,22 +19,26 @@ from hlo_audit.plan import Plan, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view
 from hlo_audit.results import CellResult
-from hlo_audit.run import canonical_text, execute
+from hlo_audit.run import execute
 from hlo_audit.scaling import Series
 
-__all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input", "canonical_text",
+__all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input",
            "cell_result", "cell_text", "check", "diff", "dump_launches", "execute", "explain_source", "explain_trees",
            "is_cell_id", "launches_diff", "load_program", "normalized_text", "params_frame", "plan", "plan_cell",
            "report", "scaling", "slopes_by_cell", "update_goldens"]
 
-normalized_text = canonical_text
+
+
+def normalized_text(result: CellResult) -> str:
+    """The cell's canonical text (``CellResult.canonical_text``)."""
+    return result.canonical_text()
 
 
 def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None,
           report_stale: bool = True) -> Outcome:
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does)."""
-    gate = Gate(p.config.gate_policy, regenerate_command(config_path))
+    gate = Gate(p.config.rules, regenerate_command(config_path))
     return gate.judge(Outcome.of(p, results), report_stale)
 
 

@@ -15,8 +15,8 @@ from hlo_audit.errors import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputEr
 from hlo_audit.errors import report as report_error
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, write_output
-from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, progress, terminal, terminal_report,
-                              terminal_tree)
+from hlo_audit import progress
+from hlo_audit.report import frame, html, jsonfmt, junit, markdown, terminal, terminal_report, terminal_tree
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -195,19 +195,6 @@ def _only(only: list[str] | None) -> str | None:
     return ",".join(only) if only else None
 
 
-def _run(plan: audit.Plan, jobs: int, no_cache: bool, refresh: bool = False) -> list:
-    """Run the plan's cells, saying so on stderr: a progress bar on a terminal, a line per cell (and a heartbeat
-    while a slow one runs) in a log (``report.progress``)."""
-    with progress.cell_progress(len(plan.cells)) as shown:
-        results = []
-        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache, refresh=refresh,
-                                    started=shown.started):
-            results.append(result)
-            shown.finished(result)
-    order = {c.id: i for i, c in enumerate(plan.cells)}
-    return sorted(results, key=lambda r: order[r.cell.id])
-
-
 @app.command("list")
 @exit_on_input_error
 def list_cells(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
@@ -224,7 +211,7 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
         fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
     """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
     plan = audit.plan(config, _only(only), shard, layers)
-    results = _run(plan, jobs, no_cache, refresh)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
     emit("run", fmt, results=results, slopes=audit.slopes_by_cell(plan, results), source=plan.config.source)
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
@@ -237,7 +224,7 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     cell errors; 2 when there is nothing to fit (every cell unavailable here, or no series of two or more
     depths)."""
     plan = audit.plan(config, _only(only), None, layers)
-    results = _run(plan, jobs, no_cache, refresh)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
     series = audit.scaling(plan, results)
     failed = any(r.status == "error" for r in results)
     if not series and not failed:
@@ -297,18 +284,14 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
 
 def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
     """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
-    results = _run(plan, jobs, no_cache, refresh)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
     update = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir))
     return 1 if update.failed else 0
 
 
-def _check_outputs(junit_path: str | None, markdown_path: str | None) -> None:
-    """Refuse report paths that can never be written (a folder...) before any cell runs."""
-    if junit_path:
-        check_output(junit_path, "--junit", "hlo-audit.xml")
-    if markdown_path:
-        check_output(markdown_path, "--markdown", "hlo-audit.md")
+# The report files check and merge write besides stdout: option, and what a path names (for messages).
+REPORT_FILES = (("--junit", "hlo-audit.xml"), ("--markdown", "hlo-audit.md"))
 
 
 def _write_outputs(outcome, junit_path: str | None, markdown_path: str | None) -> None:
@@ -336,8 +319,10 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     Rules are set under [policy] and waivers as [[waive]] tables in hlo-audit.toml ([tool.hlo-audit.policy] and
     [[tool.hlo-audit.waive]] in pyproject.toml)."""
     plan = audit.plan(config, _only(only), shard, layers)
-    _check_outputs(junit_path, markdown_path)
-    results = _run(plan, jobs, no_cache, refresh)
+    for path, (option, example) in zip((junit_path, markdown_path), REPORT_FILES):
+        if path:  # refuse report paths that can never be written (a folder...) before any cell runs
+            check_output(path, option, example)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
     outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)
@@ -350,7 +335,9 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
           fmt: FormatOpt = Format.table, junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None,
           verbose: VerboseOpt = False) -> None:
     """Merge per-shard `check --format json` results into one report and exit code."""
-    _check_outputs(junit_path, markdown_path)
+    for path, (option, example) in zip((junit_path, markdown_path), REPORT_FILES):
+        if path:
+            check_output(path, option, example)
     outcome = merge_reader.merge_check_reports(paths)
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)
@@ -369,7 +356,7 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
     plan = audit.plan(config, _only(only), None, layers)
     if html_path:
         check_output(html_path, "--html", "report.html")
-    view = audit.report(plan, _run(plan, jobs, no_cache, refresh))
+    view = audit.report(plan, progress.run_shown(plan, jobs, not no_cache, refresh))
     emit("report", fmt, report=view)
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")

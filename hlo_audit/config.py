@@ -51,11 +51,8 @@ class Config:
     # target "nnx": model -> its description (targets.nnx_spec), with the library's source digest once resolved.
     nnx: Mapping[str, Mapping] = field(default_factory=dict)
     resolved: bool = False  # the target imported and checked (``resolve``)
-
-    @property
-    def gate_policy(self) -> Policy:
-        """The gate's policy: ``[policy]``'s actions and the ``[[waive]]`` list, typed (built here, once)."""
-        return Policy.of(self.policy, self.waivers, self.waivers_built_in, self.source, self.memory_tolerance)
+    # The gate's policy: ``policy``'s actions and the ``waivers``, typed (``Policy.of``), built with the config.
+    rules: Policy = field(default_factory=Policy.default)
 
     @property
     def uses_full_depth(self) -> bool:
@@ -194,12 +191,14 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     specs: dict[str, dict] = {}
     if target == nnx_spec.TARGET:
         series, defaulted, specs = _nnx_series(merged, series, defaulted, fail)
+    exclude = _exclude(merged["exclude"], fail)
+    policy = {**DEFAULT_POLICY, **_policy(merged["policy"], fail)}
+    waivers, built_in = _waivers(merged["waive"], fail), "waive" not in raw and bool(merged["waive"])
     return Config(
         source=source, target=target, series=series, memory_tolerance=float(tolerance),
-        cache_dir=cache_dir, golden_dir=golden_dir,
-        exclude=_exclude(merged["exclude"], fail), policy={**DEFAULT_POLICY, **_policy(merged["policy"], fail)},
-        waivers=_waivers(merged["waive"], fail), waivers_built_in="waive" not in raw and bool(merged["waive"]),
-        defaulted=defaulted, nnx=specs,
+        cache_dir=cache_dir, golden_dir=golden_dir, exclude=exclude, policy=policy,
+        waivers=waivers, waivers_built_in=built_in, defaulted=defaulted, nnx=specs,
+        rules=Policy.of(policy, waivers, built_in, source, float(tolerance)),
     )
 
 

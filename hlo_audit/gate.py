@@ -55,9 +55,9 @@ from hlo_audit.hlo.thunks import group_delta
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.outcome import Outcome
+from hlo_audit.plan import full_matrix_of
 from hlo_audit.policy import Action, Policy, Rule
 from hlo_audit.results import CellResult, Severity, Status
-from hlo_audit.run import canonical_text
 from hlo_audit.scaling import Series, rng_launch_slope, rng_slope
 
 GATED_MEMORY = tuple(kind.key for kind in MEMORY_KINDS if kind.gated)
@@ -88,9 +88,10 @@ class Gate:
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
             compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
-            text = canonical_text(r) if r.ok and r.cell.id in outcome.owners and compared else None
+            text = r.canonical_text() if r.ok and r.cell.id in outcome.plan.owners and compared else None
             findings.extend(self.check(r, stored, outcome.leads(r), text))
-        matrix = outcome.plan.full_matrix
+        plan = outcome.plan
+        matrix = plan.full_matrix if plan.full_matrix is not None else full_matrix_of(plan)
         if report_stale:
             findings.extend(stale(outcome.goldens.stored_ids(), {c.id for c in matrix}))
         findings.extend(stale_waivers(self, outcome.results, matrix))

@@ -20,7 +20,7 @@ from hlo_audit.hlo.thunks import launch_report, thunk_dumps
 from hlo_audit.findings import LaunchChange
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import CellResult
-from hlo_audit.run import canonical_text, execute
+from hlo_audit.run import execute
 from hlo_audit.usage import InputError
 
 
@@ -115,7 +115,7 @@ def cell_text(cell_id: str, config_path: str | None = None, normalized: bool = F
     if not result.ok:
         raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
     if normalized:
-        return canonical_text(result)
+        return result.canonical_text()
     text = result.text if result.text is not None else Cache(p.config.cache_dir, enabled=use_cache).hlo_text(result.key)
     if text is None:  # a result cached without its module: lower it again
         result = next(execute(p, use_cache=False))

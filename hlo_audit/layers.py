@@ -12,7 +12,9 @@ import fnmatch
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shared words and leaves: records, the host process, jax's argument paths, MaxText's vocabulary.
-    ("words", ("layers", "lowering", "host", "files", "usage", "attribution", "capture", "targets.vocab")),
+    # report.escape: how a string from input is made safe for each sink (every layer that prints uses it).
+    ("words", ("layers", "lowering", "host", "files", "usage", "attribution", "capture", "targets.vocab",
+               "report.escape")),
     ("platforms", ("platforms", "platforms.*")),
     ("cells", ("matrix",)),
     ("stages", ("stages", "stages.*")),
@@ -20,8 +22,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
     # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
     ("records", ("analysed", "results", "policy", "findings")),
-    # Config -> cells -> results: the plan, the cache, the run.
-    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run")),
+    # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
+    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "progress")),
     # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
     ("judging", ("golden", "golden.*", "scaling", "outcome", "gate", "explain", "inputs")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).

@@ -1,10 +1,11 @@
 """One command's outcome, built once: the plan, every cell's result, the depth series, the goldens (one snapshot of
-the store), which cells keep the golden text, and, once the gate has judged it, the findings with everything every
-format prints about them (each cell's verdict, the counts, what a human must read).
+the store), and, once the gate has judged it, the findings with everything every format prints about them (each
+cell's verdict, the counts, what a human must read, the series' rows), decided when it is judged.
 
 ``check``, ``golden update``, ``report``, ``merge`` and the pytest plugin all read an ``Outcome``; none of them
-groups cells into series, loads a golden or decides an owner or a verdict again. Built as jax builds its stages:
-``Outcome.of`` (results in), then ``gate.Gate.judge`` returns the judged one (``judged``).
+groups cells into series, loads a golden or decides an owner, a count or a verdict again: formatters read its
+fields. Built as jax builds its stages: ``Outcome.of`` (results in), then ``gate.Gate.judge`` returns the judged
+one (``judged``); shards' judged outcomes come back as one (``merged``).
 """
 
 from __future__ import annotations
@@ -48,37 +49,14 @@ class CheckSummary:
     stale_goldens: int
 
 
-def severity_counts(findings: Sequence[Finding]) -> dict[Severity, int]:
-    counts: dict[Severity, int] = {}
-    for f in findings:
-        counts[f.severity] = counts.get(f.severity, 0) + 1
-    return dict(sorted(counts.items()))
-
-
-def _in_severity_order(counts: Mapping[Severity, int]) -> dict[Severity, int]:
-    """Least severe first (``ok`` before ``regression``), as every format prints them; zero counts left out."""
-    return {k: counts[k] for k in sorted(counts, key=lambda s: s.rank) if counts[k]}
-
-
-def fold_advisories(findings: Sequence[Finding]) -> tuple[list[Finding], list[Finding]]:
-    """(findings to list one by one, folded advisories)."""
-    folded = [f for f in findings if f.severity is Severity.ADVISORY and f.rule in FOLDED_ADVISORIES]
-    return [f for f in findings if f not in folded], folded
-
-
 @dataclass(frozen=True)
 class SeriesRow:
-    """A depth series' cells that lowered, shallowest first: one row of the check's summary table."""
+    """A depth series' cells that lowered, shallowest first, with the worst verdict among them: one row of the
+    check's summary table."""
 
+    label: str  # llama3-8b/scan-off/int8/L2,4
     results: tuple[CellResult, ...]
-
-    @property
-    def label(self) -> str:
-        return self.results[0].cell.series_id([r.cell.layers for r in self.results])
-
-    @property
-    def cell_ids(self) -> list[str]:
-        return [r.cell.id for r in self.results]
+    verdict: Severity
 
 
 @dataclass(frozen=True)
@@ -86,9 +64,22 @@ class Outcome:
     plan: Plan | None  # None: merged shards
     results: tuple[CellResult, ...]
     goldens: Snapshot | None = None  # None: merged shards (their goldens were the shards')
-    findings: tuple[Finding, ...] = ()
     shard: Shard | None = None  # which shard of which selection this is
-    judged_: bool = field(default=False, repr=False)
+    findings: tuple[Finding, ...] = ()
+    # Decided when judged (``judged``), read by every format: each cell's verdict, the numbers, what a human must
+    # read one by one (``attention``; ``findings`` with --verbose), the folded advisories, the series' rows.
+    cell_ids: tuple[str, ...] = ()  # the cells checked, in the order they ran (merged: shard by shard)
+    verdicts: Mapping[str, Severity] = field(default_factory=dict)
+    summary: CheckSummary | None = None
+    finding_counts: Mapping[Severity, int] = field(default_factory=dict)  # JSON's `summary`: every finding
+    by_severity: Mapping[Severity, tuple[Finding, ...]] = field(default_factory=dict)
+    attention: tuple[Finding, ...] = ()
+    folded: tuple[Finding, ...] = ()
+    folded_dead_params: int = 0
+    stale_goldens: tuple[str, ...] = ()  # goldens without a cell in the matrix (not cells: counted apart)
+    rows: tuple[SeriesRow, ...] = ()
+    exit_code: int = 0
+    passed: bool = True
 
     @classmethod
     def of(cls, plan: Plan, results: Sequence[CellResult], goldens: Snapshot | None = None) -> Outcome:
@@ -97,14 +88,34 @@ class Outcome:
                    goldens=goldens if goldens is not None else Snapshot(plan.config.golden_dir), shard=plan.shard)
 
     @classmethod
-    def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard) -> Outcome:
+    def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None) -> Outcome:
         """Shards' outcomes as one: their results and findings as each shard judged them."""
-        return cls(plan=None, results=tuple(results), findings=tuple(findings), shard=shard, judged_=True)
+        return cls(plan=None, results=tuple(results), shard=shard).judged(findings)
 
     def judged(self, findings: Sequence[Finding]) -> Outcome:
-        return replace(self, findings=tuple(findings), judged_=True)
+        """This outcome with the gate's findings, and everything the formats print about them decided now."""
+        findings = tuple(findings)
+        cell_ids = tuple(dict.fromkeys(r.cell.id for r in self.results))
+        listed = [f for f in findings if not _folds(f)]
+        folded = tuple(f for f in findings if _folds(f))
+        verdicts = _verdicts(cell_ids, listed)
+        stale = tuple(sorted({f.cell for f in findings if f.severity is Severity.STALE and f.cell not in verdicts}))
+        exit_code = 1 if any(f.failing for f in findings) else 0
+        by_verdict: dict[Severity, int] = {}
+        for verdict in verdicts.values():
+            by_verdict[verdict] = by_verdict.get(verdict, 0) + 1
+        summary = CheckSummary(
+            passed=not exit_code, exit_code=exit_code, cells=len(cell_ids), cells_by_verdict=_in_order(by_verdict),
+            findings_by_severity=_in_order(_counts([f for f in findings if f.severity is not Severity.OK])),
+            folded=len(folded), stale_goldens=len(stale))
+        return replace(
+            self, findings=findings, cell_ids=cell_ids, verdicts=verdicts, summary=summary,
+            finding_counts=_counts(findings), by_severity=_by_severity(findings),
+            attention=tuple(f for f in listed if f.severity not in QUIET_SEVERITIES), folded=folded,
+            folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,
+            rows=_rows(self.results, verdicts), exit_code=exit_code, passed=not exit_code)
 
-    # -- the series and the golden text, decided once ---------------------------------------------------------
+    # -- the series, decided once ----------------------------------------------------------------------------
 
     @cached_property
     def series(self) -> list[Series]:
@@ -115,24 +126,16 @@ class Outcome:
     def _series_by_key(self) -> dict[tuple, Series]:
         return {s.cell.series: s for s in self.series}
 
-    def series_of(self, result: CellResult) -> Series | None:
-        return self._series_by_key.get(result.cell.series)
-
     def leads(self, result: CellResult) -> Series | None:
         """The cell's series when the cell is its shallowest: where what is the series' is reported, once."""
-        series = self.series_of(result)
+        series = self._series_by_key.get(result.cell.series)
         return series if series is not None and series.cell == result.cell else None
 
     @cached_property
     def slopes_by_cell(self) -> dict[str, float]:
         """Each planned cell's series' entry parameters per layer (cells of a series of one depth have none)."""
-        cells = self.plan.cells if self.plan is not None else [r.cell for r in self.results]
-        return {c.id: self._series_by_key[c.series].total.slope for c in cells if c.series in self._series_by_key}
-
-    @cached_property
-    def owners(self) -> frozenset[str]:
-        """The cells whose golden keeps the canonical text (``Plan.text_owners``), for the gate and golden update."""
-        return self.plan.text_owners([r.cell for r in self.results])
+        return {c.id: self._series_by_key[c.series].total.slope for c in self.plan.cells
+                if c.series in self._series_by_key}
 
     @cached_property
     def recorded_series(self) -> dict[tuple, Series]:
@@ -148,93 +151,50 @@ class Outcome:
                     others.append(stored.record.as_result(cell))
         return {s.cell.series: s for s in fit_series([*self.results, *others], self.plan.full_depth)}
 
-    @cached_property
-    def rows(self) -> list[SeriesRow]:
-        """The cells that lowered by depth series, in the order the results came (a merged outcome: shard by
-        shard), each shallowest first; a series of one depth is a row of one cell."""
-        grouped: dict[tuple, list[CellResult]] = {}
-        for r in self.results:
-            if r.ok:
-                grouped.setdefault(r.cell.series, []).append(r)
-        return [SeriesRow(tuple(sorted(rows, key=lambda r: r.cell.layers))) for rows in grouped.values()]
 
-    # -- the judged outcome: what every format prints, decided here once --------------------------------------
+def _folds(finding: Finding) -> bool:
+    return finding.severity is Severity.ADVISORY and finding.rule in FOLDED_ADVISORIES
 
-    @property
-    def failing(self) -> list[Finding]:
-        return [f for f in self.findings if f.failing]
 
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failing else 0
+def _verdicts(cell_ids: Sequence[str], listed: Sequence[Finding]) -> dict[str, Severity]:
+    """Each checked cell's verdict: its worst finding once advisories are folded (a cell whose only findings were
+    folded is ok). The same with or without ``--verbose``, which lists more and decides nothing."""
+    by_cell: dict[str, list[Finding]] = {cid: [] for cid in cell_ids}
+    for f in listed:
+        if f.cell in by_cell:
+            by_cell[f.cell].append(f)
+    return {cid: worst(fs) for cid, fs in by_cell.items()}
 
-    @property
-    def passed(self) -> bool:
-        return not self.exit_code
 
-    def listed_and_folded(self, verbose: bool = False) -> tuple[list[Finding], list[Finding]]:
-        """(findings to list one by one, folded advisories); ``verbose`` folds nothing."""
-        return (list(self.findings), []) if verbose else fold_advisories(self.findings)
+def _counts(findings: Sequence[Finding]) -> dict[Severity, int]:
+    counts: dict[Severity, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return dict(sorted(counts.items()))
 
-    @cached_property
-    def folded(self) -> list[Finding]:
-        return fold_advisories(self.findings)[1]
 
-    @property
-    def folded_dead_params(self) -> int:
-        return sum(f.dead_params for f in self.folded)
+def _in_order(counts: Mapping[Severity, int]) -> dict[Severity, int]:
+    """Least severe first (``ok`` before ``regression``), as every format prints them; zero counts left out."""
+    return {k: counts[k] for k in sorted(counts, key=lambda s: s.rank) if counts[k]}
 
-    @cached_property
-    def cell_ids(self) -> list[str]:
-        """The cells checked, in the order they ran (a merged outcome: shard by shard)."""
-        return list(dict.fromkeys(r.cell.id for r in self.results))
 
-    @cached_property
-    def verdicts(self) -> dict[str, Severity]:
-        """Each checked cell's verdict: its worst finding once advisories are folded (a cell whose only findings
-        were folded is ok). The same with or without ``--verbose``, which lists more and decides nothing."""
-        listed = fold_advisories(self.findings)[0]
-        by_cell: dict[str, list[Finding]] = {cid: [] for cid in self.cell_ids}
-        for f in listed:
-            if f.cell in by_cell:
-                by_cell[f.cell].append(f)
-        return {cid: worst(fs) for cid, fs in by_cell.items()}
+def _by_severity(findings: Sequence[Finding]) -> dict[Severity, tuple[Finding, ...]]:
+    grouped: dict[Severity, list[Finding]] = {}
+    for f in findings:
+        grouped.setdefault(f.severity, []).append(f)
+    return {s: tuple(fs) for s, fs in grouped.items()}
 
-    @cached_property
-    def stale_goldens(self) -> list[str]:
-        """Goldens without a cell in the matrix (not cells: no verdict, counted apart)."""
-        checked = set(self.cell_ids)
-        return sorted({f.cell for f in self.findings if f.severity is Severity.STALE and f.cell not in checked})
 
-    @cached_property
-    def summary(self) -> CheckSummary:
-        cells_by_verdict: dict[Severity, int] = {}
-        for verdict in self.verdicts.values():
-            cells_by_verdict[verdict] = cells_by_verdict.get(verdict, 0) + 1
-        return CheckSummary(
-            passed=self.passed, exit_code=self.exit_code, cells=len(self.cell_ids),
-            cells_by_verdict=_in_severity_order(cells_by_verdict),
-            findings_by_severity=_in_severity_order(severity_counts(
-                [f for f in self.findings if f.severity is not Severity.OK])),
-            folded=len(self.folded), stale_goldens=len(self.stale_goldens))
-
-    def attention(self, verbose: bool = False) -> list[Finding]:
-        """The findings a human must read, one by one: every finding that is not quiet (``QUIET_SEVERITIES``) and
-        not folded; ``verbose``: every finding."""
-        if verbose:
-            return list(self.findings)
-        return [f for f in fold_advisories(self.findings)[0] if f.severity not in QUIET_SEVERITIES]
-
-    def of_severity(self, severity: Severity) -> list[Finding]:
-        return [f for f in self.findings if f.severity == severity]
-
-    @property
-    def finding_counts(self) -> dict[Severity, int]:
-        """Every finding by severity, the placeholders included: JSON's ``summary`` (schema v1)."""
-        return severity_counts(self.findings)
-
-    def series_verdict(self, row: SeriesRow) -> Severity:
-        """The worst verdict of a series' cells (its row)."""
-        return max((self.verdicts.get(c, Severity.OK) for c in row.cell_ids), key=lambda s: s.rank,
-                   default=Severity.OK)
-
+def _rows(results: Sequence[CellResult], verdicts: Mapping[str, Severity]) -> tuple[SeriesRow, ...]:
+    """The cells that lowered by depth series, in the order the results came, each shallowest first; a series of
+    one depth is a row of one cell."""
+    grouped: dict[tuple, list[CellResult]] = {}
+    for r in results:
+        if r.ok:
+            grouped.setdefault(r.cell.series, []).append(r)
+    rows = []
+    for members in grouped.values():
+        members.sort(key=lambda r: r.cell.layers)
+        verdict = max((verdicts.get(r.cell.id, Severity.OK) for r in members), key=lambda s: s.rank)
+        rows.append(SeriesRow(members[0].cell.series_id([r.cell.layers for r in members]), tuple(members), verdict))
+    return tuple(rows)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hlo_audit.config import Config, load_config
@@ -33,47 +32,57 @@ class Shard:
 
 @dataclass(frozen=True)
 class Plan:
+    """What a command runs and everything decided with it (``Plan.of``): the matrix it was chosen from, its shard
+    record, which cells keep the golden text, and the full matrix at the config's own depths (what a golden may be
+    stale against; None until asked where it needs the target's full depths: ``full_matrix_of``)."""
+
     config: Config
     cells: list[Cell]  # what this run lowers: the selection, or its shard
-    # Every cell of the matrix at this run's depths (before --only and --shard); None: the cells are the matrix.
-    universe: list[Cell] | None = None
-    selected: list[Cell] | None = None  # the --only selection before --shard
-    shard_of: tuple[int, int] | None = None
+    matrix: list[Cell]  # every cell of the matrix at this run's depths (before --only and --shard)
+    selected: list[Cell]  # the --only selection before --shard
+    shard: Shard
+    owners: frozenset[str]
+    full_matrix: list[Cell] | None
+
+    @classmethod
+    def of(cls, config: Config, cells: list[Cell], universe: list[Cell] | None = None,
+           selected: list[Cell] | None = None, shard: tuple[int, int] | None = None) -> Plan:
+        matrix = universe if universe is not None else cells
+        selected = selected if selected is not None else cells
+        k, n = shard or (1, 1)
+        return cls(config=config, cells=cells, matrix=matrix, selected=selected,
+                   shard=Shard(index=k, count=n, matrix=fingerprint(selected), cells=len(cells)),
+                   owners=text_owners([*matrix, *cells]),
+                   full_matrix=None if config.uses_full_depth else config.cells())
 
     def full_depth(self, model: str) -> int:
         return get_target(self.config.target, self.config.nnx).full_depth(model)
-
-    @property
-    def matrix(self) -> list[Cell]:
-        return self.universe if self.universe is not None else self.cells
-
-    @property
-    def shard(self) -> Shard:
-        k, n = self.shard_of or (1, 1)
-        return Shard(index=k, count=n, matrix=fingerprint(self.selected if self.selected is not None else self.cells),
-                     cells=len(self.cells))
-
-    @cached_property
-    def full_matrix(self) -> list[Cell]:
-        """Every cell of the config at its own depths (``full`` resolved): what a golden may be stale against."""
-        return self.config.cells(self.full_depth if self.config.uses_full_depth else None)
-
-    def text_owners(self, cells: Sequence[Cell] = ()) -> frozenset[str]:
-        """The cells whose golden keeps the canonical text: the shallowest depth of each series of the matrix (and of
-        ``cells``, when a run went outside it), whichever depths a run selected. Decided here, once, for the gate
-        (which compares texts there) and for golden update (which writes them there)."""
-        shallowest: dict[tuple, int] = {}
-        for cell in [*self.matrix, *cells]:
-            shallowest[cell.series] = min(shallowest.get(cell.series, cell.layers), cell.layers)
-        return frozenset(c.id for c in [*self.matrix, *cells] if shallowest[c.series] == c.layers)
 
     def series_cells(self, cell: Cell) -> list[Cell]:
         """The plan's cells of ``cell``'s depth series (what the RNG-scaling rule needs to judge it)."""
         return [c for c in self.cells if c.series == cell.series]
 
     def of_cells(self, cells: list[Cell]) -> Plan:
-        """The same plan, running ``cells`` only (the text owners stay the matrix's)."""
-        return Plan(self.config, cells, universe=self.matrix, selected=cells)
+        """The same plan, running ``cells`` only (the matrix, and so the text owners, stay the plan's)."""
+        return replace(Plan.of(self.config, cells, universe=self.matrix, selected=cells),
+                       full_matrix=self.full_matrix)
+
+
+def full_matrix_of(plan: Plan) -> list[Cell]:
+    """Every cell of the config at its own depths (``full`` resolved): the plan's, or resolved now."""
+    if plan.full_matrix is not None:
+        return plan.full_matrix
+    return plan.config.cells(plan.full_depth if plan.config.uses_full_depth else None)
+
+
+def text_owners(cells: Sequence[Cell]) -> frozenset[str]:
+    """The cells whose golden keeps the canonical text: the shallowest depth of each series of the matrix (and of
+    the run's cells, when a run went outside it), whichever depths a run selected. Decided with the plan, once, for
+    the gate (which compares texts there) and for golden update (which writes them there)."""
+    shallowest: dict[tuple, int] = {}
+    for cell in cells:
+        shallowest[cell.series] = min(shallowest.get(cell.series, cell.layers), cell.layers)
+    return frozenset(c.id for c in cells if shallowest[c.series] == c.layers)
 
 
 def parse_layers(value: str | None) -> list[int | str] | None:
@@ -110,7 +119,7 @@ def plan(config_path: str | None = None, only: str | Sequence[str] | None = None
     universe = _universe(config, parse_layers(layers))
     chosen = selection(universe, only)
     cells = chosen if picked is None else shard_of(chosen, *picked)
-    return Plan(config=config, cells=cells, universe=universe, selected=chosen, shard_of=picked)
+    return Plan.of(config, cells, universe=universe, selected=chosen, shard=picked)
 
 
 _CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L([0-9]+)(?:/[^/\s]+)*$")
@@ -133,4 +142,4 @@ def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = N
     cells = [c for c in universe if c.id == cell_id]
     if not cells:
         raise InputError(f"{cell_id}: no such cell in the matrix of {config.source} (see `hlo-audit list`)")
-    return Plan(config=config, cells=cells, universe=universe, selected=cells)
+    return Plan.of(config, cells, universe=universe, selected=cells)

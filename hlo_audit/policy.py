@@ -69,9 +69,13 @@ class Policy:
         return next((w for w in self.waivers if w.covers(rule, cell) and w.covers_pattern(pattern)), None)
 
     @classmethod
+    def default(cls) -> Policy:
+        return cls(dict(DEFAULT_POLICY))
+
+    @classmethod
     def of(cls, actions: Mapping[str, str], waivers: Sequence[Mapping[str, str]], built_in: bool, source: str,
            memory_tolerance: float) -> Policy:
-        """The policy of a config's validated ``[policy]`` and ``[[waive]]`` tables (``config.Config.policy_rules``)."""
+        """The policy of a config's validated ``[policy]`` and ``[[waive]]`` tables (``config.Config.rules``)."""
         return cls(actions, tuple(
             Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
                    match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")}, index=i,

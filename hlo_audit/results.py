@@ -13,8 +13,10 @@ from enum import StrEnum
 from typing import Any
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
+from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
+from hlo_audit.usage import InputError
 
 Record = dict[str, Any]  # a record of the results cache's schema (an edge: JSON in and out)
 
@@ -63,6 +65,18 @@ class CellResult:
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    def canonical_text(self) -> str:
+        """The cell's canonical text, what its golden keeps. ``run.run_cells`` gives every ok result its own: computed
+        with the analysis, or read from the cache with the result and verified there (a truncated or foreign text is
+        a miss, never a golden)."""
+        if self.normalized is not None:
+            return self.normalized
+        if self.text is None:
+            raise InputError(f"{self.cell.id}: its canonical text is not known (a result not from run_cells); "
+                             "run the cell again")
+        # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
+        return analyze(self.text, self.cell.id).normalized
 
     @property
     def entry_params(self) -> int | None:

@@ -30,7 +30,6 @@ from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult, Status
 from hlo_audit.targets import get_target
-from hlo_audit.usage import InputError
 
 # Distributions every cell's HLO depends on, whatever its target and platform.
 _JAX_DISTRIBUTIONS = ("jax", "jaxlib", "flax")
@@ -61,18 +60,6 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),
     )
-
-
-def canonical_text(result: CellResult) -> str:
-    """The cell's canonical text. ``run_cells`` gives every ok result its own: computed with the analysis, or read
-    from the cache with the result and verified there (a truncated or foreign text is a miss, never a golden)."""
-    if result.normalized is not None:
-        return result.normalized
-    if result.text is None:
-        raise InputError(f"{result.cell.id}: its canonical text is not known (a result not from run_cells); "
-                         "run the cell again")
-    # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
-    return analyze(result.text, result.cell.id).normalized
 
 
 def _sha256(text: str) -> str:
@@ -116,6 +103,7 @@ def _where(exc: BaseException) -> str:
 
 
 _TARGETS: dict[str, object] = {}
+_FINGERPRINTS: dict[str, str] = {}
 
 
 def _target(spec: str):
@@ -125,6 +113,16 @@ def _target(spec: str):
         with importing_target():
             _TARGETS[spec] = get_target(spec)
     return _TARGETS[spec]
+
+
+def _keyed_target(spec: str) -> tuple[object, str]:
+    """The target and its fingerprint (part of every cell's cache key), taken once per process as the target is
+    built: the fingerprint of the code this process loaded (an edit after it is a later process's to key)."""
+    if spec not in _FINGERPRINTS:
+        with importing_target():
+            target = _TARGETS[spec] if spec in _TARGETS else get_target(spec)
+            _TARGETS[spec], _FINGERPRINTS[spec] = target, target.fingerprint()
+    return _TARGETS[spec], _FINGERPRINTS[spec]
 
 
 def _worker(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, dict | None]:
@@ -143,8 +141,8 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
     pending: list[tuple[Cell, str]] = []
     for cell in cells:
         try:
-            target = _target(cell.target)
-            key = lowering_key(cell, target.fingerprint())
+            target, fingerprint = _keyed_target(cell.target)
+            key = lowering_key(cell, fingerprint)
         except Exception as exc:  # noqa: BLE001 (bad target spec: every cell of it is an error row)
             yield CellResult(cell=cell, status=Status.ERROR, message=one_line(exc))
             continue

@@ -293,7 +293,7 @@ def test_markdown_of_a_hostile_check_injects_nothing(hostile_report):
         assert opened and blocks.count("</details>\n") == len(opened)  # each collapsed block closes once
         # The findings table: a header and one row per finding a human must read, each of 4 cells.
         rows = [t for t in tokens if t.type == "tr_open"]
-        assert len(rows) == 1 + len(report.attention())
+        assert len(rows) == 1 + len(report.attention)
         assert not RAW_CONTROL.search(text), label
 
 

@@ -2,7 +2,7 @@
 
 What is written is the outcome's, decided once there: each ok cell's record with its depth series as a golden records
 it (``Outcome.recorded_series``: stored depths a partial run did not lower included) and, at the cells that keep it
-(``Outcome.owners``), its canonical text. Everything is read through the one snapshot the transaction holds (after a
+(``Plan.owners``), its canonical text. Everything is read through the one snapshot the transaction holds (after a
 killed update's leftovers are settled), so one update reads each golden file once.
 """
 
@@ -15,9 +15,8 @@ from pathlib import Path
 from hlo_audit.golden import store
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, dumps
 from hlo_audit.outcome import Outcome
-from hlo_audit.plan import Plan
+from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.results import CellResult
-from hlo_audit.run import canonical_text
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def update(plan: Plan, results: Sequence[CellResult], prune: bool = False) -> Go
         wanted, healed = _records(outcome)
         pruned, pruned_files = [], []
         if prune:
-            matrix = {c.id for c in plan.full_matrix}
+            matrix = {c.id for c in full_matrix_of(plan)}
             for cell_id in (cid for cid in snapshot.stored_ids() if cid not in matrix):
                 files = snapshot.owned_files(cell_id)
                 wanted.update(dict.fromkeys(files))
@@ -69,7 +68,7 @@ def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:
             continue
         cid = r.cell.id
         old = outcome.goldens.golden(cid)
-        hlo = canonical_text(r) if cid in outcome.owners else None
+        hlo = r.canonical_text() if cid in outcome.plan.owners else None
         if old is not None and (old.damaged or old.text_problem or (
                 old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
             healed.append(cid)

@@ -242,12 +242,12 @@ def format_check(outcome) -> str:
     table; waived, folded and unavailable ones in collapsed blocks."""
     head = "## hlo-audit check: " + ("passed" if outcome.passed else "**failed**")
     out = [head, "", _text(check_summary_text(outcome.summary))]
-    notable = outcome.attention()
+    notable = outcome.attention
     if notable:
         out += [""] + _table(["", "cell", "rule", "finding"],
                       [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, message(f)) for f in notable])
     for severity, title in (("waived", "waived"), ("unavailable", "unavailable here")):
-        found = outcome.of_severity(severity)
+        found = outcome.by_severity.get(severity, ())
         if found:
             cells = len({f.cell for f in found})
             out += ["", f"<details><summary>{SEVERITY_ICON[severity]} {cells} cells {title}</summary>", ""]

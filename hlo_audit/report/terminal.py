@@ -343,7 +343,7 @@ def print_check(console: Console, outcome, verbose: bool = False) -> None:
     _print_series_summary(console, outcome)
     # A finding is a heading line and its message indented below: messages carry long path patterns, which
     # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
-    for f in outcome.attention(verbose):
+    for f in outcome.findings if verbose else outcome.attention:
         status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", esc(f.cell), "  ",
                                       esc(f.rule)))
         print_message(console, message(f))
@@ -374,7 +374,7 @@ def _print_series_summary(console: Console, outcome) -> None:
                                            ("dead rng", "right"), *([("kernels", "right")] if kernels else []),
                                            ("verdict", "left")])
         for row in rows:
-            verdict = outcome.series_verdict(row)
+            verdict = row.verdict
             cells = row.results
             add_row(table, row.label, " -> ".join(str(r.entry_params) for r in cells),
                     " -> ".join(str(r.count("by_dtype", "u32")) for r in cells),
