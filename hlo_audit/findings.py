@@ -221,10 +221,12 @@ class StaleWaiver:
 
 @dataclass(frozen=True)
 class Worded:
-    """A finding read back from a check's JSON (``merge``): its sentence and details as its shard wrote them."""
+    """A finding read back from a check's JSON (``merge``): its sentence and its details as its shard wrote them
+    (JSON text, parsed again only where JSON is written), and the dead RNG parameters its details name."""
 
     message: str
-    details: Mapping[str, Any]
+    details: str
+    dead_params: int = 0
 
 
 Facts = (Matches | LoweringFailure | MissingGolden | StaleGolden | CountChange | TextChange | MemoryChange
@@ -257,7 +259,7 @@ class Finding:
         if isinstance(self.facts, DeadRng):
             return self.facts.params
         if isinstance(self.facts, Worded):
-            return self.facts.details.get("dead_params", 0)
+            return self.facts.dead_params
         return 0
 
 

@@ -376,7 +376,7 @@ def text_verdict(golden_text: str, text: str) -> tuple[str, tuple[str, ...], int
     return result.verdict, tuple(result.changes), rng
 
 
-def environment_changes(then: Mapping[str, object], now: Mapping[str, object]) -> tuple[EnvironmentChange, ...]:
+def environment_changes(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:
     """Every key whose value differs, both ways (a key only the golden has, or only this run has, too)."""
     keys = sorted(k for k in {*then, *now} if then.get(k) != now.get(k))
     return tuple(EnvironmentChange(k, then.get(k), now.get(k)) for k in keys)

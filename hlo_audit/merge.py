@@ -99,7 +99,7 @@ _DETAILS: dict[type, Callable[[Any], Json]] = {
     DeadRng: lambda f: {"dead_params": f.params, "dead_increments": f.increments, "patterns": list(f.patterns),
                         "waived_patterns": {k: w.reason for k, w in f.waived_patterns.items()}},
     StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
-    Worded: lambda f: f.details,
+    Worded: lambda f: json.loads(f.details),
 }
 
 
@@ -183,9 +183,10 @@ def _one_of(record: dict, key: str, where: str, known, optional: bool = False, d
 def _finding_from_record(f, where: str) -> Finding:
     if not isinstance(f, dict):
         raise _Malformed(f"{where}: expected an object, got {type(f).__name__}")
+    details = _field(f, "details", where, dict, optional=True, default={})
     return Finding(_field(f, "cell", where, str), Severity(_one_of(f, "severity", where, SEVERITIES)),
-                   _field(f, "rule", where, str), Worded(_field(f, "message", where, str),
-                                                         _field(f, "details", where, dict, optional=True, default={})))
+                   _field(f, "rule", where, str), Worded(_field(f, "message", where, str), json.dumps(details),
+                                                         details.get("dead_params", 0)))
 
 
 def _result_from_cell_record(c, where: str = "cell") -> CellResult:

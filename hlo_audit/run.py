@@ -20,6 +20,7 @@ from pathlib import Path
 from hlo_audit import host, platforms
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache, importing_target, lowering_key, reads_after, recording_environment
+from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
@@ -66,7 +67,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, dict | None]:
+def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, Reads | None]:
     """Lower and analyse one cell; never raises (runs in worker processes too). The third item is what the
     lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
     started = time.perf_counter()
@@ -125,7 +126,7 @@ def _keyed_target(spec: str) -> tuple[object, str]:
     return _TARGETS[spec], _FINGERPRINTS[spec]
 
 
-def _worker(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, dict | None]:
+def _worker(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, Reads | None]:
     """In a worker process: the result (pickled back whole, its canonical text with it), the lowering, its reads."""
     host.setup_own_process()
     return _lower_one(target_spec, cell, key)
@@ -168,7 +169,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
     yield from _lower_pending(pending, cache, jobs, started or (lambda cell: None))
 
 
-def _store(cache: Cache, result: CellResult, lowering: Lowering | None, reads: dict | None) -> CellResult:
+def _store(cache: Cache, result: CellResult, lowering: Lowering | None, reads: Reads | None) -> CellResult:
     """A result just lowered, stored: with its text, keyed by its cache entry (``Cache.put``)."""
     if result.ok and lowering is not None and reads is not None:
         return cache.put(result.key, replace(result, text=lowering.text), lowering, reads)

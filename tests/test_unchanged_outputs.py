@@ -11,36 +11,13 @@ be byte-identical.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
+import sys
+from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scenarios' helper, under any import mode
 import unchanged_outputs as scenarios
-
-
-@contextlib.contextmanager
-def serve(entries):
-    """Today's seam: the pipeline's lowering step (``run.run_cells`` as ``run.execute`` calls it) yields the
-    scenario's results, read through the results cache's record schema as a cached result would be."""
-    from hlo_audit import run
-    from hlo_audit.results import CellResult
-
-    results = {}
-    for entry in entries:
-        result = dataclasses.replace(CellResult.from_record(entry["record"]), normalized=entry["normalized"])
-        results[result.cell.id] = result
-
-    def run_cells(cells, cache, jobs=1, started=None):
-        for cell in cells:
-            yield results[cell.id]
-
-    saved = run.run_cells
-    run.run_cells = run_cells
-    try:
-        yield
-    finally:
-        run.run_cells = saved
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +33,7 @@ def _maxtext_imported():
 @pytest.mark.parametrize("name", list(scenarios.BUILDERS))
 def test_every_format_prints_what_it_printed_at_main(name):
     with scenarios.scenario_folder() as folder:
-        now = scenarios.run_scenario(name, folder, serve)
+        now = scenarios.run_scenario(name, folder, scenarios.serve_today)
     before = scenarios.expected(name)
     assert list(now) == list(before)
     for output, was in before.items():

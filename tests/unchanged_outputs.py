@@ -331,6 +331,33 @@ def run_scenario(name: str, folder: Path, serve) -> dict[str, dict]:
     return outputs
 
 
+@contextlib.contextmanager
+def serve_today(entries: list[dict]):
+    """Today's seam (since issue 28): the pipeline's lowering step (``run.run_cells`` as ``run.execute`` calls it)
+    yields the scenario's results, read through the results cache's record schema as a cached result would be. (At
+    main the seam was ``audit.run_cells``: capture_at_main.py's ``serve``.)"""
+    import dataclasses
+
+    from hlo_audit import run
+    from hlo_audit.results import CellResult
+
+    results = {}
+    for entry in entries:
+        result = dataclasses.replace(CellResult.from_record(entry["record"]), normalized=entry["normalized"])
+        results[result.cell.id] = result
+
+    def run_cells(cells, cache, jobs=1, started=None):
+        for cell in cells:
+            yield results[cell.id]
+
+    saved = run.run_cells
+    run.run_cells = run_cells
+    try:
+        yield
+    finally:
+        run.run_cells = saved
+
+
 def expected(name: str) -> dict[str, dict]:
     import gzip
 

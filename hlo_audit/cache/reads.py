@@ -13,7 +13,8 @@ import re
 import sys
 import sysconfig
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -132,11 +133,27 @@ def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
             if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
 
 
-def reads_after(window: _EnvironmentReads) -> dict:
-    """The manifest of a lowering that just ran in this process: the modules loaded now, the variables ``window``
-    read (``environment``) and those read while this process built its targets (``imported_environment``: the
-    values its imports saw, which later writes, libtpu's TPU_LIBRARY_PATH say, do not change for the module that
-    kept them). JSON-able, so a worker can hand it to the parent."""
+@dataclass(frozen=True)
+class Reads:
+    """What one lowering read: every file of its modules by content (``[size, mtime_ns, sha256]``, None: gone) or
+    by the distribution that installed it, and the environment variables it (and this process's imports) read.
+    A manifest variant keeps its record (``to_record``)."""
+
+    files: Mapping[str, list | None]
+    distributions: Mapping[str, str]
+    environment: Mapping[str, str | None]
+    imported_environment: Mapping[str, str | None]
+
+    def to_record(self) -> dict:
+        return {"files": dict(self.files), "distributions": dict(self.distributions),
+                "environment": dict(self.environment), "imported_environment": dict(self.imported_environment)}
+
+
+def reads_after(window: _EnvironmentReads) -> Reads:
+    """What a lowering that just ran in this process read: the modules loaded now, the variables ``window`` read
+    (``environment``) and those read while this process built its targets (``imported_environment``: the values
+    its imports saw, which later writes, libtpu's TPU_LIBRARY_PATH say, do not change for the module that kept
+    them). Picklable, so a worker can hand it to the parent."""
     files, distributions = {}, {}
     search_path = tuple(sys.path)
     kinds = _kinds(search_path)  # what a path is does not change while the process runs: classified once
@@ -148,8 +165,8 @@ def reads_after(window: _EnvironmentReads) -> dict:
             files[path] = _file_state(path)
         elif kind is not None:
             distributions[kind[0]] = kind[1]
-    return {"files": files, "distributions": dict(sorted(distributions.items())),
-            "environment": _variables(window), "imported_environment": _variables(_PROCESS_READS)}
+    return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
+                 imported_environment=_variables(_PROCESS_READS))
 
 
 def _module_files() -> set[str]:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
-from hlo_audit.cache.reads import Now, identity
+from hlo_audit.cache.reads import Now, Reads, identity
 from hlo_audit.files import write_atomic
 from hlo_audit.lowering import Lowering
 from hlo_audit.results import CellResult
@@ -253,9 +253,10 @@ class Cache:
                 self._warn(f"cache entry {path} cannot be written ({exc.strerror or exc}); not caching it")
             self._write_failed = True
 
-    def put(self, key: str, result: CellResult, lowering: Lowering, reads: dict) -> CellResult:
+    def put(self, key: str, result: CellResult, lowering: Lowering, read: Reads) -> CellResult:
         """Store a cell just lowered: its entry (text, lowering record, result, canonical text), then the manifest
         variant naming it. Returns the result keyed by its entry (``key``)."""
+        reads = read.to_record()  # the manifest variant's record
         entry = material_digest({"primary": key, "reads": identity(reads)})
         result = replace(result, key=entry)
         if not self.enabled:

@@ -11,6 +11,8 @@ tr[data-cell]``, ``#compiled tr[data-cell]``) so a browser test, or a reader's o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import html as escape
 from hlo_audit.report.words import human_bytes
@@ -116,7 +118,7 @@ def scaling_chart(report) -> str:
     return "\n".join(out) + f'\n<div class="legend">{legend}</div>'
 
 
-def _table(table_id: str, header: list[str], rows: list[tuple[dict, list[str]]]) -> str:
+def _table(table_id: str, header: list[str], rows: list[tuple[Mapping[str, str | int], list[str]]]) -> str:
     """``rows``: (attributes of the <tr>, cells already escaped)."""
     out = [f'<table id="{table_id}"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in header)
            + "</tr></thead><tbody>"]
@@ -166,12 +168,12 @@ def scan_table(report) -> str:
 def scaling_table(report) -> str:
     rows = []
     for s in report.series:
-        projected = s.projected()
+        p = s.projection()
         u32 = s.by_dtype.get("u32")
         rows.append(({"data-series": s.id}, [
             escape(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
-            f"{u32.slope:g}" if u32 else "0", str(projected.get("layers", "")),
-            str(projected.get("entry_params", "")), str(projected.get("by_dtype", {}).get("u32", ""))]))
+            f"{u32.slope:g}" if u32 else "0", str(p.layers if p else ""), str(p.entry_params if p else ""),
+            str(p.by_dtype.get("u32", "") if p else "")]))
     return _table("scaling", ["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
                               "projected params", "projected u32"], rows)
 

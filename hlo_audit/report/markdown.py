@@ -8,7 +8,7 @@ cannot be left out by mistake.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.hlo.analysis import Analysis
@@ -163,7 +163,7 @@ def _kernels_cell(view) -> str:
     return f"{view.result.kernels}" + (f" ({delta:+d})" if delta else "")
 
 
-def _cost_cells(cost: dict) -> tuple[str, str]:
+def _cost_cells(cost: Mapping[str, float]) -> tuple[str, str]:
     return (f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "",
             human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else "")
 
@@ -225,10 +225,10 @@ def _scan_view(report) -> list[str]:
 def format_scaling(series) -> str:
     rows = []
     for s in series:
-        p = s.projected()
+        p = s.projection()
         rows.append((_code(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
                      f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
-                     p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", "")))
+                     p.layers if p else "", p.entry_params if p else "", p.by_dtype.get("u32", "") if p else ""))
     return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
                              "projected params", "projected u32"], rows)) + "\n"
 

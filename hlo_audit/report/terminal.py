@@ -297,11 +297,11 @@ def print_scaling(console: Console, series) -> None:
                                        ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
                                        ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
     for s in series:
-        p = s.projected()
+        p = s.projection()
         rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
         add_row(table, s.id, ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
                 f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
-                p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", ""))
+                p.layers if p else "", p.entry_params if p else "", p.by_dtype.get("u32", "") if p else "")
     print_table(console, table)
     launched = [s for s in series if s.launches]
     if launched:  # GPU series: kernels per step per layer, projected to full depth
@@ -309,7 +309,7 @@ def print_scaling(console: Console, series) -> None:
             ("series", "left"), ("kern/L", "right"), ("scalar/L", "right"), ("rng/L", "right"), ("coll/L", "right"),
             ("full", "right"), ("proj. kern", "right"), ("proj. rng", "right")])
         for s in launched:
-            p = s.projected().get("launches", {})
+            p = (s.projection().launches or {}) if s.projection() else {}
             add_row(kernels, s.id, *(f"{s.launches[k].slope:g}" for k in ("total", "scalar", "reading_rng",
                                                                           "collectives")),
                     s.full_depth or "", p.get("total", ""), p.get("reading_rng", ""))

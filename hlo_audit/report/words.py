@@ -180,7 +180,7 @@ def environment_text(changes: Sequence[EnvironmentChange]) -> str:
     return ", ".join(f"{c.key} {shown(c.golden)} -> {shown(c.now)}" for c in changes)
 
 
-def environment_change(then: Mapping[str, object], now: Mapping[str, object]) -> str:
+def environment_change(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> str:
     """Every key whose value differs, both ways, in words (``environment_text`` of ``gate.environment_changes``)."""
     return environment_text(environment_changes(then, now))
 
