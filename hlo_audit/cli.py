@@ -12,7 +12,7 @@ import typer
 
 from hlo_audit import __version__, audit, host, merge as merge_reader, scaffold
 from hlo_audit.errors import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, exit_on_input_error
-from hlo_audit.errors import report as report_error
+from hlo_audit.errors import print_error
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, write_output
 from hlo_audit import progress
@@ -80,10 +80,10 @@ FORMATS = {
         "table": lambda v: terminal.render(terminal.print_check, v.outcome, v.verbose),
     },
     "report": {
-        "json": lambda v: jsonfmt.format_report(v.report),
-        "csv": lambda v: frame.format_tidy_csv(v.report),
-        "markdown": lambda v: markdown.format_report(v.report),
-        "table": lambda v: terminal.render(terminal_report.print_report, v.report, max_width=REPORT_WIDTH),
+        "json": lambda v: jsonfmt.format_report(v.view),
+        "csv": lambda v: frame.format_tidy_csv(v.view),
+        "markdown": lambda v: markdown.format_report(v.view),
+        "table": lambda v: terminal.render(terminal_report.print_report, v.view, max_width=REPORT_WIDTH),
     },
     "explain": {
         "json": lambda v: jsonfmt.format_explain(v.tree, v.captured, v.launches),
@@ -166,7 +166,7 @@ def count(
     emit("count", fmt, analyses=analyses, top=top, params=params, launches=launches)
     unreadable = [a for a in analyses if isinstance(a, audit.Unreadable)]
     for a in unreadable:
-        report_error(a.error)
+        print_error(a.error)
     raise typer.Exit(EXIT_INPUT_ERROR if unreadable else 0)
 
 
@@ -357,7 +357,7 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
     if html_path:
         check_output(html_path, "--html", "report.html")
     view = audit.report(plan, progress.run_shown(plan, jobs, not no_cache, refresh))
-    emit("report", fmt, report=view)
+    emit("report", fmt, view=view)
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")
     raise typer.Exit(1 if any(r.status == "error" for r in view.results) else 0)
@@ -401,7 +401,7 @@ def lower(
     try:
         text = audit.cell_text(cell, config, normalized=normalized, use_cache=not no_cache)
     except audit.CellNotLowered as exc:
-        report_error(exc)
+        print_error(exc)
         raise typer.Exit(EXIT_DIFFERENCE) from None
     if output:
         write_output(output, text, "--output", "module.hlo.txt")

@@ -22,7 +22,7 @@ USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError,
                CacheError)
 
 
-def report(message: object) -> None:
+def print_error(message: object) -> None:
     """The one line a user error prints on stderr (control characters in it made visible: it may quote input)."""
     print(f"hlo-audit: error: {_one_line(message)}", file=sys.stderr)
 
@@ -45,7 +45,7 @@ def exit_on_input_error(fn):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
-            report(exc)
+            print_error(exc)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
         except KeyboardInterrupt:
             print("hlo-audit: interrupted", file=sys.stderr)

@@ -45,15 +45,15 @@ def format_run_csv(results, slopes: dict[str, float]) -> str:
     return _csv(cells_frame(results, slopes))
 
 
-def tidy_frame(report) -> pd.DataFrame:
+def tidy_frame(view) -> pd.DataFrame:
     """One row per cell x dtype x role (a ``MatrixReport``'s tidy rows); golden columns are nullable integers."""
     import pandas as pd  # noqa: PLC0415
 
-    frame = pd.DataFrame([row.values() for row in report.tidy_rows], columns=list(report.tidy_columns))
+    frame = pd.DataFrame([row.values() for row in view.tidy_rows], columns=list(view.tidy_columns))
     for column in ("layers", "count", "bytes", "golden_count", "golden_delta"):
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
-def format_tidy_csv(report) -> str:
-    return _csv(tidy_frame(report))
+def format_tidy_csv(view) -> str:
+    return _csv(tidy_frame(view))

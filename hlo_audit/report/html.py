@@ -55,8 +55,8 @@ def _signed_class(delta: int | None) -> tuple[str, str]:
     return (f"{delta:+d}" if delta else "0"), ("grow" if delta > 0 else "shrink" if delta < 0 else "")
 
 
-def roles_chart(report) -> str:
-    ok, roles = [v.result for v in report.lowered], report.roles
+def roles_chart(view) -> str:
+    ok, roles = [v.result for v in view.lowered], view.roles
     label_width, bar_width, row = 300, 520, 18
     height = row * len(ok) + 30
     most = max((x.entry_params for x in ok), default=1) or 1
@@ -80,8 +80,8 @@ def roles_chart(report) -> str:
     return "\n".join(out) + f'\n<div class="legend">{legend}</div>'
 
 
-def scaling_chart(report) -> str:
-    series = report.series
+def scaling_chart(view) -> str:
+    series = view.series
     if not series:
         return '<p class="muted">No depth series (a series needs two or more depths of one cell).</p>'
     width, height, left, bottom, top = 820, 360, 60, 30, 10
@@ -135,10 +135,10 @@ def _count(value: int, delta: int | None) -> str:
     return f'{value} <span class="{"grow" if delta > 0 else "shrink"}">{delta:+d}</span>'
 
 
-def matrix_table(report) -> str:
-    dtypes, roles = report.dtypes, report.roles
+def matrix_table(view) -> str:
+    dtypes, roles = view.dtypes, view.roles
     rows = []
-    for v in report.cells:
+    for v in view.cells:
         r = v.result
         if not r.summary:
             rows.append(({"data-cell": r.cell.id, "data-status": r.status},
@@ -155,9 +155,9 @@ def matrix_table(report) -> str:
     return _table("matrix", ["cell", "entry params", "Δ golden", *dtypes, *roles, "never-drawn RNG"], rows)
 
 
-def scan_table(report) -> str:
+def scan_table(view) -> str:
     rows = []
-    for p in report.scan_pairs:
+    for p in view.scan_pairs:
         cells = [escape(p.label)]
         for r in (p.on, p.off):
             cells += ["", ""] if r is None else [str(r.entry_params), str(r.count("by_dtype", "u32"))]
@@ -165,9 +165,9 @@ def scan_table(report) -> str:
     return _table("scan", ["model/quant/depth", "params on", "u32 on", "params off", "u32 off"], rows)
 
 
-def scaling_table(report) -> str:
+def scaling_table(view) -> str:
     rows = []
-    for s in report.series:
+    for s in view.series:
         p = s.projection()
         u32 = s.by_dtype.get("u32")
         rows.append(({"data-series": s.id}, [
@@ -178,10 +178,10 @@ def scaling_table(report) -> str:
                               "projected params", "projected u32"], rows)
 
 
-def compiled_table(report) -> str:
+def compiled_table(view) -> str:
     """Compiled cells: memory per device by kind (with its change against the golden) and cost."""
     rows = []
-    for v in report.with_memory:
+    for v in view.with_memory:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
         cells = [escape(v.result.cell.id)]
         for key in (kind.key for kind in MEMORY_KINDS):
@@ -200,19 +200,19 @@ def compiled_table(report) -> str:
     return _table("compiled", ["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed"], rows)
 
 
-def format_html(report) -> str:
-    ok = sum(1 for v in report.cells if v.result.status == "ok")
+def format_html(view) -> str:
+    ok = sum(1 for v in view.cells if v.result.status == "ok")
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>hlo-audit report</title>",
         f"<style>{STYLE}</style>", f"<script>{SCRIPT}</script>", "</head><body>",
         "<h1>hlo-audit report</h1>",
-        f'<p id="summary">{len(report.cells)} cells, {ok} lowered; '
-        f"{len(report.series)} depth series.</p>",
-        "<h2>Entry parameters per cell, by role</h2>", roles_chart(report),
+        f'<p id="summary">{len(view.cells)} cells, {ok} lowered; '
+        f"{len(view.series)} depth series.</p>",
+        "<h2>Entry parameters per cell, by role</h2>", roles_chart(view),
         "<h2>Depth scaling (line: intercept + slope x layers, to full depth; dots: measured)</h2>",
-        scaling_chart(report),
-        "<h2>Cells against their goldens</h2>", matrix_table(report),
-        "<h2>Scan on / scan off</h2>", scan_table(report),
-        "<h2>Depth scaling</h2>", scaling_table(report),
-        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(report)] if report.with_memory else []),
+        scaling_chart(view),
+        "<h2>Cells against their goldens</h2>", matrix_table(view),
+        "<h2>Scan on / scan off</h2>", scan_table(view),
+        "<h2>Depth scaling</h2>", scaling_table(view),
+        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(view)] if view.with_memory else []),
         "</body></html>", ""])

@@ -99,7 +99,7 @@ def format_scaling(series) -> str:
 REPORT_SCHEMA = "hlo-audit/report/v1"
 
 
-def report_record(report) -> dict:
+def report_record(view) -> dict:
     def side(r):
         return None if r is None else {
             "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"),
@@ -109,17 +109,17 @@ def report_record(report) -> dict:
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
                    "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
                    "memory_delta": v.memory_delta(), "kernels_delta": v.launches_delta(),
-                   "constants_delta": v.constants_delta} for v in report.cells],
+                   "constants_delta": v.constants_delta} for v in view.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
-                 for p in report.scan_pairs],
-        "scaling": [series_record(s) for s in report.series],
-        "rows": [asdict(row) for row in report.tidy_rows],
+                 for p in view.scan_pairs],
+        "scaling": [series_record(s) for s in view.series],
+        "rows": [asdict(row) for row in view.tidy_rows],
     }
 
 
-def format_report(report) -> str:
-    return json.dumps({"schema": REPORT_SCHEMA, **report_record(report)}, indent=2) + "\n"
+def format_report(view) -> str:
+    return json.dumps({"schema": REPORT_SCHEMA, **report_record(view)}, indent=2) + "\n"
 
 
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
@@ -143,9 +143,9 @@ def format_check(outcome) -> str:
 RNG_SCHEMA = "hlo-audit/rng/v1"
 
 
-def format_rng(source: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
+def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
     frozen = constants.frozen_rng if constants is not None else None  # RNG state written in as literals
-    return json.dumps({"schema": RNG_SCHEMA, "source": source, **rng.to_record(with_streams=streams),
+    return json.dumps({"schema": RNG_SCHEMA, "source": label, **rng.to_record(with_streams=streams),
                        "frozen": None if frozen is None else {
                            "literal_keys": frozen.literal_keys, "literal_key_constants": frozen.literal_key_constants,
                            "used": frozen.used, "sites": list(frozen.sites),

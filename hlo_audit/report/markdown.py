@@ -168,21 +168,21 @@ def _cost_cells(cost: Mapping[str, float]) -> tuple[str, str]:
             human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else "")
 
 
-def format_report(report) -> str:
+def format_report(view) -> str:
     """The report's views for a PR comment; the tidy rows in a collapsed block."""
-    out = ["### Entry parameters (Δ against the golden)", "", *_entry_params_view(report)]
-    if report.baking:
+    out = ["### Entry parameters (Δ against the golden)", "", *_entry_params_view(view)]
+    if view.baking:
         out += ["", "### State baked in as constants (captured: arrays the step closes over)", "",
-                *_baked_view(report)]
-    out += ["", "### Scan on / scan off", "", *_scan_view(report)]
-    if report.series:
-        out += ["", "### Depth scaling", "", format_scaling(report.series).rstrip("\n")]
-    if report.with_memory:
+                *_baked_view(view)]
+    out += ["", "### Scan on / scan off", "", *_scan_view(view)]
+    if view.series:
+        out += ["", "### Depth scaling", "", format_scaling(view.series).rstrip("\n")]
+    if view.with_memory:
         out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
         out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed", "kernels"],
                       [(_code(v.result.cell.id), *_memory_cells(v), *_cost_cells(v.result.cost or {}),
-                        _kernels_cell(v)) for v in report.with_memory])
-    tidy = report.tidy_rows
+                        _kernels_cell(v)) for v in view.with_memory])
+    tidy = view.tidy_rows
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
     columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]
     out += _table(columns, [tuple("" if getattr(r, k) is None else getattr(r, k) for k in columns) for r in tidy])
@@ -194,9 +194,9 @@ def _signed_delta(d: int | None) -> str:
     return "new" if d is None else f"{d:+d}" if d else "0"
 
 
-def _entry_params_view(report) -> list[str]:
+def _entry_params_view(view) -> list[str]:
     rows = []
-    for v in report.cells:
+    for v in view.cells:
         if v.result.summary:
             s = v.result.summary
             rows.append((_code(v.result.cell.id), s.entry_params, _signed_delta(v.total_delta),
@@ -205,21 +205,21 @@ def _entry_params_view(report) -> list[str]:
     return _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
 
 
-def _baked_view(report) -> list[str]:
+def _baked_view(view) -> list[str]:
     return _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
                   [(_code(v.result.cell.id), captured_text(v.result.constants.captured),
                     len(v.result.constants.large), v.result.constants.frozen_rng.literal_keys,
                     "new" if not v.golden_knows_constants
                     else captured_change(v.constants_delta.to_record()) if v.constants_delta else "0")
-                   for v in report.baking])
+                   for v in view.baking])
 
 
-def _scan_view(report) -> list[str]:
+def _scan_view(view) -> list[str]:
     def side(r):
         return ("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
 
     return _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
-                  [(_code(p.label), *side(p.on), *side(p.off)) for p in report.scan_pairs])
+                  [(_code(p.label), *side(p.on), *side(p.off)) for p in view.scan_pairs])
 
 
 def format_scaling(series) -> str:
@@ -261,8 +261,8 @@ def format_check(outcome) -> str:
     return "\n".join(out) + "\n"
 
 
-def format_rng(source: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
-    out = [f"### RNG streams of {_code(source, False)}", "", _text(f"{rng_headline(rng)}; {rng_cost(rng)}."), ""]
+def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
+    out = [f"### RNG streams of {_code(label, False)}", "", _text(f"{rng_headline(rng)}; {rng_cost(rng)}."), ""]
     frozen = frozen_rng_line(constants)
     if frozen:
         out += [f"**{_text(frozen)}.**", ""]

@@ -388,9 +388,9 @@ def _print_series_summary(console: Console, outcome) -> None:
 VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}
 
 
-def print_rng(console: Console, source: str, rng: RngSummary, streams: bool = False,
+def print_rng(console: Console, label: str, rng: RngSummary, streams: bool = False,
               constants: Constants | None = None) -> None:
-    status(console, esc(f"{source}: {rng_headline(rng)}", style="bold"))
+    status(console, esc(f"{label}: {rng_headline(rng)}", style="bold"))
     status(console, rng_cost(rng))
     frozen = frozen_rng_line(constants)
     if frozen:
