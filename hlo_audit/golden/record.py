@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult, Status
@@ -161,7 +162,8 @@ class GoldenRecord:
             groups_by_role=record.get("groups_by_role"),
             rng_increments=None if increments is None else Increments(increments["by_verdict"],
                                                                       increments["by_pattern"]),
-            launches=None if launches is None else GoldenLaunches(**launches),
+            launches=None if launches is None else GoldenLaunches(
+                **{k: v for k, v in launches.items() if k in GOLDEN_LAUNCH_FIELDS}),
             slopes=None if slopes is None else Slopes(
                 depths=tuple(slopes.get("depths", ())), total=slopes.get("total", 0),
                 by_dtype=slopes.get("by_dtype", {}), by_role=slopes.get("by_role", {}),
