@@ -77,6 +77,7 @@ compat:
 bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_matrix.py
+	$(PY) scripts/bench_cache_digest.py
 	$(PY) scripts/bench_tpu.py
 	$(PY) scripts/bench_gpu.py
 

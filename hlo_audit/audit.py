@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlo_audit.gate import Gate, regenerate_command
+from hlo_audit.gate import judged, regenerate_command
 from hlo_audit.golden.update import GoldenUpdate, update
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
                               diff, dump_launches, explain_source, explain_trees, launches_diff, load_program)
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
-from hlo_audit.report.matrix import MatrixView, matrix_view
+from hlo_audit.report.matrix import MatrixView, matrix_view_of
 from hlo_audit.results import CellResult
 from hlo_audit.run import execute
 from hlo_audit.scaling import Series
@@ -38,8 +38,7 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
           report_stale: bool = True) -> Outcome:
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does)."""
-    gate = Gate(p.config.rules, regenerate_command(config_path))
-    return gate.judge(Outcome.of(p, results), report_stale)
+    return judged(p, results, regenerate_command(config_path), report_stale)
 
 
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
@@ -49,7 +48,7 @@ def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:
     """The matrix against its goldens, scan pairs and depth scaling, for ``report`` and ``params_frame``."""
-    return matrix_view(Outcome.of(p, results))
+    return matrix_view_of(p, results)
 
 
 def scaling(p: Plan, results: Sequence[CellResult]) -> list[Series]:

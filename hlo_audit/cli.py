@@ -10,21 +10,23 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit import __version__, audit, host, merge as merge_reader, scaffold
-from hlo_audit.errors import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, exit_on_input_error
-from hlo_audit.errors import print_error
+from hlo_audit import __version__, audit, host, progress, scaffold, streams, termination
+from hlo_audit import merge as merge_reader
+from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, OneLineUsageErrors,
+                               exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, write_output
-from hlo_audit import progress
 from hlo_audit.report import frame, html, jsonfmt, junit, markdown, terminal, terminal_report, terminal_tree
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  rich_markup_mode="markdown",
+app = typer.Typer(cls=OneLineUsageErrors, add_completion=False, no_args_is_help=True,
+                  pretty_exceptions_enable=False, rich_markup_mode="markdown",
                   help="Count, normalize and diff the entry parameters of JAX programs' HLO; gate on them against "
                        "committed goldens.\n\nExit codes: 0 clean; 1 a difference, a regression or a failing cell "
-                       "(rng: dead RNG state found); 2 a usage or input error, said in one line on stderr.")
+                       "(rng: dead RNG state found), nothing else; 2 a usage, input or environment error (a closed "
+                       "stdout, a JAX_*/XLA_FLAGS value jax or XLA refuses), said in one line on stderr; 130, 143, 129 "
+                       "stopped by SIGINT, SIGTERM, SIGHUP.")
 
 REPORT_WIDTH = 100  # report and explain views aim at this many columns, on a terminal or piped
 
@@ -472,5 +474,23 @@ def init(
 
 
 def main() -> None:
+    """The console script: the command, in a process whose standard streams and signals are handled as a CI runner
+    leaves them (``streams``, ``termination``); the exit code is the command's, or 2 for standard output that cannot
+    take its report, or 128 + a signal's number when one stopped it."""
     host.setup_own_process()
-    app()
+    if "stdout" in streams.reopen_closed():
+        print_error("standard output is closed (>&-): redirect it to a file or /dev/null")
+        sys.exit(EXIT_INPUT_ERROR)
+    code = EXIT_OK
+    try:
+        with termination.ending_on_signals(), streams.guarded_stdout():
+            try:
+                app()
+            except SystemExit as done:
+                code = done.code if isinstance(done.code, int) else EXIT_INPUT_ERROR if done.code else EXIT_OK
+    except streams.StdoutError as exc:
+        print_error(exc)
+        code = EXIT_INPUT_ERROR
+    except KeyboardInterrupt as stop:  # a signal outside any command (while parsing its options)
+        print(f"hlo-audit: {termination.message(stop)}", file=sys.stderr)
+    sys.exit(termination.stopped_exit_code() or code)

@@ -6,7 +6,14 @@ import functools
 import sys
 
 import typer
+from typer.core import TyperGroup
 
+try:  # typer 0.2x carries its own copy of click; the exceptions its parser raises are that copy's
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover (typer on click itself)
+    from click import exceptions as click_errors
+
+from hlo_audit import termination
 from hlo_audit.cache import CacheError
 from hlo_audit.config import ConfigError
 from hlo_audit.files import OutputError
@@ -14,12 +21,13 @@ from hlo_audit.golden.store import GoldenError
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MatrixError
+from hlo_audit.preflight import EnvironmentProblem
 from hlo_audit.usage import InputError
 
 EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
 
 USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError,
-               CacheError)
+               CacheError, EnvironmentProblem)
 
 
 def print_error(message: object) -> None:
@@ -39,6 +47,37 @@ def _one_line(message: object) -> str:
     return visible(message)
 
 
+class OneLineUsageErrors(TyperGroup):
+    """The command group whose usage errors (an unknown option, ``--jobs 0``, ``--top abc``, a missing argument) are
+    said as every other input error is: one line on stderr naming the command and how to get its help, exit 2
+    (click's own is a 3-6 line box). Used by ``CliRunner`` as by the console script."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_errors.NoArgsIsHelpError:  # the help is printed already
+            sys.exit(EXIT_INPUT_ERROR)
+        except click_errors.UsageError as exc:
+            print_error(usage_line(exc))
+            sys.exit(EXIT_INPUT_ERROR)
+        except click_errors.ClickException as exc:
+            print_error(exc.format_message())
+            sys.exit(exc.exit_code)
+        except typer.Abort:  # end of input at a prompt (hlo-audit asks none)
+            sys.exit(EXIT_INPUT_ERROR)
+        sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def usage_line(exc) -> str:
+    """``run: Invalid value for '--jobs' / '-j': ... (hlo-audit run --help)``."""
+    path = exc.ctx.command_path if exc.ctx is not None else ""
+    command = path.partition(" ")[2]
+    text = " ".join(exc.format_message().split())
+    return f"{command + ': ' if command else ''}{text}{f' ({path} --help)' if path else ''}"
+
+
 def exit_on_input_error(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -47,7 +86,7 @@ def exit_on_input_error(fn):
         except USER_ERRORS as exc:
             print_error(exc)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
-        except KeyboardInterrupt:
-            print("hlo-audit: interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as stop:  # Ctrl-C, and SIGTERM / SIGHUP the same way (hlo_audit.termination)
+            print(f"hlo-audit: {termination.message(stop)}", file=sys.stderr)
+            raise typer.Exit(termination.exit_code(stop)) from None
     return wrapper

@@ -9,6 +9,7 @@ import socket
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -109,7 +110,8 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
     * A character device, FIFO or socket (``/dev/null``, a pipe's name): opened and written as a stream; it keeps
       its type, whoever runs hlo-audit (root included).
     * A regular file, through any symlink: replaced atomically (``write_atomic``), keeping its permissions; one in
-      a folder we may not create files in is rewritten in place.
+      a folder we may not create files in is rewritten in place (``rewrite_in_place``: space reserved first). A
+      write cut short (a full disk, ``ulimit -f``) leaves the old file whole, and no temporary file.
     * An absent path: a new file with the mode ``open()`` gives under the umask (not ``mkstemp``'s 0600).
     * A folder or a block device: the user's mistake (``OutputError``, one line).
     """
@@ -131,8 +133,7 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
             if os.access(target.parent, os.W_OK | os.X_OK):
                 write_atomic(target, text, mode=stat.S_IMODE(info.st_mode))
             else:
-                with open(target, "w", encoding="utf-8") as handle:
-                    handle.write(text)
+                rewrite_in_place(target, text.encode("utf-8"))
         elif stat.S_ISSOCK(info.st_mode):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 sock.connect(str(path))
@@ -144,11 +145,56 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
         raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
 
 
-def append_output(path: Path | str, text: str) -> str | None:
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Replace a file's content where it cannot be written beside and renamed over (a folder we may not create
+    files in), all or nothing as far as the filesystem lets: the space for ``data`` is reserved first
+    (``posix_fallocate``: a full disk, a quota or a file size limit fails there, before any byte changes), then
+    the bytes are written and the file cut to their length. Without fallocate (some filesystems), the old content
+    is put back when the write fails."""
+    fd = os.open(path, os.O_RDWR | getattr(os, "O_NOCTTY", 0))
+    try:
+        try:
+            os.posix_fallocate(fd, 0, max(len(data), 1))
+            old = None
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS):
+                raise
+            old = _read_all(fd)
+        try:
+            _pwrite_all(fd, data)
+            os.ftruncate(fd, len(data))
+        except OSError:
+            if old is not None:
+                with contextlib.suppress(OSError):
+                    _pwrite_all(fd, old)
+                    os.ftruncate(fd, len(old))
+            raise
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    view, offset = memoryview(data), 0
+    while offset < len(data):
+        offset += os.pwrite(fd, view[offset:], offset)
+
+
+def append_output(path: Path | str, text: str, timeout: float = 10.0) -> str | None:
     """Append ``text`` to ``path`` (``$GITHUB_STEP_SUMMARY``: a file the runner made, or one to create).
 
     Returns None when written, else why not in a few words, for a warning: a summary that cannot be written
-    must not change the verdict of the run that made it.
+    must not change the verdict of the run that made it, nor hold it up. Only a regular file (or a new one), a
+    pipe with a reader, and the file behind our own stdout or stderr are written; the path is opened without
+    blocking, so a FIFO nobody reads is skipped at once, and a reader that stops reading gets ``timeout``
+    seconds to go on before the rest is dropped.
     """
     path = Path(path)
     try:
@@ -157,19 +203,49 @@ def append_output(path: Path | str, text: str) -> str | None:
         info = None
     except OSError as exc:
         return exc.strerror or str(exc)
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        return "is a folder"
-    if info is not None and stat.S_ISBLK(info.st_mode):
-        return "is a block device"
-    try:
-        own = _own_stream(info) if info is not None else None
+    if info is not None:
+        own = _own_stream(info)
         if own is not None:
-            _write_stream(own, text)
-        else:
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(text)
+            try:
+                _write_stream(own, text)
+            except OSError as exc:
+                return exc.strerror or str(exc)
+            return None
+        if stat.S_ISDIR(info.st_mode):
+            return "is a folder"
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISFIFO(info.st_mode)):
+            return "not a regular file or a pipe"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0),
+                     0o666)
     except OSError as exc:
-        return exc.strerror or str(exc)
+        return "a pipe nobody reads" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):  # put there since it was looked at
+            return "not a regular file or a pipe"
+        return _write_all(fd, text.encode("utf-8"), timeout)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes, timeout: float) -> str | None:
+    """Write ``data`` to a non-blocking descriptor; why not, when a pipe's reader left or stopped reading."""
+    import select  # noqa: PLC0415 (only a job summary needs it)
+
+    deadline = time.monotonic() + timeout
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                return f"the pipe's reader stopped reading for {timeout:g} s (the summary is cut short)"
+        except BrokenPipeError:
+            return "the pipe's reader went away"
+        except OSError as exc:
+            return exc.strerror or str(exc)
     return None
 
 

@@ -48,14 +48,14 @@ from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, 
                                 MissingGolden, PatternChanges, PatternMove, PatternRename, RngScaling, SlopeChange,
                                 StaleGolden, StaleWaiver, TextChange, TextKind)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
-from hlo_audit.golden.store import Golden
+from hlo_audit.golden.store import Golden, read_snapshot
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import captured_delta, count_delta, diff_modules
 from hlo_audit.hlo.thunks import group_delta
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.outcome import Outcome
-from hlo_audit.plan import full_matrix_of
+from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy, Rule
 from hlo_audit.results import CellResult, Severity, Status
 from hlo_audit.scaling import Series, rng_launch_slope, rng_slope
@@ -70,6 +70,13 @@ TEXT_DIFF_LINES = 40
 
 def regenerate_command(config_path: str | None) -> str:
     return "hlo-audit golden update" + (f" --config {config_path}" if config_path else "")
+
+
+def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_stale: bool = True) -> Outcome:
+    """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
+    a ``golden update`` swapped the tree meanwhile (``golden.store.read_snapshot``)."""
+    return read_snapshot(plan.config.golden_dir, lambda tree: Gate(plan.config.rules, regenerate).judge(
+        Outcome.of(plan, results, tree), report_stale))
 
 
 class Gate:

@@ -13,8 +13,8 @@ import fnmatch
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shared words and leaves: records, the host process, jax's argument paths, MaxText's vocabulary.
     # report.escape: how a string from input is made safe for each sink (every layer that prints uses it).
-    ("words", ("layers", "lowering", "host", "files", "usage", "attribution", "capture", "targets.vocab",
-               "report.escape")),
+    ("words", ("layers", "lowering", "host", "preflight", "files", "usage", "attribution", "capture",
+               "targets.vocab", "report.escape")),
     ("platforms", ("platforms", "platforms.*")),
     ("cells", ("matrix",)),
     ("stages", ("stages", "stages.*")),
@@ -23,13 +23,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
     ("records", ("analysed", "results", "policy", "findings")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
-    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "progress")),
+    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
     # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
     ("judging", ("golden", "golden.*", "scaling", "outcome", "gate", "explain", "inputs")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
-    ("commands", ("audit", "errors", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "", "examples",
-                  "examples.*")),
+    ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",
+                  "examples", "examples.*")),
 )
 # The HLO core: jax-free, below everything, importing nothing outside itself.
 CORE = ("hlo", "hlo.*")

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from hlo_audit import host, platforms
+from hlo_audit import host, platforms, preflight, termination
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache, importing_target, lowering_key, reads_after, recording_environment
 from hlo_audit.cache.reads import Reads
@@ -144,6 +144,8 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
         try:
             target, fingerprint = _keyed_target(cell.target)
             key = lowering_key(cell, fingerprint)
+        except preflight.EnvironmentProblem:
+            raise  # not the target's fault: no cell runs here
         except Exception as exc:  # noqa: BLE001 (bad target spec: every cell of it is an error row)
             yield CellResult(cell=cell, status=Status.ERROR, message=one_line(exc))
             continue
@@ -180,6 +182,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
                    started: Callable[[Cell], None]) -> Iterator[CellResult]:
     if not pending:
         return
+    preflight.check_xla_flags()  # XLA aborts the process that lowers on a flag it refuses: asked in a child first
     # A worker compiling a TPU cell holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
     workers = host.workers_for([platforms.of(cell).worker_bytes(cell) for cell, _ in pending], jobs)
     if workers <= 1:
@@ -189,7 +192,9 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
         return
     # Spawned, not forked: jax and MaxText hold threads and global config that a fork would copy mid-state.
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                                                  initializer=termination.worker_init)
+    try:
         futures = {pool.submit(_worker, cell.target, cell, key): (cell, key) for cell, key in pending}
         # The pool takes work in submission order: the first `workers` cells start now, the next as each ends.
         for cell, _ in pending[:workers]:
@@ -205,6 +210,10 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
                                  key=key)
                 continue
             yield _store(cache, result, lowering, reads)
+    except BaseException:  # stopped (a signal, the consumer gone): never wait minutes for the cells in flight
+        termination.abandon_pool(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def execute(plan: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = False,

@@ -163,6 +163,28 @@ def test_a_fresh_checkout_of_the_same_files_stays_a_hit(tmp_path):
     assert len(recorded) == 2 and all(state[1] == model.stat().st_mtime_ns for state in recorded)
 
 
+def test_a_module_edited_to_the_same_size_with_its_mtime_restored_lowers_again(tmp_path):
+    """What ``cp -p``, ``rsync -a``, ``tar -x``, ``touch -r`` and cache-restore steps do: a module the target imports
+    changes, keeps its size, and gets its old mtime back. The cache must give the new lowering, as --no-cache does
+    (issue 27: it served f32[2,16] where --no-cache gave f32[2,64]): here relu's maximum goes, silu comes. Bytecode
+    is not written, so Python itself reads the new source (a .pyc is checked against the source's size and mtime
+    too)."""
+    project = _project(tmp_path)
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    cell = "mlp/scan-off/none/L2"
+    before = hlo_audit(project, "lower", cell, env=env)
+    assert before.returncode == 0 and "maximum(" in before.stdout and "silu" not in before.stdout, before.stderr
+    model = project / "stack/model.py"  # imported by the target's module: keyed by what the lowering read
+    info = model.stat()
+    text = model.read_text()
+    model.write_text(text.replace("nnx.relu(", "nnx.silu("))
+    os.utime(model, ns=(info.st_atime_ns, info.st_mtime_ns))
+    assert model.read_text() != text and (model.stat().st_size, model.stat().st_mtime_ns) == (
+        info.st_size, info.st_mtime_ns)
+    after = hlo_audit(project, "lower", cell, env=env)  # what --no-cache gives: the module lowered from silu
+    assert after.returncode == 0 and "silu" in after.stdout and "maximum(" not in after.stdout, after.stderr
+
+
 LIBRARY_BLOCK = '''
 from flax import nnx
 

@@ -580,3 +580,85 @@ def test_golden_and_cache_folders_are_folders_of_their_own(tmp_path, setting, me
     before = tree(tmp_path)
     one_line_error(hlo_audit(project, "golden", "update", "--prune"), "hlo-audit.toml", message)
     assert tree(tmp_path) == before
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Readers see one tree; only hlo-audit's own leftovers are removed (issue 27)
+# --------------------------------------------------------------------------------------------------------------
+
+# golden update's commit, as fast as it goes: tree B, tree A, tree B... until told to stop; prints the swaps.
+SWAPPER = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+    from hlo_audit import golden
+    spec = json.loads(sys.stdin.read())
+    root, stop = Path(spec["root"]), Path(spec["stop"])
+    swaps = 0
+    print("started", flush=True)
+    while not stop.exists():
+        golden.publish(root, spec["to_new"] if swaps % 2 == 0 else spec["to_old"])
+        swaps += 1
+    print(swaps, flush=True)
+''')
+
+
+def test_check_racing_golden_update_sees_the_old_tree_or_the_new_never_a_mix(projects, tmp_path):
+    """`check` while `golden update` swaps the tree read 3 of 4 cells of one tree and the rest of the other (issue
+    27). The real check (audit.check on the cells' results) runs again and again while another process swaps tree
+    A and tree B as fast as golden update's commit goes; every check sees all of A or all of B."""
+    from hlo_audit import audit  # imports the target: jax
+
+    project = copy_project(projects[0], tmp_path / "p")
+    root = project / "golden"
+    to_new = changes_between(projects[0] / "golden", projects[1] / "golden")
+    to_old = changes_between(projects[1] / "golden", projects[0] / "golden")
+    plan = audit.plan(str(project / "hlo-audit.toml"))
+    results = list(audit.execute(plan))  # from the cache the fixture filled
+
+    def seen():
+        report = audit.check(plan, results)
+        return report.verdicts, report.stale_goldens
+
+    old = seen()
+    golden.publish(root, to_new)
+    new = seen()
+    golden.publish(root, to_old)
+    assert old != new and not old[1] and new[1]  # tree B: dropout0 cells regress, its dropout goldens are stale
+    stop = tmp_path / "stop"
+    swapper = subprocess.Popen([sys.executable, "-c", SWAPPER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    swapper.stdin.write(json.dumps({"root": str(root), "stop": str(stop), "to_new": to_new, "to_old": to_old}))
+    swapper.stdin.close()
+    try:
+        assert swapper.stdout.readline() == "started\n"
+        checks = [seen() for _ in range(80)]
+    finally:
+        stop.touch()
+        swaps = int(swapper.stdout.read().strip() or 0)
+        swapper.wait(timeout=60)
+    mixed = [c for c in checks if c not in (old, new)]
+    assert not mixed, f"{len(mixed)} of {len(checks)} checks saw a mix of the two trees, e.g. {mixed[0]}"
+    assert swaps >= 10 and old in checks and new in checks, (swaps, checks.count(old), checks.count(new))
+
+
+def test_only_hlo_audit_s_own_staging_folders_are_removed(projects, tmp_path):
+    """A folder of the user's named like a staging folder (`.golden-staging-notes/`) was deleted with its files as
+    "left by a killed golden update" (issue 27). Only a folder holding the marker hlo-audit writes first in each
+    staging folder is hlo-audit's."""
+    project = copy_project(projects[0], tmp_path / "p")
+    notes = project / ".golden-staging-notes"
+    (notes / "drafts").mkdir(parents=True)
+    (notes / "drafts/why.md").write_text("the goldens' history\n")
+    unmarked = project / ".golden-staging-k2j3h4"  # the name mkdtemp gives, but no marker: not provably ours
+    unmarked.mkdir()
+    forged = project / ".golden-staging-forged"  # a marker file with other content is not hlo-audit's either
+    forged.mkdir()
+    (forged / golden.STAGING_MARKER).write_text("mine\n")
+    left = project / ".golden-staging-x7a9b1"  # what a killed update leaves: its marker and a tree
+    (left / golden.STAGED_TREE).mkdir(parents=True)
+    golden._mark_staging(left)
+    kept = {p.name: tree(p) for p in (notes, unmarked, forged)}
+    cleaned = [str(p) for p in golden.publish(project / "golden", {})]  # the next run, before it reads
+    assert cleaned == [str(left)] and not left.exists()
+    assert {p.name: tree(p) for p in (notes, unmarked, forged)} == kept
+    assert golden.stored_ids(project / "golden") == golden.stored_ids(projects[0] / "golden")

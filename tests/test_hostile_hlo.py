@@ -170,3 +170,43 @@ def test_rng_follows_a_key_through_a_long_call_chain(inputs):
     assert (deep_doc["streams"], deep_doc["drawn"], deep_doc["carried"]) == (1, 1, 0)
     deep_doc.pop("source"), shallow_doc.pop("source")
     assert deep_doc == shallow_doc
+
+
+# A generated op_name 60 MB long (issue 27: 10 MB of it took 1.7 GB and 17 s, 60 MB under a 4 GB limit was a
+# MemoryError traceback from the attribute regex), on the one-line fast path, and 20 MB more on the general parser's
+# (a comment in the attribute list declines the fast path), with escaped quotes in the strings.
+LONG_LINE_BYTES = 60_000_000
+
+
+def long_attribute_module(size: int) -> str:
+    piece = 'jit(train_step)/decoder/layers_0/mlp/wi_0/dot_general[\\"x\\"]/'
+    name, general = piece * max(1, size // len(piece)), piece * max(1, size // 3 // len(piece))
+    return (f"HloModule m\nENTRY e {{\n  p = f32[2] parameter(0), metadata={{op_name=\"{name}\"}}\n"
+            f"  q = f32[2] parameter(1), /* why */ metadata={{op_name=\"{general}\" source_line=1}}\n"
+            f"  ROOT r = f32[2] add(p, q), metadata={{op_name=\"add\"}}\n}}\n")
+
+
+def peak_rss(*args: str, limit: int = 4 << 30) -> tuple[int, str, int]:
+    """(exit code, stdout, peak resident bytes) of ``hlo-audit ARGS`` run under an address-space limit (set by the
+    shell, as a user's ``ulimit -v`` does: no fork of this process, which may hold jax's threads)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = ["bash", "-c", f'ulimit -v {limit >> 10} && exec "$0" "$@"', str(CLI), *args]
+    with open(os.devnull, "wb") as sink, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=sink,
+                                                          env=env) as proc:
+        out = proc.stdout.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out, usage.ru_maxrss * 1024
+
+
+def test_a_60_mb_attribute_line_reads_in_a_small_multiple_of_its_size(tmp_path):
+    path, small = tmp_path / "long.hlo", tmp_path / "small.hlo"
+    path.write_text(long_attribute_module(LONG_LINE_BYTES))
+    small.write_text(long_attribute_module(0))
+    code, out, peak = peak_rss("count", str(path), "--format", "json")
+    assert code == 0, out
+    module = json.loads(out)["modules"][0]
+    assert (module["entry_params"], module["by_dtype"]) == (2, {"f32": 2})
+    _, _, baseline = peak_rss("count", str(small), "--format", "json")
+    size = path.stat().st_size
+    assert peak - baseline <= 4 * size, f"{(peak - baseline) / size:.1f}x the file's {size:,} bytes"

@@ -9,6 +9,7 @@ the shards and the merge give the check's verdict.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from hlo_audit.cli import app
 from nnx_library import add_layer_dropout, write_library
 
 REPO = Path(__file__).resolve().parents[1]
@@ -231,3 +234,68 @@ def test_init_refuses_in_one_line_and_writes_nothing(empty, setup, args, message
     line = one_error_line(hlo_audit(empty, *args))
     assert message in line, line
     assert sorted(p.name for p in empty.iterdir()) == existing
+
+
+# Every path init would write is checked before any is (issue 27: tracebacks, and hlo-audit.toml left behind). These
+# refusals come before any target is imported: run in this process.
+CALLABLE = ("init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model", "mlp")
+IN_THE_WAY = {
+    ".github is a file": (".github", "file", "init: .github is not a folder, where init writes "
+                                             ".github/workflows/hlo-audit.yml; nothing was written"),
+    ".github links nowhere": (".github", "dangling", "init: .github is not a folder, where init writes "
+                                                     ".github/workflows/hlo-audit.yml; nothing was written"),
+    "hlo-audit.toml links nowhere": ("hlo-audit.toml", "dangling", "init: hlo-audit.toml already there in "),
+    "the cache folder is a file": (".hlo-audit-cache", "file", "init: .hlo-audit-cache is not a folder, where init's "
+                                                               "golden update writes; nothing was written"),
+}
+
+
+def init_here(folder: Path, monkeypatch, *args: str):
+    monkeypatch.chdir(folder)
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize("case", IN_THE_WAY)
+def test_init_checks_every_path_before_writing_any(empty, monkeypatch, case):
+    name, kind, message = IN_THE_WAY[case]
+    if kind == "file":
+        (empty / name).write_text("a file\n")
+    else:
+        (empty / name).symlink_to("nowhere")
+    result = init_here(empty, monkeypatch, *CALLABLE)
+    lines = result.stderr.splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"hlo-audit: error: {message}"), (
+        result.exit_code, result.output)
+    assert [p.name for p in empty.iterdir()] == [name]
+
+
+@contextlib.contextmanager
+def read_only(folder: Path):
+    """``folder`` where no file can be created, for whoever runs the tests: mode 0555, and for root (whom modes do
+    not stop) the immutable attribute; skipped where neither can be set."""
+    mode = folder.stat().st_mode
+    folder.chmod(0o555)
+    immutable = False
+    try:
+        if os.access(folder, os.W_OK) and shutil.which("chattr"):
+            immutable = subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+        if os.access(folder, os.W_OK):
+            pytest.skip("no way to make a folder read-only here")
+        yield folder
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(mode)
+
+
+@pytest.mark.parametrize("where", [".", ".github"])
+def test_init_in_a_read_only_folder_is_one_line_and_writes_nothing(empty, monkeypatch, where):
+    (empty / ".github").mkdir()
+    with read_only(empty / where):
+        result = init_here(empty, monkeypatch, *CALLABLE)
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output
+    line = result.stderr.strip()
+    target = "hlo-audit.toml" if where == "." else ".github/workflows/hlo-audit.yml"
+    assert line == (f"hlo-audit: error: init: cannot create {target} in {empty if where == '.' else where}: "
+                    "permission denied (a read-only folder or filesystem); nothing was written")
+    assert [p.name for p in empty.iterdir()] == [".github"] and not any((empty / ".github").iterdir())

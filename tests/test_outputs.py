@@ -9,6 +9,7 @@ on a real check of the example NNX target.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import stat
@@ -350,3 +351,73 @@ def test_cli_job_summary_appends(project, tmp_path):
     assert result.exit_code == 0
     text = summary.read_text()
     assert text.startswith("earlier step\n## hlo-audit check: passed\n")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A write cut short leaves the old file (issue 27: `ulimit -f` left a 1,024-byte prefix of the report)
+# --------------------------------------------------------------------------------------------------------------
+
+LIMIT = 1024
+CUT_SHORT = textwrap.dedent("""
+    import json, os, resource, stat, sys, threading
+    from pathlib import Path
+    from hlo_audit.files import OutputError, rewrite_in_place, write_output
+    folder = Path(sys.argv[1])
+    limit = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    text = "<report>" + "x" * (4 * limit) + "</report>\\n"
+    said = {}
+    for name in ("existing.xml", "absent.xml"):
+        try:
+            write_output(folder / name, text, "--junit")
+        except OutputError as exc:
+            said[name] = str(exc)
+    try:
+        rewrite_in_place(folder / "in-place.md", text.encode())
+    except OSError as exc:
+        said["in-place.md"] = exc.strerror
+    write_output("/dev/null", text, "--junit")  # a device: no file size to limit, and it stays a device
+    fifo = folder / "reader.fifo"
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    write_output(fifo, text, "--junit")
+    reader.join()
+    said["fifo bytes"] = len(got[0])
+    print(json.dumps(said))
+""")
+
+
+def test_a_report_cut_short_by_the_file_size_limit_leaves_the_old_file(tmp_path):
+    """Under RLIMIT_FSIZE (`ulimit -f`) every report write is all or nothing: a regular file replaced beside and
+    renamed over keeps its old content, a new one is not created, a file rewritten in place (a folder hlo-audit may
+    not create files in) keeps its old content, and no temporary file is left; a device and a FIFO are written as
+    streams and keep their type."""
+    old = {"existing.xml": "<old/>\n", "in-place.md": "## old summary\n"}
+    for name, text in old.items():
+        (tmp_path / name).write_text(text)
+    os.mkfifo(tmp_path / "reader.fifo")
+    proc = subprocess.run([sys.executable, "-c", CUT_SHORT, str(tmp_path), str(LIMIT)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    said = json.loads(proc.stdout)
+    assert said == {"existing.xml": f"--junit {tmp_path / 'existing.xml'}: cannot write: File too large",
+                    "absent.xml": f"--junit {tmp_path / 'absent.xml'}: cannot write: File too large",
+                    "in-place.md": "File too large", "fifo bytes": 4 * LIMIT + 18}
+    assert {p.name: p.read_text() for p in tmp_path.iterdir() if p.is_file()} == old
+    assert stat.S_ISFIFO((tmp_path / "reader.fifo").stat().st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_cli_a_report_cut_short_is_one_line_and_the_old_report_stays(project, tmp_path):
+    junit = tmp_path / "hlo-audit.xml"
+    junit.write_text("<old/>\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    # As a user's shell does it (bash counts -f in 1024-byte blocks).
+    proc = subprocess.run(["bash", "-c", f'ulimit -f {LIMIT // 1024} && exec "$0" -m hlo_audit check --junit "$1"',
+                           sys.executable, str(junit)], cwd=project, capture_output=True, text=True, env=env,
+                          timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if not line.startswith("hlo-audit: cell ")]
+    assert proc.returncode == 2 and lines == [f"hlo-audit: error: --junit {junit}: cannot write: File too large"], (
+        proc.returncode, proc.stderr[-2000:])
+    assert [p.name for p in tmp_path.iterdir()] == ["hlo-audit.xml"] and junit.read_text() == "<old/>\n"

@@ -12,10 +12,12 @@ A cell's lowering is looked up in two steps, as ccache's direct mode or a build 
   ``sys.modules`` afterwards, not only the ones it imported (a model module imported by an earlier cell of the same
   worker is used all the same): files of an installed distribution by the distribution's name and version, stdlib
   by the Python's version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by
-  size, mtime and SHA-256; and the environment variables it read, with their values. A variant is reused only if
-  all of it still holds: environment and versions first, then a ``stat`` per file, a hash only where size or mtime
-  differ (a fresh checkout: then the mtimes are refreshed in the manifest). Several variants per cell, so switching
-  a variable back and forth is a hit both ways.
+  SHA-256 and the stamp a ``stat`` gives (size, mtime, ctime, inode: ``reads.stamp``); and the environment variables
+  it read, with their values. A variant is reused only if all of it still holds: environment and versions first,
+  then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored file: then the stamps
+  are refreshed in the manifest). Size and mtime alone would serve a file restored with its old mtime (``cp -p``,
+  ``rsync -a``, a cache-restore step) or edited to the same size and ``touch``-ed back; its ctime is new. Several
+  variants per cell, so switching a variable back and forth is a hit both ways.
 
 Each variant's **entry** (``<entry>.hlo.txt``, ``.lowering.json``, ``.<analysis>.result.json``,
 ``.<analysis>.normalized.txt``; ``<analysis>`` is hlo-audit's own source) carries a header: what kind of entry it

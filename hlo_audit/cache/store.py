@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
-from hlo_audit.cache.reads import Now, Reads, identity
+from hlo_audit.cache.reads import Now, Reads, identity, stamp
 from hlo_audit.files import write_atomic
 from hlo_audit.lowering import Lowering
 from hlo_audit.results import CellResult
@@ -185,13 +185,14 @@ class Cache:
         return None
 
     def _retouch(self, key: str, cell: str, manifest: dict, entry: str) -> None:
-        """The files held by their hashes (a fresh checkout): store their mtimes now, so the next run only stats."""
+        """The files held by their hashes (a fresh checkout): store their stamps now, so the next run only stats."""
         for variant in manifest["variants"]:
             if variant["entry"] == entry:
                 for path, state in variant["reads"]["files"].items():
                     info = self._now.stat(path)
                     if state is not None and info is not None:
-                        state[:2] = [info.st_size, info.st_mtime_ns]
+                        stamped = stamp(info)
+                        state[:] = [*stamped[:2], state[2], *stamped[2:]]
         self._write(self._path(key, "manifest"), _json_entry({"kind": "manifest", "key": key, "cell": cell},
                                                              manifest))
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from hlo_audit.hlo.shape_inference import ProgramShape, ShapeInferenceError, infer_shape
 from hlo_audit.hlo.shapes import (
-    MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, split_top_level,
+    MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, quoted, quoted_body, split_top_level,
 )
 
 # Attributes whose value names computations (single name or a {a, b} list).
@@ -63,16 +63,16 @@ _ASYNC_ATTRS = frozenset({"async_execution_thread", "async_group_id", "metadata"
                           "frontend_attributes", "sharding"})
 
 # Whitespace and comments: what separates tokens.
-_SKIP = re.compile(r"(?:\s+|//[^\n]*|/\*.*?\*/)+", re.S)
+_SKIP = re.compile(r"(?:\s++|//[^\n]*+|/\*.*?\*/)++", re.S)
 _NAME = re.compile(r"%?([A-Za-z_][\w.\-]*)")
 _OPCODE = re.compile(r"[a-z][a-z0-9_.\-]*(?=\s*\()")
 _KEY = re.compile(r"([A-Za-z_][\w.\-]*)\s*=")
 _INSTRUCTION_START = re.compile(r"ROOT\b|%?[A-Za-z_][\w.\-]*\s*=(?!=)")
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\s*\[[^\]]*\](?:\s*\{(?=\s*[\d:}])[^}]*\})?")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', re.S)
-_WORD = re.compile(r"(?:[^\s,{}()\[\]\"'/]|/(?![/*]))+")
+_STRING = re.compile(quoted('"') + "|" + quoted("'"), re.S)
+_WORD = re.compile(r"(?:[^\s,{}()\[\]\"'/]++|/(?![/*]))++")
 # Brackets, strings and comments: what a bracket scan must see (a brace in a string or comment is text).
-_BRACKET_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|//[^\n]*|/\*.*?\*/|[{}()\[\]]', re.S)
+_BRACKET_TOKEN = re.compile(quoted('"') + "|" + quoted("'") + r"|//[^\n]*|/\*.*?\*/|[{}()\[\]]", re.S)
 
 # The fast path: one instruction on one line, array shape, operands without nested parentheses.
 _SIMPLE_INSTRUCTION = re.compile(
@@ -80,9 +80,10 @@ _SIMPLE_INSTRUCTION = re.compile(
     r"\(([^()]*)\)(.*)")
 # An attribute list of the common kind: `, key=value` where a value is a string, a flat {...} (strings
 # inside allowed) or a bare word. Anything else (nested braces, brackets, comments) is split by tokens.
-_SIMPLE_VALUE = r'(?:"(?:[^"\\\n]|\\.)*"|\{(?:[^{}"/\n]|"(?:[^"\\\n]|\\.)*")*\}|[^\s,{}()\[\]"\'/]+)'
+_SIMPLE_VALUE = (r'(?:' + quoted('"', newline=False) + r'|\{(?:[^{}"/\n]++|' + quoted('"', newline=False)
+                 + r')*+\}|[^\s,{}()\[\]"\'/]++)')
 _SIMPLE_ATTRIBUTE = re.compile(r",\s*([A-Za-z_][\w.\-]*)=(" + _SIMPLE_VALUE + r")\s*")
-_SIMPLE_ATTRIBUTES = re.compile(r"(?:,\s*[A-Za-z_][\w.\-]*=" + _SIMPLE_VALUE + r"\s*)*")
+_SIMPLE_ATTRIBUTES = re.compile(r"(?:,\s*[A-Za-z_][\w.\-]*=" + _SIMPLE_VALUE + r"\s*)*+")
 _PERCENT_NAME = re.compile(r"%([^\s,()%]+)")
 _OPERAND_SYNTAX = re.compile(r'[{(\["/#]')  # operands that need more than "a, b"
 _LAST_WORD_OF_PIECE = re.compile(r"[^\s,]+(?=\s*(?:,|\Z))")
@@ -95,7 +96,7 @@ _ENTRY = re.compile(r"ENTRY\b")
 _HLO_MODULE = re.compile(r"HloModule\b")
 _SHAPE_START = re.compile(r"([a-z][a-z0-9]*)(?=\s*[\[(])")
 _DIGITS = re.compile(r"\d+")
-_OP_NAME = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_OP_NAME = re.compile('op_name="(' + quoted_body('"') + ')"')
 _NUMBER_SUFFIX = re.compile(r"\.\d+$")
 _DUMP_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 
@@ -206,8 +207,8 @@ def tidy(text: str) -> str:
     inside a string becomes ``\\n`` (XLA unescapes strings, so the value is the same). One-line text without
     comments is returned as it is.
     """
-    if "\n" not in text and "/" not in text and "\r" not in text:
-        return text.strip()
+    if "\n" not in text and "\r" not in text and "//" not in text and "/*" not in text:
+        return text.strip()  # a "/" alone starts no comment: a path in an op_name stays one copy of the value
     pieces: list[str] = []
     pos = 0
     for m in _BRACKET_TOKEN.finditer(text):

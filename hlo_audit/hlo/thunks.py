@@ -53,6 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo_audit.hlo.shapes import quoted_body
 from hlo_audit.hlo.params import EntryParam, collapse_layers
 from hlo_audit.hlo.rng_flow import trip_count
 from hlo_audit.hlo.text import COMPUTATION_ATTRS, Computation, HloModule, HloParseError, Instruction
@@ -70,7 +71,7 @@ _REGION_LINE = re.compile(r"^( *)([A-Za-z_][\w ]*?):\s*$")
 _LAUNCH_DIMS = re.compile(r"grid:\s*\[(\d+),\s*(\d+),\s*(\d+)\]\s*threads:\s*\[(\d+),\s*(\d+),\s*(\d+)\]"
                           r"(?:\s*shared_memory:\s*(\d+)\s*bytes)?")
 _METADATA = re.compile(r'thunk_info\s*\{([^{}]*)\}\s*thunk_kind:\s*"(\w+)"')
-_ANNOTATION = re.compile(r'profile_annotation:\s*"((?:[^"\\]|\\.)*)"')
+_ANNOTATION = re.compile(r'profile_annotation:\s*"(' + quoted_body('"') + ')"')
 _THUNK_ID = re.compile(r"thunk_id:\s*(\d+)")
 
 _GENERATED_KERNELS = frozenset({"kKernel", "kCustomKernel"})

@@ -20,7 +20,9 @@ from hlo_audit.golden.record import GoldenRecord
 from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
 from hlo_audit.matrix import AXES
+from hlo_audit.golden.store import read_snapshot
 from hlo_audit.outcome import Outcome
+from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
 
@@ -204,6 +206,11 @@ def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
     pairs = [ScanPair(label=next(iter(v.values())).cell.id_without_scan, on=v.get(True), off=v.get(False))
              for v in sides.values()]
     return sorted(pairs, key=lambda pair: pair.label)
+
+
+def matrix_view_of(plan: Plan, results: list[CellResult]) -> MatrixView:
+    """The report of a plan's results, against one tree of goldens read whole (``golden.store.read_snapshot``)."""
+    return read_snapshot(plan.config.golden_dir, lambda tree: matrix_view(Outcome.of(plan, results, tree)))
 
 
 def matrix_view(outcome: Outcome) -> MatrixView:

@@ -13,6 +13,8 @@ init writes is a config hlo-audit reads.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import tomllib
 from collections.abc import Sequence
@@ -31,7 +33,8 @@ from hlo_audit.usage import InputError
 # One scaffold per target kind, in the order the usage error names their options.
 KINDS: dict[str, TargetScaffold] = {s.kind: s for s in (NnxScaffold(), CallableScaffold(), MaxTextScaffold())}
 
-__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold", "write"]
+__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold",
+           "unwritable", "write"]
 
 
 def init_request(*, nnx: str | None, nnx_config: str | None, function: str | None, maxtext: bool,
@@ -83,6 +86,8 @@ def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
     if found:
         raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
                          "(edit the config by hand, or remove them first)")
+    if problem := unwritable(folder):  # every path checked before any is written
+        raise InputError(f"init: {problem}; nothing was written")
     kind = KINDS[request.kind]
     config = kind.config(request)
     try:
@@ -93,9 +98,10 @@ def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
 
 
 def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str]:
-    """What init would overwrite or shadow: its two files, the golden folder, a [tool.hlo-audit] table."""
-    found = [str(p) for p in (Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE) if (folder / p).exists()]
-    if (folder / golden_dir).exists():
+    """What init would overwrite or shadow: its two files, the golden folder, a [tool.hlo-audit] table. A symbolic
+    link counts wherever it points, nowhere included (init never writes through one)."""
+    found = [str(p) for p in (Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE) if os.path.lexists(folder / p)]
+    if os.path.lexists(folder / golden_dir):
         found.append(f"{golden_dir}/")
     pyproject = folder / "pyproject.toml"
     if pyproject.is_file() and re.search(r"^\s*\[\s*tool\s*\.\s*(?:\"hlo-audit\"|hlo-audit)\s*[\].]",
@@ -112,14 +118,51 @@ def ignores_cache(folder: Path) -> bool:
                                     for line in ignore.read_text(errors="replace").splitlines())
 
 
+def unwritable(folder: Path, files: Sequence[Path] = (Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE),
+               folders: Sequence[str] = (DEFAULTS["golden_dir"], DEFAULTS["cache_dir"])) -> str | None:
+    """Why init could not write every path it would (its files; the golden and cache folders ``golden update``
+    makes right after), checked for all of them before any is written, or None. For each: every part of the path
+    that exists must be a folder (``.github`` a file cannot hold ``.github/workflows/``), and the deepest folder
+    that exists must let files be created in it (a read-only folder, a read-only filesystem)."""
+    folder_paths = [Path(f) for f in folders]
+    for relative in (*files, *folder_paths):
+        deepest = folder
+        for part in relative.parts[:-1]:
+            if not os.path.lexists(deepest / part):
+                break
+            if not (deepest / part).is_dir():
+                return f"{(deepest / part).relative_to(folder)} is not a folder, where init writes {relative}"
+            deepest = deepest / part
+        else:
+            if relative in folder_paths and os.path.lexists(folder / relative) and not (folder / relative).is_dir():
+                return f"{relative} is not a folder, where init's golden update writes"
+        if not os.access(deepest, os.W_OK | os.X_OK):
+            where = folder if deepest == folder else deepest.relative_to(folder)
+            return f"cannot create {relative} in {where}: permission denied (a read-only folder or filesystem)"
+    return None
+
+
 def write(folder: Path, scaffold: Scaffold) -> list[Path]:
     """Write the scaffold's files, each created anew (``x``: a file that appeared since ``existing`` looked is
-    not overwritten either)."""
-    written = []
-    for relative, text in zip(scaffold.files, (scaffold.config, scaffold.workflow)):
-        path = folder / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "x", encoding="utf-8") as handle:
-            handle.write(text)
-        written.append(path)
+    not overwritten either): all of them or, when one cannot be written, none (what was made is removed)."""
+    written: list[Path] = []
+    made: list[Path] = []
+    try:
+        for relative, text in zip(scaffold.files, (scaffold.config, scaffold.workflow)):
+            path = folder / relative
+            missing = [p for p in reversed(path.parents) if p.is_relative_to(folder) and not os.path.lexists(p)]
+            for parent in missing:
+                parent.mkdir()
+                made.append(parent)
+            with open(path, "x", encoding="utf-8") as handle:
+                written.append(path)
+                handle.write(text)
+    except BaseException:
+        for path in reversed(written):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
     return written

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hlo_audit import preflight
 from hlo_audit.matrix import id_part_problem
 from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, assignments, toml_key,
                                      toml_value)
@@ -18,6 +19,7 @@ class NnxScaffold(TargetScaffold):
     pinned = ("jax", "jaxlib", "flax", "optax")
 
     def config(self, request: InitRequest) -> KindConfig:
+        preflight.check_jax_variables()
         from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax and the model's library)
         from hlo_audit.targets.nnx_spec import SpecError  # noqa: PLC0415
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from hlo_audit import host
+from hlo_audit import host, preflight
 from hlo_audit.lowering import TargetError
 
 # Built-in targets by name: module and class, imported only when a config names them (they import jax).
@@ -19,6 +19,7 @@ def get_target(spec: str, models: Mapping[str, Mapping] | None = None):
     """``maxtext``, ``nnx`` or ``package.module:function`` (a user's callable). ``models``: the config's model
     descriptions, for a target that answers ``full_depth`` from them (``nnx``; its cells carry their own)."""
     host.cpu_backend_only_without_accelerators()  # for library callers too, not only the processes hlo-audit owns
+    preflight.check_jax_variables()  # every target imports jax: a JAX_* value it refuses is one line, not a cell's
     module, name = BUILTIN.get(spec, ("hlo_audit.targets.callable", "CallableTarget"))
     try:
         implementation = getattr(importlib.import_module(module), name)

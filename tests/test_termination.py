@@ -1,0 +1,130 @@
+"""A command stopped by a signal ends whole, whatever --jobs: what a cancelled CI job (SIGTERM), a closed terminal
+(SIGHUP) and Ctrl-C (SIGINT) do to `run`, `check` and `golden update` (issue 27: SIGTERM left both workers and
+multiprocessing's resource tracker alive for 9+ minutes, and a caller reading stderr hung).
+
+Each trial starts the real CLI in a session of its own with two workers, on a callable target whose scan-on cell
+sleeps (so it is in flight when the signal comes), kills it at one point (while it starts, while both workers
+lower, after one cell finished) and checks: the exit code is 128 + the signal, stderr ends with one line saying so
+and reaches its end (nothing still holds it), no process of the session is left, and nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("process_faults")
+REPO = Path(__file__).resolve().parent.parent
+TARGET = """
+import time
+
+from hlo_audit.examples.nnx_mlp import lower as real
+
+
+def lower(cell):
+    if cell.scan:  # in flight when the signal comes
+        time.sleep(120)
+    return real(cell)
+"""
+CONFIG = 'target = "sleepy:lower"\nmodels = ["mlp"]\nquant = ["none"]\nscan = ["off", "on"]\nlayers = [2]\n'
+
+
+def session_processes(sid: int) -> list[str]:
+    """Live processes (zombies are dead: their parent has only to reap them) whose session is ``sid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(b")", 1)[1].split()
+        if int(fields[3]) == sid and fields[0] != b"Z":
+            found.append(f"{entry} {cmdline[:120]}")
+    return found
+
+
+class Stderr(threading.Thread):
+    """Reads a process's stderr line by line to its end (the end comes once every holder of the pipe is gone)."""
+
+    def __init__(self, stream):
+        super().__init__(daemon=True)
+        self.stream, self.lines = stream, []
+
+    def run(self):
+        for line in self.stream:
+            self.lines.append(line.rstrip("\n"))
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def project(tmp_path):
+    (tmp_path / "sleepy.py").write_text(TARGET)
+    (tmp_path / "hlo-audit.toml").write_text(CONFIG)
+    return tmp_path
+
+
+TRIALS = [
+    # (command, signal, when)
+    (("run",), signal.SIGINT, "workers starting"),
+    (("check", "--junit", "junit.xml", "--markdown", "summary.md"), signal.SIGTERM, "both workers lowering"),
+    (("golden", "update"), signal.SIGHUP, "one cell done"),
+]
+
+
+@pytest.mark.parametrize("command,signum,when", TRIALS,
+                         ids=[f"{' '.join(c[:2] if c[0] == 'golden' else c[:1])}-{s.name}-{w.replace(' ', '-')}"
+                              for c, s, w in TRIALS])
+def test_a_signal_ends_the_command_and_every_process_it_started(project, command, signum, when):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(project)]), "HLO_AUDIT_HEARTBEAT": "600"}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    proc = subprocess.Popen([sys.executable, "-m", "hlo_audit", *command, "--jobs", "2", "--no-cache"], cwd=project,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    stderr = Stderr(proc.stderr)
+    stderr.start()
+    try:
+        if when == "both workers lowering":  # the command, the resource tracker and two workers
+            wait_for(lambda: len(session_processes(proc.pid)) >= 4, 120, "two workers")
+            time.sleep(1.0)
+        elif when == "one cell done":
+            wait_for(lambda: any(line.startswith("hlo-audit: cell 1/2 ") for line in stderr.lines), 180,
+                     "the first cell")
+        else:  # the resource tracker or the first worker is being spawned
+            wait_for(lambda: len(session_processes(proc.pid)) >= 2, 120, "a first child process")
+        assert proc.poll() is None, stderr.lines
+        started = time.monotonic()
+        proc.send_signal(signum)
+        code = proc.wait(timeout=30)
+        stderr.join(timeout=10)
+        assert not stderr.is_alive(), "stderr never reached its end: a process still holds it"
+        wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
+        seconds = time.monotonic() - started
+    finally:  # whatever the outcome, nothing of the trial outlives it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert code == 128 + signum, (code, stderr.lines)
+    name = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}[signum]
+    assert stderr.lines[-1] == f"hlo-audit: {name} ({signum.name})", stderr.lines
+    assert not [line for line in stderr.lines if "Traceback" in line], stderr.lines
+    assert seconds < 10, seconds
+    # Nothing half-written: no report, no golden, no staging folder, no temporary file.
+    assert sorted(p.name for p in project.iterdir() if p.name not in (".hlo-audit-cache", "__pycache__")) == [
+        "hlo-audit.toml", "sleepy.py"]
