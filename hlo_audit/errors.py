@@ -17,7 +17,7 @@ from hlo_audit import termination
 from hlo_audit.cache import CacheError
 from hlo_audit.config import ConfigError
 from hlo_audit.files import OutputError
-from hlo_audit.golden.store import GoldenError
+from hlo_audit.golden.snapshot import GoldenError
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MatrixError

@@ -48,7 +48,7 @@ from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, 
                                 MissingGolden, PatternChanges, PatternMove, PatternRename, RngScaling, SlopeChange,
                                 StaleGolden, StaleWaiver, TextChange, TextKind)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
-from hlo_audit.golden.store import Golden, read_snapshot
+from hlo_audit.golden.snapshot import Golden, read_snapshot
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import captured_delta, count_delta, diff_modules
 from hlo_audit.hlo.thunks import group_delta
@@ -74,7 +74,7 @@ def regenerate_command(config_path: str | None) -> str:
 
 def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_stale: bool = True) -> Outcome:
     """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
-    a ``golden update`` swapped the tree meanwhile (``golden.store.read_snapshot``)."""
+    a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``)."""
     return read_snapshot(plan.config.golden_dir, lambda tree: Gate(plan.config.rules, regenerate).judge(
         Outcome.of(plan, results, tree), report_stale))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from hlo_audit.findings import Finding, worst
-from hlo_audit.golden.store import Snapshot
+from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
 from hlo_audit.policy import Rule
 from hlo_audit.results import CellResult, Severity

@@ -26,7 +26,7 @@ EDGES = {
     "cache.key": "cache entries", "cache.reads": "cache entries", "cache.store": "cache entries",
     "config": "the config's TOML tables in", "defaults": "the default config, as TOML tables",
     "resolve": "the config's TOML tables", "golden.record": "golden records (JSON files)",
-    "golden.store": "golden files read (the marker is checked on the JSON)", "merge": "the check JSON, out and in",
+    "golden.snapshot": "golden files read (the marker is checked on the JSON)", "merge": "the check JSON, out and in",
     "report.jsonfmt": "every JSON format out", "report.frame": "pandas rows (CSV out)",
     "scaffold": "init's TOML out", "scaffold.base": "init's TOML out", "scaffold.nnx": "init's TOML out",
 }

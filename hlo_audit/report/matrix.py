@@ -20,7 +20,7 @@ from hlo_audit.golden.record import GoldenRecord
 from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
 from hlo_audit.matrix import AXES
-from hlo_audit.golden.store import read_snapshot
+from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult
@@ -209,7 +209,7 @@ def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
 
 
 def matrix_view_of(plan: Plan, results: list[CellResult]) -> MatrixView:
-    """The report of a plan's results, against one tree of goldens read whole (``golden.store.read_snapshot``)."""
+    """The report of a plan's results, against one tree of goldens read whole (``golden.snapshot.read_snapshot``)."""
     return read_snapshot(plan.config.golden_dir, lambda tree: matrix_view(Outcome.of(plan, results, tree)))
 
 
