@@ -47,15 +47,16 @@ browser:
 	test -x /usr/bin/chromium || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 
 # The linter first (seconds; pyproject.toml's [tool.ruff]), then the suite, whose tests/test_layers.py holds the
-# import layers.
+# import layers. Its end says what the budget needs (docs/development.md): the 25 slowest tests, and the cells it
+# lowered (each MaxText cell once: tests/conftest.py).
 test: setup browser
 	$(VENV)/bin/ruff check hlo_audit tests scripts
-	$(PY) -m pytest -n 2 -q -m "not long"
+	$(PY) -m pytest -n 2 -q -m "not long" --durations=25
 
 # The suite's long acceptance runs (pytest marker `long`: the GPU profile's MaxText compiles, a full TPU compile
 # beside MaxText's own train_compile, seed 001 at 32 layers), ~10 minutes of their own: .ci/run runs them after `make test`.
 test-long: setup
-	$(PY) -m pytest -n 2 -q -m long
+	$(PY) -m pytest -n 2 -q -m long --durations=25
 
 # hlo-audit installed as a user installs it (pip install ., no editable link, no extras) into an environment that
 # already holds an older stack: the low end of pyproject.toml's ranges (.ci/compat-stack.txt). The install must change
@@ -76,6 +77,7 @@ compat:
 
 bench: setup
 	$(PY) scripts/bench_hlo.py
+	$(PY) scripts/bench_diff.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_cache_digest.py
 	$(PY) scripts/bench_tpu.py

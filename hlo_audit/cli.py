@@ -180,13 +180,15 @@ def diff(
     module: ModuleOpt = None,
     stage: DumpStageOpt = DumpStage.before,
     fmt: FormatOpt = Format.table,
-    max_lines: Annotated[int, typer.Option(help="Lines of normalized text diff to show.")] = 200,
+    text: Annotated[bool, typer.Option("--text", help="Also show the normalized text diff (--max-lines).")] = False,
+    max_lines: Annotated[int, typer.Option(help="Lines of normalized text diff --text shows.")] = 200,
 ) -> None:
-    """Diff two modules: parameters, op histogram, normalized text, verdict. Exit 1 if they differ."""
+    """Diff two modules: the verdict, every change named with its place, parameters, op histogram; the normalized text
+    on request (--text). Exit 1 if the programs differ (renamed-only is the same program: exit 0)."""
     if old == "-" and new == "-":
         raise InputError("only one of OLD and NEW can be '-' (stdin)")
     a, b = audit.analyze_input(old, module, stage.value), audit.analyze_input(new, module, stage.value)
-    d = audit.diff(a, b, max_lines)
+    d = audit.diff(a, b, max_lines if text else 0)
     emit("diff", fmt, diff=d, old=a.source, new=b.source,
          launches=audit.launches_diff(audit.dump_launches(a), audit.dump_launches(b)))
     raise typer.Exit(1 if d.differs else 0)

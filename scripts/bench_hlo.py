@@ -99,22 +99,23 @@ def _version(dist: str) -> str:
         return "none"
 
 
-def cached_hlo(cache_dir: pathlib.Path | None) -> pathlib.Path:
-    """The module's HLO text file, lowered now if no file for these library versions exists."""
+def cached_hlo(cache_dir: pathlib.Path | None, quant: str = QUANT) -> pathlib.Path:
+    """The module's HLO text file (``quant``: MaxText's quantization), lowered now if no file for these library
+    versions exists."""
     versions = "_".join(f"{d}-{_version(d)}" for d in ("jax", "jaxlib", "flax", "maxtext"))
-    path = (cache_dir or default_cache_dir()) / f"{MODEL}_scan-off_{QUANT}_L{LAYERS}_{versions}.hlo.txt"
+    path = (cache_dir or default_cache_dir()) / f"{MODEL}_scan-off_{quant}_L{LAYERS}_{versions}.hlo.txt"
     if path.is_file():
         return path
-    print(f"lowering {MODEL} ({LAYERS} layers unrolled, {QUANT}) with MaxText, once: about a minute ...",
+    print(f"lowering {MODEL} ({LAYERS} layers unrolled, {quant}) with MaxText, once: about a minute ...",
           file=sys.stderr)
     started = time.perf_counter()
-    text = _lower()
+    text = _lower(quant)
     write_atomic(path, text)  # a concurrent or interrupted run never sees half a file
     print(f"lowered in {time.perf_counter() - started:.0f} s -> {path}", file=sys.stderr)
     return path
 
 
-def _lower() -> str:
+def _lower(quant: str = QUANT) -> str:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         from hlo_audit.targets import maxtext, maxtext_config
@@ -122,7 +123,7 @@ def _lower() -> str:
     except ImportError as error:
         raise LoweringError(f"{error} (install the maxtext extra, or pass --hlo FILE)") from error
     try:
-        lowered = maxtext.lower_train_step(MODEL, scan_layers=False, quantization=QUANT, num_layers=LAYERS)
+        lowered = maxtext.lower_train_step(MODEL, scan_layers=False, quantization=quant, num_layers=LAYERS)
     except maxtext.MaxTextConfigError as error:
         raise LoweringError(str(error)) from error
     return lowered.as_text(dialect="hlo")

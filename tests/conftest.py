@@ -1,14 +1,30 @@
-"""Shared fixtures: real HLO produced by jax from the small NNX models in nnx_models.py."""
+"""Shared fixtures: real HLO produced by jax from the small NNX models in nnx_models.py; the session's lowerings
+(one per cell, code and environment, shared by every test that reads the cell); the CLI run in this process."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import fcntl
+import hashlib
 import importlib.util
 import inspect
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import click.testing
 import pytest
 
+from hlo_audit import cache as hlo_cache
 from hlo_audit import host
+from hlo_audit.config import load_config
+from hlo_audit.lowering import Lowering
+from hlo_audit.matrix import select
+from hlo_audit.run import run_cells
 
 # As the CLI does, before jax starts: on a host without accelerators jax starts no TPU runtime (libtpu is
 # installed for compiling to TPU topologies, which needs none), and libtpu is compile-only.
@@ -40,9 +56,18 @@ from nnx_models import ModelSpec  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def dump_folder(tmp_path_factory):
-    """A real --xla_dump_to folder of a 2-layer model with dropout 0.5 (it draws random bits)."""
-    return nnx_models.write_dump(ModelSpec(dropout_rate=0.5), tmp_path_factory.mktemp("dump"))
+def dump_folder(request):
+    """A real --xla_dump_to folder of a 2-layer model with dropout 0.5 (it draws random bits): written once per
+    session for every worker (a process of its own, ~5 s), read only."""
+    session = request.config.stash[_SESSION]
+    folder, written = session / "dump", session / "dump.written"
+    with open(session / "dump.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not written.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            nnx_models.write_dump(ModelSpec(dropout_rate=0.5), folder)
+            written.touch()
+    return folder
 
 
 @pytest.fixture
@@ -61,6 +86,9 @@ def pytest_addoption(parser):
     parser.addoption("--hlo-corpus", default=None, metavar="DIR",
                      help="Real-HLO corpus (INDEX.tsv, gzip modules) that test_corpus.py holds the parser to "
                           "XLA's with; default $HLO_AUDIT_CORPUS, else those tests are skipped.")
+    parser.addoption("--lowering-cache", default=None, metavar="DIR",
+                     help="Keep the session's lowerings (hlo-audit's cache) in DIR, so a later run lowers only what "
+                          "changed; default: a folder of the session's own, removed at its end.")
 
 
 # Optional installs a test needs, by its marker: without them (`make setup TE=0`, a user's environment in
@@ -71,6 +99,23 @@ _OPTIONAL = {"maxtext": ("maxtext", "MaxText is not installed (the maxtext extra
              "tunix": ("tunix", "google-tunix is not installed (make setup installs it, --no-deps)")}
 
 
+# xdist (`--dist loadgroup --no-loadscope-reorder`, pyproject.toml) hands out work in the items' order: a group whole
+# to one worker, every other test alone. The groups go first, heaviest first, so that no worker is left alone with a
+# long group at the end; then the other tests, in file order, fill both workers. Worker-seconds per group, measured
+# with `pytest -n 2 -m "not long" --durations=0` (summed per group; docs/development.md) on the shared 2-core
+# machine under load: maxtext 656, nnx_oracle 220, maxtext_te 133, compiled ~60, maxengine 45, tunix 44, report
+# ~35, thunks ~30, tpu 27, golden_store 20, source_dumps ~20, merge 6 (the suite: ~2450).
+GROUPS_FIRST = ("maxtext", "nnx_oracle", "maxtext_te", "compiled", "maxengine", "tunix", "report", "thunks", "tpu",
+                "golden_store", "source_dumps", "merge")
+
+
+def xdist_group(item) -> str | None:
+    """The group xdist runs ``item`` in: its xdist_group marks' names, sorted and joined (as xdist names it)."""
+    names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                    for m in item.iter_markers("xdist_group")})
+    return "_".join(names) or None
+
+
 def pytest_collection_modifyitems(config, items):
     for marker, (module, reason) in _OPTIONAL.items():
         if importlib.util.find_spec(module) is not None:
@@ -79,3 +124,154 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if marker in item.keywords:
                 item.add_marker(skip)
+    rank = {group: n for n, group in enumerate(GROUPS_FIRST)}
+    groups = [xdist_group(item) for item in items]
+    order = sorted(range(len(items)), key=lambda i: (rank.get(groups[i], len(rank) if groups[i] else len(rank) + 1), i))
+    items[:] = [items[i] for i in order]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The session's lowerings: one per (cell, code, environment)
+# --------------------------------------------------------------------------------------------------------------
+#
+# Every test that needs a cell's HLO (MaxText's above all: 10 to 60 s a lowering on the 2-core CI machine) gets it
+# through hlo-audit's own cache in one folder the session owns (`session_lowerings`: `lower(cell)` here, or its
+# folder as a CLI run's `cache_dir`), so the matrix run, the seed pairs, the committed goldens and the gate tests
+# lower a cell once between them. The cache keys a cell by what it is, the code that lowers it and what the
+# lowering read (hlo_audit/cache.py): a revert injected through $HLO_AUDIT_INJECT (tests/injected_maxtext.py) is a
+# variant of its own. Its writes are atomic, so xdist's workers share the folder; a lock per cell keeps two of them
+# from lowering one cell at once (the second waits, then reads it). Tests of the cache itself keep caches of their
+# own.
+#
+# Every cell lowered in the session, in any process, is logged ($HLO_AUDIT_CACHE_LOG): the summary at the end
+# counts them and names any MaxText cell lowered twice with the same inputs.
+
+_SESSION = pytest.StashKey[Path]()
+_LOWERINGS = pytest.StashKey[Path]()
+_LOG_FROM = pytest.StashKey[int]()
+_WORKER_KEYS = ("hlo_audit_session", "hlo_audit_lowerings")
+# The variable tests/injected_maxtext.py reads: what, besides the cell and the code, makes one lowering another.
+_INJECT = "HLO_AUDIT_INJECT"
+
+
+def pytest_configure(config):
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and _WORKER_KEYS[0] in workerinput:  # an xdist worker: the controller's folders
+        config.stash[_SESSION], config.stash[_LOWERINGS] = (Path(workerinput[key]) for key in _WORKER_KEYS)
+        return
+    session = Path(tempfile.mkdtemp(prefix="hlo-audit-tests-"))
+    chosen = config.getoption("--lowering-cache")
+    config.stash[_SESSION] = session
+    config.stash[_LOWERINGS] = Path(chosen).resolve() if chosen else session / "lowerings"
+    # Inherited by xdist's workers and every process a test starts: each cell lowered anywhere appends a line.
+    log = Path(os.environ.setdefault(hlo_cache.LOG_VARIABLE, str(session / "lowerings.jsonl")))
+    config.stash[_LOG_FROM] = log.stat().st_size if log.exists() else 0
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, in the controller: each worker is started with the session's folders."""
+    for key, stash in zip(_WORKER_KEYS, (_SESSION, _LOWERINGS)):
+        node.workerinput[key] = str(node.config.stash[stash])
+
+
+def pytest_unconfigure(config):
+    if _LOG_FROM in config.stash:  # the process that made the session's folder
+        shutil.rmtree(config.stash[_SESSION], ignore_errors=True)
+
+
+def _is_maxtext(record: dict) -> bool:
+    return record["target"] == "maxtext" or record["target"].startswith("injected_maxtext:")
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The cells this session lowered (every process), and any MaxText cell lowered twice with the same inputs: the
+    same primary key (cell, code, versions, flags) and the same injected change."""
+    if _LOG_FROM not in config.stash:
+        return
+    try:
+        with open(os.environ[hlo_cache.LOG_VARIABLE], "rb") as log:
+            log.seek(config.stash[_LOG_FROM])
+            lines = log.read().decode("utf-8", "replace").splitlines()
+    except (OSError, KeyError):
+        return
+    records = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            records.append(json.loads(line))
+    if not records:
+        return
+    maxtext = [r for r in records if _is_maxtext(r)]
+    inputs = collections.Counter((r["key"], r.get("environment", {}).get(_INJECT)) for r in maxtext)
+    again = sorted({f"{r['cell']} ({r['target']}{', ' + inject if inject else ''})" for r in maxtext
+                    if inputs[r["key"], (inject := r.get("environment", {}).get(_INJECT))] > 1})
+    terminalreporter.write_sep("-", "lowerings")
+    terminalreporter.write_line(
+        f"{len(records)} cells lowered in {sum(r['seconds'] for r in records):.0f} s, of them MaxText's: "
+        f"{len(maxtext)} ({len(inputs)} distinct) in {sum(r['seconds'] for r in maxtext):.0f} s; "
+        + (f"lowered more than once with the same inputs: {', '.join(again)}" if again else
+           "no MaxText cell lowered twice with the same inputs"))
+
+
+@contextlib.contextmanager
+def _variable(name: str, value: str | None) -> Iterator[None]:
+    """$name set to ``value`` (None: unset) inside the block, as it was after."""
+    saved = os.environ.get(name)
+
+    def put(setting: str | None) -> None:
+        if setting is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = setting
+
+    put(value)
+    try:
+        yield
+    finally:
+        put(saved)
+
+
+class SessionLowerings:
+    """The session's lowering cache (hlo-audit's own, hlo_audit/cache.py), shared by every worker."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    @property
+    def cache_dir(self) -> str:
+        """The line that points a config at it (a top-level key: it goes before the config's first table)."""
+        return f'cache_dir = "{self.folder}"\n'
+
+    @contextlib.contextmanager
+    def locked(self, cells: Iterable, inject: str = "") -> Iterator[None]:
+        """Hold the cells' locks while the block lowers them (in this process or one it starts), so another worker
+        that needs one of them waits and then reads it from the cache. Taken in one order: no two workers ever wait
+        on each other."""
+        names = sorted({hashlib.sha256(f"{cell.key_material()}\0{inject}".encode()).hexdigest()[:24]
+                        for cell in cells})
+        folder = self.folder / ".locks"
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as held:
+            for name in names:
+                handle = held.enter_context(open(folder / name, "w"))
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+
+    def cells_of(self, config: Path, only: str | None = None) -> list:
+        """The cells a CLI run of ``config`` (with ``--only``) lowers: what it must hold locked."""
+        return select(load_config(str(config)).cells(), only)
+
+    def lower(self, cell, inject: str = ""):
+        """``(CellResult, Lowering)`` of ``cell``, lowered in this process unless the session has it; ``inject``:
+        $HLO_AUDIT_INJECT while it lowers (the ``injected_maxtext:lower`` target's reverts and patches)."""
+        cache = hlo_cache.Cache(self.folder)
+        with self.locked([cell], inject), _variable(_INJECT, inject or None):
+            (result,) = run_cells([cell], cache)
+        assert result.status == "ok", f"{cell.id}: {result.status}: {result.message}"
+        text, meta = cache.get_lowering(result.key, cell.id)
+        return result, Lowering.from_cache(text, meta)
+
+
+@pytest.fixture(scope="session")
+def session_lowerings(request) -> SessionLowerings:
+    return SessionLowerings(request.config.stash[_LOWERINGS])

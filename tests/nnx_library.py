@@ -5,7 +5,8 @@
 and returns logits, the depth in ``num_layers``, and a ``scan_layers`` switch (flax's scan over stacked layers:
 ``nnx.split_rngs`` + ``nnx.vmap`` to build, ``nnx.scan`` to apply). ``add_layer_dropout`` edits the installed
 source as a contributor's change would: every block gains an ``nnx.Dropout(0.0)``, which holds an RNG stream it
-never draws from (seed 000's leak, +2 u32 entry parameters per unrolled layer).
+never draws from (seed 000's leak, +2 u32 entry parameters per unrolled layer); ``add_layer_fork``: every block
+keeps a fork of the Rngs instead.
 """
 
 from __future__ import annotations
@@ -99,3 +100,12 @@ def add_layer_dropout(root: Path) -> None:
     assert source.count("# (layer state)") == 1 and source.count("# (layer output)") == 1
     path.write_text(source.replace("# (layer state)", "self.dropout = nnx.Dropout(0.0, rngs=rngs)")
                     .replace("# (layer output)", "h = self.dropout(h)"))
+
+
+def add_layer_fork(root: Path) -> None:
+    """Every block keeps a fork of the model's Rngs (``self.rngs = rngs.fork()``) and never draws from it: a stream
+    per block, +2 u32 entry parameters per unrolled layer, the seed-000 leak as a contributor writes it."""
+    path = root / "tinylm" / "model.py"
+    source = path.read_text()
+    assert source.count("# (layer state)") == 1
+    path.write_text(source.replace("# (layer state)", "self.rngs = rngs.fork()"))

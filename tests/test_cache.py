@@ -322,6 +322,67 @@ def test_what_a_lowering_read_is_recorded_in_the_process_that_lowered(tmp_path, 
         assert reads["environment"]["STACK_DROPOUT"] == "0"
 
 
+SETS_ITSELF = """
+import os
+
+from hlo_audit.examples.nnx_mlp import lower as example
+
+
+def lower(cell):
+    os.environ.setdefault("HLO_AUDIT_TEST_SET_BY_LOWERING", "on")  # read unset, then set: as MaxText's import does
+    return example(cell)
+"""
+
+
+def test_a_variable_the_lowering_sets_itself_holds_unset_or_at_the_value_it_set(tmp_path, monkeypatch):
+    """MaxText's import, lazy, runs in the first cell a process lowers and sets variables it finds unset
+    (DECOUPLE_GCLOUD, TRANSFORMERS_VERBOSITY, ...). The cell holds with such a variable unset (a fresh process) or at
+    the value the lowering set (a process that imported MaxText before it looked: a pytest worker, the plugin), not
+    at another: a process that lowered one cell still hits the cells another lowered first."""
+    variable = "HLO_AUDIT_TEST_SET_BY_LOWERING"
+    monkeypatch.setenv(variable, "restored after the test")
+    monkeypatch.delenv(variable)
+    (tmp_path / "sets_itself.py").write_text(SETS_ITSELF)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cell = Cell("mlp", False, "none", 2, target="sets_itself:lower")
+    (fresh,) = run_cells([cell], Cache(tmp_path / "cache"))
+    assert not fresh.cached and os.environ[variable] == "on"
+    [manifest] = [json.loads(p.read_text())["body"] for p in (tmp_path / "cache").rglob("*.manifest.json")]
+    reads = manifest["variants"][0]["reads"]
+    assert reads["set_by_lowering"] == {variable: "on"} and variable not in reads["environment"]
+    (hit,) = run_cells([cell], Cache(tmp_path / "cache"))  # set, at the value the lowering set
+    assert hit.cached
+    monkeypatch.delenv(variable)
+    (hit,) = run_cells([cell], Cache(tmp_path / "cache"))  # unset, as in a process that has not lowered yet
+    assert hit.cached and os.environ.get(variable) is None
+    monkeypatch.setenv(variable, "off")  # set to another value before the lowering: an input, another variant
+    (other,) = run_cells([cell], Cache(tmp_path / "cache"))
+    assert not other.cached
+    [manifest] = [json.loads(p.read_text())["body"] for p in (tmp_path / "cache").rglob("*.manifest.json")]
+    assert manifest["variants"][0]["reads"]["environment"][variable] == "off"
+
+
+def test_the_cache_log_has_a_line_per_cell_lowered_and_none_per_hit(tmp_path, monkeypatch):
+    """$HLO_AUDIT_CACHE_LOG, how the test session counts its lowerings (tests/conftest.py): a JSON line per cell
+    lowered, with its primary and entry keys and the variables the lowering found set; none for a cell served from
+    the cache; a line again for a cell lowered under --no-cache."""
+    log = tmp_path / "lowerings.jsonl"
+    monkeypatch.setenv(cache_module.LOG_VARIABLE, str(log))
+    monkeypatch.setenv("HLO_AUDIT_INJECT", "a-change")  # set while lowering: recorded only if the target read it
+    cells = [Cell("mlp", False, quant, 2, target="hlo_audit.examples.nnx_mlp:lower") for quant in ("none", "dropout0")]
+    fresh = list(run_cells(cells, Cache(tmp_path / "cache")))
+    key = lowering_key(cells[0], CallableTarget(cells[0].target).fingerprint())
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(line["cell"], line["target"], line["entry"]) for line in lines] == [
+        (r.cell.id, r.cell.target, r.key) for r in fresh]
+    assert lines[0]["key"] == key and lines[0]["seconds"] == fresh[0].lower_seconds > 0
+    assert lines[0]["pid"] == os.getpid() and "HLO_AUDIT_INJECT" not in lines[0]["environment"]
+    assert all(r.cached for r in run_cells(cells, Cache(tmp_path / "cache")))
+    assert len(log.read_text().splitlines()) == 2
+    (again,) = run_cells(cells[:1], Cache(tmp_path / "cache", enabled=False))
+    assert not again.cached and len(log.read_text().splitlines()) == 3
+
+
 @pytest.mark.tpu  # needs libtpu (make compat's environment has none)
 def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
     """Recorded by the CLI started from a shell (it imports jax while building the target), looked up here (jax

@@ -26,7 +26,7 @@ from hlo_audit.cli import app
 
 REPO = Path(__file__).resolve().parent.parent
 COUNT_SCHEMA = "hlo-audit/count/v1"
-DIFF_SCHEMA = "hlo-audit/diff/v1"
+DIFF_SCHEMA = "hlo-audit/diff/v2"
 ERROR_PREFIX = "hlo-audit: error: "
 ANSI = "\x1b["
 META_KEYS = ("total", "rng_keys", "rng_counts")
@@ -387,7 +387,7 @@ def test_diff_leaked_rng_state_is_rng_state_only(old_spec, new_spec, write_hlo):
 
 def test_diff_l2_against_l2_drop0_exact(write_hlo):
     """The issue's example, spelled out."""
-    doc = diff_json(write_hlo(ModelSpec()), write_hlo(ModelSpec(dropout_rate=0.0)), exit_code=1)
+    doc = diff_json(write_hlo(ModelSpec()), write_hlo(ModelSpec(dropout_rate=0.0)), "--text", exit_code=1)
     assert doc["verdict"] == "rng-state-only"
     assert doc["by_dtype_delta"] == {"u32": 4}
     assert sorted((g["role"], g["dtype"], g["pattern"], g["count"]) for g in doc["params_added"]) == [
@@ -400,7 +400,7 @@ def test_diff_l2_against_l2_drop0_exact(write_hlo):
 
 def test_diff_dropout_rate_change_is_changed_ops(write_hlo):
     old, new = write_hlo(ModelSpec(dropout_rate=0.0)), write_hlo(ModelSpec(dropout_rate=0.5))
-    doc = diff_json(old, new, exit_code=1)
+    doc = diff_json(old, new, "--text", exit_code=1)
     assert doc["verdict"] == "changed"
     assert "ops" in doc["changes"]
     assert "parameters" not in doc["changes"]  # same state, same entry parameters
@@ -412,7 +412,7 @@ def test_diff_dropout_rate_change_is_changed_ops(write_hlo):
 
 def test_diff_markdown_and_table(write_hlo):
     old, new = write_hlo(ModelSpec()), write_hlo(ModelSpec(dropout_rate=0.0))
-    md = cli("diff", old, new, "--format", "markdown")
+    md = cli("diff", old, new, "--format", "markdown", "--text")
     assert md.exit_code == 1 and md.stderr == ""
     assert md.stdout.startswith("### HLO diff: **rng-state-only**")
     assert "entry parameters 9 → 13" in md.stdout
@@ -420,6 +420,7 @@ def test_diff_markdown_and_table(write_hlo):
     assert "| +2 | rng_count | u32 | `state.layers_*.dropout.rngs.*` |" in md.stdout
     assert "| dtype | u32 | +4 |" in md.stdout
     assert "```diff" in md.stdout
+    assert "```diff" not in cli("diff", old, new, "--format", "markdown").stdout  # the text only on request
 
     same = cli("diff", old, old, "--format", "markdown")
     assert same.exit_code == 0 and same.stdout.startswith("### HLO diff: **identical**")

@@ -32,7 +32,9 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.callable import CallableTarget
 
-pytestmark = pytest.mark.tpu  # compiles for a TPU topology: needs libtpu (skipped without it)
+# Compiles for a TPU topology: needs libtpu (skipped without it). One xdist group: the project's run (~20 s of
+# compiles) is made once, not once per worker.
+pytestmark = [pytest.mark.tpu, pytest.mark.xdist_group("compiled")]
 
 TARGET = "hlo_audit.examples.nnx_mlp:lower"
 CONFIG = f"""

@@ -5,10 +5,6 @@ when that state moves into the step's arguments. MaxEngine's own steps: test_max
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +19,8 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES, frozen_rng, golden_summary
 from hlo_audit.hlo.diff import captured_delta, diff_modules
 from hlo_audit.stages.lowered import hlo_text
+from in_process import hlo_audit_here
+
 
 @pytest.fixture(scope="module")
 def closed_over():
@@ -183,12 +181,10 @@ def test_the_gate_ratchets_captured_state_both_ways(tmp_path):
     their paths) and fewer captured arrays. Golden with it passed in; baked in again: captured growth fails."""
     (tmp_path / "hlo-audit.toml").write_text('target = "decoder_steps:lower"\nmodels = ["decoder"]\nscan = ["off"]\n'
                                              'quant = ["none"]\nlayers = [1]\n')
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "COLUMNS": "200"}
 
     def hlo_audit(*args, inject=False):
-        run_env = {**env, "HLO_AUDIT_INJECT": "rest-as-args"} if inject else env
-        return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
-                              text=True, env=run_env, timeout=600)
+        return hlo_audit_here(tmp_path, *args, env={"COLUMNS": "200", "HLO_AUDIT_INJECT": "rest-as-args" if inject
+                                                     else None})
 
     assert hlo_audit("golden", "update").returncode == 0
     record = json.loads((tmp_path / "golden/decoder/scan-off/none/L1.json").read_text())

@@ -4,7 +4,7 @@ Valid HLO is what XLA's parser accepts (jaxlib's ``hlo_module_from_text``, priva
 judge, not a dependency of hlo-audit's core). For every module of the corpus, hlo-audit must read it, and
 count what XLA's parser built: entry parameters, by dtype, computations, and instructions per opcode. And
 renaming every instruction and computation (XLA's reprint, renumbered as a recompile would) must change
-nothing hlo-audit's normalization can see.
+nothing hlo-audit's normalization can see, nor its structural match (which also matches each module with itself).
 
 The corpus is other projects' text, so it lives outside the repository: ``--hlo-corpus DIR`` or
 ``HLO_AUDIT_CORPUS`` names it (``.ci/run`` uses ``../shared/hlo-corpus``); without it these tests are skipped
@@ -26,6 +26,7 @@ import pytest
 
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.hlo.match import match_modules
 from xla_oracle import our_counts, xla_counts
 
 NOT_GIVEN = ("no HLO corpus given: pass --hlo-corpus DIR or set HLO_AUDIT_CORPUS "
@@ -81,5 +82,19 @@ def test_renumbering_is_identical_after_normalization(corpus_row):
     reprint = _text(corpus_row, "xla_print")
     renumbered, _ = _corpus_check(str(Path(corpus_row["corpus"], "corpus_check.py"))).renumber(reprint)
     assert hashlib.sha1(renumbered.encode()).hexdigest() == corpus_row["renumbered_sha1"]
-    d = diff_modules(analyze(reprint, "xla-reprint"), analyze(renumbered, "renumbered"), max_text_lines=20)
+    old, new = analyze(reprint, "xla-reprint"), analyze(renumbered, "renumbered")
+    d = diff_modules(old, new, max_text_lines=20)
     assert d.verdict in ("identical", "identical-after-normalization"), (d.verdict, d.changes, d.text_diff)
+    # And the structural match (hlo.match) pairs every instruction and computation of the two as the same.
+    match = match_modules(old.module, new.module, old.params, new.params)
+    assert match.unchanged, (match.counts(), match.computations_inserted[:3], match.edits[:3])
+    assert match.matched == match.instructions[0] == match.instructions[1]
+
+
+def test_a_module_matches_itself(corpus_row):
+    """The structural match of every module against itself (fingerprinted twice, as two modules): every
+    instruction and computation paired and unchanged, no parameter renamed."""
+    a = analyze(_text(corpus_row), corpus_row["file"])
+    match = match_modules(a.module, a.module, a.params, a.params)
+    assert match.unchanged, (match.counts(), match.computations_inserted[:3], match.edits[:3])
+    assert match.matched == match.instructions[0] == len(list(a.module.instructions())) - len(a.params)

@@ -11,6 +11,7 @@ import nnx_models
 from nnx_models import ModelSpec
 from xla_oracle import our_counts, xla_counts
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import parse_module
@@ -277,8 +278,9 @@ def _arg(shape, spec=PartitionSpec()):
     return jax.ShapeDtypeStruct(shape, jnp.float32, sharding=NamedSharding(MESH, spec))
 
 
-def _lowered(f, state_key: str = "w", weight_spec=PartitionSpec()):
-    args = ({state_key: _arg((8, 8), weight_spec)}, _arg((4, 8)))
+def _lowered(f, state_key: str = "w", weight_spec=PartitionSpec(), bias: bool = False):
+    state = {state_key: _arg((8, 8), weight_spec)} | ({"b": _arg((8,))} if bias else {})
+    args = (state, _arg((4, 8)))
     return analyze(hlo_text(jax.jit(f).trace(*args).lower(lowering_platforms=("cpu",))), f.__name__)
 
 
@@ -298,6 +300,10 @@ def _renamed(state, x):
     return jnp.tanh(x[:, :2] @ state["v"][:2])
 
 
+def _biased(state, x):
+    return jnp.tanh(x[:, :2] @ state["w"][:2] + state["b"])
+
+
 def _scaled_sine(x):
     return jnp.sin(x) * 2.0
 
@@ -314,7 +320,7 @@ KINDS = {
     "shapes": (lambda: _lowered(_three_columns), ["shapes"]),  # a slice of three columns, not two
     "ops": (lambda: _lowered(_sine), ["ops"]),  # sine for tanh: same shapes
     "shardings": (lambda: _lowered(_two_columns, weight_spec=PartitionSpec(None, "x")), ["shardings"]),
-    "parameters": (lambda: _lowered(_renamed, state_key="v"), ["parameters"]),  # state.w renamed state.v
+    "parameters": (lambda: _lowered(_biased, bias=True), ["parameters", "ops", "shapes"]),  # a bias added
 }
 
 
@@ -326,6 +332,27 @@ def test_each_kind_of_change_from_real_lowerings(kind):
     for old, new in ((base, changed), (changed, base)):
         d = diff_modules(old, new)
         assert (d.verdict, d.changes) == ("changed", kinds)
+
+
+def test_a_renamed_weight_is_renamed_only_and_listed():
+    """state.w renamed state.v (and the function with it): the same program, verdict renamed-only, exit 0 (`differs`
+    is False), the rename named; both ways."""
+    base, renamed = _lowered(_two_columns), _lowered(_renamed, state_key="v")
+    for old, new, (before, after) in ((base, renamed, ("w", "v")), (renamed, base, ("v", "w"))):
+        d = diff_modules(old, new)
+        assert (d.verdict, d.changes, d.differs) == ("renamed-only", [], False)
+        renames = [c for c in d.named if c.kind is ChangeKind.RENAME]
+        assert [(c.before, c.after, c.count) for c in renames] == [(before, after, 1)]
+        assert renames[0].groups == ((f"state.{before} -> state.{after}", 1),)
+        assert d.params_added == d.params_removed == []  # the renames are named, not added and removed
+        assert {c.kind for c in d.named} == {ChangeKind.RENAME, ChangeKind.HEADER}  # the module's name too
+    # A rename beside a real change is a change, the rename still named.
+    d = diff_modules(base, _lowered(_sine_renamed, state_key="v"))
+    assert d.verdict == "changed" and any(c.kind is ChangeKind.RENAME for c in d.named)
+
+
+def _sine_renamed(state, x):
+    return jnp.sin(x[:, :2] @ state["v"][:2])
 
 
 def test_a_computation_one_side_lacks_is_ops_and_shapes_not_shardings():

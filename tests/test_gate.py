@@ -1,9 +1,12 @@
-"""Goldens and the gate, end to end through the CLI, on the example callable target (a small NNX MLP)."""
+"""Goldens and the gate, end to end through the CLI, on the example callable target (a small NNX MLP).
+
+The CLI runs in this process (tests/in_process.py); a test starts a process where that is what it tests (a killed
+update, the pytest plugin's entry point) or where the project brings its own target module."""
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +16,8 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
+
+from in_process import Ran, hlo_audit_here
 
 CONFIG = """
 target = "hlo_audit.examples.nnx_mlp:lower"
@@ -27,9 +32,14 @@ reason = "the example keeps a never-drawn dropout stream on purpose"
 """
 
 
-def hlo_audit(project: Path, *args, env=None, check=False) -> subprocess.CompletedProcess:
+def hlo_audit(project: Path, *args, env=None) -> Ran:
+    return hlo_audit_here(project, *args, env=env)
+
+
+def hlo_audit_process(project: Path, *args) -> subprocess.CompletedProcess:
+    """A process of its own: the project's own target module (broken.py) is imported fresh, as a user's run does."""
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=project, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, check=check, timeout=600)
+                          timeout=600)
 
 
 def flat(text: str) -> str:
@@ -41,11 +51,20 @@ def snapshot(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def project(tmp_path):
-    (tmp_path / "hlo-audit.toml").write_text(CONFIG)
-    result = hlo_audit(tmp_path, "golden", "update")
+@pytest.fixture(scope="module")
+def updated(tmp_path_factory):
+    """The project after `golden update` (goldens and its cache), made once per worker."""
+    folder = tmp_path_factory.mktemp("gate")
+    (folder / "hlo-audit.toml").write_text(CONFIG)
+    result = hlo_audit(folder, "golden", "update")
     assert result.returncode == 0, result.stderr
+    return folder
+
+
+@pytest.fixture
+def project(updated, tmp_path):
+    """A copy of the updated project of the test's own."""
+    shutil.copytree(updated, tmp_path, dirs_exist_ok=True)
     return tmp_path
 
 
@@ -207,7 +226,7 @@ def test_failing_cell_writes_nothing(project, tmp_path):
     for path in (project / "golden").rglob("dropout0/*.json"):
         _edit(path, opcodes={})
     edited = snapshot(project / "golden")
-    result = hlo_audit(project, "golden", "update")
+    result = hlo_audit_process(project, "golden", "update")
     assert result.returncode == 1 and "skipped mlp/scan-off/dropout0/L2: error" in flat(result.stdout)
     after = snapshot(project / "golden")
     assert {k for k in after if "dropout0" in k and after[k] != before[k]} == {

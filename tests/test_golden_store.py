@@ -2,8 +2,9 @@
 all-or-nothing swap killed after every step with every signal, damaged goldens as findings that `golden update`
 heals, cell ids that cannot leave golden_dir, the slopes of a partly updated series, the environment message.
 
-Real goldens throughout: the example callable target (a Flax NNX MLP train step) through the real CLI, and every
-file of the committed golden/ folder. The kill trials run the real commit in a forked child of a light driver
+Real goldens throughout: the example callable target (a Flax NNX MLP train step) through the real CLI (in this
+process, tests/in_process.py; in a process of its own where it is killed), and every file of the committed golden/
+folder. The kill trials run the real commit in a forked child of a light driver
 process (no jax), stopped by a replaced ``golden._after_step`` hook after step N, for every N and signal.
 """
 
@@ -25,6 +26,7 @@ from hlo_audit.golden import store as golden
 from hlo_audit.golden.record import dumps
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.report.words import environment_change
+from in_process import Ran, hlo_audit_here
 
 # One xdist worker runs the module, so the projects fixture lowers once.
 pytestmark = pytest.mark.xdist_group("golden_store")
@@ -46,9 +48,8 @@ NOT_GOLDENS = {
 }
 
 
-def hlo_audit(project: Path, *args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hlo_audit", *map(str, args)], cwd=project, capture_output=True,
-                          text=True, env={**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}, timeout=600)
+def hlo_audit(project: Path, *args, env=None) -> Ran:
+    return hlo_audit_here(project, *args, env=env)
 
 
 def _messages(stderr: str) -> list[str]:
@@ -56,7 +57,7 @@ def _messages(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if not line.startswith(("hlo-audit: cell ", "hlo-audit: running "))]
 
 
-def one_line_error(result: subprocess.CompletedProcess, *must: str) -> str:
+def one_line_error(result: Ran, *must: str) -> str:
     """Exit 2, one line on stderr with our prefix, naming what it must; never a traceback."""
     assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout

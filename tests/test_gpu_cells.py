@@ -28,6 +28,7 @@ from hlo_audit.config import ConfigError, validate
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell, select
 from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, target_config
+from in_process import hlo_audit_here
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -40,6 +41,8 @@ def cells_of(toml: str, base: Path = ROOT) -> dict[str, Cell]:
 
 
 def hlo_audit(cwd: Path, *args, env: dict | None = None, timeout: int = 1500) -> subprocess.CompletedProcess:
+    """A process of its own, for MaxText's GPU compiles (a minute or two each, and ~1.4 GB a worker: the CLI's
+    memory, not the test's); the small steps' tests run the CLI in-process (tests/in_process.py)."""
     path = os.pathsep.join([str(ROOT), str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])])
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path, **(env or {})}, timeout=timeout)
@@ -132,7 +135,7 @@ def test_gpu_keys_need_platform_cuda_and_a_file_needs_its_capability(tmp_path):
         cells_of(BASE + 'gpu_target = "odd.txtpb"\n', tmp_path)
     # Through the CLI: one line, exit 2, never a traceback.
     (tmp_path / "hlo-audit.toml").write_text(BASE + 'gpu = "h1000"\n')
-    listed = hlo_audit(tmp_path, "list", timeout=300)
+    listed = hlo_audit_here(tmp_path, "list")
     assert listed.returncode == 2 and listed.stderr.count("\n") == 1 and "Traceback" not in listed.stderr
     assert "hlo-audit.toml: gpu[0]: unknown GPU 'h1000'" in listed.stderr
 
@@ -240,10 +243,10 @@ def test_a_stage_optimized_cell_hits_the_cache_whatever_the_shell_variables(tmp_
     the shell's own variables (PWD, OLDPWD, `_`, SHLVL: they change from one CI step to the next) key nothing."""
     (tmp_path / "hlo-audit.toml").write_text(NNX_CONFIG.format(model="dropout", layers="[2]")
                                              .replace('stage = "compiled"', 'stage = "optimized"'))
-    first = hlo_audit(tmp_path, "run", "--format", "json", env={"OLDPWD": "/a", "_": "/usr/bin/a", "SHLVL": "1"})
+    first = hlo_audit_here(tmp_path, "run", "--format", "json", env={"OLDPWD": "/a", "_": "/usr/bin/a", "SHLVL": "1"})
     assert first.returncode == 0, first.stderr[-2000:]
     assert [c["cached"] for c in json.loads(first.stdout)["cells"]] == [False]
-    again = hlo_audit(tmp_path, "run", "--format", "json", env={"OLDPWD": "/b", "_": "/usr/bin/b", "SHLVL": "2"})
+    again = hlo_audit_here(tmp_path, "run", "--format", "json", env={"OLDPWD": "/b", "_": "/usr/bin/b", "SHLVL": "2"})
     assert [c["cached"] for c in json.loads(again.stdout)["cells"]] == [True], again.stderr[-2000:]
 
 
@@ -252,11 +255,11 @@ def test_kernels_a_change_adds_without_a_parameter_fail_the_ratchet(tmp_path):
     """Each layer's Dropout keeps its fork of the stream at any rate: at 0.5 it draws, which adds no entry parameter
     but, per layer, a counter increment and a key hash. Only launches per step see it; the count rule fails."""
     (tmp_path / "hlo-audit.toml").write_text(NNX_CONFIG.format(model="dropout", layers="[2]"))
-    assert hlo_audit(tmp_path, "golden", "update").returncode == 0
-    assert hlo_audit(tmp_path, "check").returncode == 0
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    assert hlo_audit_here(tmp_path, "check").returncode == 0
     golden = json.loads(next((tmp_path / "golden").rglob("*.json")).read_text())
     assert golden["launches"]["total"] > 0 and golden["launches"]["groups"]
-    drawn = hlo_audit(tmp_path, "check", "--no-cache", "--format", "json", env={"HLO_AUDIT_TEST_DROPOUT": "0.5"})
+    drawn = hlo_audit_here(tmp_path, "check", "--no-cache", "--format", "json", env={"HLO_AUDIT_TEST_DROPOUT": "0.5"})
     doc = json.loads(drawn.stdout)
     assert drawn.returncode == 1, doc["findings"]
     [count] = [f for f in doc["findings"] if f["rule"] == "count"]
@@ -277,7 +280,7 @@ def test_rng_kernels_per_layer_are_a_finding_and_the_series_projects_them(tmp_pa
     """Seed 000's pattern (a ToNNX bridge per layer that never draws): two counters a layer, each advanced by a
     scalar kernel of its own. The series fits kernels per layer; launch_scaling says what grows."""
     (tmp_path / "hlo-audit.toml").write_text(NNX_CONFIG.format(model="bridge", layers="[2, 4]"))
-    check = hlo_audit(tmp_path, "check", "--format", "json")
+    check = hlo_audit_here(tmp_path, "check", "--format", "json")
     doc = json.loads(check.stdout)
     assert check.returncode == 1
     [scaling] = [f for f in doc["findings"] if f["rule"] == "launch_scaling"]
@@ -285,24 +288,24 @@ def test_rng_kernels_per_layer_are_a_finding_and_the_series_projects_them(tmp_pa
     assert scaling["details"]["rng_launches_per_layer"] == 2  # one increment per counter, two counters a layer
     assert ("L2 -> L4: +4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.to_nnx__rngs.*.count"
             in scaling["message"])
-    series = json.loads(hlo_audit(tmp_path, "scaling", "--format", "json").stdout)["series"]
+    series = json.loads(hlo_audit_here(tmp_path, "scaling", "--format", "json").stdout)["series"]
     [line] = series
     kernels = line["kernels"]
     assert kernels["reading_rng"]["slope"] == 2 and kernels["scalar"]["slope"] >= 2 and kernels["total"]["exact"]
     assert line["projected"]["launches"]["reading_rng"] == 2 * 32 + kernels["reading_rng"]["intercept"]
-    table = hlo_audit(tmp_path, "scaling")
+    table = hlo_audit_here(tmp_path, "scaling")
     assert "kernels per step: per layer (/L) and projected to full depth" in table.stdout
     assert "proj. kern" in table.stdout
     # The other views of the same (cached) cells: run's column, report's compiled view, explain's line.
-    run = json.loads(hlo_audit(tmp_path, "run", "--format", "json").stdout)["cells"]
+    run = json.loads(hlo_audit_here(tmp_path, "run", "--format", "json").stdout)["cells"]
     assert [c["kernels"]["reading_rng"] for c in run] == [4, 8]
-    assert " kern" in hlo_audit(tmp_path, "run").stdout.splitlines()[0]
-    report = json.loads(hlo_audit(tmp_path, "report", "--format", "json").stdout)
+    assert " kern" in hlo_audit_here(tmp_path, "run").stdout.splitlines()[0]
+    report = json.loads(hlo_audit_here(tmp_path, "report", "--format", "json").stdout)
     assert [c["kernels"]["total"] for c in report["cells"]] == [c["kernels"]["total"] for c in run]
-    assert "kernels per step" in hlo_audit(tmp_path, "report").stdout
-    explained = hlo_audit(tmp_path, "explain", "bridge/scan-off/none/L4/cuda-h100/compiled")
+    assert "kernels per step" in hlo_audit_here(tmp_path, "report").stdout
+    explained = hlo_audit_here(tmp_path, "explain", "bridge/scan-off/none/L4/cuda-h100/compiled")
     assert f"kernels per step: {run[1]['kernels']['total']} (" in explained.stdout
-    assert json.loads(hlo_audit(tmp_path, "explain", "bridge/scan-off/none/L4/cuda-h100/compiled", "--format",
+    assert json.loads(hlo_audit_here(tmp_path, "explain", "bridge/scan-off/none/L4/cuda-h100/compiled", "--format",
                                 "json").stdout)["kernels"]["scalar"] == run[1]["kernels"]["scalar"]
 
 
@@ -311,7 +314,7 @@ def test_a_lowered_gpu_cell_lowers_for_the_gpus_devices_and_launches_nothing_yet
     """Stage lowered for a named GPU: jax's module for its compile-only devices, before XLA: no kernels to count."""
     (tmp_path / "hlo-audit.toml").write_text(NNX_CONFIG.format(model="bridge", layers="[2]").replace(
         'stage = "compiled"', 'stage = "lowered"'))
-    [cell] = json.loads(hlo_audit(tmp_path, "run", "--format", "json").stdout)["cells"]
+    [cell] = json.loads(hlo_audit_here(tmp_path, "run", "--format", "json").stdout)["cells"]
     assert (cell["id"], cell["status"], cell["kernels"], cell["memory"]) == (
         "bridge/scan-off/none/L2/cuda-h100", "ok", None, None)
     assert cell["entry_params"] == 21 and (cell["gpu"], cell["cuda_arch"]) == ("h100", "sm_90")

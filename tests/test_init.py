@@ -23,18 +23,21 @@ import yaml
 from typer.testing import CliRunner
 
 from hlo_audit.cli import app
+from in_process import Ran, hlo_audit_here
 from nnx_library import add_layer_dropout, write_library
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def hlo_audit(folder: Path, *args: str, pythonpath: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
+    """A process of its own, with ``pythonpath`` (a library's folder) first: the library is imported anew by every
+    command, as a user's runs import it after an edit."""
     path = os.pathsep.join([*map(str, pythonpath), str(REPO), os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=folder, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path}, timeout=900)
 
 
-def one_error_line(result: subprocess.CompletedProcess) -> str:
+def one_error_line(result: subprocess.CompletedProcess | Ran) -> str:
     assert result.returncode == 2, (result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -53,9 +56,15 @@ def empty(tmp_path) -> Path:
     return folder
 
 
-def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropout(library, empty):
-    made = hlo_audit(empty, "init", "--nnx", "tinylm.model:TinyLM", "--nnx-config", "tinylm.model:ModelConfig.tiny",
-                     pythonpath=(library,))
+def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropout(library, empty, monkeypatch):
+    """Before the library changes, the commands run in this process with the test's own copy of the library
+    imported; after the edit, each in a process of its own that imports the edited library anew, as a user's CI
+    does."""
+    for name in [m for m in sys.modules if m == "tinylm" or m.startswith("tinylm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(library))
+    made = hlo_audit_here(empty, "init", "--nnx", "tinylm.model:TinyLM", "--nnx-config",
+                          "tinylm.model:ModelConfig.tiny")
     assert made.returncode == 0, made.stderr[-3000:]
     assert made.stdout.splitlines()[:3] == ["wrote hlo-audit.toml", "wrote .github/workflows/hlo-audit.yml",
                                             "note: .hlo-audit-cache/ will hold the lowering cache: add it to "
@@ -73,11 +82,11 @@ def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropo
     assert (empty / "golden/tiny/scan-off/none/L2.hlo.txt").is_file()
     _workflow_is_sharded_and_merged(empty / ".github/workflows/hlo-audit.yml", shards=2)
 
-    passed = hlo_audit(empty, "check", pythonpath=(library,))
+    passed = hlo_audit_here(empty, "check")
     assert passed.returncode == 0, passed.stdout[-3000:]
     assert "hlo-audit check passed: 4 cells: 4 ok" in passed.stdout
     # The workflow's own commands, run here: each shard's JSON, then the merge.
-    _shards_and_merge(empty, 2, library, expect=0)
+    _shards_and_merge(empty, 2, expect=0, check=hlo_audit_here)
 
     add_layer_dropout(library)  # the library's model changes; the cache is warm from the runs above
     failed = hlo_audit(empty, "check", pythonpath=(library,))
@@ -85,9 +94,9 @@ def test_init_gives_config_workflow_and_goldens_and_check_fails_on_a_layer_dropo
     assert "hlo-audit check FAILED: 4 cells: 4 regression" in failed.stdout
     assert "state.model.layers.*.dropout.rngs.* (rng_count +2, rng_key +2)" in failed.stdout
     assert "RNG parameters grow by 2 per layer in an unrolled model" in failed.stdout
-    _shards_and_merge(empty, 2, library, expect=1)
+    _shards_and_merge(empty, 2, expect=1, check=lambda folder, *args: hlo_audit(folder, *args, pythonpath=(library,)))
 
-    again = one_error_line(hlo_audit(empty, "init", "--nnx", "tinylm.model:TinyLM", pythonpath=(library,)))
+    again = one_error_line(hlo_audit_here(empty, "init", "--nnx", "tinylm.model:TinyLM"))
     assert again == (f"hlo-audit: error: init: hlo-audit.toml, .github/workflows/hlo-audit.yml, golden/ already "
                      f"there in {empty}: init writes only what is not (edit the config by hand, or remove them first)")
 
@@ -111,14 +120,15 @@ def _workflow_is_sharded_and_merged(path: Path, shards: int) -> dict:
     return doc
 
 
-def _shards_and_merge(folder: Path, shards: int, library: Path, expect: int) -> None:
+def _shards_and_merge(folder: Path, shards: int, expect: int, check) -> None:
+    """Each shard's check (run by ``check``), then the merge (in this process: it reads the shards' JSON)."""
     reports = []
     for k in range(1, shards + 1):
-        shard = hlo_audit(folder, "check", "--shard", f"{k}/{shards}", "--format", "json", pythonpath=(library,))
+        shard = check(folder, "check", "--shard", f"{k}/{shards}", "--format", "json")
         assert shard.returncode in (0, 1), shard.stderr[-2000:]
         (folder / f"shard-{k}.json").write_text(shard.stdout)
         reports.append(f"shard-{k}.json")
-    merged = hlo_audit(folder, "merge", *reports, "--junit", "hlo-audit.xml")
+    merged = hlo_audit_here(folder, "merge", *reports, "--junit", "hlo-audit.xml")
     assert merged.returncode == expect, merged.stdout[-2000:]
     for report in [*reports, "hlo-audit.xml"]:
         (folder / report).unlink()
@@ -158,13 +168,13 @@ def test_init_on_tunix_qwen3_and_check_fails_after_its_decoder_layer_gains_a_dro
 
 
 def test_init_for_a_callable_target(empty):
-    made = hlo_audit(empty, "init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model", "mlp",
-                     "--layers", "2,3")
+    made = hlo_audit_here(empty, "init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model", "mlp",
+                          "--layers", "2,3")
     assert made.returncode == 0, made.stderr[-2000:]
     config = tomllib.loads((empty / "hlo-audit.toml").read_text())
     assert config == {"target": "hlo_audit.examples.nnx_mlp:lower", "models": ["mlp"], "layers": [2, 3],
                       "quant": ["none"]}
-    checked = hlo_audit(empty, "check", "--format", "json")
+    checked = hlo_audit_here(empty, "check", "--format", "json")
     assert checked.returncode == 0 and json.loads(checked.stdout)["totals"]["cells_by_verdict"] == {"ok": 4}
 
 
@@ -174,7 +184,7 @@ def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empt
     what its train step imports, then their checkout over it (--no-deps), so the gate lowers their branch."""
     (empty / "pyproject.toml").write_text('[project]\nname = "maxtext"\nversion = "0.2.5"\n')
     (empty / ".gitignore").write_text("build/\n.hlo-audit-cache/\n")
-    made = hlo_audit(empty, "init", "--maxtext", "--model", "llama3-8b", "--quant", "none,int8", "--no-golden")
+    made = hlo_audit_here(empty, "init", "--maxtext", "--model", "llama3-8b", "--quant", "none,int8", "--no-golden")
     assert made.returncode == 0, made.stderr
     assert "note:" not in made.stdout  # the cache is ignored already
     assert made.stdout.splitlines()[-1].startswith("next: hlo-audit golden update")
@@ -185,7 +195,7 @@ def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empt
                    ["check"]["steps"] if s.get("name") == "Install")["run"].splitlines()
     assert install[1].startswith('pip install "hlo-audit[maxtext]"') and '"maxtext==' in install[1]
     assert install[2].startswith("pip install --no-deps -e .")
-    listed = hlo_audit(empty, "list", "--format", "json")
+    listed = hlo_audit_here(empty, "list", "--format", "json")
     assert len(json.loads(listed.stdout)["cells"]) == 8 and not (empty / "golden").exists()
 
 
@@ -194,17 +204,17 @@ def test_init_nnx_asks_for_what_it_cannot_read_off_the_model(empty):
     (mean-square loss: no token ids to predict)."""
     args = ["init", "--nnx", "hlo_audit.examples.nnx_mlp:MLP", "--no-golden"]
     assert "init --arg: hlo_audit.examples.nnx_mlp:MLP needs 'width': give --arg width=VALUE" in \
-        one_error_line(hlo_audit(empty, *args))
+        one_error_line(hlo_audit_here(empty, *args))
     assert "init --input: cannot tell what hlo_audit.examples.nnx_mlp:MLP's call takes as 'x'" in \
-        one_error_line(hlo_audit(empty, *args, "--arg", "width=16", "--arg", "rate=0.0"))
+        one_error_line(hlo_audit_here(empty, *args, "--arg", "width=16", "--arg", "rate=0.0"))
     assert not list(empty.iterdir())  # nothing written while it asks
-    made = hlo_audit(empty, *args, "--arg", "width=16", "--arg", "rate=0.0", "--input", "x=float32[batch,16]",
-                     "--model", "mlp")
+    made = hlo_audit_here(empty, *args, "--arg", "width=16", "--arg", "rate=0.0", "--input", "x=float32[batch,16]",
+                          "--model", "mlp")
     assert made.returncode == 0, made.stderr
     spec = tomllib.loads((empty / "hlo-audit.toml").read_text())["nnx"]["models"]["mlp"]
     assert spec == {"model": "hlo_audit.examples.nnx_mlp:MLP", "layers": "layers", "scan": "scan", "rngs": "rngs",
                     "args": {"width": 16, "rate": 0.0}, "inputs": {"x": "float32[batch,16]"}}
-    run = hlo_audit(empty, "run", "--format", "json", "--only", "layers=2")
+    run = hlo_audit_here(empty, "run", "--format", "json", "--only", "layers=2")
     assert run.returncode == 0 and {c["status"] for c in json.loads(run.stdout)["cells"]} == {"ok"}
 
 
@@ -231,7 +241,7 @@ def test_init_refuses_in_one_line_and_writes_nothing(empty, setup, args, message
     elif setup:
         (empty / ("pyproject.toml" if setup == "pyproject" else setup)).write_text(before[setup])
     existing = sorted(p.name for p in empty.iterdir())
-    line = one_error_line(hlo_audit(empty, *args))
+    line = one_error_line(hlo_audit_here(empty, *args))
     assert message in line, line
     assert sorted(p.name for p in empty.iterdir()) == existing
 

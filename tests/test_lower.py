@@ -16,6 +16,7 @@ import pytest
 from hlo_audit.cache import Cache
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.text import parse_module
+from in_process import Ran, hlo_audit_here
 from xla_oracle import our_counts, xla_counts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,10 +24,8 @@ CONFIG = 'target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant =
          'layers = [2, 3]\n'
 
 
-def hlo_audit(folder: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=folder, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                               **(env or {})}, timeout=600)
+def hlo_audit(folder: Path, *args: str, env: dict | None = None) -> Ran:
+    return hlo_audit_here(folder, *args, env=env)
 
 
 @pytest.fixture(scope="module")

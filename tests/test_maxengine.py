@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hlo_audit.cache import Cache, entry_files
+from in_process import Ran, hlo_audit_here
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxengine")]
 
@@ -42,9 +40,9 @@ step = {STEPS}
 """
 
 
-def hlo_audit(project: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=project, capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=1200)
+def hlo_audit(project: Path, *args, env: dict | None = None) -> Ran:
+    """The CLI in this process (tests/in_process.py), 200 columns wide."""
+    return hlo_audit_here(project, *args, env={"COLUMNS": "200", **(env or {})})
 
 
 @pytest.fixture(scope="session")
@@ -158,7 +156,7 @@ def test_moving_the_rest_state_into_the_arguments_shows_in_the_gate_and_in_diff(
     assert hlo_audit(project, "golden", "update", "--only", f"id={serve_prefill}",
                      "--config", str(_config(project, golden, "maxtext", project / ".hlo-audit-cache"))).returncode == 0
     injected = _config(tmp_path, golden, "injected_maxtext:lower", tmp_path / "cache")
-    env = {"PYTHONPATH": str(Path(__file__).parent), "HLO_AUDIT_INJECT": "rest-as-args"}
+    env = {"HLO_AUDIT_INJECT": "rest-as-args"}
     proc = hlo_audit(tmp_path, "check", "--config", str(injected), "--only", f"id={serve_prefill}", env=env)
     out = " ".join(proc.stdout.split())
     assert proc.returncode == 1, out + proc.stderr[-3000:]

@@ -1,10 +1,12 @@
 """MaxText's real NNX train step (PyPI maxtext 0.2.5), lowered on this CPU from abstract shapes.
 
 One matrix run, shared by most tests here (they run in one xdist group): llama3-8b unrolled and scanned at 2 and 4
-layers, unquantized and int8; the five Transformer Engine recipes cross-lowered for sm_90 at 2 layers
-(te_nvfp4_no_rht, seed 001's row, at 4 too); and a model name MaxText does not know. The seeds' full depth, 32
-layers unrolled, is a run of its own for the `long` tests (make test-long): what the shallow depths project to is
-checked here against the seeds' numbers, the real 32-layer lowering there. The numbers are the seeds' (000, 001),
+layers, unquantized and int8; the five Transformer Engine recipes cross-lowered for sm_90 at 2 layers as the default
+matrix lowers them (attention pinned; te_nvfp4_no_rht, seed 001's row, at 4 too); and a model name MaxText does not
+know. Every run here is the CLI in this process (tests/in_process.py) over the session's cache (tests/conftest.py),
+so a cell the seed pairs, the committed goldens or another run here also read is lowered once. The seeds' full
+depth, 32 layers unrolled, is a run of its own for the `long` tests (make test-long): what the shallow depths
+project to is checked here against the seeds' numbers, the real 32-layer lowering there. The numbers are the seeds' (000, 001),
 DESIGN.md's and ../shared/te-on-cpu/NOTES.md's.
 """
 
@@ -16,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +34,7 @@ from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult, summary_of
 from hlo_audit.scaling import fit_series
 from hlo_audit.targets.maxtext import MaxTextTarget
+from in_process import Ran, hlo_audit_here
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
 
@@ -47,6 +51,7 @@ quant = ["te_fp8_currentscaling", "te_fp8_delayedscaling", "te_mxfp8", "te_nvfp4
 layers = [2]
 platform = "cuda"
 cuda_arch = "sm_90"
+overrides = {"llama3-8b" = {attention = "dot_product"}}
 
 [[matrix]]
 models = ["llama3-8b"]
@@ -55,6 +60,7 @@ quant = ["te_nvfp4_no_rht"]
 layers = [4]
 platform = "cuda"
 cuda_arch = "sm_90"
+overrides = {"llama3-8b" = {attention = "dot_product"}}
 
 [[exclude]]
 model = "llama9"
@@ -71,23 +77,32 @@ layers = [2, 4, 32]
 """
 
 
-def _run_project(tmp_path_factory, name: str, config: str):
+def _in_session(session_lowerings, folder: Path, *args, change: str = "", config: Path | None = None,
+                only: str | None = None) -> Ran:
+    """hlo-audit in this process (tests/in_process.py) over the session's cache, holding the locks of the cells it
+    may lower (those of ``config``, default the folder's, with ``--only``); ``change``: $HLO_AUDIT_INJECT for the
+    injected_maxtext:lower target (unset when empty)."""
+    cells = session_lowerings.cells_of(config or folder / "hlo-audit.toml", only)
+    with session_lowerings.locked(cells, change):
+        return hlo_audit_here(folder, *args, env={"HLO_AUDIT_INJECT": change or None})
+
+
+def _run_project(tmp_path_factory, session_lowerings, name: str, config: str):
     project = tmp_path_factory.mktemp(name)
-    (project / "hlo-audit.toml").write_text(config)
-    proc = subprocess.run([sys.executable, "-m", "hlo_audit", "run", "--format", "json"], cwd=project,
-                          capture_output=True, text=True, timeout=1200)
+    (project / "hlo-audit.toml").write_text(session_lowerings.cache_dir + config)
+    proc = _in_session(session_lowerings, project, "run", "--format", "json")
     cells = {c["id"]: c for c in json.loads(proc.stdout)["cells"]}
     return project, proc, cells
 
 
 @pytest.fixture(scope="session")
-def matrix(tmp_path_factory):
-    return _run_project(tmp_path_factory, "maxtext", CONFIG)
+def matrix(tmp_path_factory, session_lowerings):
+    return _run_project(tmp_path_factory, session_lowerings, "maxtext", CONFIG)
 
 
 @pytest.fixture(scope="session")
-def full_depth(tmp_path_factory):
-    project, proc, cells = _run_project(tmp_path_factory, "maxtext-full-depth", FULL_DEPTH_CONFIG)
+def full_depth(tmp_path_factory, session_lowerings):
+    project, proc, cells = _run_project(tmp_path_factory, session_lowerings, "maxtext-full-depth", FULL_DEPTH_CONFIG)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return project, proc, cells
 
@@ -212,8 +227,7 @@ def test_seed_001_row_projects_to_2231_and_its_rng_streams_are_drawn_or_dead(mat
     project, _, cells = matrix
     projected = _projected(cells, Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", device="sm_90"))
     assert (projected["entry_params"], projected["by_dtype"]["u32"]) == (2231, 1351)  # seed 001's "main" row
-    result = subprocess.run([sys.executable, "-m", "hlo_audit", "rng", "llama3-8b/scan-off/te_nvfp4_no_rht/L4/cuda-sm_90",
-                             "--format", "json"], cwd=project, capture_output=True, text=True, timeout=300)
+    result = hlo_audit_here(project, "rng", "llama3-8b/scan-off/te_nvfp4_no_rht/L4/cuda-sm_90", "--format", "json")
     assert result.returncode == 1, result.stderr  # carried streams: dead RNG state found
     doc = json.loads(result.stdout)
     # Every stream understood: TE draws each dot's forked `params` stream (sr_rng, stochastic rounding of the DGRAD
@@ -235,15 +249,15 @@ def test_unknown_model_is_an_error_row_and_the_run_exits_nonzero(matrix):
     assert sum(c["status"] == "ok" and c["platform"] == "cpu" for c in cells.values()) == 8  # 2 quants x 2 scans x 2
 
 
-def _cached_text(project, cell: Cell) -> str:
-    cache = Cache(project / ".hlo-audit-cache")
+def _cached_text(session_lowerings, cell: Cell) -> str:
+    cache = Cache(session_lowerings.folder)
     return cache.hlo_text(lowering_key(cell, MaxTextTarget().fingerprint()))
 
 
 @pytest.mark.long
-def test_count_attributes_the_aqt_rng_streams(full_depth):
+def test_count_attributes_the_aqt_rng_streams(full_depth, session_lowerings):
     project, _, _ = full_depth
-    text = _cached_text(project, Cell("llama3-8b", False, "int8", 32))
+    text = _cached_text(session_lowerings, Cell("llama3-8b", False, "int8", 32))
     path = project / "llama3-8b_int8_L32.hlo.txt"
     path.write_text(text)
     result = CliRunner().invoke(app, ["count", str(path), "--format", "json"])
@@ -277,11 +291,10 @@ def test_rng_says_which_aqt_streams_are_drawn_and_what_dead_state_costs(full_dep
     assert (run_record["drawn"], run_record["carried"], run_record["dead_params"]) == (224, 451, 902)
 
 
-def test_args_info_paths_agree_with_the_text(matrix):
+def test_args_info_paths_agree_with_the_text(matrix, session_lowerings):
     """jax's own args_info (used for attribution) and the decoded text names tell one story."""
-    project, _, _ = matrix
     cell = Cell("llama3-8b", False, "int8", 2)
-    text, meta = Cache(project / ".hlo-audit-cache").get_lowering(lowering_key(cell, MaxTextTarget().fingerprint()))
+    text, meta = Cache(session_lowerings.folder).get_lowering(lowering_key(cell, MaxTextTarget().fingerprint()))
     module = parse_module(text)
     from_text = [p.path for p in entry_params(module)]
     assert len(from_text) == len(meta["arg_keys"]) == 161
@@ -305,22 +318,19 @@ CUDA_SM_90 = 'platform = "cuda"\ncuda_arch = "sm_90"'
     pytest.param("te_fp8_currentscaling", "te-keeps-rngs", CUDA_SM_90, "TEWrapper_dot_general_0",
                  marks=[pytest.mark.te, pytest.mark.xdist_group("te")]),
 ])
-def test_reverted_rng_fix_fails_the_gate(tmp_path, quant, inject, platform, wrapper):
-    """Revert seed 000's quantization-bridge fix at run time: `check` must fail and say what leaked where."""
-    from pathlib import Path
-
-    (tmp_path / "hlo-audit.toml").write_text(INJECTION_CONFIG.format(quant=quant, platform=platform))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+def test_reverted_rng_fix_fails_the_gate(tmp_path, session_lowerings, quant, inject, platform, wrapper):
+    """Revert seed 000's quantization-bridge fix at run time: `check` must fail and say what leaked where (the
+    session's cache keys the injected lowering apart: the variable the target reads is part of its key)."""
+    (tmp_path / "hlo-audit.toml").write_text(session_lowerings.cache_dir
+                                             + INJECTION_CONFIG.format(quant=quant, platform=platform))
 
     def hlo_audit(*args, injected=False):
-        run_env = {**env, "HLO_AUDIT_INJECT": inject} if injected else env
-        return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
-                              text=True, env=run_env, timeout=900)
+        return _in_session(session_lowerings, tmp_path, *args, change=inject if injected else "")
 
     assert hlo_audit("golden", "update").returncode == 0
     clean = hlo_audit("check")
     assert clean.returncode == 0, clean.stdout
-    reverted = hlo_audit("check", "--no-cache", injected=True)
+    reverted = hlo_audit("check", injected=True)
     assert reverted.returncode == 1
     out = " ".join(reverted.stdout.split())  # the table wraps long messages
     cell = f"llama3-8b/scan-off/{quant}/L3" + ("/cuda-sm_90" if platform else "")
@@ -350,18 +360,14 @@ reason = "MaxText 0.2.5's TE bridge keeps a forked Rngs per NVFP4 dot; drop this
 
 @pytest.mark.te
 @pytest.mark.xdist_group("te")
-def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its_waiver_stale(tmp_path):
+def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its_waiver_stale(
+        tmp_path, session_lowerings):
     """The gate on a real fix (issue 18): goldens from MaxText 0.2.5 as released, then seed 001's fix (one shared RNG
     stream for the bridged NVFP4 quantizers, forward-ported by injected_maxtext) in the same environment."""
-    from pathlib import Path
-
-    (tmp_path / "hlo-audit.toml").write_text(SEED_001_CONFIG)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    (tmp_path / "hlo-audit.toml").write_text(session_lowerings.cache_dir + SEED_001_CONFIG)
 
     def hlo_audit(*args, fixed=False):
-        run_env = {**env, "HLO_AUDIT_INJECT": "seed-001"} if fixed else env
-        return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=tmp_path, capture_output=True,
-                              text=True, env=run_env, timeout=1800)
+        return _in_session(session_lowerings, tmp_path, *args, change="seed-001" if fixed else "")
 
     update = hlo_audit("golden", "update")
     assert update.returncode == 0, update.stderr
@@ -388,19 +394,17 @@ def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its
     assert "drop it" in stale["message"]
 
 
-def test_committed_goldens_pass_the_gate(tmp_path):
+def test_committed_goldens_pass_the_gate(tmp_path, session_lowerings):
     """The repository's own golden/ against fresh lowerings: what `make audit` gates on, for a slice.
 
     CPU cells only: the TPU series' compiles are test_tpu_maxtext's (one of them against its golden)."""
-    from pathlib import Path
-
     root = Path(__file__).resolve().parents[1]
     config = tmp_path / "hlo-audit.toml"
-    # The default matrix, with this repository's goldens and a private cache.
-    config.write_text(f'golden_dir = "{root / "golden"}"\ncache_dir = "{tmp_path / "cache"}"\n')
-    result = subprocess.run([sys.executable, "-m", "hlo_audit", "check", "--config", str(config), "--format", "json",
-                             "--only", "model=llama3-8b,model=qwen3-1.7b,quant=fp8,quant=none,platform=cpu,step=train"],
-                            capture_output=True, text=True, timeout=900)
+    # The default matrix, with this repository's goldens and the session's cache.
+    config.write_text(f'golden_dir = "{root / "golden"}"\n' + session_lowerings.cache_dir)
+    only = "model=llama3-8b,model=qwen3-1.7b,quant=fp8,quant=none,platform=cpu,step=train"
+    result = _in_session(session_lowerings, tmp_path, "check", "--config", config, "--format", "json", "--only", only,
+                         config=config, only=only)
     doc = json.loads(result.stdout)
     assert result.returncode == 0, [f for f in doc["findings"] if f["severity"] in ("regression", "error")]
     # Every cell carries dead RNG state (dead_rng, default warn): advisories, not failures.

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import Ran, hlo_audit_here
 
 # One xdist worker runs the module, so the shards fixture lowers and checks once.
 pytestmark = pytest.mark.xdist_group("merge")
@@ -26,12 +24,11 @@ layers = [2, 3]
 """
 
 
-def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hlo_audit", *map(str, args)], cwd=project, capture_output=True,
-                          text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=600)
+def hlo_audit(project: Path, *args) -> Ran:
+    return hlo_audit_here(project, *args)
 
 
-def one_line_error(result: subprocess.CompletedProcess, *must: str) -> str:
+def one_line_error(result: Ran, *must: str) -> str:
     assert result.returncode == 2, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
     assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
     lines = result.stderr.splitlines()

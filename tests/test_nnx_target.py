@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hlo_audit.cli import app
+from in_process import Ran, hlo_audit_here
 from nnx_library import write_library
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,13 +66,14 @@ labels = "tokens"
 
 
 def hlo_audit(folder: Path, *args: str, pythonpath: tuple[Path, ...] = ()) -> subprocess.CompletedProcess:
-    """The CLI in a fresh process, run in ``folder`` with ``pythonpath`` (a library's folder) first."""
+    """The CLI in a fresh process, run in ``folder`` with ``pythonpath`` (a library's folder) first: for a library
+    the test edits between runs (each run imports it anew, as a user's does)."""
     path = os.pathsep.join([*map(str, pythonpath), str(REPO), os.environ.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=folder, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": path}, timeout=600)
 
 
-def cells_of(result: subprocess.CompletedProcess) -> dict[str, dict]:
+def cells_of(result: subprocess.CompletedProcess | Ran) -> dict[str, dict]:
     assert result.returncode == 0, result.stderr[-3000:]
     return {c["id"]: c for c in json.loads(result.stdout)["cells"]}
 
@@ -91,7 +93,7 @@ def test_two_tunix_models_audited_from_a_config_alone(tmp_path):
     from tunix.models.qwen3 import model as qwen3
 
     (tmp_path / "hlo-audit.toml").write_text(TUNIX_CONFIG)
-    cells = cells_of(hlo_audit(tmp_path, "run", "--format", "json"))
+    cells = cells_of(hlo_audit_here(tmp_path, "run", "--format", "json"))
     assert sorted(cells) == ["llama3.2-1b/scan-off/none/L2", "llama3.2-1b/scan-off/none/L4",
                              "qwen3-0.6b/scan-off/none/L2", "qwen3-0.6b/scan-off/none/L4"]
     builders = {"qwen3-0.6b": (qwen3.Qwen3, qwen3.ModelConfig.qwen3_0p6b),
@@ -112,12 +114,12 @@ def test_two_tunix_models_audited_from_a_config_alone(tmp_path):
                  // 2 for m in builders}
     assert per_layer == {"qwen3-0.6b": 33, "llama3.2-1b": 27}
     # The gate over them: goldens, then a check that passes from the cache.
-    assert hlo_audit(tmp_path, "golden", "update").returncode == 0
-    check = hlo_audit(tmp_path, "check", "--format", "json")
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    check = hlo_audit_here(tmp_path, "check", "--format", "json")
     assert check.returncode == 0, check.stdout[-2000:]
     assert json.loads(check.stdout)["totals"]["cells_by_verdict"] == {"ok": 4}
     # `--layers full` is each model's own depth, read off its config preset.
-    full = hlo_audit(tmp_path, "list", "--layers", "full", "--format", "json")
+    full = hlo_audit_here(tmp_path, "list", "--layers", "full", "--format", "json")
     assert sorted(c["id"] for c in json.loads(full.stdout)["cells"]) == [
         "llama3.2-1b/scan-off/none/L16", "qwen3-0.6b/scan-off/none/L28"]
 
@@ -152,7 +154,7 @@ def tiny_weights(layers: int, scan: bool, **fields) -> int:
 def test_scan_defaults_to_what_the_model_supports_and_counts_match_the_model(tiny, monkeypatch):
     project = tiny(extra='quant = ["none", "bf16"]', tables='[nnx.quant.bf16]\nfields = { dtype = "bfloat16" }')
     monkeypatch.syspath_prepend(str(tiny.library))
-    cells = cells_of(hlo_audit(project, "run", "--format", "json", pythonpath=(tiny.library,)))
+    cells = cells_of(hlo_audit_here(project, "run", "--format", "json"))
     # The description names scan_layers, so scan is on and off without the config saying so.
     assert sorted(cells) == [f"tiny/scan-{s}/{q}/L{d}" for s in ("off", "on") for q in ("bf16", "none")
                              for d in (2, 4)]
@@ -165,8 +167,7 @@ def test_scan_defaults_to_what_the_model_supports_and_counts_match_the_model(tin
     assert cells["tiny/scan-on/none/L2"]["entry_params"] == cells["tiny/scan-on/none/L4"]["entry_params"]
     assert cells["tiny/scan-off/none/L4"]["entry_params"] - cells["tiny/scan-off/none/L2"]["entry_params"] == 30
     # The variant sets the config's dtype field (coerced to a dtype): the bf16 cells compute in bf16.
-    bf16, none = (hlo_audit(project, "lower", f"tiny/scan-off/{q}/L2", pythonpath=(tiny.library,)).stdout
-                  for q in ("bf16", "none"))
+    bf16, none = (hlo_audit_here(project, "lower", f"tiny/scan-off/{q}/L2").stdout for q in ("bf16", "none"))
     assert "bf16[" in bf16 and "bf16[" not in none and none.startswith("HloModule")
 
 
@@ -205,8 +206,8 @@ def test_positional_float_inputs_and_the_mean_square_loss_agree_with_the_callabl
         """))
     (tmp_path / "callable.toml").write_text('target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\n'
                                             'quant = ["dropout0"]\nlayers = [2, 3]\n')
-    stock = cells_of(hlo_audit(tmp_path, "run", "--config", "nnx.toml", "--format", "json"))
-    own = cells_of(hlo_audit(tmp_path, "run", "--config", "callable.toml", "--format", "json"))
+    stock = cells_of(hlo_audit_here(tmp_path, "run", "--config", "nnx.toml", "--format", "json"))
+    own = cells_of(hlo_audit_here(tmp_path, "run", "--config", "callable.toml", "--format", "json"))
     for scan in ("on", "off"):
         for depth in (2, 3):
             a, b = stock[f"mlp/scan-{scan}/none/L{depth}"], own[f"mlp/scan-{scan}/dropout0/L{depth}"]

@@ -27,6 +27,7 @@ from hlo_audit.matrix import Cell
 from hlo_audit.platforms.tpu import topology_devices
 from hlo_audit.stages import compiled, optimized, program
 from hlo_audit.stages.program import checked_arg_keys
+from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.tpu  # compiles for a TPU topology: needs libtpu (skipped without it)
 
@@ -180,9 +181,7 @@ def test_cli_run_of_an_optimized_cell(tmp_path):
     assert cell["by_role"].get("weight", 0) > 0  # attributed through args_info
     # The report's memory views leave the code column blank: no code was generated.
     for fmt in ("table", "markdown"):
-        report = subprocess.run([sys.executable, "-m", "hlo_audit", "report", "--format", fmt, "--html", "r.html"],
-                                cwd=tmp_path, capture_output=True, text=True, env={**env, "COLUMNS": "200"},
-                                timeout=300)
+        report = hlo_audit_here(tmp_path, "report", "--format", fmt, "--html", "r.html", env={"COLUMNS": "200"})
         assert report.returncode == 0, report.stderr
         assert "tpu-v6e-4/optimized" in report.stdout
     html = (tmp_path / "r.html").read_text()

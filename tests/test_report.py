@@ -27,6 +27,8 @@ from hlo_audit import audit
 from hlo_audit.cli import app
 from hlo_audit.report import terminal, terminal_report
 
+# One xdist group: the module's projects are made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("report")
 TARGET = "hlo_audit.examples.nnx_mlp:lower"
 LONG_MODEL = "mlp-with-a-model-name-long-enough-to-wrap-every-table"
 ANSI = "\x1b["

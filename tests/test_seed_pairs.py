@@ -10,19 +10,18 @@ quantization, scanned and unrolled, at two depths (the second, 4 layers, in make
 
 Seed 001 (one RNG stream shared by the bridged NVFP4 quantizers) is not in MaxText 0.2.5: ``injected_maxtext.seed_001``
 applies it forward, and its pairs are Transformer Engine cells (cuda, sm_90), lowered as the default matrix lowers
-them. Lowerings are cached under pytest's cache folder, keyed by the library versions and the sources that lower
-them, so a second run lowers nothing.
+them. Every side is a matrix cell lowered through the session's cache (tests/conftest.py): the fixed sides are the
+maxtext target's cells, the ones the matrix run, the committed goldens and the gate tests read, so none is lowered
+twice; the reverted and patched sides are ``injected_maxtext:lower`` cells with $HLO_AUDIT_INJECT naming the change.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
+import dataclasses
 import json
 import os
 import subprocess
 import sys
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ import injected_maxtext
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
-from hlo_audit.targets import maxtext as maxtext_target
+from hlo_audit.matrix import Cell
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
 
@@ -47,26 +46,31 @@ def _pair_id(quant: str, scan: bool, layers: int) -> str:
     return f"{quant}/scan-{'on' if scan else 'off'}/L{layers}"
 
 
+INJECTED = "injected_maxtext:lower"
+
+
+def _side(session_lowerings, folder: Path, cell: Cell, changes: tuple[str, ...] = ()) -> Path:
+    """The HLO text of ``cell`` as released (the maxtext target), or with ``changes`` injected, written once into
+    ``folder`` for the CLI to read."""
+    name = [cell.id.replace("/", "_"), *(f"{k}={v}" for k, v in cell.overrides), *changes]
+    path = folder / f"{'_'.join(name)}.hlo.txt"
+    if not path.exists():
+        if changes:
+            cell = dataclasses.replace(cell, target=INJECTED)
+        _, lowering = session_lowerings.lower(cell, ",".join(changes))
+        path.write_text(lowering.text)
+    return path
+
+
 @pytest.fixture(scope="session")
-def lowered(request):
-    """``lowered(quant, scan, layers, reverts=(), overrides=None)`` -> path of the HLO text, lowered once."""
-    versions = "".join(metadata.version(d) for d in ("jax", "jaxlib", "flax", "maxtext"))
-    sources = b"".join(Path(m.__file__).read_bytes() for m in (injected_maxtext, maxtext_target))
-    folder = Path(request.config.cache.mkdir("hlo-audit-seed-pairs")) / hashlib.sha256(
-        versions.encode() + sources).hexdigest()[:16]
-    folder.mkdir(exist_ok=True)
+def lowered(session_lowerings, tmp_path_factory):
+    """``lowered(quant, scan, layers, reverts=(), overrides=None)`` -> path of the HLO text: the matrix cell, or the
+    cell with seed 000's fixes named in ``reverts`` undone."""
+    folder = tmp_path_factory.mktemp("seed-pairs")
 
     def lower(quant: str, scan: bool, layers: int, reverts: tuple[str, ...] = (), overrides: dict | None = None):
-        name = "_".join([quant, "scan" if scan else "unrolled", f"L{layers}", *reverts,
-                         *(f"{k}={v}" for k, v in sorted((overrides or {}).items()))])
-        path = folder / f"{name}.hlo.txt"
-        if not path.exists():
-            with injected_maxtext.reverted(*reverts):
-                text = maxtext_target.lower_train_step("llama3-8b", scan_layers=scan, quantization=quant,
-                                                       num_layers=layers, overrides=overrides).as_text(dialect="hlo")
-            path.with_suffix(".tmp").write_text(text)
-            path.with_suffix(".tmp").replace(path)
-        return path
+        cell = Cell("llama3-8b", scan, quant, layers, overrides=tuple(sorted((overrides or {}).items())))
+        return _side(session_lowerings, folder, cell, reverts)
 
     return lower
 
@@ -121,27 +125,28 @@ def test_another_activation_dtype_changes_ops_and_shapes(lowered):
     assert d.opcode_dtype_delta.get("convert:bf16", 0) < 0
 
 
+# On 4 host devices (a process of its own: jax's device count is fixed at start), through the session's cache.
 SHARDED = """
-import os
 import sys
-from hlo_audit.targets.maxtext import lower_train_step
-for parallelism, path in zip(("ici_fsdp_parallelism", "ici_tensor_parallelism"), sys.argv[1:]):
-    overrides = {"ici_fsdp_parallelism": "1", parallelism: "4"}
-    text = lower_train_step("llama3-8b", scan_layers=False, quantization="fp8", num_layers=2, overrides=overrides)
-    open(path + ".tmp", "w").write(text.as_text(dialect="hlo"))
-for path in sys.argv[1:]:
-    os.replace(path + ".tmp", path)
+from pathlib import Path
+from hlo_audit.cache import Cache
+from hlo_audit.matrix import Cell
+from hlo_audit.run import run_cells
+cache = Cache(Path(sys.argv[1]))
+cells = [Cell("llama3-8b", False, "fp8", 2, overrides=tuple(sorted({"ici_fsdp_parallelism": "1", split: "4"}.items())))
+         for split in ("ici_fsdp_parallelism", "ici_tensor_parallelism")]
+for result, path in zip(run_cells(cells, cache), sys.argv[2:]):
+    assert result.status == "ok", result.message
+    Path(path).write_text(cache.get_lowering(result.key, result.cell.id)[0])
 """
 
 
-def test_another_mesh_split_is_a_change_of_shardings(lowered):
+def test_another_mesh_split_is_a_change_of_shardings(session_lowerings, tmp_path):
     """On 4 (host) devices, the fp8 step with its weights split fsdp-wise and tensor-wise: shardings only."""
-    folder = lowered("fp8", False, 2).parent
-    fsdp, tensor = folder / "fp8_unrolled_L2_fsdp4.hlo.txt", folder / "fp8_unrolled_L2_tensor4.hlo.txt"
-    if not (fsdp.exists() and tensor.exists()):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-        subprocess.run([sys.executable, "-c", SHARDED, str(fsdp), str(tensor)], env=env, check=True,
-                       capture_output=True, timeout=900)
+    fsdp, tensor = tmp_path / "fp8_unrolled_L2_fsdp4.hlo.txt", tmp_path / "fp8_unrolled_L2_tensor4.hlo.txt"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    subprocess.run([sys.executable, "-c", SHARDED, str(session_lowerings.folder), str(fsdp), str(tensor)], env=env,
+                   check=True, capture_output=True, timeout=900)
     d = diff_modules(analyze(fsdp.read_text(), "fsdp"), analyze(tensor.read_text(), "tensor"))
     assert d.verdict == "changed"
     assert d.changes == ["shardings"]
@@ -184,33 +189,14 @@ TE_OVERRIDES = (("attention", "dot_product"),)
 
 
 @pytest.fixture(scope="session")
-def te_lowered(request):
-    """``te_lowered(quant, layers, patch=None)`` -> path of the HLO text of the TE cell (cuda, sm_90) as the maxtext
-    target lowers it, with ``patch`` ("seed-001", or a seed-000 revert) applied; lowered once, cached under pytest's
-    cache folder as ``lowered`` caches, keyed by the library versions (Transformer Engine's too) and the sources that
-    lower it."""
-    from hlo_audit.matrix import Cell
-    from hlo_audit.targets import te
-
-    versions = "".join(metadata.version(d) for d in ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax"))
-    sources = b"".join(Path(m.__file__).read_bytes() for m in (injected_maxtext, maxtext_target, te))
-    folder = Path(request.config.cache.mkdir("hlo-audit-seed-pairs")) / hashlib.sha256(
-        versions.encode() + sources).hexdigest()[:16]
-    folder.mkdir(exist_ok=True)
+def te_lowered(session_lowerings, tmp_path_factory):
+    """``te_lowered(quant, layers, *patches)`` -> path of the HLO text of the TE cell (cuda, sm_90) as the default
+    matrix lowers it, with ``patches`` ("seed-001", seed-000 reverts) applied."""
+    folder = tmp_path_factory.mktemp("seed-pairs-te")
 
     def lower(quant: str, layers: int, *patches: str) -> Path:
-        path = folder / f"{quant}_unrolled_L{layers}_cuda-sm_90{''.join('_' + p for p in patches)}.hlo.txt"
-        if not path.exists():
-            cell = Cell("llama3-8b", False, quant, layers, platform="cuda", device="sm_90", overrides=TE_OVERRIDES)
-            with contextlib.ExitStack() as applied:
-                if injected_maxtext.SEED_001 in patches:
-                    applied.enter_context(injected_maxtext.seed_001())
-                reverts = (p for p in patches if p != injected_maxtext.SEED_001)
-                applied.enter_context(injected_maxtext.reverted(*reverts))
-                text = maxtext_target.MaxTextTarget().lower(cell).text
-            path.with_suffix(".tmp").write_text(text)
-            path.with_suffix(".tmp").replace(path)
-        return path
+        cell = Cell("llama3-8b", False, quant, layers, platform="cuda", device="sm_90", overrides=TE_OVERRIDES)
+        return _side(session_lowerings, folder, cell, patches)
 
     return lower
 

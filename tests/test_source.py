@@ -177,6 +177,7 @@ def test_module_name_from_the_file_name_when_the_text_has_no_header(tmp_path):
 
 
 @pytest.mark.parametrize("stage", ["before", "after"])
+@pytest.mark.xdist_group("source_dumps")  # each backend's dump is compiled once, not once per worker
 def test_dump_folder_of_each_backend_counts_as_xla_does(backend_dump, stage):
     _, folder = backend_dump
     chosen = pick_dump_module(folder, stage=stage)

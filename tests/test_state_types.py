@@ -314,13 +314,12 @@ def test_rng_scaling_fails_on_held_rng_state_through_the_cli(tmp_path):
 
 @pytest.mark.maxtext
 @pytest.mark.xdist_group("maxtext")
-def test_maxtext_state_is_typed_and_its_golden_roles_hold():
+def test_maxtext_state_is_typed_and_its_golden_roles_hold(session_lowerings):
     """MaxText's own train step: every state leaf has an NNX type (Param, RngKey, RngCount, OptState's kinds, and
-    fp8's bridged `_overwrite_with_gradient` collection), and the by_role counts and groups are the golden's."""
-    from hlo_audit.targets.maxtext import MaxTextTarget
-
+    fp8's bridged `_overwrite_with_gradient` collection), and the by_role counts and groups are the golden's. The
+    lowering is the session's (the maxtext matrix run's cell), with its recorded leaf types."""
     cell = Cell(model="llama3-8b", scan=False, quant="int8", layers=2)
-    lowering = MaxTextTarget().lower(cell)
+    _, lowering = session_lowerings.lower(cell)
     analysis = analysed(lowering, cell.id)
     golden = json.loads((ROOT / "golden/llama3-8b/scan-off/int8/L2.json").read_text())
     assert analysis.summary.by_role == golden["by_role"]

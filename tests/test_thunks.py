@@ -34,7 +34,8 @@ from hlo_audit.stages import compiled as compiled_stage
 from hlo_audit.stages.program import KEEP_DUMP_ENV
 
 
-pytestmark = needs_cuda
+# One xdist group: the module's compiles are made once, not once per worker.
+pytestmark = [needs_cuda, pytest.mark.xdist_group("thunks")]
 
 
 def h100s(topology: str = "1x1x1"):

@@ -18,6 +18,7 @@ import pytest
 
 from hlo_audit.cache import Cache
 from hlo_audit.hlo.analysis import analyze
+from in_process import hlo_audit_here
 from xla_oracle import xla_counts
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("tpu")]
@@ -39,13 +40,14 @@ OPTIMIZED = ACCEPTANCE.replace('stage = "compiled"', 'stage = "optimized"')
 
 
 def hlo_audit(cwd: Path, *args, env=None) -> subprocess.CompletedProcess:
+    """A process of its own: the full TPU compiles (~1.4 GB a process, a minute or more each: the long tests)."""
     return subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=1500)
 
 
-def _run_cell(project: Path, config: str, cell_id: str):
+def _run_cell(project: Path, config: str, cell_id: str, cli=hlo_audit):
     (project / "hlo-audit.toml").write_text(config)
-    run = hlo_audit(project, "run", "--format", "json")
+    run = cli(project, "run", "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
     cell = {c["id"]: c for c in json.loads(run.stdout)["cells"]}[cell_id]
     text, meta = Cache(project / ".hlo-audit-cache").get_lowering(_only_key(project / ".hlo-audit-cache"))
@@ -59,7 +61,7 @@ def released(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def optimized(tmp_path_factory):
-    return _run_cell(tmp_path_factory.mktemp("tpu-optimized"), OPTIMIZED, OPTIMIZED_CELL)
+    return _run_cell(tmp_path_factory.mktemp("tpu-optimized"), OPTIMIZED, OPTIMIZED_CELL, hlo_audit_here)
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +127,11 @@ def reverted(optimized, tmp_path_factory):
     folder = tmp_path_factory.mktemp("reverted")
     (folder / "reverted.toml").write_text(
         f'target = "injected_maxtext:lower"\ngolden_dir = "{ROOT / "golden"}"\n' + OPTIMIZED)
-    env = {"HLO_AUDIT_INJECT": "prefix", "PYTHONPATH": str(Path(__file__).parent)}
-    check = hlo_audit(folder, "check", "--config", "reverted.toml", env=env)
+    check = hlo_audit_here(folder, "check", "--config", "reverted.toml", env={"HLO_AUDIT_INJECT": "prefix"})
     text = Cache(folder / ".hlo-audit-cache").hlo_text(_only_key(folder / ".hlo-audit-cache"))
     (folder / "reverted.hlo.txt").write_text(text)
     (folder / "released.hlo.txt").write_text(optimized[2])
-    diff = hlo_audit(folder, "diff", "reverted.hlo.txt", "released.hlo.txt", "--format", "json")
+    diff = hlo_audit_here(folder, "diff", "reverted.hlo.txt", "released.hlo.txt", "--format", "json")
     return check, json.loads(diff.stdout), text, diff.returncode
 
 
@@ -138,8 +139,8 @@ def test_committed_tpu_golden_passes_and_reverted_seed_000_fixes_fail_it(optimiz
     project = optimized[0]
     # The shipped matrix's cell (same key: its module is in the cache) against the repository's golden.
     (tmp_path / "default.toml").write_text(f'golden_dir = "{ROOT / "golden"}"\ncache_dir = "{project / ".hlo-audit-cache"}"\n')
-    check = hlo_audit(tmp_path, "check", "--config", "default.toml", "--only", f"id={OPTIMIZED_CELL}", "--format",
-                      "json")
+    check = hlo_audit_here(tmp_path, "check", "--config", "default.toml", "--only", f"id={OPTIMIZED_CELL}",
+                           "--format", "json")
     doc = json.loads(check.stdout)
     assert check.returncode == 0, doc["findings"]
     assert [c["cached"] for c in doc["cells"]] == [True]

@@ -13,7 +13,9 @@ A cell's lowering is looked up in two steps, as ccache's direct mode or a build 
   worker is used all the same): files of an installed distribution by the distribution's name and version, stdlib
   by the Python's version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by
   SHA-256 and the stamp a ``stat`` gives (size, mtime, ctime, inode: ``reads.stamp``); and the environment variables
-  it read, with their values. A variant is reused only if all of it still holds: environment and versions first,
+  it read, with their values (one it found unset and then set itself, as MaxText's import does DECOUPLE_GCLOUD in
+  the first cell a process lowers, holds unset or at the value it set: a process that imported MaxText before its
+  lookup still hits the cell). A variant is reused only if all of it still holds: environment and versions first,
   then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored file: then the stamps
   are refreshed in the manifest). Size and mtime alone would serve a file restored with its old mtime (``cp -p``,
   ``rsync -a``, a cache-restore step) or edited to the same size and ``touch``-ed back; its ctime is new. Several
@@ -40,8 +42,9 @@ from __future__ import annotations
 from hlo_audit.cache.key import (LAYOUT_VERSION, analysis_fingerprint, lowering_fingerprint, lowering_key,
                                  lowering_sources, package_versions, source_fingerprint)
 from hlo_audit.cache.reads import importing_target, reads_after, recording_environment
-from hlo_audit.cache.store import Cache, CacheError, entry_files
+from hlo_audit.cache.store import LOG_VARIABLE, Cache, CacheError, entry_files
 
-__all__ = ["LAYOUT_VERSION", "Cache", "CacheError", "analysis_fingerprint", "entry_files", "importing_target",
+__all__ = ["LAYOUT_VERSION", "LOG_VARIABLE", "Cache", "CacheError", "analysis_fingerprint", "entry_files",
+           "importing_target",
            "lowering_fingerprint", "lowering_key", "lowering_sources", "package_versions", "reads_after",
            "recording_environment", "source_fingerprint"]

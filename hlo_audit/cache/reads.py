@@ -25,11 +25,13 @@ from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
 
 class _EnvironmentReads:
     """The variables one window read, with the value first read (None: absent), and those it wrote itself (a read
-    after the window's own write is not an input)."""
+    after the window's own write is not an input). ``set_itself``: the variables it read unset and then set, with
+    the value they hold after it (filled when the window closes)."""
 
     def __init__(self) -> None:
         self.read: dict[str, str | None] = {}
         self.written: set[str] = set()
+        self.set_itself: dict[str, str] = {}
 
 
 _ENVIRON = type(os.environ)
@@ -113,6 +115,9 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
             if process_wide:
                 for name in reads.written & reads.read.keys():
                     reads.read[name] = os.environ.get(name)
+            else:
+                reads.set_itself = {name: os.environ[name] for name in sorted(reads.written & reads.read.keys())
+                                    if reads.read[name] is None and name in os.environ}
             _recorders.remove(reads)
             if not _recorders:
                 for name, function in _ORIGINAL.items():
@@ -130,7 +135,7 @@ def importing_target() -> Iterator[None]:
 def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
     # The prefixes are the primary key's; JAX_PLATFORMS is not an input of what a cell lowers to (NOT_FLAGS).
     return {name: value for name, value in sorted(reads.read.items())
-            if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
+            if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in reads.set_itself}
 
 
 @dataclass(frozen=True)
@@ -143,11 +148,13 @@ class Reads:
     files: Mapping[str, list | None]
     distributions: Mapping[str, str]
     environment: Mapping[str, str | None]
+    set_by_lowering: Mapping[str, str]  # read unset, then set by the lowering itself: holds unset or at this value
     imported_environment: Mapping[str, str | None]
 
     def to_record(self) -> dict:
         return {"files": dict(self.files), "distributions": dict(self.distributions),
-                "environment": dict(self.environment), "imported_environment": dict(self.imported_environment)}
+                "environment": dict(self.environment), "set_by_lowering": dict(self.set_by_lowering),
+                "imported_environment": dict(self.imported_environment)}
 
 
 def reads_after(window: _EnvironmentReads) -> Reads:
@@ -166,8 +173,10 @@ def reads_after(window: _EnvironmentReads) -> Reads:
             files[path] = _file_state(path)
         elif kind is not None:
             distributions[kind[0]] = kind[1]
+    set_itself = {name: value for name, value in window.set_itself.items()
+                  if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
     return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
-                 imported_environment=_variables(_PROCESS_READS))
+                 set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS))
 
 
 def _module_files() -> set[str]:
@@ -303,7 +312,7 @@ def identity(reads: dict) -> dict:
     """What a manifest's variant stands for, without the stamps (a fresh checkout of the same files is the same)."""
     return {"files": {path: state[2] if state else None for path, state in reads["files"].items()},
             "distributions": reads["distributions"], "environment": reads["environment"],
-            "imported_environment": reads["imported_environment"]}
+            "set_by_lowering": reads.get("set_by_lowering", {}), "imported_environment": reads["imported_environment"]}
 
 
 class Now:
@@ -352,6 +361,9 @@ class Now:
         """(why the variant no longer holds, or None; whether some file held by its hash only, stamp changed)."""
         for name, value in reads["environment"].items():
             if os.environ.get(name) != value:
+                return f"${name} changed", False
+        for name, value in reads.get("set_by_lowering", {}).items():
+            if os.environ.get(name) not in (None, value):  # unset, the lowering sets it so again
                 return f"${name} changed", False
         imported = _PROCESS_READS.read  # what this process's own imports saw, where they read it
         for name, value in reads["imported_environment"].items():

@@ -87,6 +87,27 @@ def _warn_on_stderr(message: str) -> None:
     print(f"hlo-audit: warning: {message}", file=sys.stderr)
 
 
+# A file that gets one JSON line per cell lowered (stored here, or computed under --no-cache; a hit writes none): how
+# a test session counts its lowerings in every process and finds a cell lowered twice (tests/conftest.py).
+LOG_VARIABLE = "HLO_AUDIT_CACHE_LOG"
+
+
+def _log_lowering(result: CellResult, key: str, reads: dict) -> None:
+    path = os.environ.get(LOG_VARIABLE)
+    if not path:
+        return
+    # The variables the lowering found set: an injected change ($HLO_AUDIT_INJECT in the tests) makes another
+    # lowering of the same primary key.
+    found = {name: value for name, value in reads.get("environment", {}).items() if value is not None}
+    line = canonical_json({"cell": result.cell.id, "target": result.cell.target, "key": key, "entry": result.key,
+                           "environment": found, "seconds": result.lower_seconds, "pid": os.getpid()})
+    try:
+        with open(path, "a", encoding="utf-8") as log:  # one short line per append: whole lines, any process
+            log.write(line + "\n")
+    except OSError as exc:
+        _warn_on_stderr(f"${LOG_VARIABLE} {path} cannot be written ({exc.strerror or exc}); this cell is not logged")
+
+
 class Cache:
     """One run's view of the cache folder. ``enabled=False`` (``--no-cache``): nothing is read or written;
     ``refresh`` (``--refresh``): nothing is read, everything computed is written. ``warn`` says, in one line, each
@@ -260,6 +281,7 @@ class Cache:
         reads = read.to_record()  # the manifest variant's record
         entry = material_digest({"primary": key, "reads": identity(reads)})
         result = replace(result, key=entry)
+        _log_lowering(result, key, reads)
         if not self.enabled:
             return result
         cell = result.cell.id

@@ -1,28 +1,47 @@
 """Semantic diff of two HLO modules.
 
 What a reviewer asks of two lowerings: did the entry parameters change (which, grouped how), did the
-program change, and is every difference RNG bookkeeping? The verdict ladder:
+program change, is every difference RNG bookkeeping, and if not, what changed and where? The verdict ladder:
 
-``identical`` (same text) < ``identical-after-normalization`` (same canonical text) < ``rng-state-only``
-(same canonical text once RNG state is stripped from both) < ``changed`` (with the kinds of change).
+``identical`` (same text) < ``identical-after-normalization`` (same canonical text, and the same kernels:
+kernels.py) < ``rng-state-only`` (the same once RNG state is stripped from both) < ``renamed-only`` (the same
+once RNG state is stripped and the new module's entry parameters carry their partners' state paths: match.py)
+< ``changed`` (with the kinds of change). ``renamed-only`` is no difference in the program: like the first two it
+is not a difference `diff`'s exit code reports, and its renames are listed.
+
+Past the verdict, the two modules (RNG state stripped) are matched as graphs (match.py) and every difference is
+named (changes.py): donation, host transfers, precision, kernels, renames, parameters, program size, header
+attributes, other instructions, each with its place. The normalized text diff is a view on request
+(``max_text_lines``), its module header summarized per attribute (which one, how many entries) rather than
+printed whole.
 """
 
 from __future__ import annotations
 
 import difflib
+import zlib
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.analysis import Analysis
+from hlo_audit.hlo.changes import Change, MatchSummary, explain, summary
 from hlo_audit.hlo.constants import golden_summary
-from hlo_audit.hlo.normalize import normalize_with_printed
+from hlo_audit.hlo.header import position_entries
+from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
+from hlo_audit.hlo.match import ModuleMatch, match_modules
+from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.rng import strip_rng_state
+from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Computation, HloModule
 
-VERDICTS = ("identical", "identical-after-normalization", "rng-state-only", "changed")
+VERDICTS = ("identical", "identical-after-normalization", "rng-state-only", "renamed-only", "changed")
+# Verdicts that are no difference in the program: `diff` exits 0 for them.
+SAME_PROGRAM = frozenset({"identical", "identical-after-normalization", "renamed-only"})
 DEFAULT_TEXT_DIFF_LINES = 200
+# A header attribute longer than this is summarized in the text diff (its entries and a digest), not printed.
+_HEADER_VALUE_SHOWN = 80
 
 
 @dataclass(frozen=True)
@@ -48,11 +67,15 @@ class ModuleDiff:
     text_diff: list[str] = field(default_factory=list)
     text_diff_omitted: int = 0
     constants: dict | None = None  # captured_delta of the two modules: state baked in as constants
-
+    # Every difference named (changes.py), most costly kinds first; empty unless the verdict is renamed-only or
+    # changed. `match`: the structural match in numbers (None where no match was needed).
+    named: list[Change] = field(default_factory=list)
+    match: MatchSummary | None = None
 
     @property
     def differs(self) -> bool:
-        return self.verdict != "identical" and self.verdict != "identical-after-normalization"
+        """A difference in the program (`diff` exits 1): RNG state or a change; renames alone are none."""
+        return self.verdict not in SAME_PROGRAM
 
 
 def count_delta(old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, int]:
@@ -217,6 +240,8 @@ def _skeleton(comp: Computation) -> tuple:
 
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
+    """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
+    diff (0: none, and none computed)."""
     added, removed = _param_groups(old, new)
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
@@ -225,27 +250,48 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     else:
         old_text, new_text = old.normalized, new.normalized
     old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
+    named: list[Change] = []
+    matched: MatchSummary | None = None
+    kernels_differ = not same_text and _kernels(old.module) != _kernels(new.module)
     if same_text:
         verdict, changes = "identical", []
-    elif old_text == new_text:
+    elif old_text == new_text and not kernels_differ:
         verdict, changes = "identical-after-normalization", []
     else:
-        old_stripped, old_kept = strip_rng_state(old.module, old.params)
-        new_stripped, new_kept = strip_rng_state(new.module, new.params)
-        (old_canonical, old_printed), (new_canonical, new_printed) = (
-            normalize_with_printed(old_stripped, old_kept), normalize_with_printed(new_stripped, new_kept))
         has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
-        if has_rng_state and old_canonical == new_canonical:
+        if has_rng_state:
+            old_stripped, old_kept = strip_rng_state(old.module, old.params)
+            new_stripped, new_kept = strip_rng_state(new.module, new.params)
+            (old_canonical, old_printed), (new_canonical, new_printed) = (
+                normalize_with_printed(old_stripped, old_kept), normalize_with_printed(new_stripped, new_kept))
+        else:  # nothing to strip: the modules and their canonical texts as they are
+            old_stripped, old_kept, old_canonical, old_printed = old.module, old.params, old_text, \
+                old.printed_computations
+            new_stripped, new_kept, new_canonical, new_printed = new.module, new.params, new_text, \
+                new.printed_computations
+        if has_rng_state and old_canonical == new_canonical and not kernels_differ:
             verdict, changes = "rng-state-only", []
         else:
-            non_rng_params_differ = any(not g.role.startswith("rng_") for g in added + removed)
-            verdict = "changed"
-            changes = _kinds_of_change(_Side(old_stripped, old_printed, old_kept),
-                                       _Side(new_stripped, new_printed, new_kept), non_rng_params_differ)
+            match = match_modules(old_stripped, new_stripped, old_kept, new_kept)
+            named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs)
+            matched = summary(match)
+            added, removed = _without_renames(added, removed, match, old, new)
+            if not kernels_differ and _renamed_only(match, old_canonical, new_stripped, new_kept):
+                verdict, changes = "renamed-only", []
+            else:
+                params_differ = any(p.old is None or p.new is None or p.reshaped for p in match.params)
+                verdict = "changed"
+                if kernels_differ and old_canonical == new_canonical:
+                    changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
+                else:
+                    changes = _kinds_of_change(_Side(old_stripped, old_printed, old_kept),
+                                               _Side(new_stripped, new_printed, new_kept), params_differ)
+                    changes += ["kernels"] if kernels_differ else []
     text_diff: list[str] = []
     omitted = 0
-    if verdict in ("rng-state-only", "changed"):
-        full = list(difflib.unified_diff(old_text.splitlines(), new_text.splitlines(),
+    if verdict in ("rng-state-only", "renamed-only", "changed") and max_text_lines > 0:
+        full = list(difflib.unified_diff(_header_summarized(old_text).splitlines(),
+                                         _header_summarized(new_text).splitlines(),
                                          old.source, new.source, lineterm="", n=1))
         text_diff, omitted = full[:max_text_lines], max(0, len(full) - max_text_lines)
     return ModuleDiff(
@@ -263,4 +309,63 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         computations_removed=sorted((old_comps - new_comps).elements()),
         text_diff=text_diff, text_diff_omitted=omitted,
         constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
+        named=named, match=matched,
     )
+
+
+def _without_renames(added: list[ParamGroupDelta], removed: list[ParamGroupDelta], match: ModuleMatch,
+                     old: Analysis, new: Analysis) -> tuple[list[ParamGroupDelta], list[ParamGroupDelta]]:
+    """The parameter groups added and removed, less the parameters the match found renamed (named as renames)."""
+    renamed = [p for p in match.params if p.renamed]
+    if not renamed:
+        return added, removed
+    gone = Counter((p.new.role, p.new.dtype, p.new.pattern) for p in renamed)
+    back = Counter((p.old.role, p.old.dtype, p.old.pattern) for p in renamed)
+
+    def less(rows: list[ParamGroupDelta], taken: Counter, sign: int) -> list[ParamGroupDelta]:
+        kept = []
+        for g in rows:
+            n = abs(g.count) - taken[(g.role, g.dtype, g.pattern)]
+            if n > 0:
+                kept.append(ParamGroupDelta(g.role, g.dtype, g.pattern, sign * n))
+        return kept
+
+    return less(added, gone, 1), less(removed, back, -1)
+
+
+def _kernels(module: HloModule) -> Counter[str]:
+    """The kernels a module runs, by content (kernels.py): the canonical text drops their bodies."""
+    return Counter(kernel_digest(i) for i in module.instructions() if i.opcode == "custom-call" and is_kernel_call(i))
+
+
+def _renamed_only(match: ModuleMatch, old_canonical: str, new_stripped: HloModule,
+                  new_kept: Sequence[EntryParam]) -> bool:
+    """Whether the modules differ only by entry parameters' names: every parameter paired, some renamed, none of
+    another shape, and the new module, its parameters named as their partners, prints the old one's text."""
+    if not any(p.renamed for p in match.params):
+        return False
+    if any(p.old is None or p.new is None or p.reshaped for p in match.params):
+        return False
+    old_path = {p.new.index: p.old.path for p in match.params}
+    relabeled = [replace(p, path=old_path.get(p.index, p.path)) for p in new_kept]
+    # The module's name is the jitted function's: renamed with the parameters, it is a rename too.
+    return normalize(replace(new_stripped, name=match.old.name), relabeled) == old_canonical
+
+
+def _header_summarized(text: str) -> str:
+    """Canonical text with its ``HloModule`` line split per attribute, each long one summarized (its entries and a
+    digest): a changed ``input_output_alias`` is one line in the text diff, not two lines of 2,500 characters."""
+    if not text:
+        return text
+    header, _, rest = text.partition("\n")
+    name, _, attrs = header.partition(", ")
+    lines = [name]
+    for item in split_top_level(attrs) if attrs else []:
+        key, _, value = item.strip().partition("=")
+        if len(value) <= _HEADER_VALUE_SHOWN:
+            lines.append(f"  {key}={value}")
+            continue
+        entries = position_entries(key, value)
+        count = f"{entries} entries, " if entries is not None else ""
+        lines.append(f"  {key}=<{count}{len(value):,} characters, digest {zlib.crc32(value.encode()):08x}>")
+    return "\n".join(lines) + "\n" + rest

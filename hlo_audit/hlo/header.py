@@ -55,6 +55,30 @@ def output_aliases(header_attrs: Mapping[str, str]) -> list[tuple[tuple[int, ...
     return aliases
 
 
+def donated_parameters(header_attrs: Mapping[str, str]) -> dict[int, str]:
+    """Entry parameter number -> the header attribute that donates its buffer: ``input_output_alias`` (an output
+    reuses it) or ``buffer_donor`` (XLA may reuse it). What jax's ``donate_argnums`` becomes."""
+    donated = {int(m.group(1)): "buffer_donor" for m in _DONOR.finditer(header_attrs.get("buffer_donor", ""))}
+    donated.update((param, "input_output_alias") for _, param in output_aliases(header_attrs))
+    return donated
+
+
+def position_entries(key: str, value: str) -> int | None:
+    """How many entries a per-position header attribute holds (aliases, donors, the layout's parameters, frontend
+    attributes); None for one that enumerates nothing."""
+    if key == "input_output_alias":
+        return len(_ALIAS.findall(value))
+    if key == "buffer_donor":
+        return len(_DONOR.findall(value))
+    if key == "entry_computation_layout":
+        params_text = value.strip()[1:-1].partition("->")[0].strip()
+        return len([p for p in split_top_level(params_text[1:-1]) if p.strip()])
+    if key == "frontend_attributes" or key.startswith("allow_spmd_sharding_propagation"):
+        items = _list_items(value)
+        return None if items is None else len([i for i in split_top_level(value.strip()[1:-1]) if i.strip()])
+    return None
+
+
 def drop_positions(header_attrs: Mapping[str, str], kept: KeptPositions) -> dict[str, str]:
     """The header's attributes without the removed parameters' and outputs' entries, the rest renumbered;
     attributes that enumerate no positions as they are."""

@@ -28,6 +28,7 @@ import re
 import zlib
 from collections.abc import Iterable, Sequence
 
+from hlo_audit.hlo.kernels import KERNEL_CUSTOM_CALLS
 from hlo_audit.hlo.params import EntryParam, entry_params
 from hlo_audit.hlo.shapes import Shape, with_default_layout
 from hlo_audit.hlo.text import (
@@ -35,8 +36,6 @@ from hlo_audit.hlo.text import (
 )
 
 VOLATILE_ATTRS = frozenset({"metadata", "statistics_viz", "origin"})
-# Custom calls whose backend_config is a serialized kernel (megabytes, with embedded source locations).
-KERNEL_CUSTOM_CALLS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "__gpu$xla.gpu.ext.mosaic")
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
 _INSTR_REF_ATTRS = frozenset({"control-predecessors"})
 
@@ -47,6 +46,12 @@ _COUNTER = re.compile(r"[._-](?:\d+|[0-9a-f]{8})(?=$|[._-])")
 _SPACE = re.compile(r"\s+")
 _NOT_IN_NAME = re.compile(r"[^\w.\-]")
 _NUMBER_SUFFIX_AT_END = re.compile(r"\.\d+$")
+
+
+def computation_words(name: str) -> str:
+    """What kind of computation a name says, its counters and digests dropped: ``region_1.3.clone.1`` ->
+    ``region.clone``, ``while.90_computation`` -> ``while_computation``."""
+    return _COUNTER.sub("", name).strip("._-") or "computation"
 
 
 def _digest(text: str) -> str:
@@ -202,8 +207,7 @@ class _Namer:
             # Counter numbers hide inside names too (region_1.3.clone.1.clone, while.90_computation):
             # keep only the words, which say what kind of computation it is. The same words and body are the
             # same computation (jax emits one reducer / threefry per call site): it prints once.
-            prefix = _COUNTER.sub("", comp.name).strip("._-") or "computation"
-            canonical = f"{prefix}.{_digest(chr(10).join(body) + tail)}"
+            canonical = f"{computation_words(comp.name)}.{_digest(chr(10).join(body) + tail)}"
         self.computation_names[comp.name] = canonical
         if canonical not in self.bodies:
             head = f"ENTRY %{canonical} {{" if comp.is_entry else f"%{canonical} {{"

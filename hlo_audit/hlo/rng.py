@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from hlo_audit.hlo.effects import has_side_effect
 from hlo_audit.hlo.header import KeptPositions, drop_positions
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.rng_flow import IDENTITY_OPCODES, PASS_THROUGH_CUSTOM_CALLS
@@ -41,12 +42,6 @@ from hlo_audit.hlo.text import COMPUTATION_ATTRS, Computation, HloModule, Instru
 RNG_VALUE = "rng_value"
 
 _MESH_DECLARATION = re.compile(r"(\w+) = #sdy\.mesh<")
-
-# Kept even when nothing reads them: removing them would change what the program does.
-SIDE_EFFECTING = frozenset({
-    "outfeed", "send", "send-done", "recv", "recv-done", "infeed", "after-all", "all-reduce-start",
-    "rng-get-and-update-state",
-})
 
 CONST, RNG, DATA = 0, 1, 2  # what a value is computed from; joining two takes the larger
 # Values that depend on no input at all.
@@ -255,7 +250,8 @@ class _RngState:
                 else:
                     removed.add(instr.name)
                 continue
-            if is_rng_state(own) and instr is not root and instr.opcode not in SIDE_EFFECTING:
+            # An instruction with a side effect stays whatever it reads (a host callback printing a key).
+            if is_rng_state(own) and instr is not root and not has_side_effect(instr):
                 removed.add(instr.name)
                 continue
             kept.append(self.instruction(instr, analysed, own, removed))
@@ -424,10 +420,11 @@ def _declares_only_unused_meshes(frontend_attributes: str, computations) -> bool
 
 
 def _live(instructions: list[Instruction]) -> list[Instruction]:
-    """Drop what nothing live reads any more (constants that only fed a removed count increment)."""
+    """Drop what nothing live reads any more (constants that only fed a removed count increment). What has a side
+    effect is live whether or not anything reads it: ``jax.debug.print``'s callback has no users."""
     by_name = {i.name: i for i in instructions}
     live: set[str] = set()
-    stack = [i.name for i in instructions if i.is_root or i.opcode in SIDE_EFFECTING or i.opcode == "parameter"]
+    stack = [i.name for i in instructions if i.is_root or i.opcode == "parameter" or has_side_effect(i)]
     while stack:
         name = stack.pop()
         if name in live or name not in by_name:

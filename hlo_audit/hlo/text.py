@@ -177,6 +177,9 @@ class HloModule:
     source: str = "<text>"
     # Canonical text (normalize.py): entry parameters unnumbered, each named by its state path.
     params_named_by_path: bool = False
+    # The debug tables jax's ``as_text(debug_info=True)`` and XLA's dumps print before the first computation
+    # (FileNames, FunctionNames, FileLocations, StackFrames): table -> entry number -> its text, as printed.
+    debug_tables: dict[str, dict[int, str]] = field(default_factory=dict)
 
     def instructions(self):
         for comp in self.computations.values():
@@ -365,7 +368,8 @@ class _Parser:
         name = m.group(1)
         pos = m.end() + (text.startswith(":", m.end()))
         header, pos = self.single_value_attributes(pos)
-        pos = self.skip_dump_tables(self.skip(pos))
+        tables: dict[str, dict[int, str]] = {}
+        pos = self.skip_dump_tables(self.skip(pos), tables)
         entry: Computation | None = None
         last: Computation | None = None
         while pos < self.end:
@@ -384,7 +388,8 @@ class _Parser:
             entry.is_entry = True
         params = [i for i in entry.instructions if i.opcode == "parameter"]
         module = HloModule(name=name, header_attrs=header, computations=self.computations, entry=entry,
-                           source=self.source, params_named_by_path=bool(params) and id(params[0]) in self.unnumbered)
+                           source=self.source, params_named_by_path=bool(params) and id(params[0]) in self.unnumbered,
+                           debug_tables=tables)
         self.check_calls(module)
         return module
 
@@ -410,18 +415,30 @@ class _Parser:
             raise self.error(f"attribute without '=': {word.group() if word else self.found(at)!r}{where}", at)
         return m.group(1), self.skip(m.end())
 
-    def skip_dump_tables(self, pos: int) -> int:
+    def skip_dump_tables(self, pos: int, tables: dict[str, dict[int, str]] | None = None) -> int:
         """The FileNames / FunctionNames / FileLocations / StackFrames tables of an XLA dump: numbers,
-        strings and braces, up to the first computation."""
+        strings and braces, up to the first computation. Each ``number value`` pair goes into ``tables``."""
         if not self.text.startswith(_DUMP_TABLES[0], pos):
             return pos
+        table: dict[int, str] = {}
+        number: int | None = None
         while True:
             pos = self.skip(pos)
             c = self.peek(pos)
             if c.isdigit() or c in "\"'{":
-                pos = self.atom(pos, "FileNames")
+                end = self.atom(pos, "FileNames")
+                token = self.text[pos:end]
+                if token.isdigit() and number is None:
+                    number = int(token)
+                elif number is not None:
+                    table[number], number = token, None
+                pos = end
             elif any(self.text.startswith(t, pos) for t in _DUMP_TABLES):
-                pos += next(len(t) for t in _DUMP_TABLES if self.text.startswith(t, pos))
+                name = next(t for t in _DUMP_TABLES if self.text.startswith(t, pos))
+                table, number = {}, None
+                if tables is not None:
+                    tables[name] = table
+                pos += len(name)
             else:
                 return pos
 

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,8 +200,11 @@ def category(kind: str) -> str:
 class ParameterReads:
     """Follows values of an optimized module back to the entry parameters they are (module doc, Attribution)."""
 
-    def __init__(self, module: HloModule):
+    def __init__(self, module: HloModule, pass_through: Callable[[Instruction], bool] | None = None):
+        """``pass_through``: the instructions whose result is their first operand's value, for this question (a
+        launch's reads: the default, ops that move a value unchanged)."""
         self.module = module
+        self.passes = pass_through or (lambda instr: instr.opcode in _PASS_THROUGH)
         self.where: dict[str, tuple[Computation, Instruction]] = {}
         # Called computation -> (calling computation, caller, attribute, position in the attribute's list).
         self.callers: dict[str, list[tuple[Computation, Instruction, str, int]]] = {}
@@ -255,7 +258,7 @@ class ParameterReads:
                 return set(self.value(comp, instr.operands[index[0]], index[1:])) if index[0] < len(
                     instr.operands) else set()
             return set().union(*(self.value(comp, o, ()) for o in instr.operands))
-        if op in _PASS_THROUGH and instr.operands:
+        if instr.operands and self.passes(instr):
             return set(self.value(comp, instr.operands[0], index))
         if op == "copy-done" and instr.operands:
             start = comp.by_name.get(instr.operands[0])

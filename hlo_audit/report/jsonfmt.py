@@ -12,7 +12,7 @@ from hlo_audit.hlo.diff import ModuleDiff
 from hlo_audit.merge import cell_record, check_record, launch_change_record
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
-DIFF_SCHEMA = "hlo-audit/diff/v1"
+DIFF_SCHEMA = "hlo-audit/diff/v2"
 
 
 def count_record(a: Analysis, with_params: bool = False, launches: Launches | None = None) -> dict:
@@ -59,6 +59,10 @@ def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
         "opcode_dtype_delta": d.opcode_dtype_delta,
         "computations_added": d.computations_added,
         "computations_removed": d.computations_removed,
+        # Every difference named (hlo.changes.Change.to_record: kind, action, subject, place, count, per_step,
+        # before, after, bytes, flops, instructions, groups, layers), most costly kinds first; the match in numbers.
+        "named": [c.to_record() for c in d.named],
+        "match": d.match.to_record() if d.match is not None else None,
         "text_diff": d.text_diff,
         "text_diff_omitted": d.text_diff_omitted,
         "constants_delta": d.constants,

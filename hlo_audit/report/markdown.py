@@ -14,6 +14,7 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
 from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, folded_line,
                                     frozen_rng_line, human_bytes, launch_lines, launches_change_text,
@@ -73,6 +74,11 @@ def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
     out = [f"### HLO diff: **{d.verdict}**" + (f" ({', '.join(d.changes)})" if d.changes else ""), ""]
     out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
     out.append("")
+    if d.named:
+        out += [f"- {_text(line)}" for line in named_lines(d.named)]
+        out.append("")
+    if d.match is not None:
+        out += [f"Matched: {_text(match_line(d.match))}.", ""]
     if launches:
         out += [f"{launches_change_text(launches)}.", "", *(f"- {line}" for line in launch_lines(launches)[:8]), ""]
     if d.by_dtype_delta or d.by_role_delta:

@@ -25,6 +25,7 @@ from rich.text import Text
 from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
+from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
@@ -199,13 +200,21 @@ def print_constants(console: Console, constants: Constants) -> None:
 
 
 def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches=None) -> None:
-    style = {"identical": "green", "identical-after-normalization": "green",
+    """The verdict, the named changes (what, how much, where), the matched rest in one line, the parameter and op
+    deltas, then the normalized text diff when it was asked for (``--text``)."""
+    style = {"identical": "green", "identical-after-normalization": "green", "renamed-only": "green",
              "rng-state-only": "yellow", "changed": "red"}[d.verdict]
     verdict = Text(f"verdict: {d.verdict}", style=f"bold {style}")
     if d.changes:
         verdict.append(f" ({', '.join(d.changes)})")
     status(console, verdict)
     status(console, esc(f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})"))
+    if d.named:
+        status(console, Text("changes:", style="bold"))
+        for line in named_lines(d.named):
+            status(console, esc(f"  {line}"))
+    if d.match is not None:
+        status(console, esc(f"matched: {match_line(d.match)}"))
     if launches:
         status(console, esc(launches_change_text(launches)))
         for line in launch_lines(launches)[:8]:
@@ -226,9 +235,12 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches=Non
         print_table(console, table)
     if d.opcode_dtype_delta:
         ops = make_table(console, "opcode:dtype deltas", [("opcode:dtype", "left"), ("delta", "right")])
-        for k, v in sorted(d.opcode_dtype_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0])):
+        rows = sorted(d.opcode_dtype_delta.items(), key=lambda kv: (-abs(kv[1]), kv[0]))
+        for k, v in rows[:OPCODE_ROWS]:
             add_row(ops, k, _signed(v))
         print_table(console, ops)
+        if len(rows) > OPCODE_ROWS:
+            status(console, f"... {len(rows) - OPCODE_ROWS} more opcode:dtype deltas (--format json lists them)")
     if d.constants:
         status(console, esc(f"baked-in state: {captured_change(d.constants)}"))
     if d.computations_added or d.computations_removed:
@@ -240,6 +252,9 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches=Non
             status(console, esc(line, style=color))
         if d.text_diff_omitted:
             status(console, f"... {d.text_diff_omitted} more lines (use --max-lines)")
+
+
+OPCODE_ROWS = 8  # opcode:dtype deltas a diff prints before "... N more"
 
 
 def _signed(v: int) -> Text:

@@ -1,0 +1,153 @@
+"""The named changes of a diff (``hlo.changes``) in words: one line each, the same in every format that prints them.
+
+Each line says the kind, what changed, how much, and where (the source line, jax's op_name, the state paths that
+flow in), e.g. ``precision: 8 dots at state.blocks.*.up.kernel (4 per layer, 2 layers): bf16 x bf16 -> bf16 now
+f32 x f32 -> f32; converts -6; 32,768 FLOPs per step moved; at model.py:72``. A diff lists at most ``SHOWN`` of
+them and says how many more there are (``--format json`` has every one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hlo_audit.hlo.changes import REWIRED, Action, Change, ChangeKind, MatchSummary, Place
+
+SHOWN = 12  # named changes a diff prints before "... N more"
+_PATHS_SHOWN = 2
+_OP_NAME_SHOWN = 60
+
+_KIND_WORDS = {
+    ChangeKind.DONATION: "donation", ChangeKind.HOST_TRANSFER: "host transfer", ChangeKind.PRECISION: "precision",
+    ChangeKind.KERNEL: "kernel", ChangeKind.RENAME: "rename", ChangeKind.PARAMETERS: "parameters",
+    ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
+}
+
+
+def kind_word(kind: ChangeKind) -> str:
+    return _KIND_WORDS[kind]
+
+
+def place_text(place: Place, paths: bool = True) -> str:
+    """``at model.py:72 (…/checkpoint/dot_general) reading state.blocks.*.up.kernel``: what the place says."""
+    parts = []
+    if place.source:
+        parts.append(f"at {place.source}")
+    if place.op_name:
+        op_name = place.op_name if len(place.op_name) <= _OP_NAME_SHOWN else "…" + place.op_name[-_OP_NAME_SHOWN:]
+        parts.append(f"({op_name})")
+    if place.computation and place.computation != "main":
+        parts.append(f"in {place.computation}")
+    if paths and place.paths:
+        parts.append(f"reading {_paths(place.paths)}")
+    return " ".join(parts)
+
+
+def _paths(paths: Sequence[str]) -> str:
+    shown = ", ".join(paths[:_PATHS_SHOWN])
+    return shown + (f" (+{len(paths) - _PATHS_SHOWN} more)" if len(paths) > _PATHS_SHOWN else "")
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if abs(n) == 1 else many or one + 's'}"
+
+
+def _per_layer(c: Change) -> str:
+    if c.layers > 1 and c.count % c.layers == 0:
+        return f" ({c.count // c.layers:,} per layer, {c.layers} layers)"
+    return ""
+
+
+def change_line(c: Change) -> str:
+    """One named change in words (module doc)."""
+    kind = kind_word(c.kind)
+    where = place_text(c.place)
+    if c.kind is ChangeKind.DONATION:
+        if c.action is Action.REMOVED:
+            text = (f"{_plural(c.count, 'parameter')} no longer donated ({c.subject}): +{c.bytes:,} bytes kept on "
+                    f"device beside the step's outputs")
+            roles = c.before
+        else:
+            text = f"{_plural(c.count, 'parameter')} now donated ({c.subject}): {c.bytes:,} bytes reused"
+            roles = c.after
+        patterns = _paths([f"{p} ({n})" if n > 1 else p for p, n in c.groups])
+        return f"{kind}: {text}; {roles}: {patterns}"
+    if c.kind is ChangeKind.HOST_TRANSFER:
+        verb = "added" if c.action is Action.ADDED else "removed"
+        return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}, " \
+               f"{_plural(c.per_step, 'run')} per step".replace("  ", " ")
+    if c.kind is ChangeKind.PRECISION:
+        text = f"{kind}: {_plural(c.count, c.subject)}{_per_layer(c)}: {c.before} now {c.after}"
+        if c.instructions:
+            text += f"; converts {c.instructions:+d}"
+        follow = sum(n for op, n in c.groups if op != "rewired")
+        if follow:
+            text += f"; {_plural(follow, 'op')} follow the dtype"
+        if c.flops:
+            text += f"; {c.flops:,} FLOPs per step moved"
+        return f"{text}; {where}".rstrip("; ")
+    if c.kind is ChangeKind.KERNEL:
+        verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
+        return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}".rstrip()
+    if c.kind is ChangeKind.RENAME:
+        text = f"{kind}: {c.before} -> {c.after}, {_plural(c.count, 'parameter')}"
+        return f"{text}: {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
+    if c.kind is ChangeKind.PARAMETERS:
+        if c.action is Action.CHANGED:
+            return f"{kind}: {_plural(c.count, 'parameter')} {c.subject}: {c.before} -> {c.after} " \
+                   f"({c.bytes:+,} bytes)"
+        sign = "+" if c.action is Action.ADDED else "-"
+        dtype = c.after or c.before
+        text = f"{kind}: {sign}{_plural(c.count, 'parameter')} {c.subject}{_per_layer(c)} ({dtype}, {c.bytes:,} bytes)"
+        if len(c.groups) > 1:
+            text += f": {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
+        return text
+    if c.kind is ChangeKind.PROGRAM_SIZE:
+        before = int(c.before.split()[0]) if c.before.split() and c.before.split()[0].isdigit() else 0
+        share = f" ({c.instructions / before:+.1%})" if before else ""
+        ops = ", ".join(f"{op} {n:+d}" for op, n in c.groups[:5])
+        text = f"{kind}: {c.subject}: {c.instructions:+,} instructions{share}, {c.before} -> {c.after}"
+        if c.layers > 1:
+            text += f" ({c.instructions / c.layers:+,.0f} per layer, {c.layers} layers)"
+        text += f"; {ops}" if ops else ""
+        return f"{text}; {where}".rstrip("; ")
+    if c.kind is ChangeKind.HEADER:
+        return f"{kind}: {c.subject} {c.before} -> {c.after}"
+    if c.subject == REWIRED:
+        ops = ", ".join(f"{op} {n}" for op, n in c.groups[:4])
+        return f"{kind}: {_plural(c.count, 'instruction')} rewired (the same op reading other values: {ops}), " \
+               "following the changes above"
+    verb = {Action.ADDED: "+", Action.REMOVED: "-", Action.CHANGED: ""}[c.action]
+    text = f"{kind}: {verb}{c.count} {c.subject}{_per_layer(c)}"
+    if c.before or c.after:
+        text += f": {c.before} -> {c.after}"
+    return f"{text} {where}".rstrip()
+
+
+def named_lines(changes: Sequence[Change], shown: int = SHOWN) -> list[str]:
+    """The first ``shown`` changes' lines, then one line for the rest."""
+    lines = [change_line(c) for c in changes[:shown]]
+    rest = changes[shown:]
+    if rest:
+        instructions = sum(abs(c.instructions) or c.count for c in rest)
+        lines.append(f"... {len(rest)} more changes ({_plural(instructions, 'instruction')}): --format json lists "
+                     "every one, --text shows the text")
+    return lines
+
+
+def match_line(m: MatchSummary) -> str:
+    """The matched remainder in one line: ``1,234 of 1,240 instructions unchanged; 4 changed, 6 inserted, 2
+    deleted; 24 of 24 computations matched``."""
+    old, new = m.instructions
+    text = f"{m.unchanged:,} of {old:,} instructions unchanged"
+    text += f" ({new:,} now)" if new != old else ""
+    edits = [f"{n:,} {word}" for n, word in ((m.changed, "changed"), (m.inserted, "inserted"), (m.deleted, "deleted"))
+             if n]
+    if edits:
+        text += "; " + ", ".join(edits)
+    comps_old, comps_new = m.computations
+    matched = comps_old - m.computations_deleted
+    text += f"; {matched} of {comps_old} computations matched"
+    extra = [f"{m.computations_inserted} added" if m.computations_inserted else "",
+             f"{m.computations_deleted} removed" if m.computations_deleted else ""]
+    extra = [e for e in extra if e]
+    return text + (f" ({', '.join(extra)})" if extra else "")
