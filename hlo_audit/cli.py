@@ -10,14 +10,13 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit import __version__, audit, host, scaffold, streams, termination
+from hlo_audit import __version__, audit, host, progress, scaffold, streams, termination
+from hlo_audit import merge as merge_reader
 from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, OneLineUsageErrors,
-                               exit_on_input_error)
-from hlo_audit.errors import report as report_error
+                               exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, write_output
-from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, progress, terminal, terminal_report,
-                              terminal_tree)
+from hlo_audit.report import frame, html, jsonfmt, junit, markdown, terminal, terminal_report, terminal_tree
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -78,15 +77,15 @@ FORMATS = {
         "table": lambda v: terminal.render(terminal.print_rng, v.label, v.rng, v.streams, v.constants),
     },
     "check": {
-        "json": lambda v: jsonfmt.format_check(v.report),
-        "markdown": lambda v: markdown.format_check(v.report),
-        "table": lambda v: terminal.render(terminal.print_check, v.report, v.verbose),
+        "json": lambda v: jsonfmt.format_check(v.outcome),
+        "markdown": lambda v: markdown.format_check(v.outcome),
+        "table": lambda v: terminal.render(terminal.print_check, v.outcome, v.verbose),
     },
     "report": {
-        "json": lambda v: jsonfmt.format_report(v.report),
-        "csv": lambda v: frame.format_tidy_csv(v.report),
-        "markdown": lambda v: markdown.format_report(v.report),
-        "table": lambda v: terminal.render(terminal_report.print_report, v.report, max_width=REPORT_WIDTH),
+        "json": lambda v: jsonfmt.format_report(v.view),
+        "csv": lambda v: frame.format_tidy_csv(v.view),
+        "markdown": lambda v: markdown.format_report(v.view),
+        "table": lambda v: terminal.render(terminal_report.print_report, v.view, max_width=REPORT_WIDTH),
     },
     "explain": {
         "json": lambda v: jsonfmt.format_explain(v.tree, v.captured, v.launches),
@@ -169,7 +168,7 @@ def count(
     emit("count", fmt, analyses=analyses, top=top, params=params, launches=launches)
     unreadable = [a for a in analyses if isinstance(a, audit.Unreadable)]
     for a in unreadable:
-        report_error(a.error)
+        print_error(a.error)
     raise typer.Exit(EXIT_INPUT_ERROR if unreadable else 0)
 
 
@@ -200,19 +199,6 @@ def _only(only: list[str] | None) -> str | None:
     return ",".join(only) if only else None
 
 
-def _run(plan: audit.Plan, jobs: int, no_cache: bool, refresh: bool = False) -> list:
-    """Run the plan's cells, saying so on stderr: a progress bar on a terminal, a line per cell (and a heartbeat
-    while a slow one runs) in a log (``report.progress``)."""
-    with progress.cell_progress(len(plan.cells)) as shown:
-        results = []
-        for result in audit.execute(plan, jobs=jobs, use_cache=not no_cache, refresh=refresh,
-                                    started=shown.started):
-            results.append(result)
-            shown.finished(result)
-    order = {c.id: i for i, c in enumerate(plan.cells)}
-    return sorted(results, key=lambda r: order[r.cell.id])
-
-
 @app.command("list")
 @exit_on_input_error
 def list_cells(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
@@ -229,7 +215,7 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
         fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
     """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
     plan = audit.plan(config, _only(only), shard, layers)
-    results = _run(plan, jobs, no_cache, refresh)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
     emit("run", fmt, results=results, slopes=audit.slopes_by_cell(plan, results), source=plan.config.source)
     raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
 
@@ -242,7 +228,7 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     cell errors; 2 when there is nothing to fit (every cell unavailable here, or no series of two or more
     depths)."""
     plan = audit.plan(config, _only(only), None, layers)
-    results = _run(plan, jobs, no_cache, refresh)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
     series = audit.scaling(plan, results)
     failed = any(r.status == "error" for r in results)
     if not series and not failed:
@@ -281,9 +267,9 @@ def rng(
     """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
     written into the program as literals (they never advance). Exit 1 when any stream is carried (dead RNG
     state), 0 when none is, 2 on bad input."""
-    source = audit.load_source(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
-    emit("rng", fmt, label=source.label, rng=source.rng, streams=streams, constants=source.constants)
-    raise typer.Exit(EXIT_DIFFERENCE if source.rng["carried"] else EXIT_OK)
+    program = audit.load_program(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
+    emit("rng", fmt, label=program.label, rng=program.rng, streams=streams, constants=program.constants)
+    raise typer.Exit(EXIT_DIFFERENCE if program.rng.carried else EXIT_OK)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
@@ -302,26 +288,22 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
 
 def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
     """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
-    results = _run(plan, jobs, no_cache, refresh)
-    report = audit.update_goldens(plan, results, prune=prune)
-    sys.stdout.write(terminal.render(terminal.print_golden_update, report, plan.config.golden_dir))
-    return 1 if any(why.startswith("error") for _, why in report.skipped) else 0
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
+    update = audit.update_goldens(plan, results, prune=prune)
+    sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir))
+    return 1 if update.failed else 0
 
 
-def _check_outputs(junit_path: str | None, markdown_path: str | None) -> None:
-    """Refuse report paths that can never be written (a folder...) before any cell runs."""
-    if junit_path:
-        check_output(junit_path, "--junit", "hlo-audit.xml")
-    if markdown_path:
-        check_output(markdown_path, "--markdown", "hlo-audit.md")
+# The report files check and merge write besides stdout: option, and what a path names (for messages).
+REPORT_FILES = (("--junit", "hlo-audit.xml"), ("--markdown", "hlo-audit.md"))
 
 
-def _write_outputs(report, junit_path: str | None, markdown_path: str | None) -> None:
+def _write_outputs(outcome, junit_path: str | None, markdown_path: str | None) -> None:
     """The report files asked for, then the job summary: a summary that cannot be appended is a warning, and the
     gate's verdict and exit code stand."""
     if junit_path:
-        write_output(junit_path, junit.format_junit(report), "--junit", "hlo-audit.xml")
-    summary = markdown.format_check(report)
+        write_output(junit_path, junit.format_junit(outcome), "--junit", "hlo-audit.xml")
+    summary = markdown.format_check(outcome)
     if markdown_path:
         write_output(markdown_path, summary, "--markdown", "hlo-audit.md")
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -341,12 +323,14 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     Rules are set under [policy] and waivers as [[waive]] tables in hlo-audit.toml ([tool.hlo-audit.policy] and
     [[tool.hlo-audit.waive]] in pyproject.toml)."""
     plan = audit.plan(config, _only(only), shard, layers)
-    _check_outputs(junit_path, markdown_path)
-    results = _run(plan, jobs, no_cache, refresh)
-    report = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
-    emit("check", fmt, report=report, verbose=verbose)
-    _write_outputs(report, junit_path, markdown_path)
-    raise typer.Exit(report.exit_code)
+    for path, (option, example) in zip((junit_path, markdown_path), REPORT_FILES):
+        if path:  # refuse report paths that can never be written (a folder...) before any cell runs
+            check_output(path, option, example)
+    results = progress.run_shown(plan, jobs, not no_cache, refresh)
+    outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
+    emit("check", fmt, outcome=outcome, verbose=verbose)
+    _write_outputs(outcome, junit_path, markdown_path)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -355,11 +339,13 @@ def merge(paths: Annotated[list[str], typer.Argument(help="`check --format json`
           fmt: FormatOpt = Format.table, junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None,
           verbose: VerboseOpt = False) -> None:
     """Merge per-shard `check --format json` results into one report and exit code."""
-    _check_outputs(junit_path, markdown_path)
-    report = audit.merge_check_reports(paths)
-    emit("check", fmt, report=report, verbose=verbose)
-    _write_outputs(report, junit_path, markdown_path)
-    raise typer.Exit(report.exit_code)
+    for path, (option, example) in zip((junit_path, markdown_path), REPORT_FILES):
+        if path:
+            check_output(path, option, example)
+    outcome = merge_reader.merge_check_reports(paths)
+    emit("check", fmt, outcome=outcome, verbose=verbose)
+    _write_outputs(outcome, junit_path, markdown_path)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -374,8 +360,8 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
     plan = audit.plan(config, _only(only), None, layers)
     if html_path:
         check_output(html_path, "--html", "report.html")
-    view = audit.report(plan, _run(plan, jobs, no_cache, refresh))
-    emit("report", fmt, report=view)
+    view = audit.report(plan, progress.run_shown(plan, jobs, not no_cache, refresh))
+    emit("report", fmt, view=view)
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")
     raise typer.Exit(1 if any(r.status == "error" for r in view.results) else 0)
@@ -395,7 +381,7 @@ def explain(
 ) -> None:
     """Where the entry parameters come from: a tree of path-pattern groups, largest first; and, for a step that
     closes over state, the same tree of what it captured as constants."""
-    loaded = audit.load_source(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
+    loaded = audit.load_program(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     tree, captured = audit.explain_trees(loaded, depth=depth, top=top)
     emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches)
 
@@ -419,7 +405,7 @@ def lower(
     try:
         text = audit.cell_text(cell, config, normalized=normalized, use_cache=not no_cache)
     except audit.CellNotLowered as exc:
-        report_error(exc)
+        print_error(exc)
         raise typer.Exit(EXIT_DIFFERENCE) from None
     if output:
         write_output(output, text, "--output", "module.hlo.txt")
@@ -470,12 +456,12 @@ def init(
     config and workflow stay: fix the config, then `hlo-audit golden update`)."""
     import pathlib  # noqa: PLC0415
 
-    request = audit.init_request(
+    request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
         scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards)
     folder = pathlib.Path.cwd()
-    written = scaffold.write(folder, audit.init_scaffold(folder, request))
+    written = scaffold.write(folder, scaffold.init_scaffold(folder, request))
     for path in written:
         print(f"wrote {path.relative_to(folder)}")
     if not scaffold.ignores_cache(folder):
@@ -495,7 +481,7 @@ def main() -> None:
     take its report, or 128 + a signal's number when one stopped it."""
     host.setup_own_process()
     if "stdout" in streams.reopen_closed():
-        report_error("standard output is closed (>&-): redirect it to a file or /dev/null")
+        print_error("standard output is closed (>&-): redirect it to a file or /dev/null")
         sys.exit(EXIT_INPUT_ERROR)
     code = EXIT_OK
     try:
@@ -505,7 +491,7 @@ def main() -> None:
             except SystemExit as done:
                 code = done.code if isinstance(done.code, int) else EXIT_INPUT_ERROR if done.code else EXIT_OK
     except streams.StdoutError as exc:
-        report_error(exc)
+        print_error(exc)
         code = EXIT_INPUT_ERROR
     except KeyboardInterrupt as stop:  # a signal outside any command (while parsing its options)
         termination.announce(stop)

@@ -14,94 +14,15 @@ from pathlib import Path
 
 from hlo_audit import platforms
 from hlo_audit.files import read_bounded
-from hlo_audit.cache import importing_target
+from hlo_audit.defaults import AXIS_KEYS, DEFAULT_CONFIG_FILE, DEFAULTS, DEVICE_KEYS
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
+from hlo_audit.policy import DEFAULT_POLICY, Policy
 from hlo_audit.stages import STAGES
 from hlo_audit.targets import nnx_spec
-from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, DEFAULT_PREFILL, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS,
-                                     TE_RECIPES, TRAIN_STEP, is_transformer_engine)
+from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS, TRAIN_STEP,
+                                     is_transformer_engine)
 
-DEFAULT_CONFIG_FILE = "hlo-audit.toml"
-# The config keys naming a platform's devices (topology; cuda_arch, gpu, gpus, gpu_target), each read by its platform.
-DEVICE_KEYS = platforms.CONFIG_KEYS
-
-# The axes of a series: top-level keys give the first series and the defaults of every [[matrix]] entry.
-AXIS_KEYS = ("models", "scan", "quant", "quant_mode", "layers", "step", "batch", "seq", "prefill", "platform",
-             *DEVICE_KEYS, "stage", "overrides")
-
-DEFAULTS: dict = {
-    "target": "maxtext",
-    "models": ["llama3-8b", "qwen3-1.7b", "deepseek3-test"],
-    "scan": ["on", "off"],
-    "quant": ["none", "int8", "fp8", "nanoo_fp8"],
-    "quant_mode": ["train"],
-    "layers": [2, 4],
-    "step": ["train"],
-    "batch": 1,
-    "seq": 128,
-    "prefill": DEFAULT_PREFILL,
-    "platform": "cpu",
-    **{key: [] for key in DEVICE_KEYS},
-    "stage": "lowered",
-    "cache_dir": ".hlo-audit-cache",
-    "golden_dir": "golden",
-    # The memory rule's ratchet: a compiled cell's bytes of one kind may exceed its golden's by this fraction.
-    "memory_tolerance": 0.02,
-    # deepseek3-test keeps its first 3 layers dense; at the matrix's shallow depths that would leave no MoE
-    # layer (MaxText fails on a negative MoE count when scanned), so the default matrix keeps one dense.
-    # Quantized, its MoE layer's megablox Pallas kernel asserts on the test model's small dims
-    # ("v=512 bv=1024"), so the grouped matmul goes through jax's ragged_dot instead.
-    "overrides": {"deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False"}},
-    # Further series, each a table of axis keys over the top-level ones (the built-in default's; a config that
-    # sets its own top-level axes and no `matrix` has none of them).
-    "matrix": [
-        # Transformer Engine recipes, cross-lowered for CUDA on any host for a declared GPU architecture.
-        # Attention is pinned: MaxText's "autoselected" resolves to dot_product on a CPU mesh but to tokamax's
-        # Pallas-Triton flash kernel on a GPU one, so unpinned the same cell would be another program on a GPU host.
-        {"quant": list(TE_RECIPES), "platform": "cuda", "cuda_arch": ["sm_90"],
-         "overrides": {"llama3-8b": {"attention": "dot_product"}, "qwen3-1.7b": {"attention": "dot_product"},
-                       "deepseek3-test": {"first_num_dense_layers": "1", "megablox": "False",
-                                          "attention": "dot_product"}}},
-        # MaxText's own HLO gate (its tests/integration/hlo_diff_test.py): the three stock model configs
-        # (deepseek3-test keeps its 3 dense layers) through XLA's TPU compiler for v6e-4 (libtpu) at 4 layers,
-        # batch 1, seq 128; scanned as that test runs them, and unrolled, where seed 000's leak grew. Stage
-        # optimized: the after-optimizations module that test diffs, without the TPU codegen it never reads.
-        {"models": ["deepseek3-test", "llama3-8b", "qwen3-1.7b"], "quant": ["none"], "layers": [4],
-         "platform": "tpu", "topology": ["v6e-4"], "stage": "optimized", "overrides": {}},
-        # Inference: MaxEngine's prefill and decode step, unquantized and AQT int8 (quantizing on every call),
-        # then int8 on pre-quantized weights (serve mode), which needs a series of its own. One depth: what a
-        # decode step bakes in is gated per cell, and nothing in it scales with depth the way train RNG state did.
-        {"models": ["llama3-8b"], "quant": ["none", "int8"], "step": ["prefill", "generate"], "layers": [2]},
-        {"models": ["llama3-8b"], "quant": ["int8"], "quant_mode": "serve", "step": ["prefill", "generate"],
-         "layers": [2]},
-    ],
-    # TE's NVFP4 with the Hadamard transform fuses it into the cast only for rows % 64 and columns % 128, and
-    # refuses anything else ("eligible for RHT cast fusion"); deepseek3-test's MoE dims (576) do not fit, on any GPU.
-    "exclude": [{"model": "deepseek3-test", "quant": "te_nvfp4"}],
-    "policy": {},
-    # The stock NNX target's model descriptions (target = "nnx"; targets/nnx_spec.py reads it).
-    "nnx": {},
-    "waive": [
-        {"rule": "rng_scaling", "quant": "int8",
-         "reason": "MaxText's AQT int8 keeps a private RNG stream per quantized dot by design: its "
-                   "rng_type jax.uniform draws at apply time (seed 000)"},
-        *({"rule": "rng_scaling", "model": "deepseek3-test", "quant": quant,
-           "reason": "MaxText 0.2.5 leak found by this gate: MoeBlock's quant_einsums (wi_0, wi_1, wo from "
-                     "create_fp8_einsum) keep forked RNG streams that fp8 never draws, 18 u32 per MoE layer; "
-                     "drop this waiver when MaxText releases them"} for quant in ("fp8", "nanoo_fp8")),
-        *({"rule": "rng_scaling", "quant": quant,
-           "reason": "MaxText 0.2.5's TE bridge keeps a forked Rngs per NVFP4 dot, and TE draws it: sr_rng seeds "
-                     "the stochastic rounding of the DGRAD quantizer (hlo-audit rng: its params streams are drawn "
-                     "by te_dbias_quantize_ffi). Drawn, but it need not be per layer: seed 001 (one shared RNG "
-                     "stream for the bridged NVFP4 quantizers) takes llama3-8b unrolled from 2231 to 887 entry "
-                     "parameters; drop this waiver when MaxText ships it"}
-          for quant in ("te_nvfp4", "te_nvfp4_no_rht")),
-    ],
-}
-DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
-                  "missing_golden": "fail",
-                  "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 _KNOWN_KEYS = frozenset(DEFAULTS)
 # A config is a few kilobytes; anything near this is not one (``--config /dev/zero`` must not fill the memory).
@@ -130,6 +51,8 @@ class Config:
     # target "nnx": model -> its description (targets.nnx_spec), with the library's source digest once resolved.
     nnx: Mapping[str, Mapping] = field(default_factory=dict)
     resolved: bool = False  # the target imported and checked (``resolve``)
+    # The gate's policy: ``policy``'s actions and the ``waivers``, typed (``Policy.of``), built with the config.
+    rules: Policy = field(default_factory=Policy.default)
 
     @property
     def uses_full_depth(self) -> bool:
@@ -268,12 +191,14 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     specs: dict[str, dict] = {}
     if target == nnx_spec.TARGET:
         series, defaulted, specs = _nnx_series(merged, series, defaulted, fail)
+    exclude = _exclude(merged["exclude"], fail)
+    policy = {**DEFAULT_POLICY, **_policy(merged["policy"], fail)}
+    waivers, built_in = _waivers(merged["waive"], fail), "waive" not in raw and bool(merged["waive"])
     return Config(
         source=source, target=target, series=series, memory_tolerance=float(tolerance),
-        cache_dir=cache_dir, golden_dir=golden_dir,
-        exclude=_exclude(merged["exclude"], fail), policy={**DEFAULT_POLICY, **_policy(merged["policy"], fail)},
-        waivers=_waivers(merged["waive"], fail), waivers_built_in="waive" not in raw and bool(merged["waive"]),
-        defaulted=defaulted, nnx=specs,
+        cache_dir=cache_dir, golden_dir=golden_dir, exclude=exclude, policy=policy,
+        waivers=waivers, waivers_built_in=built_in, defaulted=defaulted, nnx=specs,
+        rules=Policy.of(policy, waivers, built_in, source, float(tolerance)),
     )
 
 
@@ -578,96 +503,3 @@ def _string_list(merged: dict, key: str, fail, allow_scalar: bool = False, allow
 def _toml_scalar(value) -> str:
     """MaxText takes config values as command-line strings; TOML booleans become True/False."""
     return str(value)
-
-
-def resolve(config: Config) -> Config:
-    """The config with its target imported and checked: what only an import can tell, found when a command plans
-    its cells (``list`` too), so a misspelled function or factory is one line naming the file and the key, and
-    exit 2, before any cell runs.
-
-    * A callable target (``package.module:function``): the function is imported. Its ``scan`` and ``quant``
-      attributes, where it has them, say which values of those axes it lowers: they are the defaults of every
-      series that leaves the axis out, and a series naming another value is an error.
-    * The nnx target: each model's factory, config callable, fields and optimizer are checked, its full depth read
-      off its config, and the digest of its library's source added to the description its cells carry, so an
-      edit of the library is a cache miss (``targets.nnx.resolve``).
-    * MaxText's target: nothing to import here; MaxText's config system judges its models when a cell lowers.
-    """
-    if config.resolved or config.target == "maxtext":
-        return config
-    # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
-    # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module
-    # already imported and reads nothing).
-    with importing_target():
-        if config.target == nnx_spec.TARGET:
-            return _resolve_nnx(config)
-        return _resolve_callable(config)
-
-
-def _resolve_callable(config: Config) -> Config:
-    from hlo_audit.targets import get_target  # noqa: PLC0415 (imports the user's module)
-
-    try:
-        target = get_target(config.target)
-    except TargetError as exc:
-        raise ConfigError(f"{config.source}: target: {' '.join(str(exc).split())}") from None
-    series = list(config.series)
-    for axis, values_of in (("scan", _declared_scans), ("quant", _declared_quants)):
-        declared = values_of(target, config)
-        if declared is None:
-            continue
-        for i, (axes, defaulted) in enumerate(zip(series, config.defaulted or [frozenset()] * len(series))):
-            field_name = "scans" if axis == "scan" else "quants"
-            if axis in defaulted:
-                series[i] = replace(axes, **{field_name: declared})
-                continue
-            for j, value in enumerate(getattr(axes, field_name)):
-                if value not in declared:
-                    shown = (("on" if value else "off") if axis == "scan" else value)
-                    names = ", ".join(("on" if v else "off") if axis == "scan" else v for v in declared)
-                    prefix = "" if i == 0 else f"matrix[{i - 1}]."
-                    raise ConfigError(f"{config.source}: {prefix}{axis}[{j}]: {config.target} lowers {axis} "
-                                      f"{names} only (its function's {axis} attribute), got {shown!r}")
-    return replace(config, series=tuple(series), resolved=True)
-
-
-def _declared(target, config: Config, axis: str) -> list[str] | None:
-    declared = getattr(getattr(target, "function", None), axis, None)
-    if declared is None or callable(declared):
-        return None
-    declared = [declared] if isinstance(declared, str) else declared
-    if not isinstance(declared, (list, tuple)) or not declared or not all(isinstance(v, str) for v in declared):
-        raise ConfigError(f"{config.source}: target: {config.target}'s {axis} attribute: expected a list of "
-                          f"strings, got {declared!r}")
-    for value in declared:
-        if axis == "scan" and value not in ("on", "off"):
-            raise ConfigError(f"{config.source}: target: {config.target}'s scan attribute: expected 'on' and/or "
-                              f"'off', got {value!r}")
-        if problem := id_part_problem(value):
-            raise ConfigError(f"{config.source}: target: {config.target}'s {axis} attribute: {value!r} {problem}")
-    return list(dict.fromkeys(declared))
-
-
-def _declared_scans(target, config: Config) -> tuple[bool, ...] | None:
-    declared = _declared(target, config, "scan")
-    return None if declared is None else tuple(v == "on" for v in declared)
-
-
-def _declared_quants(target, config: Config) -> tuple[str, ...] | None:
-    declared = _declared(target, config, "quant")
-    return None if declared is None else tuple(declared)
-
-
-def _resolve_nnx(config: Config) -> Config:
-    from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax, optax and the model's library)
-
-    resolved = {}
-    for model, spec in config.nnx.items():
-        try:
-            resolved[model] = nnx.resolve(spec)
-        except nnx_spec.SpecError as exc:
-            whose = "" if f".{model}." in f"{exc.key}." else f" (model {model!r})"
-            raise ConfigError(f"{config.source}: {exc.key}: {' '.join(str(exc).split())}{whose}") from None
-    series = tuple(replace(axes, overrides={m: {nnx_spec.SPEC_KEY: nnx_spec.to_json(resolved[m])}
-                                            for m in axes.models}) for axes in config.series)
-    return replace(config, series=series, nnx=resolved, resolved=True)

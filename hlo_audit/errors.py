@@ -17,24 +17,20 @@ from hlo_audit import termination
 from hlo_audit.cache import CacheError
 from hlo_audit.config import ConfigError
 from hlo_audit.files import OutputError
-from hlo_audit.golden import GoldenError
+from hlo_audit.golden.snapshot import GoldenError
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MatrixError
 from hlo_audit.preflight import EnvironmentProblem
+from hlo_audit.usage import InputError
 
 EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
-
-
-class InputError(Exception):
-    """Bad input or usage the user can fix; the message names what and where."""
-
 
 USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError,
                CacheError, EnvironmentProblem)
 
 
-def report(message: object) -> None:
+def print_error(message: object) -> None:
     """The one line a user error prints on stderr (control characters in it made visible: it may quote input)."""
     print(f"hlo-audit: error: {_one_line(message)}", file=sys.stderr)
 
@@ -64,10 +60,10 @@ class OneLineUsageErrors(TyperGroup):
         except click_errors.NoArgsIsHelpError:  # the help is printed already
             sys.exit(EXIT_INPUT_ERROR)
         except click_errors.UsageError as exc:
-            report(usage_line(exc))
+            print_error(usage_line(exc))
             sys.exit(EXIT_INPUT_ERROR)
         except click_errors.ClickException as exc:
-            report(exc.format_message())
+            print_error(exc.format_message())
             sys.exit(exc.exit_code)
         except typer.Abort:  # end of input at a prompt (hlo-audit asks none)
             sys.exit(EXIT_INPUT_ERROR)
@@ -88,7 +84,7 @@ def exit_on_input_error(fn):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
-            report(exc)
+            print_error(exc)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
         except KeyboardInterrupt as stop:  # Ctrl-C, and SIGTERM / SIGHUP the same way (hlo_audit.termination)
             termination.announce(stop)

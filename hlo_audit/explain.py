@@ -5,8 +5,9 @@ read as three parts: the prefix up to the innermost layer container (``state.mod
 module path inside a layer (``mlp.wi_0``) and the state itself (``AqtDotGeneral_0.to_nnx__rngs.*`` for RNG
 state: the module that holds the streams and its own holder; the variable name, ``kernel``, otherwise). The
 layer container is the one ``hlo.params.fold_layers`` found by structure (a run of identical sub-trees folded to
-``foo_*`` or ``*``, or a stacked axis), carried in each parameter's record as ``layer_prefix``; a record
-without that key (a result stored before it existed) falls back to the names ``layers``, ``blocks`` and ``h``.
+``foo_*`` or ``*``, or a stacked axis), carried in each parameter as ``layer_prefix``; a parameter recorded
+without it (``analysed.BY_NAME``: a result stored before it existed) falls back to the names ``layers``, ``blocks``
+and ``h``, as captured arrays do.
 The tree's first level is the *family*, prefix and state with the module path wildcarded
 (``state.model.decoder.layers_*.*.AqtDotGeneral_0.to_nnx__rngs.*``): the same kind of state in every module of
 every layer, which is how per-layer bloat shows up (seven quantized dots x 32 layers x 3 streams x key and
@@ -21,9 +22,11 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# The names-only fallback for a record without `layer_prefix`: `layers_*` (unrolled), `layers` (scanned), `blocks_*`...
+from hlo_audit.analysed import BY_NAME, CapturedArray, Param, StreamVerdict
+
+# The names-only fallback without a `layer_prefix`: `layers_*` (unrolled), `layers` (scanned), `blocks_*`...
 _LAYER_CONTAINER = re.compile(r"^(layers?|blocks?|h)(_\*)?$")
-_BY_NAME = object()  # split_pattern's default: find the layer container by name
+_BY_NAME = BY_NAME  # split_pattern's default: find the layer container by name
 
 
 @dataclass
@@ -41,13 +44,13 @@ class Node:
     dead_rng: int = 0  # parameters of RNG streams the step never draws from (`hlo-audit rng`: carried)
     drawn_rng: int = 0  # parameters of RNG streams it does draw from: needed, though perhaps not per layer
 
-    def add(self, param: Mapping) -> None:
+    def add(self, param: Param | CapturedArray, verdict: StreamVerdict | None = None) -> None:
         self.count += 1
-        self.bytes += param["bytes"]
-        self.by_role[param["role"]] += 1
-        self.by_dtype[param["dtype"]] += 1
-        self.dead_rng += param.get("rng_verdict") == "carried"
-        self.drawn_rng += param.get("rng_verdict") == "drawn"
+        self.bytes += param.bytes
+        self.by_role[param.role.value] += 1
+        self.by_dtype[param.dtype] += 1
+        self.dead_rng += verdict is StreamVerdict.CARRIED
+        self.drawn_rng += verdict is StreamVerdict.DRAWN
 
     def child(self, name: str) -> "Node":
         if name not in self.children:
@@ -98,27 +101,31 @@ def split_pattern(pattern: str, layer_prefix: str | None | object = _BY_NAME) ->
     return ".".join(parts[:start] + ["*"] + parts[end:]), middle
 
 
-def build_tree(params: Iterable[Mapping], name: str) -> Node:
-    """Every parameter counted at the root, its family and each module-path level below it.
+def build_tree(params: Iterable[Param | CapturedArray], name: str,
+               verdicts: Mapping[int, StreamVerdict] | None = None) -> Node:
+    """Every parameter counted at the root, its family and each module-path level below it; ``verdicts``: each RNG
+    parameter's stream verdict, by parameter number.
 
     A family that holds one pattern only is named by that pattern (nothing is wildcarded) and has no children.
     """
     params = list(params)
-    split = {p["pattern"]: split_pattern(p["pattern"], p.get("layer_prefix", _BY_NAME)) for p in params}
+    verdicts = verdicts or {}
+    split = {p.pattern: split_pattern(p.pattern, getattr(p, "layer_prefix", _BY_NAME)) for p in params}
     patterns_of: dict[str, set[str]] = {}
     for pattern, (family, _) in split.items():
         patterns_of.setdefault(family, set()).add(pattern)
     root = Node(name)
     for p in params:
-        root.add(p)
-        family, middle = split[p["pattern"]]
+        verdict = verdicts.get(p.index) if isinstance(p, Param) else None
+        root.add(p, verdict)
+        family, middle = split[p.pattern]
         if len(patterns_of[family]) == 1:
-            family, middle = p["pattern"], []
+            family, middle = p.pattern, []
         node = root.child(family)
-        node.add(p)
+        node.add(p, verdict)
         for part in middle:
             node = node.child(part)
-            node.add(p)
+            node.add(p, verdict)
     return root
 
 
@@ -147,6 +154,7 @@ def prune(node: Node, depth: int, top: int, merge: bool = True) -> Node:
     return kept
 
 
-def explain(params: Iterable[Mapping], name: str, depth: int = 3, top: int = 8) -> Node:
-    """The explain tree of one module's entry parameters (dicts with pattern, role, dtype, bytes)."""
-    return prune(build_tree(params, name), depth, top, merge=False)
+def explain(params: Iterable[Param | CapturedArray], name: str, depth: int = 3, top: int = 8,
+            verdicts: Mapping[int, StreamVerdict] | None = None) -> Node:
+    """The explain tree of one module's entry parameters (or captured arrays)."""
+    return prune(build_tree(params, name, verdicts), depth, top, merge=False)

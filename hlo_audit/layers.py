@@ -12,16 +12,24 @@ import fnmatch
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Shared words and leaves: records, the host process, jax's argument paths, MaxText's vocabulary.
-    ("words", ("layers", "lowering", "host", "preflight", "files", "attribution", "capture", "targets.vocab")),
+    # report.escape: how a string from input is made safe for each sink (every layer that prints uses it).
+    ("words", ("layers", "lowering", "host", "preflight", "files", "usage", "attribution", "capture",
+               "targets.vocab", "report.escape")),
     ("platforms", ("platforms", "platforms.*")),
-    ("cells", ("matrix", "results")),
+    ("cells", ("matrix",)),
     ("stages", ("stages", "stages.*")),
     ("targets", ("targets", "targets.*")),
-    ("running", ("config", "cache", "run", "termination")),
-    ("judging", ("golden", "gate", "scaling", "matrix_report", "explain")),
-    ("formats", ("report", "report.*")),
-    ("commands", ("audit", "errors", "streams", "scaffold", "cli", "pytest_plugin", "__main__", "", "examples",
-                  "examples.*")),
+    # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
+    # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
+    ("records", ("analysed", "results", "policy", "findings")),
+    # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
+    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
+    # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
+    ("judging", ("golden", "golden.*", "scaling", "outcome", "gate", "explain", "inputs")),
+    # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
+    ("formats", ("report", "report.*", "merge")),
+    ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",
+                  "examples", "examples.*")),
 )
 # The HLO core: jax-free, below everything, importing nothing outside itself.
 CORE = ("hlo", "hlo.*")

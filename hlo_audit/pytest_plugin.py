@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from hlo_audit import audit
+from hlo_audit.report.words import message
 
 
 def pytest_addoption(parser):
@@ -47,16 +48,14 @@ class HloAuditItem(pytest.Item):
 
     def runtest(self):
         # The cell and the rest of its depth series (the RNG-scaling rule needs every depth).
-        series = [c for c in self.plan.cells if c.series == self.cell.series]
-        subset = audit.Plan(self.plan.config, series)
-        results = list(audit.execute(subset))
-        report = audit.check(subset, results, report_stale=False)
-        mine = [f for f in report.findings if f.cell == self.cell.id]
+        subset = self.plan.of_cells(self.plan.series_cells(self.cell))
+        outcome = audit.check(subset, list(audit.execute(subset)), report_stale=False)
+        mine = [f for f in outcome.findings if f.cell == self.cell.id]
         if any(f.severity == "unavailable" for f in mine):
-            pytest.skip(mine[0].message)
+            pytest.skip(message(mine[0]))
         failing = [f for f in mine if f.failing]
         if failing:
-            raise CellFailure("\n".join(f"{f.rule}: {f.message}" for f in failing))
+            raise CellFailure("\n".join(f"{f.rule}: {message(f)}" for f in failing))
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, CellFailure):

@@ -1,36 +1,55 @@
-"""What running and judging cells produce: one ``CellResult`` per cell, ``Finding``s about it, their severities.
+"""What running a cell produces: one frozen ``CellResult`` per cell, typed from the lowering to the formatters.
 
-Records only (and what can be read off them), so formatters can take them without importing what made them.
+A result is made once, where the cell ran (``run``), and read everywhere after; it leaves the process as a record
+only through ``to_record`` / ``from_record`` (the results cache's entries, a worker process's answer), defined here
+beside the type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
 
+from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
+from hlo_audit.usage import InputError
 
-# Least to most severe: a cell's verdict is its worst finding's.
-SEVERITIES = ("ok", "improvement", "advisory", "waived", "stale", "unavailable", "regression", "error")
-FAILING = frozenset({"regression", "error"})
+Record = dict[str, Any]  # a record of the results cache's schema (an edge: JSON in and out)
 
 
-@dataclass
+class Status(StrEnum):
+    """Whether a cell lowered here: ok, unavailable on this host (said why), or failed (said why)."""
+
+    OK = "ok"
+    UNAVAILABLE = "unavailable"
+    ERROR = "error"
+
+
+def summary_of(record: Mapping) -> ParamSummary:
+    """A summary from its record (a result's, or the counts a golden or a shard's JSON keeps of it)."""
+    return ParamSummary(entry_params=record["entry_params"], by_dtype=record["by_dtype"], by_role=record["by_role"],
+                        groups=record["groups"], bytes_by_role=record.get("bytes_by_role", {}))
+
+
+@dataclass(frozen=True)
 class CellResult:
     cell: Cell
-    status: str  # ok | unavailable | error
+    status: Status
     message: str = ""
-    summary: dict | None = None  # entry_params, by_dtype, by_role, groups, bytes_by_role
-    params: list[dict] = field(default_factory=list)  # per entry parameter: path, role, dtype, dims, bytes
-    opcodes: dict[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
-    rng: dict | None = None  # RNG streams drawn / carried / unknown (RngReport.to_record)
-    memory: dict | None = None  # optimized and compiled cells: bytes by MEMORY_KINDS key
-    cost: dict | None = None  # optimized and compiled cells: flops, transcendentals, bytes_accessed
-    constants: dict | None = None  # constants, large ones, literal keys, captured arrays (ConstantReport.to_record)
-    # GPU cells of stage optimized and compiled: what one step launches (hlo.thunks.LaunchReport.to_record)
-    launches: dict | None = None
-    # What the exact HLO text depends on besides the model: versions, toolchain, platform, stage (golden.py).
-    environment: dict[str, str] = field(default_factory=dict)
+    summary: ParamSummary | None = None  # entry parameters in all, by dtype, role and path pattern
+    params: tuple[Param, ...] = ()
+    opcodes: Mapping[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
+    rng: RngSummary | None = None
+    memory: Mapping[str, int] | None = None  # optimized and compiled cells: bytes by MEMORY_KINDS key
+    cost: Mapping[str, float] | None = None  # optimized and compiled cells: flops, transcendentals, bytes_accessed
+    constants: Constants | None = None
+    launches: Launches | None = None  # GPU cells of stage optimized and compiled: what one step launches
+    # What the exact HLO text depends on besides the model: versions, toolchain, platform, stage.
+    environment: Mapping[str, str] = field(default_factory=dict)
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
     cached: bool = False
@@ -39,69 +58,116 @@ class CellResult:
     # The canonical text (text-derived paths) when just analysed: what goldens keep, computed with the parse.
     normalized: str | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.status, Status):  # "ok" as a caller may spell it
+            object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    def canonical_text(self) -> str:
+        """The cell's canonical text, what its golden keeps. ``run.run_cells`` gives every ok result its own: computed
+        with the analysis, or read from the cache with the result and verified there (a truncated or foreign text is
+        a miss, never a golden)."""
+        if self.normalized is not None:
+            return self.normalized
+        if self.text is None:
+            raise InputError(f"{self.cell.id}: its canonical text is not known (a result not from run_cells); "
+                             "run the cell again")
+        # Text-derived paths on both sides of the comparison, so golden and check always agree on names.
+        return analyze(self.text, self.cell.id).normalized
+
     @property
     def entry_params(self) -> int | None:
-        return self.summary["entry_params"] if self.summary else None
+        return self.summary.entry_params if self.summary else None
 
     def count(self, kind: str, name: str) -> int:
         """by_dtype / by_role lookup, 0 when absent."""
-        return self.summary[kind].get(name, 0) if self.summary else 0
+        return getattr(self.summary, kind).get(name, 0) if self.summary else 0
 
     def by_dtype_role(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(dtype, role) -> (parameters, bytes)."""
         counts: dict[tuple[str, str], tuple[int, int]] = {}
         for p in self.params:
-            n, size = counts.get((p["dtype"], p["role"]), (0, 0))
-            counts[p["dtype"], p["role"]] = (n + 1, size + p["bytes"])
+            n, size = counts.get((p.dtype, p.role.value), (0, 0))
+            counts[p.dtype, p.role.value] = (n + 1, size + p.bytes)
         return counts
 
     def groups_by_role(self) -> dict[str, dict[str, int]]:
         """Each path pattern's parameters by role (``...to_nnx__rngs.*``: rng_key 42, rng_count 42)."""
         groups: dict[str, dict[str, int]] = {}
         for p in self.params:
-            roles = groups.setdefault(p["pattern"], {})
-            roles[p["role"]] = roles.get(p["role"], 0) + 1
+            roles = groups.setdefault(p.pattern, {})
+            roles[p.role.value] = roles.get(p.role.value, 0) + 1
         return {pattern: dict(sorted(roles.items())) for pattern, roles in sorted(groups.items())}
 
     @property
-    def captured(self) -> dict | None:
-        """What the step closes over (captured_summary plus ``arrays_list``); None when not known."""
-        return self.constants.get("captured") if self.constants else None
+    def captured(self):
+        """What the step closes over (``analysed.CapturedState``); None when not known."""
+        return self.constants.captured if self.constants else None
 
     @property
     def kernels(self) -> int | None:
         """Launches per step (GPU cells of stage optimized and compiled), None where nothing is known of them."""
-        return self.launches["total"] if self.launches else None
+        return self.launches.total if self.launches else None
 
     @property
     def rng_params(self) -> int:
-        return self.count("by_role", "rng_key") + self.count("by_role", "rng_count")
+        return self.count("by_role", Role.RNG_KEY) + self.count("by_role", Role.RNG_COUNT)
 
-    def to_record(self) -> dict:
-        record = asdict(self)
-        record["cell"] = {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]}
-        for transient in ("cached", "text", "normalized"):
-            record.pop(transient)
-        return record
+    def to_record(self) -> Record:
+        """The results cache's record (without what is transient: cached, the texts)."""
+        return {
+            "cell": {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]},
+            "status": self.status.value, "message": self.message,
+            "summary": None if self.summary is None else asdict(self.summary),
+            "params": [p.to_record() for p in self.params], "opcodes": dict(self.opcodes),
+            "rng": None if self.rng is None else self.rng.to_record(),
+            "memory": None if self.memory is None else dict(self.memory),
+            "cost": None if self.cost is None else dict(self.cost),
+            "constants": None if self.constants is None else self.constants.to_record(),
+            "launches": None if self.launches is None else self.launches.to_record(),
+            "environment": dict(self.environment), "hlo_sha256": self.hlo_sha256,
+            "lower_seconds": self.lower_seconds, "key": self.key,
+        }
 
     @classmethod
-    def from_record(cls, record: dict, cached: bool = False) -> "CellResult":
-        cell_fields = {**record["cell"], "overrides": tuple(tuple(kv) for kv in record["cell"]["overrides"])}
-        return cls(**{**record, "cell": Cell(**cell_fields), "cached": cached})
+    def from_record(cls, record: Mapping, cached: bool = False) -> CellResult:
+        cell = record["cell"]
+        return cls(
+            cell=Cell(**{**cell, "overrides": tuple(tuple(kv) for kv in cell["overrides"])}),
+            status=Status(record["status"]), message=record["message"],
+            summary=None if record["summary"] is None else summary_of(record["summary"]),
+            params=tuple(Param.from_record(p) for p in record["params"]), opcodes=record["opcodes"],
+            rng=None if record["rng"] is None else RngSummary.from_record(record["rng"]),
+            memory=record["memory"], cost=record["cost"],
+            constants=None if record["constants"] is None else Constants.from_record(record["constants"]),
+            launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
+            environment=record["environment"], hlo_sha256=record["hlo_sha256"],
+            lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
 
 
-@dataclass
-class Finding:
-    cell: str
-    severity: str
-    rule: str
-    message: str
-    details: dict = field(default_factory=dict)
+class Severity(StrEnum):
+    """What the gate says of a finding, least to most severe: a cell's verdict is its worst finding's."""
+
+    OK = "ok"
+    IMPROVEMENT = "improvement"
+    ADVISORY = "advisory"
+    WAIVED = "waived"
+    STALE = "stale"
+    UNAVAILABLE = "unavailable"
+    REGRESSION = "regression"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
 
     @property
     def failing(self) -> bool:
-        return self.severity in FAILING
+        return self in (Severity.REGRESSION, Severity.ERROR)
 
 
-def worst(findings: Iterable[Finding]) -> str:
-    return max((f.severity for f in findings), key=SEVERITIES.index, default="ok")
+_RANK = {s: i for i, s in enumerate(Severity)}
+SEVERITIES = tuple(s.value for s in Severity)

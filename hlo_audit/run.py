@@ -14,11 +14,13 @@ import sysconfig
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit import host, platforms, preflight, termination
+from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache, importing_target, lowering_key, reads_after, recording_environment
+from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.normalize import normalize
@@ -26,7 +28,8 @@ from hlo_audit.hlo.text import HloParseError
 from hlo_audit.hlo.thunks import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
-from hlo_audit.results import CellResult
+from hlo_audit.plan import Plan
+from hlo_audit.results import CellResult, Status
 from hlo_audit.targets import get_target
 
 # Distributions every cell's HLO depends on, whatever its target and platform.
@@ -49,11 +52,11 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
                        lowering.literal_digests)
     launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
     return CellResult(
-        cell=cell, status="ok", message=lowering.note, summary=asdict(analysis.summary),
-        params=[p.to_record() for p in analysis.params],
-        opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=analysis.rng.to_record(),
-        memory=lowering.memory, cost=lowering.cost, constants=analysis.constants.to_record(), environment=env,
-        launches=launches.to_record() if launches is not None else None,
+        cell=cell, status=Status.OK, message=lowering.note, summary=analysis.summary,
+        params=tuple(Param.of(p) for p in analysis.params),
+        opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=RngSummary.of(analysis.rng),
+        memory=lowering.memory, cost=lowering.cost, constants=Constants.of(analysis.constants), environment=env,
+        launches=Launches.of(launches) if launches is not None else None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),
@@ -64,7 +67,7 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, dict | None]:
+def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, Reads | None]:
     """Lower and analyse one cell; never raises (runs in worker processes too). The third item is what the
     lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
     started = time.perf_counter()
@@ -77,14 +80,15 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
         reads = reads_after(window)
         return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering, reads
     except Unavailable as exc:
-        return CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key), None, None
+        return CellResult(cell=cell, status=Status.UNAVAILABLE, message=one_line(exc), key=key), None, None
     except HloParseError as exc:
-        return CellResult(cell=cell, status="error", message=f"unparseable HLO: {one_line(exc)}", key=key), None, None
+        return (CellResult(cell=cell, status=Status.ERROR, message=f"unparseable HLO: {one_line(exc)}", key=key),
+                None, None)
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
-        return CellResult(cell=cell, status="error", message=detail, key=key), None, None
+        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key), None, None
 
 
 def _where(exc: BaseException) -> str:
@@ -100,6 +104,7 @@ def _where(exc: BaseException) -> str:
 
 
 _TARGETS: dict[str, object] = {}
+_FINGERPRINTS: dict[str, str] = {}
 
 
 def _target(spec: str):
@@ -111,11 +116,20 @@ def _target(spec: str):
     return _TARGETS[spec]
 
 
-def _worker(target_spec: str, cell: Cell, key: str) -> tuple[dict, str | None, Lowering | None, dict | None]:
-    """In a worker process: the result as a record (plus its canonical text, which records leave out)."""
+def _keyed_target(spec: str) -> tuple[object, str]:
+    """The target and its fingerprint (part of every cell's cache key), taken once per process as the target is
+    built: the fingerprint of the code this process loaded (an edit after it is a later process's to key)."""
+    if spec not in _FINGERPRINTS:
+        with importing_target():
+            target = _TARGETS[spec] if spec in _TARGETS else get_target(spec)
+            _TARGETS[spec], _FINGERPRINTS[spec] = target, target.fingerprint()
+    return _TARGETS[spec], _FINGERPRINTS[spec]
+
+
+def _worker(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, Reads | None]:
+    """In a worker process: the result (pickled back whole, its canonical text with it), the lowering, its reads."""
     host.setup_own_process()
-    result, lowering, reads = _lower_one(target_spec, cell, key)
-    return result.to_record(), result.normalized, lowering, reads
+    return _lower_one(target_spec, cell, key)
 
 
 def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
@@ -128,12 +142,12 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
     pending: list[tuple[Cell, str]] = []
     for cell in cells:
         try:
-            target = _target(cell.target)
-            key = lowering_key(cell, target.fingerprint())
+            target, fingerprint = _keyed_target(cell.target)
+            key = lowering_key(cell, fingerprint)
         except preflight.EnvironmentProblem:
             raise  # not the target's fault: no cell runs here
         except Exception as exc:  # noqa: BLE001 (bad target spec: every cell of it is an error row)
-            yield CellResult(cell=cell, status="error", message=one_line(exc))
+            yield CellResult(cell=cell, status=Status.ERROR, message=one_line(exc))
             continue
         entry = cache.lookup(key, cell.id)
         cached = cache.get_result(entry, cell.id) if entry else None
@@ -143,14 +157,13 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
         try:
             target.check_available(cell)
         except Unavailable as exc:
-            yield CellResult(cell=cell, status="unavailable", message=one_line(exc), key=key)
+            yield CellResult(cell=cell, status=Status.UNAVAILABLE, message=one_line(exc), key=key)
             continue
         hit = cache.get_lowering(entry, cell.id) if entry else None
         if hit is not None:  # lowered before, analysis code changed since (or its result did not verify)
             text, meta = hit
-            result = analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), entry,
-                                      environment(target, cell))
-            result.cached, result.text = True, text
+            result = replace(analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), entry,
+                                              environment(target, cell)), cached=True, text=text)
             cache.put_result(entry, result)
             yield result
             continue
@@ -158,10 +171,10 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
     yield from _lower_pending(pending, cache, jobs, started or (lambda cell: None))
 
 
-def _store(cache: Cache, result: CellResult, lowering: Lowering | None, reads: dict | None) -> CellResult:
-    if result.status == "ok" and lowering is not None and reads is not None:
-        result.text = lowering.text
-        cache.put(result.key, result, lowering, reads)
+def _store(cache: Cache, result: CellResult, lowering: Lowering | None, reads: Reads | None) -> CellResult:
+    """A result just lowered, stored: with its text, keyed by its cache entry (``Cache.put``)."""
+    if result.ok and lowering is not None and reads is not None:
+        return cache.put(result.key, replace(result, text=lowering.text), lowering, reads)
     return result
 
 
@@ -191,14 +204,22 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
                 started(pending[workers + n][0])
             cell, key = futures[future]
             try:
-                record, normalized, lowering, reads = future.result()
+                result, lowering, reads = future.result()
             except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
-                yield CellResult(cell=cell, status="error", message=f"worker process failed: {one_line(exc)}", key=key)
+                yield CellResult(cell=cell, status=Status.ERROR, message=f"worker process failed: {one_line(exc)}",
+                                 key=key)
                 continue
-            result = CellResult.from_record(record)
-            result.normalized = normalized
             yield _store(cache, result, lowering, reads)
     except BaseException:  # stopped (a signal, the consumer gone): never wait minutes for the cells in flight
         termination.abandon_pool(pool)
         raise
     pool.shutdown(wait=True)
+
+
+def execute(plan: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = False,
+            started: Callable[[Cell], None] | None = None) -> Iterator[CellResult]:
+    """Every planned cell's result (``run_cells``). ``use_cache=False``: the cache is neither read nor written;
+    ``refresh``: every cell is lowered again and its entry rewritten; ``started(cell)``: called when a cell's
+    lowering begins."""
+    cache = Cache(plan.config.cache_dir, enabled=use_cache, refresh=refresh)
+    yield from run_cells(plan.cells, cache, jobs=jobs, started=started)

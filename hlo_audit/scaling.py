@@ -14,7 +14,7 @@ that the shallowest has not (``hlo.thunks.group_delta``).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from hlo_audit.hlo.thunks import LaunchGroup, group_delta
@@ -37,6 +37,24 @@ class Line:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """A series' counts at one depth (the model's full depth by default), rounded: counts are integers."""
+
+    layers: int
+    entry_params: int
+    by_dtype: Mapping[str, int]  # dtypes whose count is not 0
+    by_role: Mapping[str, int]
+    launches: Mapping[str, int] | None = None  # GPU series: launches per step by LAUNCH_COUNTS key
+
+    def to_record(self) -> dict:
+        record = {"layers": self.layers, "entry_params": self.entry_params, "by_dtype": dict(self.by_dtype),
+                  "by_role": dict(self.by_role)}
+        if self.launches is not None:
+            record["launches"] = dict(self.launches)
+        return record
+
+
+@dataclass(frozen=True)
 class Series:
     cell: Cell  # the shallowest measured cell of the series
     depths: tuple[int, ...]
@@ -53,17 +71,21 @@ class Series:
     def id(self) -> str:
         return self.cell.series_id()
 
-    def projected(self, layers: int | None = None) -> dict:
-        """Counts at ``layers`` (default: the model's full depth), rounded: counts are integers."""
+    def projection(self, layers: int | None = None) -> Projection | None:
+        """Counts at ``layers`` (default: the model's full depth); None when the depth is not known."""
         depth = layers if layers is not None else self.full_depth
         if depth is None:
-            return {}
-        projection = {"layers": depth, "entry_params": round(self.total.at(depth)),
-                      "by_dtype": {k: round(v.at(depth)) for k, v in self.by_dtype.items() if round(v.at(depth))},
-                      "by_role": {k: round(v.at(depth)) for k, v in self.by_role.items() if round(v.at(depth))}}
-        if self.launches:
-            projection["launches"] = {k: round(v.at(depth)) for k, v in self.launches.items()}
-        return projection
+            return None
+        return Projection(
+            layers=depth, entry_params=round(self.total.at(depth)),
+            by_dtype={k: round(v.at(depth)) for k, v in self.by_dtype.items() if round(v.at(depth))},
+            by_role={k: round(v.at(depth)) for k, v in self.by_role.items() if round(v.at(depth))},
+            launches={k: round(v.at(depth)) for k, v in self.launches.items()} if self.launches else None)
+
+    def projected(self, layers: int | None = None) -> dict:
+        """The projection's record, as the scaling JSON prints it (``{}`` when the depth is not known)."""
+        projection = self.projection(layers)
+        return projection.to_record() if projection is not None else {}
 
 
 def fit_line(points: list[tuple[int, int]]) -> Line:
@@ -88,7 +110,7 @@ def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | 
     """One Series per group of ok cells that differ only in depth and cover two or more depths."""
     groups: dict[tuple, dict[int, CellResult]] = defaultdict(dict)
     for r in results:
-        if r.status == "ok":
+        if r.ok:
             groups[r.cell.series][r.cell.layers] = r
     series = []
     for by_depth in groups.values():
@@ -102,18 +124,18 @@ def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | 
                 return fit_line([(d, r.entry_params) for d, r in zip(depths, rows)])
             return fit_line([(d, r.count(kind, name)) for d, r in zip(depths, rows)])
 
-        dtypes = sorted({k for r in rows for k in r.summary["by_dtype"]})
-        roles = sorted({k for r in rows for k in r.summary["by_role"]})
+        dtypes = sorted({k for r in rows for k in r.summary.by_dtype})
+        roles = sorted({k for r in rows for k in r.summary.by_role})
         model = rows[0].cell.model
         launched = all(r.launches for r in rows)
         series.append(Series(
             cell=rows[0].cell, depths=depths, total=line(None),
             by_dtype={k: line("by_dtype", k) for k in dtypes}, by_role={k: line("by_role", k) for k in roles},
             full_depth=_safe_depth(full_depth, model),
-            launches={k: fit_line([(d, r.launches.get(k, 0)) for d, r in zip(depths, rows)]) for k in LAUNCH_COUNTS}
-            if launched else None,
-            launch_groups=tuple(group_delta(rows[0].launches.get("groups", {}), rows[-1].launches.get("groups", {}),
-                                            reading=RNG_ROLES)) if launched else (),
+            launches={k: fit_line([(d, getattr(r.launches, k)) for d, r in zip(depths, rows)])
+                      for k in LAUNCH_COUNTS} if launched else None,
+            launch_groups=tuple(group_delta(rows[0].launches.groups, rows[-1].launches.groups, reading=RNG_ROLES))
+            if launched else (),
         ))
     return sorted(series, key=lambda s: s.id)
 

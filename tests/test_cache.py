@@ -21,6 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from hlo_audit import cache as cache_module
+from hlo_audit.cache import key as cache_key
+from hlo_audit.cache import store as cache_store
 from hlo_audit import layers
 from hlo_audit.cache import Cache, entry_files, lowering_key, lowering_sources, source_fingerprint
 from hlo_audit.cli import app
@@ -258,7 +260,7 @@ def test_environment_variables_the_target_reads_are_part_of_the_key(tmp_path):
 def test_the_lowering_side_is_keyed_by_the_layer_table(tmp_path):
     """Every module the layer table puts at or below the targets is hashed (a copy of the package, each edited)."""
     copy = tmp_path / "hlo_audit"
-    shutil.copytree(Path(cache_module.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(cache_module.__file__).parent.parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     sources = lowering_sources(copy)
     relative = {p.relative_to(copy).as_posix() for p in sources}
     assert relative == {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")
@@ -283,7 +285,7 @@ def test_a_lowering_side_edit_lowers_again(tmp_path, monkeypatch):
     (fresh,) = run_cells([cell], Cache(tmp_path))
     (hit,) = run_cells([cell], Cache(tmp_path))
     assert not fresh.cached and hit.cached and hit.entry_params == fresh.entry_params == 9
-    monkeypatch.setattr(cache_module, "lowering_fingerprint", lambda: "an edited stages/optimized.py")
+    monkeypatch.setattr(cache_key, "lowering_fingerprint", lambda: "an edited stages/optimized.py")
     (edited,) = run_cells([cell], Cache(tmp_path))
     assert not edited.cached and edited.entry_params == 9
 
@@ -502,10 +504,10 @@ def test_a_well_formed_entry_of_another_shape(warm):
     project, baseline = warm
     entries = _entries(project)["mlp/scan-off/dropout0/L2"]
     header = json.loads(entries["result"].read_text())["hlo-audit-cache"]
-    entries["result"].write_text(cache_module._json_entry({k: v for k, v in header.items() if k != "sha256"},
+    entries["result"].write_text(cache_store._json_entry({k: v for k, v in header.items() if k != "sha256"},
                                                           {"cell": "mlp", "entry_params": 8}))
     meta = json.loads(entries["lowering"].read_text())["hlo-audit-cache"]
-    entries["lowering"].write_text(cache_module._json_entry({k: v for k, v in meta.items() if k != "sha256"},
+    entries["lowering"].write_text(cache_store._json_entry({k: v for k, v in meta.items() if k != "sha256"},
                                                             ["not", "a", "record"]))
     _rerun(project, baseline, damaged=2)
 

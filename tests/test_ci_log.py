@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 
 from hlo_audit import audit
 from hlo_audit.cli import app
-from hlo_audit.report import progress, terminal, terminal_report, terminal_tree
+from hlo_audit import progress
+from hlo_audit.report import terminal, terminal_report, terminal_tree
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "a-model-whose-cell-ids-are-sixty-characters"

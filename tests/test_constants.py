@@ -166,8 +166,8 @@ def test_captured_state_survives_the_cache_and_a_reanalysis(tmp_path, monkeypatc
     cell = Cell(model="table", scan=False, quant="none", layers=1, target="closing_target:lower")
     cache = Cache(tmp_path / "cache")
     (fresh,) = run_cells([cell], cache)
-    assert fresh.captured["arrays"] == 1 and fresh.captured["by_dtype"] == {"f32": 1}
-    assert fresh.captured["arrays_list"][0]["path"] is None  # no tree names it: the function's own global
+    assert fresh.captured.arrays == 1 and fresh.captured.by_dtype == {"f32": 1}
+    assert fresh.captured.arrays_list[0].path is None  # no tree names it: the function's own global
     (cached,) = run_cells([cell], cache)
     assert cached.cached and cached.constants == fresh.constants
     for result in (tmp_path / "cache").rglob("*.result.json"):  # analysis code changed: re-read the lowering

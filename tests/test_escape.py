@@ -27,9 +27,10 @@ from typer.testing import CliRunner
 
 from hlo_audit import audit
 from hlo_audit.cli import app
-from hlo_audit.gate import CheckReport
+from hlo_audit.outcome import Outcome
 from hlo_audit.report import escape, html as html_format, junit, jsonfmt, markdown, terminal
 from hlo_audit.report.escape import visible
+from hlo_audit.report.words import message
 
 HOSTILE = {
     "newline": "first line\n## Everything passed",
@@ -248,18 +249,18 @@ def hostile_report(hostile_project):
     waived = [f for f in report.findings if f.severity == "waived"]
     errors = [f for f in report.findings if f.severity == "error"]
     # The hostile text really reached the findings: the waiver's reason and the target's exception.
-    assert waived and all("\x1b]0;pwned\x07" in f.message and "\n## Everything" in f.message for f in waived)
-    assert len(errors) == 4 and all("\x1b]0;pwned\x07" in f.message for f in errors)
+    assert waived and all("\x1b]0;pwned\x07" in message(f) and "\n## Everything" in message(f) for f in waived)
+    assert len(errors) == 4 and all("\x1b]0;pwned\x07" in message(f) for f in errors)
     return report
 
 
-def _with_hostile_ids(report: CheckReport) -> CheckReport:
+def _with_hostile_ids(report: Outcome) -> Outcome:
     """The same report with a hostile model name in every cell id (what a merged shard JSON may hold)."""
     model = "m" + "".join(HOSTILE.values()).replace("/", "")
     results = [dataclasses.replace(r, cell=dataclasses.replace(r.cell, model=model)) for r in report.results]
     ids = {r.cell.id: n.cell.id for r, n in zip(report.results, results)}
     findings = [dataclasses.replace(f, cell=ids.get(f.cell, f.cell)) for f in report.findings]
-    return CheckReport(findings, results)
+    return Outcome.merged(results, findings, shard=None)
 
 
 def _reports(report):
@@ -292,7 +293,7 @@ def test_markdown_of_a_hostile_check_injects_nothing(hostile_report):
         assert opened and blocks.count("</details>\n") == len(opened)  # each collapsed block closes once
         # The findings table: a header and one row per finding a human must read, each of 4 cells.
         rows = [t for t in tokens if t.type == "tr_open"]
-        assert len(rows) == 1 + len(report.attention())
+        assert len(rows) == 1 + len(report.attention)
         assert not RAW_CONTROL.search(text), label
 
 
@@ -323,7 +324,7 @@ def test_csv_of_a_hostile_run_holds_no_formula_nor_control(hostile_report):
 def test_json_of_a_hostile_check_round_trips(hostile_report):
     for report in _reports(hostile_report).values():
         doc = json.loads(jsonfmt.format_check(report))
-        assert [f["message"] for f in doc["findings"]] == [f.message for f in report.findings]
+        assert [f["message"] for f in doc["findings"]] == [message(f) for f in report.findings]
 
 
 def test_cli_check_piped_prints_the_hostile_report_safely(hostile_project):

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import nnx_models
 from nnx_models import ModelSpec
+from hlo_audit.analysed import Param
 from hlo_audit.cli import app
 from hlo_audit.explain import explain, split_pattern
 
@@ -106,7 +107,8 @@ def test_split_pattern_wildcards_the_module_path_inside_a_layer():
 
 
 def test_one_pattern_family_is_named_by_its_pattern():
-    params = [{"pattern": "state.layers_*.linear.kernel", "role": "weight", "dtype": "f32", "bytes": 4}] * 3
+    params = [Param(index=i, path=f"state.layers_{i}.linear.kernel", role="weight", dtype="f32", dims=(1,), bytes=4,
+                    pattern="state.layers_*.linear.kernel") for i in range(3)]
     (only,) = explain(params, "m").children.values()
     assert (only.name, only.count, only.children) == ("state.layers_*.linear.kernel", 3, {})
 

@@ -174,8 +174,10 @@ def test_a_built_in_waiver_is_stale_only_on_cells_it_covers():
     """A default waiver (MaxText's known leaks, not in the user's config) that covers judged cells and waived
     nothing is stale like any other; one whose cells this config's matrix leaves out is not reported at all,
     while a waiver the user wrote that matches no cell is."""
-    from hlo_audit.gate import Gate, Policy, Waiver, stale_waivers
+    from hlo_audit.gate import Gate, stale_waivers
     from hlo_audit.matrix import Cell
+    from hlo_audit.policy import Policy, Waiver
+    from hlo_audit.report.words import message
     from hlo_audit.results import CellResult
 
     matrix = [Cell("m", False, "none", 2), Cell("m", False, "none", 4)]
@@ -188,8 +190,8 @@ def test_a_built_in_waiver_is_stale_only_on_cells_it_covers():
     gate = Gate(Policy({}, (covering, elsewhere, written)), "hlo-audit golden update")
     by_source = {f.cell: f for f in stale_waivers(gate, judged, matrix)}
     assert set(by_source) == {"built-in default waive[0]", "hlo-audit.toml: waive[2]"}
-    assert "covers 2 cells, none of which has a rng_scaling finding" in by_source["built-in default waive[0]"].message
-    assert "matches no cell of the matrix" in by_source["hlo-audit.toml: waive[2]"].message
+    assert "covers 2 cells, none of which has a rng_scaling finding" in message(by_source["built-in default waive[0]"])
+    assert "matches no cell of the matrix" in message(by_source["hlo-audit.toml: waive[2]"])
     gate.used.add(0)  # once it waived something, it is in use
     assert {f.cell for f in stale_waivers(gate, judged, matrix)} == {"hlo-audit.toml: waive[2]"}
     # Not every covered cell judged (a shard, an unavailable cell): nobody can tell yet.

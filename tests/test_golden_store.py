@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from hlo_audit import golden
+from hlo_audit.golden import store as golden
+from hlo_audit.golden.record import dumps
 from hlo_audit.hlo.text import parse_module
+from hlo_audit.report.words import environment_change
 from in_process import Ran, hlo_audit_here
 
 # One xdist worker runs the module, so the projects fixture lowers once.
@@ -133,7 +135,7 @@ def test_every_committed_golden_is_read_as_hlo_audit_s():
         assert g is not None and g.damaged is None and g.text_problem is None, cid
         owned = golden.owned_files(root, cid)
         claimed.update(owned)
-        assert (g.hlo is not None) == (len(owned) == 2) == (g.record["hlo"] is not None)
+        assert (g.hlo is not None) == (len(owned) == 2) == (g.record.hlo is not None)
     assert claimed == set(files)
     # One text of each kind of cell parses as a module (the gate parses a golden text only when it differs).
     for cid in ("llama3-8b/scan-off/int8/L2", "llama3-8b/scan-on/none/L4/tpu-v6e-4/optimized"):
@@ -148,7 +150,7 @@ def test_prune_removes_only_hlo_audit_goldens_and_lists_them(projects, tmp_path)
     record = json.loads((gold / "mlp/scan-on/none/L2.json").read_text())
     stale = gold / "mlp/scan-on/fp8/L2.json"
     stale.parent.mkdir()
-    stale.write_text(golden.dumps({**record, "cell": "mlp/scan-on/fp8/L2"}))
+    stale.write_text(dumps({**record, "cell": "mlp/scan-on/fp8/L2"}))
     stale_text = gold / "mlp/scan-on/fp8/L2.hlo.txt"
     stale_text.write_text((gold / "mlp/scan-on/none/L2.hlo.txt").read_text())
     for rel in ("package.json", "tsconfig.json", "src/conf/settings.json"):
@@ -190,7 +192,7 @@ DRIVER = textwrap.dedent('''
     """Replays one commit (old tree -> changes) in forked children, each stopped by a signal after step N."""
     import hashlib, json, os, shutil, signal, sys, time
     from pathlib import Path
-    from hlo_audit import golden
+    from hlo_audit.golden import store as golden
 
     # Whatever the dispositions this process inherited: Ctrl-C raises KeyboardInterrupt, SIGTERM terminates.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -242,7 +244,7 @@ DRIVER = textwrap.dedent('''
             record["reader"] = None
         except golden.GoldenError as exc:
             record["reader"] = str(exc)
-        record["cleaned"] = [str(p) for p in golden.update(root, []).cleaned]  # the next run, before it reads
+        record["cleaned"] = [str(p) for p in golden.publish(root, {})]  # the next run, before it reads
         record["after_next_run"] = tree(root)
         record["staging_after_next_run"] = sorted(p.name for p in here.iterdir() if "staging" in p.name)
         return record
@@ -347,7 +349,7 @@ def test_a_killed_cli_update_is_finished_by_the_next_run(projects, tmp_path):
     shutil.copytree(projects[0] / "golden", project / "golden", symlinks=True)  # tree A, config B
     killer = textwrap.dedent("""
         import os, signal, sys, time
-        from hlo_audit import golden
+        from hlo_audit.golden import store as golden
         def after_step(step):
             if step == "trees exchanged":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -402,10 +404,10 @@ def test_damaged_goldens_are_findings_and_update_heals_them(projects, tmp_path):
     as_string["entry_params"] = str(as_string["entry_params"])
     for rel, data in damage.items():
         (gold / rel).unlink() if data is None else (gold / rel).write_bytes(data)
-    (gold / "mlp/scan-on/dropout0/L2.json").write_text(golden.dumps(as_string))
+    (gold / "mlp/scan-on/dropout0/L2.json").write_text(dumps(as_string))
     # The truncated text's environment differs from the golden's: a damaged text is still a failure, not advisory.
     summary = json.loads((gold / "mlp/scan-off/dropout0/L2.json").read_text())
-    (gold / "mlp/scan-off/dropout0/L2.json").write_text(golden.dumps(
+    (gold / "mlp/scan-off/dropout0/L2.json").write_text(dumps(
         {**summary, "environment": {**summary["environment"], "jax": "0.11.0"}}))
     result = hlo_audit(project, "check", "--format", "json")
     assert result.returncode == 1 and _messages(result.stderr) == [], result.stderr[-2000:]
@@ -460,7 +462,7 @@ def test_update_of_one_depth_keeps_the_series_slopes_and_its_text(projects, tmp_
     # 2 and 3 unrolled layers: 9 -> 13 entry parameters, +2 u32 per layer (a never-drawn Dropout(0.0) stream).
     assert record["slopes"] == {"depths": [2, 3], "total": 4, "by_dtype": {"f32": 2, "u32": 2},
                                 "by_role": {"input": 0, "rng_count": 1, "rng_key": 1, "weight": 2}}
-    l2.write_text(golden.dumps({k: v for k, v in record.items() if k != "slopes"}))  # as the old bug left it
+    l2.write_text(dumps({k: v for k, v in record.items() if k != "slopes"}))  # as the old bug left it
     for _ in range(2):
         result = hlo_audit(project, "golden", "update", "--only", "id=mlp/scan-off/dropout0/L2")
         assert result.returncode == 0, result.stderr
@@ -479,14 +481,14 @@ def test_environment_message_names_every_differing_key_both_ways(projects, tmp_p
     path = project / "golden/mlp/scan-on/none/L2.json"
     record = json.loads(path.read_text())
     env = {k: v for k, v in record["environment"].items() if k != "flax"} | {"jax": "0.11.0", "maxtext": "0.2.5"}
-    path.write_text(golden.dumps({**record, "environment": env}))
+    path.write_text(dumps({**record, "environment": env}))
     result = hlo_audit(project, "check", "--format", "json")
     assert result.returncode == 0, result.stdout[-2000:]
     (advisory,) = [f for f in _findings(result)["mlp/scan-on/none/L2"] if f["rule"] == "hlo_text"]
     assert advisory["severity"] == "advisory"
     assert "(flax (none) -> 0.12.12, jax 0.11.0 -> 0.12.0.1, maxtext 0.2.5 -> (none))" in advisory["message"]
-    assert golden.environment_change({"a": "1", "b": "2"}, {"b": "2", "c": "3"}) == "a 1 -> (none), c (none) -> 3"
-    assert golden.environment_change({"a": "1"}, {"a": "1"}) == ""
+    assert environment_change({"a": "1", "b": "2"}, {"b": "2", "c": "3"}) == "a 1 -> (none), c (none) -> 3"
+    assert environment_change({"a": "1"}, {"a": "1"}) == ""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -670,7 +672,7 @@ def test_only_hlo_audit_s_own_staging_folders_are_removed(projects, tmp_path):
     (left / golden.STAGED_TREE).mkdir(parents=True)
     golden._mark_staging(left)
     kept = {p.name: tree(p) for p in (notes, unmarked, forged)}
-    report = golden.update(project / "golden", [])
-    assert report.cleaned == [str(left)] and not left.exists()
+    cleaned = [str(p) for p in golden.publish(project / "golden", {})]  # the next run, before it reads
+    assert cleaned == [str(left)] and not left.exists()
     assert {p.name: tree(p) for p in (notes, unmarked, forged)} == kept
     assert golden.stored_ids(project / "golden") == golden.stored_ids(projects[0] / "golden")

@@ -224,17 +224,20 @@ def test_rng_cli_formats_and_bad_input(tmp_path):
 
 @pytest.mark.parametrize("rule_pattern, severity", [(None, "advisory"), ("b.rngs", "waived"), ("x.*", "advisory")])
 def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
-    from hlo_audit.gate import Gate, Policy, Waiver
+    from hlo_audit.analysed import RngSummary
+    from hlo_audit.gate import Gate
     from hlo_audit.matrix import Cell
+    from hlo_audit.policy import Policy, Waiver
+    from hlo_audit.report.words import message
     from hlo_audit.results import CellResult
 
     report = analyze(LOOP, "loop").rng
-    result = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={}, rng=report.to_record())
+    result = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={}, rng=RngSummary.of(report))
     waivers = (Waiver("dead_rng", "known", {}, pattern=rule_pattern),) if rule_pattern else ()
     gate = Gate(Policy({"dead_rng": "warn"}, waivers), "hlo-audit golden update")
     finding = gate._apply("dead_rng", result, gate._dead_rng(result))
     assert finding.severity == severity
-    assert "1 RNG streams never drawn: 2 entry parameters and 4 counter increments per step" in finding.message
+    assert "1 RNG streams never drawn: 2 entry parameters and 4 counter increments per step" in message(finding)
     failing = Gate(Policy({"dead_rng": "fail"}, waivers), "x")
     assert failing._apply("dead_rng", result, failing._dead_rng(result)).severity == (
         "waived" if severity == "waived" else "regression")

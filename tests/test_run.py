@@ -120,8 +120,8 @@ def test_scaling_projection_equals_a_real_lowering(project):
         projected = series.projected()
         assert projected["layers"] == 8
         assert projected["entry_params"] == full.entry_params
-        assert projected["by_dtype"] == full.summary["by_dtype"]
-        assert projected["by_role"] == full.summary["by_role"]
+        assert projected["by_dtype"] == full.summary.by_dtype
+        assert projected["by_role"] == full.summary.by_role
 
 
 def test_a_cached_result_carries_its_verified_canonical_text(tmp_path):
@@ -149,5 +149,5 @@ def test_compiled_stage_reads_the_optimized_module(tmp_path):
     (result,) = list(execute(p))
     assert result.cell.id == "mlp/scan-off/dropout0/L2/compiled"
     assert result.status == "ok" and result.entry_params == 9
-    assert result.summary["groups"]["state.layers.*.dropout.rngs.*"] == 4
+    assert result.summary.groups["state.layers.*.dropout.rngs.*"] == 4
     assert result.opcodes.get("fusion:f32", 0) > 0  # optimized HLO, not the lowering

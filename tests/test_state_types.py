@@ -25,6 +25,7 @@ import pytest
 from flax import nnx
 
 import nnx_models
+from hlo_audit.analysed import Param
 from hlo_audit.attribution import arg_keys, arg_leaves
 from hlo_audit.explain import explain
 from hlo_audit.hlo.analysis import analyze
@@ -156,12 +157,13 @@ def test_layers_fold_by_structure_and_explain_finds_them():
     assert collapse_layers("model.cell_3.linear.kernel") == "model.cell_3.linear.kernel"  # names alone do not
     assert {p.layer_prefix for p in analysis.params} == {"model.cell_*", None}
     records = [p.to_record() for p in analysis.params]
-    tree = explain(records, "held", depth=2, top=0)
+    tree = explain([Param.from_record(r) for r in records], "held", depth=2, top=0)
     assert [(c.name, c.count) for c in tree.ordered()] == [
         ("model.cell_*.*.kernel", 8), ("model.cell_*.*.bias", 8), ("model.cell_*.noise_source.*", 8), ("x", 1)]
     assert [(c.name, c.count) for c in tree.children["model.cell_*.*.kernel"].ordered()] == [("linear", 4), ("proj", 4)]
     # A record without the structure's layer prefix (a result stored before it existed): by name, no family.
-    old = explain([{k: v for k, v in r.items() if k != "layer_prefix"} for r in records], "held", depth=2, top=0)
+    old = explain([Param.from_record({k: v for k, v in r.items() if k != "layer_prefix"}) for r in records], "held",
+                  depth=2, top=0)
     assert len(old.children) == 6
 
 

@@ -867,13 +867,6 @@ def _parse_groups(groups: dict[str, int]) -> dict[_Key, tuple[int, int, set[str]
     return fine
 
 
-def change_text(before: dict, after: dict, delta: dict) -> str:
-    """``kernels per step 580 -> 622 (+42, scalar +42)``: two launch records' gated counts (``total``, ``scalar``,
-    ``collectives``) and their differences, as a finding and ``diff`` say them."""
-    moved = ", ".join(f"{v:+d}" if k == "total" else f"{k} {v:+d}" for k, v in delta.items())
-    return f"kernels per step {before['total']} -> {after['total']}" + (f" ({moved})" if moved else " (unchanged)")
-
-
 def step_launches(module: HloModule, params: Sequence[EntryParam], dump: dict[str, str] | None,
                   source: str = "<thunk sequence>") -> LaunchReport | None:
     """What one step of a GPU program launches, from what its stage kept of XLA's dump (``Lowering.dump``): the

@@ -61,55 +61,19 @@ def change_line(c: Change) -> str:
     """One named change in words (module doc)."""
     kind = kind_word(c.kind)
     where = place_text(c.place)
-    if c.kind is ChangeKind.DONATION:
-        if c.action is Action.REMOVED:
-            text = (f"{_plural(c.count, 'parameter')} no longer donated ({c.subject}): +{c.bytes:,} bytes kept on "
-                    f"device beside the step's outputs")
-            roles = c.before
-        else:
-            text = f"{_plural(c.count, 'parameter')} now donated ({c.subject}): {c.bytes:,} bytes reused"
-            roles = c.after
-        patterns = _paths([f"{p} ({n})" if n > 1 else p for p, n in c.groups])
-        return f"{kind}: {text}; {roles}: {patterns}"
+    worded = _WORDED.get(c.kind)
+    if worded is not None:
+        return worded(c, kind, where)
     if c.kind is ChangeKind.HOST_TRANSFER:
         verb = "added" if c.action is Action.ADDED else "removed"
         return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}, " \
                f"{_plural(c.per_step, 'run')} per step".replace("  ", " ")
-    if c.kind is ChangeKind.PRECISION:
-        text = f"{kind}: {_plural(c.count, c.subject)}{_per_layer(c)}: {c.before} now {c.after}"
-        if c.instructions:
-            text += f"; converts {c.instructions:+d}"
-        follow = sum(n for op, n in c.groups if op != "rewired")
-        if follow:
-            text += f"; {_plural(follow, 'op')} follow the dtype"
-        if c.flops:
-            text += f"; {c.flops:,} FLOPs per step moved"
-        return f"{text}; {where}".rstrip("; ")
     if c.kind is ChangeKind.KERNEL:
         verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
         return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}".rstrip()
     if c.kind is ChangeKind.RENAME:
         text = f"{kind}: {c.before} -> {c.after}, {_plural(c.count, 'parameter')}"
         return f"{text}: {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
-    if c.kind is ChangeKind.PARAMETERS:
-        if c.action is Action.CHANGED:
-            return f"{kind}: {_plural(c.count, 'parameter')} {c.subject}: {c.before} -> {c.after} " \
-                   f"({c.bytes:+,} bytes)"
-        sign = "+" if c.action is Action.ADDED else "-"
-        dtype = c.after or c.before
-        text = f"{kind}: {sign}{_plural(c.count, 'parameter')} {c.subject}{_per_layer(c)} ({dtype}, {c.bytes:,} bytes)"
-        if len(c.groups) > 1:
-            text += f": {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
-        return text
-    if c.kind is ChangeKind.PROGRAM_SIZE:
-        before = int(c.before.split()[0]) if c.before.split() and c.before.split()[0].isdigit() else 0
-        share = f" ({c.instructions / before:+.1%})" if before else ""
-        ops = ", ".join(f"{op} {n:+d}" for op, n in c.groups[:5])
-        text = f"{kind}: {c.subject}: {c.instructions:+,} instructions{share}, {c.before} -> {c.after}"
-        if c.layers > 1:
-            text += f" ({c.instructions / c.layers:+,.0f} per layer, {c.layers} layers)"
-        text += f"; {ops}" if ops else ""
-        return f"{text}; {where}".rstrip("; ")
     if c.kind is ChangeKind.HEADER:
         return f"{kind}: {c.subject} {c.before} -> {c.after}"
     if c.subject == REWIRED:
@@ -121,6 +85,58 @@ def change_line(c: Change) -> str:
     if c.before or c.after:
         text += f": {c.before} -> {c.after}"
     return f"{text} {where}".rstrip()
+
+
+def _donation(c: Change, kind: str, where: str) -> str:
+    if c.action is Action.REMOVED:
+        text = (f"{_plural(c.count, 'parameter')} no longer donated ({c.subject}): +{c.bytes:,} bytes kept on "
+                f"device beside the step's outputs")
+        roles = c.before
+    else:
+        text = f"{_plural(c.count, 'parameter')} now donated ({c.subject}): {c.bytes:,} bytes reused"
+        roles = c.after
+    patterns = _paths([f"{p} ({n})" if n > 1 else p for p, n in c.groups])
+    return f"{kind}: {text}; {roles}: {patterns}"
+
+
+def _precision(c: Change, kind: str, where: str) -> str:
+    text = f"{kind}: {_plural(c.count, c.subject)}{_per_layer(c)}: {c.before} now {c.after}"
+    if c.instructions:
+        text += f"; converts {c.instructions:+d}"
+    follow = sum(n for op, n in c.groups if op != "rewired")
+    if follow:
+        text += f"; {_plural(follow, 'op')} follow the dtype"
+    if c.flops:
+        text += f"; {c.flops:,} FLOPs per step moved"
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _parameters(c: Change, kind: str, where: str) -> str:
+    if c.action is Action.CHANGED:
+        return f"{kind}: {_plural(c.count, 'parameter')} {c.subject}: {c.before} -> {c.after} " \
+               f"({c.bytes:+,} bytes)"
+    sign = "+" if c.action is Action.ADDED else "-"
+    dtype = c.after or c.before
+    text = f"{kind}: {sign}{_plural(c.count, 'parameter')} {c.subject}{_per_layer(c)} ({dtype}, {c.bytes:,} bytes)"
+    if len(c.groups) > 1:
+        text += f": {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
+    return text
+
+
+def _program_size(c: Change, kind: str, where: str) -> str:
+    before = int(c.before.split()[0]) if c.before.split() and c.before.split()[0].isdigit() else 0
+    share = f" ({c.instructions / before:+.1%})" if before else ""
+    ops = ", ".join(f"{op} {n:+d}" for op, n in c.groups[:5])
+    text = f"{kind}: {c.subject}: {c.instructions:+,} instructions{share}, {c.before} -> {c.after}"
+    if c.layers > 1:
+        text += f" ({c.instructions / c.layers:+,.0f} per layer, {c.layers} layers)"
+    text += f"; {ops}" if ops else ""
+    return f"{text}; {where}".rstrip("; ")
+
+
+# The kinds whose sentence is longest, each its own function (the rest are a line or two in change_line).
+_WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
+           ChangeKind.PROGRAM_SIZE: _program_size}
 
 
 def named_lines(changes: Sequence[Change], shown: int = SHOWN) -> list[str]:

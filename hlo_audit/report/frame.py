@@ -21,12 +21,12 @@ def cells_frame(results, slopes: dict[str, float] | None = None) -> pd.DataFrame
     rows = []
     for r in results:
         c = r.cell
-        row = {**c.record(), "status": r.status, "entry_params": r.entry_params,
+        row = {**c.record(), "status": r.status.value, "entry_params": r.entry_params,
                "rng_params": r.rng_params if r.summary else None, "slope_per_layer": slopes.get(c.id),
                "message": r.message}
         if r.summary:
-            row.update({f"dtype_{k}": v for k, v in r.summary["by_dtype"].items()})
-            row.update({f"role_{k}": v for k, v in r.summary["by_role"].items()})
+            row.update({f"dtype_{k}": v for k, v in r.summary.by_dtype.items()})
+            row.update({f"role_{k}": v for k, v in r.summary.by_role.items()})
         rows.append(row)
     frame = pd.DataFrame(rows)
     count_columns = [col for col in frame.columns if col.startswith(("dtype_", "role_"))]
@@ -45,15 +45,15 @@ def format_run_csv(results, slopes: dict[str, float]) -> str:
     return _csv(cells_frame(results, slopes))
 
 
-def tidy_frame(report) -> pd.DataFrame:
+def tidy_frame(view) -> pd.DataFrame:
     """One row per cell x dtype x role (a ``MatrixReport``'s tidy rows); golden columns are nullable integers."""
     import pandas as pd  # noqa: PLC0415
 
-    frame = pd.DataFrame(report.tidy_rows, columns=list(report.tidy_columns))
+    frame = pd.DataFrame([row.values() for row in view.tidy_rows], columns=list(view.tidy_columns))
     for column in ("layers", "count", "bytes", "golden_count", "golden_delta"):
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
-def format_tidy_csv(report) -> str:
-    return _csv(tidy_frame(report))
+def format_tidy_csv(view) -> str:
+    return _csv(tidy_frame(view))

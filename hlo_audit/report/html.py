@@ -11,6 +11,8 @@ tr[data-cell]``, ``#compiled tr[data-cell]``) so a browser test, or a reader's o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import html as escape
 from hlo_audit.report.words import human_bytes
@@ -53,8 +55,8 @@ def _signed_class(delta: int | None) -> tuple[str, str]:
     return (f"{delta:+d}" if delta else "0"), ("grow" if delta > 0 else "shrink" if delta < 0 else "")
 
 
-def roles_chart(report) -> str:
-    ok, roles = [v.result for v in report.lowered], report.roles
+def roles_chart(view) -> str:
+    ok, roles = [v.result for v in view.lowered], view.roles
     label_width, bar_width, row = 300, 520, 18
     height = row * len(ok) + 30
     most = max((x.entry_params for x in ok), default=1) or 1
@@ -66,7 +68,7 @@ def roles_chart(report) -> str:
         out.append(f'<text x="{label_width - 6}" y="{y + 12}" text-anchor="end">{escape(r.cell.id)}</text>')
         x = float(label_width)
         for role in roles:
-            n = r.summary["by_role"].get(role, 0)
+            n = r.summary.by_role.get(role, 0)
             if n:
                 w = bar_width * n / most
                 out.append(f'<rect data-role="{role}" x="{x:.1f}" y="{y}" width="{w:.1f}" height="{row - 4}" '
@@ -78,8 +80,8 @@ def roles_chart(report) -> str:
     return "\n".join(out) + f'\n<div class="legend">{legend}</div>'
 
 
-def scaling_chart(report) -> str:
-    series = report.series
+def scaling_chart(view) -> str:
+    series = view.series
     if not series:
         return '<p class="muted">No depth series (a series needs two or more depths of one cell).</p>'
     width, height, left, bottom, top = 820, 360, 60, 30, 10
@@ -116,7 +118,7 @@ def scaling_chart(report) -> str:
     return "\n".join(out) + f'\n<div class="legend">{legend}</div>'
 
 
-def _table(table_id: str, header: list[str], rows: list[tuple[dict, list[str]]]) -> str:
+def _table(table_id: str, header: list[str], rows: list[tuple[Mapping[str, str | int], list[str]]]) -> str:
     """``rows``: (attributes of the <tr>, cells already escaped)."""
     out = [f'<table id="{table_id}"><thead><tr>' + "".join(f"<th>{escape(h)}</th>" for h in header)
            + "</tr></thead><tbody>"]
@@ -133,10 +135,10 @@ def _count(value: int, delta: int | None) -> str:
     return f'{value} <span class="{"grow" if delta > 0 else "shrink"}">{delta:+d}</span>'
 
 
-def matrix_table(report) -> str:
-    dtypes, roles = report.dtypes, report.roles
+def matrix_table(view) -> str:
+    dtypes, roles = view.dtypes, view.roles
     rows = []
-    for v in report.cells:
+    for v in view.cells:
         r = v.result
         if not r.summary:
             rows.append(({"data-cell": r.cell.id, "data-status": r.status},
@@ -147,15 +149,15 @@ def matrix_table(report) -> str:
         by_dtype, by_role = v.delta("by_dtype") or {}, v.delta("by_role") or {}
         rows.append(({"data-cell": r.cell.id, "data-status": r.status},
                      [escape(r.cell.id), str(r.entry_params), f'<span class="{css}">{text}</span>']
-                     + [_count(r.summary["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes]
-                     + [_count(r.summary["by_role"].get(k, 0), by_role.get(k)) for k in roles]
-                     + [str(r.rng["dead_params"]) if r.rng else ""]))
+                     + [_count(r.summary.by_dtype.get(d, 0), by_dtype.get(d)) for d in dtypes]
+                     + [_count(r.summary.by_role.get(k, 0), by_role.get(k)) for k in roles]
+                     + [str(r.rng.dead_params) if r.rng else ""]))
     return _table("matrix", ["cell", "entry params", "Δ golden", *dtypes, *roles, "never-drawn RNG"], rows)
 
 
-def scan_table(report) -> str:
+def scan_table(view) -> str:
     rows = []
-    for p in report.scan_pairs:
+    for p in view.scan_pairs:
         cells = [escape(p.label)]
         for r in (p.on, p.off):
             cells += ["", ""] if r is None else [str(r.entry_params), str(r.count("by_dtype", "u32"))]
@@ -163,23 +165,23 @@ def scan_table(report) -> str:
     return _table("scan", ["model/quant/depth", "params on", "u32 on", "params off", "u32 off"], rows)
 
 
-def scaling_table(report) -> str:
+def scaling_table(view) -> str:
     rows = []
-    for s in report.series:
-        projected = s.projected()
+    for s in view.series:
+        p = s.projection()
         u32 = s.by_dtype.get("u32")
         rows.append(({"data-series": s.id}, [
             escape(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
-            f"{u32.slope:g}" if u32 else "0", str(projected.get("layers", "")),
-            str(projected.get("entry_params", "")), str(projected.get("by_dtype", {}).get("u32", ""))]))
+            f"{u32.slope:g}" if u32 else "0", str(p.layers if p else ""), str(p.entry_params if p else ""),
+            str(p.by_dtype.get("u32", "") if p else "")]))
     return _table("scaling", ["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
                               "projected params", "projected u32"], rows)
 
 
-def compiled_table(report) -> str:
+def compiled_table(view) -> str:
     """Compiled cells: memory per device by kind (with its change against the golden) and cost."""
     rows = []
-    for v in report.with_memory:
+    for v in view.with_memory:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
         cells = [escape(v.result.cell.id)]
         for key in (kind.key for kind in MEMORY_KINDS):
@@ -198,19 +200,19 @@ def compiled_table(report) -> str:
     return _table("compiled", ["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed"], rows)
 
 
-def format_html(report) -> str:
-    ok = sum(1 for v in report.cells if v.result.status == "ok")
+def format_html(view) -> str:
+    ok = sum(1 for v in view.cells if v.result.status == "ok")
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>hlo-audit report</title>",
         f"<style>{STYLE}</style>", f"<script>{SCRIPT}</script>", "</head><body>",
         "<h1>hlo-audit report</h1>",
-        f'<p id="summary">{len(report.cells)} cells, {ok} lowered; '
-        f"{len(report.series)} depth series.</p>",
-        "<h2>Entry parameters per cell, by role</h2>", roles_chart(report),
+        f'<p id="summary">{len(view.cells)} cells, {ok} lowered; '
+        f"{len(view.series)} depth series.</p>",
+        "<h2>Entry parameters per cell, by role</h2>", roles_chart(view),
         "<h2>Depth scaling (line: intercept + slope x layers, to full depth; dots: measured)</h2>",
-        scaling_chart(report),
-        "<h2>Cells against their goldens</h2>", matrix_table(report),
-        "<h2>Scan on / scan off</h2>", scan_table(report),
-        "<h2>Depth scaling</h2>", scaling_table(report),
-        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(report)] if report.with_memory else []),
+        scaling_chart(view),
+        "<h2>Cells against their goldens</h2>", matrix_table(view),
+        "<h2>Scan on / scan off</h2>", scan_table(view),
+        "<h2>Depth scaling</h2>", scaling_table(view),
+        *(["<h2>Compiled: memory per device and cost</h2>", compiled_table(view)] if view.with_memory else []),
         "</body></html>", ""])

@@ -6,15 +6,16 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff
+from hlo_audit.merge import cell_record, check_record, launch_change_record
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
 DIFF_SCHEMA = "hlo-audit/diff/v2"
 
 
-def count_record(a: Analysis, with_params: bool = False, launches: dict | None = None) -> dict:
+def count_record(a: Analysis, with_params: bool = False, launches: Launches | None = None) -> dict:
     s = a.summary
     record = {
         "source": a.source,
@@ -27,7 +28,7 @@ def count_record(a: Analysis, with_params: bool = False, launches: dict | None =
         "groups": s.groups,
         "constants": a.constants.to_record(),
         # A GPU dump folder's module: what one step launches (its thunk sequence); null for other inputs.
-        "kernels": launches,
+        "kernels": launches.to_record() if launches is not None else None,
     }
     if with_params:
         record["params"] = [{**p.to_record(), "name": p.name, "layout": p.shape.layout, "sharding": p.sharding}
@@ -44,7 +45,7 @@ def format_count(analyses: Sequence, with_params: bool = False, launches: Sequen
     return json.dumps(doc, indent=2) + "\n"
 
 
-def diff_record(d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> dict:
+def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
     return {
         "old": old,
         "new": new,
@@ -66,39 +67,16 @@ def diff_record(d: ModuleDiff, old: str, new: str, launches: dict | None = None)
         "text_diff_omitted": d.text_diff_omitted,
         "constants_delta": d.constants,
         # Two GPU dump folders: kernels per step old ("golden") and new ("now"), the launch groups that moved.
-        "kernels": launches,
+        "kernels": launch_change_record(launches) if launches is not None else None,
     }
 
 
-def format_diff(d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> str:
+def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
     return json.dumps({"schema": DIFF_SCHEMA, **diff_record(d, old, new, launches)}, indent=2) + "\n"
 
 
 RUN_SCHEMA = "hlo-audit/run/v1"
 SCALING_SCHEMA = "hlo-audit/scaling/v1"
-
-
-def cell_record(r, slope: float | None = None) -> dict:
-    c = r.cell
-    return {
-        **c.record(), "status": r.status, "message": r.message,
-        "entry_params": r.entry_params,
-        "by_dtype": r.summary["by_dtype"] if r.summary else {},
-        "by_role": r.summary["by_role"] if r.summary else {},
-        "rng_params": r.rng_params if r.summary else None,
-        "groups": r.summary["groups"] if r.summary else {},
-        "slope_per_layer": slope,
-        # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
-        "rng_streams": {k: v for k, v in r.rng.items() if k != "stream_list"} if r.rng else None,
-        # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
-        "memory": r.memory, "cost": r.cost,
-        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.thunks), total,
-        # by kind and category, scalar, collectives, reading RNG state, the scalar groups and every group.
-        "kernels": r.launches,
-        # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
-        "constants": r.constants,
-        "cached": r.cached, "lower_seconds": r.lower_seconds,
-    }
 
 
 def format_run(results, slopes: dict[str, float], source: str) -> str:
@@ -125,7 +103,7 @@ def format_scaling(series) -> str:
 REPORT_SCHEMA = "hlo-audit/report/v1"
 
 
-def report_record(report) -> dict:
+def report_record(view) -> dict:
     def side(r):
         return None if r is None else {
             "id": r.cell.id, "entry_params": r.entry_params, "u32": r.count("by_dtype", "u32"),
@@ -135,26 +113,26 @@ def report_record(report) -> dict:
         "cells": [{**cell_record(v.result), "golden": v.golden is not None, "golden_delta": v.total_delta,
                    "by_dtype_delta": v.delta("by_dtype"), "by_role_delta": v.delta("by_role"),
                    "memory_delta": v.memory_delta(), "kernels_delta": v.launches_delta(),
-                   "constants_delta": v.constants_delta} for v in report.cells],
+                   "constants_delta": v.constants_delta} for v in view.cells],
         "scan": [{"label": p.label, "model": p.cell.model, "quant": p.cell.quant, "layers": p.cell.layers,
                   "on": side(p.on), "off": side(p.off)}
-                 for p in report.scan_pairs],
-        "scaling": [series_record(s) for s in report.series],
-        "rows": report.tidy_rows,
+                 for p in view.scan_pairs],
+        "scaling": [series_record(s) for s in view.series],
+        "rows": [asdict(row) for row in view.tidy_rows],
     }
 
 
-def format_report(report) -> str:
-    return json.dumps({"schema": REPORT_SCHEMA, **report_record(report)}, indent=2) + "\n"
+def format_report(view) -> str:
+    return json.dumps({"schema": REPORT_SCHEMA, **report_record(view)}, indent=2) + "\n"
 
 
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
 
 
-def format_explain(node, captured=None, launches: dict | None = None) -> str:
+def format_explain(node, captured=None, launches: Launches | None = None) -> str:
     return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record(),
                        "captured_tree": captured.to_record() if captured is not None else None,
-                       "kernels": launches}, indent=2) + "\n"
+                       "kernels": launches.to_record() if launches is not None else None}, indent=2) + "\n"
 
 
 def format_cells(cells, source: str) -> str:
@@ -162,30 +140,17 @@ def format_cells(cells, source: str) -> str:
                       indent=2) + "\n"
 
 
-CHECK_SCHEMA = "hlo-audit/check/v1"
-
-
-def finding_record(f) -> dict:
-    return {"cell": f.cell, "severity": f.severity, "rule": f.rule, "message": f.message, "details": f.details}
-
-
-def format_check(report) -> str:
-    """``summary``: every finding by severity, the ``ok`` placeholders included (as v1 always had it). Added in v1
-    without changing those: ``totals`` (the numbers every format prints: cells, cells by verdict, findings by
-    severity without placeholders, folded advisories, stale goldens), ``verdicts`` (cell id -> verdict) and
-    ``stale_goldens`` (their ids)."""
-    doc = {"schema": CHECK_SCHEMA, "exit_code": report.exit_code, "summary": report.finding_counts,
-           # shard K/N of the selection with this fingerprint, and its cell count: what `merge` checks
-           "shard": dict(report.shard) if report.shard is not None else None,
-           "totals": report.summary.to_record(), "verdicts": report.verdicts, "stale_goldens": report.stale_goldens,
-           "findings": [finding_record(f) for f in report.findings], "cells": [cell_record(r) for r in report.results]}
-    return json.dumps(doc, indent=2) + "\n"
+def format_check(outcome) -> str:
+    return json.dumps(check_record(outcome), indent=2) + "\n"
 
 
 RNG_SCHEMA = "hlo-audit/rng/v1"
 
 
-def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
-    body = {k: v for k, v in record.items() if streams or k != "stream_list"}
-    frozen = frozen_rng(constants) if constants is not None else None  # RNG state written in as literals
-    return json.dumps({"schema": RNG_SCHEMA, "source": source, **body, "frozen": frozen}, indent=2) + "\n"
+def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
+    frozen = constants.frozen_rng if constants is not None else None  # RNG state written in as literals
+    return json.dumps({"schema": RNG_SCHEMA, "source": label, **rng.to_record(with_streams=streams),
+                       "frozen": None if frozen is None else {
+                           "literal_keys": frozen.literal_keys, "literal_key_constants": frozen.literal_key_constants,
+                           "used": frozen.used, "sites": list(frozen.sites),
+                           "captured_streams": frozen.captured_streams}}, indent=2) + "\n"

@@ -13,14 +13,14 @@ from collections import defaultdict
 from xml.etree import ElementTree as ET
 
 from hlo_audit.report.escape import junit as esc
-from hlo_audit.report.words import check_summary_text
+from hlo_audit.report.words import check_line, message, stale_golden_line
 
 
-def format_junit(report) -> str:
+def format_junit(outcome) -> str:
     by_cell = defaultdict(list)
-    for f in report.findings:
+    for f in outcome.findings:
         by_cell[f.cell].append(f)
-    summary, verdicts = report.summary, report.verdicts
+    summary, verdicts = outcome.summary, outcome.verdicts
     suite = ET.Element("testsuite", name="hlo-audit", tests=str(summary.cells))
     properties = ET.SubElement(suite, "properties")
     for name, value in (("passed", str(summary.passed).lower()), ("exit_code", summary.exit_code),
@@ -34,20 +34,19 @@ def format_junit(report) -> str:
         model, _, rest = cell_id.partition("/")
         case = ET.SubElement(suite, "testcase", classname=esc(f"hlo-audit.{model}"), name=esc(rest or cell_id))
         verdict = verdicts[cell_id]
-        text = "\n".join(esc(f"[{f.severity}] {f.rule}: {f.message}") for f in cell_findings)
-        if verdict in ("regression", "error"):
+        text = "\n".join(esc(f"[{f.severity}] {f.rule}: {message(f)}") for f in cell_findings)
+        if verdict.failing:
             failures += 1
             failing = [f for f in cell_findings if f.failing]
-            ET.SubElement(case, "failure", message=esc(failing[0].message), type=esc(failing[0].rule)).text = text
+            ET.SubElement(case, "failure", message=esc(message(failing[0])), type=esc(failing[0].rule)).text = text
         elif verdict == "unavailable":
             skipped += 1
-            ET.SubElement(case, "skipped", message=esc(cell_findings[0].message))
+            ET.SubElement(case, "skipped", message=esc(message(cell_findings[0])))
         else:
             ET.SubElement(case, "system-out").text = text
     suite.set("failures", str(failures))
     suite.set("skipped", str(skipped))
-    out = [f"hlo-audit check {'passed' if summary.passed else 'FAILED'}: {check_summary_text(summary)}"]
-    out += [esc(f"stale golden {cid}: golden without a cell in the matrix (remove with "
-                "`hlo-audit golden update --prune`)") for cid in report.stale_goldens]
+    out = [check_line(summary)]
+    out += [esc(stale_golden_line(cid)) for cid in outcome.stale_goldens]
     ET.SubElement(suite, "system-out").text = "\n".join(out)
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"

@@ -8,16 +8,17 @@ cannot be left out by mistake.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
-from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, frozen_rng_line,
-                                    human_bytes, launches_change_text, launches_headline, rng_cost, rng_headline)
+from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, folded_line,
+                                    frozen_rng_line, human_bytes, launch_lines, launches_change_text,
+                                    launches_headline, message, rng_cost, rng_headline)
 
 
 class Md(str):
@@ -59,17 +60,17 @@ def format_count(analyses: Sequence[Analysis], top: int = 20, launches: Sequence
         out += _table(["pattern", "params"], [(_code(p), n) for p, n in shown])
         if len(shown) < len(groups):
             out.append(f"\n{len(groups) - len(shown)} more groups not shown.")
-        out += ["", _constants_line(a.constants.to_record()), ""]
+        out += ["", _constants_line(Constants.of(a.constants)), ""]
         out += [f"{launches_headline(kernels)}.", ""] if kernels else []
     return "\n".join(out) + "\n"
 
 
-def _constants_line(record: dict) -> str:
-    captured = f"; captured state: {captured_text(record['captured'])}" if record["captured"] else ""
-    return _text(f"{constants_headline(record)}{captured}.")
+def _constants_line(constants: Constants) -> str:
+    captured = f"; captured state: {captured_text(constants.captured)}" if constants.captured else ""
+    return _text(f"{constants_headline(constants)}{captured}.")
 
 
-def format_diff(d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> str:
+def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
     out = [f"### HLO diff: **{d.verdict}**" + (f" ({', '.join(d.changes)})" if d.changes else ""), ""]
     out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
     out.append("")
@@ -79,7 +80,7 @@ def format_diff(d: ModuleDiff, old: str, new: str, launches: dict | None = None)
     if d.match is not None:
         out += [f"Matched: {_text(match_line(d.match))}.", ""]
     if launches:
-        out += [f"{launches_change_text(launches)}.", "", *(f"- {line}" for line in launches["lines"][:8]), ""]
+        out += [f"{launches_change_text(launches)}.", "", *(f"- {line}" for line in launch_lines(launches)[:8]), ""]
     if d.by_dtype_delta or d.by_role_delta:
         rows = [("dtype", k, f"{v:+d}") for k, v in d.by_dtype_delta.items()]
         rows += [("role", k, f"{v:+d}") for k, v in d.by_role_delta.items()]
@@ -112,9 +113,9 @@ def format_run(results, slopes: dict[str, float]) -> str:
         slope = slopes.get(r.cell.id)
         captured = r.captured
         rows.append((_code(r.cell.id), r.status, r.entry_params if r.summary else "",
-                     _dtype_text(r.summary["by_dtype"]) if r.summary else "", r.rng_params if r.summary else "",
+                     _dtype_text(r.summary.by_dtype) if r.summary else "", r.rng_params if r.summary else "",
                      "" if slope is None else f"{slope:g}",
-                     f"{captured['arrays']}: {_dtype_text(captured['by_dtype'])}" if captured else "", r.message))
+                     f"{captured.arrays}: {_dtype_text(captured.by_dtype)}" if captured else "", r.message))
     if any(r.launches for r in results):  # GPU cells: launches per step
         rows = [(*row[:-1], r.kernels if r.launches else "", row[-1]) for row, r in zip(rows, results)]
         header = ["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "captured arrays",
@@ -124,7 +125,7 @@ def format_run(results, slopes: dict[str, float]) -> str:
     return "\n".join(_table(header, rows)) + "\n"
 
 
-def format_explain(node, captured=None, launches: dict | None = None) -> str:
+def format_explain(node, captured=None, launches: Launches | None = None) -> str:
     """The explain tree as a nested list: counts, dtypes, roles, bytes per group; then the captured state's."""
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
@@ -168,29 +169,29 @@ def _kernels_cell(view) -> str:
     return f"{view.result.kernels}" + (f" ({delta:+d})" if delta else "")
 
 
-def _cost_cells(cost: dict) -> tuple[str, str]:
+def _cost_cells(cost: Mapping[str, float]) -> tuple[str, str]:
     return (f"{cost['flops'] / 1e9:,.1f}" if "flops" in cost else "",
             human_bytes(int(cost["bytes_accessed"])) if "bytes_accessed" in cost else "")
 
 
-def format_report(report) -> str:
+def format_report(view) -> str:
     """The report's views for a PR comment; the tidy rows in a collapsed block."""
-    out = ["### Entry parameters (Δ against the golden)", "", *_entry_params_view(report)]
-    if report.baking:
+    out = ["### Entry parameters (Δ against the golden)", "", *_entry_params_view(view)]
+    if view.baking:
         out += ["", "### State baked in as constants (captured: arrays the step closes over)", "",
-                *_baked_view(report)]
-    out += ["", "### Scan on / scan off", "", *_scan_view(report)]
-    if report.series:
-        out += ["", "### Depth scaling", "", format_scaling(report.series).rstrip("\n")]
-    if report.with_memory:
+                *_baked_view(view)]
+    out += ["", "### Scan on / scan off", "", *_scan_view(view)]
+    if view.series:
+        out += ["", "### Depth scaling", "", format_scaling(view.series).rstrip("\n")]
+    if view.with_memory:
         out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
         out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed", "kernels"],
                       [(_code(v.result.cell.id), *_memory_cells(v), *_cost_cells(v.result.cost or {}),
-                        _kernels_cell(v)) for v in report.with_memory])
-    tidy = report.tidy_rows
+                        _kernels_cell(v)) for v in view.with_memory])
+    tidy = view.tidy_rows
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
     columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]
-    out += _table(columns, [tuple("" if r[k] is None else r[k] for k in columns) for r in tidy])
+    out += _table(columns, [tuple("" if getattr(r, k) is None else getattr(r, k) for k in columns) for r in tidy])
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
@@ -199,41 +200,41 @@ def _signed_delta(d: int | None) -> str:
     return "new" if d is None else f"{d:+d}" if d else "0"
 
 
-def _entry_params_view(report) -> list[str]:
+def _entry_params_view(view) -> list[str]:
     rows = []
-    for v in report.cells:
+    for v in view.cells:
         if v.result.summary:
             s = v.result.summary
-            rows.append((_code(v.result.cell.id), s["entry_params"], _signed_delta(v.total_delta),
-                         _dtype_text(s["by_dtype"]), _dtype_text(s["by_role"]),
-                         v.result.rng["dead_params"] if v.result.rng else ""))
+            rows.append((_code(v.result.cell.id), s.entry_params, _signed_delta(v.total_delta),
+                         _dtype_text(s.by_dtype), _dtype_text(s.by_role),
+                         v.result.rng.dead_params if v.result.rng else ""))
     return _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
 
 
-def _baked_view(report) -> list[str]:
+def _baked_view(view) -> list[str]:
     return _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
-                  [(_code(v.result.cell.id), captured_text(v.result.constants["captured"]),
-                    len(v.result.constants["large"]), frozen_rng(v.result.constants)["literal_keys"],
-                    "new" if v.golden is None or "constants" not in v.golden
-                    else captured_change(v.constants_delta) if v.constants_delta else "0")
-                   for v in report.baking])
+                  [(_code(v.result.cell.id), captured_text(v.result.constants.captured),
+                    len(v.result.constants.large), v.result.constants.frozen_rng.literal_keys,
+                    "new" if not v.golden_knows_constants
+                    else captured_change(v.constants_delta.to_record()) if v.constants_delta else "0")
+                   for v in view.baking])
 
 
-def _scan_view(report) -> list[str]:
+def _scan_view(view) -> list[str]:
     def side(r):
         return ("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
 
     return _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
-                  [(_code(p.label), *side(p.on), *side(p.off)) for p in report.scan_pairs])
+                  [(_code(p.label), *side(p.on), *side(p.off)) for p in view.scan_pairs])
 
 
 def format_scaling(series) -> str:
     rows = []
     for s in series:
-        p = s.projected()
+        p = s.projection()
         rows.append((_code(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
                      f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
-                     p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", "")))
+                     p.layers if p else "", p.entry_params if p else "", p.by_dtype.get("u32", "") if p else ""))
     return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
                              "projected params", "projected u32"], rows)) + "\n"
 
@@ -242,42 +243,41 @@ SEVERITY_ICON = {"regression": "❌", "error": "❌", "improvement": "⬇️", "
                  "stale": "🗑️", "unavailable": "⏭️", "ok": "✅"}
 
 
-def format_check(report) -> str:
-    """The verdict, the report's summary (the numbers every format prints), the findings a human must read in a
+def format_check(outcome) -> str:
+    """The verdict, the outcome's summary (the numbers every format prints), the findings a human must read in a
     table; waived, folded and unavailable ones in collapsed blocks."""
-    head = "## hlo-audit check: " + ("passed" if report.passed else "**failed**")
-    out = [head, "", _text(check_summary_text(report.summary))]
-    notable = report.attention()
+    head = "## hlo-audit check: " + ("passed" if outcome.passed else "**failed**")
+    out = [head, "", _text(check_summary_text(outcome.summary))]
+    notable = outcome.attention
     if notable:
         out += [""] + _table(["", "cell", "rule", "finding"],
-                      [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, f.message) for f in notable])
+                      [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, message(f)) for f in notable])
     for severity, title in (("waived", "waived"), ("unavailable", "unavailable here")):
-        found = report.of_severity(severity)
+        found = outcome.by_severity.get(severity, ())
         if found:
             cells = len({f.cell for f in found})
             out += ["", f"<details><summary>{SEVERITY_ICON[severity]} {cells} cells {title}</summary>", ""]
-            out += [f"- {_code(f.cell, False)} {_text(f.rule)}: {_text(f.message)}" for f in found]
+            out += [f"- {_code(f.cell, False)} {_text(f.rule)}: {_text(message(f))}" for f in found]
             out += ["", "</details>"]
-    folded = report.folded
+    folded = outcome.folded
     if folded:
-        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {html(report.folded_line)}</summary>", ""]
-        out += [f"- {_code(f.cell, False)}: {_text(f.message)}" for f in folded]
+        out += ["", f"<details><summary>{SEVERITY_ICON['advisory']} {html(folded_line(outcome))}</summary>", ""]
+        out += [f"- {_code(f.cell, False)}: {_text(message(f))}" for f in folded]
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
 
-def format_rng(source: str, record: dict, streams: bool = False, constants: dict | None = None) -> str:
-    out = [f"### RNG streams of {_code(source, False)}", "", _text(f"{rng_headline(record)}; {rng_cost(record)}."), ""]
+def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
+    out = [f"### RNG streams of {_code(label, False)}", "", _text(f"{rng_headline(rng)}; {rng_cost(rng)}."), ""]
     frozen = frozen_rng_line(constants)
     if frozen:
         out += [f"**{_text(frozen)}.**", ""]
     out += _table(["stream pattern", "streams", "drawn", "carried", "unknown", "dead params", "increments/step",
                    "where"],
-                  [(_code(p["pattern"]), p["streams"], p["drawn"], p["carried"], p["unknown"], p["dead_params"],
-                    p["dead_increments"], p["where"]) for p in record["patterns"]])
+                  [(_code(p.pattern), p.streams, p.drawn, p.carried, p.unknown, p.dead_params, p.dead_increments,
+                    p.where) for p in rng.patterns])
     if streams:
         out.append("")
         out += _table(["verdict", "stream", "params", "increments/step", "where"],
-                      [(s["verdict"], _code(s["path"]), s["params"], s["increments"], s["where"])
-                       for s in record.get("stream_list", [])])
+                      [(s.verdict, _code(s.path), s.params, s.increments, s.where) for s in rng.stream_list])
     return "\n".join(out) + "\n"

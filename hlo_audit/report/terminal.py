@@ -22,15 +22,15 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import ModuleDiff, captured_change
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
-                                    frozen_rng_line, launches_change_text, launches_headline, rng_cost, rng_headline,
-                                    scalar_launch_lines)
+                                    folded_line, frozen_rng_line, launch_lines, launches_change_text,
+                                    launches_headline, message, rng_cost, rng_headline, scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -165,42 +165,41 @@ def print_count(console: Console, analyses: Sequence, top: int = 20, launches: S
         for pattern, n in shown:
             add_row(table, pattern, n)
         print_table(console, table)
-        print_constants(console, a.constants.to_record())
+        print_constants(console, Constants.of(a.constants))
         print_launches(console, kernels)
         console.print()
 
 
-def print_launches(console: Console, record: dict | None) -> None:
+def print_launches(console: Console, launches: Launches | None) -> None:
     """A GPU program's launches per step in a line, then its largest groups of scalar kernels."""
-    if not record:
+    if not launches:
         return
-    status(console, launches_headline(record))
-    for line in scalar_launch_lines(record):
+    status(console, launches_headline(launches))
+    for line in scalar_launch_lines(launches):
         status(console, Text(f"  {line}"))
 
 
-def print_constants(console: Console, record: dict) -> None:
+def print_constants(console: Console, constants: Constants) -> None:
     """The module's constants in one line, then its large constants and (when known) the captured state by pattern."""
-    status(console, esc(constants_headline(record)))
-    if record["large"]:
+    status(console, esc(constants_headline(constants)))
+    if constants.large:
         large = make_table(console, "large constants (the size of model state)",
                            [("name", "left"), ("form", "left"), ("shape", "left"), ("value", "left"),
                             ("bytes", "right")])
-        for c in record["large"]:
-            add_row(large, c["name"], c["form"], f"{c['dtype']}[{','.join(map(str, c['dims']))}]", c["value"],
-                    f"{c['bytes']:,}")
+        for c in constants.large:
+            add_row(large, c.name, c.form, f"{c.dtype}[{','.join(map(str, c.dims))}]", c.value, f"{c.bytes:,}")
         print_table(console, large)
-    captured = record["captured"]
+    captured = constants.captured
     if captured:
         status(console, esc("captured state (arrays the step closes over, baked in as constants): "
                             f"{captured_text(captured)}"))
         groups = make_table(console, None, [("pattern", "left"), ("arrays", "right")])
-        for pattern, n in captured["groups"].items():
+        for pattern, n in captured.groups.items():
             add_row(groups, pattern, n)
         print_table(console, groups)
 
 
-def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches: dict | None = None) -> None:
+def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches=None) -> None:
     """The verdict, the named changes (what, how much, where), the matched rest in one line, the parameter and op
     deltas, then the normalized text diff when it was asked for (``--text``)."""
     style = {"identical": "green", "identical-after-normalization": "green", "renamed-only": "green",
@@ -218,7 +217,7 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches: di
         status(console, esc(f"matched: {match_line(d.match)}"))
     if launches:
         status(console, esc(launches_change_text(launches)))
-        for line in launches["lines"][:8]:
+        for line in launch_lines(launches)[:8]:
             status(console, esc(f"  {line}", style="red" if line.startswith("+") else "green"))
     if d.by_dtype_delta or d.by_role_delta:
         deltas = make_table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
@@ -278,12 +277,12 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
         slope = slopes.get(r.cell.id)
         captured = r.captured
         add_row(table, r.cell.id, esc(r.status, style=STATUS_STYLE[r.status]),
-                r.entry_params if r.summary else "", dtype_counts(r.summary["by_dtype"]) if r.summary else "",
+                r.entry_params if r.summary else "", dtype_counts(r.summary.by_dtype) if r.summary else "",
                 r.rng_params if r.summary else "", "" if slope is None else f"{slope:g}",
-                r.rng["dead_params"] if r.rng else "", captured["arrays"] if captured else "",
+                r.rng.dead_params if r.rng else "", captured.arrays if captured else "",
                 *([r.kernels if r.launches else ""] if kernels else []))
     print_table(console, table)
-    if any(r.captured and r.captured["arrays"] for r in results):
+    if any(r.captured and r.captured.arrays for r in results):
         status(console, Text("const: arrays the step captured (closes over), baked into the program as constants "
                              "(`hlo-audit explain CELL` shows which)", style="dim"))
     # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
@@ -304,8 +303,8 @@ def print_unavailable(console: Console, results) -> None:
         for r in results:
             if r.status == kind and r.message:
                 messages[r.message] = messages.get(r.message, 0) + 1
-        for message, n in messages.items():
-            status(console, esc(f"{n} cells {label}: {message}", style="dim"))
+        for said, n in messages.items():
+            status(console, esc(f"{n} cells {label}: {said}", style="dim"))
 
 
 def print_scaling(console: Console, series) -> None:
@@ -313,11 +312,11 @@ def print_scaling(console: Console, series) -> None:
                                        ("intercept", "right"), ("u32/L", "right"), ("rng/L", "right"),
                                        ("full", "right"), ("proj.", "right"), ("proj. u32", "right")])
     for s in series:
-        p = s.projected()
+        p = s.projection()
         rng = sum(s.by_role[k].slope for k in ("rng_key", "rng_count") if k in s.by_role)
         add_row(table, s.id, ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
                 f"{s.by_dtype['u32'].slope:g}" if "u32" in s.by_dtype else "0", f"{rng:g}",
-                p.get("layers", ""), p.get("entry_params", ""), p.get("by_dtype", {}).get("u32", ""))
+                p.layers if p else "", p.entry_params if p else "", p.by_dtype.get("u32", "") if p else "")
     print_table(console, table)
     launched = [s for s in series if s.launches]
     if launched:  # GPU series: kernels per step per layer, projected to full depth
@@ -325,7 +324,7 @@ def print_scaling(console: Console, series) -> None:
             ("series", "left"), ("kern/L", "right"), ("scalar/L", "right"), ("rng/L", "right"), ("coll/L", "right"),
             ("full", "right"), ("proj. kern", "right"), ("proj. rng", "right")])
         for s in launched:
-            p = s.projected().get("launches", {})
+            p = (s.projection().launches or {}) if s.projection() else {}
             add_row(kernels, s.id, *(f"{s.launches[k].slope:g}" for k in ("total", "scalar", "reading_rng",
                                                                           "collectives")),
                     s.full_depth or "", p.get("total", ""), p.get("reading_rng", ""))
@@ -345,106 +344,101 @@ SEVERITY_STYLE = {"regression": "bold red", "error": "bold red", "improvement": 
                   "waived": "dim", "stale": "yellow", "unavailable": "dim", "ok": "green"}
 
 
-def summary_line(report) -> Text:
-    """``hlo-audit check passed: 12 cells: 7 ok, 1 waived, 4 unavailable; findings: ...``: the report's summary."""
-    verdict = Text("passed" if report.passed else "FAILED", style="bold green" if report.passed else "bold red")
-    return Text.assemble("hlo-audit check ", verdict, ": ", check_summary_text(report.summary))
+def summary_line(outcome) -> Text:
+    """``hlo-audit check passed: 12 cells: 7 ok, 1 waived, 4 unavailable; findings: ...``: the outcome's summary."""
+    verdict = Text("passed" if outcome.passed else "FAILED", style="bold green" if outcome.passed else "bold red")
+    return Text.assemble("hlo-audit check ", verdict, ": ", check_summary_text(outcome.summary))
 
 
-def print_check(console: Console, report, verbose: bool = False) -> None:
+def print_check(console: Console, outcome, verbose: bool = False) -> None:
     """One screen: the matrix by depth series, the findings that need a human (every finding with verbose), totals.
 
-    Verdicts and counts are the report's (``CheckReport.verdicts`` / ``summary``): the same in every format, with
+    Verdicts and counts are the outcome's (``Outcome.verdicts`` / ``summary``): the same in every format, with
     or without ``--verbose``, which only lists more."""
-    _print_series_summary(console, report)
+    _print_series_summary(console, outcome)
     # A finding is a heading line and its message indented below: messages carry long path patterns, which
     # wrap at spaces across nearly the full width instead of being cut up inside a narrow table column.
-    for f in report.attention(verbose):
+    for f in outcome.findings if verbose else outcome.attention:
         status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", esc(f.cell), "  ",
                                       esc(f.rule)))
-        print_message(console, f.message)
-    if report.folded and not verbose:
-        status(console, esc(report.folded_line, style=SEVERITY_STYLE["advisory"]))
-    status(console, summary_line(report))
+        print_message(console, message(f))
+    if outcome.folded and not verbose:
+        status(console, esc(folded_line(outcome), style=SEVERITY_STYLE["advisory"]))
+    status(console, summary_line(outcome))
 
 
-def print_golden_update(console: Console, report, root) -> None:
-    for cell_id, why in report.skipped:
+def print_golden_update(console: Console, update, root) -> None:
+    for cell_id, why in update.skipped:
         status(console, esc(f"skipped {cell_id}: {why}", style="yellow"))
-    for path in report.cleaned:
+    for path in update.cleaned:
         status(console, esc(f"removed {path} (left by a killed golden update)"))
-    for cell_id in report.healed:
+    for cell_id in update.healed:
         status(console, esc(f"rewrote {cell_id}: its golden was damaged"))
-    for path in report.pruned_files:
+    for path in update.pruned_files:
         status(console, esc(f"pruned {path}"))
-    status(console, esc(f"golden update ({root}): {len(report.written)} written, {len(report.unchanged)} unchanged, "
-                        f"{len(report.skipped)} skipped, {len(report.pruned)} pruned"))
+    status(console, esc(f"golden update ({root}): {len(update.written)} written, {len(update.unchanged)} unchanged, "
+                        f"{len(update.skipped)} skipped, {len(update.pruned)} pruned"))
 
 
-def _print_series_summary(console: Console, report) -> None:
+def _print_series_summary(console: Console, outcome) -> None:
     """One row per depth series (entry params and u32 at each depth, verdict); unavailable cells in one line each."""
-    series: dict[tuple, list] = {}
-    for r in report.results:
-        if r.status == "ok":
-            series.setdefault(r.cell.series, []).append(r)
-    if series:
-        kernels = any(r.launches for rows in series.values() for r in rows)
+    rows = outcome.rows
+    if rows:
+        kernels = any(r.launches for row in rows for r in row.results)
         table = make_table(console, None, [("series", "left"), ("entry params", "right"), ("u32", "right"),
                                            ("dead rng", "right"), *([("kernels", "right")] if kernels else []),
                                            ("verdict", "left")])
-        for rows in series.values():
-            rows.sort(key=lambda r: r.cell.layers)
-            label = rows[0].cell.series_id([r.cell.layers for r in rows])
-            verdict = report.series_verdict([r.cell.id for r in rows])
-            add_row(table, label, " -> ".join(str(r.entry_params) for r in rows),
-                    " -> ".join(str(r.count("by_dtype", "u32")) for r in rows),
-                    " -> ".join(str(r.rng["dead_params"]) if r.rng else "-" for r in rows),
-                    *([" -> ".join(str(r.kernels) if r.launches else "-" for r in rows)] if kernels else []),
+        for row in rows:
+            verdict = row.verdict
+            cells = row.results
+            add_row(table, row.label, " -> ".join(str(r.entry_params) for r in cells),
+                    " -> ".join(str(r.count("by_dtype", "u32")) for r in cells),
+                    " -> ".join(str(r.rng.dead_params) if r.rng else "-" for r in cells),
+                    *([" -> ".join(str(r.kernels) if r.launches else "-" for r in cells)] if kernels else []),
                     Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
         print_table(console, table)
-    print_unavailable(console, report.results)
+    print_unavailable(console, outcome.results)
 
 
 VERDICT_STYLE = {"drawn": "green", "carried": "bold yellow", "unknown": "magenta"}
 
 
-def print_rng(console: Console, source: str, record: dict, streams: bool = False,
-              constants: dict | None = None) -> None:
-    status(console, esc(f"{source}: {rng_headline(record)}", style="bold"))
-    status(console, rng_cost(record))
+def print_rng(console: Console, label: str, rng: RngSummary, streams: bool = False,
+              constants: Constants | None = None) -> None:
+    status(console, esc(f"{label}: {rng_headline(rng)}", style="bold"))
+    status(console, rng_cost(rng))
     frozen = frozen_rng_line(constants)
     if frozen:
         status(console, esc(frozen, style="bold yellow"))
-        captured = frozen_rng(constants)["captured_streams"]
+        captured = constants.frozen_rng.captured_streams
         if captured:
             table = make_table(console, None, [("captured RNG stream pattern", "left"), ("streams", "right")])
             for pattern, n in captured.items():
                 add_row(table, esc(pattern, style="yellow"), n)
             print_table(console, table)
-    patterns = record["patterns"]
+    patterns = rng.patterns
     if not patterns:
         return
     # Paths are long; the prefix they all share is said once.
-    prefix = common_path_prefix([p["pattern"] for p in patterns])
+    prefix = common_path_prefix([p.pattern for p in patterns])
     table = make_table(console, None, [(f"{prefix}*" if prefix else "stream pattern", "left"), ("drawn", "right"),
                                        ("carried", "right"), ("unknown", "right"), ("params", "right"),
                                        ("incr", "right")])
     for p in patterns:
-        verdict = "carried" if p["carried"] else "unknown" if p["unknown"] else "drawn"
-        add_row(table, esc(p["pattern"][len(prefix):], style=VERDICT_STYLE[verdict]), p["drawn"], p["carried"],
-                p["unknown"], p["dead_params"], p["dead_increments"])
+        add_row(table, esc(p.pattern[len(prefix):], style=VERDICT_STYLE[p.verdict]), p.drawn, p.carried, p.unknown,
+                p.dead_params, p.dead_increments)
     print_table(console, table)
     status(console, Text("params, incr: entry parameters and counter increments per step of the carried streams",
                          style="dim"))
     for p in patterns:
-        if p["unknown"]:
-            status(console, esc(f"unknown: {p['pattern']}: {p['where']}", style=VERDICT_STYLE["unknown"]))
+        if p.unknown:
+            status(console, esc(f"unknown: {p.pattern}: {p.where}", style=VERDICT_STYLE["unknown"]))
     if streams:
-        listed = record.get("stream_list", [])
-        prefix = common_path_prefix([s["path"] for s in listed])
+        listed = rng.stream_list
+        prefix = common_path_prefix([s.path for s in listed])
         detail = make_table(console, None, [("verdict", "left"), (f"{prefix}*" if prefix else "stream", "left"),
                                             ("incr/step", "right"), ("where", "left")])
         for s in listed:
-            add_row(detail, esc(s["verdict"], style=VERDICT_STYLE[s["verdict"]]), s["path"][len(prefix):],
-                    s["increments"], s["where"])
+            add_row(detail, esc(s.verdict, style=VERDICT_STYLE[s.verdict]), s.path[len(prefix):], s.increments,
+                    s.where)
         print_table(console, detail)

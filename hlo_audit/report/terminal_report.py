@@ -11,13 +11,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from hlo_audit.hlo.constants import frozen_rng
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.terminal import (STATUS_STYLE, add_row, dtype_counts, make_table, print_scaling, print_table,
                                        status)
-from hlo_audit.report.words import ROLE_SHORT, captured_by_dtype, human_bytes
+from hlo_audit.report.words import ROLE_SHORT, human_bytes
 
 
 def _with_delta(value: int, delta: int | None) -> Text:
@@ -33,25 +32,25 @@ def _delta(delta: int | None) -> Text:
     return Text(f"{delta:+d}" if delta else "0", style="red" if delta > 0 else "green" if delta < 0 else "")
 
 
-def print_matrix(console: Console, report) -> None:
-    ok, dtypes, roles = report.lowered, report.dtypes, report.roles
+def print_matrix(console: Console, view) -> None:
+    ok, dtypes, roles = view.lowered, view.dtypes, view.roles
     columns = [("cell", "left"), ("params", "right"), ("Δ", "right")]
     columns += [(d, "right") for d in dtypes] + [(ROLE_SHORT.get(r, r), "right") for r in roles]
     columns += [("dead", "right")]  # never-drawn RNG parameters (`hlo-audit rng`)
     table = make_table(console, "entry parameters by dtype and role (Δ: against the golden)", columns)
     for v in ok:
         s, by_dtype, by_role = v.result.summary, v.delta("by_dtype") or {}, v.delta("by_role") or {}
-        add_row(table, v.result.cell.id, s["entry_params"], _delta(v.total_delta),
-                *[_with_delta(s["by_dtype"].get(d, 0), by_dtype.get(d)) for d in dtypes],
-                *[_with_delta(s["by_role"].get(r, 0), by_role.get(r)) for r in roles],
-                v.result.rng["dead_params"] if v.result.rng else "")
-    for v in report.cells:
+        add_row(table, v.result.cell.id, s.entry_params, _delta(v.total_delta),
+                *[_with_delta(s.by_dtype.get(d, 0), by_dtype.get(d)) for d in dtypes],
+                *[_with_delta(s.by_role.get(r, 0), by_role.get(r)) for r in roles],
+                v.result.rng.dead_params if v.result.rng else "")
+    for v in view.cells:
         if v.result.status == "error":
             add_row(table, v.result.cell.id, Text("error", style=STATUS_STYLE["error"]), "",
                     *[""] * (len(dtypes) + len(roles) + 1))
     print_table(console, table)
     unavailable: dict[str, int] = {}
-    for v in report.cells:
+    for v in view.cells:
         if v.result.status != "ok":
             key = f"{v.result.status}: {v.result.message}"
             unavailable[key] = unavailable.get(key, 0) + 1
@@ -59,14 +58,14 @@ def print_matrix(console: Console, report) -> None:
         status(console, esc(f"{n} cells {message}", style="dim"))
 
 
-def print_scan_pairs(console: Console, report) -> None:
+def print_scan_pairs(console: Console, view) -> None:
     table = make_table(console, "scan on / scan off", [
         ("model/quant/depth", "left"), ("params on", "right"), ("params off", "right"), ("u32 on", "right"),
         ("u32 off", "right"), ("rng on", "right"), ("rng off", "right"), ("off - on", "right")])
     def cells(r):
         return ("", "", "") if r is None else (str(r.entry_params), str(r.count("by_dtype", "u32")), str(r.rng_params))
 
-    for p in report.scan_pairs:
+    for p in view.scan_pairs:
         (p_on, u_on, r_on), (p_off, u_off, r_off) = cells(p.on), cells(p.off)
         add_row(table, p.label, p_on, p_off, u_on, u_off, r_on, r_off,
                 "" if p.gap is None else Text(f"{p.gap:+d}", style="red" if p.gap > 0 else ""))
@@ -84,15 +83,15 @@ def _bytes_with_delta(value: int, delta: int | None) -> Text:
 TERMINAL_MEMORY = tuple(kind for kind in MEMORY_KINDS if kind.gated)
 
 
-def print_compiled(console: Console, report) -> None:
+def print_compiled(console: Console, view) -> None:
     """Optimized and compiled cells: XLA's memory analysis (per device) and cost analysis, memory against the
     golden."""
-    kernels = any(v.result.launches for v in report.with_memory)  # GPU cells: launches per step
+    kernels = any(v.result.launches for v in view.with_memory)  # GPU cells: launches per step
     columns = [("cell", "left"), *((kind.label, "right") for kind in TERMINAL_MEMORY), ("GFLOP", "right"),
                *([("kernels", "right")] if kernels else [])]
     table = make_table(console, "compiled: memory per device (Δ: against the golden), GFLOP per step"
                        + (", kernels per step" if kernels else ""), columns)
-    for v in report.with_memory:
+    for v in view.with_memory:
         memory, delta, cost = v.result.memory, v.memory_delta() or {}, v.result.cost or {}
         add_row(table, v.result.cell.id, *[_bytes_with_delta(memory[k.key], delta.get(k.key))
                                            if k.key in memory else Text("") for k in TERMINAL_MEMORY],
@@ -102,35 +101,36 @@ def print_compiled(console: Console, report) -> None:
     print_table(console, table)
 
 
-def print_captured(console: Console, report) -> None:
+def print_captured(console: Console, view) -> None:
     """Cells whose program holds state as constants: what they captured, large constants, literal RNG keys."""
     table = make_table(console, "state baked in as constants (captured: arrays the step closes over)", [
         ("cell", "left"), ("captured", "right"), ("bytes", "right"), ("by dtype", "left"), ("large", "right"),
         ("keys", "right"), ("Δ", "left")])
-    for v in report.baking:
+    for v in view.baking:
         c = v.result.constants
-        captured = c["captured"]
+        captured = c.captured
         delta = v.constants_delta
-        change = Text("new", style="yellow") if v.golden is None or "constants" not in v.golden else (
-            esc(captured_change(delta), style="red") if delta else Text("0"))
-        add_row(table, v.result.cell.id, captured["arrays"] if captured else "?",
-                human_bytes(captured["bytes"]) if captured else "", dtype_counts(captured_by_dtype(captured)),
-                len(c["large"]), frozen_rng(c)["literal_keys"], change)
+        change = Text("new", style="yellow") if not v.golden_knows_constants else (
+            esc(captured_change(delta.to_record()), style="red") if delta else Text("0"))
+        add_row(table, v.result.cell.id, captured.arrays if captured else "?",
+                human_bytes(captured.bytes) if captured else "",
+                dtype_counts(captured.by_dtype_most_first if captured else {}), len(c.large),
+                c.frozen_rng.literal_keys, change)
     print_table(console, table)
 
 
-def print_report(console: Console, report) -> None:
-    print_matrix(console, report)
-    if report.baking:
+def print_report(console: Console, view) -> None:
+    print_matrix(console, view)
+    if view.baking:
         console.print()
-        print_captured(console, report)
+        print_captured(console, view)
     console.print()
-    print_scan_pairs(console, report)
-    if report.with_memory:
+    print_scan_pairs(console, view)
+    if view.with_memory:
         console.print()
-        print_compiled(console, report)
-    if report.series:
+        print_compiled(console, view)
+    if view.series:
         console.print()
         status(console, Text("depth scaling: params = intercept + slope x layers, projected to full depth",
                            style="bold"))
-        print_scaling(console, report.series)
+        print_scaling(console, view.series)

@@ -70,7 +70,7 @@ def _grow(tree: Tree, node: Node, width: int, level: int) -> None:
         tree.add(Text(f"{node.hidden_params:>5}  ... {node.hidden} more", style="dim italic"))
 
 
-def print_explain(console: Console, node: Node, captured: Node | None = None, launches: dict | None = None) -> None:
+def print_explain(console: Console, node: Node, captured: Node | None = None, launches=None) -> None:
     """The entry parameters' tree, then (when the step closes over state) the tree of what it captured; then, for a
     GPU program, what one step launches."""
     for root in (node, captured):

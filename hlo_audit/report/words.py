@@ -1,12 +1,18 @@
-"""The wording every format shares: byte sizes, constants and RNG headlines (terminal, markdown and HTML say the
-same thing the same way)."""
+"""Every sentence hlo-audit prints about a result or a finding, made here once: byte sizes, constants and RNG
+headlines, launches, a check's summary, and each finding's message from its typed facts (the gate decides, this
+module words; terminal, markdown, JUnit, HTML and the JSON ``message`` say the same thing the same way)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
-from hlo_audit.hlo.constants import frozen_rng
-from hlo_audit.hlo.thunks import LaunchGroup, change_text
+from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
+from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, IncrementChange,
+                                LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange, MissingGolden,
+                                PatternChanges, RngScaling, SlopeChange, StaleGolden, StaleWaiver, TextChange,
+                                TextKind, Worded)
+from hlo_audit.gate import environment_changes
+from hlo_audit.hlo.diff import captured_change, signed_counts
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 
@@ -19,46 +25,45 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def constants_headline(record: dict) -> str:
-    """``constants: 90 (475 bytes); large: 5 (155,189,248 bytes: s8 5); literal RNG keys: 14 (never advance)``"""
-    large = record["large"]
-    by_dtype: dict[str, int] = {}
-    for c in large:
-        by_dtype[c["dtype"]] = by_dtype.get(c["dtype"], 0) + 1
-    text = f"constants: {record['constants']} ({record['constant_bytes']:,} bytes)"
-    text += f"; large: {len(large)} ({record['large_bytes']:,} bytes" + (
-        f": {counts_text(by_dtype)})" if by_dtype else ")")
-    keys = frozen_rng(record)["literal_keys"]
-    return text + f"; literal RNG keys: {keys}" + (" (never advance)" if keys else "")
-
-
-def captured_text(captured: dict | None) -> str:
-    """``56 arrays, 416.2 MiB (s8 14, bf16 14, u32 28)``; ``unknown`` when the step was not traced here."""
-    if captured is None:
-        return "unknown"
-    by_dtype = captured_by_dtype(captured)
-    detail = f" ({counts_text(by_dtype)})" if by_dtype else ""
-    return f"{captured['arrays']} arrays, {human_bytes(captured['bytes'])}{detail}"
-
-
-def captured_by_dtype(captured: dict | None) -> dict[str, int]:
-    """Captured arrays per dtype, most first (a cached result's JSON has its keys sorted by name)."""
-    return dict(sorted((captured or {}).get("by_dtype", {}).items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def counts_text(counts: dict[str, int]) -> str:
+def counts_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
 
-def rng_headline(record: dict) -> str:
-    return (f"{record['streams']} RNG streams: {record['drawn']} drawn, {record['carried']} carried (dead state), "
-            f"{record['unknown']} unknown")
+# --------------------------------------------------------------------------------------------------------------
+# What a module holds
+# --------------------------------------------------------------------------------------------------------------
 
 
-def rng_cost(record: dict) -> str:
-    per_step = "" if record["increments_exact"] else " (at least: a loop's trip count is unknown)"
-    return (f"dead state: {record['dead_params']} entry parameters ({record['dead_bytes']:,} bytes), "
-            f"{record['dead_increments']} counter increments per step{per_step}")
+def constants_headline(constants: Constants) -> str:
+    """``constants: 90 (475 bytes); large: 5 (155,189,248 bytes: s8 5); literal RNG keys: 14 (never advance)``"""
+    by_dtype: dict[str, int] = {}
+    for c in constants.large:
+        by_dtype[c.dtype] = by_dtype.get(c.dtype, 0) + 1
+    text = f"constants: {constants.constants} ({constants.constant_bytes:,} bytes)"
+    text += f"; large: {len(constants.large)} ({constants.large_bytes:,} bytes" + (
+        f": {counts_text(by_dtype)})" if by_dtype else ")")
+    keys = constants.frozen_rng.literal_keys
+    return text + f"; literal RNG keys: {keys}" + (" (never advance)" if keys else "")
+
+
+def captured_text(captured: CapturedState | None) -> str:
+    """``56 arrays, 416.2 MiB (s8 14, bf16 14, u32 28)``; ``unknown`` when the step was not traced here."""
+    if captured is None:
+        return "unknown"
+    by_dtype = captured.by_dtype_most_first
+    detail = f" ({counts_text(by_dtype)})" if by_dtype else ""
+    return f"{captured.arrays} arrays, {human_bytes(captured.bytes)}{detail}"
+
+
+def rng_headline(rng: RngSummary) -> str:
+    return (f"{rng.streams} RNG streams: {rng.drawn} drawn, {rng.carried} carried (dead state), "
+            f"{rng.unknown} unknown")
+
+
+def rng_cost(rng: RngSummary) -> str:
+    per_step = "" if rng.increments_exact else " (at least: a loop's trip count is unknown)"
+    return (f"dead state: {rng.dead_params} entry parameters ({rng.dead_bytes:,} bytes), "
+            f"{rng.dead_increments} counter increments per step{per_step}")
 
 
 def common_path_prefix(paths: Sequence[str]) -> str:
@@ -74,28 +79,66 @@ def common_path_prefix(paths: Sequence[str]) -> str:
     return ".".join(shared) + "." if shared else ""
 
 
-def frozen_rng_line(constants: dict | None) -> str:
+def frozen_rng_line(constants: Constants | None) -> str:
     """RNG state written into the program as literals, in one sentence; "" when there is none (or nothing is known)."""
     if constants is None:
         return ""
-    frozen = frozen_rng(constants)
-    if not frozen["literal_keys"] and not frozen["captured_streams"]:
+    frozen = constants.frozen_rng
+    if not frozen.literal_keys and not frozen.captured_streams:
         return ""
-    keys, used = frozen["literal_keys"], frozen["used"]
+    keys, used = frozen.literal_keys, frozen.used
     text = f"{keys} RNG keys are literals in the program: a literal key never advances"
     if used:
         text += f"; {used} feed the outputs (every call draws the same bits)"
     if keys - used:
         text += f"; {keys - used} only feed random bits no output reads (dead RNG state, baked in)"
-    if frozen["sites"]:
-        text += f"; first drawn at {frozen['sites'][0]}"
-    if frozen["captured_streams"]:
-        text += f"; {sum(frozen['captured_streams'].values())} of the step's RNG streams are captured (key and count)"
+    if frozen.sites:
+        text += f"; first drawn at {frozen.sites[0]}"
+    if frozen.captured_streams:
+        text += f"; {sum(frozen.captured_streams.values())} of the step's RNG streams are captured (key and count)"
     return text
 
 
+def launches_headline(launches: Launches) -> str:
+    """``kernels per step: 580 (kernel 439, library 124, copy 17); scalar 68; collectives 0; reading RNG state 0``"""
+    bound = "" if launches.exact else " at most (a loop's trip count unknown, or a branch chosen)"
+    where = ("; counted from the scheduled module (stage optimized: no thunk sequence before codegen, so launch "
+             "dimensions are predicted and what only codegen adds, a sort's copy into its output, is not seen)"
+             if launches.from_module else "")
+    return (f"kernels per step: {launches.total}{bound} ({counts_text(launches.by_category)}); scalar "
+            f"{launches.scalar}; collectives {launches.collectives}; reading RNG state "
+            f"{launches.reading_rng}{where}")
+
+
+def scalar_launch_lines(launches: Launches, top: int = 4) -> list[str]:
+    """The largest groups of scalar kernels (one block of one thread), in words."""
+    return [g.describe() for g in launches.scalar_groups[:top]]
+
+
+def change_text(before: Mapping[str, int], after: Mapping[str, int], delta: Mapping[str, int]) -> str:
+    """``kernels per step 580 -> 622 (+42, scalar +42)``: two programs' gated launch counts (``total``, ``scalar``,
+    ``collectives``) and their differences, as a finding and ``diff`` say them."""
+    moved = ", ".join(f"{v:+d}" if k == "total" else f"{k} {v:+d}" for k, v in delta.items())
+    return f"kernels per step {before['total']} -> {after['total']}" + (f" ({moved})" if moved else " (unchanged)")
+
+
+def launches_change_text(change: LaunchChange) -> str:
+    """``kernels per step 580 -> 622 (+42, scalar +42)`` of two programs' launches (``gate.launch_comparison``)."""
+    return change_text(change.golden, change.now, change.delta)
+
+
+def launch_lines(change: LaunchChange) -> list[str]:
+    """The launch groups that came (``+42 scalar kernels loop_add_fusion, each reading ...``) and went."""
+    return [g.describe(signed=True) for g in change.groups]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A check
+# --------------------------------------------------------------------------------------------------------------
+
+
 def check_summary_text(summary) -> str:
-    """A check's numbers in one sentence, the same in every format (``gate.CheckSummary``):
+    """A check's numbers in one sentence, the same in every format (``outcome.CheckSummary``):
     ``12 cells: 7 ok, 1 waived, 4 unavailable; findings: 4 advisory (4 folded), 1 waived, 4 unavailable``,
     then ``; 1 stale golden`` when there are any."""
     cells = ", ".join(f"{n} {verdict}" for verdict, n in summary.cells_by_verdict.items())
@@ -110,23 +153,178 @@ def check_summary_text(summary) -> str:
     return text
 
 
-def launches_headline(record: dict) -> str:
-    """``kernels per step: 580 (kernel 439, library 124, copy 17); scalar 68; collectives 0; reading RNG state 0``
-    (a GPU program's launches record, ``hlo.thunks.LaunchReport.to_record``)."""
-    bound = "" if record["exact"] else " at most (a loop's trip count unknown, or a branch chosen)"
-    where = ("; counted from the scheduled module (stage optimized: no thunk sequence before codegen, so launch "
-             "dimensions are predicted and what only codegen adds, a sort's copy into its output, is not seen)"
-             if record["from_module"] else "")
-    return (f"kernels per step: {record['total']}{bound} ({counts_text(record['by_category'])}); scalar "
-            f"{record['scalar']}; collectives {record['collectives']}; reading RNG state "
-            f"{record.get('reading_rng', 0)}{where}")
+def check_line(summary) -> str:
+    """``hlo-audit check FAILED: 16 cells: ...``"""
+    return f"hlo-audit check {'passed' if summary.passed else 'FAILED'}: {check_summary_text(summary)}"
 
 
-def scalar_launch_lines(record: dict, top: int = 4) -> list[str]:
-    """The largest groups of scalar kernels (one block of one thread), in words."""
-    return [LaunchGroup(**g).describe() for g in record.get("scalar_groups", [])[:top]]
+def folded_line(outcome) -> str:
+    """The folded advisories (dead RNG state in most cells of a real model) in one line."""
+    rules = sorted({f.rule for f in outcome.folded})
+    return (f"{len({f.cell for f in outcome.folded})} cells carry never-drawn RNG streams ({', '.join(rules)}: "
+            f"warn, {outcome.folded_dead_params} dead params); see `hlo-audit rng CELL`")
 
 
-def launches_change_text(change: dict) -> str:
-    """``kernels per step 580 -> 622 (+42, scalar +42)`` of two launches records (``audit.launches_diff``)."""
-    return change_text(change["golden"], change["now"], change["delta"])
+STALE_GOLDEN = "golden without a cell in the matrix (remove with `hlo-audit golden update --prune`)"
+
+
+def stale_golden_line(cell_id: str) -> str:
+    return f"stale golden {cell_id}: {STALE_GOLDEN}"
+
+
+def environment_text(changes: Sequence[EnvironmentChange]) -> str:
+    """``jax 0.11.0 -> 0.12.0.1, libtpu 0.0.52 -> (none), maxtext (none) -> 0.2.5``"""
+    def shown(value) -> str:
+        return "(none)" if value is None else str(value)
+
+    return ", ".join(f"{c.key} {shown(c.golden)} -> {shown(c.now)}" for c in changes)
+
+
+def environment_change(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> str:
+    """Every key whose value differs, both ways, in words (``environment_text`` of ``gate.environment_changes``)."""
+    return environment_text(environment_changes(then, now))
+
+
+def message(finding: Finding) -> str:
+    """A finding's message: its facts in words, and what waived it."""
+    text = _MESSAGES[type(finding.facts)](finding.facts)
+    if finding.waivers:
+        text += f" [waived: {'; '.join(sorted({w.reason for w in finding.waivers}))}]"
+    return text
+
+
+def _missing(facts: MissingGolden) -> str:
+    if facts.why is None:
+        return f"no golden for this cell; create it with: {facts.command}"
+    return f"{facts.why}; regenerate it with: {facts.command}"
+
+
+def _count(facts: CountChange) -> str:
+    changes = []
+    if facts.by_dtype or facts.by_role:
+        changes.append(f"entry parameters {facts.golden_params} -> {facts.now_params}: "
+                       f"{signed_counts(facts.by_dtype) or 'dtypes unchanged'}"
+                       + (f" ({signed_counts(facts.by_role)})" if facts.by_role else ""))
+    changes += [patterns_text(facts.patterns)] if facts.patterns else []
+    changes += [captured_change(facts.captured.to_record())] if facts.captured else []
+    changes += [increments_text(facts.increments)] if facts.increments else []
+    changes += [launches_text(facts.launches)] if facts.launches else []
+    changes += [slopes_text(facts.slopes)] if facts.slopes else []
+    said = "; ".join(changes)
+    return {CountKind.GREW: f"{said}. If intended: {facts.command}",
+            CountKind.MOVED: f"{said}; record it: {facts.command}",
+            CountKind.SHRANK: f"{said}; tighten the golden: {facts.command}"}[facts.kind]
+
+
+def patterns_text(patterns: PatternChanges) -> str:
+    """``grown: +84 ...to_nnx__rngs.* (rng_count +42, rng_key +42); renamed: a -> b (6 params)``"""
+    def entry(change) -> str:
+        roles = f" ({signed_counts(change.roles)})" if change.roles else ""
+        return f"{change.delta:+d} {change.pattern}{roles}"
+
+    parts = [f"{kind}: {', '.join(entry(c) for c in getattr(patterns, kind))}" for kind in ("grown", "shrunk")
+             if getattr(patterns, kind)]
+    if patterns.renamed:
+        parts.append("renamed: " + ", ".join(f"{r.before} -> {r.after} ({r.params} params)" for r in patterns.renamed))
+    return "; ".join(parts)
+
+
+def increments_text(increments: IncrementChange) -> str:
+    """``RNG counter increments per step 7 -> 679 (carried +672), in state.model...rngs (x3 streams: a, b, c)``"""
+    text = (f"RNG counter increments per step {increments.golden:g} -> {increments.now:g} "
+            f"({signed_counts(increments.by_verdict)})")
+    grown = [f"{pattern} {delta:+g} ({', '.join(increments.paths.get(pattern, ()))})"
+             for pattern, delta in increments.by_pattern.items() if delta > 0]
+    return text + (f" in {'; '.join(grown)}" if grown else "")
+
+
+def launches_text(launches: LaunchChange) -> str:
+    """``kernels per step 580 -> 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion, each reading ...``"""
+    lines = launch_lines(launches)
+    more = f"; and {len(lines) - 3} more launch groups" if len(lines) > 3 else ""
+    return launches_change_text(launches) + (f": {'; '.join(lines[:3])}{more}" if lines else "")
+
+
+_SLOPE_WORDS = {"params_per_layer": "entry parameters per layer", "rng_per_layer": "RNG parameters per layer",
+                "kernels_per_layer": "kernels per layer",
+                "rng_kernels_per_layer": "kernels reading RNG state per layer"}
+
+
+def slopes_text(slopes: SlopeChange) -> str:
+    return "; ".join(f"{_SLOPE_WORDS[k]} {a:+g} -> {b:+g}" for k, (a, b) in slopes.moved.items())
+
+
+def _text(facts: TextChange) -> str:
+    if facts.verdict == "rng-state-only":
+        rng = facts.rng_params
+        amount = f"{abs(rng)} {'fewer' if rng < 0 else 'more'} RNG parameters" if rng else "RNG bookkeeping"
+        what = f"normalized HLO differs from the golden by RNG state only ({amount}; rng-state-only)"
+    else:
+        kinds = f" ({', '.join(facts.changes)})" if facts.changes else ""
+        what = f"normalized HLO differs from the golden in {facts.changed_lines} lines: {facts.verdict}{kinds}"
+    if facts.kind is TextKind.MOVED:
+        return (f"{what}, but the environment differs from the golden's ({environment_text(facts.environment)}): "
+                "advisory; counts still gate")
+    if facts.kind is TextKind.RNG_DROPPED:
+        return f"{what}; accept it: {facts.command}"
+    return f"{what}. If intended: {facts.command}"
+
+
+def byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
+    """``temp_bytes 2,671,656,960 -> 2,800,000,000 (+4.8%)``, one per kind."""
+    return ", ".join(f"{k} {a:,} -> {b:,} ({(b - a) / a:+.1%})" if a else f"{k} {a:,} -> {b:,}"
+                     for k, (a, b) in changes.items())
+
+
+def _memory(facts: MemoryChange) -> str:
+    if facts.grew:
+        grown = {k: v for k, v in facts.changed.items() if v[1] > v[0]}
+        return (f"compiled memory grew beyond {facts.tolerance:.0%} of the golden: {byte_changes(grown)}."
+                f" If intended: {facts.command}")
+    return f"compiled memory shrank: {byte_changes(facts.changed)}; tighten the golden: {facts.command}"
+
+
+def _rng_scaling(facts: RngScaling) -> str:
+    return (f"RNG parameters grow by {facts.slope:g} per layer in an unrolled model "
+            f"({', '.join(f'{k} {v:+g}' for k, v in facts.by_role.items())}; "
+            f"depths {', '.join(map(str, facts.depths))})")
+
+
+def _launch_scaling(facts: LaunchScaling) -> str:
+    depths = facts.depths
+    grown = [g.describe(signed=True) for g in facts.groups if g.count > 0][:3]
+    return (f"kernels that read RNG state grow by {facts.slope:g} per layer in an unrolled model "
+            f"({', '.join(f'{k} {v:+g}' for k, v in facts.per_layer.items())} per layer; depths "
+            f"{', '.join(map(str, depths))})"
+            + (f"; L{depths[0]} -> L{depths[-1]}: {'; '.join(grown)}" if grown else ""))
+
+
+def _dead_rng(facts: DeadRng) -> str:
+    more = f" and {len(facts.patterns) - 1} more patterns" if len(facts.patterns) > 1 else ""
+    return (f"{facts.streams} RNG streams never drawn: {facts.params} entry parameters and "
+            f"{facts.increments:g} counter increments per step of dead state (largest: {facts.largest} "
+            f"x{facts.largest_streams}{more}); see `hlo-audit rng {facts.cell}`")
+
+
+def _stale_waiver(facts: StaleWaiver) -> str:
+    w = facts.waiver
+    what = (f"covers {facts.covered} cells, none of which has a {w.rule} finding to waive" if facts.covered
+            else "matches no cell of the matrix")
+    return (f"waiver for {w.rule} {dict(w.match)} {what}: drop it, or it will hide that regression coming back "
+            f"(reason given: {w.reason})")
+
+
+_MESSAGES: dict[type, Callable] = {
+    Matches: lambda facts: "matches its golden",
+    LoweringFailure: lambda facts: facts.message,
+    MissingGolden: _missing,
+    StaleGolden: lambda facts: STALE_GOLDEN,
+    CountChange: _count,
+    TextChange: _text,
+    MemoryChange: _memory,
+    RngScaling: _rng_scaling,
+    LaunchScaling: _launch_scaling,
+    DeadRng: _dead_rng,
+    StaleWaiver: _stale_waiver,
+    Worded: lambda facts: facts.message,
+}

@@ -435,6 +435,37 @@ def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | 
     constructor = _parameters(factory) or {}
     if config:
         spec["config"] = config
+    spec["layers"], scan_field = _depth_and_scan(model, config, constructor, layers, scan)
+    if scan_field:
+        spec["scan"] = scan_field
+    if _accepts(factory, "rngs"):
+        spec["rngs"] = "rngs"
+    if args:
+        spec["args"] = dict(args)
+    taken = {"rngs", *(() if config else (spec["layers"], scan_field)), *(args or {})}
+    skipped = 1 if config else 0  # the config object is the first argument
+    for name, parameter in list(constructor.items())[skipped:]:
+        if parameter.default is inspect.Parameter.empty and name not in taken and parameter.kind in (
+                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
+            raise SpecError("--arg", f"{model} needs {name!r}: give --arg {name}=VALUE")
+    spec["inputs"] = described = _call_inputs(factory, model, inputs)
+    token_inputs = [n for n, v in described.items() if isinstance(parse_input(v, n), Array)
+                    and parse_input(v, n).dtype in nnx_spec.INTEGER_DTYPES and _guess_input(n) == "int32[batch,seq]"
+                    and "position" not in n.lower()]
+    chosen_labels = labels or (token_inputs[0] if token_inputs else None)
+    output, logits_like = _forward_output(spec, chosen_labels)
+    if output is not None:
+        spec["output"] = output
+    if chosen_labels and logits_like:
+        spec["labels"] = chosen_labels
+    return spec
+
+
+def _depth_and_scan(model: str, config: str | None, constructor: Mapping[str, inspect.Parameter],
+                    layers: str | None, scan: str | None) -> tuple[str, str | None]:
+    """The field that sets the depth (given, or one of DEPTH_NAMES the config object or the constructor has) and
+    the layer-scan switch's (None: the model has none)."""
+    if config:
         made = _config_object({"config": config, "where": {"config": "--nnx-config"}})
         values = ({f.name: getattr(made, f.name) for f in dataclasses.fields(made)} if dataclasses.is_dataclass(made)
                   else dict(vars(made)) if hasattr(made, "__dict__") else {})
@@ -445,24 +476,15 @@ def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | 
         values = dict(constructor)
         depth_ok = scan_ok = values.__contains__
         where = f"{model}'s arguments"
-    spec["layers"] = layers or next((n for n in DEPTH_NAMES if depth_ok(n)), None)
-    if not spec["layers"]:
+    depth = layers or next((n for n in DEPTH_NAMES if depth_ok(n)), None)
+    if not depth:
         raise SpecError("--layers-field", f"cannot tell which of {where} sets the depth (none is one of "
                                           f"{', '.join(DEPTH_NAMES)}; there are: {', '.join(values) or 'none'})")
-    scan_field = scan or next((n for n in SCAN_NAMES if scan_ok(n)), None)
-    if scan_field:
-        spec["scan"] = scan_field
-    rngs_keyword = "rngs" if _accepts(factory, "rngs") else ""
-    if rngs_keyword:
-        spec["rngs"] = rngs_keyword
-    if args:
-        spec["args"] = dict(args)
-    taken = {"rngs", *(() if config else (spec["layers"], scan_field)), *(args or {})}
-    skipped = 1 if config else 0  # the config object is the first argument
-    for name, parameter in list(constructor.items())[skipped:]:
-        if parameter.default is inspect.Parameter.empty and name not in taken and parameter.kind in (
-                inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY):
-            raise SpecError("--arg", f"{model} needs {name!r}: give --arg {name}=VALUE")
+    return depth, scan or next((n for n in SCAN_NAMES if scan_ok(n)), None)
+
+
+def _call_inputs(factory, model: str, inputs: Mapping[str, str] | None) -> dict[str, str]:
+    """The module's call's arguments as 'DTYPE[DIMS]': ``inputs`` given, else guessed from their names."""
     if isinstance(factory, type):  # the module's class: its call's signature names the batch
         call = list((_parameters(factory.__call__) or {}).items())[1:]
     elif inputs:  # a function that builds the module: the call is only what --input says
@@ -483,17 +505,7 @@ def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | 
         described.setdefault(name, value)
     for name, value in described.items():
         parse_input(value, f"--input {name}")
-    spec["inputs"] = described
-    token_inputs = [n for n, v in described.items() if isinstance(parse_input(v, n), Array)
-                    and parse_input(v, n).dtype in nnx_spec.INTEGER_DTYPES and _guess_input(n) == "int32[batch,seq]"
-                    and "position" not in n.lower()]
-    chosen_labels = labels or (token_inputs[0] if token_inputs else None)
-    output, logits_like = _forward_output(spec, chosen_labels)
-    if output is not None:
-        spec["output"] = output
-    if chosen_labels and logits_like:
-        spec["labels"] = chosen_labels
-    return spec
+    return described
 
 
 def _forward_output(spec: Mapping, labels: str | None) -> tuple[int | str | None, bool]:

@@ -23,7 +23,10 @@ from collections.abc import Callable, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from hlo_audit.plan import Plan
 from hlo_audit.report.escape import visible
+from hlo_audit.results import CellResult
+from hlo_audit.run import execute
 
 HEARTBEAT_SECONDS = 30.0  # `HLO_AUDIT_HEARTBEAT` (seconds) overrides it
 IN_FLIGHT_SHOWN = 4  # cells named in a heartbeat line; the rest are counted
@@ -154,3 +157,15 @@ def cell_progress(total: int, stream=None) -> Iterator:
         return
     with CellLog(stream, total, heartbeat_seconds()) as log:
         yield log
+
+
+def run_shown(plan: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = False) -> list[CellResult]:
+    """Run the plan's cells, saying so on stderr: a progress bar on a terminal, a line per cell (and a heartbeat
+    while a slow one runs) in a log. The results in the plan's order."""
+    with cell_progress(len(plan.cells)) as shown:
+        results = []
+        for result in execute(plan, jobs=jobs, use_cache=use_cache, refresh=refresh, started=shown.started):
+            results.append(result)
+            shown.finished(result)
+    order = {c.id: i for i, c in enumerate(plan.cells)}
+    return sorted(results, key=lambda r: order[r.cell.id])

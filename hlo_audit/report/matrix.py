@@ -1,24 +1,28 @@
-"""The numbers `hlo-audit report` shows, assembled once: every cell against its golden, scan on beside scan off,
-depth scaling, and the tidy per cell x dtype x role rows behind all of them (pandas, CSV, JSON, HTML).
+"""The numbers `hlo-audit report` shows, assembled once from an outcome: every cell against its golden, scan on
+beside scan off, depth scaling, and the tidy per cell x dtype x role rows behind all of them (pandas, CSV, JSON,
+HTML).
 
 Compiled cells add a fourth view: what XLA's memory and cost analyses say (bytes by kind, flops, bytes
 accessed), against the golden's, and for a GPU its launches per step.
 
 These are the tables the seeds built by hand (000's before / after, 001's scan on / scan off, "entry
 parameters, of which u32"), and, for steps that close over state, what they bake in as constants. Nothing here
-lowers anything that `run` or `check` already lowered: results come
-through the same plan -> execute path, so a report after a `check` reads only the cache (``audit.report``).
+lowers anything that `run` or `check` already lowered: results come through the same plan -> run path, so a
+report after a `check` reads only the cache.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
-from hlo_audit.hlo.constants import golden_summary
+from hlo_audit.findings import CapturedDelta
+from hlo_audit.golden.record import GoldenRecord
 from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
 from hlo_audit.matrix import AXES
+from hlo_audit.golden.snapshot import read_snapshot
+from hlo_audit.outcome import Outcome
+from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
 
@@ -27,44 +31,81 @@ TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count"
 
 
 @dataclass(frozen=True)
+class TidyRow:
+    """One ok cell x dtype x role: the cell's identity, its parameters and bytes, and the golden's count (None:
+    no golden, or one written before per dtype x role counts were recorded)."""
+
+    id: str
+    model: str
+    scan: str
+    quant: str
+    quant_mode: str
+    layers: int
+    step: str
+    platform: str
+    topology: str
+    gpu: str
+    cuda_arch: str
+    stage: str
+    dtype: str
+    role: str
+    count: int
+    bytes: int
+    golden_count: int | None
+    golden_delta: int | None
+
+    def values(self) -> tuple:
+        return astuple(self)
+
+
+assert tuple(f.name for f in fields(TidyRow)) == TIDY_COLUMNS, "the matrix's axes changed: TidyRow follows them"
+
+
+@dataclass(frozen=True)
 class CellView:
     """One cell with its golden's counts: ``golden`` is None when the cell has no golden."""
 
     result: CellResult
-    golden: dict | None  # the golden summary record
+    golden: GoldenRecord | None
 
     def delta(self, kind: str) -> dict[str, int] | None:
         """``kind`` (by_dtype / by_role) minus the golden's, every key of either side; None without a golden."""
         if self.golden is None or not self.result.summary:
             return None
-        old, new = self.golden[kind], self.result.summary[kind]
+        old, new = getattr(self.golden, kind), getattr(self.result.summary, kind)
         return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new))}
 
     @property
-    def constants_delta(self) -> dict | None:
+    def constants_delta(self) -> CapturedDelta | None:
         """Baked-in state against the golden's (``diff.captured_delta``); None without a golden that records it,
         or when nothing changed."""
-        if self.golden is None or "constants" not in self.golden or self.result.constants is None:
+        if self.golden is None or self.golden.constants is None or self.result.constants is None:
             return None
-        return captured_delta(self.golden["constants"], golden_summary(self.result.constants))
+        return CapturedDelta.of(captured_delta(self.golden.constants, self.result.constants.golden_summary()))
+
+    @property
+    def golden_knows_constants(self) -> bool:
+        return self.golden is not None and self.golden.constants is not None
 
     @property
     def total_delta(self) -> int | None:
         if self.golden is None or not self.result.summary:
             return None
-        return self.result.entry_params - self.golden["entry_params"]
+        return self.result.entry_params - self.golden.entry_params
 
     def launches_delta(self) -> dict[str, int] | None:
         """A GPU cell's kernels (total, scalar) and collectives per step minus its golden's; None without a golden
         that recorded them."""
-        old, new = (self.golden or {}).get("launches"), self.result.launches
+        old = self.golden.launches if self.golden is not None else None
+        new = self.result.launches
         if old is None or new is None:
             return None
-        return {k: new[k] - old.get(k, 0) for k in ("total", "scalar", "collectives")}
+        return {k: getattr(new, k) - (getattr(old, k) or 0) for k in ("total", "scalar", "collectives")}
 
     def memory_delta(self) -> dict[str, int] | None:
         """A compiled cell's bytes by kind minus its golden's; None without a golden that recorded memory."""
-        old, new = (self.golden or {}).get("memory"), self.result.memory
+        old = self.golden.memory if self.golden is not None else None
+        new = self.result.memory
         if old is None or new is None:
             return None
         return {k: new[k] - old.get(k, 0) for k in new}
@@ -90,14 +131,14 @@ class ScanPair:
 
 
 @dataclass(frozen=True)
-class MatrixReport:
+class MatrixView:
     cells: list[CellView]
     scan_pairs: list[ScanPair]
     series: list[Series]
     tidy_columns = TIDY_COLUMNS
 
     @property
-    def tidy_rows(self) -> list[dict]:
+    def tidy_rows(self) -> list[TidyRow]:
         """One row per ok cell x dtype x role (``tidy_rows``): the CSV, JSON and pandas views."""
         return tidy_rows(self.cells)
 
@@ -117,30 +158,20 @@ class MatrixReport:
     @property
     def baking(self) -> list[CellView]:
         """Lowered cells whose program holds state as constants: captured arrays, large constants, literal keys."""
-        def bakes(c: dict | None) -> bool:
-            return bool(c and ((c["captured"] or {}).get("arrays") or c["large"] or c["literal_keys"]))
-
-        return [v for v in self.lowered if bakes(v.result.constants)]
+        return [v for v in self.lowered if v.result.constants is not None and v.result.constants.bakes_state]
 
     @property
     def dtypes(self) -> list[str]:
         """The dtype columns: every dtype some lowered cell has."""
-        return sorted({k for v in self.lowered for k in v.result.summary["by_dtype"]})
+        return sorted({k for v in self.lowered for k in v.result.summary.by_dtype})
 
     @property
     def roles(self) -> list[str]:
         """The role columns, in ROLES order: every role some lowered cell has."""
-        return [r for r in ROLES if any(r in v.result.summary["by_role"] for v in self.lowered)]
+        return [r for r in ROLES if any(r in v.result.summary.by_role for v in self.lowered)]
 
 
-def golden_joint_counts(record: dict | None) -> dict[tuple[str, str], int] | None:
-    """The golden's (dtype, role) counts; None for goldens written before they were recorded."""
-    if record is None or "by_dtype_role" not in record:
-        return None
-    return {tuple(key.split(":", 1)): n for key, n in record["by_dtype_role"].items()}
-
-
-def tidy_rows(views: list[CellView]) -> list[dict]:
+def tidy_rows(views: list[CellView]) -> list[TidyRow]:
     """One row per ok cell x dtype x role (pairs only the golden has appear with count 0).
 
     ``golden_delta`` is count minus the golden's count of that dtype and role; None when the cell has no golden
@@ -149,19 +180,18 @@ def tidy_rows(views: list[CellView]) -> list[dict]:
     rows = []
     for view in views:
         r = view.result
-        if r.status != "ok":
+        if not r.ok:
             continue
         current = r.by_dtype_role()
-        old = golden_joint_counts(view.golden)
+        old = view.golden.joint_counts if view.golden is not None else None
         keys = sorted(set(current) | set(old or {}), key=lambda k: (-current.get(k, (0, 0))[0], k))
-        c = r.cell
+        identity = r.cell.record()
         for dtype, role in keys:
             count, size = current.get((dtype, role), (0, 0))
             golden_count = None if old is None else old.get((dtype, role), 0)
-            identity = c.record()
-            rows.append({**{k: identity[k] for k in CELL_COLUMNS}, "dtype": dtype, "role": role, "count": count,
-                         "bytes": size, "golden_count": golden_count,
-                         "golden_delta": None if golden_count is None else count - golden_count})
+            rows.append(TidyRow(**{k: identity[k] for k in CELL_COLUMNS}, dtype=dtype, role=role, count=count,
+                                bytes=size, golden_count=golden_count,
+                                golden_delta=None if golden_count is None else count - golden_count))
     return rows
 
 
@@ -178,7 +208,17 @@ def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
     return sorted(pairs, key=lambda pair: pair.label)
 
 
-def build(results: list[CellResult], series: list[Series], goldens: Mapping[str, dict | None]) -> MatrixReport:
-    """The report of ``results``, their depth series and each cell's golden summary record (None: no golden)."""
-    views = [CellView(r, goldens.get(r.cell.id)) for r in results]
-    return MatrixReport(cells=views, scan_pairs=scan_pairs(results), series=series)
+def matrix_view_of(plan: Plan, results: list[CellResult]) -> MatrixView:
+    """The report of a plan's results, against one tree of goldens read whole (``golden.snapshot.read_snapshot``)."""
+    return read_snapshot(plan.config.golden_dir, lambda tree: matrix_view(Outcome.of(plan, results, tree)))
+
+
+def matrix_view(outcome: Outcome) -> MatrixView:
+    """The report of an outcome: each result with its golden (None: no golden, or one that cannot be read), the
+    scan pairs and the depth series."""
+    results = list(outcome.results)
+    views = []
+    for r in results:
+        stored = outcome.goldens.golden(r.cell.id)
+        views.append(CellView(r, stored.record if stored is not None else None))
+    return MatrixView(cells=views, scan_pairs=scan_pairs(results), series=list(outcome.series))

@@ -1,0 +1,388 @@
+"""What a lowering read, recorded in the process that lowered it (``hlo_audit.cache``'s doc): the environment
+variables it read (while it runs) and the modules loaded (``sys.modules`` afterwards), and what this machine holds
+now to check a recording against (``Now``)."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import hashlib
+import os
+import re
+import sys
+import sysconfig
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from hlo_audit import host, layers
+from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
+
+
+
+class _EnvironmentReads:
+    """The variables one window read, with the value first read (None: absent), and those it wrote itself (a read
+    after the window's own write is not an input). ``set_itself``: the variables it read unset and then set, with
+    the value they hold after it (filled when the window closes)."""
+
+    def __init__(self) -> None:
+        self.read: dict[str, str | None] = {}
+        self.written: set[str] = set()
+        self.set_itself: dict[str, str] = {}
+
+
+_ENVIRON = type(os.environ)
+_ORIGINAL = {name: getattr(_ENVIRON, name) for name in ("__getitem__", "__setitem__", "__delitem__", "copy")}
+_recorders: list[_EnvironmentReads] = []
+_recorders_lock = threading.Lock()
+_bulk = threading.local()
+# Reads made while building targets in this process (imports: jax's config, a user's module-level os.environ.get):
+# the values a module keeps from its import hold for every cell lowered after it.
+_PROCESS_READS = _EnvironmentReads()
+
+
+def _note(environ, key, value) -> None:
+    if environ is not os.environ or not isinstance(key, str) or getattr(_bulk, "depth", 0):
+        return
+    try:
+        caller = sys._getframe(2).f_code  # noqa: SLF001 -- the frame that asked os.environ (no public equivalent)
+    except ValueError:  # asked from C with no Python frame above
+        caller = None
+    if caller is not None and caller.co_name == "__iter__" and "_collections_abc" in caller.co_filename:
+        return  # items()/values() of the whole environment: wsgiref's import, tqdm's TQDM_* scan
+    for reads in _recorders:
+        if key not in reads.written:
+            reads.read.setdefault(key, value)
+
+
+def _getitem(self, key):
+    try:
+        value = _ORIGINAL["__getitem__"](self, key)
+    except KeyError:
+        _note(self, key, None)
+        raise
+    _note(self, key, value)
+    return value
+
+
+def _setitem(self, key, value):
+    if self is os.environ:
+        for reads in _recorders:
+            reads.written.add(key)
+    _ORIGINAL["__setitem__"](self, key, value)
+
+
+def _delitem(self, key):
+    if self is os.environ:
+        for reads in _recorders:
+            reads.written.add(key)
+    _ORIGINAL["__delitem__"](self, key)
+
+
+def _copy(self):
+    _bulk.depth = getattr(_bulk, "depth", 0) + 1  # a copy of the whole environment (subprocess env=...)
+    try:
+        return _ORIGINAL["copy"](self)
+    finally:
+        _bulk.depth -= 1
+
+
+_PATCHED = {"__getitem__": _getitem, "__setitem__": _setitem, "__delitem__": _delitem, "copy": _copy}
+
+
+@contextlib.contextmanager
+def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentReads]:
+    """Record every ``os.environ`` / ``os.getenv`` read in the block (any module, any thread).
+
+    ``process_wide``: the block builds a target, and what its imports read is part of every later cell's manifest
+    too. A variable the block read and then set itself (jax's import finds libtpu and sets TPU_LIBRARY_PATH when
+    it is unset) is recorded with the value it holds afterwards: what everything after the import sees, and what a
+    later lookup, made after building the same target (or after importing jax some other way), compares with. A
+    value set from outside is kept all the same, so it still keys the cell."""
+    reads = _PROCESS_READS if process_wide else _EnvironmentReads()
+    with _recorders_lock:
+        if not _recorders:
+            for name, function in _PATCHED.items():
+                setattr(_ENVIRON, name, function)
+        _recorders.append(reads)
+    try:
+        yield reads
+    finally:
+        with _recorders_lock:
+            if process_wide:
+                for name in reads.written & reads.read.keys():
+                    reads.read[name] = os.environ.get(name)
+            else:
+                reads.set_itself = {name: os.environ[name] for name in sorted(reads.written & reads.read.keys())
+                                    if reads.read[name] is None and name in os.environ}
+            _recorders.remove(reads)
+            if not _recorders:
+                for name, function in _ORIGINAL.items():
+                    setattr(_ENVIRON, name, function)
+
+
+@contextlib.contextmanager
+def importing_target() -> Iterator[None]:
+    """Around importing a target's code (plan time, and each worker's first cell): what the import reads from the
+    environment keys every cell this process lowers after it, and what it prints goes to stderr."""
+    with recording_environment(process_wide=True), host.prints_to_stderr():
+        yield
+
+
+def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
+    # The prefixes are the primary key's; JAX_PLATFORMS is not an input of what a cell lowers to (NOT_FLAGS).
+    return {name: value for name, value in sorted(reads.read.items())
+            if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in reads.set_itself}
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What one lowering read: every file of its modules by content (``[size, mtime_ns, sha256, ctime_ns, inode]``,
+    None: gone) or
+    by the distribution that installed it, and the environment variables it (and this process's imports) read.
+    A manifest variant keeps its record (``to_record``)."""
+
+    files: Mapping[str, list | None]
+    distributions: Mapping[str, str]
+    environment: Mapping[str, str | None]
+    set_by_lowering: Mapping[str, str]  # read unset, then set by the lowering itself: holds unset or at this value
+    imported_environment: Mapping[str, str | None]
+
+    def to_record(self) -> dict:
+        return {"files": dict(self.files), "distributions": dict(self.distributions),
+                "environment": dict(self.environment), "set_by_lowering": dict(self.set_by_lowering),
+                "imported_environment": dict(self.imported_environment)}
+
+
+def reads_after(window: _EnvironmentReads) -> Reads:
+    """What a lowering that just ran in this process read: the modules loaded now, the variables ``window`` read
+    (``environment``) and those read while this process built its targets (``imported_environment``: the values
+    its imports saw, which later writes, libtpu's TPU_LIBRARY_PATH say, do not change for the module that kept
+    them). Picklable, so a worker can hand it to the parent."""
+    files, distributions = {}, {}
+    search_path = tuple(sys.path)
+    kinds = _kinds(search_path)  # what a path is does not change while the process runs: classified once
+    for path in sorted(_module_files()):
+        if path not in kinds:
+            kinds[path] = _file_kind(path, _installed_files(search_path))
+        kind = kinds[path]
+        if kind == "content":
+            files[path] = _file_state(path)
+        elif kind is not None:
+            distributions[kind[0]] = kind[1]
+    set_itself = {name: value for name, value in window.set_itself.items()
+                  if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
+    return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
+                 set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS))
+
+
+def _module_files() -> set[str]:
+    files = set()
+    for module in list(sys.modules.values()):
+        try:
+            file = vars(module).get("__file__")  # vars(): a lazy module's __getattr__ would import
+        except TypeError:
+            continue
+        if isinstance(file, str) and file:
+            files.add(os.path.abspath(file))  # as imported (not realpath: 10 lstat a file, 0.3 s for MaxText's)
+    return files
+
+
+@functools.cache
+def _kinds(search_path: tuple[str, ...]) -> dict[str, str | tuple[str, str] | None]:
+    return {}
+
+
+def _file_kind(path: str, installed: dict[str, tuple[str, str]]) -> str | tuple[str, str] | None:
+    """``content`` (hash it), a distribution ``(name, version)`` that installed it, or None (not an input here)."""
+    own = next((root for root in _own_roots() if path.startswith(root)), None)
+    if own is not None:
+        # The lowering side is the primary key's; the HLO core only analyses; the layers above the targets are not
+        # imported by a lowering (tests/test_layers.py). The examples are targets: a user's code like any other.
+        module = layers.module_name(path[len(own):].replace(os.sep, "/")) if path.endswith(".py") else ""
+        return "content" if module == "examples" or module.startswith("examples.") else None
+    if path in installed:
+        return installed[path]
+    if path.startswith(_stdlib_roots()) and not any(f"{os.sep}{d}{os.sep}" in path for d in _SITE_FOLDERS):
+        return None  # the Python's own: its version is in the primary key
+    return "content"
+
+
+_SITE_FOLDERS = ("site-packages", "dist-packages")
+
+
+@functools.cache
+def _own_roots() -> tuple[str, ...]:
+    """hlo_audit's folder as imported and as resolved."""
+    return tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, str(HLO_AUDIT_ROOT) + os.sep})
+
+
+@functools.cache
+def _stdlib_roots() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(sorted({root + os.sep for name in ("stdlib", "platstdlib")
+                         for root in (os.path.abspath(paths[name]), os.path.realpath(paths[name]))}))
+
+
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares them (``PyYAML``, ``pyyaml``; ``jax_cuda12_plugin``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _dist_info_name(folder: str) -> tuple[str, str] | None:
+    """``flax-0.12.12.dist-info`` -> (``flax``, ``0.12.12``): pip and uv name the folder from the metadata
+    (the wheel spec: the name's dashes are underscores, so the first dash ends it)."""
+    name, dash, version = folder.removesuffix(".dist-info").partition("-")
+    return (_normalized(name), version) if folder.endswith(".dist-info") and dash and version else None
+
+
+@functools.cache
+def _installed_files(search_path: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+    """Every file an installed distribution's RECORD lists -> (name, version), the first on ``sys.path`` winning
+    as imports do. RECORD, not top-level names: an editable install's RECORD lists no source file, and a project's
+    stray ``*.egg-info`` has none, so their code is keyed by content. Built once per process (~0.2 s, 37k files).
+    The version is the dist-info folder's (what ``_Now`` reads back with one listdir per path entry) where the
+    folder is named the standard way, else the metadata's."""
+    index: dict[str, tuple[str, str]] = {}
+    for dist in metadata.distributions(path=list(search_path)):
+        try:
+            record = dist.read_text("RECORD")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if not record:
+            continue
+        # CSV, but a path needs quotes only if it holds a comma or a quote: split the common line by hand.
+        rows = [next(csv.reader([line]))[0] if line.startswith('"') else line.partition(",")[0]
+                for line in record.splitlines() if line]
+        identity = next((_dist_info_name(row[:-len("/RECORD")]) for row in rows
+                         if row.endswith(".dist-info/RECORD") and row.count("/") == 1), None)
+        if identity is None:
+            try:
+                identity = (_normalized(dist.metadata["Name"] or ""), dist.version)
+            except (OSError, UnicodeDecodeError):
+                continue
+        if not identity[0]:
+            continue
+        root = os.path.join(os.path.abspath(dist.locate_file("")), "")  # the sys.path entry module files are named by
+        for row in rows:  # pip writes ../ only at the start (scripts in bin/): only those need normalizing
+            index.setdefault(os.path.normpath(root + row) if row.startswith(".") else root + row, identity)
+    return index
+
+
+_HASHED: dict[tuple, str] = {}  # (path, *stamp) -> sha256, for this process
+
+
+def stamp(info: os.stat_result) -> list[int]:
+    """What a ``stat`` must find unchanged for a file to be taken as unchanged without reading it: size, mtime,
+    ctime and inode. Size and mtime alone are not enough: ``cp -p``, ``rsync -a``, ``tar -x``, ``touch -r`` and CI
+    cache-restore steps put a file back with its old mtime, and an edit to the same size can too (``os.utime``).
+    Every write, rename or restore sets ctime to now and nothing sets it back (short of the clock), and a file
+    replaced by another has another inode. Measured against hashing every file at every lookup
+    (``scripts/bench_cache_digest.py``: the 3,328 module files a MaxText lowering loads, 250 MB: 16 ms of stats
+    against 252 ms of hashing, warm), this is 10-16x cheaper, and a file whose stamp changed is still hashed."""
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+
+def _recorded_stamp(state: list) -> list:
+    """The stamp a manifest recorded: ``state`` is [size, mtime_ns, sha256, ctime_ns, inode]."""
+    return [*state[:2], *state[3:5]]
+
+
+def _file_state(path: str) -> list | None:
+    """[size, mtime_ns, sha256, ctime_ns, inode] of a file, None when it is gone (a module loaded from a
+    since-deleted file)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    stamped = stamp(info)
+    memo = (path, *stamped)
+    if memo not in _HASHED:
+        try:
+            _HASHED[memo] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            return None
+    return [*stamped[:2], _HASHED[memo], *stamped[2:]]
+
+
+def identity(reads: dict) -> dict:
+    """What a manifest's variant stands for, without the stamps (a fresh checkout of the same files is the same)."""
+    return {"files": {path: state[2] if state else None for path, state in reads["files"].items()},
+            "distributions": reads["distributions"], "environment": reads["environment"],
+            "set_by_lowering": reads.get("set_by_lowering", {}), "imported_environment": reads["imported_environment"]}
+
+
+class Now:
+    """What this machine holds now, each thing looked at once per cache (a run's lookups share it)."""
+
+    def __init__(self) -> None:
+        self._versions: dict[str, str] | None = None
+        self._stats: dict[str, os.stat_result | None] = {}
+        self._hashes: dict[str, str | None] = {}
+
+    def version(self, name: str) -> str:
+        """An installed distribution's version now (not host.installed_version: that one holds for the process's
+        life). From the dist-info folders on ``sys.path``: one listdir per entry, where ``metadata.version`` takes
+        ~3 ms a name (0.4 s for MaxText's 95)."""
+        if self._versions is None:
+            self._versions = {}
+            for entry in sys.path:
+                with contextlib.suppress(OSError):
+                    for folder in sorted(os.listdir(entry or ".")):
+                        if (found := _dist_info_name(folder)) and found[0] not in self._versions:
+                            self._versions[found[0]] = found[1]
+        if name not in self._versions:
+            try:
+                self._versions[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                self._versions[name] = "absent"
+        return self._versions[name]
+
+    def stat(self, path: str) -> os.stat_result | None:
+        if path not in self._stats:
+            try:
+                self._stats[path] = os.stat(path)
+            except OSError:
+                self._stats[path] = None
+        return self._stats[path]
+
+    def sha256(self, path: str) -> str | None:
+        if path not in self._hashes:
+            try:
+                self._hashes[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            except OSError:
+                self._hashes[path] = None
+        return self._hashes[path]
+
+    def verify(self, reads: dict) -> tuple[str | None, bool]:
+        """(why the variant no longer holds, or None; whether some file held by its hash only, stamp changed)."""
+        for name, value in reads["environment"].items():
+            if os.environ.get(name) != value:
+                return f"${name} changed", False
+        for name, value in reads.get("set_by_lowering", {}).items():
+            if os.environ.get(name) not in (None, value):  # unset, the lowering sets it so again
+                return f"${name} changed", False
+        imported = _PROCESS_READS.read  # what this process's own imports saw, where they read it
+        for name, value in reads["imported_environment"].items():
+            if (imported[name] if name in imported else os.environ.get(name)) != value:
+                return f"${name} changed", False
+        for name, version in reads["distributions"].items():
+            if self.version(name) != version:
+                return f"{name} {version} -> {self.version(name)}", False
+        retouched = False
+        for path, state in reads["files"].items():
+            info = self.stat(path)
+            if state is None or info is None:
+                if (state is None) != (info is None):
+                    return f"{path} {'appeared' if info else 'is gone'}", False
+                continue
+            if stamp(info) == _recorded_stamp(state):
+                continue
+            if self.sha256(path) != state[2]:
+                return f"{path} changed", False
+            retouched = True
+        return None, retouched
+

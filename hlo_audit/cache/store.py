@@ -1,0 +1,335 @@
+"""The cache's entries on disk: each with a header (kind, key, cell, checksum) and its content, the manifests naming
+them, and ``Cache``, one run's view of the folder (``hlo_audit.cache``'s doc)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
+from hlo_audit.cache.reads import Now, Reads, identity, stamp
+from hlo_audit.files import write_atomic
+from hlo_audit.lowering import Lowering
+from hlo_audit.results import CellResult
+
+# Variants kept per cell: enough for a few switches flipped back and forth, few enough to read at every lookup.
+_VARIANTS_KEPT = 8
+_HEADER_TAG = "hlo-audit-cache"
+
+
+class CacheError(Exception):
+    """The cache folder cannot be used (a file, not readable, not writable); one line naming it."""
+
+
+class _Damaged(Exception):
+    """An entry that does not verify; its message says how."""
+
+
+def _text_entry(header: dict, text: str) -> str:
+    return f"{_HEADER_TAG} {canonical_json({**header, 'sha256': _sha256(text)})}\n{text}"
+
+
+def _json_entry(header: dict, body: object) -> str:
+    return canonical_json({_HEADER_TAG: {**header, "sha256": _sha256(canonical_json(body))}, "body": body})
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _checked_header(header: object, expected: dict) -> str:
+    if not isinstance(header, dict):
+        raise _Damaged("no entry header")
+    for field, value in expected.items():
+        if value is not None and header.get(field) != value:
+            raise _Damaged(f"made for {field} {header.get(field)!r}, not {value!r}")
+    digest = header.get("sha256")
+    if not isinstance(digest, str):
+        raise _Damaged("no checksum in its header")
+    return digest
+
+
+def _parse_text_entry(raw: str, expected: dict) -> str:
+    first, newline, text = raw.partition("\n")
+    tag, _, header = first.partition(" ")
+    if tag != _HEADER_TAG or not newline:
+        raise _Damaged("no entry header")
+    try:
+        header = json.loads(header)
+    except ValueError:
+        raise _Damaged("unreadable entry header") from None
+    if _checked_header(header, expected) != _sha256(text):
+        raise _Damaged("checksum does not match its content")
+    return text
+
+
+def _parse_json_entry(raw: str, expected: dict) -> object:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise _Damaged("not JSON") from None
+    if not isinstance(doc, dict) or set(doc) != {_HEADER_TAG, "body"}:
+        raise _Damaged("not a cache entry (JSON of another shape)")
+    if _checked_header(doc[_HEADER_TAG], expected) != _sha256(canonical_json(doc["body"])):
+        raise _Damaged("checksum does not match its content")
+    return doc["body"]
+
+
+def _warn_on_stderr(message: str) -> None:
+    print(f"hlo-audit: warning: {message}", file=sys.stderr)
+
+
+# A file that gets one JSON line per cell lowered (stored here, or computed under --no-cache; a hit writes none): how
+# a test session counts its lowerings in every process and finds a cell lowered twice (tests/conftest.py).
+LOG_VARIABLE = "HLO_AUDIT_CACHE_LOG"
+
+
+def _log_lowering(result: CellResult, key: str, reads: dict) -> None:
+    path = os.environ.get(LOG_VARIABLE)
+    if not path:
+        return
+    # The variables the lowering found set: an injected change ($HLO_AUDIT_INJECT in the tests) makes another
+    # lowering of the same primary key.
+    found = {name: value for name, value in reads.get("environment", {}).items() if value is not None}
+    line = canonical_json({"cell": result.cell.id, "target": result.cell.target, "key": key, "entry": result.key,
+                           "environment": found, "seconds": result.lower_seconds, "pid": os.getpid()})
+    try:
+        with open(path, "a", encoding="utf-8") as log:  # one short line per append: whole lines, any process
+            log.write(line + "\n")
+    except OSError as exc:
+        _warn_on_stderr(f"${LOG_VARIABLE} {path} cannot be written ({exc.strerror or exc}); this cell is not logged")
+
+
+class Cache:
+    """One run's view of the cache folder. ``enabled=False`` (``--no-cache``): nothing is read or written;
+    ``refresh`` (``--refresh``): nothing is read, everything computed is written. ``warn`` says, in one line, each
+    entry that did not verify (default: stderr)."""
+
+    def __init__(self, root: Path, enabled: bool = True, refresh: bool = False,
+                 warn: Callable[[str], None] | None = None):
+        self.folder = Path(root)
+        self.root = self.folder / LAYOUT_VERSION
+        self.enabled = enabled
+        self.refresh = refresh
+        self._warn = warn or _warn_on_stderr
+        self._analysis = analysis_fingerprint()
+        self._now = Now()
+        self._write_failed = False
+        if enabled:
+            self._check_usable()
+
+    def _check_usable(self) -> None:
+        """A cache folder that is a file, or that cannot be created, read or written, is the user's to fix: one
+        line, before anything runs (not a traceback at the first write, nor results silently never cached)."""
+        folder = self.folder
+        hint = "fix it, point cache_dir elsewhere, or run with --no-cache"
+        if folder.exists() and not folder.is_dir():
+            raise CacheError(f"cache_dir {folder} is not a folder ({hint})")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CacheError(f"cache_dir {folder}: cannot create it: {exc.strerror or exc} ({hint})") from None
+        try:
+            os.listdir(folder)
+        except OSError as exc:
+            raise CacheError(f"cache_dir {folder} is not readable: {exc.strerror or exc} ({hint})") from None
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise CacheError(f"cache_dir {folder} is not writable: {exc.strerror or exc} ({hint})") from None
+
+    # -- paths ---------------------------------------------------------------------------------------------------
+
+    def _base(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def _path(self, key: str, kind: str) -> Path:
+        suffix = {"manifest": ".manifest.json", "hlo": ".hlo.txt", "lowering": ".lowering.json",
+                  "result": f".{self._analysis}.result.json",
+                  "normalized": f".{self._analysis}.normalized.txt"}[kind]
+        return self._base(key).with_name(key + suffix)
+
+    # -- reading -------------------------------------------------------------------------------------------------
+
+    def _read(self, key: str, kind: str, cell: str | None, parse) -> object | None:
+        """An entry's content, or None: missing (a plain miss) or not verifying (a miss that is said)."""
+        path = self._path(key, kind)
+        expected = {"kind": kind, "key": key, "cell": cell}
+        if kind in ("result", "normalized"):
+            expected["analysis"] = self._analysis
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return self._damaged(path, cell, f"unreadable: {exc.strerror or exc}")
+        try:
+            return parse(raw.decode("utf-8"), expected)
+        except UnicodeDecodeError:
+            return self._damaged(path, cell, "not UTF-8")
+        except _Damaged as exc:
+            return self._damaged(path, cell, str(exc))
+
+    def _damaged(self, path: Path, cell: str | None, why: str) -> None:
+        """Say, in one line, an entry that does not verify (its callers return this None: a miss)."""
+        self._warn(f"cache entry {path} does not verify ({why}); {cell or 'its cell'} is computed again")
+
+    def lookup(self, key: str, cell: str | None = None) -> str | None:
+        """The entry of the manifest's first variant whose reads all still hold, or None."""
+        if not self.enabled or self.refresh:
+            return None
+        manifest = self._read(key, "manifest", cell, _parse_json_entry)
+        if manifest is None:
+            return None
+        try:
+            variants = [(v["entry"], v["reads"]) for v in manifest["variants"]]
+            for entry, reads in variants:
+                if not isinstance(entry, str):
+                    raise TypeError(entry)
+                why, retouched = self._now.verify(reads)
+                if why is None:
+                    if retouched and cell is not None:
+                        self._retouch(key, cell, manifest, entry)
+                    return entry
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            return self._damaged(self._path(key, "manifest"), cell, "not a manifest (JSON of another shape)")
+        return None
+
+    def _retouch(self, key: str, cell: str, manifest: dict, entry: str) -> None:
+        """The files held by their hashes (a fresh checkout): store their stamps now, so the next run only stats."""
+        for variant in manifest["variants"]:
+            if variant["entry"] == entry:
+                for path, state in variant["reads"]["files"].items():
+                    info = self._now.stat(path)
+                    if state is not None and info is not None:
+                        stamped = stamp(info)
+                        state[:] = [*stamped[:2], state[2], *stamped[2:]]
+        self._write(self._path(key, "manifest"), _json_entry({"kind": "manifest", "key": key, "cell": cell},
+                                                             manifest))
+
+    def get_lowering(self, key: str, cell: str | None = None) -> tuple[str, dict] | None:
+        """The HLO text and its lowering record (``Lowering.meta()`` plus ``cell``, ``seconds``) of an entry key,
+        or of a primary key's verified variant."""
+        if not self.enabled or self.refresh:
+            return None
+        if self._path(key, "manifest").exists():
+            key = self.lookup(key, cell) or ""
+            if not key:
+                return None
+        meta = self._read(key, "lowering", cell, _parse_json_entry)
+        if not isinstance(meta, dict):
+            return None if meta is None else self._damaged(self._path(key, "lowering"), cell, "not a record")
+        text = self._read(key, "hlo", cell, _parse_text_entry)
+        if text is None:
+            return None
+        if meta.get("hlo_sha256") != _sha256(text):
+            return self._damaged(self._path(key, "hlo"), cell, "not the text its lowering record names")
+        try:
+            Lowering.from_cache(text, meta)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return self._damaged(self._path(key, "lowering"), cell, "not a lowering record")
+        return text, meta
+
+    def hlo_text(self, key: str) -> str | None:
+        hit = self.get_lowering(key)
+        return hit[0] if hit else None
+
+    def get_result(self, entry: str, cell: str) -> CellResult | None:
+        """The analysed result of ``entry`` with its canonical text, both verified, or None."""
+        if not self.enabled or self.refresh:
+            return None
+        record = self._read(entry, "result", cell, _parse_json_entry)
+        if record is None:
+            return None
+        try:
+            result = CellResult.from_record(record, cached=True)
+            if result.cell.id != cell or result.key != entry or not result.ok:
+                raise ValueError(result.cell.id)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return self._damaged(self._path(entry, "result"), cell, "not a result of this cell")
+        normalized = self._read(entry, "normalized", cell, _parse_text_entry)
+        return replace(result, normalized=normalized) if normalized is not None else None
+
+    def normalized_text(self, entry: str, cell: str | None = None) -> str | None:
+        if not self.enabled:
+            return None
+        return self._read(entry, "normalized", cell, _parse_text_entry)
+
+    # -- writing -------------------------------------------------------------------------------------------------
+
+    def _write(self, path: Path, data: str) -> None:
+        try:
+            write_atomic(path, data)
+        except OSError as exc:
+            if not self._write_failed:  # once: a full disk says so once, and the results stay right
+                self._warn(f"cache entry {path} cannot be written ({exc.strerror or exc}); not caching it")
+            self._write_failed = True
+
+    def put(self, key: str, result: CellResult, lowering: Lowering, read: Reads) -> CellResult:
+        """Store a cell just lowered: its entry (text, lowering record, result, canonical text), then the manifest
+        variant naming it. Returns the result keyed by its entry (``key``)."""
+        reads = read.to_record()  # the manifest variant's record
+        entry = material_digest({"primary": key, "reads": identity(reads)})
+        result = replace(result, key=entry)
+        _log_lowering(result, key, reads)
+        if not self.enabled:
+            return result
+        cell = result.cell.id
+        meta = {"cell": cell, "seconds": result.lower_seconds, **lowering.meta(), "hlo_sha256": _sha256(lowering.text)}
+        self._write(self._path(entry, "hlo"), _text_entry({"kind": "hlo", "key": entry, "cell": cell}, lowering.text))
+        self._write(self._path(entry, "lowering"), _json_entry({"kind": "lowering", "key": entry, "cell": cell}, meta))
+        self.put_result(entry, result)
+        self._add_variant(key, cell, entry, reads)
+        return result
+
+    def put_result(self, entry: str, result: CellResult) -> None:
+        """The analysed result and its canonical text (written first: a result always has its text)."""
+        if not self.enabled:
+            return
+        cell, header = result.cell.id, {"key": entry, "analysis": self._analysis}
+        if result.normalized is not None:
+            self._write(self._path(entry, "normalized"),
+                        _text_entry({**header, "kind": "normalized", "cell": cell}, result.normalized))
+        self._write(self._path(entry, "result"),
+                    _json_entry({**header, "kind": "result", "cell": cell}, result.to_record()))
+
+    def _add_variant(self, key: str, cell: str, entry: str, reads: dict) -> None:
+        path = self._path(key, "manifest")
+        expected = {"kind": "manifest", "key": key, "cell": cell}
+        variants = []
+        with contextlib.suppress(OSError, UnicodeDecodeError, _Damaged, KeyError, TypeError):
+            variants = [v for v in _parse_json_entry(path.read_text(encoding="utf-8"), expected)["variants"]
+                        if v["entry"] != entry]
+        manifest = {"variants": [{"entry": entry, "reads": reads}, *variants][:_VARIANTS_KEPT]}
+        self._write(path, _json_entry(expected, manifest))
+
+
+def entry_files(folder: Path) -> dict[str, dict[str, Path]]:
+    """cell id -> {kind: path} of every entry under a cache folder, read from their headers (tests, debugging)."""
+    found: dict[str, dict[str, Path]] = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if not path.is_file() or not stat.S_ISREG(path.stat().st_mode):
+            continue
+        with path.open("rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace")
+        header = None
+        if head.startswith(_HEADER_TAG + " "):
+            with contextlib.suppress(ValueError):
+                header = json.loads(head[len(_HEADER_TAG) + 1:].partition("\n")[0])
+        elif head.startswith("{"):
+            with contextlib.suppress(ValueError, TypeError, KeyError):
+                header = json.loads(path.read_text())[_HEADER_TAG]
+        if isinstance(header, dict) and header.get("cell"):
+            found.setdefault(header["cell"], {})[header["kind"]] = path
+    return found
+

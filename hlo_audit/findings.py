@@ -1,0 +1,267 @@
+"""What the gate decides about a cell: a ``Finding`` per thing it found, typed: its place (a cell id, or where a
+waiver is written), its rule, a ``Severity`` and the facts behind it, each kind a frozen record of numbers.
+
+Findings carry no sentences: ``report.words`` makes every one of them, and the JSON formats shape ``details`` from
+the facts (``merge.finding_record``). A waiver does not edit a finding: the gate makes a new one, of severity
+waived, that names the waivers (``Finding.waived``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from hlo_audit.hlo.thunks import LaunchGroup
+from hlo_audit.policy import Waiver
+from hlo_audit.results import Severity
+
+
+@dataclass(frozen=True)
+class Matches:
+    """The cell matches its golden: the one finding of a cell the gate found nothing about."""
+
+
+@dataclass(frozen=True)
+class LoweringFailure:
+    """The cell failed to lower, or cannot be lowered here: the result's own message."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class MissingGolden:
+    """No golden for the cell (``why`` None), or one that cannot be read, or a text it names that is missing."""
+
+    why: str | None
+    command: str  # the golden update that writes it
+
+
+@dataclass(frozen=True)
+class StaleGolden:
+    """A golden without a cell in the matrix."""
+
+
+@dataclass(frozen=True)
+class PatternMove:
+    pattern: str
+    delta: int
+    roles: Mapping[str, int]  # role -> delta
+
+
+@dataclass(frozen=True)
+class PatternRename:
+    before: str
+    after: str
+    params: int
+    roles: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class PatternChanges:
+    """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles)."""
+
+    grown: tuple[PatternMove, ...] = ()
+    shrunk: tuple[PatternMove, ...] = ()
+    renamed: tuple[PatternRename, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.grown or self.shrunk or self.renamed)
+
+
+@dataclass(frozen=True)
+class CapturedDelta:
+    """State baked in as constants against the golden's (``hlo.diff.captured_delta``)."""
+
+    basis: str  # "captured arrays", or "large constants" when either side does not know what was captured
+    arrays: tuple[int, int]
+    bytes: tuple[int, int]
+    by_dtype: Mapping[str, int]
+    bytes_by_dtype: Mapping[str, int]
+    groups: Mapping[str, int]
+    literal_keys: tuple[int, int]
+
+    @property
+    def baked_more(self) -> bool:
+        """More arrays or bytes of some dtype, or more literal RNG keys, than the golden."""
+        return (any(v > 0 for v in (*self.by_dtype.values(), *self.bytes_by_dtype.values()))
+                or self.literal_keys[1] > self.literal_keys[0])
+
+    @classmethod
+    def of(cls, delta: Mapping[str, Any] | None) -> CapturedDelta | None:
+        if delta is None:
+            return None
+        return cls(basis=delta["basis"], arrays=tuple(delta["arrays"]), bytes=tuple(delta["bytes"]),
+                   by_dtype=delta["by_dtype"], bytes_by_dtype=delta["bytes_by_dtype"], groups=delta["groups"],
+                   literal_keys=tuple(delta["literal_keys"]))
+
+    def to_record(self) -> dict[str, Any]:
+        """The HLO core's record of it (``hlo.diff.captured_change`` words it; the JSON formats print it)."""
+        return {"basis": self.basis, "arrays": list(self.arrays), "bytes": list(self.bytes),
+                "by_dtype": dict(self.by_dtype), "bytes_by_dtype": dict(self.bytes_by_dtype),
+                "groups": dict(self.groups), "literal_keys": list(self.literal_keys)}
+
+
+@dataclass(frozen=True)
+class IncrementChange:
+    """RNG counter increments per step against the golden's, by stream verdict and pattern."""
+
+    golden: int | float
+    now: int | float
+    by_verdict: Mapping[str, int | float]
+    by_pattern: Mapping[str, int | float]
+    paths: Mapping[str, tuple[str, ...]]  # the streams of each pattern whose increments grew
+
+
+@dataclass(frozen=True)
+class LaunchChange:
+    """A GPU program's launches per step against another's (kernels, scalar ones, collectives)."""
+
+    golden: Mapping[str, int]
+    now: Mapping[str, int]
+    delta: Mapping[str, int]  # only the counts that moved
+    groups: tuple[LaunchGroup, ...]  # the launch groups that came (positive) and went
+
+
+@dataclass(frozen=True)
+class SlopeChange:
+    """The series' per-layer slopes against the golden's: ``params_per_layer`` -> (golden, now), ..."""
+
+    moved: Mapping[str, tuple[float, float]]
+
+
+class CountKind(StrEnum):
+    GREW = "grew"  # something gated grew: a regression
+    MOVED = "moved"  # renamed patterns, or drawn streams' increments: nothing gated grew or shrank
+    SHRANK = "shrank"  # an improvement that asks to tighten the golden
+
+
+@dataclass(frozen=True)
+class CountChange:
+    kind: CountKind
+    golden_params: int
+    now_params: int
+    by_dtype: Mapping[str, int]  # deltas
+    by_role: Mapping[str, int]
+    groups: Mapping[str, int]
+    patterns: PatternChanges
+    captured: CapturedDelta | None
+    increments: IncrementChange | None
+    launches: LaunchChange | None
+    slopes: SlopeChange | None
+    command: str
+
+
+@dataclass(frozen=True)
+class EnvironmentChange:
+    key: str
+    golden: str | None
+    now: str | None
+
+
+class TextKind(StrEnum):
+    CHANGED = "changed"  # a regression
+    RNG_DROPPED = "rng_dropped"  # RNG state only, dropped: an improvement to accept
+    MOVED = "moved"  # another environment than the golden's: advisory
+
+
+@dataclass(frozen=True)
+class TextChange:
+    kind: TextKind
+    changed_lines: int
+    diff: tuple[str, ...]  # the unified diff's first lines
+    verdict: str  # hlo.diff's verdict
+    changes: tuple[str, ...]  # its kinds of change
+    rng_params: int  # RNG parameters gained (negative: dropped)
+    environment: tuple[EnvironmentChange, ...]
+    command: str
+
+
+@dataclass(frozen=True)
+class MemoryChange:
+    changed: Mapping[str, tuple[int, int]]  # kind -> (golden, now) beyond the tolerance
+    tolerance: float
+    grew: bool
+    command: str
+
+
+@dataclass(frozen=True)
+class RngScaling:
+    slope: float  # RNG parameters per layer
+    by_role: Mapping[str, float]
+    depths: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LaunchScaling:
+    slope: float  # launches reading RNG state per layer
+    per_layer: Mapping[str, float]  # total, scalar: kernels per layer (where not 0)
+    depths: tuple[int, ...]
+    groups: tuple[LaunchGroup, ...]  # what the deepest cell launches beyond the shallowest
+
+
+@dataclass(frozen=True)
+class DeadRng:
+    cell: str
+    streams: int  # carried streams shown (the patterns not waived, or all when every one is)
+    params: int
+    increments: int | float
+    patterns: tuple[str, ...]
+    largest: str
+    largest_streams: int
+    waived_patterns: Mapping[str, Waiver]  # pattern -> the waiver naming it
+
+
+@dataclass(frozen=True)
+class StaleWaiver:
+    waiver: Waiver
+    covered: int  # cells of the matrix it covers
+
+
+@dataclass(frozen=True)
+class Worded:
+    """A finding read back from a check's JSON (``merge``): its sentence and its details as its shard wrote them
+    (JSON text, parsed again only where JSON is written), and the dead RNG parameters its details name."""
+
+    message: str
+    details: str
+    dead_params: int = 0
+
+
+Facts = (Matches | LoweringFailure | MissingGolden | StaleGolden | CountChange | TextChange | MemoryChange
+         | RngScaling | LaunchScaling | DeadRng | StaleWaiver | Worded)
+
+
+@dataclass(frozen=True)
+class Finding:
+    cell: str  # the cell's id; a stale waiver's: where the waiver is written
+    severity: Severity
+    rule: str
+    facts: Facts
+    waivers: tuple[Waiver, ...] = ()  # what waived it, when its severity is waived
+
+    @property
+    def failing(self) -> bool:
+        return self.severity.failing
+
+    def waived(self, *waivers: Waiver) -> Finding:
+        """A new finding: this one, waived by ``waivers``."""
+        return replace(self, severity=Severity.WAIVED, waivers=waivers)
+
+    def warned(self) -> Finding:
+        """A new finding: this one, a warning (its rule's action is warn)."""
+        return replace(self, severity=Severity.ADVISORY)
+
+    @property
+    def dead_params(self) -> int:
+        """The never-drawn RNG parameters a dead_rng finding is about (what the folded line sums)."""
+        if isinstance(self.facts, DeadRng):
+            return self.facts.params
+        if isinstance(self.facts, Worded):
+            return self.facts.dead_params
+        return 0
+
+
+def worst(findings) -> Severity:
+    return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)

@@ -1,0 +1,230 @@
+"""The golden record: what a cell looked like when a human last accepted it, and its JSON schema.
+
+Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode histogram, the
+state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost, a GPU cell's
+launches per step (kernels by kind, scalar, collectives, and by what they run and read), and the environment
+fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per depth series, at its
+shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the summary's ``"hlo"`` key. Keys
+are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
+
+A summary is hlo-audit's when it is a JSON object whose ``"cell"`` is the id its path spells and which holds every
+``REQUIRED_KEYS`` entry (``record_problem``): that marker is inside each file, not in a manifest beside them, so a
+hand edit or a ``git checkout`` of one file keeps it and two pull requests that update different cells never
+conflict over a shared list. The JSON is read into a ``GoldenRecord`` and written from one here, and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
+from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.matrix import Cell
+from hlo_audit.results import CellResult, Status
+from hlo_audit.scaling import Series
+
+SUMMARY_SUFFIX = ".json"
+HLO_SUFFIX = ".hlo.txt"
+REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
+# hlo.constants.golden_summary's record: what a golden keeps of the state captured as constants, compared by
+# hlo.diff.captured_delta (the HLO core's schema, passed back to it).
+CapturedRecord = Mapping[str, Any]
+Json = dict[str, Any]  # a golden summary as JSON has it (the edge: files in and out)
+
+
+@dataclass(frozen=True)
+class Increments:
+    """RNG counter increments per step, by stream verdict and by stream pattern."""
+
+    by_verdict: Mapping[str, int | float]
+    by_pattern: Mapping[str, int | float]
+
+
+@dataclass(frozen=True)
+class GoldenLaunches:
+    """What a golden keeps of a GPU cell's launches per step (``analysed.GOLDEN_LAUNCH_FIELDS``)."""
+
+    total: int = 0
+    scalar: int = 0
+    collectives: int = 0
+    reading_rng: int = 0
+    by_category: Mapping[str, int] | None = None
+    by_kind: Mapping[str, int] | None = None
+    exact: bool | None = None
+    from_module: bool | None = None
+    groups: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Slopes:
+    """The depth series' per-layer slopes (entry parameters, by dtype and role; a GPU series' launches)."""
+
+    depths: tuple[int, ...]
+    total: float
+    by_dtype: Mapping[str, float]
+    by_role: Mapping[str, float]
+    launches: Mapping[str, float] | None = None
+
+    @property
+    def rng_per_layer(self) -> float:
+        return sum(self.by_role.get(k, 0) for k in ("rng_key", "rng_count"))
+
+
+@dataclass(frozen=True)
+class GoldenRecord:
+    cell: str
+    entry_params: int
+    by_dtype: Mapping[str, int]
+    by_role: Mapping[str, int]
+    groups: Mapping[str, int]
+    environment: Mapping[str, str | None]
+    hlo: str | None = None  # the text's file name, at a series' shallowest depth
+    opcodes: Mapping[str, int] | None = None
+    memory: Mapping[str, int] | None = None
+    cost: Mapping[str, float] | None = None
+    constants: CapturedRecord | None = None  # None: written before captured state was recorded
+    by_dtype_role: Mapping[str, int] | None = None  # "dtype:role" -> parameters
+    groups_by_role: Mapping[str, Mapping[str, int]] | None = None
+    rng_increments: Increments | None = None
+    launches: GoldenLaunches | None = None
+    slopes: Slopes | None = None
+
+    @property
+    def joint_counts(self) -> dict[tuple[str, str], int] | None:
+        """(dtype, role) -> parameters; None for goldens written before they were recorded."""
+        if self.by_dtype_role is None:
+            return None
+        return {tuple(key.split(":", 1)): n for key, n in self.by_dtype_role.items()}
+
+    def as_result(self, cell: Cell) -> CellResult:
+        """An ok result of ``cell`` with this golden's counts (a depth of a series this run did not lower)."""
+        return CellResult(cell=cell, status=Status.OK, summary=ParamSummary(
+            entry_params=self.entry_params, by_dtype=self.by_dtype, by_role=self.by_role, groups=self.groups,
+            bytes_by_role={}))
+
+    @classmethod
+    def of(cls, result: CellResult, series: Series | None, with_hlo: bool) -> GoldenRecord:
+        """What a golden keeps of an ok result, its series (None: a series of one depth) and whether it keeps the
+        text."""
+        s = result.summary
+        return cls(
+            cell=result.cell.id, entry_params=s.entry_params, by_dtype=s.by_dtype, by_role=s.by_role, groups=s.groups,
+            environment=result.environment, hlo=Path(result.cell.id + HLO_SUFFIX).name if with_hlo else None,
+            opcodes=result.opcodes, memory=result.memory, cost=result.cost,
+            constants=result.constants.golden_summary() if result.constants is not None else None,
+            by_dtype_role={f"{dtype}:{role}": n for (dtype, role), (n, _) in result.by_dtype_role().items()}
+            if result.params else None,
+            groups_by_role=result.groups_by_role() if result.params else None,
+            rng_increments=Increments(
+                {verdict: result.rng.increments(verdict) for verdict in _VERDICTS},
+                {p.pattern: p.increments for p in result.rng.patterns}) if result.rng is not None else None,
+            launches=GoldenLaunches(**result.launches.golden_summary()) if result.launches is not None else None,
+            slopes=None if series is None else Slopes(
+                depths=series.depths, total=series.total.slope,
+                by_dtype={k: v.slope for k, v in series.by_dtype.items()},
+                by_role={k: v.slope for k, v in series.by_role.items()},
+                launches={k: v.slope for k, v in series.launches.items()} if series.launches else None))
+
+    def to_json(self) -> Json:
+        record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
+                  "by_role": self.by_role, "groups": self.groups, "opcodes": self.opcodes,
+                  "environment": self.environment, "hlo": self.hlo}
+        for key in ("memory", "cost", "constants", "by_dtype_role", "groups_by_role"):
+            if getattr(self, key) is not None:
+                record[key] = getattr(self, key)
+        if self.rng_increments is not None:
+            record["rng_increments"] = {"by_verdict": self.rng_increments.by_verdict,
+                                        "by_pattern": self.rng_increments.by_pattern}
+        if self.launches is not None:
+            record["launches"] = {k: v for k, v in vars(self.launches).items() if v is not None}
+        if self.slopes is not None:
+            record["slopes"] = {"depths": list(self.slopes.depths), "total": self.slopes.total,
+                                "by_dtype": self.slopes.by_dtype, "by_role": self.slopes.by_role}
+            if self.slopes.launches is not None:
+                record["slopes"]["launches"] = self.slopes.launches
+        if self.opcodes is None:
+            del record["opcodes"]
+        return record
+
+    @classmethod
+    def from_json(cls, record: Mapping[str, Any]) -> GoldenRecord:
+        """A summary ``record_problem`` accepted; keys it does not check are read as found."""
+        increments, launches, slopes = record.get("rng_increments"), record.get("launches"), record.get("slopes")
+        return cls(
+            cell=record["cell"], entry_params=record["entry_params"], by_dtype=record["by_dtype"],
+            by_role=record["by_role"], groups=record["groups"], environment=record["environment"],
+            hlo=record.get("hlo"), opcodes=record.get("opcodes"), memory=record.get("memory"),
+            cost=record.get("cost"), constants=record.get("constants"), by_dtype_role=record.get("by_dtype_role"),
+            groups_by_role=record.get("groups_by_role"),
+            rng_increments=None if increments is None else Increments(increments["by_verdict"],
+                                                                      increments["by_pattern"]),
+            launches=None if launches is None else GoldenLaunches(
+                **{k: v for k, v in launches.items() if k in GOLDEN_LAUNCH_FIELDS}),
+            slopes=None if slopes is None else Slopes(
+                depths=tuple(slopes.get("depths", ())), total=slopes.get("total", 0),
+                by_dtype=slopes.get("by_dtype", {}), by_role=slopes.get("by_role", {}),
+                launches=slopes.get("launches")))
+
+
+_VERDICTS = ("drawn", "carried", "unknown")
+
+
+def dumps(record: Mapping[str, Any]) -> str:
+    return json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+
+def _is_counts(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+
+
+def _is_number_table(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in value.values())
+
+
+def _constants_ok(value) -> bool:
+    """The parts of a golden's ``constants`` the count ratchet reads (``hlo.diff.captured_delta``)."""
+    def side(d):
+        return isinstance(d, dict) and _is_counts(d.get("by_dtype")) and _is_counts(d.get("bytes_by_dtype"))
+    if not isinstance(value, dict) or not side(value.get("large")):
+        return False
+    keys = value.get("literal_keys")
+    captured = value.get("captured")
+    return (isinstance(keys, int) and not isinstance(keys, bool)
+            and (captured is None or (side(captured) and _is_counts(captured.get("groups")))))
+
+
+# What each key of a summary must be for the gate and the report to read it; optional keys may be absent.
+_SUMMARY_KEYS = {
+    "entry_params": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "by_dtype": _is_counts, "by_role": _is_counts, "groups": _is_counts,
+    "environment": lambda v: isinstance(v, dict) and all(v2 is None or isinstance(v2, str) for v2 in v.values()),
+}
+_OPTIONAL_KEYS = {
+    "opcodes": _is_counts, "by_dtype_role": _is_counts, "memory": _is_number_table, "cost": _is_number_table,
+    "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
+}
+
+
+def record_problem(record, cell_id: str) -> str | None:
+    """Why ``record`` is not hlo-audit's golden summary of ``cell_id``, or None: the marker (``"cell"`` equal to
+    the id its path spells, every required key) and the type of every key the gate reads."""
+    if not isinstance(record, dict):
+        return f"not a golden summary: a JSON {type(record).__name__}, not an object"
+    missing = [k for k in REQUIRED_KEYS if k not in record]
+    if missing:
+        return f"not a golden summary: missing {missing[0]!r}"
+    if record.get("cell") != cell_id:
+        return (f"not the golden of {cell_id}: its \"cell\" is {record.get('cell')!r}" if "cell" in record
+                else "not a golden summary: missing 'cell'")
+    for key, ok in (*_SUMMARY_KEYS.items(), *((k, v) for k, v in _OPTIONAL_KEYS.items() if k in record)):
+        if not ok(record[key]):
+            return f"not a golden summary: {key!r} is malformed"
+    hlo = record.get("hlo")
+    if hlo is not None and hlo != Path(cell_id + HLO_SUFFIX).name:
+        return f"not a golden summary: 'hlo' must be null or {Path(cell_id + HLO_SUFFIX).name!r}, got {hlo!r}"
+    return None

@@ -1,0 +1,342 @@
+"""Reading the golden store: the tree as one command reads it (``Snapshot``: one descriptor of the folder, each file
+read at most once, when first needed, and shared by everyone in the command: the gate, the report, golden update's
+comparison of what it would write), read again whole when a ``golden update`` swapped it meanwhile
+(``read_snapshot``); where goldens are (``summary_path``, ``hlo_path``) and what a staging folder of a killed update
+is. Which files are goldens is the records' business (``record.record_problem``: the marker inside each summary);
+nothing else in the folder (``README.json``, ``notes/config.json``, a ``data.json`` with its ``data.hlo.txt``) is
+ever pruned or reported stale.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, record_problem
+from hlo_audit.hlo.text import HloParseError, parse_module
+from hlo_audit.matrix import text_problem
+
+# The largest golden read: a 32-layer unrolled llama3-8b module is 8.9 MB; a summary is a few kilobytes.
+MAX_GOLDEN_BYTES = 256 << 20
+# Inside a staging folder: the new tree, the marker that it is complete, and for the two-rename fallback its marker
+# (written before the first rename: only then may the next run move a tree into place) and the old tree.
+STAGED_TREE, STAGED_READY, STAGED_FALLBACK, STAGED_OLD = "tree", "ready", "two-renames", "old"
+T = TypeVar("T")
+# The first file of every staging folder: what says it is hlo-audit's, so that only hlo-audit's own leftovers are
+# ever removed (a user's `.golden-staging-notes/` beside the store matches the name pattern, not this).
+STAGING_MARKER = ".hlo-audit-staging"
+_STAGING_MARKER_TEXT = "a staging folder of `hlo-audit golden update`: the next one removes it\n"
+
+
+
+class GoldenError(ValueError):
+    """A golden store that cannot be used as it is; names the file or folder."""
+
+
+def staging_prefix(root: Path) -> str:
+    return f".{root.name}-staging-"
+
+
+def cell_path(root: Path, cell_id: str, suffix: str) -> Path:
+    """``root/<cell id><suffix>``, checked to stay inside ``root`` (the config validates ids; this is defence in
+    depth for ids from anywhere else)."""
+    parts = cell_id.split("/")
+    bad = next((p for p in parts if p in ("", ".", "..") or "\\" in p or text_problem(p)), None)
+    if bad is not None or os.path.isabs(cell_id):
+        raise GoldenError(f"{root}: cell id {cell_id!r} does not name a file inside the golden folder")
+    path = Path(root).joinpath(*parts[:-1], parts[-1] + suffix)
+    top = os.path.abspath(root)
+    if os.path.commonpath([top, os.path.abspath(path)]) != top:
+        raise GoldenError(f"{root}: cell id {cell_id!r} does not name a file inside the golden folder")
+    return path
+
+
+def summary_path(root: Path, cell_id: str) -> Path:
+    return cell_path(root, cell_id, SUMMARY_SUFFIX)
+
+
+def hlo_path(root: Path, cell_id: str) -> Path:
+    return cell_path(root, cell_id, HLO_SUFFIX)
+
+
+@dataclass(frozen=True)
+class Golden:
+    cell_id: str
+    record: GoldenRecord | None  # None when damaged
+    hlo: str | None
+    # The summary cannot be used (not UTF-8, not JSON, not a golden summary, another cell's): why, naming the
+    # file. Nothing else is compared; the gate reports it as a missing golden, and `golden update` rewrites it.
+    damaged: str | None = None
+    # The summary names a text that is missing or unreadable: why. The counts still gate.
+    text_problem: str | None = None
+
+    @property
+    def environment(self) -> Mapping[str, str | None]:
+        return self.record.environment if self.record is not None else {}
+
+    @property
+    def names_text(self) -> bool:
+        return self.record is not None and self.record.hlo is not None
+
+    def text_parse_problem(self) -> str | None:
+        """Why the golden text is not an HLO module hlo-audit reads, or None (parsed only when asked: the gate asks
+        when the text differs from the cell's, to tell a damaged golden from a changed program)."""
+        if self.hlo is None:
+            return None
+        try:
+            parse_module(self.hlo, str(self.cell_id) + HLO_SUFFIX)
+        except (HloParseError, RecursionError) as exc:
+            return f"golden text {self.cell_id}{HLO_SUFFIX} is not a module hlo-audit reads: {exc}"
+        return None
+
+
+def _read_bytes(path: Path, opener: Callable[[str, int], int] | None = None) -> bytes:
+    """A golden's bytes (opened through ``opener``: a snapshot's descriptor of its tree); a folder, FIFO or device
+    at its path, or a file too large to be one, is an OSError."""
+    def nonblocking(name, flags):
+        return (opener or os.open)(name, flags | os.O_NONBLOCK)
+
+    with open(path, "rb", opener=nonblocking) as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        if info.st_size > MAX_GOLDEN_BYTES:
+            raise OSError(errno.EFBIG, f"larger than {MAX_GOLDEN_BYTES >> 20} MiB")
+        return handle.read()
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 (byte {exc.start})") from None
+
+
+class Snapshot:
+    """The store as one command reads it: one tree, every file read at most once, when first asked for, and
+    shared by everyone in the command.
+
+    The tree is the one at the path when the first read happens: one descriptor of its folder, every read relative
+    to it. ``golden update`` swaps a whole new tree in and then deletes the old one, so a reader that opened files
+    one by one by path read part of one tree and part of the other (issue 27: 3 of 4 cells, then 22 of 72 of the
+    new tree). Reads through the descriptor stay in the tree it was opened on; ``changed()`` says whether the path
+    now names another tree, in which case the old one may have lost files under the reads (``read_snapshot`` reads
+    again). A folder's inode and ctime tell: every swap puts another folder at the path, and renaming a folder
+    changes its ctime."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.fd: int | None = None
+        self._opened = False
+        self._identity: tuple[int, int, int] | None = None
+        self._files: dict[Path, bytes | OSError] = {}
+        self._goldens: dict[str, Golden | None] = {}
+
+    # -- the tree -----------------------------------------------------------------------------------------------
+
+    def _open_tree(self) -> None:
+        if self._opened:
+            return
+        check_published(self.root)
+        self._opened = True
+        try:
+            self.fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            pass  # no tree: nothing stored
+        except OSError as exc:
+            raise GoldenError(f"{self.root}: cannot read the golden folder: {exc.strerror or exc}") from None
+        self._identity = self._identify(os.fstat(self.fd)) if self.fd is not None else None
+
+    @staticmethod
+    def _identify(info: os.stat_result) -> tuple[int, int, int]:
+        return info.st_dev, info.st_ino, info.st_ctime_ns
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def changed(self) -> bool:
+        """Whether the path names another tree than the one these reads went to (or one appeared or went); False
+        when nothing was read."""
+        if not self._opened:
+            return False
+        try:
+            now = self._identify(os.stat(self.root))
+        except OSError:
+            now = None
+        return now != self._identity
+
+    def _relative(self, path: Path) -> str:
+        return os.fspath(Path(path).relative_to(self.root))
+
+    def open(self, path: Path, flags: int) -> int:
+        self._open_tree()
+        if self.fd is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
+        return os.open(self._relative(path), flags, dir_fd=self.fd)
+
+    def lexists(self, path: Path) -> bool:
+        self._open_tree()
+        if self.fd is None:
+            return False
+        try:
+            os.stat(self._relative(path), dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def summary_files(self) -> Iterator[tuple[str, Path]]:
+        """(cell id its path spells, path) of every ``*.json`` of the tree outside hidden folders."""
+        self._open_tree()
+        if self.fd is None:
+            return
+        for dirpath, dirnames, filenames, _ in os.fwalk(".", dir_fd=self.fd):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                if name.endswith(SUMMARY_SUFFIX) and not name.startswith("."):
+                    rel = os.path.normpath(os.path.join(dirpath, name))
+                    yield rel[: -len(SUMMARY_SUFFIX)], self.root / rel
+
+    # -- reading ------------------------------------------------------------------------------------------------
+
+    def _bytes(self, path: Path) -> bytes:
+        if path not in self._files:
+            try:
+                self._files[path] = _read_bytes(path, lambda name, flags: self.open(Path(name), flags))
+            except OSError as exc:
+                self._files[path] = exc
+        found = self._files[path]
+        if isinstance(found, OSError):
+            raise found
+        return found
+
+    def _record(self, path: Path, cell_id: str) -> tuple[dict | None, str | None]:
+        """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
+        try:
+            record = json.loads(_decode(self._bytes(path)))
+        except OSError as exc:
+            return None, f"{path}: unreadable golden: {exc.strerror or exc}"
+        except RecursionError:
+            return None, f"{path}: unreadable golden: nested too deep to be a golden summary"
+        except ValueError as exc:  # not UTF-8, not JSON
+            return None, f"{path}: unreadable golden: {exc}"
+        problem = record_problem(record, cell_id)
+        return (record, None) if problem is None else (None, f"{path}: {problem}")
+
+    def golden(self, cell_id: str) -> Golden | None:
+        """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``)."""
+        if cell_id not in self._goldens:
+            self._goldens[cell_id] = self._load(cell_id)
+        return self._goldens[cell_id]
+
+    load = golden
+
+    def _load(self, cell_id: str) -> Golden | None:
+        path = summary_path(self.root, cell_id)
+        if not self.lexists(path):
+            return None
+        record, problem = self._record(path, cell_id)
+        if record is None:
+            return Golden(cell_id, None, None, damaged=problem)
+        typed = GoldenRecord.from_json(record)
+        if typed.hlo is None:
+            return Golden(cell_id, typed, None)
+        text_path = hlo_path(self.root, cell_id)
+        try:
+            return Golden(cell_id, typed, _decode(self._bytes(text_path)))
+        except FileNotFoundError:
+            why = f"{text_path}: missing (its summary names it)"
+        except OSError as exc:
+            why = f"{text_path}: unreadable: {exc.strerror or exc}"
+        except ValueError as exc:
+            why = f"{text_path}: {exc}"
+        return Golden(cell_id, typed, None, text_problem=why)
+
+    def stored_ids(self) -> list[str]:
+        """Every cell id with one of hlo-audit's golden summaries in the tree (the marker: ``record_problem``)."""
+        return sorted(cid for cid, path in self.summary_files() if self._record(path, cid)[0] is not None)
+
+    def owned_files(self, cell_id: str) -> list[Path]:
+        """The files hlo-audit wrote for ``cell_id``: its summary when the marker says so, and the text it names."""
+        path = summary_path(self.root, cell_id)
+        record, _ = self._record(path, cell_id) if self.lexists(path) else (None, None)
+        if record is None:
+            return []
+        return [path, *([hlo_path(self.root, cell_id)] if record.get("hlo") is not None else [])]
+
+    def differs(self, path: Path, content: str | None) -> bool:
+        """Whether writing ``content`` (None: deleting) at ``path`` changes the store."""
+        if content is None:
+            return self.lexists(path)
+        try:
+            return self._bytes(path) != content.encode("utf-8")
+        except OSError:
+            return True
+
+
+SNAPSHOT_ATTEMPTS = 20
+
+
+def read_snapshot(root: Path, read: Callable[[Snapshot], T]) -> T:
+    """``read(snapshot)`` of one golden tree, whole: read again when a ``golden update`` swapped the tree during
+    the reads (each swap ends a commit that takes longer than these reads, so a few attempts always end)."""
+    for _ in range(SNAPSHOT_ATTEMPTS):
+        snapshot = Snapshot(root)
+        try:
+            value = read(snapshot)
+        finally:
+            snapshot.close()
+        if not snapshot.changed():
+            return value
+    raise GoldenError(f"{root}: the golden folder was replaced {SNAPSHOT_ATTEMPTS} times while it was read (a "
+                      "`golden update` running?); run again when it is done")
+
+
+def load(root: Path, cell_id: str) -> Golden | None:
+    """One cell's golden, read now (a command reads through its ``Snapshot``)."""
+    return read_snapshot(root, lambda tree: tree.golden(cell_id))
+
+
+def stored_ids(root: Path) -> list[str]:
+    return read_snapshot(root, lambda tree: tree.stored_ids())
+
+
+def owned_files(root: Path, cell_id: str) -> list[Path]:
+    return read_snapshot(root, lambda tree: tree.owned_files(cell_id))
+
+
+def _stagings(real: Path) -> list[Path]:
+    """The staging folders of ``real`` that hlo-audit made: its name's prefix and its marker (``_is_staging``)."""
+    parent, prefix = real.parent, staging_prefix(real)
+    if not parent.is_dir():
+        return []
+    return sorted(parent / name for name in os.listdir(parent)
+                  if name.startswith(prefix) and _is_staging(parent / name))
+
+
+def _is_staging(folder: Path) -> bool:
+    """A real folder (not a link to one) holding the marker hlo-audit writes first in each staging folder."""
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    try:
+        return _read_bytes(folder / STAGING_MARKER) == _STAGING_MARKER_TEXT.encode()
+    except OSError:
+        return False
+
+
+def check_published(root: Path) -> None:
+    """A reader meeting a publish half done (the two-rename fallback, killed between its renames) says so."""
+    real = Path(root).resolve()
+    if os.path.lexists(real):
+        return
+    for staging in _stagings(real):
+        if (staging / STAGED_FALLBACK).exists():
+            raise GoldenError(f"{root}: a `hlo-audit golden update` was killed while publishing ({staging}); run "
+                              "`hlo-audit golden update` to finish it")

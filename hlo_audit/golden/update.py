@@ -1,0 +1,84 @@
+"""`hlo-audit golden update`: the goldens of an outcome's cells written, in one all-or-nothing swap of the store.
+
+What is written is the outcome's, decided once there: each ok cell's record with its depth series as a golden records
+it (``Outcome.recorded_series``: stored depths a partial run did not lower included) and, at the cells that keep it
+(``Plan.owners``), its canonical text. Everything is read through the one snapshot the transaction holds (after a
+killed update's leftovers are settled), so one update reads each golden file once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlo_audit.golden import store
+from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, dumps
+from hlo_audit.outcome import Outcome
+from hlo_audit.plan import Plan, full_matrix_of
+from hlo_audit.results import CellResult
+
+
+@dataclass(frozen=True)
+class GoldenUpdate:
+    """What one golden update did."""
+
+    written: list[str]
+    unchanged: list[str]
+    skipped: list[tuple[str, str]]  # (cell id, why): errors and unavailable cells write nothing
+    pruned: list[str]
+    pruned_files: list[str]  # every file --prune removed, as paths
+    healed: list[str]  # cells whose golden was damaged and is now rewritten
+    cleaned: list[str]  # stale staging folders of killed runs, removed
+
+    @property
+    def failed(self) -> bool:
+        """A cell failed to lower (an unavailable one is not a failure)."""
+        return any(why.startswith("error") for _, why in self.skipped)
+
+
+def update(plan: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
+    """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix
+    (only files hlo-audit wrote: ``Snapshot.owned_files``)."""
+    root = Path(plan.config.golden_dir)
+    with store.transaction(root) as (snapshot, cleaned):
+        outcome = Outcome.of(plan, results, snapshot)
+        wanted, healed = _records(outcome)
+        pruned, pruned_files = [], []
+        if prune:
+            matrix = {c.id for c in full_matrix_of(plan)}
+            for cell_id in (cid for cid in snapshot.stored_ids() if cid not in matrix):
+                files = snapshot.owned_files(cell_id)
+                wanted.update(dict.fromkeys(files))
+                pruned_files += [str(path) for path in files]
+                pruned += [cell_id] if files else []
+        changed = {_cell_id(root, path) for path in store.commit(snapshot, wanted)}
+    lowered = [r.cell.id for r in results if r.ok]
+    return GoldenUpdate(
+        written=[cid for cid in lowered if cid in changed], unchanged=[cid for cid in lowered if cid not in changed],
+        skipped=[(r.cell.id, f"{r.status}: {r.message}") for r in results if not r.ok], pruned=pruned,
+        pruned_files=pruned_files, healed=[cid for cid in healed if cid in changed], cleaned=[str(p) for p in cleaned])
+
+
+def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:
+    """The files the outcome's ok cells want (path -> text; None: delete) and the cells whose golden was damaged."""
+    root, wanted, healed = outcome.goldens.root, {}, []
+    for r in outcome.results:
+        if not r.ok:
+            continue
+        cid = r.cell.id
+        old = outcome.goldens.golden(cid)
+        hlo = r.canonical_text() if cid in outcome.plan.owners else None
+        if old is not None and (old.damaged or old.text_problem or (
+                old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
+            healed.append(cid)
+        record = GoldenRecord.of(r, outcome.recorded_series.get(r.cell.series), hlo is not None)
+        wanted[store.summary_path(root, cid)] = dumps(record.to_json())
+        # Only a series' shallowest depth keeps its text; a deeper one drops the text its old summary named.
+        if hlo is not None or (old is not None and old.names_text):
+            wanted[store.hlo_path(root, cid)] = hlo
+    return wanted, healed
+
+
+def _cell_id(root: Path, path: Path) -> str:
+    return str(path.relative_to(root)).removesuffix(HLO_SUFFIX).removesuffix(SUMMARY_SUFFIX)

@@ -1,0 +1,153 @@
+"""What `count`, `diff`, `rng`, `explain` and `lower` read: an HLO file, '-' (stdin) or an ``--xla_dump_to``
+folder, parsed now; or a cell id, its result from the cache (else lowered now). One ``Program`` either way."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlo_audit.analysed import Constants, Launches, Param, RngSummary
+from hlo_audit.cache import Cache
+from hlo_audit.explain import Node, explain
+from hlo_audit.gate import launch_comparison
+from hlo_audit.hlo.analysis import Analysis, analyze
+from hlo_audit.hlo.diff import ModuleDiff, diff_modules
+from hlo_audit.hlo.params import entry_params
+from hlo_audit.hlo.source import read_input
+from hlo_audit.hlo.text import HloParseError, parse_module
+from hlo_audit.hlo.thunks import launch_report, thunk_dumps
+from hlo_audit.findings import LaunchChange
+from hlo_audit.plan import is_cell_id, plan_cell
+from hlo_audit.results import CellResult
+from hlo_audit.run import execute
+from hlo_audit.usage import InputError
+
+
+@dataclass(frozen=True)
+class Program:
+    """What `rng` and `explain` read of one program, whether a file's or a cell's: its entry parameters, RNG
+    streams, constants (None: not known) and, for a GPU program, its launches per step."""
+
+    label: str
+    params: tuple[Param, ...]
+    rng: RngSummary
+    constants: Constants | None = None
+    launches: Launches | None = None
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An input `count` could not read: its one-line error names the file (and line)."""
+
+    source: str
+    error: str
+
+
+class CellNotLowered(Exception):
+    """`lower`: the cell is unavailable here or failed to lower; the message says which and why."""
+
+
+def analyze_input(spec: str, module: str | None = None, stage: str = "before") -> Analysis:
+    """One HLO file, '-' or dump folder, parsed and analysed."""
+    text, source = read_input(spec, module, stage)
+    return analyze(text, source)
+
+
+def analyze_each(specs: list[str], module: str | None = None, stage: str = "before") -> list[Analysis | Unreadable]:
+    """Each input analysed on its own, so one bad file costs only its own report."""
+    results: list[Analysis | Unreadable] = []
+    for spec in specs:
+        try:
+            results.append(analyze_input(spec, module, stage))
+        except (HloParseError, InputError) as exc:
+            results.append(Unreadable(spec, str(exc)))
+    return results
+
+
+def diff(old: Analysis, new: Analysis, max_text_lines: int) -> ModuleDiff:
+    """What changed from ``old`` to ``new``, with a verdict (``hlo_audit.hlo.diff``)."""
+    return diff_modules(old, new, max_text_lines=max_text_lines)
+
+
+def dump_launches(analysis: Analysis) -> Launches | None:
+    """What one step of a GPU program read from an ``--xla_dump_to`` folder launches: the thunk sequence XLA wrote
+    beside the module file read (``hlo.thunks.thunk_dumps``), attributed through the same module's after-optimizations
+    text (the file read, when it is that one); None for any other input (a file outside a GPU dump, stdin)."""
+    path = Path(analysis.source)
+    if not path.is_file():
+        return None
+    found = [d for d in thunk_dumps(path.parent) if path.name.startswith(d.prefix + ".")]
+    if not found:
+        return None
+    dump = max(found, key=lambda d: len(d.prefix))
+    sequence, metadata, after = dump.read()
+    if dump.after_optimizations is not None and dump.after_optimizations.resolve() == path.resolve():
+        module, params = analysis.module, analysis.params
+    elif after is not None:
+        module = parse_module(after, str(dump.after_optimizations))
+        params = entry_params(module)
+    else:
+        module, params = None, ()
+    return Launches.of(launch_report(sequence, metadata, module, params, str(dump.sequence)))
+
+
+def launches_diff(old: Launches | None, new: Launches | None) -> LaunchChange | None:
+    """Two GPU programs' launches per step side by side (``gate.launch_comparison``), None unless both have them."""
+    return launch_comparison(old, new)
+
+
+def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = True,
+                refresh: bool = False) -> CellResult:
+    """One cell's result: from the cache when it is there, else lowered now. Unavailable or failed: an input error."""
+    result = next(execute(plan_cell(cell_id, config_path), use_cache=use_cache, refresh=refresh))
+    if not result.ok:
+        raise InputError(f"{cell_id}: {result.status}: {result.message}")
+    return result
+
+
+def cell_text(cell_id: str, config_path: str | None = None, normalized: bool = False, use_cache: bool = True) -> str:
+    """A cell's module as hlo-audit lowered, analysed and cached it (the stage's text: XLA's printer without
+    metadata, large constants as ``{...}``), or with ``normalized`` its canonical text, the text its golden
+    keeps. From the cache when the cell is there, else lowered now (and cached)."""
+    p = plan_cell(cell_id, config_path)
+    result = next(execute(p, use_cache=use_cache))
+    if not result.ok:
+        raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
+    if normalized:
+        return result.canonical_text()
+    text = result.text if result.text is not None else Cache(p.config.cache_dir, enabled=use_cache).hlo_text(result.key)
+    if text is None:  # a result cached without its module: lower it again
+        result = next(execute(p, use_cache=False))
+        if not result.ok:
+            raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
+        text = result.text
+    return text
+
+
+def load_program(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
+                 use_cache: bool = True, refresh: bool = False) -> Program:
+    """An HLO file, '-' or dump folder (parsed now), or a cell id (its analysed result: cached, else lowered)."""
+    if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
+        analysis = analyze_input(spec, module, stage)
+        return Program(analysis.source, tuple(Param.of(p) for p in analysis.params), RngSummary.of(analysis.rng),
+                       Constants.of(analysis.constants), dump_launches(analysis))
+    result = cell_result(spec, config_path, use_cache, refresh)
+    return Program(spec, result.params, result.rng, result.constants, result.launches)
+
+
+def explain_trees(program: Program, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:
+    """The explain trees of a program: its entry parameters' (each RNG parameter with its stream's verdict, so a
+    node says how much of it is drawn and how much buys nothing) and, for a step that closes over state, its
+    captured arrays' (known for cells only)."""
+    tree = explain(program.params, program.label, depth=depth, top=top, verdicts=program.rng.verdict_of_param())
+    captured = program.constants.captured if program.constants is not None else None
+    arrays = (captured.arrays_list or ()) if captured is not None else ()
+    return tree, explain(arrays, f"{program.label} captured", depth=depth, top=top) if arrays else None
+
+
+def explain_source(spec: str, config_path: str | None = None, module: str | None = None, stage: str = "before",
+                   use_cache: bool = True, depth: int = 3, top: int = 8,
+                   refresh: bool = False) -> tuple[Node, Node | None]:
+    """The explain trees of a cell id (from the cache, else lowered) or an HLO file, '-' or dump folder."""
+    return explain_trees(load_program(spec, config_path, module, stage, use_cache, refresh), depth, top)

@@ -1,0 +1,316 @@
+"""The check report as JSON, both ways, in one place: its schema (``CHECK_SCHEMA``), how a check's outcome is
+written (``check_record``: ``check --format json``) and how shards' reports are read back and merged into one
+outcome (``merge_check_reports``: `hlo-audit merge`), every field merge reads checked against what is written here.
+
+A finding's ``details`` are shaped here from its typed facts (``details_record``); its ``message`` is
+``report.words``'. A finding read back keeps both as its shard wrote them (``findings.Worded``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from hlo_audit import platforms
+from hlo_audit.files import read_bounded
+from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
+                                MissingGolden, RngScaling, StaleWaiver, TextChange, Worded)
+from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
+from hlo_audit.outcome import Outcome
+from hlo_audit.plan import Shard
+from hlo_audit.report.words import launch_lines, message
+from hlo_audit.results import SEVERITIES, CellResult, Severity, Status
+from hlo_audit.stages import STAGES
+from hlo_audit.targets.vocab import QUANT_MODES, STEPS
+from hlo_audit.usage import InputError
+
+Json = dict[str, Any]  # what this module writes and reads (the edge: JSON out, merge in)
+
+CHECK_SCHEMA = "hlo-audit/check/v1"
+MAX_REPORT_BYTES = 256 << 20  # a check report of the 122-cell matrix is ~2 MB
+MAX_REPORT_DEPTH = 64  # a check report nests ~8 deep (cells -> constants -> captured -> groups)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------------------------
+
+
+def cell_record(r: CellResult, slope: float | None = None) -> Json:
+    """A cell's result as every JSON format lists it (``run``, ``check``, ``report``)."""
+    s = r.summary
+    return {
+        **r.cell.record(), "status": r.status, "message": r.message,
+        "entry_params": r.entry_params,
+        "by_dtype": s.by_dtype if s else {},
+        "by_role": s.by_role if s else {},
+        "rng_params": r.rng_params if s else None,
+        "groups": s.groups if s else {},
+        "slope_per_layer": slope,
+        # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
+        "rng_streams": r.rng.to_record(with_streams=False) if r.rng else None,
+        # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
+        "memory": r.memory, "cost": r.cost,
+        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.thunks), total,
+        # by kind and category, scalar, collectives, reading RNG state, the scalar groups and every group.
+        "kernels": r.launches.to_record() if r.launches else None,
+        # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
+        "constants": r.constants.to_record() if r.constants else None,
+        "cached": r.cached, "lower_seconds": r.lower_seconds,
+    }
+
+
+def launch_change_record(change: LaunchChange) -> Json:
+    return {"golden": dict(change.golden), "now": dict(change.now), "delta": dict(change.delta),
+            "groups": [g.to_record() for g in change.groups], "lines": launch_lines(change)}
+
+
+def _count_details(facts: CountChange) -> Json:
+    p = facts.patterns
+    moved = [{"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.grown], [
+        {"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.shrunk]
+    renamed = [{"from": r.before, "to": r.after, "params": r.params, "roles": r.roles} for r in p.renamed]
+    inc = facts.increments
+    return {"entry_params": {"golden": facts.golden_params, "now": facts.now_params}, "by_dtype": facts.by_dtype,
+            "by_role": facts.by_role, "groups": facts.groups,
+            "patterns": {"grown": moved[0], "shrunk": moved[1], "renamed": renamed},
+            "captured": facts.captured.to_record() if facts.captured else None,
+            "rng_increments": None if inc is None else {
+                "golden": inc.golden, "now": inc.now, "by_verdict": inc.by_verdict, "by_pattern": inc.by_pattern,
+                "paths": {k: list(v) for k, v in inc.paths.items()}},
+            "launches": launch_change_record(facts.launches) if facts.launches else None,
+            "slopes": {k: list(v) for k, v in facts.slopes.moved.items()} if facts.slopes else None,
+            "regenerate": facts.command}
+
+
+_DETAILS: dict[type, Callable[[Any], Json]] = {
+    MissingGolden: lambda f: {} if f.why is None else {"regenerate": f.command},
+    CountChange: _count_details,
+    TextChange: lambda f: {"changed_lines": f.changed_lines, "diff": list(f.diff), "regenerate": f.command,
+                           "verdict": f.verdict, "changes": list(f.changes), "rng_params": f.rng_params},
+    MemoryChange: lambda f: {"memory": {k: {"golden": a, "now": b} for k, (a, b) in f.changed.items()},
+                             "tolerance": f.tolerance, "regenerate": f.command},
+    RngScaling: lambda f: {"rng_per_layer": f.slope, "depths": list(f.depths)},
+    LaunchScaling: lambda f: {"rng_launches_per_layer": f.slope, "launches_per_layer": dict(f.per_layer),
+                              "depths": list(f.depths), "groups": [g.to_record() for g in f.groups]},
+    DeadRng: lambda f: {"dead_params": f.params, "dead_increments": f.increments, "patterns": list(f.patterns),
+                        "waived_patterns": {k: w.reason for k, w in f.waived_patterns.items()}},
+    StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
+    Worded: lambda f: json.loads(f.details),
+}
+
+
+def details_record(finding: Finding) -> Json:
+    """A finding's numbers as JSON ``details``: what a script reads (``{}`` for kinds without numbers)."""
+    shape = _DETAILS.get(type(finding.facts))
+    return shape(finding.facts) if shape else {}
+
+
+def finding_record(f: Finding) -> Json:
+    return {"cell": f.cell, "severity": f.severity, "rule": f.rule, "message": message(f),
+            "details": details_record(f)}
+
+
+def check_record(outcome: Outcome) -> Json:
+    """``summary``: every finding by severity, the ``ok`` placeholders included (as v1 always had it). Added in v1
+    without changing those: ``totals`` (the numbers every format prints: cells, cells by verdict, findings by
+    severity without placeholders, folded advisories, stale goldens), ``verdicts`` (cell id -> verdict) and
+    ``stale_goldens`` (their ids)."""
+    s, shard = outcome.summary, outcome.shard
+    return {"schema": CHECK_SCHEMA, "exit_code": outcome.exit_code, "summary": outcome.finding_counts,
+            # shard K/N of the selection with this fingerprint, and its cell count: what `merge` checks
+            "shard": None if shard is None else {"index": shard.index, "count": shard.count, "matrix": shard.matrix,
+                                                 "cells": shard.cells},
+            "totals": {"cells": s.cells, "cells_by_verdict": dict(s.cells_by_verdict),
+                       "findings_by_severity": dict(s.findings_by_severity), "folded_advisories": s.folded,
+                       "stale_goldens": s.stale_goldens},
+            "verdicts": outcome.verdicts, "stale_goldens": outcome.stale_goldens,
+            "findings": [finding_record(f) for f in outcome.findings],
+            "cells": [cell_record(r) for r in outcome.results]}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading: shards' check JSON, validated, merged
+# --------------------------------------------------------------------------------------------------------------
+
+class _Malformed(Exception):
+    """Where in a check report it stops being one, and why."""
+
+
+def _nesting_depth(value) -> int:
+    """How deep ``value`` nests, iteratively (a report nested 10^5 deep must not exhaust the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_REPORT_DEPTH:
+            break
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _field(record: dict, key: str, where: str, kind, optional: bool = False, default=None):
+    if key not in record:
+        if optional:
+            return default
+        raise _Malformed(f"{where}: missing {key!r}")
+    value = record[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise _Malformed(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    return value
+
+
+def _counts(record: dict, key: str, where: str) -> dict[str, int]:
+    value = _field(record, key, where, dict)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in value.values()):
+        raise _Malformed(f"{where}.{key}: expected a table of counts")
+    return value
+
+
+def _one_of(record: dict, key: str, where: str, known, optional: bool = False, default=None) -> str:
+    value = _field(record, key, where, str, optional, default)
+    if value not in known:
+        raise _Malformed(f"{where}.{key}: expected one of {', '.join(known)}, got {value[:40]!r}")
+    return value
+
+
+def _finding_from_record(f, where: str) -> Finding:
+    if not isinstance(f, dict):
+        raise _Malformed(f"{where}: expected an object, got {type(f).__name__}")
+    details = _field(f, "details", where, dict, optional=True, default={})
+    return Finding(_field(f, "cell", where, str), Severity(_one_of(f, "severity", where, SEVERITIES)),
+                   _field(f, "rule", where, str), Worded(_field(f, "message", where, str), json.dumps(details),
+                                                         details.get("dead_params", 0)))
+
+
+def _result_from_cell_record(c, where: str = "cell") -> CellResult:
+    if not isinstance(c, dict):
+        raise _Malformed(f"{where}: expected an object, got {type(c).__name__}")
+    for key in ("model", "quant", "target"):
+        value = _field(c, key, where, str)
+        if problem := id_part_problem(value) if key != "target" else None:
+            raise _Malformed(f"{where}.{key}: {value[:40]!r} {problem}")
+    for key in ("layers", "batch", "seq"):
+        value = _field(c, key, where, int)
+        if not 1 <= value <= (MAX_DEPTH if key == "layers" else 1 << 40):
+            raise _Malformed(f"{where}.{key}: out of range: {value}")
+    _field(c, "prefill", where, int, optional=True)
+    _one_of(c, "scan", where, ("on", "off"))
+    _one_of(c, "quant_mode", where, QUANT_MODES, optional=True, default="train")
+    _one_of(c, "step", where, STEPS)
+    _one_of(c, "platform", where, tuple(platforms.PLATFORMS))
+    _one_of(c, "stage", where, STAGES)
+    for key in ("topology", "cuda_arch"):
+        value = _field(c, key, where, str, optional=True, default="")
+        if value and (problem := id_part_problem(value)):
+            raise _Malformed(f"{where}.{key}: {value[:40]!r} {problem}")
+    status = _one_of(c, "status", where, ("ok", "unavailable", "error"))
+    message = _field(c, "message", where, str)
+    cached = _field(c, "cached", where, bool)
+    entry_params = _field(c, "entry_params", where, (int, type(None)))
+    summary = None
+    if entry_params is not None:
+        summary = ParamSummary(entry_params=entry_params, by_dtype=_counts(c, "by_dtype", where),
+                               by_role=_counts(c, "by_role", where), groups=_counts(c, "groups", where),
+                               bytes_by_role={})
+    cell = Cell.from_record(c)
+    if _field(c, "id", where, str) != cell.id:
+        raise _Malformed(f"{where}.id: {c['id'][:80]!r} is not the id its fields give ({cell.id})")
+    return CellResult(cell=cell, status=Status(status), message=message, summary=summary, cached=cached)
+
+
+def _read_check_report(path: str) -> dict:
+    """One shard's `check --format json`, every field merge reads checked; anything else is one line naming it."""
+    data = read_bounded(path, MAX_REPORT_BYTES, "a check JSON report", InputError, fifo=False)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a check JSON report: not UTF-8 (byte {exc.start})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not a check JSON report: nested deeper than {MAX_REPORT_DEPTH} levels") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not a check JSON report: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: not a check JSON report: a JSON {type(doc).__name__}, not an object")
+    if doc.get("schema") != CHECK_SCHEMA:
+        schema = doc.get("schema")
+        raise InputError(f"{path}: not a `hlo-audit check --format json` report "
+                         f"(schema {schema[:60] if isinstance(schema, str) else schema!r})")
+    if _nesting_depth(doc) > MAX_REPORT_DEPTH:
+        raise InputError(f"{path}: not a check JSON report: nested deeper than {MAX_REPORT_DEPTH} levels")
+    return doc
+
+
+def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellResult]]:
+    try:
+        shard = doc.get("shard")
+        if shard is None:
+            raise _Malformed("shard: missing (written by an hlo-audit without shard records: run check again)")
+        if not isinstance(shard, dict):
+            raise _Malformed(f"shard: expected an object, got {type(shard).__name__}")
+        index, count = _field(shard, "index", "shard", int), _field(shard, "count", "shard", int)
+        if not 1 <= index <= count:
+            raise _Malformed(f"shard: {index}/{count} is not a shard K/N with 1 <= K <= N")
+        _field(shard, "matrix", "shard", str), _field(shard, "cells", "shard", int)
+        findings = _field(doc, "findings", "report", list)
+        cells = _field(doc, "cells", "report", list)
+        parsed_findings = [_finding_from_record(f, f"findings[{i}]") for i, f in enumerate(findings)]
+        results = [_result_from_cell_record(c, f"cells[{i}]") for i, c in enumerate(cells)]
+    except _Malformed as exc:
+        raise InputError(f"{path}: not a check JSON report: {exc}") from None
+    if len(results) != shard["cells"]:
+        raise InputError(f"{path}: shard {index}/{count} says {shard['cells']} cells but lists {len(results)}")
+    return shard, parsed_findings, results
+
+
+def merge_check_reports(paths: list[str]) -> Outcome:
+    """The shards of one `check --shard K/N` run as one report; a finding reported by two shards (stale) counts once.
+
+    Every shard of the run must be there exactly once, all from the same selection of the same matrix (the
+    fingerprint each records), and together they must hold exactly that selection's cells: a missing shard, a
+    repeated one, one from another matrix or a shard that lost cells is one line and exit 2. A shard the dealing
+    left empty is fine: its record says 0 cells, and the others add up to the matrix without it.
+    """
+    if not paths:
+        raise InputError("merge: give the check JSON report of every shard")
+    shards: dict[int, str] = {}
+    findings: dict[tuple, Finding] = {}
+    results: list[CellResult] = []
+    first: tuple[str, dict] | None = None
+    for path in paths:
+        shard, parsed_findings, parsed_results = _parsed_shard(path, _read_check_report(path))
+        if first is None:
+            first = (path, shard)
+        elif (shard["count"], shard["matrix"]) != (first[1]["count"], first[1]["matrix"]):
+            what = "shard count" if shard["count"] != first[1]["count"] else "matrix"
+            raise InputError(f"{path}: shard {shard['index']}/{shard['count']} of matrix {shard['matrix']} is not from "
+                             f"the run of {first[0]} (shard {first[1]['index']}/{first[1]['count']} of matrix "
+                             f"{first[1]['matrix']}): another {what}")
+        if shard["index"] in shards:
+            raise InputError(f"{path}: shard {shard['index']}/{shard['count']} is given twice "
+                             f"({shards[shard['index']]} and {path})")
+        shards[shard["index"]] = path
+        for finding in parsed_findings:
+            findings[(finding.cell, finding.rule, finding.severity, finding.facts.message)] = finding
+        results.extend(parsed_results)
+    count, matrix = first[1]["count"], first[1]["matrix"]
+    missing = [k for k in range(1, count + 1) if k not in shards]
+    if missing:
+        raise InputError(f"merge: shard {', '.join(f'{k}/{count}' for k in missing)} missing (given: "
+                         f"{', '.join(f'{k}/{count}' for k in sorted(shards))})")
+    ids = [r.cell.id for r in results]
+    repeated = sorted(i for i, n in Counter(ids).items() if n > 1)
+    if repeated:
+        raise InputError(f"merge: cell {repeated[0]} is in two shards")
+    if fingerprint(r.cell for r in results) != matrix:
+        raise InputError(f"merge: the shards' {len(ids)} cells are not the matrix they were dealt from "
+                         f"(fingerprint {matrix}): a shard lost or gained cells")
+    return Outcome.merged(results, list(findings.values()), Shard(index=1, count=1, matrix=matrix, cells=len(results)))
+
+

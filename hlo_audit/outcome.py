@@ -1,0 +1,200 @@
+"""One command's outcome, built once: the plan, every cell's result, the depth series, the goldens (one snapshot of
+the store), and, once the gate has judged it, the findings with everything every format prints about them (each
+cell's verdict, the counts, what a human must read, the series' rows), decided when it is judged.
+
+``check``, ``golden update``, ``report``, ``merge`` and the pytest plugin all read an ``Outcome``; none of them
+groups cells into series, loads a golden or decides an owner, a count or a verdict again: formatters read its
+fields. Built as jax builds its stages: ``Outcome.of`` (results in), then ``gate.Gate.judge`` returns the judged
+one (``judged``); shards' judged outcomes come back as one (``merged``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from hlo_audit.findings import Finding, worst
+from hlo_audit.golden.snapshot import Snapshot
+from hlo_audit.plan import Plan, Shard
+from hlo_audit.policy import Rule
+from hlo_audit.results import CellResult, Severity
+from hlo_audit.scaling import Series, fit_series
+
+# Advisories that hold for most cells of a real model (MaxText carries dead RNG state in every cell today):
+# reports fold them into one line unless asked for every finding.
+FOLDED_ADVISORIES = frozenset({Rule.DEAD_RNG})
+# What a human need not read one by one in the summary view: a cell that matches its golden (the "ok"
+# placeholder), one this host cannot lower (listed in a line per reason), a waived finding (its waiver says why).
+QUIET_SEVERITIES = frozenset({Severity.OK, Severity.UNAVAILABLE, Severity.WAIVED})
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    """The numbers every format of a check prints, decided once (``Outcome.summary``).
+
+    ``cells``: the cells checked (stale goldens are not cells: they are counted apart). Each cell has one verdict,
+    its worst finding once advisories are folded (``FOLDED_ADVISORIES``: dead RNG state, which has its own column
+    and line); ``cells_by_verdict`` counts cells and sums to ``cells``. ``findings_by_severity`` counts findings
+    (what the gate said, several per cell at most), the "matches its golden" placeholders left out; ``folded``
+    of the advisories among them are folded into one line.
+    """
+
+    passed: bool
+    exit_code: int
+    cells: int
+    cells_by_verdict: Mapping[Severity, int]
+    findings_by_severity: Mapping[Severity, int]
+    folded: int
+    stale_goldens: int
+
+
+@dataclass(frozen=True)
+class SeriesRow:
+    """A depth series' cells that lowered, shallowest first, with the worst verdict among them: one row of the
+    check's summary table."""
+
+    label: str  # llama3-8b/scan-off/int8/L2,4
+    results: tuple[CellResult, ...]
+    verdict: Severity
+
+
+@dataclass(frozen=True)
+class Outcome:
+    plan: Plan | None  # None: merged shards
+    results: tuple[CellResult, ...]
+    goldens: Snapshot | None = None  # None: merged shards (their goldens were the shards')
+    shard: Shard | None = None  # which shard of which selection this is
+    findings: tuple[Finding, ...] = ()
+    # Decided when judged (``judged``), read by every format: each cell's verdict, the numbers, what a human must
+    # read one by one (``attention``; ``findings`` with --verbose), the folded advisories, the series' rows.
+    cell_ids: tuple[str, ...] = ()  # the cells checked, in the order they ran (merged: shard by shard)
+    verdicts: Mapping[str, Severity] = field(default_factory=dict)
+    summary: CheckSummary | None = None
+    finding_counts: Mapping[Severity, int] = field(default_factory=dict)  # JSON's `summary`: every finding
+    by_severity: Mapping[Severity, tuple[Finding, ...]] = field(default_factory=dict)
+    attention: tuple[Finding, ...] = ()
+    folded: tuple[Finding, ...] = ()
+    folded_dead_params: int = 0
+    stale_goldens: tuple[str, ...] = ()  # goldens without a cell in the matrix (not cells: counted apart)
+    rows: tuple[SeriesRow, ...] = ()
+    exit_code: int = 0
+    passed: bool = True
+
+    @classmethod
+    def of(cls, plan: Plan, results: Sequence[CellResult], goldens: Snapshot | None = None) -> Outcome:
+        """The outcome of running ``plan``: its results with its golden store (read when first needed)."""
+        return cls(plan=plan, results=tuple(results),
+                   goldens=goldens if goldens is not None else Snapshot(plan.config.golden_dir), shard=plan.shard)
+
+    @classmethod
+    def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None) -> Outcome:
+        """Shards' outcomes as one: their results and findings as each shard judged them."""
+        return cls(plan=None, results=tuple(results), shard=shard).judged(findings)
+
+    def judged(self, findings: Sequence[Finding]) -> Outcome:
+        """This outcome with the gate's findings, and everything the formats print about them decided now."""
+        findings = tuple(findings)
+        cell_ids = tuple(dict.fromkeys(r.cell.id for r in self.results))
+        listed = [f for f in findings if not _folds(f)]
+        folded = tuple(f for f in findings if _folds(f))
+        verdicts = _verdicts(cell_ids, listed)
+        stale = tuple(sorted({f.cell for f in findings if f.severity is Severity.STALE and f.cell not in verdicts}))
+        exit_code = 1 if any(f.failing for f in findings) else 0
+        by_verdict: dict[Severity, int] = {}
+        for verdict in verdicts.values():
+            by_verdict[verdict] = by_verdict.get(verdict, 0) + 1
+        summary = CheckSummary(
+            passed=not exit_code, exit_code=exit_code, cells=len(cell_ids), cells_by_verdict=_in_order(by_verdict),
+            findings_by_severity=_in_order(_counts([f for f in findings if f.severity is not Severity.OK])),
+            folded=len(folded), stale_goldens=len(stale))
+        return replace(
+            self, findings=findings, cell_ids=cell_ids, verdicts=verdicts, summary=summary,
+            finding_counts=_counts(findings), by_severity=_by_severity(findings),
+            attention=tuple(f for f in listed if f.severity not in QUIET_SEVERITIES), folded=folded,
+            folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,
+            rows=_rows(self.results, verdicts), exit_code=exit_code, passed=not exit_code)
+
+    # -- the series, decided once ----------------------------------------------------------------------------
+
+    @cached_property
+    def series(self) -> list[Series]:
+        """The depth series fitted on this run's results (two or more depths that lowered)."""
+        return fit_series(self.results, self.plan.full_depth if self.plan is not None else None)
+
+    @cached_property
+    def _series_by_key(self) -> dict[tuple, Series]:
+        return {s.cell.series: s for s in self.series}
+
+    def leads(self, result: CellResult) -> Series | None:
+        """The cell's series when the cell is its shallowest: where what is the series' is reported, once."""
+        series = self._series_by_key.get(result.cell.series)
+        return series if series is not None and series.cell == result.cell else None
+
+    @cached_property
+    def slopes_by_cell(self) -> dict[str, float]:
+        """Each planned cell's series' entry parameters per layer (cells of a series of one depth have none)."""
+        return {c.id: self._series_by_key[c.series].total.slope for c in self.plan.cells
+                if c.series in self._series_by_key}
+
+    @cached_property
+    def recorded_series(self) -> dict[tuple, Series]:
+        """The series a golden records: this run's results with the stored goldens of the depths it did not lower
+        (``--only id=<one depth>``, or a depth that failed), so a partial run keeps a series' slopes."""
+        lowered = {r.cell.id for r in self.results if r.ok}
+        touched = {r.cell.series for r in self.results if r.ok}
+        others = []
+        for cell in self.plan.matrix:
+            if cell.series in touched and cell.id not in lowered:
+                stored = self.goldens.golden(cell.id)
+                if stored is not None and stored.record is not None:
+                    others.append(stored.record.as_result(cell))
+        return {s.cell.series: s for s in fit_series([*self.results, *others], self.plan.full_depth)}
+
+
+def _folds(finding: Finding) -> bool:
+    return finding.severity is Severity.ADVISORY and finding.rule in FOLDED_ADVISORIES
+
+
+def _verdicts(cell_ids: Sequence[str], listed: Sequence[Finding]) -> dict[str, Severity]:
+    """Each checked cell's verdict: its worst finding once advisories are folded (a cell whose only findings were
+    folded is ok). The same with or without ``--verbose``, which lists more and decides nothing."""
+    by_cell: dict[str, list[Finding]] = {cid: [] for cid in cell_ids}
+    for f in listed:
+        if f.cell in by_cell:
+            by_cell[f.cell].append(f)
+    return {cid: worst(fs) for cid, fs in by_cell.items()}
+
+
+def _counts(findings: Sequence[Finding]) -> dict[Severity, int]:
+    counts: dict[Severity, int] = {}
+    for f in findings:
+        counts[f.severity] = counts.get(f.severity, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _in_order(counts: Mapping[Severity, int]) -> dict[Severity, int]:
+    """Least severe first (``ok`` before ``regression``), as every format prints them; zero counts left out."""
+    return {k: counts[k] for k in sorted(counts, key=lambda s: s.rank) if counts[k]}
+
+
+def _by_severity(findings: Sequence[Finding]) -> dict[Severity, tuple[Finding, ...]]:
+    grouped: dict[Severity, list[Finding]] = {}
+    for f in findings:
+        grouped.setdefault(f.severity, []).append(f)
+    return {s: tuple(fs) for s, fs in grouped.items()}
+
+
+def _rows(results: Sequence[CellResult], verdicts: Mapping[str, Severity]) -> tuple[SeriesRow, ...]:
+    """The cells that lowered by depth series, in the order the results came, each shallowest first; a series of
+    one depth is a row of one cell."""
+    grouped: dict[tuple, list[CellResult]] = {}
+    for r in results:
+        if r.ok:
+            grouped.setdefault(r.cell.series, []).append(r)
+    rows = []
+    for members in grouped.values():
+        members.sort(key=lambda r: r.cell.layers)
+        verdict = max((verdicts.get(r.cell.id, Severity.OK) for r in members), key=lambda s: s.rank)
+        rows.append(SeriesRow(members[0].cell.series_id([r.cell.layers for r in members]), tuple(members), verdict))
+    return tuple(rows)

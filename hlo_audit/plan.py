@@ -1,0 +1,145 @@
+"""Config -> cells: what a command runs (``plan``), or the one cell an id names (``plan_cell``).
+
+A plan keeps the matrix it was chosen from (``universe``: every cell at this run's depths, before ``--only`` and
+``--shard``), because which depth of a series keeps the golden text is the whole series' business, not the
+selection's (``text_owners``), and ``merge`` checks that shards were dealt from one selection (``shard``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hlo_audit.config import Config, load_config
+from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, parse_shard, selection, shard_of
+from hlo_audit.resolve import resolve
+from hlo_audit.targets import get_target
+from hlo_audit.usage import InputError
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Which shard of which selection a check ran: K of N, the fingerprint of the selection they were dealt from,
+    and this shard's cell count (0 when the dealing gave it none). What `merge` checks."""
+
+    index: int
+    count: int
+    matrix: str
+    cells: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a command runs and everything decided with it (``Plan.of``): the matrix it was chosen from, its shard
+    record, which cells keep the golden text, and the full matrix at the config's own depths (what a golden may be
+    stale against; None until asked where it needs the target's full depths: ``full_matrix_of``)."""
+
+    config: Config
+    cells: list[Cell]  # what this run lowers: the selection, or its shard
+    matrix: list[Cell]  # every cell of the matrix at this run's depths (before --only and --shard)
+    selected: list[Cell]  # the --only selection before --shard
+    shard: Shard
+    owners: frozenset[str]
+    full_matrix: list[Cell] | None
+
+    @classmethod
+    def of(cls, config: Config, cells: list[Cell], universe: list[Cell] | None = None,
+           selected: list[Cell] | None = None, shard: tuple[int, int] | None = None) -> Plan:
+        matrix = universe if universe is not None else cells
+        selected = selected if selected is not None else cells
+        k, n = shard or (1, 1)
+        return cls(config=config, cells=cells, matrix=matrix, selected=selected,
+                   shard=Shard(index=k, count=n, matrix=fingerprint(selected), cells=len(cells)),
+                   owners=text_owners([*matrix, *cells]),
+                   full_matrix=None if config.uses_full_depth else config.cells())
+
+    def full_depth(self, model: str) -> int:
+        return get_target(self.config.target, self.config.nnx).full_depth(model)
+
+    def series_cells(self, cell: Cell) -> list[Cell]:
+        """The plan's cells of ``cell``'s depth series (what the RNG-scaling rule needs to judge it)."""
+        return [c for c in self.cells if c.series == cell.series]
+
+    def of_cells(self, cells: list[Cell]) -> Plan:
+        """The same plan, running ``cells`` only (the matrix, and so the text owners, stay the plan's)."""
+        return replace(Plan.of(self.config, cells, universe=self.matrix, selected=cells),
+                       full_matrix=self.full_matrix)
+
+
+def full_matrix_of(plan: Plan) -> list[Cell]:
+    """Every cell of the config at its own depths (``full`` resolved): the plan's, or resolved now."""
+    if plan.full_matrix is not None:
+        return plan.full_matrix
+    return plan.config.cells(plan.full_depth if plan.config.uses_full_depth else None)
+
+
+def text_owners(cells: Sequence[Cell]) -> frozenset[str]:
+    """The cells whose golden keeps the canonical text: the shallowest depth of each series of the matrix (and of
+    the run's cells, when a run went outside it), whichever depths a run selected. Decided with the plan, once, for
+    the gate (which compares texts there) and for golden update (which writes them there)."""
+    shallowest: dict[tuple, int] = {}
+    for cell in cells:
+        shallowest[cell.series] = min(shallowest.get(cell.series, cell.layers), cell.layers)
+    return frozenset(c.id for c in cells if shallowest[c.series] == c.layers)
+
+
+def parse_layers(value: str | None) -> list[int | str] | None:
+    """``--layers 32`` / ``--layers full`` / ``--layers 2,4,full`` (depths 1..MAX_DEPTH)."""
+    if not value:
+        return None
+    depths: list[int | str] = []
+    for item in value.split(","):
+        item = item.strip()
+        if item == "full":
+            depths.append("full")
+        elif re.fullmatch(r"[0-9]+", item) and int(item) >= 1:
+            if int(item) > MAX_DEPTH:
+                raise MatrixError(f"--layers {item}: deeper than any model (MaxText's deepest has 126 layers); at "
+                                  f"most {MAX_DEPTH}, or 'full' for the model's real depth")
+            depths.append(int(item))
+        else:
+            raise MatrixError(f"--layers expects integers >= 1 or 'full', got {item!r}")
+    return depths
+
+
+def _universe(config: Config, depths: list[int | str] | None) -> list[Cell]:
+    needs_depth = "full" in depths if depths else config.uses_full_depth
+    full_depth = get_target(config.target, config.nnx).full_depth if needs_depth else None
+    return config.cells(full_depth, depths)
+
+
+def plan(config_path: str | None = None, only: str | Sequence[str] | None = None, shard: str | None = None,
+         layers: str | None = None, cwd: Path | None = None) -> Plan:
+    """The cells a command runs. ``only``: one ``--only`` spec or several (AND across keys, OR within one); a
+    selection of no cell is a ``MatrixError`` naming the key's known values."""
+    config = resolve(load_config(config_path, cwd))
+    picked = parse_shard(shard)
+    universe = _universe(config, parse_layers(layers))
+    chosen = selection(universe, only)
+    cells = chosen if picked is None else shard_of(chosen, *picked)
+    return Plan.of(config, cells, universe=universe, selected=chosen, shard=picked)
+
+
+_CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L([0-9]+)(?:/[^/\s]+)*$")
+
+
+def is_cell_id(spec: str) -> bool:
+    return bool(_CELL_ID.match(spec))
+
+
+def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = None) -> Plan:
+    """The one-cell plan for an id such as ``llama3-8b/scan-off/int8/L32`` (any depth of a configured series)."""
+    m = _CELL_ID.match(cell_id)
+    if not m:
+        raise InputError(f"{cell_id!r} is neither a file nor a cell id such as llama3-8b/scan-off/int8/L32")
+    depth = int(m.group(1))
+    if not 1 <= depth <= MAX_DEPTH:  # the id's own depth, not a --layers nobody gave
+        raise InputError(f"{cell_id}: depth L{depth}: expected L1 to L{MAX_DEPTH}")
+    config = resolve(load_config(config_path, cwd))
+    universe = _universe(config, [depth])
+    cells = [c for c in universe if c.id == cell_id]
+    if not cells:
+        raise InputError(f"{cell_id}: no such cell in the matrix of {config.source} (see `hlo-audit list`)")
+    return Plan.of(config, cells, universe=universe, selected=cells)

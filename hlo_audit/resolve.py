@@ -1,0 +1,106 @@
+"""A config with its target imported and checked (``resolve``): what only an import can tell, found when a command
+plans its cells, so a misspelled function or factory is one line naming the file and the key, and exit 2, before
+any cell runs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hlo_audit.cache import importing_target
+from hlo_audit.config import Config, ConfigError
+from hlo_audit.lowering import TargetError
+from hlo_audit.matrix import id_part_problem
+from hlo_audit.targets import nnx_spec
+
+
+def resolve(config: Config) -> Config:
+    """The config with its target imported and checked: what only an import can tell, found when a command plans
+    its cells (``list`` too), so a misspelled function or factory is one line naming the file and the key, and
+    exit 2, before any cell runs.
+
+    * A callable target (``package.module:function``): the function is imported. Its ``scan`` and ``quant``
+      attributes, where it has them, say which values of those axes it lowers: they are the defaults of every
+      series that leaves the axis out, and a series naming another value is an error.
+    * The nnx target: each model's factory, config callable, fields and optimizer are checked, its full depth read
+      off its config, and the digest of its library's source added to the description its cells carry, so an
+      edit of the library is a cache miss (``targets.nnx.resolve``).
+    * MaxText's target: nothing to import here; MaxText's config system judges its models when a cell lowers.
+    """
+    if config.resolved or config.target == "maxtext":
+        return config
+    # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
+    # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module
+    # already imported and reads nothing).
+    with importing_target():
+        if config.target == nnx_spec.TARGET:
+            return _resolve_nnx(config)
+        return _resolve_callable(config)
+
+
+def _resolve_callable(config: Config) -> Config:
+    from hlo_audit.targets import get_target  # noqa: PLC0415 (imports the user's module)
+
+    try:
+        target = get_target(config.target)
+    except TargetError as exc:
+        raise ConfigError(f"{config.source}: target: {' '.join(str(exc).split())}") from None
+    series = list(config.series)
+    for axis, values_of in (("scan", _declared_scans), ("quant", _declared_quants)):
+        declared = values_of(target, config)
+        if declared is None:
+            continue
+        for i, (axes, defaulted) in enumerate(zip(series, config.defaulted or [frozenset()] * len(series))):
+            field_name = "scans" if axis == "scan" else "quants"
+            if axis in defaulted:
+                series[i] = replace(axes, **{field_name: declared})
+                continue
+            for j, value in enumerate(getattr(axes, field_name)):
+                if value not in declared:
+                    shown = (("on" if value else "off") if axis == "scan" else value)
+                    names = ", ".join(("on" if v else "off") if axis == "scan" else v for v in declared)
+                    prefix = "" if i == 0 else f"matrix[{i - 1}]."
+                    raise ConfigError(f"{config.source}: {prefix}{axis}[{j}]: {config.target} lowers {axis} "
+                                      f"{names} only (its function's {axis} attribute), got {shown!r}")
+    return replace(config, series=tuple(series), resolved=True)
+
+
+def _declared(target, config: Config, axis: str) -> list[str] | None:
+    declared = getattr(getattr(target, "function", None), axis, None)
+    if declared is None or callable(declared):
+        return None
+    declared = [declared] if isinstance(declared, str) else declared
+    if not isinstance(declared, (list, tuple)) or not declared or not all(isinstance(v, str) for v in declared):
+        raise ConfigError(f"{config.source}: target: {config.target}'s {axis} attribute: expected a list of "
+                          f"strings, got {declared!r}")
+    for value in declared:
+        if axis == "scan" and value not in ("on", "off"):
+            raise ConfigError(f"{config.source}: target: {config.target}'s scan attribute: expected 'on' and/or "
+                              f"'off', got {value!r}")
+        if problem := id_part_problem(value):
+            raise ConfigError(f"{config.source}: target: {config.target}'s {axis} attribute: {value!r} {problem}")
+    return list(dict.fromkeys(declared))
+
+
+def _declared_scans(target, config: Config) -> tuple[bool, ...] | None:
+    declared = _declared(target, config, "scan")
+    return None if declared is None else tuple(v == "on" for v in declared)
+
+
+def _declared_quants(target, config: Config) -> tuple[str, ...] | None:
+    declared = _declared(target, config, "quant")
+    return None if declared is None else tuple(declared)
+
+
+def _resolve_nnx(config: Config) -> Config:
+    from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax, optax and the model's library)
+
+    resolved = {}
+    for model, spec in config.nnx.items():
+        try:
+            resolved[model] = nnx.resolve(spec)
+        except nnx_spec.SpecError as exc:
+            whose = "" if f".{model}." in f"{exc.key}." else f" (model {model!r})"
+            raise ConfigError(f"{config.source}: {exc.key}: {' '.join(str(exc).split())}{whose}") from None
+    series = tuple(replace(axes, overrides={m: {nnx_spec.SPEC_KEY: nnx_spec.to_json(resolved[m])}
+                                            for m in axes.models}) for axes in config.series)
+    return replace(config, series=series, nnx=resolved, resolved=True)

@@ -1,0 +1,168 @@
+"""``hlo-audit init``: the files that put a user's repository under the gate, as text.
+
+Three things, and nothing is overwritten (``existing`` says what is already there, and init stops):
+
+* ``hlo-audit.toml`` for the user's target, made by that kind's scaffold (``KINDS``: one module each, registered
+  here as platforms are: MaxText, a callable, the stock NNX target);
+* ``.github/workflows/hlo-audit.yml`` (``workflow``), its install step the kind's;
+* the first goldens: the CLI runs ``golden update`` once the two files are written.
+
+The config is rendered, read back with ``tomllib`` and validated like any other before a byte is written, so what
+init writes is a config hlo-audit reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS, ConfigError, validate
+from hlo_audit.plan import parse_layers
+from hlo_audit.resolve import resolve
+from hlo_audit.scaffold.base import WORKFLOW_FILE, InitRequest, Scaffold, TargetScaffold
+from hlo_audit.scaffold.callable import CallableScaffold
+from hlo_audit.scaffold.maxtext import MaxTextScaffold
+from hlo_audit.scaffold.nnx import NnxScaffold
+from hlo_audit.scaffold.workflow import workflow
+from hlo_audit.usage import InputError
+
+# One scaffold per target kind, in the order the usage error names their options.
+KINDS: dict[str, TargetScaffold] = {s.kind: s for s in (NnxScaffold(), CallableScaffold(), MaxTextScaffold())}
+
+__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold",
+           "unwritable", "write"]
+
+
+def init_request(*, nnx: str | None, nnx_config: str | None, function: str | None, maxtext: bool,
+                 models: Sequence[str], quant: str | None, layers: str, inputs: Sequence[str], args: Sequence[str],
+                 labels: str | None, layers_field: str | None, scan_field: str | None, optimizer: str,
+                 learning_rate: float, shards: int) -> InitRequest:
+    """`hlo-audit init`'s options as a request: exactly one target kind, depths (no 'full': a scaffold names its
+    series), ``NAME=VALUE`` pairs; a bad option is an InputError naming it."""
+    given = {"nnx": nnx, "callable": function, "maxtext": maxtext}
+    kinds = [kind for kind in KINDS if given[kind]]
+    if len(kinds) != 1:
+        raise InputError("init: name the target: one of " + ", ".join(s.option for s in KINDS.values()))
+    depths = parse_layers(layers) or []
+    if not depths or "full" in depths:
+        raise InputError(f"init --layers: give depths such as 2,4, got {layers!r}")
+    return InitRequest(
+        kind=kinds[0], models=tuple(models), layers=tuple(int(d) for d in depths),
+        quants=tuple(q.strip() for q in quant.split(",")) if quant else (), function=function or "",
+        factory=nnx or "", factory_config=nnx_config, inputs=tuple(_pairs(inputs, "--input")),
+        args=tuple((k, _toml_value(v)) for k, v in _pairs(args, "--arg")), labels=labels,
+        layers_field=layers_field, scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate,
+        shards=shards)
+
+
+def _pairs(values: Sequence[str], option: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` options as pairs; anything else is a usage error naming the option."""
+    pairs = []
+    for value in values:
+        name, sep, rest = value.partition("=")
+        if not sep or not name.strip() or not rest.strip():
+            raise InputError(f"{option} expects NAME=VALUE, got {value!r}")
+        pairs.append((name.strip(), rest.strip()))
+    return pairs
+
+
+def _toml_value(text: str):
+    """``--arg width=16`` gives 16, ``rate=0.1`` 0.1, ``flag=true`` True; anything else stays a string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
+    """The config and workflow for ``request``, the config read back and resolved as any config is (a bad option
+    is a ConfigError or InputError naming it, before anything is written). Nothing is overwritten: a file init
+    would write that exists already is an InputError naming it."""
+    found = existing(folder)
+    if found:
+        raise InputError(f"init: {', '.join(found)} already there in {folder}: init writes only what is not "
+                         "(edit the config by hand, or remove them first)")
+    if problem := unwritable(folder):  # every path checked before any is written
+        raise InputError(f"init: {problem}; nothing was written")
+    kind = KINDS[request.kind]
+    config = kind.config(request)
+    try:
+        resolve(validate(tomllib.loads(config.text), DEFAULT_CONFIG_FILE, folder))
+    except ConfigError as exc:
+        raise InputError(f"init: the config it would write is refused: {exc}") from None
+    return Scaffold(config=config.text, workflow=workflow(kind.install(folder, config.library), request.shards))
+
+
+def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str]:
+    """What init would overwrite or shadow: its two files, the golden folder, a [tool.hlo-audit] table. A symbolic
+    link counts wherever it points, nowhere included (init never writes through one)."""
+    found = [str(p) for p in (Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE) if os.path.lexists(folder / p)]
+    if os.path.lexists(folder / golden_dir):
+        found.append(f"{golden_dir}/")
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file() and re.search(r"^\s*\[\s*tool\s*\.\s*(?:\"hlo-audit\"|hlo-audit)\s*[\].]",
+                                         pyproject.read_text(errors="replace"), re.M):
+        found.append("pyproject.toml [tool.hlo-audit]")
+    return found
+
+
+def ignores_cache(folder: Path) -> bool:
+    """Whether the repository's .gitignore already names the cache folder (init never edits it)."""
+    ignore = folder / ".gitignore"
+    cache = DEFAULTS["cache_dir"]
+    return ignore.is_file() and any(line.strip().strip("/") == cache
+                                    for line in ignore.read_text(errors="replace").splitlines())
+
+
+def unwritable(folder: Path, files: Sequence[Path] = (Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE),
+               folders: Sequence[str] = (DEFAULTS["golden_dir"], DEFAULTS["cache_dir"])) -> str | None:
+    """Why init could not write every path it would (its files; the golden and cache folders ``golden update``
+    makes right after), checked for all of them before any is written, or None. For each: every part of the path
+    that exists must be a folder (``.github`` a file cannot hold ``.github/workflows/``), and the deepest folder
+    that exists must let files be created in it (a read-only folder, a read-only filesystem)."""
+    folder_paths = [Path(f) for f in folders]
+    for relative in (*files, *folder_paths):
+        deepest = folder
+        for part in relative.parts[:-1]:
+            if not os.path.lexists(deepest / part):
+                break
+            if not (deepest / part).is_dir():
+                return f"{(deepest / part).relative_to(folder)} is not a folder, where init writes {relative}"
+            deepest = deepest / part
+        else:
+            if relative in folder_paths and os.path.lexists(folder / relative) and not (folder / relative).is_dir():
+                return f"{relative} is not a folder, where init's golden update writes"
+        if not os.access(deepest, os.W_OK | os.X_OK):
+            where = folder if deepest == folder else deepest.relative_to(folder)
+            return f"cannot create {relative} in {where}: permission denied (a read-only folder or filesystem)"
+    return None
+
+
+def write(folder: Path, scaffold: Scaffold) -> list[Path]:
+    """Write the scaffold's files, each created anew (``x``: a file that appeared since ``existing`` looked is
+    not overwritten either): all of them or, when one cannot be written, none (what was made is removed)."""
+    written: list[Path] = []
+    made: list[Path] = []
+    try:
+        for relative, text in zip(scaffold.files, (scaffold.config, scaffold.workflow)):
+            path = folder / relative
+            missing = [p for p in reversed(path.parents) if p.is_relative_to(folder) and not os.path.lexists(p)]
+            for parent in missing:
+                parent.mkdir()
+                made.append(parent)
+            with open(path, "x", encoding="utf-8") as handle:
+                written.append(path)
+                handle.write(text)
+    except BaseException:
+        for path in reversed(written):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        for parent in reversed(made):
+            with contextlib.suppress(OSError):
+                parent.rmdir()
+        raise
+    return written

@@ -1,0 +1,120 @@
+"""What every ``hlo-audit init`` scaffold shares: the request, the files it writes, TOML rendering, and the shape of
+a target kind's scaffold (``TargetScaffold``: its config and its workflow's install step)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hlo_audit import host
+from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS
+
+WORKFLOW_FILE = Path(".github/workflows/hlo-audit.yml")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class InitRequest:
+    """What `hlo-audit init` was asked for: one target kind and its options."""
+
+    kind: str  # a key of scaffold.KINDS: "maxtext", "callable" or "nnx"
+    models: tuple[str, ...] = ()
+    layers: tuple[int, ...] = (2, 4)
+    quants: tuple[str, ...] = ()  # maxtext: its quantizations
+    function: str = ""  # callable: package.module:function
+    factory: str = ""  # nnx: package.module:Factory
+    factory_config: str | None = None  # nnx: package.module:callable returning the model's config object
+    inputs: tuple[tuple[str, str], ...] = ()  # nnx: argument -> DTYPE[DIMS]
+    args: tuple[tuple[str, object], ...] = ()  # nnx: constructor keyword arguments
+    labels: str | None = None
+    layers_field: str | None = None
+    scan_field: str | None = None
+    optimizer: str = "adamw"
+    learning_rate: float = 1e-4
+    shards: int = 2
+
+
+@dataclass(frozen=True)
+class Scaffold:
+    """What init writes: the config's text, the workflow's, and where they go (relative to the repository)."""
+
+    config: str
+    workflow: str
+    golden_dir: str = DEFAULTS["golden_dir"]
+    files: tuple[Path, ...] = field(default=(Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE))
+
+
+@dataclass(frozen=True)
+class KindConfig:
+    """A target kind's config text, and the versions of the model's library its goldens depend on (if any)."""
+
+    text: str
+    library: Mapping[str, str] | None = None
+
+
+class TargetScaffold:
+    """One target kind's scaffold: the option that asks for it, its config, its workflow's install lines."""
+
+    kind: str
+    option: str  # as the usage error names it: "--nnx package.module:Factory"
+    pinned: tuple[str, ...] = ("jax", "jaxlib", "flax")  # what the goldens were made with
+
+    def config(self, request: InitRequest) -> KindConfig:
+        raise NotImplementedError
+
+    def install(self, folder: Path, library: Mapping[str, str] | None) -> list[str]:
+        """The workflow's install step: hlo-audit with the versions the goldens were made with (jax, jaxlib, flax:
+        under others the text rule is advisory), the model's library, and the repository's own package."""
+        lines = [f"pip install hlo-audit {pins(self.pinned)}".rstrip()]
+        if library:
+            lines.append("pip install " + " ".join(f'"{d}=={v}"' for d, v in library.items()) +
+                         "  # the model's library, as the goldens were made")
+        if owns_package(folder):
+            lines.append("pip install -e .")
+        elif (folder / "requirements.txt").is_file():
+            lines.append("pip install -r requirements.txt")
+        return lines
+
+
+def owns_package(folder: Path) -> bool:
+    return (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file()
+
+
+def pins(names: Sequence[str]) -> str:
+    return " ".join(f'"{name}=={host.installed_version(name)}"' for name in names
+                    if host.installed_version(name) != "absent")
+
+
+def toml_value(value) -> str:
+    """A value as TOML writes it: strings as basic strings (JSON's escapes are TOML's), tables inline."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }" if value \
+            else "{}"
+    raise TypeError(f"no TOML for {type(value).__name__}")
+
+
+def toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def assignments(table: Mapping) -> list[str]:
+    return [f"{toml_key(k)} = {toml_value(v)}" for k, v in table.items()]
+
+
+HEADER = """\
+# hlo-audit's gate for this repository, written by `hlo-audit init`.
+# `hlo-audit check` compares every cell with its golden (golden/); after an intended change,
+# `hlo-audit golden update` (or the command a finding prints) and commit the golden diff with it.
+# Every key is in hlo-audit's docs/configuration.md; `hlo-audit list` shows the cells this gives.
+"""

@@ -1,0 +1,87 @@
+"""The GitHub Actions workflow ``hlo-audit init`` writes: ``check --shard K/N --format json`` on N runners, each
+with its own lowering cache, and a merge job whose verdict (``hlo-audit merge``) is the gate's."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hlo_audit.scaffold.base import pins
+
+
+def workflow(install: Sequence[str], shards: int, python: str = "3.12") -> str:
+    """GitHub Actions: ``shards`` check jobs, each its own cache, then the merge job that gives the verdict.
+
+    The cache is restored from any earlier run of the same shard (``restore-keys``): each entry verifies itself
+    (a damaged or stale one is a miss, never a wrong answer), so a cache from another commit only saves time; the
+    key names the commit, so every run saves what it lowered and the cache follows the branch.
+    """
+    steps = "\n".join(f"          {line}" for line in install)
+    return _check_job(shards, steps, python) + _merge_job(python)
+
+
+def _check_job(shards: int, steps: str, python: str) -> str:
+    shard_list = ", ".join(str(k) for k in range(1, shards + 1))
+    return f"""\
+# hlo-audit's gate, written by `hlo-audit init`: `hlo-audit check` in {shards} shards, merged into one verdict.
+name: hlo-audit
+on:
+  pull_request:
+  push:
+    branches: [main]
+jobs:
+  check:
+    runs-on: ubuntu-latest
+    strategy:
+      fail-fast: false  # every shard reports, so the merge sees the whole matrix
+      matrix:
+        shard: [{shard_list}]
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "{python}"
+      - name: Install
+        run: |
+          python -m pip install --upgrade pip
+{steps}
+      # Entries verify themselves (a damaged or stale one is a miss, never a wrong answer), so any earlier cache of
+      # this shard is safe to start from; the key names the commit, so each run saves what it lowered.
+      - uses: actions/cache@v4
+        with:
+          path: .hlo-audit-cache
+          key: hlo-audit-${{{{ runner.os }}}}-py{python}-shard${{{{ matrix.shard }}}}-${{{{ github.sha }}}}
+          restore-keys: |
+            hlo-audit-${{{{ runner.os }}}}-py{python}-shard${{{{ matrix.shard }}}}-
+      - name: hlo-audit check, shard ${{{{ matrix.shard }}}} of {shards}
+        run: >-
+          hlo-audit check --shard ${{{{ matrix.shard }}}}/{shards} --format json
+          --junit junit-${{{{ matrix.shard }}}}.xml > shard-${{{{ matrix.shard }}}}.json
+      - uses: actions/upload-artifact@v4
+        if: always()
+        with:
+          name: hlo-audit-shard-${{{{ matrix.shard }}}}
+          path: |
+            shard-${{{{ matrix.shard }}}}.json
+            junit-${{{{ matrix.shard }}}}.xml
+"""
+
+
+def _merge_job(python: str) -> str:
+    return f"""\
+  merge:
+    needs: check
+    if: always()  # a failing shard still reports: the merge says what failed, and fails the same way
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "{python}"
+      - run: python -m pip install {pins(["hlo-audit"]) or "hlo-audit"}
+      - uses: actions/download-artifact@v4
+        with:
+          pattern: hlo-audit-shard-*
+          merge-multiple: true
+      # Every shard's report must be there (a runner that died before uploading is an error, exit 2); the summary
+      # goes to the job summary.
+      - run: hlo-audit merge shard-*.json --junit hlo-audit.xml
+"""
