@@ -48,6 +48,8 @@ class CellResult:
     cost: Mapping[str, float] | None = None  # optimized and compiled cells: flops, transcendentals, bytes_accessed
     constants: Constants | None = None
     launches: Launches | None = None  # GPU cells of stage optimized and compiled: what one step launches
+    # Pallas / Mosaic / Triton kernels by name, each name's content digests (hlo.kernels.kernel_digests); None: none
+    kernels_by_name: Mapping[str, tuple[str, ...]] | None = None
     # What the exact HLO text depends on besides the model: versions, toolchain, platform, stage.
     environment: Mapping[str, str] = field(default_factory=dict)
     hlo_sha256: str = ""
@@ -128,6 +130,8 @@ class CellResult:
             "cost": None if self.cost is None else dict(self.cost),
             "constants": None if self.constants is None else self.constants.to_record(),
             "launches": None if self.launches is None else self.launches.to_record(),
+            "kernels_by_name": None if self.kernels_by_name is None else {
+                k: list(v) for k, v in self.kernels_by_name.items()},
             "environment": dict(self.environment), "hlo_sha256": self.hlo_sha256,
             "lower_seconds": self.lower_seconds, "key": self.key,
         }
@@ -144,6 +148,8 @@ class CellResult:
             memory=record["memory"], cost=record["cost"],
             constants=None if record["constants"] is None else Constants.from_record(record["constants"]),
             launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
+            kernels_by_name=None if record.get("kernels_by_name") is None else {
+                k: tuple(v) for k, v in record["kernels_by_name"].items()},
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
 
