@@ -220,3 +220,39 @@ def test_harmless_edits_pass(project, tmp_path):
         "team_model:target", "team_harmless:target"))
     code, report = check(mine)
     assert (code, report["verdicts"]) == (0, {BASE_CELL: "ok"}), report["findings"]
+
+
+def test_donation_removed_at_stage_compiled_is_a_regression_not_a_memory_improvement(tmp_path):
+    """Compiled, the step without donation needs less temp memory while every donated buffer is kept beside its
+    outputs (alias_bytes to 0): the donation finding names the parameters, their bytes and that memory; no memory
+    "improvement". Where no text is compared, alias_bytes alone says it."""
+    shutil.copy(tm.__file__, tmp_path / "team_model.py")
+    policy = '[policy]\nmemory = "fail"\nhlo_text = "warn"\n'
+    write_config(tmp_path, ["base"], f'stage = "compiled"\n{policy}')
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    golden = tmp_path / "golden"
+    record = json.loads((golden / f"{BASE_CELL}/compiled.json").read_text())
+    assert record["memory"]["alias_bytes"] > 0
+    for with_text in (True, False):
+        (golden / cell("donation_removed")).mkdir(parents=True, exist_ok=True)
+        mine = {**record, "cell": f"{cell('donation_removed')}/compiled", "hlo": record["hlo"] if with_text else None}
+        (golden / f"{cell('donation_removed')}/compiled.json").write_text(json.dumps(mine))
+        if with_text:
+            shutil.copy(golden / f"{BASE_CELL}/compiled.hlo.txt", golden / f"{cell('donation_removed')}/compiled.hlo.txt")
+        else:
+            (golden / f"{cell('donation_removed')}/compiled.hlo.txt").unlink()
+        write_config(tmp_path, ["base", "donation_removed"], f'stage = "compiled"\n{policy}')
+        code, report = check(tmp_path)
+        (finding,) = [f for f in report["findings"] if f["rule"] == "donation"]
+        assert (code, finding["severity"]) == (1, "regression"), report["findings"]
+        sizes = finding["details"]["sizes"]
+        assert (sizes["alias_bytes"]["golden"], sizes["alias_bytes"]["now"]) == (record["memory"]["alias_bytes"], 0)
+        assert "the cost of the lost donation, not a memory improvement" in finding["message"]
+        assert not [f for f in report["findings"] if f["rule"] == "memory"], report["findings"]
+        changes = finding["details"]["changes"]
+        if with_text:
+            (lost,) = changes
+            assert (lost["action"], lost["count"], lost["bytes"]) == ("removed", 20, record["memory"]["alias_bytes"])
+            assert "20 parameters no longer donated" in finding["message"]
+        else:
+            assert changes == []
