@@ -256,3 +256,85 @@ def test_donation_removed_at_stage_compiled_is_a_regression_not_a_memory_improve
             assert "20 parameters no longer donated" in finding["message"]
         else:
             assert changes == []
+
+
+KERNEL_TARGET = '''"""A user's jitted function with a Pallas kernel, its source at {where} (as from a checkout or a venv there)."""
+import importlib.util
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+_path = Path(__file__).parent / "{where}" / "pallas_kernel.py"
+_spec = importlib.util.spec_from_file_location("{module}_kernel", _path)
+kernel = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kernel)
+
+
+def target(cell):
+    block = int(cell.quant.removeprefix("block"))
+    x = jax.ShapeDtypeStruct((kernel.ROWS, kernel.COLUMNS), jnp.float32)
+    return jax.jit(lambda x: kernel.scale_shift(x, block)).trace(x)
+'''
+KERNEL_CONFIG = """target = "{module}:target"
+models = ["kernel"]
+scan = ["off"]
+quant = {quants}
+layers = [1]
+platform = "tpu"
+topology = "v6e-4"
+golden_dir = "{golden}"
+[policy]
+hlo_text = "warn"
+"""
+
+
+def kernel_project(folder: Path, where: str, module: str, quants, golden: Path) -> Path:
+    """A project whose target runs tests/pallas_kernel.py from ``folder / where`` (its own module names: this
+    process may have imported another copy)."""
+    (folder / where).mkdir(parents=True)
+    shutil.copy(Path(tm.__file__).parent / "pallas_kernel.py", folder / where / "pallas_kernel.py")
+    (folder / f"{module}.py").write_text(KERNEL_TARGET.format(where=where, module=module))
+    (folder / "hlo-audit.toml").write_text(KERNEL_CONFIG.format(module=module, quants=json.dumps(quants),
+                                                                golden=golden))
+    return folder
+
+
+@pytest.mark.tpu
+def test_a_kernel_body_change_fails_check_and_a_venv_elsewhere_passes(tmp_path):
+    """A Pallas kernel (Mosaic, one chip of a TPU v6e-4 topology through libtpu): the golden keeps its content
+    digest; its block size 128 -> 256 fails check (by the kernels rule, also with hlo_text at warn), the same
+    kernel from another path passes although its body embeds that path."""
+    golden = tmp_path / "golden"
+    here = kernel_project(tmp_path / "checkout", "src", "kernel_here", ["block128", "block256"], golden)
+    (here / "hlo-audit.toml").write_text((here / "hlo-audit.toml").read_text().replace(
+        '["block128", "block256"]', '["block128"]'))
+    assert hlo_audit_here(here, "golden", "update").returncode == 0
+    cell_128 = "kernel/scan-off/block128/L1/tpu-v6e-4"
+    record = json.loads((golden / f"{cell_128}.json").read_text())
+    (name, digests), = record["kernels"].items()
+    assert len(digests) == 1 and len(digests[0]) == 16
+    assert "<kernel body dropped>" in (golden / f"{cell_128}.hlo.txt").read_text()
+    # Block 256 checked against block 128's golden.
+    cell_256 = cell_128.replace("block128", "block256")
+    (golden / cell_256).parent.mkdir(parents=True, exist_ok=True)
+    (golden / f"{cell_256}.json").write_text(json.dumps({**record, "cell": cell_256}))
+    shutil.copy(golden / f"{cell_128}.hlo.txt", golden / f"{cell_256}.hlo.txt")
+    (here / "hlo-audit.toml").write_text((here / "hlo-audit.toml").read_text().replace(
+        '["block128"]', '["block128", "block256"]'))
+    code, report = check(here)
+    assert code == 1 and report["verdicts"] == {cell_128: "ok", cell_256: "regression"}, report["findings"]
+    (finding,) = [f for f in report["findings"] if f["cell"] == cell_256 and f["rule"] == "kernels"]
+    (body,) = finding["details"]["kernels"]
+    assert finding["severity"] == "regression" and body["name"] == name and body["golden"] == digests
+    assert body["now"] != digests and f"kernel body changed: {name}" in finding["message"]
+    # The same program from a venv at another path: its kernel's locations name that path; the digest does not.
+    elsewhere = kernel_project(tmp_path / "another", "venv/site-packages/project", "kernel_elsewhere",
+                               ["block128"], golden)
+    code, report = check(elsewhere)
+    assert (code, report["verdicts"]) == (0, {cell_128: "ok"}), report["findings"]
+    # An old golden without digests compares none: no finding, as before.
+    del record["kernels"]
+    (golden / f"{cell_256}.json").write_text(json.dumps({**record, "cell": cell_256}))
+    code, report = check(here, "--only", "quant=block256")
+    assert not [f for f in report["findings"] if f["rule"] == "kernels"]
