@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from xml.etree import ElementTree as ET
 from pathlib import Path
 
 import pytest
 
 import team_model as tm
+from hlo_audit.config import load_config
+from hlo_audit.golden.record import GoldenRecord, record_problem
 from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.xdist_group("named_rules")
@@ -338,3 +341,58 @@ def test_a_kernel_body_change_fails_check_and_a_venv_elsewhere_passes(tmp_path):
     (golden / f"{cell_256}.json").write_text(json.dumps({**record, "cell": cell_256}))
     code, report = check(here, "--only", "quant=block256")
     assert not [f for f in report["findings"] if f["rule"] == "kernels"]
+
+
+def test_every_format_shows_the_named_finding_before_the_text(project, tmp_path):
+    """Terminal, JUnit, markdown and a merge of shards' JSON: the donation lost, named, before the text's line."""
+    named = "donation: 20 parameters no longer donated (input_output_alias)"
+    text = "normalized HLO differs from the golden"
+    ran = hlo_audit_here(project, "check", "--only", "quant=donation_removed", "--junit", str(tmp_path / "out.xml"),
+                         "--markdown", str(tmp_path / "out.md"), env={"COLUMNS": "400"})
+    assert ran.returncode == 1
+    terminal = " ".join(ran.stdout.split())
+    assert named in terminal and terminal.index(named) < terminal.index(text)
+    suite = ET.parse(tmp_path / "out.xml").getroot()
+    (failure,) = [c.find("failure") for c in suite if c.find("failure") is not None]
+    assert failure.get("type") == "donation" and named in failure.get("message")
+    assert failure.text.index(named) < failure.text.index(text)
+    markdown = (tmp_path / "out.md").read_text()
+    assert named in markdown and markdown.index(named) < markdown.index(text)
+    shard = hlo_audit_here(project, "check", "--only", "quant=donation_removed", "--shard", "1/1", "--format", "json")
+    (tmp_path / "shard.json").write_text(shard.stdout)
+    merged = hlo_audit_here(project, "merge", str(tmp_path / "shard.json"), "--format", "json")
+    (finding,) = [f for f in json.loads(merged.stdout)["findings"] if f["rule"] == "donation"]
+    assert merged.returncode == 1 and named in finding["message"]
+    assert finding["details"]["changes"][0]["bytes"] > 0
+
+
+@pytest.mark.parametrize("text,said", [
+    ("program_size_tolerance = 1.5\n", "program_size_tolerance: expected a fraction in [0, 1), e.g. 0.05 for 5%"),
+    ('program_size_tolerance = "5%"\n', "program_size_tolerance: expected a fraction"),
+    ('[policy]\nprecision = "loud"\n', "policy.precision: expected 'fail', 'warn' or 'off'"),
+    ('[[waive]]\nrule = "kernel"\nreason = "x"\n', "waive[0].rule: expected one of"),
+])
+def test_a_bad_named_rule_setting_is_one_line(tmp_path, text, said):
+    (tmp_path / "hlo-audit.toml").write_text(text)
+    ran = hlo_audit_here(tmp_path, "list")
+    assert ran.returncode == 2 and said in ran.stderr and ran.stderr.count("\n") == 1, ran.stderr
+
+
+def test_named_rule_settings_reach_the_policy(tmp_path):
+    (tmp_path / "hlo-audit.toml").write_text('program_size_tolerance = 0.2\n[policy]\nkernels = "warn"\n')
+    rules = load_config(cwd=tmp_path).rules
+    assert (rules.program_size_tolerance, rules.action("kernels"), rules.action("donation")) == (0.2, "warn", "fail")
+
+
+def test_the_golden_record_keeps_kernel_digests_and_reads_old_ones():
+    base = {"cell": "k/scan-off/none/L1", "entry_params": 1, "by_dtype": {"f32": 1}, "by_role": {"input": 1},
+            "groups": {"x": 1}, "environment": {"jax": "0.12.0.1"}}
+    with_kernels = {**base, "kernels": {"scale_shift": ["0123456789abcdef"]}}
+    assert record_problem(with_kernels, base["cell"]) is None
+    record = GoldenRecord.from_json(with_kernels)
+    assert record.kernels == {"scale_shift": ("0123456789abcdef",)}
+    assert record.to_json()["kernels"] == {"scale_shift": ["0123456789abcdef"]}
+    old = GoldenRecord.from_json(base)  # written before digests were kept: none, and none written back
+    assert old.kernels is None and "kernels" not in old.to_json()
+    assert record_problem({**base, "kernels": {"scale_shift": "0123"}}, base["cell"]) == \
+        "not a golden summary: 'kernels' is malformed"
