@@ -119,8 +119,9 @@ class CellResult:
         return self.count("by_role", Role.RNG_KEY) + self.count("by_role", Role.RNG_COUNT)
 
     def to_record(self) -> Record:
-        """The results cache's record (without what is transient: cached, the texts)."""
-        return {
+        """The results cache's record (without what is transient: cached, the texts); ``kernels_by_name`` only where
+        the cell runs kernels, so a record of a cell without any reads as before."""
+        record = {
             "cell": {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]},
             "status": self.status.value, "message": self.message,
             "summary": None if self.summary is None else asdict(self.summary),
@@ -130,11 +131,12 @@ class CellResult:
             "cost": None if self.cost is None else dict(self.cost),
             "constants": None if self.constants is None else self.constants.to_record(),
             "launches": None if self.launches is None else self.launches.to_record(),
-            "kernels_by_name": None if self.kernels_by_name is None else {
-                k: list(v) for k, v in self.kernels_by_name.items()},
             "environment": dict(self.environment), "hlo_sha256": self.hlo_sha256,
             "lower_seconds": self.lower_seconds, "key": self.key,
         }
+        if self.kernels_by_name is not None:
+            record["kernels_by_name"] = {k: list(v) for k, v in self.kernels_by_name.items()}
+        return record
 
     @classmethod
     def from_record(cls, record: Mapping, cached: bool = False) -> CellResult:
