@@ -70,6 +70,10 @@ def check(project: Path, *args) -> tuple[int, dict]:
     return ran.returncode, json.loads(ran.stdout)
 
 
+def findings_of(report: dict, cell_id: str) -> list[dict]:
+    return [f for f in report["findings"] if f["cell"] == cell_id and f["severity"] != "ok"]
+
+
 def findings(report: dict, variant: str, rule: str | None = None) -> list[dict]:
     return [f for f in report["findings"] if f["cell"] == cell(variant) and rule in (None, f["rule"])]
 
@@ -331,6 +335,12 @@ def test_a_kernel_body_change_fails_check_and_a_venv_elsewhere_passes(tmp_path):
     (body,) = finding["details"]["kernels"]
     assert finding["severity"] == "regression" and body["name"] == name and body["golden"] == digests
     assert body["now"] != digests and f"kernel body changed: {name}" in finding["message"]
+    # The kernels rule is what catches it: off, the change passes.
+    config = (here / "hlo-audit.toml").read_text()
+    (here / "hlo-audit.toml").write_text(config + 'kernels = "off"\n')
+    code, report = check(here)
+    assert (code, report["verdicts"][cell_256]) == (0, "advisory" if findings_of(report, cell_256) else "ok")
+    (here / "hlo-audit.toml").write_text(config)
     # The same program from a venv at another path: its kernel's locations name that path; the digest does not.
     elsewhere = kernel_project(tmp_path / "another", "venv/site-packages/project", "kernel_elsewhere",
                                ["block128"], golden)
