@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from hlo_audit.hlo.thunks import LaunchGroup
+from hlo_audit.hlo.launch_groups import LaunchGroup
 from hlo_audit.policy import Waiver
 from hlo_audit.results import Severity
 
