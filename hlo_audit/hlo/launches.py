@@ -7,7 +7,7 @@ the waits.
 
 Per step: a leaf in a while body runs once per iteration, one in its condition once more than that (the trip
 count is XLA's ``known_trip_count``, or jax's ``i < N`` loop shape, from the while instruction in the
-optimized module; a loop whose count is not known counts once and is listed in ``unknown_trip_counts``). A
+optimized module: loops.py; a loop whose count is not known counts once and is listed in ``unknown_trip_counts``). A
 conditional runs one branch: the largest (by launches per step) is counted, so totals are an upper bound there.
 
 Scalar: a generated kernel launched with grid 1x1x1 and one thread; it does one element's work and costs a
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_counts, launch_groups
 from hlo_audit.hlo.param_reads import ParameterReads
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.rng_flow import trip_count
+from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.text import HloModule, strip_number_suffix
 from hlo_audit.hlo.thunks import (CATEGORIES, METADATA_SUFFIX, SEQUENCE_SUFFIX, Thunk, category,
                                   parse_thunk_metadata, parse_thunk_sequence)
