@@ -16,10 +16,10 @@ from enum import StrEnum
 from typing import Any, Final
 
 from hlo_audit.hlo.constants import ConstantReport, frozen_rng, golden_summary
-from hlo_audit.hlo.params import RNG_ROLES, ROLES, EntryParam
-from hlo_audit.hlo.rng_streams import VERDICTS, PatternCount, RngReport, Stream
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_counts
 from hlo_audit.hlo.launches import LaunchReport
+from hlo_audit.hlo.params import RNG_ROLES, ROLES, EntryParam
+from hlo_audit.hlo.rng_streams import VERDICTS, PatternCount, RngReport, Stream
 
 Record = dict[str, Any]  # a record of the results cache's schema (an edge: JSON in and out)
 
