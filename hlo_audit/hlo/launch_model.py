@@ -9,9 +9,9 @@ import re
 from collections.abc import Sequence
 
 from hlo_audit.hlo.launches import Launch, LaunchReport, launch_report
+from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.param_reads import ParameterReads
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.text import Computation, HloModule, Instruction
 from hlo_audit.hlo.thunks import category
 

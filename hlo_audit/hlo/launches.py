@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_counts, launch_groups
+from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.param_reads import ParameterReads
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.text import HloModule, strip_number_suffix
 from hlo_audit.hlo.thunks import (CATEGORIES, METADATA_SUFFIX, SEQUENCE_SUFFIX, Thunk, category,
                                   parse_thunk_metadata, parse_thunk_sequence)
