@@ -239,67 +239,51 @@ def _skeleton(comp: Computation) -> tuple:
     return tuple(sorted(Counter(_shape_key(i) for i in comp.instructions).items()))
 
 
+@dataclass
+class _Verdict:
+    """What ``diff_modules`` decided of two different texts: the verdict, its kinds, every change named, the match
+    in numbers, and the parameter groups left once renames are taken out."""
+
+    verdict: str
+    changes: list[str]
+    added: list[ParamGroupDelta]
+    removed: list[ParamGroupDelta]
+    named: list[Change] = field(default_factory=list)
+    match: MatchSummary | None = None
+
+
+@dataclass(frozen=True)
+class _Stripped:
+    """One side with its RNG state taken out (or as it is, where it has none) and its canonical text."""
+
+    module: HloModule
+    kept: Sequence[EntryParam]
+    canonical: str
+    printed: frozenset[str]  # the computations its canonical text prints
+
+
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
     """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
     diff (0: none, and none computed)."""
     added, removed = _param_groups(old, new)
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
-    if same_text:
-        old_text = new_text = ""
-    else:
-        old_text, new_text = old.normalized, new.normalized
+    old_text, new_text = ("", "") if same_text else (old.normalized, new.normalized)
     old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
-    named: list[Change] = []
-    matched: MatchSummary | None = None
     kernels_differ = not same_text and _kernels(old.module) != _kernels(new.module)
     if same_text:
-        verdict, changes = "identical", []
+        judged = _Verdict("identical", [], added, removed)
     elif old_text == new_text and not kernels_differ:
-        verdict, changes = "identical-after-normalization", []
+        judged = _Verdict("identical-after-normalization", [], added, removed)
     else:
-        has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
-        if has_rng_state:
-            old_stripped, old_kept = strip_rng_state(old.module, old.params)
-            new_stripped, new_kept = strip_rng_state(new.module, new.params)
-            (old_canonical, old_printed), (new_canonical, new_printed) = (
-                normalize_with_printed(old_stripped, old_kept), normalize_with_printed(new_stripped, new_kept))
-        else:  # nothing to strip: the modules and their canonical texts as they are
-            old_stripped, old_kept, old_canonical, old_printed = old.module, old.params, old_text, \
-                old.printed_computations
-            new_stripped, new_kept, new_canonical, new_printed = new.module, new.params, new_text, \
-                new.printed_computations
-        if has_rng_state and old_canonical == new_canonical and not kernels_differ:
-            verdict, changes = "rng-state-only", []
-        else:
-            match = match_modules(old_stripped, new_stripped, old_kept, new_kept)
-            named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs)
-            matched = summary(match)
-            added, removed = _without_renames(added, removed, match, old, new)
-            if not kernels_differ and _renamed_only(match, old_canonical, new_stripped, new_kept):
-                verdict, changes = "renamed-only", []
-            else:
-                params_differ = any(p.old is None or p.new is None or p.reshaped for p in match.params)
-                verdict = "changed"
-                if kernels_differ and old_canonical == new_canonical:
-                    changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
-                else:
-                    changes = _kinds_of_change(_Side(old_stripped, old_printed, old_kept),
-                                               _Side(new_stripped, new_printed, new_kept), params_differ)
-                    changes += ["kernels"] if kernels_differ else []
-    text_diff: list[str] = []
-    omitted = 0
-    if verdict in ("rng-state-only", "renamed-only", "changed") and max_text_lines > 0:
-        full = list(difflib.unified_diff(_header_summarized(old_text).splitlines(),
-                                         _header_summarized(new_text).splitlines(),
-                                         old.source, new.source, lineterm="", n=1))
-        text_diff, omitted = full[:max_text_lines], max(0, len(full) - max_text_lines)
+        judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed)
+    text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     return ModuleDiff(
-        verdict=verdict, changes=changes,
+        verdict=judged.verdict, changes=judged.changes,
         entry_params=(len(old.params), len(new.params)),
         by_dtype_delta=count_delta(old.summary.by_dtype, new.summary.by_dtype),
         by_role_delta=count_delta(old.summary.by_role, new.summary.by_role),
-        params_added=added, params_removed=removed,
+        params_added=judged.added, params_removed=judged.removed,
         # Over the computations the canonical text prints, on both sides: a golden's text holds one of each set
         # of identical computations, and a raw lowering beside it must not count its repeats as new ops.
         opcode_dtype_delta={} if old.text == new.text else count_delta(
@@ -309,8 +293,50 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         computations_removed=sorted((old_comps - new_comps).elements()),
         text_diff=text_diff, text_diff_omitted=omitted,
         constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
-        named=named, match=matched,
+        named=judged.named, match=judged.match,
     )
+
+
+def _stripped(side: Analysis, text: str, has_rng_state: bool) -> _Stripped:
+    if not has_rng_state:  # nothing to strip: the module and its canonical text as they are
+        return _Stripped(side.module, side.params, text, side.printed_computations)
+    module, kept = strip_rng_state(side.module, side.params)
+    canonical, printed = normalize_with_printed(module, kept)
+    return _Stripped(module, kept, canonical, printed)
+
+
+def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_differ: bool,
+           added: list[ParamGroupDelta], removed: list[ParamGroupDelta]) -> _Verdict:
+    """Two texts that differ after normalization (or whose kernels do): RNG state only, renames only, or changed,
+    with every change named from the structural match."""
+    has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
+    a, b = _stripped(old, old_text, has_rng_state), _stripped(new, new_text, has_rng_state)
+    if has_rng_state and a.canonical == b.canonical and not kernels_differ:
+        return _Verdict("rng-state-only", [], added, removed)
+    match = match_modules(a.module, b.module, a.kept, b.kept)
+    named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs)
+    added, removed = _without_renames(added, removed, match, old, new)
+    if not kernels_differ and _renamed_only(match, a.canonical, b.module, b.kept):
+        return _Verdict("renamed-only", [], added, removed, named, summary(match))
+    if kernels_differ and a.canonical == b.canonical:
+        changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
+    else:
+        params_differ = any(p.old is None or p.new is None or p.reshaped for p in match.params)
+        changes = _kinds_of_change(_Side(a.module, a.printed, a.kept), _Side(b.module, b.printed, b.kept),
+                                   params_differ)
+        changes += ["kernels"] if kernels_differ else []
+    return _Verdict("changed", changes, added, removed, named, summary(match))
+
+
+def _text_diff(old: Analysis, new: Analysis, old_text: str, new_text: str, verdict: str,
+               max_text_lines: int) -> tuple[list[str], int]:
+    """The first ``max_text_lines`` of the normalized texts' unified diff (headers summarized), and how many more."""
+    if verdict not in ("rng-state-only", "renamed-only", "changed") or max_text_lines <= 0:
+        return [], 0
+    full = list(difflib.unified_diff(_header_summarized(old_text).splitlines(),
+                                     _header_summarized(new_text).splitlines(),
+                                     old.source, new.source, lineterm="", n=1))
+    return full[:max_text_lines], max(0, len(full) - max_text_lines)
 
 
 def _without_renames(added: list[ParamGroupDelta], removed: list[ParamGroupDelta], match: ModuleMatch,
