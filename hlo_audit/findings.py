@@ -130,6 +130,11 @@ class SlopeChange:
 
     moved: Mapping[str, tuple[float, float]]
 
+    @property
+    def grew(self) -> bool:
+        """Some slope is steeper than the golden's: more per layer is growth, a regression, never an improvement."""
+        return any(now > golden for golden, now in self.moved.values())
+
 
 class CountKind(StrEnum):
     GREW = "grew"  # something gated grew: a regression

@@ -84,14 +84,20 @@ class Gate:
         self.policy = policy
         self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
         self.used: set[int] = set()  # the waivers that waived something (``stale_waivers`` reports the others)
+        self.series_ids: Mapping[str, tuple[str, ...]] = {}  # cell id -> its depth series' ids (set by ``judge``)
 
     def command(self, cell_id: str) -> str:
-        return f"{self.regenerate} --only id={cell_id}"
+        """The golden update that accepts what is found at ``cell_id``: its whole depth series, since each depth's
+        golden holds the series' slopes, and a golden of one depth refreshed alone would hold a slope made of its new
+        count and the other depths' old ones (issue 26: the printed command then looped)."""
+        ids = self.series_ids.get(cell_id, (cell_id,))
+        return f"{self.regenerate} --only {','.join(f'id={i}' for i in ids)}"
 
     def judge(self, outcome: Outcome, report_stale: bool = True) -> Outcome:
         """The outcome with every finding about it: each cell against its golden (its text where it keeps one), the
         goldens without a cell (``report_stale``: one shard of a sharded run reports them) and waivers left over."""
         findings: list[Finding] = []
+        self.series_ids = series_ids(outcome.plan)
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
             compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
@@ -161,7 +167,8 @@ class Gate:
         slopes = slope_changes(old.slopes, leads)
         more = (any(v > 0 for v in (*by_dtype.values(), *by_role.values())) or (captured and captured.baked_more)
                 or (increments and any(increments.by_verdict.get(v, 0) > 0 for v in GATED_INCREMENTS))
-                or (launches and any(v > 0 for v in launches.delta.values())))
+                or (launches and any(v > 0 for v in launches.delta.values()))
+                or (slopes and slopes.grew))
         if not (by_dtype or by_role or patterns or captured or increments or launches or slopes):
             return None
         fewer_increments = increments is not None and any(v < 0 for v in increments.by_verdict.values())
@@ -237,6 +244,16 @@ class Gate:
         finding = Finding(result.cell.id, Severity.REGRESSION, Rule.DEAD_RNG, facts)
         return finding if open_ else finding.waived(*{w.index: w for w in waived.values()}.values())
 
+
+
+def series_ids(plan: Plan | None) -> dict[str, tuple[str, ...]]:
+    """Each cell of the plan's matrix (and run) -> the ids of its depth series there, shallowest first."""
+    if plan is None:
+        return {}
+    members: dict[tuple, dict[int, str]] = {}
+    for cell in (*plan.matrix, *plan.cells):
+        members.setdefault(cell.series, {})[cell.layers] = cell.id
+    return {cid: tuple(ids[d] for d in sorted(ids)) for ids in members.values() for cid in ids.values()}
 
 
 def stale_waivers(gate: Gate, judged: Sequence[CellResult], matrix: Sequence[Cell]) -> list[Finding]:

@@ -112,7 +112,7 @@ def test_a_fix_is_an_rng_only_improvement_to_accept_and_its_waiver_goes_stale(tm
     assert text["severity"] == "improvement"
     assert text["details"]["verdict"] == "rng-state-only" and text["details"]["rng_params"] == -4
     assert "by RNG state only (4 fewer RNG parameters; rng-state-only); accept it: hlo-audit golden update " \
-           f"--only id={L2}" in text["message"]
+           f"--only id={L2},id=m/scan-off/none/L3" in text["message"]
     count = only(findings, L2, "count")
     assert count["severity"] == "improvement"
     assert count["details"]["patterns"]["shrunk"] == [

@@ -30,7 +30,8 @@ from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
                                     folded_line, frozen_rng_line, launch_lines, launches_change_text,
-                                    launches_headline, message, rng_cost, rng_headline, scalar_launch_lines)
+                                    launches_headline, message, nothing_written_line, rng_cost, rng_headline,
+                                    scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -376,6 +377,8 @@ def print_golden_update(console: Console, update, root) -> None:
         status(console, esc(f"rewrote {cell_id}: its golden was damaged"))
     for path in update.pruned_files:
         status(console, esc(f"pruned {path}"))
+    if update.unchanged and not (update.written or update.skipped or update.pruned_files or update.healed):
+        status(console, esc(nothing_written_line(len(update.unchanged))))
     status(console, esc(f"golden update ({root}): {len(update.written)} written, {len(update.unchanged)} unchanged, "
                         f"{len(update.skipped)} skipped, {len(update.pruned)} pruned"))
 

@@ -165,6 +165,13 @@ def folded_line(outcome) -> str:
             f"warn, {outcome.folded_dead_params} dead params); see `hlo-audit rng CELL`")
 
 
+def nothing_written_line(cells: int) -> str:
+    """A golden update that changed nothing (an accept command run again): it says so, before its counts."""
+    return (f"nothing to write: the golden{'s' if cells != 1 else ''} of {'these' if cells != 1 else 'this'} "
+            f"{cells} cell{'s' if cells != 1 else ''} already hold{'' if cells != 1 else 's'} what "
+            f"{'they lower' if cells != 1 else 'it lowers'}")
+
+
 STALE_GOLDEN = "golden without a cell in the matrix (remove with `hlo-audit golden update --prune`)"
 
 
