@@ -9,10 +9,11 @@ waived, that names the waivers (``Finding.waived``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from hlo_audit.hlo.diff import ParamGroupDelta
 from hlo_audit.hlo.thunks import LaunchGroup
 from hlo_audit.policy import Waiver
 from hlo_audit.results import Severity
@@ -59,15 +60,26 @@ class PatternRename:
 
 
 @dataclass(frozen=True)
+class PatternRetype:
+    """A path pattern that kept its parameter count while its dtypes or roles moved (``bf16 +6, f32 -6``)."""
+
+    pattern: str
+    dtypes: Mapping[str, int]  # dtype -> delta
+    roles: Mapping[str, int]  # role -> delta
+
+
+@dataclass(frozen=True)
 class PatternChanges:
-    """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles)."""
+    """Path patterns that grew, shrank, were renamed (one gone and one new with the same count and roles), or were
+    retyped (the same count, other dtypes or roles)."""
 
     grown: tuple[PatternMove, ...] = ()
     shrunk: tuple[PatternMove, ...] = ()
     renamed: tuple[PatternRename, ...] = ()
+    retyped: tuple[PatternRetype, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.grown or self.shrunk or self.renamed)
+        return bool(self.grown or self.shrunk or self.renamed or self.retyped)
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,7 @@ class TextChange:
     rng_params: int  # RNG parameters gained (negative: dropped)
     environment: tuple[EnvironmentChange, ...]
     command: str
+    params: tuple[ParamGroupDelta, ...] = ()  # entry parameters added (count > 0) and removed, by path pattern
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,7 @@ class RngScaling:
     slope: float  # RNG parameters per layer
     by_role: Mapping[str, float]
     depths: tuple[int, ...]
+    patterns: Mapping[str, float] = field(default_factory=dict)  # path pattern -> RNG parameters per layer
 
 
 @dataclass(frozen=True)

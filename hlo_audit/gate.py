@@ -40,13 +40,14 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Launches, RngSummary
 from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, EnvironmentChange, Finding,
                                 IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
-                                MissingGolden, PatternChanges, PatternMove, PatternRename, RngScaling, SlopeChange,
-                                StaleGolden, StaleWaiver, TextChange, TextKind)
+                                MissingGolden, PatternChanges, PatternMove, PatternRename, PatternRetype, RngScaling,
+                                SlopeChange, StaleGolden, StaleWaiver, TextChange, TextKind)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden, read_snapshot
 from hlo_audit.hlo.analysis import analyze
@@ -138,7 +139,7 @@ class Gate:
                 cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
                 MissingGolden(golden.damaged if golden else None, self.command(cid)))))
         else:
-            found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads)))
+            found.append(self._apply(Rule.COUNT, result, self._count(result, golden, leads, normalized)))
             problem = self._text_problem(result, golden, normalized)
             found.append(self._apply(Rule.MISSING_GOLDEN, result, problem) if problem else
                          self._apply(Rule.HLO_TEXT, result, self._text(result, golden, normalized)))
@@ -149,16 +150,21 @@ class Gate:
         kept = [f for f in found if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())]
 
-    def _count(self, result: CellResult, old: GoldenRecord, leads: Series | None) -> Finding | None:
+    def _count(self, result: CellResult, golden: Golden, leads: Series | None,
+               normalized: str | None) -> Finding | None:
         """The ratchet: entry parameters by dtype and role, state captured as constants, and the counter
         increments per step of RNG streams never drawn from (carried, or unknown): each a kernel launch on a GPU,
         seed 000's 672 with no parameter added where streams were shared. A drawn stream's increments are
         reported, not gated: they move with the draws (seed 001's one shared stream is advanced per draw, 42 -> 54
         at L2, while its GPU kernels fall 663 -> 600), and the text rule and a GPU cell's launches judge that
-        change, not this proxy."""
-        new = result.summary
+        change, not this proxy. Each change names its path patterns; a dtype that moved within a pattern is read off
+        the golden's text and the cell's (the records count dtypes per cell, not per pattern)."""
+        old, new = golden.record, result.summary
         by_dtype, by_role = count_delta(old.by_dtype, new.by_dtype), count_delta(old.by_role, new.by_role)
-        patterns = pattern_changes(old.groups, new.groups, old.groups_by_role or {}, result.groups_by_role())
+        texts = (golden.hlo, normalized) if by_dtype and golden.hlo and normalized and golden.hlo != normalized \
+            else None
+        patterns = pattern_changes(old.groups, new.groups, old.groups_by_role or {}, result.groups_by_role(),
+                                   texts)
         # A golden written before captured state was recorded ratchets entry parameters only.
         captured = (CapturedDelta.of(captured_delta(old.constants, result.constants.golden_summary()))
                     if old.constants is not None and result.constants is not None else None)
@@ -201,7 +207,7 @@ class Gate:
         diff = list(difflib.unified_diff(golden.hlo.splitlines(), normalized.splitlines(), "golden", "now",
                                          lineterm="", n=0))
         changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-        verdict, changes, rng = text_verdict(golden.hlo, normalized)
+        verdict, changes, rng, params = text_verdict(golden.hlo, normalized)
         moved = environment_changes(golden.environment, result.environment)
         kind = (TextKind.MOVED if moved else TextKind.RNG_DROPPED if verdict == "rng-state-only" and rng < 0
                 else TextKind.CHANGED)
@@ -209,7 +215,7 @@ class Gate:
                     TextKind.CHANGED: Severity.REGRESSION}[kind]
         return Finding(result.cell.id, severity, Rule.HLO_TEXT, TextChange(
             kind=kind, changed_lines=changed, diff=tuple(diff[:TEXT_DIFF_LINES]), verdict=verdict, changes=changes,
-            rng_params=rng, environment=moved, command=self.command(result.cell.id)))
+            rng_params=rng, environment=moved, command=self.command(result.cell.id), params=params))
 
     def _memory(self, result: CellResult, golden: GoldenRecord) -> Finding | None:
         """Compiled memory beyond ``memory_tolerance`` of the golden's, by gated kind: up a regression, down an
@@ -287,7 +293,8 @@ def rng_scaling(result: CellResult, leads: Series | None) -> Finding | None:
     if slope <= 0:
         return None
     by_role = {k: leads.by_role[k].slope for k in ("rng_key", "rng_count") if k in leads.by_role}
-    return Finding(result.cell.id, Severity.REGRESSION, Rule.RNG_SCALING, RngScaling(slope, by_role, leads.depths))
+    return Finding(result.cell.id, Severity.REGRESSION, Rule.RNG_SCALING,
+                   RngScaling(slope, by_role, leads.depths, leads.rng_patterns))
 
 
 def launch_scaling(result: CellResult, leads: Series | None) -> Finding | None:
@@ -308,9 +315,11 @@ def launch_scaling(result: CellResult, leads: Series | None) -> Finding | None:
 
 
 def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: Mapping[str, Mapping[str, int]],
-                    new_roles: Mapping[str, Mapping[str, int]]) -> PatternChanges:
+                    new_roles: Mapping[str, Mapping[str, int]], texts: tuple[str, str] | None = None) -> PatternChanges:
     """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles:
-    ``self_attention.rngs.*`` -> ``attention_op.rngs.*``), each with the roles of its change."""
+    ``self_attention.rngs.*`` -> ``attention_op.rngs.*``), each with the roles of its change, and those retyped:
+    the same count, other roles (from the records) or dtypes (from ``texts``, the golden's and the cell's canonical
+    text, when given: the records keep no dtypes per pattern)."""
     delta = count_delta(old, new)
 
     def roles(pattern: str) -> dict[str, int]:
@@ -330,7 +339,42 @@ def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: M
     return PatternChanges(
         grown=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d > 0 and p not in moved),
         shrunk=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d < 0 and p not in moved),
-        renamed=tuple(renamed))
+        renamed=tuple(renamed), retyped=retyped_patterns(old, new, roles, texts))
+
+
+def retyped_patterns(old: Mapping[str, int], new: Mapping[str, int], roles, texts: tuple[str, str] | None
+                     ) -> tuple[PatternRetype, ...]:
+    """Patterns whose parameter count held while their roles (``roles(pattern)``: the records' delta) or dtypes
+    (read off ``texts``) moved: ``state.model.layers.*.pre_ffw_norm.scale: bf16 +6, f32 -6``."""
+    dtypes = dtype_moves(*texts) if texts else {}
+    held = [p for p in sorted({*old, *new, *dtypes}) if old.get(p, 0) == new.get(p, 0)]
+    return tuple(PatternRetype(p, dtypes.get(p, {}), roles(p)) for p in held if dtypes.get(p) or roles(p))
+
+
+def dtype_moves(golden_text: str, text: str) -> dict[str, dict[str, int]]:
+    """Per path pattern, its entry parameters' dtype deltas between two canonical texts, where the pattern's count
+    held (a pattern that grew or shrank is named as such)."""
+    before, after = (_patterns_by_dtype(_analysis(t)) for t in (golden_text, text))
+    moves = {}
+    for pattern in sorted({*before, *after}):
+        delta = count_delta(before.get(pattern, {}), after.get(pattern, {}))
+        if delta and not sum(delta.values()):
+            moves[pattern] = delta
+    return moves
+
+
+def _patterns_by_dtype(analysis) -> dict[str, dict[str, int]]:
+    grouped: dict[str, dict[str, int]] = {}
+    for p in analysis.params:
+        dtypes = grouped.setdefault(p.pattern, {})
+        dtypes[p.dtype] = dtypes.get(p.dtype, 0) + 1
+    return grouped
+
+
+@functools.lru_cache(maxsize=2)
+def _analysis(text: str):
+    """A canonical text analysed once per cell: the count rule (dtype moves) and the text rule read the same two."""
+    return analyze(text, "canonical text")
 
 
 def increment_changes(old: Increments | None, rng: RngSummary | None) -> IncrementChange | None:
@@ -392,12 +436,12 @@ def slope_changes(old: Slopes | None, series: Series | None) -> SlopeChange | No
 
 
 def text_verdict(golden_text: str, text: str) -> tuple[str, tuple[str, ...], int]:
-    """`diff`'s verdict between the golden's canonical text and the cell's, its kinds of change, and the RNG
-    parameters gained (negative: dropped)."""
-    before, after = analyze(golden_text, "golden"), analyze(text, "now")
+    """`diff`'s verdict between the golden's canonical text and the cell's, its kinds of change, the RNG
+    parameters gained (negative: dropped) and the parameters added and removed by path pattern."""
+    before, after = _analysis(golden_text), _analysis(text)
     result = diff_modules(before, after, max_text_lines=0)
     rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
-    return result.verdict, tuple(result.changes), rng
+    return result.verdict, tuple(result.changes), rng, (*result.params_added, *result.params_removed)
 
 
 def environment_changes(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:

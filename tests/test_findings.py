@@ -111,8 +111,9 @@ def test_a_fix_is_an_rng_only_improvement_to_accept_and_its_waiver_goes_stale(tm
     text = only(findings, L2, "hlo_text")
     assert text["severity"] == "improvement"
     assert text["details"]["verdict"] == "rng-state-only" and text["details"]["rng_params"] == -4
-    assert "by RNG state only (4 fewer RNG parameters; rng-state-only); accept it: hlo-audit golden update " \
-           f"--only id={L2},id=m/scan-off/none/L3" in text["message"]
+    assert "by RNG state only (4 fewer RNG parameters; rng-state-only); entry parameters -2 " \
+           "state.layers.*.dropout.rngs.* (u32 rng_count), -2 state.layers.*.dropout.rngs.* (u32 rng_key); accept it: " \
+           f"hlo-audit golden update --only id={L2},id=m/scan-off/none/L3" in text["message"], text["message"]
     count = only(findings, L2, "count")
     assert count["severity"] == "improvement"
     assert count["details"]["patterns"]["shrunk"] == [

@@ -233,7 +233,21 @@ def patterns_text(patterns: PatternChanges) -> str:
              if getattr(patterns, kind)]
     if patterns.renamed:
         parts.append("renamed: " + ", ".join(f"{r.before} -> {r.after} ({r.params} params)" for r in patterns.renamed))
+    if patterns.retyped:
+        parts.append("retyped: " + ", ".join(f"{r.pattern} ({signed_counts({**r.dtypes, **r.roles})})"
+                                             for r in patterns.retyped))
     return "; ".join(parts)
+
+
+PARAM_GROUPS_SHOWN = 4  # parameter groups a text finding names before "and N more"
+
+
+def param_groups_text(groups) -> str:
+    """``+2 state.model.layers.*.scale (f32 weight), -2 ...``: the entry parameters a text differs by, by path
+    pattern (``hlo.diff.ParamGroupDelta``); "" when none."""
+    shown = ", ".join(f"{g.count:+d} {g.pattern} ({g.dtype} {g.role})" for g in groups[:PARAM_GROUPS_SHOWN])
+    more = len(groups) - PARAM_GROUPS_SHOWN
+    return shown + (f" and {more} more groups" if more > 0 else "")
 
 
 def increments_text(increments: IncrementChange) -> str:
@@ -269,6 +283,8 @@ def _text(facts: TextChange) -> str:
     else:
         kinds = f" ({', '.join(facts.changes)})" if facts.changes else ""
         what = f"normalized HLO differs from the golden in {facts.changed_lines} lines: {facts.verdict}{kinds}"
+    if facts.params:
+        what += f"; entry parameters {param_groups_text(facts.params)}"
     if facts.kind is TextKind.MOVED:
         return (f"{what}, but the environment differs from the golden's ({environment_text(facts.environment)}): "
                 "advisory; counts still gate")
@@ -292,9 +308,12 @@ def _memory(facts: MemoryChange) -> str:
 
 
 def _rng_scaling(facts: RngScaling) -> str:
+    where = ", ".join(f"{p} {n:+g}" for p, n in list(facts.patterns.items())[:PARAM_GROUPS_SHOWN])
+    more = len(facts.patterns) - PARAM_GROUPS_SHOWN
     return (f"RNG parameters grow by {facts.slope:g} per layer in an unrolled model "
             f"({', '.join(f'{k} {v:+g}' for k, v in facts.by_role.items())}; "
-            f"depths {', '.join(map(str, facts.depths))})")
+            f"depths {', '.join(map(str, facts.depths))})"
+            + (f": per layer {where}" + (f" and {more} more patterns" if more > 0 else "") if where else ""))
 
 
 def _launch_scaling(facts: LaunchScaling) -> str:
