@@ -339,16 +339,19 @@ def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: M
     return PatternChanges(
         grown=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d > 0 and p not in moved),
         shrunk=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d < 0 and p not in moved),
-        renamed=tuple(renamed), retyped=retyped_patterns(old, new, roles, texts))
+        renamed=tuple(renamed), retyped=retyped_patterns(old, new, roles if old_roles and new_roles else None, texts))
 
 
 def retyped_patterns(old: Mapping[str, int], new: Mapping[str, int], roles, texts: tuple[str, str] | None
                      ) -> tuple[PatternRetype, ...]:
-    """Patterns whose parameter count held while their roles (``roles(pattern)``: the records' delta) or dtypes
-    (read off ``texts``) moved: ``state.model.layers.*.pre_ffw_norm.scale: bf16 +6, f32 -6``."""
+    """Patterns whose parameter count held while their roles (``roles(pattern)``: the records' delta; None when
+    either side keeps no roles per pattern) or dtypes (read off ``texts``) moved:
+    ``state.model.layers.*.pre_ffw_norm.scale: bf16 +6, f32 -6``."""
     dtypes = dtype_moves(*texts) if texts else {}
+    moved_roles = roles or (lambda pattern: {})
     held = [p for p in sorted({*old, *new, *dtypes}) if old.get(p, 0) == new.get(p, 0)]
-    return tuple(PatternRetype(p, dtypes.get(p, {}), roles(p)) for p in held if dtypes.get(p) or roles(p))
+    return tuple(PatternRetype(p, dtypes.get(p, {}), moved_roles(p)) for p in held
+                 if dtypes.get(p) or moved_roles(p))
 
 
 def dtype_moves(golden_text: str, text: str) -> dict[str, dict[str, int]]:
