@@ -253,7 +253,8 @@ def test_check_table_and_its_commands_are_whole(project, columns):
             label = f"{MODEL}/scan-{scan}/{quant}/L2,3"
             ids = [f"{MODEL}/scan-{scan}/{quant}/L{d}" for d in (2, 3)]
             tokens = row(out, label)
-            assert tokens[:4] == [label, str(cells[ids[0]]["entry_params"]), "->", str(cells[ids[1]]["entry_params"])]
+            assert tokens[:5] == [label, "L2:", f"{cells[ids[0]]['entry_params']},", "L3:",
+                                  str(cells[ids[1]]["entry_params"])]
             assert tokens[-1] == max((doc["verdicts"][i] for i in ids), key=["ok", "waived"].index)
     # A regression: the command that accepts it is printed whole, on a line of its own, at any width.
     golden = project / f"golden/{MODEL}/scan-off/dropout0/L3.json"

@@ -1,5 +1,5 @@
 """Every finding names the state paths it is about (issue 26 item 2), on real lowerings of a small NNX model whose
-code changes between the golden and the check: a dtype that moved (``entry parameters 9 -> 9: bf16 +2, f32 -2``
+code changes between the golden and the check: a dtype that moved (``entry parameters golden 7 -> now 7: bf16 +4, f32 -4``
 says which), a role that moved, a pattern that grew, RNG state that scales with depth, never-drawn streams and a
 changed text, each naming its path pattern (layer indices folded to ``*``) in its message and its JSON details.
 
@@ -96,7 +96,7 @@ def test_a_dtype_change_names_the_patterns_it_retyped(golden):
     found = findings(golden, "bf16")
     count = found[L2, "count"]
     # The counts alone say bf16 +4, f32 -4; the finding says which parameters.
-    assert "entry parameters 7 -> 7: bf16 +4, f32 -4" in count["message"], count["message"]
+    assert "entry parameters golden 7 -> now 7: bf16 +4, f32 -4" in count["message"], count["message"]
     assert ("retyped: state.layers.*.linear.bias (bf16 +2, f32 -2), state.layers.*.linear.kernel (bf16 +2, f32 -2)"
             in count["message"]), count["message"]
     assert count["details"]["patterns"]["retyped"] == [

@@ -251,10 +251,11 @@ def test_check_table_is_a_one_screen_summary(project):
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["series", "entry", "params", "u32", "dead", "rng", "verdict"]
     rows = {line.split()[0]: line.split() for line in lines[1:7]}
-    # 2 and 3 unrolled layers: 9 -> 13 entry params, 4 -> 6 u32, all of it dead (Dropout(0.0) never draws);
+    # 2 and 3 unrolled layers: 9 and 13 entry params, 4 and 6 u32, all of it dead (Dropout(0.0) never draws);
     # waived by the config's reason.
-    assert rows["mlp/scan-off/dropout0/L2,3"][1:] == ["9", "->", "13", "4", "->", "6", "4", "->", "6", "waived"]
-    assert rows["mlp/scan-on/none/L2,3"][1:] == ["3", "->", "3", "0", "->", "0", "0", "->", "0", "ok"]
+    # Depths as L2: 9, L3: 13 (an arrow is golden -> now only).
+    assert " ".join(rows["mlp/scan-off/dropout0/L2,3"][1:]) == "L2: 9, L3: 13 L2: 4, L3: 6 L2: 4, L3: 6 waived"
+    assert " ".join(rows["mlp/scan-on/none/L2,3"][1:]) == "L2: 3, L3: 3 L2: 0, L3: 0 L2: 0, L3: 0 ok"
     assert "4 cells unavailable: nnx_mlp has no quantization 'int8'" in result.stdout
     assert lines[-1].startswith("hlo-audit check passed: 12 cells")
     assert len(lines) <= 12

@@ -386,7 +386,7 @@ def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its
     assert count["details"]["slopes"]["rng_per_layer"] == [42, 0]
     increments = count["details"]["rng_increments"]
     assert (increments["golden"], increments["now"], increments["by_verdict"]) == (42, 54, {"drawn": 12})
-    assert "RNG counter increments per step 42 -> 54 (drawn +12)" in count["message"]
+    assert "RNG counter increments per step golden 42 -> now 54 (drawn +12)" in count["message"]
     assert count["severity"] == "improvement" and fixed.returncode == 0, [
         f for f in findings if f["severity"] == "regression"]
     [stale] = [f for f in findings if f["rule"] == "stale_waiver"]

@@ -82,7 +82,8 @@ def test_an_intended_change_is_accepted_by_the_printed_command_and_an_unintended
     partial = run(repo, "check", "--only", "scan=off")
     out = flat(partial.stdout)
     assert partial.returncode == 1 and "improvement" not in out, out
-    assert re.search(r"regression tiny/scan-off/none/L2 count entry parameters per layer \+12 -> \+18", out), out
+    assert re.search(r"regression tiny/scan-off/none/L2 count entry parameters per layer golden \+12 -> now \+18",
+                     out), out
     assert printed_commands(partial.stdout) == commands[:1]
 
     for command in commands:  # exactly what was printed

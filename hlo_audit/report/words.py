@@ -115,16 +115,33 @@ def scalar_launch_lines(launches: Launches, top: int = 4) -> list[str]:
     return [g.describe() for g in launches.scalar_groups[:top]]
 
 
-def change_text(before: Mapping[str, int], after: Mapping[str, int], delta: Mapping[str, int]) -> str:
+def golden_to_now(golden, now, spec: str = "") -> str:
+    """``golden 83 -> now 87``: the one use of an arrow in a finding, its two ends named (a series' depths are
+    ``L2: 87, L4: 163``, never an arrow)."""
+    return f"golden {golden:{spec}} -> now {now:{spec}}"
+
+
+def depth_values(depths, values) -> str:
+    """``L2: 87, L4: 163``: a series' values by depth (a series of one depth: its value, the depth in its label)."""
+    if len(depths) == 1:
+        return str(values[0])
+    return ", ".join(f"L{d}: {v}" for d, v in zip(depths, values))
+
+
+def change_text(before: Mapping[str, int], after: Mapping[str, int], delta: Mapping[str, int],
+                labelled: bool = False) -> str:
     """``kernels per step 580 -> 622 (+42, scalar +42)``: two programs' gated launch counts (``total``, ``scalar``,
-    ``collectives``) and their differences, as a finding and ``diff`` say them."""
+    ``collectives``) and their differences, as ``diff`` says them (its files named above); ``labelled``: a finding's
+    ``golden 580 -> now 622``."""
     moved = ", ".join(f"{v:+d}" if k == "total" else f"{k} {v:+d}" for k, v in delta.items())
-    return f"kernels per step {before['total']} -> {after['total']}" + (f" ({moved})" if moved else " (unchanged)")
+    counts = (golden_to_now(before['total'], after['total']) if labelled
+              else f"{before['total']} -> {after['total']}")
+    return f"kernels per step {counts}" + (f" ({moved})" if moved else " (unchanged)")
 
 
-def launches_change_text(change: LaunchChange) -> str:
+def launches_change_text(change: LaunchChange, labelled: bool = False) -> str:
     """``kernels per step 580 -> 622 (+42, scalar +42)`` of two programs' launches (``gate.launch_comparison``)."""
-    return change_text(change.golden, change.now, change.delta)
+    return change_text(change.golden, change.now, change.delta, labelled)
 
 
 def launch_lines(change: LaunchChange) -> list[str]:
@@ -209,7 +226,7 @@ def _missing(facts: MissingGolden) -> str:
 def _count(facts: CountChange) -> str:
     changes = []
     if facts.by_dtype or facts.by_role:
-        changes.append(f"entry parameters {facts.golden_params} -> {facts.now_params}: "
+        changes.append(f"entry parameters {golden_to_now(facts.golden_params, facts.now_params)}: "
                        f"{signed_counts(facts.by_dtype) or 'dtypes unchanged'}"
                        + (f" ({signed_counts(facts.by_role)})" if facts.by_role else ""))
     changes += [patterns_text(facts.patterns)] if facts.patterns else []
@@ -252,7 +269,7 @@ def param_groups_text(groups) -> str:
 
 def increments_text(increments: IncrementChange) -> str:
     """``RNG counter increments per step 7 -> 679 (carried +672), in state.model...rngs (x3 streams: a, b, c)``"""
-    text = (f"RNG counter increments per step {increments.golden:g} -> {increments.now:g} "
+    text = (f"RNG counter increments per step {golden_to_now(increments.golden, increments.now, 'g')} "
             f"({signed_counts(increments.by_verdict)})")
     grown = [f"{pattern} {delta:+g} ({', '.join(increments.paths.get(pattern, ()))})"
              for pattern, delta in increments.by_pattern.items() if delta > 0]
@@ -263,7 +280,7 @@ def launches_text(launches: LaunchChange) -> str:
     """``kernels per step 580 -> 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion, each reading ...``"""
     lines = launch_lines(launches)
     more = f"; and {len(lines) - 3} more launch groups" if len(lines) > 3 else ""
-    return launches_change_text(launches) + (f": {'; '.join(lines[:3])}{more}" if lines else "")
+    return launches_change_text(launches, labelled=True) + (f": {'; '.join(lines[:3])}{more}" if lines else "")
 
 
 _SLOPE_WORDS = {"params_per_layer": "entry parameters per layer", "rng_per_layer": "RNG parameters per layer",
@@ -272,7 +289,7 @@ _SLOPE_WORDS = {"params_per_layer": "entry parameters per layer", "rng_per_layer
 
 
 def slopes_text(slopes: SlopeChange) -> str:
-    return "; ".join(f"{_SLOPE_WORDS[k]} {a:+g} -> {b:+g}" for k, (a, b) in slopes.moved.items())
+    return "; ".join(f"{_SLOPE_WORDS[k]} {golden_to_now(a, b, '+g')}" for k, (a, b) in slopes.moved.items())
 
 
 def _text(facts: TextChange) -> str:
@@ -295,7 +312,7 @@ def _text(facts: TextChange) -> str:
 
 def byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
     """``temp_bytes 2,671,656,960 -> 2,800,000,000 (+4.8%)``, one per kind."""
-    return ", ".join(f"{k} {a:,} -> {b:,} ({(b - a) / a:+.1%})" if a else f"{k} {a:,} -> {b:,}"
+    return ", ".join(f"{k} {golden_to_now(a, b, ',')} ({(b - a) / a:+.1%})" if a else f"{k} {golden_to_now(a, b, ',')}"
                      for k, (a, b) in changes.items())
 
 
@@ -322,7 +339,7 @@ def _launch_scaling(facts: LaunchScaling) -> str:
     return (f"kernels that read RNG state grow by {facts.slope:g} per layer in an unrolled model "
             f"({', '.join(f'{k} {v:+g}' for k, v in facts.per_layer.items())} per layer; depths "
             f"{', '.join(map(str, depths))})"
-            + (f"; L{depths[0]} -> L{depths[-1]}: {'; '.join(grown)}" if grown else ""))
+            + (f"; from L{depths[0]} to L{depths[-1]}: {'; '.join(grown)}" if grown else ""))
 
 
 def _dead_rng(facts: DeadRng) -> str:
