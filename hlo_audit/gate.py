@@ -8,7 +8,9 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   its entry parameters (``hlo_audit.hlo.constants``). So do RNG counter increments per step (dead, drawn or
   unknown, from the RNG analysis): each is a kernel on a GPU, and seed 000's 672 dead ones came with no new
   parameter where streams were shared. A finding lists the path patterns that grew, shrank or were renamed
-  (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's.
+  (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's: a
+  slope steeper than the golden's is growth, a regression (never an improvement), and every finding's accept
+  command names the cell's whole depth series, since each depth's golden holds the series' slopes.
   A GPU cell's launches per step count the same way:
   more kernels (in all, or scalar ones) or collectives per step than the golden is a regression, and the
   finding says which launches came, and what they read (``+42 scalar kernels loop_add_fusion, each reading
