@@ -22,8 +22,13 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   step on 8xH100 as 8% of step time), and a stream shared across layers adds them without a parameter.
 * ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
   flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
-  still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only, dropped, is an
-  improvement to accept (a fix like seed 001's), not a regression.
+  and the named rules still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only,
+  dropped, is an improvement to accept (a fix like seed 001's), not a regression; one that only renames entry
+  parameters (``renamed-only``) is an advisory listing the renames, which ``golden update`` records.
+* The named rules (``named_rules``; each ``fail`` by default): ``donation``, ``host_transfer``, ``precision``,
+  ``program_size`` (a ratchet within ``program_size_tolerance``) and ``kernels`` (kernel bodies by content), read
+  from the structural diff of the cell's text against the golden's (run once, where they differ) and the golden
+  record's kernel digests. They gate whether or not ``hlo_text`` is advisory.
 * ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
 * ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
   costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
@@ -33,7 +38,8 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
 * ``memory`` (default ``warn``): a ratchet on a compiled cell's memory analysis, as ``count`` is on entry
   parameters: argument, output, temp or generated-code bytes above the golden's by more than
   ``memory_tolerance`` (a fraction, default 2%) is a regression; below it by as much, an improvement that asks
-  to tighten the golden. Alias bytes are not gated: more of them means less memory.
+  to tighten the golden. Alias bytes are not gated here: more of them means less memory, and fewer is a lost
+  donation (the ``donation`` rule), whose smaller temp buffers are no improvement.
 
 Every finding is a typed record (``findings``): its place, rule, severity and the numbers behind it. The gate words
 nothing (``report.words`` does); a waiver makes a new finding, of severity waived, that names the waiver.
@@ -42,7 +48,6 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 import difflib
-import functools
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Launches, RngSummary
@@ -52,11 +57,13 @@ from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, 
                                 SlopeChange, StaleGolden, StaleWaiver, TextChange, TextKind)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden, read_snapshot
-from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.diff import captured_delta, count_delta, diff_modules
-from hlo_audit.hlo.thunks import group_delta
+from hlo_audit import named_rules
+from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.hlo.diff import captured_delta, count_delta
+from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
+from hlo_audit.named_rules import Structural
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy, Rule
@@ -141,32 +148,40 @@ class Gate:
                 cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
                 MissingGolden(golden.damaged if golden else None, self.command(cid)))))
         else:
-            found.append(self._apply(Rule.COUNT, result, self._count(result, golden, leads, normalized)))
             problem = self._text_problem(result, golden, normalized)
+            # The structural diff, once, where the texts differ: the count rule (dtypes moved per pattern), the
+            # named rules and the text rule read it.
+            structural = (Structural.of(golden.hlo, normalized) if problem is None and golden.hlo is not None
+                          and normalized is not None and golden.hlo != normalized else None)
+            found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads, structural)))
+            named = self._named(result, golden.record, structural)
+            found.extend(self._apply(rule, result, finding) for rule, finding in named.items())
             found.append(self._apply(Rule.MISSING_GOLDEN, result, problem) if problem else
-                         self._apply(Rule.HLO_TEXT, result, self._text(result, golden, normalized)))
-            found.append(self._apply(Rule.MEMORY, result, self._memory(result, golden.record)))
+                         self._apply(Rule.HLO_TEXT, result, self._text(result, golden, normalized, structural)))
+            donation = named.get(Rule.DONATION)
+            lost = donation is not None and donation.severity is Severity.REGRESSION
+            found.append(self._apply(Rule.MEMORY, result, self._memory(result, golden.record, lost)))
         found.append(self._apply(Rule.RNG_SCALING, result, rng_scaling(result, leads)))
         found.append(self._apply(Rule.LAUNCH_SCALING, result, launch_scaling(result, leads)))
         found.append(self._apply(Rule.DEAD_RNG, result, self._dead_rng(result)))
         kept = [f for f in found if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())]
 
-    def _count(self, result: CellResult, golden: Golden, leads: Series | None,
-               normalized: str | None) -> Finding | None:
+    def _count(self, result: CellResult, old: GoldenRecord, leads: Series | None,
+               structural: Structural | None) -> Finding | None:
         """The ratchet: entry parameters by dtype and role, state captured as constants, and the counter
         increments per step of RNG streams never drawn from (carried, or unknown): each a kernel launch on a GPU,
         seed 000's 672 with no parameter added where streams were shared. A drawn stream's increments are
         reported, not gated: they move with the draws (seed 001's one shared stream is advanced per draw, 42 -> 54
         at L2, while its GPU kernels fall 663 -> 600), and the text rule and a GPU cell's launches judge that
         change, not this proxy. Each change names its path patterns; a dtype that moved within a pattern is read off
-        the golden's text and the cell's (the records count dtypes per cell, not per pattern)."""
-        old, new = golden.record, result.summary
+        the structural diff of the golden's text and the cell's (the records count dtypes per cell, not per
+        pattern)."""
+        new = result.summary
         by_dtype, by_role = count_delta(old.by_dtype, new.by_dtype), count_delta(old.by_role, new.by_role)
-        texts = (golden.hlo, normalized) if by_dtype and golden.hlo and normalized and golden.hlo != normalized \
-            else None
+        dtypes = dtype_moves(structural) if by_dtype and structural is not None else {}
         patterns = pattern_changes(old.groups, new.groups, old.groups_by_role or {}, result.groups_by_role(),
-                                   texts)
+                                   dtypes)
         # A golden written before captured state was recorded ratchets entry parameters only.
         captured = (CapturedDelta.of(captured_delta(old.constants, result.constants.golden_summary()))
                     if old.constants is not None and result.constants is not None else None)
@@ -200,28 +215,44 @@ class Gate:
         cid = result.cell.id
         return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(why, self.command(cid)))
 
-    def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
+    def _named(self, result: CellResult, golden: GoldenRecord, structural: Structural | None) -> dict[str, Finding]:
+        """The named rules' findings (``named_rules``), before policy: each a regression or an improvement."""
+        cid, command = result.cell.id, self.command(result.cell.id)
+        facts = (named_rules.donation(structural, golden.memory, result.memory, self.policy.memory_tolerance, command),
+                 named_rules.host_transfer(structural, command), named_rules.precision(structural, command),
+                 named_rules.program_size(structural, self.policy.program_size_tolerance, command),
+                 named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command))
+        return {f.rule: Finding(cid, Severity.REGRESSION if f.worse else Severity.IMPROVEMENT, f.rule, f)
+                for f in facts if f is not None}
+
+    def _text(self, result: CellResult, golden: Golden, normalized: str | None,
+              structural: Structural | None) -> Finding | None:
         """The canonical text against the golden's, judged by `diff`'s verdict: a text that differs only by RNG
-        state it dropped is an improvement to accept, not a regression; under another environment than the
-        golden's, advisory (the counts still gate)."""
-        if golden.hlo is None or normalized is None or golden.hlo == normalized:
+        state it dropped is an improvement to accept, not a regression; one whose entry parameters are renamed and
+        whose program is the same (renamed-only) an advisory listing the renames; under another environment than
+        the golden's, advisory (the counts and the named rules still gate)."""
+        if structural is None or normalized is None:
             return None
         diff = list(difflib.unified_diff(golden.hlo.splitlines(), normalized.splitlines(), "golden", "now",
                                          lineterm="", n=0))
         changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-        verdict, changes, rng, params = text_verdict(golden.hlo, normalized)
+        verdict, rng = structural.diff.verdict, structural.rng_params
         moved = environment_changes(golden.environment, result.environment)
         kind = (TextKind.MOVED if moved else TextKind.RNG_DROPPED if verdict == "rng-state-only" and rng < 0
-                else TextKind.CHANGED)
+                else TextKind.RENAMED if verdict == "renamed-only" else TextKind.CHANGED)
         severity = {TextKind.MOVED: Severity.ADVISORY, TextKind.RNG_DROPPED: Severity.IMPROVEMENT,
-                    TextKind.CHANGED: Severity.REGRESSION}[kind]
+                    TextKind.RENAMED: Severity.ADVISORY, TextKind.CHANGED: Severity.REGRESSION}[kind]
+        renames = structural.named(ChangeKind.RENAME) if verdict == "renamed-only" else ()
         return Finding(result.cell.id, severity, Rule.HLO_TEXT, TextChange(
-            kind=kind, changed_lines=changed, diff=tuple(diff[:TEXT_DIFF_LINES]), verdict=verdict, changes=changes,
-            rng_params=rng, environment=moved, command=self.command(result.cell.id), params=params))
+            kind=kind, changed_lines=changed, diff=tuple(diff[:TEXT_DIFF_LINES]), verdict=verdict,
+            changes=tuple(structural.diff.changes), rng_params=rng, environment=moved,
+            command=self.command(result.cell.id), renames=renames,
+            params=(*structural.diff.params_added, *structural.diff.params_removed)))
 
-    def _memory(self, result: CellResult, golden: GoldenRecord) -> Finding | None:
+    def _memory(self, result: CellResult, golden: GoldenRecord, lost_donation: bool = False) -> Finding | None:
         """Compiled memory beyond ``memory_tolerance`` of the golden's, by gated kind: up a regression, down an
-        improvement."""
+        improvement, except where the step lost its donation (``lost_donation``): then less temp memory is the
+        donation's cost moved, not a gain, and the donation finding reports it."""
         old, new = golden.memory, result.memory
         if old is None or new is None:
             return None
@@ -231,6 +262,8 @@ class Gate:
         if not changed:
             return None
         grew = any(b > a for a, b in changed.values())
+        if lost_donation and not grew:
+            return None
         return Finding(result.cell.id, Severity.REGRESSION if grew else Severity.IMPROVEMENT, Rule.MEMORY,
                        MemoryChange(changed, tolerance, grew, self.command(result.cell.id)))
 
@@ -317,11 +350,12 @@ def launch_scaling(result: CellResult, leads: Series | None) -> Finding | None:
 
 
 def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: Mapping[str, Mapping[str, int]],
-                    new_roles: Mapping[str, Mapping[str, int]], texts: tuple[str, str] | None = None) -> PatternChanges:
+                    new_roles: Mapping[str, Mapping[str, int]],
+                    dtypes: Mapping[str, Mapping[str, int]] | None = None) -> PatternChanges:
     """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles:
     ``self_attention.rngs.*`` -> ``attention_op.rngs.*``), each with the roles of its change, and those retyped:
-    the same count, other roles (from the records) or dtypes (from ``texts``, the golden's and the cell's canonical
-    text, when given: the records keep no dtypes per pattern)."""
+    the same count, other roles (from the records) or dtypes (``dtypes``: ``dtype_moves`` of the texts' structural
+    diff, when given: the records keep no dtypes per pattern)."""
     delta = count_delta(old, new)
 
     def roles(pattern: str) -> dict[str, int]:
@@ -341,45 +375,31 @@ def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: M
     return PatternChanges(
         grown=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d > 0 and p not in moved),
         shrunk=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d < 0 and p not in moved),
-        renamed=tuple(renamed), retyped=retyped_patterns(old, new, roles if old_roles and new_roles else None, texts))
+        renamed=tuple(renamed), retyped=retyped_patterns(old, new, roles if old_roles and new_roles else None,
+                                                         dtypes or {}))
 
 
-def retyped_patterns(old: Mapping[str, int], new: Mapping[str, int], roles, texts: tuple[str, str] | None
-                     ) -> tuple[PatternRetype, ...]:
+def retyped_patterns(old: Mapping[str, int], new: Mapping[str, int], roles,
+                     dtypes: Mapping[str, Mapping[str, int]]) -> tuple[PatternRetype, ...]:
     """Patterns whose parameter count held while their roles (``roles(pattern)``: the records' delta; None when
-    either side keeps no roles per pattern) or dtypes (read off ``texts``) moved:
+    either side keeps no roles per pattern) or dtypes (``dtypes``) moved:
     ``state.model.layers.*.pre_ffw_norm.scale: bf16 +6, f32 -6``."""
-    dtypes = dtype_moves(*texts) if texts else {}
     moved_roles = roles or (lambda pattern: {})
     held = [p for p in sorted({*old, *new, *dtypes}) if old.get(p, 0) == new.get(p, 0)]
     return tuple(PatternRetype(p, dtypes.get(p, {}), moved_roles(p)) for p in held
                  if dtypes.get(p) or moved_roles(p))
 
 
-def dtype_moves(golden_text: str, text: str) -> dict[str, dict[str, int]]:
-    """Per path pattern, its entry parameters' dtype deltas between two canonical texts, where the pattern's count
-    held (a pattern that grew or shrank is named as such)."""
-    before, after = (_patterns_by_dtype(_analysis(t)) for t in (golden_text, text))
-    moves = {}
-    for pattern in sorted({*before, *after}):
-        delta = count_delta(before.get(pattern, {}), after.get(pattern, {}))
-        if delta and not sum(delta.values()):
-            moves[pattern] = delta
-    return moves
-
-
-def _patterns_by_dtype(analysis) -> dict[str, dict[str, int]]:
+def dtype_moves(structural: Structural) -> dict[str, dict[str, int]]:
+    """Per path pattern, its entry parameters' dtype deltas between the golden's text and the cell's (the structural
+    diff's parameters added and removed), where the pattern's count held (a pattern that grew or shrank is named as
+    such)."""
     grouped: dict[str, dict[str, int]] = {}
-    for p in analysis.params:
-        dtypes = grouped.setdefault(p.pattern, {})
-        dtypes[p.dtype] = dtypes.get(p.dtype, 0) + 1
-    return grouped
-
-
-@functools.lru_cache(maxsize=2)
-def _analysis(text: str):
-    """A canonical text analysed once per cell: the count rule (dtype moves) and the text rule read the same two."""
-    return analyze(text, "canonical text")
+    for g in (*structural.diff.params_added, *structural.diff.params_removed):
+        dtypes = grouped.setdefault(g.pattern, {})
+        dtypes[g.dtype] = dtypes.get(g.dtype, 0) + g.count
+    return {p: {d: n for d, n in sorted(ds.items()) if n} for p, ds in sorted(grouped.items())
+            if any(ds.values()) and not sum(ds.values())}
 
 
 def increment_changes(old: Increments | None, rng: RngSummary | None) -> IncrementChange | None:
@@ -400,7 +420,7 @@ def increment_changes(old: Increments | None, rng: RngSummary | None) -> Increme
 
 def launch_changes(old: GoldenLaunches | Launches | None, new: Launches | None) -> LaunchChange | None:
     """A GPU cell's launches per step against the golden's (``GoldenLaunches``; or two programs' ``Launches``):
-    kernels in all, scalar ones and collectives, with the launch groups that came and went (``hlo.thunks.
+    kernels in all, scalar ones and collectives, with the launch groups that came and went (``hlo.launch_groups.
     group_delta``); None when either side has none (a golden written before they were kept, a cell that is not a
     GPU's) or no gated count moved."""
     if old is None or new is None:
@@ -438,15 +458,6 @@ def slope_changes(old: Slopes | None, series: Series | None) -> SlopeChange | No
             if old.launches.get(key, 0) != series.launches[key].slope:
                 moved[word] = (old.launches.get(key, 0), series.launches[key].slope)
     return SlopeChange(moved) if moved else None
-
-
-def text_verdict(golden_text: str, text: str) -> tuple[str, tuple[str, ...], int]:
-    """`diff`'s verdict between the golden's canonical text and the cell's, its kinds of change, the RNG
-    parameters gained (negative: dropped) and the parameters added and removed by path pattern."""
-    before, after = _analysis(golden_text), _analysis(text)
-    result = diff_modules(before, after, max_text_lines=0)
-    rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
-    return result.verdict, tuple(result.changes), rng, (*result.params_added, *result.params_removed)
 
 
 def environment_changes(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:
