@@ -328,6 +328,7 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
             check_output(path, option, example)
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
+    progress.judged_shown(outcome)
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)
     raise typer.Exit(outcome.exit_code)

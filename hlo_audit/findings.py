@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from hlo_audit.hlo.changes import Change
+from hlo_audit.hlo.diff import ParamGroupDelta
 from hlo_audit.hlo.launch_groups import LaunchGroup
 from hlo_audit.policy import Waiver
 from hlo_audit.results import Severity
@@ -60,15 +61,26 @@ class PatternRename:
 
 
 @dataclass(frozen=True)
+class PatternRetype:
+    """A path pattern that kept its parameter count while its dtypes or roles moved (``bf16 +6, f32 -6``)."""
+
+    pattern: str
+    dtypes: Mapping[str, int]  # dtype -> delta
+    roles: Mapping[str, int]  # role -> delta
+
+
+@dataclass(frozen=True)
 class PatternChanges:
-    """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles)."""
+    """Path patterns that grew, shrank, were renamed (one gone and one new with the same count and roles), or were
+    retyped (the same count, other dtypes or roles)."""
 
     grown: tuple[PatternMove, ...] = ()
     shrunk: tuple[PatternMove, ...] = ()
     renamed: tuple[PatternRename, ...] = ()
+    retyped: tuple[PatternRetype, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.grown or self.shrunk or self.renamed)
+        return bool(self.grown or self.shrunk or self.renamed or self.retyped)
 
 
 @dataclass(frozen=True)
@@ -131,6 +143,11 @@ class SlopeChange:
 
     moved: Mapping[str, tuple[float, float]]
 
+    @property
+    def grew(self) -> bool:
+        """Some slope is steeper than the golden's: more per layer is growth, a regression, never an improvement."""
+        return any(now > golden for golden, now in self.moved.values())
+
 
 class CountKind(StrEnum):
     GREW = "grew"  # something gated grew: a regression
@@ -179,6 +196,7 @@ class TextChange:
     environment: tuple[EnvironmentChange, ...]
     command: str
     renames: tuple[Change, ...] = ()  # renamed-only: the renames (hlo.changes, kind rename)
+    params: tuple[ParamGroupDelta, ...] = ()  # entry parameters added (count > 0) and removed, by path pattern
 
 
 @dataclass(frozen=True)
@@ -224,6 +242,7 @@ class RngScaling:
     slope: float  # RNG parameters per layer
     by_role: Mapping[str, float]
     depths: tuple[int, ...]
+    patterns: Mapping[str, float] = field(default_factory=dict)  # path pattern -> RNG parameters per layer
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   its entry parameters (``hlo_audit.hlo.constants``). So do RNG counter increments per step (dead, drawn or
   unknown, from the RNG analysis): each is a kernel on a GPU, and seed 000's 672 dead ones came with no new
   parameter where streams were shared. A finding lists the path patterns that grew, shrank or were renamed
-  (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's.
+  (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's: a
+  slope steeper than the golden's is growth, a regression (never an improvement), and every finding's accept
+  command names the cell's whole depth series, since each depth's golden holds the series' slopes.
   A GPU cell's launches per step count the same way:
   more kernels (in all, or scalar ones) or collectives per step than the golden is a regression, and the
   finding says which launches came, and what they read (``+42 scalar kernels loop_add_fusion, each reading
@@ -51,8 +53,8 @@ from collections.abc import Mapping, Sequence
 from hlo_audit.analysed import Launches, RngSummary
 from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, EnvironmentChange, Finding,
                                 IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
-                                MissingGolden, PatternChanges, PatternMove, PatternRename, RngScaling, SlopeChange,
-                                StaleGolden, StaleWaiver, TextChange, TextKind)
+                                MissingGolden, PatternChanges, PatternMove, PatternRename, PatternRetype, RngScaling,
+                                SlopeChange, StaleGolden, StaleWaiver, TextChange, TextKind)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden, read_snapshot
 from hlo_audit import named_rules
@@ -92,14 +94,20 @@ class Gate:
         self.policy = policy
         self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
         self.used: set[int] = set()  # the waivers that waived something (``stale_waivers`` reports the others)
+        self.series_ids: Mapping[str, tuple[str, ...]] = {}  # cell id -> its depth series' ids (set by ``judge``)
 
     def command(self, cell_id: str) -> str:
-        return f"{self.regenerate} --only id={cell_id}"
+        """The golden update that accepts what is found at ``cell_id``: its whole depth series, since each depth's
+        golden holds the series' slopes, and a golden of one depth refreshed alone would hold a slope made of its new
+        count and the other depths' old ones (issue 26: the printed command then looped)."""
+        ids = self.series_ids.get(cell_id, (cell_id,))
+        return f"{self.regenerate} --only {','.join(f'id={i}' for i in ids)}"
 
     def judge(self, outcome: Outcome, report_stale: bool = True) -> Outcome:
         """The outcome with every finding about it: each cell against its golden (its text where it keeps one), the
         goldens without a cell (``report_stale``: one shard of a sharded run reports them) and waivers left over."""
         findings: list[Finding] = []
+        self.series_ids = series_ids(outcome.plan)
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
             compared = stored is not None and (stored.hlo is not None or stored.text_problem is not None)
@@ -140,11 +148,12 @@ class Gate:
                 cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
                 MissingGolden(golden.damaged if golden else None, self.command(cid)))))
         else:
-            found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads)))
             problem = self._text_problem(result, golden, normalized)
-            # The structural diff, once, where the texts differ: the named rules and the text rule read it.
+            # The structural diff, once, where the texts differ: the count rule (dtypes moved per pattern), the
+            # named rules and the text rule read it.
             structural = (Structural.of(golden.hlo, normalized) if problem is None and golden.hlo is not None
                           and normalized is not None and golden.hlo != normalized else None)
+            found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads, structural)))
             named = self._named(result, golden.record, structural)
             found.extend(self._apply(rule, result, finding) for rule, finding in named.items())
             found.append(self._apply(Rule.MISSING_GOLDEN, result, problem) if problem else
@@ -158,16 +167,21 @@ class Gate:
         kept = [f for f in found if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())]
 
-    def _count(self, result: CellResult, old: GoldenRecord, leads: Series | None) -> Finding | None:
+    def _count(self, result: CellResult, old: GoldenRecord, leads: Series | None,
+               structural: Structural | None) -> Finding | None:
         """The ratchet: entry parameters by dtype and role, state captured as constants, and the counter
         increments per step of RNG streams never drawn from (carried, or unknown): each a kernel launch on a GPU,
         seed 000's 672 with no parameter added where streams were shared. A drawn stream's increments are
         reported, not gated: they move with the draws (seed 001's one shared stream is advanced per draw, 42 -> 54
         at L2, while its GPU kernels fall 663 -> 600), and the text rule and a GPU cell's launches judge that
-        change, not this proxy."""
+        change, not this proxy. Each change names its path patterns; a dtype that moved within a pattern is read off
+        the structural diff of the golden's text and the cell's (the records count dtypes per cell, not per
+        pattern)."""
         new = result.summary
         by_dtype, by_role = count_delta(old.by_dtype, new.by_dtype), count_delta(old.by_role, new.by_role)
-        patterns = pattern_changes(old.groups, new.groups, old.groups_by_role or {}, result.groups_by_role())
+        dtypes = dtype_moves(structural) if by_dtype and structural is not None else {}
+        patterns = pattern_changes(old.groups, new.groups, old.groups_by_role or {}, result.groups_by_role(),
+                                   dtypes)
         # A golden written before captured state was recorded ratchets entry parameters only.
         captured = (CapturedDelta.of(captured_delta(old.constants, result.constants.golden_summary()))
                     if old.constants is not None and result.constants is not None else None)
@@ -176,7 +190,8 @@ class Gate:
         slopes = slope_changes(old.slopes, leads)
         more = (any(v > 0 for v in (*by_dtype.values(), *by_role.values())) or (captured and captured.baked_more)
                 or (increments and any(increments.by_verdict.get(v, 0) > 0 for v in GATED_INCREMENTS))
-                or (launches and any(v > 0 for v in launches.delta.values())))
+                or (launches and any(v > 0 for v in launches.delta.values()))
+                or (slopes and slopes.grew))
         if not (by_dtype or by_role or patterns or captured or increments or launches or slopes):
             return None
         fewer_increments = increments is not None and any(v < 0 for v in increments.by_verdict.values())
@@ -231,7 +246,8 @@ class Gate:
         return Finding(result.cell.id, severity, Rule.HLO_TEXT, TextChange(
             kind=kind, changed_lines=changed, diff=tuple(diff[:TEXT_DIFF_LINES]), verdict=verdict,
             changes=tuple(structural.diff.changes), rng_params=rng, environment=moved,
-            command=self.command(result.cell.id), renames=renames))
+            command=self.command(result.cell.id), renames=renames,
+            params=(*structural.diff.params_added, *structural.diff.params_removed)))
 
     def _memory(self, result: CellResult, golden: GoldenRecord, lost_donation: bool = False) -> Finding | None:
         """Compiled memory beyond ``memory_tolerance`` of the golden's, by gated kind: up a regression, down an
@@ -271,6 +287,16 @@ class Gate:
 
 
 
+def series_ids(plan: Plan | None) -> dict[str, tuple[str, ...]]:
+    """Each cell of the plan's matrix (and run) -> the ids of its depth series there, shallowest first."""
+    if plan is None:
+        return {}
+    members: dict[tuple, dict[int, str]] = {}
+    for cell in (*plan.matrix, *plan.cells):
+        members.setdefault(cell.series, {})[cell.layers] = cell.id
+    return {cid: tuple(ids[d] for d in sorted(ids)) for ids in members.values() for cid in ids.values()}
+
+
 def stale_waivers(gate: Gate, judged: Sequence[CellResult], matrix: Sequence[Cell]) -> list[Finding]:
     """Waivers that waived nothing, although every cell of the matrix they cover was judged here: a fix landed (or
     the waiver never matched), and a waiver left behind would hide the regression coming back. Policy
@@ -302,7 +328,8 @@ def rng_scaling(result: CellResult, leads: Series | None) -> Finding | None:
     if slope <= 0:
         return None
     by_role = {k: leads.by_role[k].slope for k in ("rng_key", "rng_count") if k in leads.by_role}
-    return Finding(result.cell.id, Severity.REGRESSION, Rule.RNG_SCALING, RngScaling(slope, by_role, leads.depths))
+    return Finding(result.cell.id, Severity.REGRESSION, Rule.RNG_SCALING,
+                   RngScaling(slope, by_role, leads.depths, leads.rng_patterns))
 
 
 def launch_scaling(result: CellResult, leads: Series | None) -> Finding | None:
@@ -323,9 +350,12 @@ def launch_scaling(result: CellResult, leads: Series | None) -> Finding | None:
 
 
 def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: Mapping[str, Mapping[str, int]],
-                    new_roles: Mapping[str, Mapping[str, int]]) -> PatternChanges:
+                    new_roles: Mapping[str, Mapping[str, int]],
+                    dtypes: Mapping[str, Mapping[str, int]] | None = None) -> PatternChanges:
     """Path patterns that grew, shrank, or were renamed (one gone and one new with the same count and roles:
-    ``self_attention.rngs.*`` -> ``attention_op.rngs.*``), each with the roles of its change."""
+    ``self_attention.rngs.*`` -> ``attention_op.rngs.*``), each with the roles of its change, and those retyped:
+    the same count, other roles (from the records) or dtypes (``dtypes``: ``dtype_moves`` of the texts' structural
+    diff, when given: the records keep no dtypes per pattern)."""
     delta = count_delta(old, new)
 
     def roles(pattern: str) -> dict[str, int]:
@@ -345,7 +375,31 @@ def pattern_changes(old: Mapping[str, int], new: Mapping[str, int], old_roles: M
     return PatternChanges(
         grown=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d > 0 and p not in moved),
         shrunk=tuple(PatternMove(p, d, roles(p)) for p, d in delta.items() if d < 0 and p not in moved),
-        renamed=tuple(renamed))
+        renamed=tuple(renamed), retyped=retyped_patterns(old, new, roles if old_roles and new_roles else None,
+                                                         dtypes or {}))
+
+
+def retyped_patterns(old: Mapping[str, int], new: Mapping[str, int], roles,
+                     dtypes: Mapping[str, Mapping[str, int]]) -> tuple[PatternRetype, ...]:
+    """Patterns whose parameter count held while their roles (``roles(pattern)``: the records' delta; None when
+    either side keeps no roles per pattern) or dtypes (``dtypes``) moved:
+    ``state.model.layers.*.pre_ffw_norm.scale: bf16 +6, f32 -6``."""
+    moved_roles = roles or (lambda pattern: {})
+    held = [p for p in sorted({*old, *new, *dtypes}) if old.get(p, 0) == new.get(p, 0)]
+    return tuple(PatternRetype(p, dtypes.get(p, {}), moved_roles(p)) for p in held
+                 if dtypes.get(p) or moved_roles(p))
+
+
+def dtype_moves(structural: Structural) -> dict[str, dict[str, int]]:
+    """Per path pattern, its entry parameters' dtype deltas between the golden's text and the cell's (the structural
+    diff's parameters added and removed), where the pattern's count held (a pattern that grew or shrank is named as
+    such)."""
+    grouped: dict[str, dict[str, int]] = {}
+    for g in (*structural.diff.params_added, *structural.diff.params_removed):
+        dtypes = grouped.setdefault(g.pattern, {})
+        dtypes[g.dtype] = dtypes.get(g.dtype, 0) + g.count
+    return {p: {d: n for d, n in sorted(ds.items()) if n} for p, ds in sorted(grouped.items())
+            if any(ds.values()) and not sum(ds.values())}
 
 
 def increment_changes(old: Increments | None, rng: RngSummary | None) -> IncrementChange | None:

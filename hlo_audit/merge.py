@@ -73,10 +73,11 @@ def _count_details(facts: CountChange) -> Json:
     moved = [{"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.grown], [
         {"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.shrunk]
     renamed = [{"from": r.before, "to": r.after, "params": r.params, "roles": r.roles} for r in p.renamed]
+    retyped = [{"pattern": r.pattern, "dtypes": dict(r.dtypes), "roles": dict(r.roles)} for r in p.retyped]
     inc = facts.increments
     return {"entry_params": {"golden": facts.golden_params, "now": facts.now_params}, "by_dtype": facts.by_dtype,
             "by_role": facts.by_role, "groups": facts.groups,
-            "patterns": {"grown": moved[0], "shrunk": moved[1], "renamed": renamed},
+            "patterns": {"grown": moved[0], "shrunk": moved[1], "renamed": renamed, "retyped": retyped},
             "captured": facts.captured.to_record() if facts.captured else None,
             "rng_increments": None if inc is None else {
                 "golden": inc.golden, "now": inc.now, "by_verdict": inc.by_verdict, "by_pattern": inc.by_pattern,
@@ -100,11 +101,13 @@ _DETAILS: dict[type, Callable[[Any], Json]] = {
     CountChange: _count_details,
     TextChange: lambda f: {"changed_lines": f.changed_lines, "diff": list(f.diff), "regenerate": f.command,
                            "verdict": f.verdict, "changes": list(f.changes), "rng_params": f.rng_params,
+                           "params": [{"pattern": g.pattern, "dtype": g.dtype, "role": g.role, "delta": g.count}
+                                      for g in f.params],
                            **({"renames": [c.to_record() for c in f.renames]} if f.renames else {})},
     NamedChange: lambda f: _named_details(f),
     MemoryChange: lambda f: {"memory": {k: {"golden": a, "now": b} for k, (a, b) in f.changed.items()},
                              "tolerance": f.tolerance, "regenerate": f.command},
-    RngScaling: lambda f: {"rng_per_layer": f.slope, "depths": list(f.depths)},
+    RngScaling: lambda f: {"rng_per_layer": f.slope, "depths": list(f.depths), "patterns": dict(f.patterns)},
     LaunchScaling: lambda f: {"rng_launches_per_layer": f.slope, "launches_per_layer": dict(f.per_layer),
                               "depths": list(f.depths), "groups": [g.to_record() for g in f.groups]},
     DeadRng: lambda f: {"dead_params": f.params, "dead_increments": f.increments, "patterns": list(f.patterns),

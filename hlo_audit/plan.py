@@ -76,13 +76,12 @@ def full_matrix_of(plan: Plan) -> list[Cell]:
 
 
 def text_owners(cells: Sequence[Cell]) -> frozenset[str]:
-    """The cells whose golden keeps the canonical text: the shallowest depth of each series of the matrix (and of
-    the run's cells, when a run went outside it), whichever depths a run selected. Decided with the plan, once, for
-    the gate (which compares texts there) and for golden update (which writes them there)."""
-    shallowest: dict[tuple, int] = {}
-    for cell in cells:
-        shallowest[cell.series] = min(shallowest.get(cell.series, cell.layers), cell.layers)
-    return frozenset(c.id for c in cells if shallowest[c.series] == c.layers)
+    """The cells whose golden keeps the canonical text: every cell of the matrix (and of the run's cells, when a
+    run went outside it), so `hlo-audit diff golden/<cell>.hlo.txt new.hlo.txt` reviews a finding at any depth
+    (issue 26: with text at a series' shallowest depth only, the README's review step failed at every other depth;
+    the cost, measured there, is the deeper depths' text). Decided with the plan, once, for the gate (which compares
+    texts where a golden keeps one) and for golden update (which writes them)."""
+    return frozenset(c.id for c in cells)
 
 
 def parse_layers(value: str | None) -> list[int | str] | None:

@@ -4,9 +4,15 @@ On a terminal: a transient progress bar (rich), gone when the command prints its
 a pipe, a file): one line per finished cell, and a heartbeat line while a slow cell runs, so a log that has been
 quiet for minutes still says what it is waiting for:
 
-    hlo-audit: cell 3/12 mlp/scan-off/none/L2 ok 1.4 s
-    hlo-audit: cell 4/12 mlp/scan-on/none/L2 ok 0.0 s (cached)
+    hlo-audit: cell 3/12 mlp/scan-off/none/L2 lowered 1.4 s
+    hlo-audit: cell 4/12 mlp/scan-on/none/L2 cached 0.0 s
+    hlo-audit: cell 5/12 mlp/scan-on/int8/L2 failed to lower 0.8 s
     hlo-audit: running 1m30s: 8 of 12 cells done; in flight: llama3-8b/scan-off/int8/L32 (1m02s)
+
+A cell's line says what is known when it finishes (lowered, cached, unavailable, failed to lower), never "ok": the
+gate has not judged it yet. ``check`` then says the verdict of each cell the gate did not pass (``judged_shown``):
+
+    hlo-audit: cell mlp/scan-off/none/L2 judged regression
 
 Lines are never wrapped or cut, and every value in them comes from input through ``escape.visible``.
 """
@@ -25,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hlo_audit.plan import Plan
 from hlo_audit.report.escape import visible
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, Severity, Status
 from hlo_audit.run import execute
 
 HEARTBEAT_SECONDS = 30.0  # `HLO_AUDIT_HEARTBEAT` (seconds) overrides it
@@ -98,9 +104,12 @@ class CellLog:
             # This run's time for the cell, from when its lowering began (an unavailable or failed cell has no
             # lowering time of its own); a cached cell never began one.
             seconds = now - since if since is not None else 0.0 if result.cached else result.lower_seconds
-            where = " (cached)" if result.cached else ""
-            self._write(f"cell {self._done}/{self._total} {visible(result.cell.id)} {result.status} "
-                        f"{duration(seconds)}{where}")
+            self._write(f"cell {self._done}/{self._total} {visible(result.cell.id)} {finish_word(result)} "
+                        f"{duration(seconds)}")
+
+    def judged(self, cell_id: str, verdict: Severity) -> None:
+        with self._lock:
+            self._write(f"cell {visible(cell_id)} judged {verdict}")
 
     def heartbeat(self) -> None:
         """The heartbeat line, now (the thread calls this)."""
@@ -119,6 +128,28 @@ class CellLog:
                 quiet = self._clock() - self._last_line
             if quiet >= self._interval and self._done < self._total:
                 self.heartbeat()
+
+
+def finish_word(result: CellResult) -> str:
+    """What a cell's line says of how it finished: what the run knows before the gate judges it."""
+    if result.status is Status.ERROR:
+        return "failed to lower"
+    if result.status is Status.UNAVAILABLE:
+        return "unavailable"
+    return "cached" if result.cached else "lowered"
+
+
+def judged_shown(outcome, stream=None) -> None:
+    """In a log (not on a terminal, where the table follows at once): a line per checked cell the gate did not
+    pass, with its verdict, so a log that said a cell lowered also says how it was judged."""
+    stream = stream or sys.stderr
+    if stream.isatty():
+        return
+    log = CellLog(stream, len(outcome.cell_ids), heartbeat_seconds())  # its heartbeat thread is never started
+    for cell_id in outcome.cell_ids:
+        verdict = outcome.verdicts.get(cell_id, Severity.OK)
+        if verdict is not Severity.OK:
+            log.judged(cell_id, verdict)
 
 
 class _Bar:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_delta
 from hlo_audit.matrix import Cell
@@ -66,6 +66,8 @@ class Series:
     # of the launches that read RNG state.
     launches: dict[str, Line] | None = None
     launch_groups: tuple[LaunchGroup, ...] = ()
+    # RNG parameters per layer by path pattern, where they grow with depth (what an RNG-scaling finding names).
+    rng_patterns: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -106,6 +108,22 @@ def _tidy(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 
 
+def rng_pattern_growth(shallow: CellResult, deep: CellResult) -> dict[str, float]:
+    """RNG parameters per layer by path pattern, from the shallowest depth to the deepest, where they grow (largest
+    first); empty when either side holds no parameters (a depth read back from its golden)."""
+    if not shallow.params or not deep.params or deep.cell.layers == shallow.cell.layers:
+        return {}
+
+    def rng(result: CellResult) -> dict[str, int]:
+        return {p: sum(n for role, n in roles.items() if role in RNG_ROLES)
+                for p, roles in result.groups_by_role().items()}
+
+    before, after = rng(shallow), rng(deep)
+    layers = deep.cell.layers - shallow.cell.layers
+    grown = {p: _tidy((n - before.get(p, 0)) / layers) for p, n in after.items() if n > before.get(p, 0)}
+    return dict(sorted(grown.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | None] | None = None) -> list[Series]:
     """One Series per group of ok cells that differ only in depth and cover two or more depths."""
     groups: dict[tuple, dict[int, CellResult]] = defaultdict(dict)
@@ -136,6 +154,7 @@ def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | 
                       for k in LAUNCH_COUNTS} if launched else None,
             launch_groups=tuple(group_delta(rows[0].launches.groups, rows[-1].launches.groups, reading=RNG_ROLES))
             if launched else (),
+            rng_patterns=rng_pattern_growth(rows[0], rows[-1]),
         ))
     return sorted(series, key=lambda s: s.id)
 

@@ -6,7 +6,7 @@ and returns logits, the depth in ``num_layers``, and a ``scan_layers`` switch (f
 ``nnx.split_rngs`` + ``nnx.vmap`` to build, ``nnx.scan`` to apply). ``add_layer_dropout`` edits the installed
 source as a contributor's change would: every block gains an ``nnx.Dropout(0.0)``, which holds an RNG stream it
 never draws from (seed 000's leak, +2 u32 entry parameters per unrolled layer); ``add_layer_fork``: every block
-keeps a fork of the Rngs instead.
+keeps a fork of the Rngs instead; ``add_layer_weight``: every block gains a weight (an intended change).
 """
 
 from __future__ import annotations
@@ -109,3 +109,15 @@ def add_layer_fork(root: Path) -> None:
     source = path.read_text()
     assert source.count("# (layer state)") == 1
     path.write_text(source.replace("# (layer state)", "self.rngs = rngs.fork()"))
+
+
+def add_layer_weight(root: Path) -> None:
+    """Every block gains a weight of its own (a learned output scale, an ``nnx.Param``): a change a contributor
+    means, +1 f32 entry parameter per layer (and its two optimizer moments)."""
+    path = root / "tinylm" / "model.py"
+    source = path.read_text()
+    assert source.count("# (layer state)") == 1 and source.count("# (layer output)") == 1
+    # The markers stay: a Dropout may follow (the user's next change).
+    path.write_text(source.replace("# (layer state)", "self.scale = nnx.Param(jnp.ones((config.embed_dim,)))\n"
+                                   "        # (layer state)")
+                    .replace("# (layer output)", "h = h * self.scale[...]\n        # (layer output)"))

@@ -193,14 +193,14 @@ def test_the_gate_ratchets_captured_state_both_ways(tmp_path):
     moved = hlo_audit("check", "--no-cache", inject=True)
     out = " ".join(moved.stdout.split())
     assert moved.returncode == 1, out
-    assert ("entry parameters 2 -> 6: bf16 +1, s8 +1, u32 +2 (input +2, rng_count +1, rng_key +1); grown: +2 "
+    assert ("entry parameters golden 2 -> now 6: bf16 +1, s8 +1, u32 +2 (input +2, rng_count +1, rng_key +1); grown: +2 "
             "rest.dropout.rngs.* (rng_count +1, rng_key +1), +1 rest.qvalue (input +1), +1 rest.scale (input +1)") in out
     assert "captured arrays 4 -> 0 (1,050,636 -> 0 bytes): bf16 -1, s8 -1, u32 -2; literal RNG keys 1 -> 0" in out
     assert hlo_audit("golden", "update", "--no-cache", inject=True).returncode == 0
     baked = hlo_audit("check", "--no-cache")
     out = " ".join(baked.stdout.split())
     assert baked.returncode == 1, out
-    assert ("entry parameters 6 -> 2: bf16 -1, s8 -1, u32 -2 (input -2, rng_count -1, rng_key -1); shrunk: -2 "
+    assert ("entry parameters golden 6 -> now 2: bf16 -1, s8 -1, u32 -2 (input -2, rng_count -1, rng_key -1); shrunk: -2 "
             "rest.dropout.rngs.* (rng_count -1, rng_key -1), -1 rest.qvalue (input -1), -1 rest.scale (input -1); "
             "captured arrays 0 -> 4 (0 -> 1,050,636 bytes): bf16 +1, s8 +1, u32 +2; literal RNG keys 0 -> 1") in out
 

@@ -17,12 +17,13 @@ from hlo_audit.usage import InputError
 CONFIG = {"target": "pkg.mod:lower", "models": ["m"], "quant": ["none"], "layers": [2, 4, 8]}
 
 
-def test_the_text_owner_is_the_series_shallowest_whatever_a_run_selects(tmp_path):
+def test_every_cell_keeps_its_text_whatever_a_run_selects(tmp_path):
+    """Issue 26: a golden text per cell, so `diff golden/<cell>.hlo.txt` reviews a finding at any depth."""
     config = validate(dict(CONFIG), "hlo-audit.toml", tmp_path)
     matrix = config.cells()
     deep = [c for c in matrix if c.layers == 8]
     plan = Plan.of(config, deep, universe=matrix, selected=deep)
-    assert plan.owners == {c.id for c in matrix if c.layers == 2}
+    assert plan.owners == {c.id for c in matrix} and len(plan.owners) == 6
     # The pytest plugin's one-series plans keep the matrix's owners.
     one = plan.of_cells([c for c in matrix if c.scan and c.layers == 4])
     assert one.owners == plan.owners and one.full_matrix == plan.full_matrix == matrix

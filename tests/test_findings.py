@@ -111,14 +111,15 @@ def test_a_fix_is_an_rng_only_improvement_to_accept_and_its_waiver_goes_stale(tm
     text = only(findings, L2, "hlo_text")
     assert text["severity"] == "improvement"
     assert text["details"]["verdict"] == "rng-state-only" and text["details"]["rng_params"] == -4
-    assert "by RNG state only (4 fewer RNG parameters; rng-state-only); accept it: hlo-audit golden update " \
-           f"--only id={L2}" in text["message"]
+    assert "by RNG state only (4 fewer RNG parameters; rng-state-only); entry parameters -2 " \
+           "state.layers.*.dropout.rngs.* (u32 rng_count), -2 state.layers.*.dropout.rngs.* (u32 rng_key); accept it: " \
+           f"hlo-audit golden update --only id={L2},id=m/scan-off/none/L3" in text["message"], text["message"]
     count = only(findings, L2, "count")
     assert count["severity"] == "improvement"
     assert count["details"]["patterns"]["shrunk"] == [
         {"pattern": "state.layers.*.dropout.rngs.*", "delta": -4, "roles": {"rng_count": -2, "rng_key": -2}}]
     assert count["details"]["slopes"] == {"params_per_layer": [4, 2], "rng_per_layer": [2, 0]}
-    assert "RNG parameters per layer +2 -> +0" in count["message"]
+    assert "RNG parameters per layer golden +2 -> now +0" in count["message"]
     stale = only(findings, "hlo-audit.toml: waive[0]", "stale_waiver")
     assert stale["severity"] == "advisory" and "covers 2 cells" in stale["message"]
 
@@ -151,7 +152,7 @@ def test_dead_counter_increments_alone_fail_the_count_ratchet(tmp_path):
     assert (increments["golden"], increments["now"], increments["by_verdict"]) == (0, 2, {"carried": 2})
     # Streams by their pattern (`hlo-audit rng`'s), each with the paths of its streams.
     assert increments["paths"] == {"layers.*.rngs.noise": ["state.layers.0.rngs.noise"]}
-    assert "RNG counter increments per step 0 -> 2 (carried +2) in layers.*.rngs.noise +2 " \
+    assert "RNG counter increments per step golden 0 -> now 2 (carried +2) in layers.*.rngs.noise +2 " \
            "(state.layers.0.rngs.noise)" in count["message"]
     assert only(findings, "m/scan-off/none/L3", "count")["details"]["rng_increments"]["now"] == 3
 

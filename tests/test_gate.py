@@ -72,7 +72,7 @@ def project(updated, tmp_path):
 def test_update_twice_is_byte_identical_and_check_passes(project):
     first = snapshot(project / "golden")
     assert "mlp/scan-off/dropout0/L2.json" in first and "mlp/scan-off/dropout0/L2.hlo.txt" in first
-    assert "mlp/scan-off/dropout0/L3.hlo.txt" not in first  # text only at a series' shallowest depth
+    assert "mlp/scan-off/dropout0/L3.hlo.txt" in first  # a text per cell (issue 26)
     assert not any("int8" in name for name in first)  # unavailable cells write nothing
     again = hlo_audit(project, "golden", "update", "--no-cache")
     assert again.returncode == 0 and "0 written, 8 unchanged" in again.stdout
@@ -101,7 +101,9 @@ def test_count_ratchet(project):
     result = hlo_audit(project, "check")
     assert result.returncode == 1
     assert "mlp/scan-off/dropout0/L3" in flat(result.stdout) and "u32 +2" in flat(result.stdout)
-    assert "hlo-audit golden update --only id=mlp/scan-off/dropout0/L3" in flat(result.stdout)
+    # The accept command names the whole depth series: each depth's golden holds the series' slopes.
+    assert ("hlo-audit golden update --only id=mlp/scan-off/dropout0/L2,id=mlp/scan-off/dropout0/L3"
+            in flat(result.stdout))
     _edit(golden, by_dtype__u32=8, by_role__rng_key=4, by_role__rng_count=4, entry_params=15)
     result = hlo_audit(project, "check")
     out = flat(result.stdout)
@@ -249,10 +251,11 @@ def test_check_table_is_a_one_screen_summary(project):
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["series", "entry", "params", "u32", "dead", "rng", "verdict"]
     rows = {line.split()[0]: line.split() for line in lines[1:7]}
-    # 2 and 3 unrolled layers: 9 -> 13 entry params, 4 -> 6 u32, all of it dead (Dropout(0.0) never draws);
+    # 2 and 3 unrolled layers: 9 and 13 entry params, 4 and 6 u32, all of it dead (Dropout(0.0) never draws);
     # waived by the config's reason.
-    assert rows["mlp/scan-off/dropout0/L2,3"][1:] == ["9", "->", "13", "4", "->", "6", "4", "->", "6", "waived"]
-    assert rows["mlp/scan-on/none/L2,3"][1:] == ["3", "->", "3", "0", "->", "0", "0", "->", "0", "ok"]
+    # Depths as L2: 9, L3: 13 (an arrow is golden -> now only).
+    assert " ".join(rows["mlp/scan-off/dropout0/L2,3"][1:]) == "L2: 9, L3: 13 L2: 4, L3: 6 L2: 4, L3: 6 waived"
+    assert " ".join(rows["mlp/scan-on/none/L2,3"][1:]) == "L2: 3, L3: 3 L2: 0, L3: 0 L2: 0, L3: 0 ok"
     assert "4 cells unavailable: nnx_mlp has no quantization 'int8'" in result.stdout
     assert lines[-1].startswith("hlo-audit check passed: 12 cells")
     assert len(lines) <= 12
@@ -267,13 +270,13 @@ def test_a_broken_golden_is_a_finding_and_update_heals_it(project):
                         ("{not json", "unreadable golden")]:
         golden.write_text(damage)
         result = hlo_audit(project, "check", "--format", "json")
-        # Nothing on stderr but the log's line per cell (piped stderr: docs/ci.md).
+        # Nothing on stderr but the log's lines per cell (piped stderr: docs/ci.md).
         assert result.returncode == 1, result.stderr
         assert all(line.startswith("hlo-audit: cell ") for line in result.stderr.splitlines()), result.stderr
         (finding,) = [f for f in json.loads(result.stdout)["findings"] if f["cell"] == "mlp/scan-on/none/L2"]
         assert (finding["severity"], finding["rule"]) == ("regression", "missing_golden")
         assert f"{golden}: {why}" in finding["message"]
-        assert "golden update --only id=mlp/scan-on/none/L2" in finding["message"]
+        assert "golden update --only id=mlp/scan-on/none/L2,id=mlp/scan-on/none/L3" in finding["message"]
     healed = hlo_audit(project, "golden", "update")
     assert healed.returncode == 0 and "rewrote mlp/scan-on/none/L2: its golden was damaged" in healed.stdout
     assert golden.read_text() == good

@@ -278,10 +278,11 @@ def changes_between(old: Path, new: Path) -> dict[str, str | None]:
 def test_a_kill_after_every_step_leaves_the_old_tree_or_the_new(projects, tmp_path, fallback):
     old, new = (p / "golden" for p in projects)
     changes = changes_between(old, new)
-    # What the update changes: the dropout cells' 4 summaries and 2 texts added, dropout0's 6 files removed.
+    # What the update changes: the dropout cells' 4 summaries and 4 texts (one per cell) added, dropout0's 8 files
+    # removed.
     assert sorted(k for k, v in changes.items() if v is None) == sorted(
-        f"mlp/scan-{s}/dropout0/{f}" for s in ("on", "off") for f in ("L2.json", "L2.hlo.txt", "L3.json"))
-    assert len([v for v in changes.values() if v is not None]) == 6
+        f"mlp/scan-{s}/dropout0/L{d}.{x}" for s in ("on", "off") for d in (2, 3) for x in ("json", "hlo.txt"))
+    assert len([v for v in changes.values() if v is not None]) == 8
     old_tree, new_tree = tree(old), tree(new)
     assert old_tree != new_tree and all(rel in new_tree for rel in NOT_GOLDENS)
     (full,) = run_trials(old, changes, [[0, "SIGKILL", fallback]], tmp_path / "full")  # never killed: every step
@@ -425,7 +426,9 @@ def test_damaged_goldens_are_findings_and_update_heals_them(projects, tmp_path):
     for cid, why in expected.items():
         damaged = [f for f in found[cid] if f["rule"] == "missing_golden"]
         assert len(damaged) == 1 and damaged[0]["severity"] == "regression", (cid, found[cid])
-        assert why in damaged[0]["message"] and f"golden update --only id={cid}" in damaged[0]["message"], cid
+        series = cid.rsplit("/", 1)[0]  # the printed command names the cell's whole depth series
+        assert why in damaged[0]["message"] and (
+            f"golden update --only id={series}/L2,id={series}/L3" in damaged[0]["message"]), cid
         assert not [f for f in found[cid] if f["rule"] == "hlo_text"], cid
     healed = hlo_audit(project, "golden", "update")
     assert healed.returncode == 0, healed.stderr
@@ -451,9 +454,8 @@ def test_a_golden_path_that_is_a_fifo_or_a_folder_is_a_finding_not_a_hang(projec
 
 
 def test_update_of_one_depth_keeps_the_series_slopes_and_its_text(projects, tmp_path):
-    """`golden update --only id=<one depth>` (what every finding prints) refits the series with the other depth's
-    stored golden: the slopes block stays, and twice in a row changes nothing; a deeper depth alone never takes
-    the series' text."""
+    """`golden update --only id=<one depth>` refits the series with the other depth's stored golden: the slopes
+    block stays, and twice in a row changes nothing; each depth keeps its own text."""
     project = copy_project(projects[0], tmp_path / "p")
     gold = project / "golden"
     full = tree(gold)
@@ -470,7 +472,7 @@ def test_update_of_one_depth_keeps_the_series_slopes_and_its_text(projects, tmp_
     assert "0 written, 1 unchanged" in result.stdout
     result = hlo_audit(project, "golden", "update", "--only", "layers=3")
     assert result.returncode == 0 and "0 written, 4 unchanged" in result.stdout, result.stdout
-    assert tree(gold) == full and not (gold / "mlp/scan-off/dropout0/L3.hlo.txt").exists()
+    assert tree(gold) == full and (gold / "mlp/scan-off/dropout0/L3.hlo.txt").exists()
 
 
 @pytest.mark.maxtext  # needs MaxText (make compat's environment has none)

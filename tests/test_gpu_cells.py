@@ -267,7 +267,8 @@ def test_kernels_a_change_adds_without_a_parameter_fail_the_ratchet(tmp_path):
     delta = count["details"]["launches"]["delta"]
     assert delta["total"] > 0
     # (The RNG counter increments the ratchet also counts say it from the module: 0 -> 2 per step.)
-    assert (f"kernels per step {golden['launches']['total']} -> {golden['launches']['total'] + delta['total']} "
+    assert (f"kernels per step golden {golden['launches']['total']} -> now "
+            f"{golden['launches']['total'] + delta['total']} "
             f"(+{delta['total']}") in count["message"]
     # What came reads the dropout streams' state (their counts and keys).
     assert any("state.layers_*.dropout.rngs" in line for line in count["details"]["launches"]["lines"])
@@ -286,7 +287,7 @@ def test_rng_kernels_per_layer_are_a_finding_and_the_series_projects_them(tmp_pa
     [scaling] = [f for f in doc["findings"] if f["rule"] == "launch_scaling"]
     assert scaling["cell"] == "bridge/scan-off/none/L2/cuda-h100/compiled"
     assert scaling["details"]["rng_launches_per_layer"] == 2  # one increment per counter, two counters a layer
-    assert ("L2 -> L4: +4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.to_nnx__rngs.*.count"
+    assert ("from L2 to L4: +4 scalar kernels loop_add_fusion, each reading state.layers_*.bridge.to_nnx__rngs.*.count"
             in scaling["message"])
     series = json.loads(hlo_audit_here(tmp_path, "scaling", "--format", "json").stdout)["series"]
     [line] = series
@@ -454,13 +455,15 @@ def test_reverted_te_bridge_fix_fails_the_gate_with_the_kernel_delta(gpu_profile
     # 7 dots x 2 layers x 3 streams: each TE dot's bridge keeps its fork, and each counter is a kernel of its own.
     assert launches["lines"] == ["+42 scalar kernels loop_add_fusion, each reading "
                                  "state.model.decoder.layers_*.*.TEWrapper_dot_general_0.to_nnx__rngs.*.count"]
-    assert "kernels per step 580 -> 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion" in count["message"]
+    assert "kernels per step golden 580 -> now 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion" in \
+        count["message"]
     assert count["details"]["by_dtype"] == {"u32": 84}  # 7 dots x 2 layers x 3 streams x (key, count)
     cell = _cell(doc, ACCEPTANCE_ID)
     assert (cell["kernels"]["total"], cell["kernels"]["reading_rng"]) == (622, 42)
     # The table says it too, on one line a finding.
     table = hlo_audit(project, "check", "--only", f"id={ACCEPTANCE_ID}", env={"HLO_AUDIT_INJECT": "te-keeps-rngs"})
-    assert table.returncode == 1 and "kernels per step 580 -> 622 (+42, scalar +42)" in " ".join(table.stdout.split())
+    assert table.returncode == 1 and "kernels per step golden 580 -> now 622 (+42, scalar +42)" in " ".join(
+        table.stdout.split())
     # diff of the two compiles' after-optimizations modules, from their dump folders, says the same.
     before = next((dumps / ACCEPTANCE_ID.replace("/", "+")).glob("*gpu_after_optimizations.txt"))
     after = next((tmp_path / "dumps" / ACCEPTANCE_ID.replace("/", "+")).glob("*gpu_after_optimizations.txt"))

@@ -160,7 +160,7 @@ def test_moving_the_rest_state_into_the_arguments_shows_in_the_gate_and_in_diff(
     proc = hlo_audit(tmp_path, "check", "--config", str(injected), "--only", f"id={serve_prefill}", env=env)
     out = " ".join(proc.stdout.split())
     assert proc.returncode == 1, out + proc.stderr[-3000:]
-    assert "entry parameters 9 -> 65: bf16 +14, s8 +14, u32 +28 (input +28, rng_count +14, rng_key +14)" in out, \
+    assert "entry parameters golden 9 -> now 65: bf16 +14, s8 +14, u32 +28 (input +28, rng_count +14, rng_key +14)" in out, \
         proc.stderr[-3000:]
     assert "+2 rest.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.qrhs.frozen.qvalue (input +2)" in out
     assert "captured arrays 56 -> 0 (436,379,816 -> 0 bytes): bf16 -14, s8 -14, u32 -28; literal RNG keys 14 -> 0" in out

@@ -338,7 +338,7 @@ def test_reverted_rng_fix_fails_the_gate(tmp_path, session_lowerings, quant, inj
     assert "u32 +126" in out  # 7 dots x 3 streams x (key, count) x 3 layers
     assert f"+18 state.model.decoder.layers_*.mlp.wi_0.{wrapper}.to_nnx__rngs.* (rng_count +9, rng_key +9)" in out
     assert "RNG parameters grow by 42 per layer" in out
-    assert f"hlo-audit golden update --only id={cell}" in out
+    assert f"hlo-audit golden update --only id={cell.replace('/L3', '/L2')},id={cell}" in out
 
 
 SEED_001_CONFIG = """
@@ -377,7 +377,7 @@ def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its
     [text] = [f for f in findings if f["cell"] == cell and f["rule"] == "hlo_text"]
     assert (text["severity"], text["details"]["verdict"], text["details"]["rng_params"]) == (
         "improvement", "rng-state-only", -84)
-    assert f"accept it: hlo-audit golden update --only id={cell}" in text["message"]
+    assert f"accept it: hlo-audit golden update --only id={cell},id={cell.replace('/L2/', '/L3/')}" in text["message"]
     # The parameters shrink (u32 -84, RNG parameters per layer 42 -> 0). The one shared stream is advanced once per
     # draw, and again where the backward pass recomputes: 12 more counter increments per step at L2, all of a drawn
     # stream. The finding says so; the ratchet gates dead increments only, so the fix is an improvement to accept.
@@ -386,7 +386,7 @@ def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its
     assert count["details"]["slopes"]["rng_per_layer"] == [42, 0]
     increments = count["details"]["rng_increments"]
     assert (increments["golden"], increments["now"], increments["by_verdict"]) == (42, 54, {"drawn": 12})
-    assert "RNG counter increments per step 42 -> 54 (drawn +12)" in count["message"]
+    assert "RNG counter increments per step golden 42 -> now 54 (drawn +12)" in count["message"]
     assert count["severity"] == "improvement" and fixed.returncode == 0, [
         f for f in findings if f["severity"] == "regression"]
     [stale] = [f for f in findings if f["rule"] == "stale_waiver"]

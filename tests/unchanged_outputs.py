@@ -131,7 +131,9 @@ def _grow(record: dict, dtype: str, roles: dict[str, int], pattern: str) -> None
 
 
 def _synthesized(folder: Path, golden_dir: str, config: str | None) -> list[dict]:
-    """Every cell of the scenario's matrix with its golden's numbers; cells without a golden are left out."""
+    """Every cell of the scenario's matrix with its golden's numbers; cells without a golden are left out. A cell
+    whose golden keeps no text (goldens written before issue 26 kept it at a series' shallowest depth only) is served
+    its series' shallowest text: a lowered cell always has one, and `golden update` writes it (issue 26)."""
     from hlo_audit.config import load_config
     try:
         from hlo_audit.resolve import resolve
@@ -139,13 +141,18 @@ def _synthesized(folder: Path, golden_dir: str, config: str | None) -> list[dict
         from hlo_audit.config import resolve
 
     cfg = resolve(load_config(config, folder))
-    out = []
+    out, shallowest = [], {}
+    for cell in sorted(cfg.cells(), key=lambda c: c.layers):
+        text = folder / golden_dir / f"{cell.id}.hlo.txt"
+        if text.exists():
+            shallowest.setdefault(cell.series, text)
     for cell in cfg.cells():
         summary = folder / golden_dir / f"{cell.id}.json"
         golden = json.loads(summary.read_text())
         record = result_record(cell, golden)
         text = folder / golden_dir / f"{cell.id}.hlo.txt"
-        out.append({"record": record, "normalized": text.read_text() if text.exists() else None})
+        text = text if text.exists() else shallowest.get(cell.series)
+        out.append({"record": record, "normalized": text.read_text() if text is not None else None})
     return out
 
 

@@ -4,8 +4,9 @@ Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pat
 state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost, a GPU cell's
 launches per step (kernels by kind, scalar, collectives, and by what they run and read), the content digests of its
 Pallas / Mosaic / Triton kernels by name (``kernels``, only where it runs any: the text drops their bodies), and the
-environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per depth series,
-at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the summary's ``"hlo"`` key.
+environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per cell (since
+issue 26; a series' shallowest depth before), ``golden/<cell id>.hlo.txt``: the normalized module, named by the
+summary's ``"hlo"`` key.
 Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
 
 A summary is hlo-audit's when it is a JSON object whose ``"cell"`` is the id its path spells and which holds every
@@ -83,7 +84,7 @@ class GoldenRecord:
     by_role: Mapping[str, int]
     groups: Mapping[str, int]
     environment: Mapping[str, str | None]
-    hlo: str | None = None  # the text's file name, at a series' shallowest depth
+    hlo: str | None = None  # the text's file name (None: a golden written before every cell kept its text)
     opcodes: Mapping[str, int] | None = None
     memory: Mapping[str, int] | None = None
     cost: Mapping[str, float] | None = None

@@ -74,7 +74,7 @@ def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:
             healed.append(cid)
         record = GoldenRecord.of(r, outcome.recorded_series.get(r.cell.series), hlo is not None)
         wanted[store.summary_path(root, cid)] = dumps(record.to_json())
-        # Only a series' shallowest depth keeps its text; a deeper one drops the text its old summary named.
+        # A cell that keeps no text (outside the owners) drops the text its old summary named.
         if hlo is not None or (old is not None and old.names_text):
             wanted[store.hlo_path(root, cid)] = hlo
     return wanted, healed

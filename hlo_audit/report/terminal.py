@@ -29,8 +29,9 @@ from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
-                                    folded_line, frozen_rng_line, launch_lines, launches_change_text,
-                                    launches_headline, message, rng_cost, rng_headline, scalar_launch_lines)
+                                    depth_values, folded_line, frozen_rng_line, launch_lines, launches_change_text,
+                                    launches_headline, message, nothing_written_line, rng_cost, rng_headline,
+                                    scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -376,6 +377,8 @@ def print_golden_update(console: Console, update, root) -> None:
         status(console, esc(f"rewrote {cell_id}: its golden was damaged"))
     for path in update.pruned_files:
         status(console, esc(f"pruned {path}"))
+    if update.unchanged and not (update.written or update.skipped or update.pruned_files or update.healed):
+        status(console, esc(nothing_written_line(len(update.unchanged))))
     status(console, esc(f"golden update ({root}): {len(update.written)} written, {len(update.unchanged)} unchanged, "
                         f"{len(update.skipped)} skipped, {len(update.pruned)} pruned"))
 
@@ -391,10 +394,11 @@ def _print_series_summary(console: Console, outcome) -> None:
         for row in rows:
             verdict = row.verdict
             cells = row.results
-            add_row(table, row.label, " -> ".join(str(r.entry_params) for r in cells),
-                    " -> ".join(str(r.count("by_dtype", "u32")) for r in cells),
-                    " -> ".join(str(r.rng.dead_params) if r.rng else "-" for r in cells),
-                    *([" -> ".join(str(r.kernels) if r.launches else "-" for r in cells)] if kernels else []),
+            depths = [r.cell.layers for r in cells]
+            add_row(table, row.label, depth_values(depths, [r.entry_params for r in cells]),
+                    depth_values(depths, [r.count("by_dtype", "u32") for r in cells]),
+                    depth_values(depths, [r.rng.dead_params if r.rng else "-" for r in cells]),
+                    *([depth_values(depths, [r.kernels if r.launches else "-" for r in cells])] if kernels else []),
                     Text(verdict, style=SEVERITY_STYLE.get(verdict, "")))
         print_table(console, table)
     print_unavailable(console, outcome.results)

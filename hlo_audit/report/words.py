@@ -117,16 +117,33 @@ def scalar_launch_lines(launches: Launches, top: int = 4) -> list[str]:
     return [g.describe() for g in launches.scalar_groups[:top]]
 
 
-def change_text(before: Mapping[str, int], after: Mapping[str, int], delta: Mapping[str, int]) -> str:
+def golden_to_now(golden, now, spec: str = "") -> str:
+    """``golden 83 -> now 87``: the one use of an arrow in a finding, its two ends named (a series' depths are
+    ``L2: 87, L4: 163``, never an arrow)."""
+    return f"golden {golden:{spec}} -> now {now:{spec}}"
+
+
+def depth_values(depths, values) -> str:
+    """``L2: 87, L4: 163``: a series' values by depth (a series of one depth: its value, the depth in its label)."""
+    if len(depths) == 1:
+        return str(values[0])
+    return ", ".join(f"L{d}: {v}" for d, v in zip(depths, values))
+
+
+def change_text(before: Mapping[str, int], after: Mapping[str, int], delta: Mapping[str, int],
+                labelled: bool = False) -> str:
     """``kernels per step 580 -> 622 (+42, scalar +42)``: two programs' gated launch counts (``total``, ``scalar``,
-    ``collectives``) and their differences, as a finding and ``diff`` say them."""
+    ``collectives``) and their differences, as ``diff`` says them (its files named above); ``labelled``: a finding's
+    ``golden 580 -> now 622``."""
     moved = ", ".join(f"{v:+d}" if k == "total" else f"{k} {v:+d}" for k, v in delta.items())
-    return f"kernels per step {before['total']} -> {after['total']}" + (f" ({moved})" if moved else " (unchanged)")
+    counts = (golden_to_now(before['total'], after['total']) if labelled
+              else f"{before['total']} -> {after['total']}")
+    return f"kernels per step {counts}" + (f" ({moved})" if moved else " (unchanged)")
 
 
-def launches_change_text(change: LaunchChange) -> str:
+def launches_change_text(change: LaunchChange, labelled: bool = False) -> str:
     """``kernels per step 580 -> 622 (+42, scalar +42)`` of two programs' launches (``gate.launch_comparison``)."""
-    return change_text(change.golden, change.now, change.delta)
+    return change_text(change.golden, change.now, change.delta, labelled)
 
 
 def launch_lines(change: LaunchChange) -> list[str]:
@@ -167,6 +184,13 @@ def folded_line(outcome) -> str:
             f"warn, {outcome.folded_dead_params} dead params); see `hlo-audit rng CELL`")
 
 
+def nothing_written_line(cells: int) -> str:
+    """A golden update that changed nothing (an accept command run again): it says so, before its counts."""
+    return (f"nothing to write: the golden{'s' if cells != 1 else ''} of {'these' if cells != 1 else 'this'} "
+            f"{cells} cell{'s' if cells != 1 else ''} already hold{'' if cells != 1 else 's'} what "
+            f"{'they lower' if cells != 1 else 'it lowers'}")
+
+
 STALE_GOLDEN = "golden without a cell in the matrix (remove with `hlo-audit golden update --prune`)"
 
 
@@ -204,7 +228,7 @@ def _missing(facts: MissingGolden) -> str:
 def _count(facts: CountChange) -> str:
     changes = []
     if facts.by_dtype or facts.by_role:
-        changes.append(f"entry parameters {facts.golden_params} -> {facts.now_params}: "
+        changes.append(f"entry parameters {golden_to_now(facts.golden_params, facts.now_params)}: "
                        f"{signed_counts(facts.by_dtype) or 'dtypes unchanged'}"
                        + (f" ({signed_counts(facts.by_role)})" if facts.by_role else ""))
     changes += [patterns_text(facts.patterns)] if facts.patterns else []
@@ -228,12 +252,26 @@ def patterns_text(patterns: PatternChanges) -> str:
              if getattr(patterns, kind)]
     if patterns.renamed:
         parts.append("renamed: " + ", ".join(f"{r.before} -> {r.after} ({r.params} params)" for r in patterns.renamed))
+    if patterns.retyped:
+        parts.append("retyped: " + ", ".join(f"{r.pattern} ({signed_counts({**r.dtypes, **r.roles})})"
+                                             for r in patterns.retyped))
     return "; ".join(parts)
+
+
+PARAM_GROUPS_SHOWN = 4  # parameter groups a text finding names before "and N more"
+
+
+def param_groups_text(groups) -> str:
+    """``+2 state.model.layers.*.scale (f32 weight), -2 ...``: the entry parameters a text differs by, by path
+    pattern (``hlo.diff.ParamGroupDelta``); "" when none."""
+    shown = ", ".join(f"{g.count:+d} {g.pattern} ({g.dtype} {g.role})" for g in groups[:PARAM_GROUPS_SHOWN])
+    more = len(groups) - PARAM_GROUPS_SHOWN
+    return shown + (f" and {more} more groups" if more > 0 else "")
 
 
 def increments_text(increments: IncrementChange) -> str:
     """``RNG counter increments per step 7 -> 679 (carried +672), in state.model...rngs (x3 streams: a, b, c)``"""
-    text = (f"RNG counter increments per step {increments.golden:g} -> {increments.now:g} "
+    text = (f"RNG counter increments per step {golden_to_now(increments.golden, increments.now, 'g')} "
             f"({signed_counts(increments.by_verdict)})")
     grown = [f"{pattern} {delta:+g} ({', '.join(increments.paths.get(pattern, ()))})"
              for pattern, delta in increments.by_pattern.items() if delta > 0]
@@ -244,7 +282,7 @@ def launches_text(launches: LaunchChange) -> str:
     """``kernels per step 580 -> 622 (+42, scalar +42): +42 scalar kernels loop_add_fusion, each reading ...``"""
     lines = launch_lines(launches)
     more = f"; and {len(lines) - 3} more launch groups" if len(lines) > 3 else ""
-    return launches_change_text(launches) + (f": {'; '.join(lines[:3])}{more}" if lines else "")
+    return launches_change_text(launches, labelled=True) + (f": {'; '.join(lines[:3])}{more}" if lines else "")
 
 
 _SLOPE_WORDS = {"params_per_layer": "entry parameters per layer", "rng_per_layer": "RNG parameters per layer",
@@ -253,7 +291,7 @@ _SLOPE_WORDS = {"params_per_layer": "entry parameters per layer", "rng_per_layer
 
 
 def slopes_text(slopes: SlopeChange) -> str:
-    return "; ".join(f"{_SLOPE_WORDS[k]} {a:+g} -> {b:+g}" for k, (a, b) in slopes.moved.items())
+    return "; ".join(f"{_SLOPE_WORDS[k]} {golden_to_now(a, b, '+g')}" for k, (a, b) in slopes.moved.items())
 
 
 def _text(facts: TextChange) -> str:
@@ -264,6 +302,8 @@ def _text(facts: TextChange) -> str:
     else:
         kinds = f" ({', '.join(facts.changes)})" if facts.changes else ""
         what = f"normalized HLO differs from the golden in {facts.changed_lines} lines: {facts.verdict}{kinds}"
+    if facts.params:
+        what += f"; entry parameters {param_groups_text(facts.params)}"
     if facts.kind is TextKind.MOVED:
         return (f"{what}, but the environment differs from the golden's ({environment_text(facts.environment)}): "
                 "advisory; counts still gate")
@@ -278,7 +318,7 @@ def _text(facts: TextChange) -> str:
 
 def byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
     """``temp_bytes 2,671,656,960 -> 2,800,000,000 (+4.8%)``, one per kind."""
-    return ", ".join(f"{k} {a:,} -> {b:,} ({(b - a) / a:+.1%})" if a else f"{k} {a:,} -> {b:,}"
+    return ", ".join(f"{k} {golden_to_now(a, b, ',')} ({(b - a) / a:+.1%})" if a else f"{k} {golden_to_now(a, b, ',')}"
                      for k, (a, b) in changes.items())
 
 
@@ -321,9 +361,12 @@ def _named_numbers(facts: NamedChange) -> list[str]:
 
 
 def _rng_scaling(facts: RngScaling) -> str:
+    where = ", ".join(f"{p} {n:+g}" for p, n in list(facts.patterns.items())[:PARAM_GROUPS_SHOWN])
+    more = len(facts.patterns) - PARAM_GROUPS_SHOWN
     return (f"RNG parameters grow by {facts.slope:g} per layer in an unrolled model "
             f"({', '.join(f'{k} {v:+g}' for k, v in facts.by_role.items())}; "
-            f"depths {', '.join(map(str, facts.depths))})")
+            f"depths {', '.join(map(str, facts.depths))})"
+            + (f": per layer {where}" + (f" and {more} more patterns" if more > 0 else "") if where else ""))
 
 
 def _launch_scaling(facts: LaunchScaling) -> str:
@@ -332,7 +375,7 @@ def _launch_scaling(facts: LaunchScaling) -> str:
     return (f"kernels that read RNG state grow by {facts.slope:g} per layer in an unrolled model "
             f"({', '.join(f'{k} {v:+g}' for k, v in facts.per_layer.items())} per layer; depths "
             f"{', '.join(map(str, depths))})"
-            + (f"; L{depths[0]} -> L{depths[-1]}: {'; '.join(grown)}" if grown else ""))
+            + (f"; from L{depths[0]} to L{depths[-1]}: {'; '.join(grown)}" if grown else ""))
 
 
 def _dead_rng(facts: DeadRng) -> str:
