@@ -444,6 +444,10 @@ def init(
                                                      "field (or keyword) that sets the depth.")] = None,
     scan_field: Annotated[str | None, typer.Option("--scan-field", metavar="NAME", help="--nnx: the config field "
                                                    "(or keyword) that turns layer scan on.")] = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", metavar="NAME=VALUE", help="A field of the model's "
+                                                   "config (repeatable; typed as TOML: 64, 0.1, true, bfloat16): "
+                                                   "--nnx: of the --nnx-config object; --maxtext: a MaxText key.")]
+    = None,
     optimizer: Annotated[str, typer.Option("--optimizer", help="--nnx: an optax optimizer.")] = "adamw",
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="--nnx: its learning rate.")] = 1e-4,
     shards: Annotated[int, typer.Option("--shards", min=1, max=256, help="Check jobs in the CI workflow.")] = 2,
@@ -459,11 +463,15 @@ def init(
     request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
-        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards)
+        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or ())
     folder = pathlib.Path.cwd()
-    written = scaffold.write(folder, scaffold.init_scaffold(folder, request))
+    made = scaffold.init_scaffold(folder, request)
+    written = scaffold.write(folder, made)
     for path in written:
         print(f"wrote {path.relative_to(folder)}")
+    if made.shards < shards:
+        print(f"note: the workflow checks in {made.shards} shard{'s' if made.shards > 1 else ''}, not {shards}: "
+              "one per depth series at most (a series is never split)")
     if not scaffold.ignores_cache(folder):
         print("note: .hlo-audit-cache/ will hold the lowering cache: add it to .gitignore")
     if no_golden:
