@@ -20,14 +20,20 @@ What the leaves and keypaths hold, measured with jax 0.12.0.1 / flax 0.12.12:
   ``nnx.state`` gives each leaf's real path and ``Variable`` type, by the leaf's identity.
 * plain pytrees: typed PRNG keys say so in their dtype; optax states are named tuples of optax's classes;
   flax's ``TrainState`` is a struct whose fields are ``params``, ``opt_state`` and ``step``.
+
+What the text cannot say, it is told (``name_parameters``): an entry parameter whose name does not read back as
+the path found here (every ``nnx.jit`` leaf: ``model_states_0__17_``) is renamed in the module's text to one that
+does, so the text the tool stores and prints (goldens, ``lower``) names the paths ``check`` reads from args_info.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hlo_audit.hlo.params import ArgLeaf, path_from_keystr
+from hlo_audit.hlo.params import ArgLeaf, attributed_path, path_from_keystr, path_from_mangled_name
 
 if TYPE_CHECKING:
     import jax
@@ -227,3 +233,74 @@ def _variable_kind(nnx, variable: type) -> str:
         if isinstance(base, type) and issubclass(variable, base):
             return f"nnx.{name}"
     return f"nnx.Variable:{variable.__name__}"
+
+
+# The entry computation of a printed module, and its parameters' definitions: ``name = SHAPE parameter(N)...``
+# (XLA's dumps and compiled modules add ``metadata={op_name="state['model']..."}``, which a reading trusts first).
+_ENTRY = re.compile(r"^ENTRY\b.*?^\}", re.M | re.S)
+_PARAMETER = re.compile(r"^(\s*%?)([\w.\-]+)(\s*=\s*(?:\([^\n]*?\)|\S+)\s+parameter\((\d+)\)[^\n]*)$", re.M)
+_OP_NAME = re.compile(r'(\bop_name=")((?:[^"\\]|\\.)*)(")')
+_DEFINED = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", re.M)
+_NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_]")
+
+
+def name_parameters(text: str, keys: Sequence[Sequence[str]] | None, leaves: Sequence[ArgLeaf] | None) -> str:
+    """``text`` with each entry parameter that does not read back (its ``op_name``, else its name) as the path
+    args_info gives it told that path: its ``op_name`` rewritten where it has one, else its name. The text as it
+    is where every parameter already reads right (jax.jit over state, named by key: MaxText's modules stay byte for
+    byte) or where the keys do not match the parameters."""
+    entry = _ENTRY.search(text)
+    found = sorted((int(m[4]), m) for m in _PARAMETER.finditer(entry[0])) if entry else []
+    if keys is None or len(found) != len(keys) or (leaves is not None and len(leaves) != len(keys)):
+        return text
+    renames: dict[str, str] = {}
+    lines: dict[int, str] = {}  # a definition's start in the entry -> its line, op_name told the path
+    taken: set[str] | None = None
+    for i, (_, m) in enumerate(found):
+        op_name = _OP_NAME.search(m[3])
+        said = (op_name and path_from_keystr(op_name[2])) or path_from_mangled_name(m[2])
+        path = attributed_path(said, keys[i], leaves[i] if leaves is not None else None)
+        if path == said:
+            continue
+        if op_name:
+            told = _keystr(path)
+            if told is not None:
+                lines[m.start()] = m[0][:m.start(3) - m.start()] + _OP_NAME.sub(
+                    lambda o, told=told: o[1] + told + o[3], m[3], count=1)
+            continue
+        taken = taken if taken is not None else set(_DEFINED.findall(text))
+        if (new := _parameter_name(path, taken)) is not None:
+            renames[m[2]] = new
+            taken.add(new)
+    if lines:
+        body = _PARAMETER.sub(lambda m: lines.get(m.start(), m[0]), entry[0])
+        text = text[:entry.start()] + body + text[entry.end():]
+    if not renames:
+        return text
+    names = "|".join(re.escape(n) for n in sorted(renames, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.\-])(%?)({names})(?![\w.\-])", lambda m: m[1] + renames[m[2]], text)
+
+
+def _keystr(path: str) -> str | None:
+    """``path`` as jax's key string in a printed ``op_name`` (``model[\\'layers\\'][\\'0\\']``, quotes escaped
+    as XLA prints them); None when that would not read back as ``path``."""
+    head, *rest = path.split(".")
+    told = head + "".join(f"[\\'{key}\\']" for key in rest)
+    return told if path_from_keystr(told) == path else None
+
+
+def _parameter_name(path: str, taken: set[str]) -> str | None:
+    """A name that reads back as ``path``: jax's own mangling of its key string (``model['layers'][0]...`` ->
+    ``model__layers____0__``, as jax.jit names state), else the dotted path; with XLA's ``.N`` counter, which
+    the reading strips and which keeps it apart from every name in the module. None when neither reads back (a
+    key with characters or underscore runs a name cannot hold apart)."""
+    head, *rest = path.split(".")
+    mangled = _NOT_IN_KEY.sub("_", head + "".join(f"['{key}']" for key in rest))
+    for base in (mangled, re.sub(r"[^\w.\-]", "_", path)):
+        if path_from_mangled_name(f"{base}.1") != path:
+            continue
+        counter = 1
+        while f"{base}.{counter}" in taken:
+            counter += 1
+        return f"{base}.{counter}"
+    return None

@@ -429,6 +429,13 @@ def _param_path(instr: Instruction, named_by_path: bool) -> str:
     return (instr.op_name and path_from_keystr(instr.op_name)) or path_from_mangled_name(instr.name)
 
 
+def attributed_path(text_path: str, keys: Sequence[str], leaf: ArgLeaf | None) -> str:
+    """A parameter's path from jax's args_info: its argument's name (``leaf``'s, else the head of the path its
+    text gives) and the pytree ``keys`` below it."""
+    head = leaf.argument if leaf is not None and leaf.argument else text_path.split(".", 1)[0]
+    return ".".join([head, *keys])
+
+
 def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = None,
                  arg_leaves: Sequence[ArgLeaf] | None = None) -> list[EntryParam]:
     """The entry computation's parameters in order, each with path, role and pattern.
@@ -445,8 +452,7 @@ def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = N
         path = _param_path(instr, module.params_named_by_path)
         leaf = arg_leaves[i] if use_leaves else None
         if use_keys:
-            head = leaf.argument if leaf is not None and leaf.argument else path.split(".", 1)[0]
-            path = ".".join([head, *arg_keys[i]])
+            path = attributed_path(path, arg_keys[i], leaf)
         paths.append(path)
         kinds.append(leaf.kind if leaf is not None else None)
     shapes = [instr.shape for instr in params]
