@@ -72,7 +72,7 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
     lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
     started = time.perf_counter()
     try:
-        with host.prints_to_stderr():
+        with host.prints_to_stderr(), termination.dispositions_kept():
             target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
             with recording_environment() as window:
                 lowering = target.lower(cell)
@@ -120,7 +120,7 @@ def _keyed_target(spec: str) -> tuple[object, str]:
     """The target and its fingerprint (part of every cell's cache key), taken once per process as the target is
     built: the fingerprint of the code this process loaded (an edit after it is a later process's to key)."""
     if spec not in _FINGERPRINTS:
-        with importing_target():
+        with importing_target(), termination.dispositions_kept():
             target = _TARGETS[spec] if spec in _TARGETS else get_target(spec)
             _TARGETS[spec], _FINGERPRINTS[spec] = target, target.fingerprint()
     return _TARGETS[spec], _FINGERPRINTS[spec]

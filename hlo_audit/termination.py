@@ -23,7 +23,12 @@ SIGKILL after a grace period), SIGHUP (the terminal or SSH session went away). A
   ended first: every write hlo-audit makes survives a SIGKILL at any point (atomic files, the golden swap), so
   ending now leaves what a runner's SIGKILL would, only minutes sooner.
 
-A signal a shell told the command to ignore (``nohup``: SIGHUP; a background job: SIGINT) stays ignored.
+A signal a shell told the command to ignore (``nohup``: SIGHUP; a background job: SIGINT) stays ignored. One a
+library ignored behind Python's back does not: libtpu's start-up sets SIGHUP to ignored in C when it finds it at
+its default (Python's ``getsignal`` still says default), so a process that used hlo-audit as a library (the pytest
+plugin, ``audit.execute``) to lower a TPU cell no longer ended on a hang-up, and every process it started after
+inherited the ignore (in CI: a test worker's ``golden update`` alive 30 s after SIGHUP). ``dispositions_kept``,
+around what a target runs, puts back what Python had set.
 """
 
 from __future__ import annotations
@@ -137,6 +142,23 @@ def ending_on_signals() -> Iterator[None]:
         _deadline.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def dispositions_kept() -> Iterator[None]:
+    """The three signals' dispositions as Python last set them, put back after the block (the module doc: a
+    library that ignores SIGHUP in C as it loads). Only the main thread can set them; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {signum: signal.getsignal(signum) for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in kept.items():
+            if handler is not None:  # None: set from C before Python ran; nothing of Python's to put back
+                with contextlib.suppress(ValueError, OSError):
+                    signal.signal(signum, handler)
 
 
 def stopped_exit_code() -> int | None:

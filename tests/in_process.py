@@ -1,4 +1,8 @@
-"""The CLI run in this process: what a test of a command's output and exit status needs, without a process."""
+"""The CLI run in this process: what a test of a command's output and exit status needs, without a process.
+
+One place for every test that runs a command: ``cli`` (the command line as given), ``in_project`` (the same with
+the project's config), ``hlo_audit_here`` (from a folder, read as a finished subprocess is). A Python exception
+escaping a command fails the test: a user would see a traceback, never an exit code."""
 
 from __future__ import annotations
 
@@ -8,9 +12,24 @@ import sys
 import traceback
 from pathlib import Path
 
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from hlo_audit.cli import app
+
+
+def cli(*args, env: dict | None = None, columns: int | None = None, input: str | bytes | None = None) -> Result:
+    """``hlo-audit ARGS`` by typer's runner; ``columns``: the terminal width tables are drawn for; ``input``: stdin."""
+    settings = {**({"COLUMNS": str(columns)} if columns else {}), **(env or {})}
+    result = CliRunner().invoke(app, [str(a) for a in args], input=input, env=settings or None)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"hlo-audit {' '.join(map(str, args))} raised "
+                             f"{type(result.exception).__name__}: {result.exception}") from result.exception
+    return result
+
+
+def in_project(project: Path, *args, config: bool = True, **options) -> Result:
+    """``hlo-audit ARGS --config PROJECT/hlo-audit.toml`` (``config=False``: as given), options as ``cli``'s."""
+    return cli(*args, *(["--config", project / "hlo-audit.toml"] if config else []), **options)
 
 
 @dataclasses.dataclass

@@ -18,17 +18,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from hlo_audit import cache as cache_module
 from hlo_audit.cache import key as cache_key
 from hlo_audit.cache import store as cache_store
 from hlo_audit import layers
 from hlo_audit.cache import Cache, entry_files, lowering_key, lowering_sources, source_fingerprint
-from hlo_audit.cli import app
 from hlo_audit.matrix import Cell
 from hlo_audit.run import run_cells
 from hlo_audit.targets.callable import CallableTarget
+from in_process import in_project
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -403,12 +402,6 @@ def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
 # A damaged cache: a miss, said, and the never-damaged numbers
 # --------------------------------------------------------------------------------------------------------------
 
-def _cli(project: Path, *args):
-    result = CliRunner().invoke(app, [*args, "--config", str(project / "hlo-audit.toml")])
-    assert "Traceback" not in result.output, result.output
-    return result
-
-
 def _numbers(result) -> dict[str, dict]:
     """What `run --format json` says of each cell, less what a cache hit changes."""
     assert result.exit_code == 0, result.output
@@ -420,7 +413,7 @@ def _numbers(result) -> dict[str, dict]:
 def warm(tmp_path):
     """A project whose cache holds all four cells, and the numbers of a cache never damaged."""
     (tmp_path / "hlo-audit.toml").write_text(EXAMPLE)
-    baseline = _numbers(_cli(tmp_path, "run", "--format", "json"))
+    baseline = _numbers(in_project(tmp_path, "run", "--format", "json"))
     assert len(baseline) == 4 and baseline["mlp/scan-off/dropout0/L2"]["entry_params"] == 9
     return tmp_path, baseline
 
@@ -430,13 +423,13 @@ def _entries(project: Path) -> dict[str, dict[str, Path]]:
 
 
 def _rerun(project: Path, baseline: dict, damaged: int = 1) -> None:
-    result = _cli(project, "run", "--format", "json")
+    result = in_project(project, "run", "--format", "json")
     assert _numbers(result) == baseline
     warnings = [line for line in result.stderr.splitlines() if "does not verify" in line]
     assert len(warnings) >= damaged, result.stderr
     assert all(line.startswith("hlo-audit: warning: cache entry ") for line in warnings)
     # Healed: the next run is all hits, none damaged.
-    again = _cli(project, "run", "--format", "json")
+    again = in_project(project, "run", "--format", "json")
     assert _numbers(again) == baseline and "does not verify" not in again.stderr
     assert all(c["cached"] for c in json.loads(again.stdout)["cells"])
 
@@ -452,13 +445,13 @@ def test_one_digit_changed_in_a_result(warm):
 
 def test_a_truncated_canonical_text_never_becomes_a_golden(warm):
     project, baseline = warm
-    assert _cli(project, "golden", "update").exit_code == 0
+    assert in_project(project, "golden", "update").exit_code == 0
     golden = project / "golden/mlp/scan-off/dropout0/L2.hlo.txt"
     whole = golden.read_bytes()
     normalized = _entries(project)["mlp/scan-off/dropout0/L2"]["normalized"]
     normalized.write_bytes(normalized.read_bytes()[: len(normalized.read_bytes()) // 2])
     golden.unlink()
-    update = _cli(project, "golden", "update")
+    update = in_project(project, "golden", "update")
     assert update.exit_code == 0, update.output
     assert golden.read_bytes() == whole
     assert "does not verify" in update.stderr
@@ -525,7 +518,7 @@ def test_an_entry_that_cannot_be_read_or_written(warm):
     result = _entries(project)["mlp/scan-off/dropout0/L2"]["result"]
     result.unlink()
     result.mkdir()  # read: "Is a directory"; rewriting it fails too
-    outcome = _cli(project, "run", "--format", "json")
+    outcome = in_project(project, "run", "--format", "json")
     assert _numbers(outcome) == baseline
     lines = outcome.stderr.splitlines()
     assert any("does not verify (unreadable" in line for line in lines), outcome.stderr
@@ -535,13 +528,13 @@ def test_an_entry_that_cannot_be_read_or_written(warm):
 def test_a_cache_dir_that_is_a_file(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text(EXAMPLE + 'cache_dir = "cache.txt"\n')
     (tmp_path / "cache.txt").write_text("not a folder")
-    result = _cli(tmp_path, "run")
+    result = in_project(tmp_path, "run")
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
         (f"hlo-audit: error: cache_dir {tmp_path / 'cache.txt'} is not a folder (fix it, point cache_dir elsewhere, "
          "or run with --no-cache)")]
     assert (tmp_path / "cache.txt").read_text() == "not a folder"
-    assert _cli(tmp_path, "run", "--no-cache", "--only", "quant=none").exit_code == 0
+    assert in_project(tmp_path, "run", "--no-cache", "--only", "quant=none").exit_code == 0
 
 
 @pytest.mark.parametrize(("folder", "why"), [("/sys", "is not writable"), ("/sys/hlo-audit-cache", "cannot create it"),
@@ -552,7 +545,7 @@ def test_a_cache_dir_that_cannot_be_used(tmp_path, folder, why):
     folder = folder.format(tmp=tmp_path)
     (tmp_path / "hlo-audit.toml").write_text(EXAMPLE + f'cache_dir = "{folder}"\n')
     for command in (["run"], ["check"], ["golden", "update"]):
-        result = _cli(tmp_path, *command)
+        result = in_project(tmp_path, *command)
         assert result.exit_code == 2, result.output
         [line] = result.stderr.strip().splitlines()
         assert line.startswith(f"hlo-audit: error: cache_dir {folder}") and why in line, line

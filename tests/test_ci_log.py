@@ -9,6 +9,7 @@ commands (`If intended: hlo-audit golden update --only id=...`) are never wrappe
 from __future__ import annotations
 
 import io
+import functools
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from hlo_audit import audit
 from hlo_audit.cli import app
 from hlo_audit import progress
 from hlo_audit.report import terminal, terminal_report, terminal_tree
+from in_process import in_project
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "a-model-whose-cell-ids-are-sixty-characters"
@@ -53,11 +55,8 @@ def project(tmp_path_factory):
     return root
 
 
-def cli(project: Path, *args, columns: int = 100, env: dict | None = None, config: bool = True):
-    result = CliRunner(env={"COLUMNS": str(columns), **(env or {})}).invoke(
-        app, [*map(str, args), *(["--config", str(project / "hlo-audit.toml")] if config else [])])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result
+# Its tables drawn for a 100-column terminal unless a test says otherwise.
+cli = functools.partial(in_project, columns=100)
 
 
 def run_json(project: Path) -> dict[str, dict]:

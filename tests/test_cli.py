@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 import nnx_models
 from nnx_models import ModelSpec
 from hlo_audit.cli import app
+from in_process import cli
 
 REPO = Path(__file__).resolve().parent.parent
 COUNT_SCHEMA = "hlo-audit/count/v1"
@@ -35,15 +36,6 @@ META_KEYS = ("total", "rng_keys", "rng_counts")
 # --------------------------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------------------------
-
-
-def cli(*args: object, input: str | bytes | None = None):
-    """Invoke the real typer app; a Python exception escaping it is a test failure, not an exit code."""
-    result = CliRunner().invoke(app, [str(a) for a in args], input=input)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"hlo-audit {' '.join(map(str, args))} raised "
-                             f"{type(result.exception).__name__}: {result.exception}") from result.exception
-    return result
 
 
 def run_module(*args: object, input: bytes | None = None, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -7,6 +7,7 @@ compiled view, and what the platform layer decides (libtpu's version in keys, wo
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -18,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
 from hlo_audit import host, platforms
 from hlo_audit.attribution import arg_keys
@@ -27,10 +27,10 @@ from hlo_audit.lowering import Unavailable
 from hlo_audit.platforms.tpu import TpuPlatform, topology_devices
 from hlo_audit.stages import compiled
 from hlo_audit.stages.program import checked_arg_keys
-from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.callable import CallableTarget
+from in_process import in_project
 
 # Compiles for a TPU topology: needs libtpu (skipped without it). One xdist group: the project's run (~20 s of
 # compiles) is made once, not once per worker.
@@ -60,10 +60,8 @@ def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
                           env=env, timeout=600)
 
 
-def cli(project: Path, *args):
-    """The CLI in this process (MaxText-free, jax already imported): the config file is the project's; 200
-    columns, so that no cell id wraps inside its table column."""
-    return CliRunner().invoke(app, [*args, "--config", str(project / "hlo-audit.toml")], env={"COLUMNS": "200"})
+# 200 columns: no cell id wraps inside its table column.
+cli = functools.partial(in_project, columns=200)
 
 
 @pytest.fixture(scope="module")

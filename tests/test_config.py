@@ -10,6 +10,7 @@ from hlo_audit.cli import app
 from hlo_audit.config import ConfigError, load_config
 from hlo_audit.targets.vocab import MAXTEXT_QUANTIZATIONS
 from hlo_audit.matrix import MatrixError, select
+from in_process import cli
 
 
 def test_builtin_default_matrix(tmp_path):
@@ -218,10 +219,6 @@ def one_line(result, *must: str) -> str:
     for text in must:
         assert text in lines[0], (text, lines[0])
     return lines[0]
-
-
-def cli(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.mark.parametrize("text", ["", "\n# nothing set yet\n"])

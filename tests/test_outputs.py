@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from hlo_audit.cli import app
 from hlo_audit.files import OutputError, check_output, write_output
+from in_process import in_project
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = "<?xml version='1.0' encoding='utf-8'?>\n<testsuite name=\"hlo-audit\" tests=\"0\" />\n"
@@ -235,12 +236,6 @@ def project(tmp_path_factory):
     return root
 
 
-def cli(project: Path, *args, env: dict | None = None):
-    result = CliRunner(env=env).invoke(app, [*map(str, args), "--config", str(project / "hlo-audit.toml")])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result
-
-
 COMMANDS = {"--junit": ("check", "--junit"), "--markdown": ("check", "--markdown"), "--html": ("report", "--html")}
 
 
@@ -257,7 +252,7 @@ def _parses(option: str, data: bytes) -> None:
 @pytest.mark.parametrize("option", COMMANDS)
 def test_cli_a_folder_is_one_line_and_exit_2_before_any_cell_runs(project, tmp_path, option):
     command, flag = COMMANDS[option]
-    result = cli(project, command, flag, tmp_path)
+    result = in_project(project, command, flag, tmp_path)
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [f"hlo-audit: error: {option} {tmp_path}: is a folder; give a file name "
                                           f"such as {tmp_path / ('report.html' if option == '--html' else 'hlo-audit.' + ('xml' if option == '--junit' else 'md'))}"]
@@ -268,7 +263,7 @@ def test_cli_a_folder_is_one_line_and_exit_2_before_any_cell_runs(project, tmp_p
 def test_cli_a_character_device_keeps_its_type(project, tmp_path, option):
     command, flag = COMMANDS[option]
     devnull = mknod(tmp_path / "devnull", stat.S_IFCHR, (1, 3))
-    result = cli(project, command, flag, devnull)
+    result = in_project(project, command, flag, devnull)
     assert result.exit_code == 0, result.output
     assert stat.S_ISCHR(devnull.stat().st_mode) and devnull.stat().st_rdev == os.makedev(1, 3)
 
@@ -280,7 +275,7 @@ def test_cli_a_fifo_receives_the_whole_report(project, tmp_path, option):
     os.mkfifo(fifo)
     reader = Reader(fifo)
     reader.start()
-    result = cli(project, command, flag, fifo)
+    result = in_project(project, command, flag, fifo)
     reader.join(60)
     assert result.exit_code == 0, result.output
     _parses(option, reader.data)
@@ -292,7 +287,7 @@ def test_cli_a_new_report_file_has_the_umask_mode(project, tmp_path, umask, opti
     command, flag = COMMANDS[option]
     umask(0o022)
     target = tmp_path / "out" / "report"
-    result = cli(project, command, flag, target)
+    result = in_project(project, command, flag, target)
     assert result.exit_code == 0, result.output
     _parses(option, target.read_bytes())
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
@@ -326,7 +321,7 @@ def test_cli_job_summary_problems_are_a_warning_and_the_verdict_stands(project, 
     if verdict == "failed":
         golden, saved = _break_a_golden(project)  # missing_golden: a regression, exit 1
     try:
-        result = cli(project, "check", "--markdown", tmp_path / "out.md", env={"GITHUB_STEP_SUMMARY": str(summary)})
+        result = in_project(project, "check", "--markdown", tmp_path / "out.md", env={"GITHUB_STEP_SUMMARY": str(summary)})
     finally:
         if golden is not None:
             golden.write_text(saved)
@@ -347,7 +342,7 @@ def test_cli_job_summary_problems_are_a_warning_and_the_verdict_stands(project, 
 def test_cli_job_summary_appends(project, tmp_path):
     summary = tmp_path / "step-summary.md"
     summary.write_text("earlier step\n")
-    result = cli(project, "check", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    result = in_project(project, "check", env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert result.exit_code == 0
     text = summary.read_text()
     assert text.startswith("earlier step\n## hlo-audit check: passed\n")

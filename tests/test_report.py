@@ -26,6 +26,7 @@ import hlo_audit
 from hlo_audit import audit
 from hlo_audit.cli import app
 from hlo_audit.report import terminal, terminal_report
+from in_process import cli, in_project
 
 # One xdist group: the module's projects are made once, not once per worker.
 pytestmark = pytest.mark.xdist_group("report")
@@ -70,12 +71,6 @@ def project(tmp_path_factory):
     return root
 
 
-def cli(project, *args):
-    result = CliRunner().invoke(app, ["report", "--config", str(project / "hlo-audit.toml"), *map(str, args)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
-
-
 def cell(quant: str, scan: str = "off", layers: int = 4) -> str:
     return f"{LONG_MODEL}/scan-{scan}/{quant}/L{layers}"
 
@@ -86,7 +81,7 @@ def built(project, only: str | None = None, layers: str | None = None):
 
 
 def test_json_deltas_against_the_golden(project):
-    result = cli(project, "--format", "json")
+    result = in_project(project, "report", "--format", "json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "hlo-audit/report/v1"
@@ -134,20 +129,20 @@ def test_cells_without_a_golden_have_no_delta(project):
     assert set(frame.id) == {cell("dropout", layers=3)}
     assert frame.golden_delta.isna().all() and frame.golden_count.isna().all()
     assert frame["count"].sum() == 13
-    doc = json.loads(cli(project, "--format", "json", "--only", "scan=off,quant=dropout", "--layers", "3").stdout)
+    doc = json.loads(in_project(project, "report", "--format", "json", "--only", "scan=off,quant=dropout", "--layers", "3").stdout)
     (c,) = doc["cells"]
     assert (c["golden"], c["golden_delta"], c["by_dtype_delta"]) == (False, None, None)
 
 
 def test_csv_and_markdown_carry_the_same_rows(project):
-    csv = cli(project, "--format", "csv")
+    csv = in_project(project, "report", "--format", "csv")
     assert csv.exit_code == 0
     frame = pd.read_csv(io.StringIO(csv.stdout))
     expected = hlo_audit.params_frame(config=str(project / "hlo-audit.toml"))
     assert len(frame) == len(expected)
     assert frame["count"].tolist() == expected["count"].tolist()
     assert frame["golden_delta"].tolist() == expected["golden_delta"].astype(float).tolist()
-    md = cli(project, "--format", "markdown").stdout
+    md = in_project(project, "report", "--format", "markdown").stdout
     assert f"| `{cell('none')}` | 17 | +8 | f32 9, u32 8 |" in md
     assert re.search(rf"\| `{re.escape(cell('none'))}` \| 17 \|.*\| 8 \|$", md, re.M)  # 8 never-drawn RNG params
     assert f"| `{LONG_MODEL}/none/L4` | 5 | 2 | 17 | 8 |" in md
@@ -206,10 +201,10 @@ def test_piped_output_is_plain_without_progress(project):
 
 
 def test_bad_input_is_one_line(project, tmp_path):
-    result = cli(project, "--only", "colour=red")
+    result = in_project(project, "report", "--only", "colour=red")
     assert result.exit_code == 2
     assert result.stderr.strip().count("\n") == 0 and "colour" in result.stderr
-    result = cli(project, "--html", str(tmp_path), "--only", "quant=dropout")
+    result = in_project(project, "report", "--html", str(tmp_path), "--only", "quant=dropout")
     assert result.exit_code == 2 and "is a folder" in result.stderr and "Traceback" not in result.output
 
 
@@ -232,7 +227,7 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess:
 def test_html_report_renders_every_cell_in_chromium(project, tmp_path):
     pytest.importorskip("PIL", reason="Pillow (the dev extra) is not installed: the screenshot cannot be read")
     page = ARTIFACTS / "report.html"
-    result = cli(project, "--html", page)
+    result = in_project(project, "report", "--html", page)
     assert result.exit_code == 0, result.output
     html = page.read_text()
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in html
@@ -320,17 +315,11 @@ def regressed(tmp_path_factory):
     return root, config
 
 
-def check_cli(config: str, *args):
-    result = CliRunner().invoke(app, ["check", "--config", config, *map(str, args)])
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result
-
-
 def test_every_format_of_check_prints_the_same_numbers(regressed, tmp_path):
     root, config = regressed
     cells = json.loads(CliRunner().invoke(app, ["list", "--config", config, "--format", "json"]).stdout)["cells"]
     assert len(cells) == 8
-    doc = json.loads(check_cli(config, "--format", "json").stdout)
+    doc = json.loads(cli("check", "--config", config, "--format", "json").stdout)
     totals = doc["totals"]
     # Counted from the damage done, not from what the tool printed: 8 cells, each with one verdict.
     assert totals["cells"] == 8 and set(doc["verdicts"]) == {c["id"] for c in cells}
@@ -347,7 +336,7 @@ def test_every_format_of_check_prints_the_same_numbers(regressed, tmp_path):
     line = ("8 cells: 5 ok, 1 waived, 2 regression; findings: 4 advisory (4 folded), 1 waived, 1 stale, "
             "3 regression; 1 stale golden")
     for verbose in ((), ("--verbose",)):
-        table = check_cli(config, *verbose, "--junit", tmp_path / "junit.xml", "--markdown", tmp_path / "summary.md")
+        table = cli("check", "--config", config, *verbose, "--junit", tmp_path / "junit.xml", "--markdown", tmp_path / "summary.md")
         assert table.exit_code == 1
         assert table.stdout.splitlines()[-1] == f"hlo-audit check FAILED: {line}"
     markdown = (tmp_path / "summary.md").read_text().splitlines()
@@ -359,6 +348,6 @@ def test_every_format_of_check_prints_the_same_numbers(regressed, tmp_path):
     assert suite.find("system-out").text.splitlines()[0] == f"hlo-audit check FAILED: {line}"
     # Shards merged: the same numbers again.
     for k in (1, 2):
-        (tmp_path / f"shard{k}.json").write_text(check_cli(config, "--shard", f"{k}/2", "--format", "json").stdout)
+        (tmp_path / f"shard{k}.json").write_text(cli("check", "--config", config, "--shard", f"{k}/2", "--format", "json").stdout)
     merged = CliRunner().invoke(app, ["merge", str(tmp_path / "shard1.json"), str(tmp_path / "shard2.json")])
     assert merged.exit_code == 1 and merged.stdout.splitlines()[-1] == f"hlo-audit check FAILED: {line}"

@@ -66,6 +66,13 @@ class Stderr(threading.Thread):
             self.lines.append(line.rstrip("\n"))
 
 
+# A terminal starts a command with SIGHUP at its default; a process started from this test worker inherits what the
+# worker has, and a library an earlier test loaded here may have set SIGHUP to ignored in C (libtpu does). The
+# command is started as a terminal would, through an exec that sets it back first.
+AS_FROM_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                      "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+
+
 def wait_for(condition, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -94,7 +101,7 @@ TRIALS = [
 def test_a_signal_ends_the_command_and_every_process_it_started(project, command, signum, when):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(project)]), "HLO_AUDIT_HEARTBEAT": "600"}
     env.pop("GITHUB_STEP_SUMMARY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "hlo_audit", *command, "--jobs", "2", "--no-cache"], cwd=project,
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-m", "hlo_audit", *command, "--jobs", "2", "--no-cache"], cwd=project,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     stderr = Stderr(proc.stderr)
@@ -159,7 +166,7 @@ def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text(CONFIG.replace("sleepy", "stubborn").replace('"off", "on"', '"off"'))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
     env.pop("GITHUB_STEP_SUMMARY", None)
-    proc = subprocess.Popen([sys.executable, "-m", "hlo_audit", "run", "--jobs", "1", "--no-cache"], cwd=tmp_path,
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-m", "hlo_audit", "run", "--jobs", "1", "--no-cache"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     stderr = Stderr(proc.stderr)
@@ -181,3 +188,41 @@ def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
     assert code == 128 + signal.SIGTERM, (code, stderr.lines)
     assert stderr.lines[-1] == "hlo-audit: terminated (SIGTERM)", stderr.lines
     assert CLEANUP_SECONDS - 1 < seconds < CLEANUP_SECONDS + 10, seconds
+
+
+TPU_LOADER = """
+from hlo_audit.examples.nnx_mlp import lower as real
+from hlo_audit.platforms.tpu import topology_devices
+
+
+def lower(cell):
+    topology_devices("v6e-4")  # libtpu loads in this process and, finding SIGHUP at its default, ignores it
+    return real(cell)
+"""
+LIBRARY_USER = """
+import signal, sys
+from hlo_audit import audit
+
+assert signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+results = list(audit.execute(audit.plan("hlo-audit.toml"), jobs=1, use_cache=False))
+assert [r.status for r in results] == ["ok"], [(r.status, r.message) for r in results]
+status = open("/proc/self/status").read()
+print(int(status.split("SigIgn:")[1].split()[0], 16))
+"""
+
+
+@pytest.mark.tpu
+def test_a_process_using_hlo_audit_as_a_library_still_ends_on_sighup_after_libtpu_loaded(tmp_path):
+    """libtpu's start-up ignores SIGHUP behind Python's back when it finds it at its default (/proc's SigIgn gains
+    bit 1 while Python's getsignal still says default): a process lowering a TPU cell through hlo-audit as a library
+    (the pytest plugin, a script) no longer ended on a hang-up, and passed the ignore on to every process it started
+    (CI: a test worker's `golden update` alive 30 s after SIGHUP). What a target runs is bracketed so the
+    dispositions Python set come back."""
+    (tmp_path / "tpu_loader.py").write_text(TPU_LOADER)
+    (tmp_path / "hlo-audit.toml").write_text(CONFIG.replace("sleepy", "tpu_loader").replace('"off", "on"', '"off"'))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    done = subprocess.run([*AS_FROM_A_TERMINAL, "-c", LIBRARY_USER], cwd=tmp_path, capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ignored = int(done.stdout.split()[-1])
+    assert not ignored & (1 << (signal.SIGHUP - 1)), f"SIGHUP ignored after libtpu loaded: SigIgn {ignored:#x}"
