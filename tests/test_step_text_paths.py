@@ -106,6 +106,18 @@ def test_check_agrees_with_the_goldens_written_from_the_told_text(project):
     assert "rng_scaling" in forked.stdout and "hlo_text" not in forked.stdout, forked.stdout[-3000:]
 
 
+@pytest.mark.parametrize("kind", ["nnx", "nnx_lowered"])
+def test_a_compiled_nnx_jit_step_is_told_its_paths_in_its_op_names(kind):
+    """Stage compiled prints XLA's module with metadata, which a reading trusts before names: its op_name says
+    ``model.states[0][3]`` until told the path."""
+    cell = Cell(model=kind, scan=False, quant="fork", layers=2, target=TARGET, stage="compiled")
+    lowering = CallableTarget(TARGET).lower(cell)
+    checked = analyze(lowering.text, "<cell>", lowering.arg_keys, lowering.captured, lowering.arg_leaves)
+    assert described(analyze(lowering.text, "compiled.txt")) == described(checked)
+    assert "model[\\'layers\\'][\\'0\\'][\\'rngs\\'][\\'default\\'][\\'key\\']" in lowering.text
+    assert "states" not in "".join(p.path for p in checked.params)
+
+
 def test_text_that_already_names_its_paths_is_left_byte_for_byte():
     """jax.jit over state jax names by key (MaxText's train step): nothing to tell, nothing changes; an nnx.jit
     step's text is told, its op_name where it has one (XLA's dumps), else its name."""
