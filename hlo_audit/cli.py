@@ -444,10 +444,8 @@ def init(
                                                      "field (or keyword) that sets the depth.")] = None,
     scan_field: Annotated[str | None, typer.Option("--scan-field", metavar="NAME", help="--nnx: the config field "
                                                    "(or keyword) that turns layer scan on.")] = None,
-    sets: Annotated[list[str] | None, typer.Option("--set", metavar="NAME=VALUE", help="A field of the model's "
-                                                   "config (repeatable; typed as TOML: 64, 0.1, true, bfloat16): "
-                                                   "--nnx: of the --nnx-config object; --maxtext: a MaxText key.")]
-    = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", metavar="NAME=VALUE", help="A model config field, typed "
+                                                   "as TOML (repeatable): --nnx-config's, or MaxText's.")] = None,
     optimizer: Annotated[str, typer.Option("--optimizer", help="--nnx: an optax optimizer.")] = "adamw",
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="--nnx: its learning rate.")] = 1e-4,
     shards: Annotated[int, typer.Option("--shards", min=1, max=256, help="Check jobs in the CI workflow.")] = 2,
@@ -466,14 +464,10 @@ def init(
         scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or ())
     folder = pathlib.Path.cwd()
     made = scaffold.init_scaffold(folder, request)
-    written = scaffold.write(folder, made)
-    for path in written:
+    for path in scaffold.write(folder, made):
         print(f"wrote {path.relative_to(folder)}")
-    if made.shards < shards:
-        print(f"note: the workflow checks in {made.shards} shard{'s' if made.shards > 1 else ''}, not {shards}: "
-              "one per depth series at most (a series is never split)")
-    if not scaffold.ignores_cache(folder):
-        print("note: .hlo-audit-cache/ will hold the lowering cache: add it to .gitignore")
+    for note in scaffold.notes(folder, made, request):
+        print(f"note: {note}")
     if no_golden:
         print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
         raise typer.Exit(EXIT_OK)

@@ -33,7 +33,7 @@ from hlo_audit.usage import InputError
 # One scaffold per target kind, in the order the usage error names their options.
 KINDS: dict[str, TargetScaffold] = {s.kind: s for s in (NnxScaffold(), CallableScaffold(), MaxTextScaffold())}
 
-__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold",
+__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold", "notes",
            "unwritable", "write"]
 
 
@@ -138,6 +138,17 @@ def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str
                                          pyproject.read_text(errors="replace"), re.M):
         found.append("pyproject.toml [tool.hlo-audit]")
     return found
+
+
+def notes(folder: Path, scaffold: Scaffold, request: InitRequest) -> list[str]:
+    """What init tells besides the files it wrote: fewer check jobs than asked, a cache folder git would track."""
+    said = []
+    if scaffold.shards < request.shards:
+        said.append(f"the workflow checks in {scaffold.shards} shard{'s' if scaffold.shards > 1 else ''}, not "
+                    f"{request.shards}: one per depth series at most (a series is never split)")
+    if not ignores_cache(folder):
+        said.append(f"{DEFAULTS['cache_dir']}/ will hold the lowering cache: add it to .gitignore")
+    return said
 
 
 def ignores_cache(folder: Path) -> bool:
