@@ -33,7 +33,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hlo_audit.hlo.params import ArgLeaf, attributed_path, path_from_keystr, path_from_mangled_name
+from hlo_audit.hlo.params import (KIND_KEY, ArgLeaf, attributed_path, kind_role, name_role, path_from_keystr,
+                                  path_from_mangled_name, rng_stream_pairs)
+from hlo_audit.hlo.shapes import parse_shape
 
 if TYPE_CHECKING:
     import jax
@@ -238,7 +240,7 @@ def _variable_kind(nnx, variable: type) -> str:
 # The entry computation of a printed module, and its parameters' definitions: ``name = SHAPE parameter(N)...``
 # (XLA's dumps and compiled modules add ``metadata={op_name="state['model']..."}``, which a reading trusts first).
 _ENTRY = re.compile(r"^ENTRY\b.*?^\}", re.M | re.S)
-_PARAMETER = re.compile(r"^(\s*%?)([\w.\-]+)(\s*=\s*(?:\([^\n]*?\)|\S+)\s+parameter\((\d+)\)[^\n]*)$", re.M)
+_PARAMETER = re.compile(r"^(\s*%?)([\w.\-]+)(\s*=\s*(\([^\n]*?\)|\S+)\s+parameter\((\d+)\)[^\n]*)$", re.M)
 _OP_NAME = re.compile(r'(\bop_name=")((?:[^"\\]|\\.)*)(")')
 _DEFINED = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", re.M)
 _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_]")
@@ -246,32 +248,36 @@ _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_]")
 
 def name_parameters(text: str, keys: Sequence[Sequence[str]] | None, leaves: Sequence[ArgLeaf] | None) -> str:
     """``text`` with each entry parameter that does not read back (its ``op_name``, else its name) as the path
-    args_info gives it told that path: its ``op_name`` rewritten where it has one, else its name. The text as it
-    is where every parameter already reads right (jax.jit over state, named by key: MaxText's modules stay byte for
-    byte) or where the keys do not match the parameters."""
+    args_info gives it told that path: its ``op_name`` rewritten where it has one, else its name; and a leaf whose
+    kind gives its role where the text alone would not (a plain pytree's typed PRNG key) told its kind
+    (``params.KIND_KEY``). The text as it is where every parameter already reads right (jax.jit over state, named by
+    key: MaxText's modules stay byte for byte) or where the keys do not match the parameters."""
     entry = _ENTRY.search(text)
-    found = sorted((int(m[4]), m) for m in _PARAMETER.finditer(entry[0])) if entry else []
+    found = [m for _, m in sorted((int(m[5]), m) for m in _PARAMETER.finditer(entry[0]))] if entry else []
     if keys is None or len(found) != len(keys) or (leaves is not None and len(leaves) != len(keys)):
         return text
+    leaves = leaves if leaves is not None else [None] * len(keys)
+    said = [(op and path_from_keystr(op[2])) or path_from_mangled_name(m[2])
+            for m, op in ((m, _OP_NAME.search(m[3])) for m in found)]
+    paths = [attributed_path(s, k, leaf) for s, k, leaf in zip(said, keys, leaves)]
+    lines: dict[int, str] = {}  # a definition's start in the entry -> its line as told
     renames: dict[str, str] = {}
-    lines: dict[int, str] = {}  # a definition's start in the entry -> its line, op_name told the path
     taken: set[str] | None = None
-    for i, (_, m) in enumerate(found):
-        op_name = _OP_NAME.search(m[3])
-        said = (op_name and path_from_keystr(op_name[2])) or path_from_mangled_name(m[2])
-        path = attributed_path(said, keys[i], leaves[i] if leaves is not None else None)
-        if path == said:
-            continue
-        if op_name:
+    for m, path, was, kind in zip(found, paths, said, _untold_kinds(found, paths, leaves)):
+        line = m[0]
+        if path != was and _OP_NAME.search(m[3]):
             told = _keystr(path)
-            if told is not None:
-                lines[m.start()] = m[0][:m.start(3) - m.start()] + _OP_NAME.sub(
-                    lambda o, told=told: o[1] + told + o[3], m[3], count=1)
-            continue
-        taken = taken if taken is not None else set(_DEFINED.findall(text))
-        if (new := _parameter_name(path, taken)) is not None:
-            renames[m[2]] = new
-            taken.add(new)
+            line = line if told is None else line[:m.start(3) - m.start()] + _OP_NAME.sub(
+                lambda o, told=told: o[1] + told + o[3], m[3], count=1)
+        elif path != was:
+            taken = taken if taken is not None else set(_DEFINED.findall(text))
+            if (new := _parameter_name(path, taken)) is not None:
+                renames[m[2]] = new
+                taken.add(new)
+        if kind is not None:
+            line = _with_kind(line, kind)
+        if line != m[0]:
+            lines[m.start()] = line
     if lines:
         body = _PARAMETER.sub(lambda m: lines.get(m.start(), m[0]), entry[0])
         text = text[:entry.start()] + body + text[entry.end():]
@@ -279,6 +285,28 @@ def name_parameters(text: str, keys: Sequence[Sequence[str]] | None, leaves: Seq
         return text
     names = "|".join(re.escape(n) for n in sorted(renames, key=len, reverse=True))
     return re.sub(rf"(?<![\w.\-])(%?)({names})(?![\w.\-])", lambda m: m[1] + renames[m[2]], text)
+
+
+def _untold_kinds(found: list[re.Match], paths: list[str], leaves: Sequence[ArgLeaf | None]) -> list[str | None]:
+    """Per parameter, the kind to write into the text: a kind that gives a role (``params.kind_role``) which the
+    text alone (its paths by name, NNX's key/count stream structure) would not give; None elsewhere."""
+    shapes = [parse_shape(m[4]) for m in found]
+    streams = rng_stream_pairs(paths, shapes)
+    kinds = []
+    for i, (path, shape, leaf) in enumerate(zip(paths, shapes, leaves)):
+        role = kind_role(leaf.kind, shape) if leaf is not None else None
+        kinds.append(leaf.kind if role is not None and role != (streams.get(i) or name_role(path, shape)) else None)
+    return kinds
+
+
+def _with_kind(line: str, kind: str) -> str:
+    """A parameter's definition with ``KIND_KEY`` in its frontend attributes (added to any it has)."""
+    entry = f'{KIND_KEY}="{kind}"'
+    attributes = re.search(r"\bfrontend_attributes=\{([^}]*)\}", line)
+    if attributes is None:
+        return f"{line}, frontend_attributes={{{entry}}}"
+    inner = f"{attributes[1]},{entry}" if attributes[1].strip() else entry
+    return line[:attributes.start(1)] + inner + line[attributes.end(1):]
 
 
 def _keystr(path: str) -> str | None:

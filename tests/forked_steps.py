@@ -3,7 +3,8 @@
 ``forked_target(cell)``: ``cell.model`` is the step's kind: ``nnx`` (``nnx.jit(step).trace(model, x)``),
 ``nnx_lowered`` (``nnx.jit(step).lower(...)``), ``jax`` (``jax.jit`` over ``nnx.split``'s state) or ``pytree``
 (``jax.jit`` over a plain dict of arrays; the fork a raw key u32[2] and count u32[] per layer, as NNX's streams
-flatten: a typed PRNG key is RNG state by its dtype, which only args_info has, not the text); ``cell.quant`` is ``base``
+flatten) or ``pytree_typed`` (the same, the fork a typed PRNG key per layer: RNG state by its dtype alone, which
+only args_info has); ``cell.quant`` is ``base``
 or ``fork``: every layer keeps ``self.rngs = rngs.fork()`` (an ``nnx.Rngs`` it never draws from: a key u32[2] and
 a count u32[] per layer, carried), the regression of issue 26's user. The layers are an ``nnx.List`` named
 ``layers``; the step is SGD on a mean-square loss. Abstract throughout: nothing is allocated.
@@ -17,7 +18,7 @@ from flax import nnx
 
 WIDTH = 8
 BATCH = 4
-KINDS = ("nnx", "nnx_lowered", "jax", "pytree")
+KINDS = ("nnx", "nnx_lowered", "jax", "pytree", "pytree_typed")
 
 
 class Block(nnx.Module):
@@ -50,11 +51,14 @@ def _sgd(model, x):
     return value
 
 
-def _pytree_step(layers: int, fork: bool):
-    """jax.jit over a plain dict: ``params.layers_N.{w,b}``, and with the fork ``rngs.layers_N.{key,count}``."""
+def _pytree_step(layers: int, fork: bool, typed: bool):
+    """jax.jit over a plain dict: ``params.layers_N.{w,b}``, and with the fork ``rngs.layers_N.{key,count}`` (typed:
+    ``rngs.layers_N``, a ``jax.random.key``)."""
     state = {"params": {f"layers_{i}": {"w": jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32),
                                         "b": jax.ShapeDtypeStruct((WIDTH,), jnp.float32)} for i in range(layers)}}
-    if fork:
+    if fork and typed:
+        state["rngs"] = {f"layers_{i}": jax.eval_shape(lambda: jax.random.key(0)) for i in range(layers)}
+    elif fork:
         state["rngs"] = {f"layers_{i}": {"key": jax.ShapeDtypeStruct((2,), jnp.uint32),
                                          "count": jax.ShapeDtypeStruct((), jnp.uint32)} for i in range(layers)}
 
@@ -75,8 +79,8 @@ def forked_target(cell):
     if cell.model not in KINDS or cell.quant not in ("base", "fork"):
         raise ValueError(f"forked_target: model one of {KINDS}, quant base or fork; got {cell.model}/{cell.quant}")
     fork = cell.quant == "fork"
-    if cell.model == "pytree":
-        return _pytree_step(cell.layers, fork)
+    if cell.model.startswith("pytree"):
+        return _pytree_step(cell.layers, fork, typed=cell.model == "pytree_typed")
     model = nnx.eval_shape(lambda: Model(cell.layers, fork, nnx.Rngs(0)))
     x = jax.ShapeDtypeStruct((BATCH, WIDTH), jnp.float32)
     if cell.model == "nnx":

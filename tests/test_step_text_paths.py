@@ -4,7 +4,8 @@ An ``nnx.jit`` step's HLO names its parameters by flat index (``model_states_0__
 paths, which ``check`` and ``rng CELL`` read from args_info. The text the tool stores and prints (the golden's
 canonical text, ``lower``'s output) is told them (``attribution.name_parameters``), so ``diff`` and ``rng FILE``
 on it say what ``check`` and ``rng CELL`` say. Run on ``forked_steps``' target (a per-layer ``rngs.fork()``) in
-each kind: ``nnx.jit`` traced and lowered, ``jax.jit`` over ``nnx.split``'s state, a plain pytree.
+each kind: ``nnx.jit`` traced and lowered, ``jax.jit`` over ``nnx.split``'s state, a plain pytree (raw keys and
+counts, or typed keys: told their kind, ``frontend_attributes={hlo_audit_kind="prng_key"}``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from hlo_audit.targets.callable import CallableTarget
 from in_process import hlo_audit_here
 
 TARGET = "forked_steps:forked_target"
-# What the fork adds, per layer: one stream (key and count), by each kind's path.
-FORKED = {"nnx": "model.layers.{}.rngs.default", "nnx_lowered": "model.layers.{}.rngs.default",
+# What the fork adds at depth 2, by each kind's paths: the parameters, and the streams `rng` reports.
+STREAM = {"nnx": "model.layers.{}.rngs.default", "nnx_lowered": "model.layers.{}.rngs.default",
           "jax": "model.layers.{}.rngs.default", "pytree": "state.rngs.layers_{}"}
+FORKED = {kind: [f"{stream.format(i)}.{leaf}" for i in (0, 1) for leaf in ("key", "count")]
+          for kind, stream in STREAM.items()} | {"pytree_typed": ["state.rngs.layers_0", "state.rngs.layers_1"]}
+# rng's streams: a typed key per layer is one stream of its owner (the analysis groups lone keys by owner).
+STREAMS = {kind: [stream.format(i) for i in (0, 1)] for kind, stream in STREAM.items()} | {
+    "pytree_typed": ["state.rngs"]}
 
 
 @pytest.fixture(scope="module")
@@ -57,13 +63,17 @@ def test_golden_and_lowered_text_name_the_paths_check_reads(project, kind):
     text = (project / f"{kind}.txt").read_text()
     _, checked = cell_analysis(kind, "fork")
     expected = described(checked)
-    assert {f"{FORKED[kind].format(i)}.{leaf}" for i in (0, 1) for leaf in ("key", "count")} <= {
-        p[0] for p in expected}
+    assert set(FORKED[kind]) <= {p[0] for p in expected}
+    assert {p[1] for p in expected if p[0] in FORKED[kind]} == {"rng_key", "rng_count"} - (
+        {"rng_count"} if kind == "pytree_typed" else set())
     # The file as `diff` and `rng FILE` read it (no args_info): every parameter's path, role and group as check's.
     assert described(analyze(text, f"{kind}.txt")) == expected
     golden = (project / "golden" / f"{cell}.hlo.txt").read_text()
     assert described(analyze(golden, "golden")) == expected
     assert "states_0" not in text and "states_0" not in golden
+    from jax._src.lib import hlo  # XLA's own parser reads what the tool told the text (the oracle)
+
+    assert hlo.hlo_module_from_text(text).computations()  # the golden's canonical text is the tool's own format
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -77,8 +87,7 @@ def test_rng_on_the_file_and_on_the_cell_agree(project, kind):
     for report in (from_file, from_cell):
         report.pop("source")
     assert from_file == from_cell
-    assert from_file["carried"] == 2 and [s["path"] for s in from_file["stream_list"]] == [
-        FORKED[kind].format(i) for i in (0, 1)]
+    assert [s["path"] for s in from_file["stream_list"] if s["verdict"] == "carried"] == STREAMS[kind]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -89,7 +98,8 @@ def test_diff_of_base_and_forked_text_is_rng_state_only(project, kind):
     assert diffed.returncode == 1, diffed.stderr
     report = json.loads(diffed.stdout)
     assert report["verdict"] == "rng-state-only", report["verdict"]
-    assert report["entry_params"] == {"old": 5, "new": 9}  # x, two kernels, two biases; + a key, a count per layer
+    # x, two kernels, two biases; + a key and a count per layer (a typed key: the key alone)
+    assert report["entry_params"] == {"old": 5, "new": 7 if kind == "pytree_typed" else 9}
     # The golden of the forked cell and the forked cell's `lower` output are one program, named alike.
     same = hlo_audit_here(project, "diff", str(project / "golden" / f"{kind}/scan-off/fork/L2.hlo.txt"),
                           f"{kind}-fork.txt", "--format", "json")
@@ -133,3 +143,8 @@ def test_text_that_already_names_its_paths_is_left_byte_for_byte():
     assert "tuple(model_states_0__0_.1, model__rngs____default____count__.1)" in told
     assert [p.path for p in analyze(told).params] == ["model.rngs.default.key", "model.rngs.default.count"]
     assert name_parameters(text, keys[:1], leaves[:1]) == text  # keys that do not match: untouched
+    # A typed key the text cannot tell (a lone u32[2] under no `rngs`): told its kind, beside attributes it has.
+    typed = text.replace('parameter(0), metadata', 'parameter(0), frontend_attributes={a="b"}, metadata')
+    told = name_parameters(typed, [("noise",), ("step",)], [ArgLeaf("state", "prng_key"), ArgLeaf("state", None)])
+    assert 'parameter(0), frontend_attributes={a="b",hlo_audit_kind="prng_key"}, metadata' in told
+    assert [(p.path, p.role) for p in analyze(told).params] == [("state.noise", "rng_key"), ("state.step", "step")]
