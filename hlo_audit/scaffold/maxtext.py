@@ -4,7 +4,7 @@ contributor's checkout, their branch)."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import yaml
@@ -29,7 +29,7 @@ class MaxTextScaffold(TargetScaffold):
                  f"quant = {toml_value(list(request.quants or DEFAULT_QUANTS))}",
                  f"layers = {toml_value(list(request.layers))}", 'scan = ["on", "off"]']
         if request.fields:  # --set: MaxText config keys for every model, over the defaults the table would drop
-            _known_keys(dict(request.fields))
+            _known_keys(name for name, _ in request.fields)
             lines += ["", "[overrides]  # MaxText config keys per model (init --set)"]
             lines += [f"{toml_key(m)} = {toml_value({**DEFAULTS['overrides'].get(m, {}), **dict(request.fields)})}"
                       for m in request.models or DEFAULT_MODELS]
@@ -44,7 +44,7 @@ class MaxTextScaffold(TargetScaffold):
         return lines
 
 
-def _known_keys(fields: Mapping[str, object]) -> None:
+def _known_keys(names: Iterable[str]) -> None:
     """Every ``--set`` key is one of MaxText's base.yml (every key MaxText's config takes is there); an InputError
     naming the first that is not. Without MaxText installed there is nothing to check against: lowering says."""
     spec = importlib.util.find_spec("maxtext")
@@ -53,6 +53,6 @@ def _known_keys(fields: Mapping[str, object]) -> None:
     if base is None or not base.is_file():
         return
     known = yaml.safe_load(base.read_text()) or {}
-    for name in fields:
+    for name in names:
         if name not in known:
             raise InputError(f"init --set {name}: MaxText's config has no key {name!r} (its keys are in {base})")
