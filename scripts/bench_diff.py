@@ -35,7 +35,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from a checkout
 
-from bench_hlo import CLOCKS, LoweringError, cached_hlo, naive_renumber
+from bench_hlo import CLOCKS, LoweringError, cached_hlo, naive_renumber, timing_options
 
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
@@ -100,12 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", type=pathlib.Path, help="old module (default: llama3-8b L32 unrolled, unquantized)")
     parser.add_argument("--new", type=pathlib.Path, help="new module (default: llama3-8b L32 unrolled, int8)")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds; each case reports its best (default 3)")
-    parser.add_argument("--cache-dir", type=pathlib.Path, default=None, help="where the lowered HLO is cached")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                        help="wall: elapsed time; cpu: this process's CPU time, steadier on a busy machine")
-    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    return parser
+    return timing_options(parser, repeat=3)
 
 
 def text_diff(old_text: str, new_text: str) -> list[str]:

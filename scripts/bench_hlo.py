@@ -72,7 +72,13 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hlo", type=pathlib.Path, help="HLO text file to use instead of the llama3-8b lowering")
-    parser.add_argument("--repeat", type=int, default=5, help="rounds; each case reports its best (default 5)")
+    return timing_options(parser, repeat=5)
+
+
+def timing_options(parser: argparse.ArgumentParser, repeat: int) -> argparse.ArgumentParser:
+    """The options of every bench that times cases on lowered llama3-8b modules (this one, bench_diff.py)."""
+    parser.add_argument("--repeat", type=int, default=repeat, help=f"rounds; each case reports its best (default "
+                                                                   f"{repeat})")
     parser.add_argument("--cache-dir", type=pathlib.Path, default=None, help="where the lowered HLO is cached")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall: elapsed time; cpu: this process's CPU time, steadier on a busy machine")

@@ -28,6 +28,7 @@ from hlo_audit.matrix import Cell
 from hlo_audit.run import run_cells
 from hlo_audit.targets.callable import CallableTarget
 from in_process import in_project
+from projects import config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,9 +86,8 @@ def lower(cell):
 lower.full_depth = {{"mlp": 8}}
 '''
 
-EXAMPLE = ('target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["none", "dropout0"]\n'
-           'scan = ["off"]\nlayers = [2, 3]\n')
-CONFIG = 'target = "stack.target:lower"\nmodels = ["mlp"]\nquant = ["none"]\nscan = ["off"]\nlayers = [2, 3]\n'
+EXAMPLE = config(quant=["none", "dropout0"], scan=["off"], layers=[2, 3])
+CONFIG = config(target="stack.target:lower", scan=["off"], layers=[2, 3])
 
 
 def _project(root: Path, model_module: str = "stack.model") -> Path:

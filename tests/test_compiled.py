@@ -31,24 +31,16 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
 from hlo_audit.targets.callable import CallableTarget
 from in_process import in_project
+from projects import config
 
 # Compiles for a TPU topology: needs libtpu (skipped without it). One xdist group: the project's run (~20 s of
 # compiles) is made once, not once per worker.
 pytestmark = [pytest.mark.tpu, pytest.mark.xdist_group("compiled")]
 
 TARGET = "hlo_audit.examples.nnx_mlp:lower"
-CONFIG = f"""
-target = "{TARGET}"
-models = ["mlp"]
-scan = ["on", "off"]
-quant = ["dropout0"]
-layers = [2]
-stage = "compiled"
-
-[[matrix]]
-platform = "tpu"
-topology = "v6e-4"
-"""
+MATRIX = {"target": TARGET, "scan": ["on", "off"], "quant": ["dropout0"], "stage": "compiled",
+          "matrix": [{"platform": "tpu", "topology": "v6e-4"}]}
+CONFIG = config(**MATRIX)
 TPU_CELL = "mlp/scan-off/dropout0/L2/tpu-v6e-4/compiled"
 CPU_CELL = "mlp/scan-off/dropout0/L2/compiled"
 MEMORY_KEYS = {"argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes"}
@@ -122,9 +114,8 @@ def test_second_run_is_served_from_the_cache_with_memory_and_cost(project):
 def test_golden_memory_ratchet_and_report(project, tmp_path):
     project_dir, _ = project
     # The same cells (their compiles cached), goldens of their own.
-    config = CONFIG.replace(
-        "[[matrix]]", f'cache_dir = "{project_dir / ".hlo-audit-cache"}"\ngolden_dir = "{tmp_path / "golden"}"\n\n[[matrix]]')
-    (tmp_path / "hlo-audit.toml").write_text(config)
+    folders = {"cache_dir": str(project_dir / ".hlo-audit-cache"), "golden_dir": str(tmp_path / "golden")}
+    (tmp_path / "hlo-audit.toml").write_text(config(**MATRIX, **folders))
     assert cli(tmp_path, "golden", "update").exit_code == 0
     path = tmp_path / "golden" / f"{TPU_CELL}.json"
     record = json.loads(path.read_text())
@@ -142,11 +133,11 @@ def test_golden_memory_ratchet_and_report(project, tmp_path):
     finding = next(f for f in json.loads(warned.stdout)["findings"] if f["rule"] == "memory")
     assert (finding["cell"], finding["severity"]) == (TPU_CELL, "advisory")
     assert "temp_bytes" in finding["message"] and "+10.0%" in finding["message"]
-    strict = config + '\n[policy]\nmemory = "fail"\n'
-    (tmp_path / "hlo-audit.toml").write_text(strict)
+    (tmp_path / "hlo-audit.toml").write_text(config(**MATRIX, **folders, policy={"memory": "fail"}))
     failed = cli(tmp_path, "check")
     assert failed.exit_code == 1 and "compiled memory grew beyond 2% of the golden" in " ".join(failed.stdout.split())
-    (tmp_path / "hlo-audit.toml").write_text("memory_tolerance = 0.2\n" + strict)
+    (tmp_path / "hlo-audit.toml").write_text(config(**MATRIX, **folders, policy={"memory": "fail"},
+                                                    memory_tolerance=0.2))
     assert cli(tmp_path, "check").exit_code == 0  # within a 20% tolerance
 
     # The report shows the compiled view with the change against the golden, in every format.

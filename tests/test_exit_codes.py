@@ -22,9 +22,11 @@ from typer.testing import CliRunner
 
 from hlo_audit.cli import app
 
+from projects import config
+
 REPO = Path(__file__).resolve().parent.parent
 CLI = Path(sys.executable).with_name("hlo-audit")
-CONFIG = 'target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["none"]\nscan = ["off"]\nlayers = [2]\n'
+CONFIG = config(scan=["off"])
 SMALL = "HloModule m\nENTRY e {\n  p = f32[2] parameter(0)\n  ROOT r = f32[2] negate(p)\n}\n"
 
 

@@ -17,11 +17,11 @@ from hlo_audit.cache import Cache
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.text import parse_module
 from in_process import Ran, hlo_audit_here
+from projects import config
 from xla_oracle import our_counts, xla_counts
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = 'target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = ["mlp"]\nquant = ["none", "dropout0", "int8"]\n' \
-         'layers = [2, 3]\n'
+CONFIG = config(quant=["none", "dropout0", "int8"], layers=[2, 3])
 
 
 def hlo_audit(folder: Path, *args: str, env: dict | None = None) -> Ran:

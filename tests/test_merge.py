@@ -13,15 +13,11 @@ from pathlib import Path
 
 import pytest
 from in_process import Ran, hlo_audit_here
+from projects import config
 
 # One xdist worker runs the module, so the shards fixture lowers and checks once.
 pytestmark = pytest.mark.xdist_group("merge")
-CONFIG = """
-target = "hlo_audit.examples.nnx_mlp:lower"
-models = ["mlp"]
-quant = ["none", "dropout0"]
-layers = [2, 3]
-"""
+CONFIG = config(quant=["none", "dropout0"], layers=[2, 3])
 
 
 def hlo_audit(project: Path, *args) -> Ran:

@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from hlo_audit.cli import app
 from hlo_audit.files import OutputError, check_output, write_output
 from in_process import in_project
+from projects import DROPOUT_WAIVER, config
 
 REPO = Path(__file__).resolve().parent.parent
 TEXT = "<?xml version='1.0' encoding='utf-8'?>\n<testsuite name=\"hlo-audit\" tests=\"0\" />\n"
@@ -213,18 +214,7 @@ def test_a_block_device_and_a_path_below_a_file_are_refused(tmp_path):
 # Through the CLI, on a real check
 # --------------------------------------------------------------------------------------------------------------
 
-CONFIG = """
-target = "hlo_audit.examples.nnx_mlp:lower"
-models = ["mlp"]
-quant = ["none", "dropout0"]
-layers = [2, 3]
-golden_dir = "golden"
-
-[[waive]]
-rule = "rng_scaling"
-quant = "dropout0"
-reason = "the example keeps a never-drawn dropout stream on purpose"
-"""
+CONFIG = config(quant=["none", "dropout0"], layers=[2, 3], golden_dir="golden", waive=[DROPOUT_WAIVER])
 
 
 @pytest.fixture(scope="module")

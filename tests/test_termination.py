@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from projects import config
+
 pytestmark = pytest.mark.xdist_group("process_faults")
 REPO = Path(__file__).resolve().parent.parent
 TARGET = """
@@ -34,7 +36,7 @@ def lower(cell):
         time.sleep(120)
     return real(cell)
 """
-CONFIG = 'target = "sleepy:lower"\nmodels = ["mlp"]\nquant = ["none"]\nscan = ["off", "on"]\nlayers = [2]\n'
+CONFIG = config(target="sleepy:lower", scan=["off", "on"])
 
 
 def session_processes(sid: int) -> list[str]:
@@ -163,7 +165,7 @@ def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
     from hlo_audit.termination import CLEANUP_SECONDS
 
     (tmp_path / "stubborn.py").write_text(STUBBORN)
-    (tmp_path / "hlo-audit.toml").write_text(CONFIG.replace("sleepy", "stubborn").replace('"off", "on"', '"off"'))
+    (tmp_path / "hlo-audit.toml").write_text(config(target="stubborn:lower", scan=["off"]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
     env.pop("GITHUB_STEP_SUMMARY", None)
     proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-m", "hlo_audit", "run", "--jobs", "1", "--no-cache"], cwd=tmp_path,
@@ -219,7 +221,7 @@ def test_a_process_using_hlo_audit_as_a_library_still_ends_on_sighup_after_libtp
     (CI: a test worker's `golden update` alive 30 s after SIGHUP). What a target runs is bracketed so the
     dispositions Python set come back."""
     (tmp_path / "tpu_loader.py").write_text(TPU_LOADER)
-    (tmp_path / "hlo-audit.toml").write_text(CONFIG.replace("sleepy", "tpu_loader").replace('"off", "on"', '"off"'))
+    (tmp_path / "hlo-audit.toml").write_text(config(target="tpu_loader:lower", scan=["off"]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
     done = subprocess.run([*AS_FROM_A_TERMINAL, "-c", LIBRARY_USER], cwd=tmp_path, capture_output=True, text=True,
                           env=env, timeout=300)
