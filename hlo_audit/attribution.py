@@ -290,7 +290,10 @@ def name_parameters(text: str, keys: Sequence[Sequence[str]] | None, leaves: Seq
 def _untold_kinds(found: list[re.Match], paths: list[str], leaves: Sequence[ArgLeaf | None]) -> list[str | None]:
     """Per parameter, the kind to write into the text: a kind that gives a role (``params.kind_role``) which the
     text alone (its paths by name, NNX's key/count stream structure) would not give; None elsewhere."""
-    shapes = [parse_shape(m[4]) for m in found]
+    try:
+        shapes = [parse_shape(m[4]) for m in found]
+    except ValueError:  # a shape this reading cannot take: tell nothing rather than fail the cell
+        return [None] * len(found)
     streams = rng_stream_pairs(paths, shapes)
     kinds = []
     for i, (path, shape, leaf) in enumerate(zip(paths, shapes, leaves)):
