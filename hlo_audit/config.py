@@ -45,6 +45,7 @@ class Config:
     waivers: tuple[Mapping[str, str], ...] = ()  # each: rule, reason, and cell attributes to match
     waivers_built_in: bool = False  # the config wrote no waive list: the waivers are DEFAULTS'
     memory_tolerance: float = DEFAULTS["memory_tolerance"]
+    program_size_tolerance: float = DEFAULTS["program_size_tolerance"]
     # Per series: the axes (scan, quant) the config left to their default, which a callable target's function may
     # declare (its `scan` / `quant` attribute) once the plan imports it (``resolve``).
     defaulted: tuple[frozenset[str], ...] = ()
@@ -180,9 +181,11 @@ def validate(raw: dict, source: str, base: Path) -> Config:
                        "by [nnx] and [nnx.models.NAME]")
     if raw.get("nnx") and target != nnx_spec.TARGET:
         fail("nnx", f"only target = 'nnx' reads the [nnx] table (target is {target!r})")
-    tolerance = merged["memory_tolerance"]
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
-        fail("memory_tolerance", f"expected a fraction in [0, 1), e.g. 0.02 for 2%, got {tolerance!r}")
+    tolerance, size_tolerance = merged["memory_tolerance"], merged["program_size_tolerance"]
+    for key, value, example in (("memory_tolerance", tolerance, "0.02 for 2%"),
+                                ("program_size_tolerance", size_tolerance, "0.05 for 5%")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            fail(key, f"expected a fraction in [0, 1), e.g. {example}, got {value!r}")
     golden_dir, cache_dir = _folders(merged, base, fail)
     series = _series(merged, target, base, fail)
     entries = merged["matrix"]
@@ -196,9 +199,10 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     waivers, built_in = _waivers(merged["waive"], fail), "waive" not in raw and bool(merged["waive"])
     return Config(
         source=source, target=target, series=series, memory_tolerance=float(tolerance),
+        program_size_tolerance=float(size_tolerance),
         cache_dir=cache_dir, golden_dir=golden_dir, exclude=exclude, policy=policy,
         waivers=waivers, waivers_built_in=built_in, defaulted=defaulted, nnx=specs,
-        rules=Policy.of(policy, waivers, built_in, source, float(tolerance)),
+        rules=Policy.of(policy, waivers, built_in, source, float(tolerance), float(size_tolerance)),
     )
 
 

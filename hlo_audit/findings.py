@@ -9,11 +9,12 @@ waived, that names the waivers (``Finding.waived``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from hlo_audit.hlo.thunks import LaunchGroup
+from hlo_audit.hlo.changes import Change
+from hlo_audit.hlo.launch_groups import LaunchGroup
 from hlo_audit.policy import Waiver
 from hlo_audit.results import Severity
 
@@ -164,6 +165,7 @@ class TextKind(StrEnum):
     CHANGED = "changed"  # a regression
     RNG_DROPPED = "rng_dropped"  # RNG state only, dropped: an improvement to accept
     MOVED = "moved"  # another environment than the golden's: advisory
+    RENAMED = "renamed"  # entry parameters renamed, the program the same (renamed-only): advisory, to record
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,37 @@ class TextChange:
     rng_params: int  # RNG parameters gained (negative: dropped)
     environment: tuple[EnvironmentChange, ...]
     command: str
+    renames: tuple[Change, ...] = ()  # renamed-only: the renames (hlo.changes, kind rename)
+
+
+@dataclass(frozen=True)
+class KernelBody:
+    """Kernels of one name (``hlo.kernels.kernel_name``) whose bodies, by content digest, are not the golden's."""
+
+    name: str
+    golden: tuple[str, ...]  # the digests, sorted
+    now: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NamedChange:
+    """What a named rule (donation, host_transfer, precision, program_size, kernels: ``named_rules``) found against
+    the golden: the structural diff's records of its kind (``hlo.changes.Change``: kind, place, counts, bytes) and
+    the numbers it judged by.
+
+    ``worse``: a regression (else an improvement to accept). ``sizes``: name -> (golden, now): program_size's
+    ``instructions`` (in the text) and ``instructions_per_step``; donation's compiled ``alias_bytes`` and the memory
+    kinds that moved with it (the cost of the lost donation, not a memory improvement). ``by_opcode``: program_size's
+    instructions per step that moved, by opcode. ``tolerance``: program_size's ratchet."""
+
+    rule: str
+    worse: bool
+    changes: tuple[Change, ...] = ()
+    kernels: tuple[KernelBody, ...] = ()
+    sizes: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    by_opcode: Mapping[str, int] = field(default_factory=dict)
+    tolerance: float | None = None
+    command: str = ""
 
 
 @dataclass(frozen=True)
@@ -230,7 +263,7 @@ class Worded:
 
 
 Facts = (Matches | LoweringFailure | MissingGolden | StaleGolden | CountChange | TextChange | MemoryChange
-         | RngScaling | LaunchScaling | DeadRng | StaleWaiver | Worded)
+         | RngScaling | LaunchScaling | DeadRng | StaleWaiver | NamedChange | Worded)
 
 
 @dataclass(frozen=True)

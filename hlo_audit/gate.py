@@ -20,8 +20,13 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   step on 8xH100 as 8% of step time), and a stream shared across layers adds them without a parameter.
 * ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
   flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
-  still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only, dropped, is an
-  improvement to accept (a fix like seed 001's), not a regression.
+  and the named rules still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only,
+  dropped, is an improvement to accept (a fix like seed 001's), not a regression; one that only renames entry
+  parameters (``renamed-only``) is an advisory listing the renames, which ``golden update`` records.
+* The named rules (``named_rules``; each ``fail`` by default): ``donation``, ``host_transfer``, ``precision``,
+  ``program_size`` (a ratchet within ``program_size_tolerance``) and ``kernels`` (kernel bodies by content), read
+  from the structural diff of the cell's text against the golden's (run once, where they differ) and the golden
+  record's kernel digests. They gate whether or not ``hlo_text`` is advisory.
 * ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
 * ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
   costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
@@ -31,7 +36,8 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
 * ``memory`` (default ``warn``): a ratchet on a compiled cell's memory analysis, as ``count`` is on entry
   parameters: argument, output, temp or generated-code bytes above the golden's by more than
   ``memory_tolerance`` (a fraction, default 2%) is a regression; below it by as much, an improvement that asks
-  to tighten the golden. Alias bytes are not gated: more of them means less memory.
+  to tighten the golden. Alias bytes are not gated here: more of them means less memory, and fewer is a lost
+  donation (the ``donation`` rule), whose smaller temp buffers are no improvement.
 
 Every finding is a typed record (``findings``): its place, rule, severity and the numbers behind it. The gate words
 nothing (``report.words`` does); a waiver makes a new finding, of severity waived, that names the waiver.
@@ -49,11 +55,13 @@ from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, 
                                 StaleGolden, StaleWaiver, TextChange, TextKind)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden, read_snapshot
-from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.diff import captured_delta, count_delta, diff_modules
-from hlo_audit.hlo.thunks import group_delta
+from hlo_audit import named_rules
+from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.hlo.diff import captured_delta, count_delta
+from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
+from hlo_audit.named_rules import Structural
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy, Rule
@@ -134,9 +142,16 @@ class Gate:
         else:
             found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads)))
             problem = self._text_problem(result, golden, normalized)
+            # The structural diff, once, where the texts differ: the named rules and the text rule read it.
+            structural = (Structural.of(golden.hlo, normalized) if problem is None and golden.hlo is not None
+                          and normalized is not None and golden.hlo != normalized else None)
+            named = self._named(result, golden.record, structural)
+            found.extend(self._apply(rule, result, finding) for rule, finding in named.items())
             found.append(self._apply(Rule.MISSING_GOLDEN, result, problem) if problem else
-                         self._apply(Rule.HLO_TEXT, result, self._text(result, golden, normalized)))
-            found.append(self._apply(Rule.MEMORY, result, self._memory(result, golden.record)))
+                         self._apply(Rule.HLO_TEXT, result, self._text(result, golden, normalized, structural)))
+            donation = named.get(Rule.DONATION)
+            lost = donation is not None and donation.severity is Severity.REGRESSION
+            found.append(self._apply(Rule.MEMORY, result, self._memory(result, golden.record, lost)))
         found.append(self._apply(Rule.RNG_SCALING, result, rng_scaling(result, leads)))
         found.append(self._apply(Rule.LAUNCH_SCALING, result, launch_scaling(result, leads)))
         found.append(self._apply(Rule.DEAD_RNG, result, self._dead_rng(result)))
@@ -185,28 +200,43 @@ class Gate:
         cid = result.cell.id
         return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(why, self.command(cid)))
 
-    def _text(self, result: CellResult, golden: Golden, normalized: str | None) -> Finding | None:
+    def _named(self, result: CellResult, golden: GoldenRecord, structural: Structural | None) -> dict[str, Finding]:
+        """The named rules' findings (``named_rules``), before policy: each a regression or an improvement."""
+        cid, command = result.cell.id, self.command(result.cell.id)
+        facts = (named_rules.donation(structural, golden.memory, result.memory, self.policy.memory_tolerance, command),
+                 named_rules.host_transfer(structural, command), named_rules.precision(structural, command),
+                 named_rules.program_size(structural, self.policy.program_size_tolerance, command),
+                 named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command))
+        return {f.rule: Finding(cid, Severity.REGRESSION if f.worse else Severity.IMPROVEMENT, f.rule, f)
+                for f in facts if f is not None}
+
+    def _text(self, result: CellResult, golden: Golden, normalized: str | None,
+              structural: Structural | None) -> Finding | None:
         """The canonical text against the golden's, judged by `diff`'s verdict: a text that differs only by RNG
-        state it dropped is an improvement to accept, not a regression; under another environment than the
-        golden's, advisory (the counts still gate)."""
-        if golden.hlo is None or normalized is None or golden.hlo == normalized:
+        state it dropped is an improvement to accept, not a regression; one whose entry parameters are renamed and
+        whose program is the same (renamed-only) an advisory listing the renames; under another environment than
+        the golden's, advisory (the counts and the named rules still gate)."""
+        if structural is None or normalized is None:
             return None
         diff = list(difflib.unified_diff(golden.hlo.splitlines(), normalized.splitlines(), "golden", "now",
                                          lineterm="", n=0))
         changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
-        verdict, changes, rng = text_verdict(golden.hlo, normalized)
+        verdict, rng = structural.diff.verdict, structural.rng_params
         moved = environment_changes(golden.environment, result.environment)
         kind = (TextKind.MOVED if moved else TextKind.RNG_DROPPED if verdict == "rng-state-only" and rng < 0
-                else TextKind.CHANGED)
+                else TextKind.RENAMED if verdict == "renamed-only" else TextKind.CHANGED)
         severity = {TextKind.MOVED: Severity.ADVISORY, TextKind.RNG_DROPPED: Severity.IMPROVEMENT,
-                    TextKind.CHANGED: Severity.REGRESSION}[kind]
+                    TextKind.RENAMED: Severity.ADVISORY, TextKind.CHANGED: Severity.REGRESSION}[kind]
+        renames = structural.named(ChangeKind.RENAME) if verdict == "renamed-only" else ()
         return Finding(result.cell.id, severity, Rule.HLO_TEXT, TextChange(
-            kind=kind, changed_lines=changed, diff=tuple(diff[:TEXT_DIFF_LINES]), verdict=verdict, changes=changes,
-            rng_params=rng, environment=moved, command=self.command(result.cell.id)))
+            kind=kind, changed_lines=changed, diff=tuple(diff[:TEXT_DIFF_LINES]), verdict=verdict,
+            changes=tuple(structural.diff.changes), rng_params=rng, environment=moved,
+            command=self.command(result.cell.id), renames=renames))
 
-    def _memory(self, result: CellResult, golden: GoldenRecord) -> Finding | None:
+    def _memory(self, result: CellResult, golden: GoldenRecord, lost_donation: bool = False) -> Finding | None:
         """Compiled memory beyond ``memory_tolerance`` of the golden's, by gated kind: up a regression, down an
-        improvement."""
+        improvement, except where the step lost its donation (``lost_donation``): then less temp memory is the
+        donation's cost moved, not a gain, and the donation finding reports it."""
         old, new = golden.memory, result.memory
         if old is None or new is None:
             return None
@@ -216,6 +246,8 @@ class Gate:
         if not changed:
             return None
         grew = any(b > a for a, b in changed.values())
+        if lost_donation and not grew:
+            return None
         return Finding(result.cell.id, Severity.REGRESSION if grew else Severity.IMPROVEMENT, Rule.MEMORY,
                        MemoryChange(changed, tolerance, grew, self.command(result.cell.id)))
 
@@ -334,7 +366,7 @@ def increment_changes(old: Increments | None, rng: RngSummary | None) -> Increme
 
 def launch_changes(old: GoldenLaunches | Launches | None, new: Launches | None) -> LaunchChange | None:
     """A GPU cell's launches per step against the golden's (``GoldenLaunches``; or two programs' ``Launches``):
-    kernels in all, scalar ones and collectives, with the launch groups that came and went (``hlo.thunks.
+    kernels in all, scalar ones and collectives, with the launch groups that came and went (``hlo.launch_groups.
     group_delta``); None when either side has none (a golden written before they were kept, a cell that is not a
     GPU's) or no gated count moved."""
     if old is None or new is None:
@@ -372,15 +404,6 @@ def slope_changes(old: Slopes | None, series: Series | None) -> SlopeChange | No
             if old.launches.get(key, 0) != series.launches[key].slope:
                 moved[word] = (old.launches.get(key, 0), series.launches[key].slope)
     return SlopeChange(moved) if moved else None
-
-
-def text_verdict(golden_text: str, text: str) -> tuple[str, tuple[str, ...], int]:
-    """`diff`'s verdict between the golden's canonical text and the cell's, its kinds of change, and the RNG
-    parameters gained (negative: dropped)."""
-    before, after = analyze(golden_text, "golden"), analyze(text, "now")
-    result = diff_modules(before, after, max_text_lines=0)
-    rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
-    return result.verdict, tuple(result.changes), rng
 
 
 def environment_changes(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:

@@ -16,7 +16,7 @@ from typing import Any
 from hlo_audit import platforms
 from hlo_audit.files import read_bounded
 from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
-                                MissingGolden, RngScaling, StaleWaiver, TextChange, Worded)
+                                MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Worded)
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.outcome import Outcome
@@ -54,7 +54,7 @@ def cell_record(r: CellResult, slope: float | None = None) -> Json:
         "rng_streams": r.rng.to_record(with_streams=False) if r.rng else None,
         # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
         "memory": r.memory, "cost": r.cost,
-        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.thunks), total,
+        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.launches), total,
         # by kind and category, scalar, collectives, reading RNG state, the scalar groups and every group.
         "kernels": r.launches.to_record() if r.launches else None,
         # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
@@ -86,11 +86,22 @@ def _count_details(facts: CountChange) -> Json:
             "regenerate": facts.command}
 
 
+def _named_details(facts: NamedChange) -> Json:
+    """A named rule's finding: every change of its kind (kind, action, subject, place, counts, bytes, FLOPs: the
+    HLO core's record, ``hlo.changes.Change.to_record``) and the numbers it judged by."""
+    return {"regression": facts.worse, "changes": [c.to_record() for c in facts.changes],
+            "kernels": [{"name": k.name, "golden": list(k.golden), "now": list(k.now)} for k in facts.kernels],
+            "sizes": {k: {"golden": a, "now": b} for k, (a, b) in facts.sizes.items()},
+            "by_opcode": dict(facts.by_opcode), "tolerance": facts.tolerance, "regenerate": facts.command}
+
+
 _DETAILS: dict[type, Callable[[Any], Json]] = {
     MissingGolden: lambda f: {} if f.why is None else {"regenerate": f.command},
     CountChange: _count_details,
     TextChange: lambda f: {"changed_lines": f.changed_lines, "diff": list(f.diff), "regenerate": f.command,
-                           "verdict": f.verdict, "changes": list(f.changes), "rng_params": f.rng_params},
+                           "verdict": f.verdict, "changes": list(f.changes), "rng_params": f.rng_params,
+                           **({"renames": [c.to_record() for c in f.renames]} if f.renames else {})},
+    NamedChange: lambda f: _named_details(f),
     MemoryChange: lambda f: {"memory": {k: {"golden": a, "now": b} for k, (a, b) in f.changed.items()},
                              "tolerance": f.tolerance, "regenerate": f.command},
     RngScaling: lambda f: {"rng_per_layer": f.slope, "depths": list(f.depths)},

@@ -28,12 +28,20 @@ class Rule(StrEnum):
     DEAD_RNG = "dead_rng"
     MEMORY = "memory"
     STALE_WAIVER = "stale_waiver"
+    # The named rules: kinds of change the structural diff names against the golden's text (``named_rules``).
+    DONATION = "donation"
+    HOST_TRANSFER = "host_transfer"
+    PRECISION = "precision"
+    PROGRAM_SIZE = "program_size"
+    KERNELS = "kernels"
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
 
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
-                  "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn"}
+                  "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn",
+                  "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
+                  "kernels": "fail"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ class Policy:
     actions: Mapping[str, str]
     waivers: Sequence[Waiver] = ()
     memory_tolerance: float = 0.02  # the memory rule's allowance over the golden, as a fraction
+    program_size_tolerance: float = 0.05  # the program_size rule's allowance over the golden's instructions
 
     def action(self, rule: str, default: str = Action.FAIL) -> Action:
         return Action(self.actions.get(rule, default))
@@ -74,10 +83,11 @@ class Policy:
 
     @classmethod
     def of(cls, actions: Mapping[str, str], waivers: Sequence[Mapping[str, str]], built_in: bool, source: str,
-           memory_tolerance: float) -> Policy:
+           memory_tolerance: float, program_size_tolerance: float = 0.05) -> Policy:
         """The policy of a config's validated ``[policy]`` and ``[[waive]]`` tables (``config.Config.rules``)."""
         return cls(actions, tuple(
             Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
                    match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")}, index=i,
                    source=f"built-in default waive[{i}]" if built_in else f"{source}: waive[{i}]", built_in=built_in)
-            for i, w in enumerate(waivers)), memory_tolerance=memory_tolerance)
+            for i, w in enumerate(waivers)), memory_tolerance=memory_tolerance,
+            program_size_tolerance=program_size_tolerance)

@@ -48,6 +48,8 @@ class CellResult:
     cost: Mapping[str, float] | None = None  # optimized and compiled cells: flops, transcendentals, bytes_accessed
     constants: Constants | None = None
     launches: Launches | None = None  # GPU cells of stage optimized and compiled: what one step launches
+    # Pallas / Mosaic / Triton kernels by name, each name's content digests (hlo.kernels.kernel_digests); None: none
+    kernels_by_name: Mapping[str, tuple[str, ...]] | None = None
     # What the exact HLO text depends on besides the model: versions, toolchain, platform, stage.
     environment: Mapping[str, str] = field(default_factory=dict)
     hlo_sha256: str = ""
@@ -117,8 +119,9 @@ class CellResult:
         return self.count("by_role", Role.RNG_KEY) + self.count("by_role", Role.RNG_COUNT)
 
     def to_record(self) -> Record:
-        """The results cache's record (without what is transient: cached, the texts)."""
-        return {
+        """The results cache's record (without what is transient: cached, the texts); ``kernels_by_name`` only where
+        the cell runs kernels, so a record of a cell without any reads as before."""
+        record = {
             "cell": {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]},
             "status": self.status.value, "message": self.message,
             "summary": None if self.summary is None else asdict(self.summary),
@@ -131,6 +134,9 @@ class CellResult:
             "environment": dict(self.environment), "hlo_sha256": self.hlo_sha256,
             "lower_seconds": self.lower_seconds, "key": self.key,
         }
+        if self.kernels_by_name is not None:
+            record["kernels_by_name"] = {k: list(v) for k, v in self.kernels_by_name.items()}
+        return record
 
     @classmethod
     def from_record(cls, record: Mapping, cached: bool = False) -> CellResult:
@@ -144,6 +150,8 @@ class CellResult:
             memory=record["memory"], cost=record["cost"],
             constants=None if record["constants"] is None else Constants.from_record(record["constants"]),
             launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
+            kernels_by_name=None if record.get("kernels_by_name") is None else {
+                k: tuple(v) for k, v in record["kernels_by_name"].items()},
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
 

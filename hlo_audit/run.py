@@ -23,9 +23,10 @@ from hlo_audit.cache import Cache, importing_target, lowering_key, reads_after, 
 from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
+from hlo_audit.hlo.kernels import kernel_digests
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import HloParseError
-from hlo_audit.hlo.thunks import step_launches
+from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan
@@ -57,6 +58,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=RngSummary.of(analysis.rng),
         memory=lowering.memory, cost=lowering.cost, constants=Constants.of(analysis.constants), environment=env,
         launches=Launches.of(launches) if launches is not None else None,
+        kernels_by_name=kernel_digests(analysis.module) or None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
         normalized=normalize(analysis.module),

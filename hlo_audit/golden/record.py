@@ -2,10 +2,11 @@
 
 Per cell ``golden/<cell id>.json``: entry parameters by dtype and role, path-pattern groups, opcode histogram, the
 state captured as constants, the depth series' per-layer slopes, a compiled cell's memory and cost, a GPU cell's
-launches per step (kernels by kind, scalar, collectives, and by what they run and read), and the environment
-fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per depth series, at its
-shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the summary's ``"hlo"`` key. Keys
-are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
+launches per step (kernels by kind, scalar, collectives, and by what they run and read), the content digests of its
+Pallas / Mosaic / Triton kernels by name (``kernels``, only where it runs any: the text drops their bodies), and the
+environment fingerprint (jax, jaxlib, flax, maxtext, libtpu for a TPU topology, platform, stage). Per depth series,
+at its shallowest depth, ``golden/<cell id>.hlo.txt``: the normalized module, named by the summary's ``"hlo"`` key.
+Keys are sorted and every item sits on its own line, so a PR diff of a golden reads like the change.
 
 A summary is hlo-audit's when it is a JSON object whose ``"cell"`` is the id its path spells and which holds every
 ``REQUIRED_KEYS`` entry (``record_problem``): that marker is inside each file, not in a manifest beside them, so a
@@ -92,6 +93,9 @@ class GoldenRecord:
     rng_increments: Increments | None = None
     launches: GoldenLaunches | None = None
     slopes: Slopes | None = None
+    # Kernel name -> content digests (hlo.kernels); None: the cell runs no kernel, or a golden written before they
+    # were kept (not compared: no finding).
+    kernels: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def joint_counts(self) -> dict[tuple[str, str], int] | None:
@@ -127,7 +131,8 @@ class GoldenRecord:
                 depths=series.depths, total=series.total.slope,
                 by_dtype={k: v.slope for k, v in series.by_dtype.items()},
                 by_role={k: v.slope for k, v in series.by_role.items()},
-                launches={k: v.slope for k, v in series.launches.items()} if series.launches else None))
+                launches={k: v.slope for k, v in series.launches.items()} if series.launches else None),
+            kernels=result.kernels_by_name)
 
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
@@ -146,6 +151,8 @@ class GoldenRecord:
                                 "by_dtype": self.slopes.by_dtype, "by_role": self.slopes.by_role}
             if self.slopes.launches is not None:
                 record["slopes"]["launches"] = self.slopes.launches
+        if self.kernels is not None:
+            record["kernels"] = {name: list(digests) for name, digests in self.kernels.items()}
         if self.opcodes is None:
             del record["opcodes"]
         return record
@@ -167,7 +174,9 @@ class GoldenRecord:
             slopes=None if slopes is None else Slopes(
                 depths=tuple(slopes.get("depths", ())), total=slopes.get("total", 0),
                 by_dtype=slopes.get("by_dtype", {}), by_role=slopes.get("by_role", {}),
-                launches=slopes.get("launches")))
+                launches=slopes.get("launches")),
+            kernels=None if record.get("kernels") is None else {
+                name: tuple(digests) for name, digests in record["kernels"].items()})
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -207,6 +216,8 @@ _SUMMARY_KEYS = {
 _OPTIONAL_KEYS = {
     "opcodes": _is_counts, "by_dtype_role": _is_counts, "memory": _is_number_table, "cost": _is_number_table,
     "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
+    "kernels": lambda v: isinstance(v, dict) and all(
+        isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
 }
 
 

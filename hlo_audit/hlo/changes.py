@@ -39,9 +39,10 @@ from hlo_audit.hlo.locations import Locations
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import computation_words, header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS, trip_count
+from hlo_audit.hlo.loops import trip_count
+from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS
 from hlo_audit.hlo.text import HloModule, Instruction, split_name_list, strip_number_suffix
-from hlo_audit.hlo.thunks import ParameterReads
+from hlo_audit.hlo.param_reads import ParameterReads
 
 
 class ChangeKind(StrEnum):
@@ -647,6 +648,10 @@ def _reads_any(e: InstructionEdit, sides: _Sides, instructions: set[int]) -> boo
         any(id(o) in instructions for o in sides.old.operands(e.old, e.old_computation))
 
 
+# The stories of rematerialization removed or added (a program-size change's subject; the gate's rule reads it).
+REMAT_REMOVED, REMAT_ADDED = "rematerialization removed", "rematerialization added"
+
+
 def _size_story(rest: Sequence[InstructionEdit], sides: _Sides, by_opcode: Counter) -> tuple[str, Place, int, int]:
     """What the inserted and deleted instructions are, in a few words, with the place most of them share, how many
     times the story repeats and the layers it spans: rematerialization removed or added (its ``opt-barrier``s), a
@@ -656,8 +661,7 @@ def _size_story(rest: Sequence[InstructionEdit], sides: _Sides, by_opcode: Count
         added = by_opcode["opt-barrier"] > 0
         sample = [e for e in barriers if (e.edit is Edit.INSERTED) == added]
         layers = set().union(*(sides.layers(e) for e in sample))
-        return (f"rematerialization {'added' if added else 'removed'}", sides.place(sample[0]), len(sample),
-                len(layers))
+        return REMAT_ADDED if added else REMAT_REMOVED, sides.place(sample[0]), len(sample), len(layers)
     inserted = [e for e in rest if e.edit is Edit.INSERTED]
     deleted = [e for e in rest if e.edit is Edit.DELETED]
     loops = [e for e in deleted if e.old.opcode == "while"]

@@ -31,7 +31,7 @@ import hashlib
 import json
 import re
 
-from hlo_audit.hlo.text import Instruction
+from hlo_audit.hlo.text import HloModule, Instruction
 
 # Custom calls whose backend_config is a serialized kernel (megabytes, with embedded source locations).
 KERNEL_CUSTOM_CALLS = ("tpu_custom_call", "__gpu$xla.gpu.triton", "mosaic_gpu", "__gpu$xla.gpu.ext.mosaic")
@@ -59,6 +59,16 @@ def kernel_name(instr: Instruction) -> str:
     """The kernel's own name where the config says it (Mosaic's ``name``), else the custom call's target."""
     m = _KERNEL_NAME.search(instr.attrs.get("backend_config", ""))
     return (m.group(1) or m.group(2)) if m else instr.custom_call_target
+
+
+def kernel_digests(module: HloModule) -> dict[str, tuple[str, ...]]:
+    """The module's kernels by name, each name's content digests sorted (a golden keeps them: its canonical text
+    drops the bodies); empty when it runs none."""
+    found: dict[str, list[str]] = {}
+    for instr in module.instructions():
+        if is_kernel_call(instr):
+            found.setdefault(kernel_name(instr), []).append(kernel_digest(instr))
+    return {name: tuple(sorted(digests)) for name, digests in sorted(found.items())}
 
 
 def kernel_digest(instr: Instruction) -> str:

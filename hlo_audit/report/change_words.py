@@ -66,8 +66,9 @@ def change_line(c: Change) -> str:
         return worded(c, kind, where)
     if c.kind is ChangeKind.HOST_TRANSFER:
         verb = "added" if c.action is Action.ADDED else "removed"
+        where = where or f"in {c.place.computation or 'main'}"  # no metadata, no state read: its computation
         return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}, " \
-               f"{_plural(c.per_step, 'run')} per step".replace("  ", " ")
+               f"{_plural(c.per_step, 'run')} per step"
     if c.kind is ChangeKind.KERNEL:
         verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
         return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}".rstrip()

@@ -9,10 +9,12 @@ from collections.abc import Callable, Mapping, Sequence
 from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
 from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, IncrementChange,
                                 LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange, MissingGolden,
-                                PatternChanges, RngScaling, SlopeChange, StaleGolden, StaleWaiver, TextChange,
-                                TextKind, Worded)
+                                NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden, StaleWaiver,
+                                TextChange, TextKind, Worded)
 from hlo_audit.gate import environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
+from hlo_audit.policy import Rule
+from hlo_audit.report.change_words import change_line
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 
@@ -267,6 +269,10 @@ def _text(facts: TextChange) -> str:
                 "advisory; counts still gate")
     if facts.kind is TextKind.RNG_DROPPED:
         return f"{what}; accept it: {facts.command}"
+    if facts.kind is TextKind.RENAMED:
+        renames = "; ".join(change_line(c) for c in facts.renames)
+        return (f"normalized HLO differs from the golden only by renamed entry parameters (renamed-only: the same "
+                f"program): {renames}; record it: {facts.command}")
     return f"{what}. If intended: {facts.command}"
 
 
@@ -282,6 +288,36 @@ def _memory(facts: MemoryChange) -> str:
         return (f"compiled memory grew beyond {facts.tolerance:.0%} of the golden: {byte_changes(grown)}."
                 f" If intended: {facts.command}")
     return f"compiled memory shrank: {byte_changes(facts.changed)}; tighten the golden: {facts.command}"
+
+
+# The named rules' findings: the rule's headline, then the structural diff's changes of its kind (change_words).
+NAMED_SHOWN = 4  # changes a finding's message lists before "and N more"
+
+
+def _named(facts: NamedChange) -> str:
+    parts = [change_line(c) for c in facts.changes[:NAMED_SHOWN]]
+    if len(facts.changes) > NAMED_SHOWN:
+        parts.append(f"and {len(facts.changes) - NAMED_SHOWN} more (--format json lists every one)")
+    parts += _named_numbers(facts)
+    said = "; ".join(parts)
+    return f"{said}. If intended: {facts.command}" if facts.worse else f"{said}; record it: {facts.command}"
+
+
+def _named_numbers(facts: NamedChange) -> list[str]:
+    """What a rule judged by besides the changes: kernel digests, program sizes, the memory a donation moved."""
+    if facts.rule == Rule.KERNELS:
+        return [f"kernel body changed: {k.name} ({', '.join(k.golden) or 'none'} -> {', '.join(k.now) or 'none'})"
+                for k in facts.kernels]
+    if facts.rule == Rule.PROGRAM_SIZE:
+        sizes = ", ".join(f"{k.replace('_', ' ')} {a:,} -> {b:,}" + (f" ({(b - a) / a:+.1%})" if a else "")
+                          for k, (a, b) in facts.sizes.items())
+        top = sorted(facts.by_opcode.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
+        per_step = f"; per step: {signed_counts(dict(top))}" if top else ""
+        return [f"against the golden (tolerance {facts.tolerance:.0%}): {sizes}{per_step}"]
+    if facts.rule == Rule.DONATION and facts.sizes:
+        lost = "; the cost of the lost donation, not a memory improvement" if facts.worse else ""
+        return [f"compiled memory: {byte_changes(facts.sizes)}{lost}"]
+    return []
 
 
 def _rng_scaling(facts: RngScaling) -> str:
@@ -326,5 +362,6 @@ _MESSAGES: dict[type, Callable] = {
     LaunchScaling: _launch_scaling,
     DeadRng: _dead_rng,
     StaleWaiver: _stale_waiver,
+    NamedChange: _named,
     Worded: lambda facts: facts.message,
 }
