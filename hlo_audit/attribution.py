@@ -20,14 +20,22 @@ What the leaves and keypaths hold, measured with jax 0.12.0.1 / flax 0.12.12:
   ``nnx.state`` gives each leaf's real path and ``Variable`` type, by the leaf's identity.
 * plain pytrees: typed PRNG keys say so in their dtype; optax states are named tuples of optax's classes;
   flax's ``TrainState`` is a struct whose fields are ``params``, ``opt_state`` and ``step``.
+
+What the text cannot say, it is told (``name_parameters``): an entry parameter whose name does not read back as
+the path found here (every ``nnx.jit`` leaf: ``model_states_0__17_``) is renamed in the module's text to one that
+does, so the text the tool stores and prints (goldens, ``lower``) names the paths ``check`` reads from args_info.
 """
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hlo_audit.hlo.params import ArgLeaf, path_from_keystr
+from hlo_audit.hlo.params import (KIND_KEY, ArgLeaf, attributed_path, kind_role, name_role, path_from_keystr,
+                                  path_from_mangled_name, rng_stream_pairs)
+from hlo_audit.hlo.shapes import parse_shape
 
 if TYPE_CHECKING:
     import jax
@@ -227,3 +235,103 @@ def _variable_kind(nnx, variable: type) -> str:
         if isinstance(base, type) and issubclass(variable, base):
             return f"nnx.{name}"
     return f"nnx.Variable:{variable.__name__}"
+
+
+# The entry computation of a printed module, and its parameters' definitions: ``name = SHAPE parameter(N)...``
+# (XLA's dumps and compiled modules add ``metadata={op_name="state['model']..."}``, which a reading trusts first).
+_ENTRY = re.compile(r"^ENTRY\b.*?^\}", re.M | re.S)
+_PARAMETER = re.compile(r"^(\s*%?)([\w.\-]+)(\s*=\s*(\([^\n]*?\)|\S+)\s+parameter\((\d+)\)[^\n]*)$", re.M)
+_OP_NAME = re.compile(r'(\bop_name=")((?:[^"\\]|\\.)*)(")')
+_DEFINED = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=", re.M)
+_NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_]")
+
+
+def name_parameters(text: str, keys: Sequence[Sequence[str]] | None, leaves: Sequence[ArgLeaf] | None) -> str:
+    """``text`` with each entry parameter that does not read back (its ``op_name``, else its name) as the path
+    args_info gives it told that path: its ``op_name`` rewritten where it has one, else its name; and a leaf whose
+    kind gives its role where the text alone would not (a plain pytree's typed PRNG key) told its kind
+    (``params.KIND_KEY``). The text as it is where every parameter already reads right (jax.jit over state, named by
+    key: MaxText's modules stay byte for byte) or where the keys do not match the parameters."""
+    entry = _ENTRY.search(text)
+    found = [m for _, m in sorted((int(m[5]), m) for m in _PARAMETER.finditer(entry[0]))] if entry else []
+    if keys is None or len(found) != len(keys) or (leaves is not None and len(leaves) != len(keys)):
+        return text
+    leaves = leaves if leaves is not None else [None] * len(keys)
+    said = [(op and path_from_keystr(op[2])) or path_from_mangled_name(m[2])
+            for m, op in ((m, _OP_NAME.search(m[3])) for m in found)]
+    paths = [attributed_path(s, k, leaf) for s, k, leaf in zip(said, keys, leaves)]
+    lines: dict[int, str] = {}  # a definition's start in the entry -> its line as told
+    renames: dict[str, str] = {}
+    taken: set[str] | None = None
+    for m, path, was, kind in zip(found, paths, said, _untold_kinds(found, paths, leaves)):
+        line = m[0]
+        if path != was and _OP_NAME.search(m[3]):
+            told = _keystr(path)
+            line = line if told is None else line[:m.start(3) - m.start()] + _OP_NAME.sub(
+                lambda o, told=told: o[1] + told + o[3], m[3], count=1)
+        elif path != was:
+            taken = taken if taken is not None else set(_DEFINED.findall(text))
+            if (new := _parameter_name(path, taken)) is not None:
+                renames[m[2]] = new
+                taken.add(new)
+        if kind is not None:
+            line = _with_kind(line, kind)
+        if line != m[0]:
+            lines[m.start()] = line
+    if lines:
+        body = _PARAMETER.sub(lambda m: lines.get(m.start(), m[0]), entry[0])
+        text = text[:entry.start()] + body + text[entry.end():]
+    if not renames:
+        return text
+    names = "|".join(re.escape(n) for n in sorted(renames, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.\-])(%?)({names})(?![\w.\-])", lambda m: m[1] + renames[m[2]], text)
+
+
+def _untold_kinds(found: list[re.Match], paths: list[str], leaves: Sequence[ArgLeaf | None]) -> list[str | None]:
+    """Per parameter, the kind to write into the text: a kind that gives a role (``params.kind_role``) which the
+    text alone (its paths by name, NNX's key/count stream structure) would not give; None elsewhere."""
+    try:
+        shapes = [parse_shape(m[4]) for m in found]
+    except ValueError:  # a shape this reading cannot take: tell nothing rather than fail the cell
+        return [None] * len(found)
+    streams = rng_stream_pairs(paths, shapes)
+    kinds = []
+    for i, (path, shape, leaf) in enumerate(zip(paths, shapes, leaves)):
+        role = kind_role(leaf.kind, shape) if leaf is not None else None
+        kinds.append(leaf.kind if role is not None and role != (streams.get(i) or name_role(path, shape)) else None)
+    return kinds
+
+
+def _with_kind(line: str, kind: str) -> str:
+    """A parameter's definition with ``KIND_KEY`` in its frontend attributes (added to any it has)."""
+    entry = f'{KIND_KEY}="{kind}"'
+    attributes = re.search(r"\bfrontend_attributes=\{([^}]*)\}", line)
+    if attributes is None:
+        return f"{line}, frontend_attributes={{{entry}}}"
+    inner = f"{attributes[1]},{entry}" if attributes[1].strip() else entry
+    return line[:attributes.start(1)] + inner + line[attributes.end(1):]
+
+
+def _keystr(path: str) -> str | None:
+    """``path`` as jax's key string in a printed ``op_name`` (``model[\\'layers\\'][\\'0\\']``, quotes escaped
+    as XLA prints them); None when that would not read back as ``path``."""
+    head, *rest = path.split(".")
+    told = head + "".join(f"[\\'{key}\\']" for key in rest)
+    return told if path_from_keystr(told) == path else None
+
+
+def _parameter_name(path: str, taken: set[str]) -> str | None:
+    """A name that reads back as ``path``: jax's own mangling of its key string (``model['layers'][0]...`` ->
+    ``model__layers____0__``, as jax.jit names state), else the dotted path; with XLA's ``.N`` counter, which
+    the reading strips and which keeps it apart from every name in the module. None when neither reads back (a
+    key with characters or underscore runs a name cannot hold apart)."""
+    head, *rest = path.split(".")
+    mangled = _NOT_IN_KEY.sub("_", head + "".join(f"['{key}']" for key in rest))
+    for base in (mangled, re.sub(r"[^\w.\-]", "_", path)):
+        if path_from_mangled_name(f"{base}.1") != path:
+            continue
+        counter = 1
+        while f"{base}.{counter}" in taken:
+            counter += 1
+        return f"{base}.{counter}"
+    return None

@@ -445,6 +445,8 @@ def init(
                                                      "field (or keyword) that sets the depth.")] = None,
     scan_field: Annotated[str | None, typer.Option("--scan-field", metavar="NAME", help="--nnx: the config field "
                                                    "(or keyword) that turns layer scan on.")] = None,
+    sets: Annotated[list[str] | None, typer.Option("--set", metavar="NAME=VALUE", help="A model config field, typed "
+                                                   "as TOML (repeatable): --nnx-config's, or MaxText's.")] = None,
     optimizer: Annotated[str, typer.Option("--optimizer", help="--nnx: an optax optimizer.")] = "adamw",
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="--nnx: its learning rate.")] = 1e-4,
     shards: Annotated[int, typer.Option("--shards", min=1, max=256, help="Check jobs in the CI workflow.")] = 2,
@@ -460,13 +462,13 @@ def init(
     request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
-        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards)
+        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or ())
     folder = pathlib.Path.cwd()
-    written = scaffold.write(folder, scaffold.init_scaffold(folder, request))
-    for path in written:
+    made = scaffold.init_scaffold(folder, request)
+    for path in scaffold.write(folder, made):
         print(f"wrote {path.relative_to(folder)}")
-    if not scaffold.ignores_cache(folder):
-        print("note: .hlo-audit-cache/ will hold the lowering cache: add it to .gitignore")
+    for note in scaffold.notes(folder, made, request):
+        print(f"note: {note}")
     if no_golden:
         print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
         raise typer.Exit(EXIT_OK)

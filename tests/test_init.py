@@ -116,7 +116,7 @@ def _workflow_is_sharded_and_merged(path: Path, shards: int) -> dict:
     assert merge["needs"] == "check" and merge["if"] == "always()"
     assert any("hlo-audit merge shard-*.json" in s.get("run", "") for s in merge["steps"])
     install = next(s for s in check["steps"] if s.get("name") == "Install")["run"]
-    assert "pip install hlo-audit" in install and '"jax==' in install and '"flax==' in install
+    assert 'pip install "hlo-audit==' in install and '"jax==' in install and '"flax==' in install
     return doc
 
 
@@ -193,7 +193,7 @@ def test_init_for_a_maxtext_checkout_installs_the_checkout_over_the_release(empt
         "target": "maxtext", "models": ["llama3-8b"], "quant": ["none", "int8"], "layers": [2, 4]}
     install = next(s for s in yaml.safe_load((empty / ".github/workflows/hlo-audit.yml").read_text())["jobs"]
                    ["check"]["steps"] if s.get("name") == "Install")["run"].splitlines()
-    assert install[1].startswith('pip install "hlo-audit[maxtext]"') and '"maxtext==' in install[1]
+    assert install[1].startswith('pip install "hlo-audit[maxtext]==') and '"maxtext==' in install[1]
     assert install[2].startswith("pip install --no-deps -e .")
     listed = hlo_audit_here(empty, "list", "--format", "json")
     assert len(json.loads(listed.stdout)["cells"]) == 8 and not (empty / "golden").exists()

@@ -170,8 +170,9 @@ def test_moving_the_rest_state_into_the_arguments_shows_in_the_gate_and_in_diff(
     diff = hlo_audit(tmp_path, "diff", str(old), str(new), "--max-lines", "0")
     out = " ".join(diff.stdout.split())
     assert diff.returncode == 1 and "entry parameters: 9 -> 65" in out
-    # Paths read from the text alone: jax's mangled names blur the Variable's `.value` into the key after it.
-    assert "+2 input s8 rest.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.qrhs.frozen.value_qvalue_value" in out
+    # Paths read from the text alone, as the cell reads them: jax's mangled names blurred the Variable's `.value`
+    # into the key after it (`frozen.value_qvalue_value`); the tool's text is told the path (issue 26).
+    assert "+2 input s8 rest.decoder.layers_*.mlp.wi_0.AqtDotGeneral_0.qrhs.frozen.qvalue" in out
     assert "baked-in state: large constants 5 -> 0 (155,189,248 -> 0 bytes): s8 -5; literal RNG keys 14 -> 0" in out
 
 

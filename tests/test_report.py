@@ -240,7 +240,22 @@ def test_html_report_renders_every_cell_in_chromium(project, tmp_path):
     bars = re.findall(r'<g class="bar" data-cell="([^"]+)"', dom)
     rows = re.findall(r'<tr data-cell="([^"]+)"', dom)
     assert bars == ok and rows == ok
-    assert len(re.findall(r'<g class="series" data-series="', dom)) == 6
+    assert len(re.findall(r'<g class="series[^"]*" data-series="', dom)) == 6
+    # Every text whole (issue 26: ids were cut at the left edge): the page measured each against its SVG's box.
+    assert re.search(r'<body[^>]* data-clipped-texts="0"', dom) and 'data-clipped="true"' not in dom
+    longest = max(ok, key=len)
+    assert len(longest) > 70 and re.search(rf'<text [^>]*text-anchor="end">{re.escape(longest)}</text>', dom)
+    # The scaling chart: a panel per model, every series named at its line's end, no two names on each other;
+    # the series whose RNG state grows per layer (unrolled: the leak, and the dropout that draws) are the ones drawn
+    # in colour, saying by how much.
+    assert re.findall(r'<svg class="panel" data-model="([^"]+)"', dom) == [LONG_MODEL]
+    labels = dict(re.findall(r'<g class="series[^"]*" data-series="[^/]+/([^"]+)/L\*".*?<text class="series-label"'
+                             r'[^>]*>([^<]+)</text>', dom, re.S))
+    assert len(labels) == 6 and all(label.startswith(series) for series, label in labels.items()), labels
+    assert labels["scan-off/none"] == "scan-off/none  RNG +2/layer"
+    assert re.findall(r'<g class="series leak" data-series="[^/]+/([^"]+)/L\*"', dom) == ["scan-off/dropout",
+                                                                                         "scan-off/none"]
+    assert re.search(r'<body[^>]* data-overlapping-labels="0"', dom)
     leak = re.search(rf'<tr data-cell="{re.escape(cell("none"))}".*?</tr>', dom).group(0)
     assert '<span class="grow">+8</span>' in leak  # the Δ golden column
     # The leaked Dropout(0.0) streams are never drawn: all 8 new u32 are dead RNG state (last column).

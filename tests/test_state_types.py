@@ -71,12 +71,11 @@ def test_held_rng_state_is_rng_state_by_type(holder, jit):
     assert {s.pattern for s in analysis.rng.streams} == {f"model.cell_*.{attribute}.default"}
     # The names alone call this state `other` (u32 under a state root): the old rules' verdict, which types replace.
     assert {name_role(p.path, p.shape) for p in rng} == {"other"}
+    # An HLO file has no types: NNX's RngStream structure (sibling key u32[2] / count u32[]) says so. nnx.jit's HLO
+    # names its parameters by flat index (`model.states[0][3]`): the tool's text is told the graph's paths.
     from_text = analyze(lowering.text)
-    if jit == "jax":  # An HLO file has no types: NNX's RngStream structure (sibling key u32[2] / count u32[]) says so.
-        assert [p.role for p in from_text.params] == [p.role for p in analysis.params]
-        assert Counter(s.verdict for s in from_text.rng.streams) == {"carried": layers}
-    else:  # nnx.jit's HLO names its parameters by flat index (`model.states[0][3]`): only the graph knows more.
-        assert from_text.params[0].path == "model_states_0.0_" and not from_text.rng.streams
+    assert [(p.path, p.role) for p in from_text.params] == [(p.path, p.role) for p in analysis.params]
+    assert Counter(s.verdict for s in from_text.rng.streams) == {"carried": layers}
 
 
 @pytest.mark.parametrize("holder", ["fork", "own"])

@@ -40,6 +40,10 @@ _INTEGER = re.compile(r"^[su]\d")
 _OPTIMIZER_WORDS = frozenset({"opt_state", "optimizer", "mu", "nu", "momentum", "trace", "inner_state"})
 _STATE_ROOTS = frozenset({"state", "params", "model", "train_state", "variables"})
 DUPLICATE_PATH = re.compile(r"-\d+$")  # canonical text's second parameter of one path: `<path>-<number>`
+# The frontend attribute the tool tells a parameter's kind by in text, where neither its name nor its structure says
+# what it is (a typed PRNG key of a plain pytree is u32[2] like any other): `frontend_attributes={hlo_audit_kind=..}`.
+KIND_KEY = "hlo_audit_kind"
+_TOLD_KIND = re.compile(rf'\b{KIND_KEY}="([^"]*)"')
 
 # What a leaf's type says it is (the kinds ``hlo_audit.attribution`` records). A kind not listed (an NNX variable
 # type made for a Linen collection, e.g. fp8's ``_overwrite_with_gradient`` amax histories, or qwix's
@@ -429,6 +433,19 @@ def _param_path(instr: Instruction, named_by_path: bool) -> str:
     return (instr.op_name and path_from_keystr(instr.op_name)) or path_from_mangled_name(instr.name)
 
 
+def told_kind(instr: Instruction) -> str | None:
+    """The kind the tool wrote into a parameter's ``frontend_attributes`` (``KIND_KEY``), if any."""
+    found = _TOLD_KIND.search(instr.attrs.get("frontend_attributes", ""))
+    return found[1] if found else None
+
+
+def attributed_path(text_path: str, keys: Sequence[str], leaf: ArgLeaf | None) -> str:
+    """A parameter's path from jax's args_info: its argument's name (``leaf``'s, else the head of the path its
+    text gives) and the pytree ``keys`` below it."""
+    head = leaf.argument if leaf is not None and leaf.argument else text_path.split(".", 1)[0]
+    return ".".join([head, *keys])
+
+
 def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = None,
                  arg_leaves: Sequence[ArgLeaf] | None = None) -> list[EntryParam]:
     """The entry computation's parameters in order, each with path, role and pattern.
@@ -445,10 +462,9 @@ def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = N
         path = _param_path(instr, module.params_named_by_path)
         leaf = arg_leaves[i] if use_leaves else None
         if use_keys:
-            head = leaf.argument if leaf is not None and leaf.argument else path.split(".", 1)[0]
-            path = ".".join([head, *arg_keys[i]])
+            path = attributed_path(path, arg_keys[i], leaf)
         paths.append(path)
-        kinds.append(leaf.kind if leaf is not None else None)
+        kinds.append(leaf.kind if leaf is not None else told_kind(instr))
     shapes = [instr.shape for instr in params]
     streams = rng_stream_pairs(paths, shapes)
     roles = [kind_role(kind, shape) or streams.get(i) or name_role(path, shape)

@@ -33,14 +33,14 @@ from hlo_audit.usage import InputError
 # One scaffold per target kind, in the order the usage error names their options.
 KINDS: dict[str, TargetScaffold] = {s.kind: s for s in (NnxScaffold(), CallableScaffold(), MaxTextScaffold())}
 
-__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold",
+__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold", "notes",
            "unwritable", "write"]
 
 
 def init_request(*, nnx: str | None, nnx_config: str | None, function: str | None, maxtext: bool,
                  models: Sequence[str], quant: str | None, layers: str, inputs: Sequence[str], args: Sequence[str],
                  labels: str | None, layers_field: str | None, scan_field: str | None, optimizer: str,
-                 learning_rate: float, shards: int) -> InitRequest:
+                 learning_rate: float, shards: int, sets: Sequence[str] = ()) -> InitRequest:
     """`hlo-audit init`'s options as a request: exactly one target kind, depths (no 'full': a scaffold names its
     series), ``NAME=VALUE`` pairs; a bad option is an InputError naming it."""
     given = {"nnx": nnx, "callable": function, "maxtext": maxtext}
@@ -54,7 +54,8 @@ def init_request(*, nnx: str | None, nnx_config: str | None, function: str | Non
         kind=kinds[0], models=tuple(models), layers=tuple(int(d) for d in depths),
         quants=tuple(q.strip() for q in quant.split(",")) if quant else (), function=function or "",
         factory=nnx or "", factory_config=nnx_config, inputs=tuple(_pairs(inputs, "--input")),
-        args=tuple((k, _toml_value(v)) for k, v in _pairs(args, "--arg")), labels=labels,
+        args=tuple((k, _toml_value(v)) for k, v in _pairs(args, "--arg")),
+        fields=tuple(_field_values(_pairs(sets, "--set"))), labels=labels,
         layers_field=layers_field, scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate,
         shards=shards)
 
@@ -78,6 +79,31 @@ def _toml_value(text: str):
         return text
 
 
+# A value TOML cannot read is a string only when it is a bare word (``dtype=bfloat16``, ``name=v1.2``); anything
+# else (``[1,``, ``"open``, ``1e``) is a typo that would otherwise be written as a string and fail much later.
+_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:/-]*$")
+
+
+def _field_values(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, object]]:
+    """``--set`` pairs with TOML's types (int, float, bool, string, arrays); a name given twice or a value that is
+    neither TOML nor a bare word is an InputError naming it."""
+    fields: dict[str, object] = {}
+    for name, text in pairs:
+        if name in fields:
+            raise InputError(f"--set {name}: given twice")
+        try:
+            fields[name] = tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            if not _BARE_WORD.match(text):
+                raise InputError(f"--set {name}={text}: not a value (an int, float, true/false, or a string: "
+                                 "quote one with spaces or symbols)") from None
+            fields[name] = text
+        if not isinstance(fields[name], (int, float, str, list)):  # a date or a table: no config field's kind
+            raise InputError(f"--set {name}={text}: a {type(fields[name]).__name__}: give an int, float, true/false "
+                             "or a string")
+    return list(fields.items())
+
+
 def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
     """The config and workflow for ``request``, the config read back and resolved as any config is (a bad option
     is a ConfigError or InputError naming it, before anything is written). Nothing is overwritten: a file init
@@ -91,10 +117,14 @@ def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
     kind = KINDS[request.kind]
     config = kind.config(request)
     try:
-        resolve(validate(tomllib.loads(config.text), DEFAULT_CONFIG_FILE, folder))
+        cells = resolve(validate(tomllib.loads(config.text), DEFAULT_CONFIG_FILE, folder)).cells()
     except ConfigError as exc:
         raise InputError(f"init: the config it would write is refused: {exc}") from None
-    return Scaffold(config=config.text, workflow=workflow(kind.install(folder, config.library), request.shards))
+    # `check --shard` deals whole depth series (the scaling rule needs every depth of one): more shards than
+    # series would leave some with no cell, a runner spent on nothing.
+    shards = min(request.shards, len({c.series for c in cells}))
+    return Scaffold(config=config.text, workflow=workflow(kind.install(folder, config.library), shards),
+                    shards=shards)
 
 
 def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str]:
@@ -108,6 +138,17 @@ def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str
                                          pyproject.read_text(errors="replace"), re.M):
         found.append("pyproject.toml [tool.hlo-audit]")
     return found
+
+
+def notes(folder: Path, scaffold: Scaffold, request: InitRequest) -> list[str]:
+    """What init tells besides the files it wrote: fewer check jobs than asked, a cache folder git would track."""
+    said = []
+    if scaffold.shards < request.shards:
+        said.append(f"the workflow checks in {scaffold.shards} shard{'s' if scaffold.shards > 1 else ''}, not "
+                    f"{request.shards}: one per depth series at most (a series is never split)")
+    if not ignores_cache(folder):
+        said.append(f"{DEFAULTS['cache_dir']}/ will hold the lowering cache: add it to .gitignore")
+    return said
 
 
 def ignores_cache(folder: Path) -> bool:

@@ -29,6 +29,7 @@ class InitRequest:
     factory_config: str | None = None  # nnx: package.module:callable returning the model's config object
     inputs: tuple[tuple[str, str], ...] = ()  # nnx: argument -> DTYPE[DIMS]
     args: tuple[tuple[str, object], ...] = ()  # nnx: constructor keyword arguments
+    fields: tuple[tuple[str, object], ...] = ()  # --set: the model's config fields (nnx: its config object's)
     labels: str | None = None
     layers_field: str | None = None
     scan_field: str | None = None
@@ -43,6 +44,7 @@ class Scaffold:
 
     config: str
     workflow: str
+    shards: int = 1  # the workflow's check jobs: as asked, at most one per depth series
     golden_dir: str = DEFAULTS["golden_dir"]
     files: tuple[Path, ...] = field(default=(Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE))
 
@@ -68,7 +70,7 @@ class TargetScaffold:
     def install(self, folder: Path, library: Mapping[str, str] | None) -> list[str]:
         """The workflow's install step: hlo-audit with the versions the goldens were made with (jax, jaxlib, flax:
         under others the text rule is advisory), the model's library, and the repository's own package."""
-        lines = [f"pip install hlo-audit {pins(self.pinned)}".rstrip()]
+        lines = [f"pip install {tool_pin()} {pins(self.pinned)}".rstrip()]
         if library:
             lines.append("pip install " + " ".join(f'"{d}=={v}"' for d, v in library.items()) +
                          "  # the model's library, as the goldens were made")
@@ -81,6 +83,15 @@ class TargetScaffold:
 
 def owns_package(folder: Path) -> bool:
     return (folder / "pyproject.toml").is_file() or (folder / "setup.py").is_file()
+
+
+def tool_pin(extra: str = "") -> str:
+    """hlo-audit as every job of the workflow installs it: the version that wrote the workflow (the code running
+    init, ``hlo_audit.__version__``), so the check and the merge read the same report schema and the goldens'
+    text rule is the one they were written under."""
+    from hlo_audit import __version__  # noqa: PLC0415 (the package's own version, not a distribution's record)
+
+    return f'"hlo-audit{extra}=={__version__}"'
 
 
 def pins(names: Sequence[str]) -> str:

@@ -13,6 +13,9 @@ class CallableScaffold(TargetScaffold):
     def config(self, request: InitRequest) -> KindConfig:
         if not request.models:
             raise InputError("init --callable: name the models the function lowers (--model NAME, repeatable)")
+        if request.fields:
+            raise InputError("init --set: a callable target's function builds its model's config itself (--set is "
+                             "for --nnx and --maxtext)")
         lines = [HEADER, f"target = {toml_value(request.function)}  # called with each cell: see docs/configuration.md",
                  f"models = {toml_value(list(request.models))}", f"layers = {toml_value(list(request.layers))}",
                  '# quant: a free variant axis here: the function reads cell.quant ("none" unless you name others)',

@@ -25,7 +25,8 @@ class NnxScaffold(TargetScaffold):
 
         try:
             spec = nnx.describe(request.factory, request.factory_config, dict(request.inputs), request.layers_field,
-                                request.scan_field, request.labels, dict(request.args) or None)
+                                request.scan_field, request.labels, dict(request.args) or None,
+                                dict(request.fields) or None)
         except SpecError as exc:
             raise InputError(f"init {exc.key}: {' '.join(str(exc).split())}") from None
         name = request.models[0] if request.models else model_name(request)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlo_audit.scaffold.base import pins
+from hlo_audit.scaffold.base import tool_pin
 
 
 def workflow(install: Sequence[str], shards: int, python: str = "3.12") -> str:
@@ -76,7 +76,7 @@ def _merge_job(python: str) -> str:
       - uses: actions/setup-python@v5
         with:
           python-version: "{python}"
-      - run: python -m pip install {pins(["hlo-audit"]) or "hlo-audit"}
+      - run: python -m pip install {tool_pin()}
       - uses: actions/download-artifact@v4
         with:
           pattern: hlo-audit-shard-*

@@ -425,11 +425,12 @@ def _guess_input(name: str) -> str | None:
 
 def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | None = None,
              layers: str | None = None, scan: str | None = None, labels: str | None = None,
-             args: Mapping[str, object] | None = None) -> dict:
+             args: Mapping[str, object] | None = None, fields: Mapping[str, object] | None = None) -> dict:
     """A model's description for the [nnx] table, from what its signatures say and a forward pass from shapes
-    confirms: the depth field, the scan switch, the call's arguments (``inputs`` given win over names guessed from
-    the call's signature), the labels, and which part of the output is the prediction. Raises SpecError naming
-    the ``hlo-audit init`` option that would settle what it cannot tell."""
+    confirms: the depth field, the scan switch, the config ``fields`` set (``init --set``; the forward pass runs
+    with them), the call's arguments (``inputs`` given win over names guessed from the call's signature), the
+    labels, and which part of the output is the prediction. Raises SpecError naming the ``hlo-audit init`` option
+    that would settle what it cannot tell."""
     factory = import_attribute(model, "--nnx")
     spec: dict = {"model": model}
     constructor = _parameters(factory) or {}
@@ -438,6 +439,8 @@ def describe(model: str, config: str | None = None, inputs: Mapping[str, str] | 
     spec["layers"], scan_field = _depth_and_scan(model, config, constructor, layers, scan)
     if scan_field:
         spec["scan"] = scan_field
+    if fields:
+        spec["fields"] = _set_fields(config, fields, (spec["layers"], scan_field))
     if _accepts(factory, "rngs"):
         spec["rngs"] = "rngs"
     if args:
@@ -481,6 +484,54 @@ def _depth_and_scan(model: str, config: str | None, constructor: Mapping[str, in
         raise SpecError("--layers-field", f"cannot tell which of {where} sets the depth (none is one of "
                                           f"{', '.join(DEPTH_NAMES)}; there are: {', '.join(values) or 'none'})")
     return depth, scan or next((n for n in SCAN_NAMES if scan_ok(n)), None)
+
+
+def _set_fields(config: str | None, fields: Mapping[str, object], per_cell: tuple) -> dict:
+    """``init --set``'s values for the config object's fields, each checked against the field's present value: a
+    field the object has, not one each cell sets (depth, scan), a value of the field's kind (TOML's int for an int;
+    a name for a dtype or an enum, coerced as a cell would)."""
+    if not config:
+        raise SpecError("--set", "sets fields of the model's config object: give --nnx-config (the callable that "
+                                 "returns it), or --arg for the factory's keyword arguments")
+    made = _config_object({"config": config, "where": {"config": "--nnx-config"}})
+    for name, value in fields.items():
+        if name in per_cell:
+            raise SpecError("--set", f"{name}: each cell sets it (--layers, scan): leave it out")
+        if not _has_field(made, name):
+            known = [f.name for f in dataclasses.fields(made)] if dataclasses.is_dataclass(made) else []
+            raise SpecError("--set", f"{name}: the object {config} returns ({type(made).__name__}) has no field "
+                                     f"{name!r}" + (f" (its fields: {', '.join(known)})" if known else ""))
+        current = getattr(made, name)
+        if not _same_kind(current, value):
+            raise SpecError("--set", f"{name}={nnx_spec.to_json(value)}: {name} holds {type(current).__name__} "
+                                     f"({current!r}), not {type(value).__name__}")
+        if isinstance(value, str) and _holds_dtype(current) and not _holds_dtype(value):
+            raise SpecError("--set", f"{name}={value}: {name} holds a dtype: give one's name (bfloat16, float32)")
+    _config_object({"config": config, "fields": dict(fields), "where": {"config": "--nnx-config", "fields": "--set"}})
+    return dict(fields)
+
+
+def _holds_dtype(value) -> bool:
+    """Whether ``value`` names a dtype (``jnp.float32``, ``np.dtype('bf16')``, 'bfloat16'): a field holding one takes
+    any dtype's name, which the model's layers read (a wrong one fails only inside the model's call)."""
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    if value is None or isinstance(value, (bool, int, float)):
+        return False
+    try:
+        jnp.dtype(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _same_kind(current, value) -> bool:
+    """Whether a TOML value fits a field holding ``current`` (a bool only for a bool, an int for an int, a number for
+    a float, a string for a string); other fields (dtypes, enums, tuples, None) are left to the coercion."""
+    for kind, takes in ((bool, bool), (int, int), (float, (int, float)), (str, str)):
+        if isinstance(current, kind):
+            return isinstance(value, takes) and (kind is bool) == isinstance(value, bool)
+    return current is None or not isinstance(value, bool)
 
 
 def _call_inputs(factory, model: str, inputs: Mapping[str, str] | None) -> dict[str, str]:
