@@ -143,8 +143,9 @@ class Gate:
             found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads)))
             problem = self._text_problem(result, golden, normalized)
             # The structural diff, once, where the texts differ: the named rules and the text rule read it.
-            structural = (Structural.of(golden.hlo, normalized) if problem is None and golden.hlo is not None
-                          and normalized is not None and golden.hlo != normalized else None)
+            structural = (Structural.of(golden.hlo, normalized, result.places)
+                          if problem is None and golden.hlo is not None and normalized is not None
+                          and golden.hlo != normalized else None)
             named = self._named(result, golden.record, structural)
             found.extend(self._apply(rule, result, finding) for rule, finding in named.items())
             found.append(self._apply(Rule.MISSING_GOLDEN, result, problem) if problem else

@@ -80,6 +80,9 @@ class Lowering:
     literal_digests: tuple[tuple[str, str, str], ...] = ()
     # What the stage kept of XLA's dump, by the platform's name for it (a GPU's thunk sequence and metadata).
     dump: dict[str, str] | None = None
+    # (computation, instruction, jax's op_name, source file:line) from the metadata ``text`` is printed without
+    # (stage lowered): where in the model each instruction comes from, for the places of its changes.
+    places: tuple[tuple[str, str, str, str], ...] = ()
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
@@ -88,7 +91,8 @@ class Lowering:
                 "arg_leaves": [a.to_record() for a in self.arg_leaves] if self.arg_leaves is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
                 "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump,
-                "literal_digests": [list(d) for d in self.literal_digests]}
+                "literal_digests": [list(d) for d in self.literal_digests],
+                **({"places": [list(p) for p in self.places]} if self.places else {})}
 
     @classmethod
     def from_cache(cls, text: str, meta: dict) -> "Lowering":
@@ -99,4 +103,5 @@ class Lowering:
                    arg_leaves=tuple(map(ArgLeaf.from_record, leaves)) if leaves is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
-                   dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())))
+                   dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())),
+                   places=tuple(tuple(p) for p in meta.get("places", ())))

@@ -29,6 +29,7 @@ from hlo_audit.hlo.changes import Change, MatchSummary, explain, summary
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
+from hlo_audit.hlo.locations import Places
 from hlo_audit.hlo.match import ModuleMatch, match_modules
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
@@ -239,9 +240,11 @@ def _skeleton(comp: Computation) -> tuple:
     return tuple(sorted(Counter(_shape_key(i) for i in comp.instructions).items()))
 
 
-def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
+def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES,
+                 new_places: Places | None = None) -> ModuleDiff:
     """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
-    diff (0: none, and none computed)."""
+    diff (0: none, and none computed). ``new_places``: where ``new`` is a canonical text printed without metadata,
+    each instruction's op_name and source (``hlo.locations.canonical_places``), which place its changes."""
     added, removed = _param_groups(old, new)
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
@@ -273,7 +276,8 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
             verdict, changes = "rng-state-only", []
         else:
             match = match_modules(old_stripped, new_stripped, old_kept, new_kept)
-            named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs)
+            named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs,
+                            new_places)
             matched = summary(match)
             added, removed = _without_renames(added, removed, match, old, new)
             if not kernels_differ and _renamed_only(match, old_canonical, new_stripped, new_kept):

@@ -20,6 +20,7 @@ checked out elsewhere places alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import PurePosixPath
 
 from hlo_audit.hlo.text import HloModule, Instruction
@@ -27,6 +28,8 @@ from hlo_audit.hlo.text import HloModule, Instruction
 # Packages whose frames are the machinery, not the model: skipped while an outer frame is the user's.
 FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "numpy", "chex", "orbax", "qwix", "aqt", "tokamax",
                         "transformer_engine", "functools", "contextlib", "typing"})
+# (computation, instruction) -> (jax's op_name, source file:line), by the names of a module's canonical text.
+Places = Mapping[tuple[str, str], tuple[str, str]]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
 _SOURCE_LINE = re.compile(r"source_line=(\d+)")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
@@ -36,12 +39,21 @@ _FIELD = re.compile(r"(\w+)=(\d+)")
 class Locations:
     """``file:line`` of each instruction of one module (module doc); "" where the module does not say."""
 
-    def __init__(self, module: HloModule):
-        tables = module.debug_tables
+    def __init__(self, module: HloModule | None = None):
+        tables = module.debug_tables if module is not None else {}
         self._files = {n: _unquote(v) for n, v in tables.get("FileNames", {}).items()}
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
         self._resolved: dict[int, str] = {}
+
+    @classmethod
+    def of_tables(cls, files: Mapping[int, str], locations: Mapping[int, dict[str, int]],
+                  frames: Mapping[int, dict[str, int]]) -> Locations:
+        """From the tables as the text numbers them (module doc), read elsewhere (a serialized module's
+        ``stack_frame_index``)."""
+        made = cls()
+        made._files, made._locations, made._frames = dict(files), dict(locations), dict(frames)
+        return made
 
     def of(self, instr: Instruction) -> str:
         metadata = instr.attrs.get("metadata", "")
@@ -50,8 +62,7 @@ class Locations:
         file = _SOURCE_FILE.search(metadata)
         if file:
             line = _SOURCE_LINE.search(metadata)
-            name = PurePosixPath(file.group(1).replace("\\\\", "/")).name
-            return f"{name}:{line.group(1)}" if line else name
+            return source_text(file.group(1), int(line.group(1)) if line else 0)
         frame = _STACK_FRAME.search(metadata)
         return self.frame(int(frame.group(1))) if frame else ""
 
@@ -78,6 +89,12 @@ class Locations:
         return innermost
 
 
+def source_text(path: str, line: int) -> str:
+    """``model.py:41``: the file's name only (where it is installed or checked out says nothing of the model)."""
+    name = PurePosixPath(path.replace("\\\\", "/")).name
+    return f"{name}:{line}" if line else name
+
+
 def _in_framework(path: str) -> bool:
     """A frame of jax, flax, optax... (a directory named after one), or of Python's own library (a ``python3.*``
     directory with no ``site-packages`` below it)."""
@@ -95,3 +112,16 @@ def _unquote(value: str) -> str:
 
 def _fields(value: str) -> dict[str, int]:
     return {k: int(v) for k, v in _FIELD.findall(value)}
+
+
+def canonical_places(places: Iterable[tuple[str, str, str, str]],
+                     names: Mapping[tuple[str, str], tuple[str, str]]) -> Places:
+    """(computation, instruction, op_name, source) of a module, keyed by the names its canonical text gives them
+    (``normalize.normalize_with_names``): (computation, instruction) -> (op_name, source). Of identical computations
+    (printed once) the first's; an instruction the text does not hold is left out."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for computation, instruction, op_name, source in places:
+        canonical = names.get((computation, instruction))
+        if canonical is not None:
+            found.setdefault(canonical, (op_name, source))
+    return found
