@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
+from dataclasses import replace
 from xml.etree import ElementTree as ET
 from pathlib import Path
 
@@ -20,6 +22,12 @@ import pytest
 import team_model as tm
 from hlo_audit.config import load_config
 from hlo_audit.golden.record import GoldenRecord, record_problem
+from hlo_audit.hlo.locations import Locations, canonical_places
+from hlo_audit.hlo.normalize import normalize_with_names
+from hlo_audit.hlo.text import parse_module
+from hlo_audit.matrix import Cell
+from hlo_audit.results import CellResult, Status
+from hlo_audit.stages.lowered import hlo_text, instruction_places
 from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.xdist_group("named_rules")
@@ -426,3 +434,38 @@ def test_the_golden_record_keeps_kernel_digests_and_reads_old_ones():
     assert old.kernels is None and "kernels" not in old.to_json()
     assert record_problem({**base, "kernels": {"scale_shift": "0123"}}, base["cell"]) == \
         "not a golden summary: 'kernels' is malformed"
+
+
+def test_the_lowered_stage_reads_each_instruction_s_place_as_jax_s_debug_text_prints_it():
+    """The places the lowered stage keeps beside its text (read from the serialized module's metadata and stack
+    frames) are those jax's own text with debug info says, instruction by instruction (the text's table numbering and
+    ``hlo.locations``' walk to the model's frame are the oracle); the text the stage prints stays without them."""
+    lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
+    module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
+    places = {(c, i): (op_name, source) for c, i, op_name, source in instruction_places(module)}
+    debug = parse_module(lowered.as_text(dialect="hlo", debug_info=True))
+    said = Locations(debug)
+    oracle = {(c.name, i.name): (i.op_name.replace("\\'", "'"), said.of(i))
+              for c in debug.computations.values() for i in c.instructions if i.op_name or said.of(i)}
+    assert places == oracle
+    sources = Counter(source for _, source in places.values())
+    assert sources[model_line("jax.debug.print(")] >= 1 and all("/" not in s for s in sources), sources
+    assert "metadata=" not in hlo_text(lowered, module)
+
+
+def test_places_follow_the_canonical_names_and_the_result_record():
+    """Keyed by the canonical text's names (what the structural diff reads), the callback is placed at the model's
+    line; a result keeps its places through the results cache's record, and one without them writes none."""
+    lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
+    module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
+    text, _, names = normalize_with_names(parse_module(hlo_text(lowered, module)))
+    places = canonical_places(instruction_places(module), names)
+    canonical = parse_module(text)
+    held = {(c.name, i.name) for c in canonical.computations.values() for i in c.instructions}
+    assert places and set(places) <= held
+    (callback,) = [(c.name, i.name) for c in canonical.computations.values() for i in c.instructions
+                   if i.custom_call_target == "xla_ffi_python_cpu_callback"]
+    assert places[callback] == ("jit(train_step)/debug_print", model_line("jax.debug.print("))
+    result = CellResult(cell=Cell("team", False, "base", 2), status=Status.OK, places=places)
+    assert CellResult.from_record(json.loads(json.dumps(result.to_record()))).places == places
+    assert "places" not in replace(result, places=None).to_record()
