@@ -14,6 +14,7 @@ from typing import Any
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
 from hlo_audit.usage import InputError
@@ -62,7 +63,7 @@ class CellResult:
     # Where in the model each instruction of the canonical text comes from, where the stage printed its text without
     # metadata (lowered): (computation, instruction) by their canonical names -> (jax's op_name, source file:line).
     # What places a change on this side (``hlo.changes.Place``); None where the text says it or nothing does.
-    places: Mapping[tuple[str, str], tuple[str, str]] | None = field(default=None, repr=False)
+    places: Places | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):  # "ok" as a caller may spell it
@@ -142,7 +143,7 @@ class CellResult:
         if self.kernels_by_name is not None:
             record["kernels_by_name"] = {k: list(v) for k, v in self.kernels_by_name.items()}
         if self.places is not None:
-            record["places"] = [[*where, *what] for where, what in self.places.items()]
+            record["places"] = places_to_record(self.places)
         return record
 
     @classmethod
@@ -159,8 +160,7 @@ class CellResult:
             launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
             kernels_by_name=None if record.get("kernels_by_name") is None else {
                 k: tuple(v) for k, v in record["kernels_by_name"].items()},
-            places=None if record.get("places") is None else {
-                (c, i): (op_name, source) for c, i, op_name, source in record["places"]},
+            places=None if record.get("places") is None else places_from_record(record["places"]),
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
 

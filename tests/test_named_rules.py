@@ -442,7 +442,7 @@ def test_the_lowered_stage_reads_each_instruction_s_place_as_jax_s_debug_text_pr
     ``hlo.locations``' walk to the model's frame are the oracle); the text the stage prints stays without them."""
     lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
     module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
-    places = {(c, i): (op_name, source) for c, i, op_name, source in instruction_places(module)}
+    places = instruction_places(module)
     debug = parse_module(lowered.as_text(dialect="hlo", debug_info=True))
     said = Locations(debug)
     oracle = {(c.name, i.name): (i.op_name.replace("\\'", "'"), said.of(i))

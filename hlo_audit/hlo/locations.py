@@ -20,7 +20,7 @@ checked out elsewhere places alike.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import PurePosixPath
 
 from hlo_audit.hlo.text import HloModule, Instruction
@@ -114,14 +114,31 @@ def _fields(value: str) -> dict[str, int]:
     return {k: int(v) for k, v in _FIELD.findall(value)}
 
 
-def canonical_places(places: Iterable[tuple[str, str, str, str]],
-                     names: Mapping[tuple[str, str], tuple[str, str]]) -> Places:
-    """(computation, instruction, op_name, source) of a module, keyed by the names its canonical text gives them
-    (``normalize.normalize_with_names``): (computation, instruction) -> (op_name, source). Of identical computations
-    (printed once) the first's; an instruction the text does not hold is left out."""
+def canonical_places(places: Places, names: Mapping[tuple[str, str], tuple[str, str]]) -> Places:
+    """A module's places keyed by the names its canonical text gives its instructions
+    (``normalize.normalize_with_names``). Of identical computations (printed once) the first's; an instruction the
+    text does not hold is left out."""
     found: dict[tuple[str, str], tuple[str, str]] = {}
-    for computation, instruction, op_name, source in places:
-        canonical = names.get((computation, instruction))
+    for where, what in places.items():
+        canonical = names.get(where)
         if canonical is not None:
-            found.setdefault(canonical, (op_name, source))
+            found.setdefault(canonical, what)
     return found
+
+
+def places_to_record(places: Places) -> dict:
+    """Places as JSON, each op_name and source once (a few hundred distinct ones place thousands of instructions):
+    ``{"op_names": [...], "sources": [...], "at": {computation: {instruction: [op_name's, source's index]}}}``."""
+    op_names: dict[str, int] = {}
+    sources: dict[str, int] = {}
+    at: dict[str, dict[str, list[int]]] = {}
+    for (computation, instruction), (op_name, source) in places.items():
+        at.setdefault(computation, {})[instruction] = [op_names.setdefault(op_name, len(op_names)),
+                                                       sources.setdefault(source, len(sources))]
+    return {"op_names": list(op_names), "sources": list(sources), "at": at}
+
+
+def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple[str, str]]:
+    op_names, sources = record["op_names"], record["sources"]
+    return {(computation, instruction): (op_names[o], sources[s])
+            for computation, instructions in record["at"].items() for instruction, (o, s) in instructions.items()}

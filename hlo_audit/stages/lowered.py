@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 from hlo_audit.attribution import arg_keys
-from hlo_audit.hlo.locations import Locations, source_text
+from hlo_audit.hlo.locations import Locations, Places, source_text
 from hlo_audit.lowering import Lowering
 
 if TYPE_CHECKING:
@@ -75,14 +75,14 @@ _FILE_NAME_ID, _LINE = 1, 3
 _FILE_LOCATION_ID, _PARENT_FRAME_ID = 1, 2
 
 
-def instruction_places(module) -> tuple[tuple[str, str, str, str], ...]:
-    """(computation, instruction, jax's op_name, source ``file:line``) of every instruction whose metadata says
+def instruction_places(module) -> Places:
+    """(computation, instruction) -> (jax's op_name, source ``file:line``) of every instruction whose metadata says
     either: the place of a change (``hlo.changes.Place``) that the text, printed without metadata (``hlo_text``),
     does not say. Read from the serialized module (its metadata and stack frame tables), not from a second
     printing: the text with metadata is ~2.3x the text."""
     proto = module.as_serialized_hlo_module_proto()
     locations = _stack_frames(next(iter(_fields(proto, _STACK_FRAME_INDEX)), b""))
-    places = []
+    places = {}
     for computation in _fields(proto, _COMPUTATIONS):
         name = bytes(next(iter(_fields(computation, _NAME)), b"")).decode()
         for instruction in _fields(computation, _INSTRUCTIONS):
@@ -97,8 +97,8 @@ def instruction_places(module) -> tuple[tuple[str, str, str, str], ...]:
                 source = locations.frame(numbers[_STACK_FRAME_ID]) if numbers.get(_STACK_FRAME_ID) else ""
             if op_name or source:
                 instr = bytes(next(iter(_fields(instruction, _NAME)), b"")).decode()
-                places.append((name, instr, op_name, source))
-    return tuple(places)
+                places[name, instr] = (op_name, source)
+    return places
 
 
 def _stack_frames(index) -> Locations:
