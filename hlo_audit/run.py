@@ -24,7 +24,6 @@ from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
-from hlo_audit.hlo.locations import canonical_places
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.hlo.thunks import step_launches
@@ -63,7 +62,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         launches=Launches.of(launches) if launches is not None else None,
         kernels_by_name=kernel_digests(analysis.module) or None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
-        normalized=normalized, places=canonical_places(lowering.places, names) if lowering.places else None,
+        normalized=normalized, places=lowering.metadata.places(names) if lowering.metadata is not None else None,
     )
 
 

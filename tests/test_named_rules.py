@@ -22,12 +22,13 @@ import pytest
 import team_model as tm
 from hlo_audit.config import load_config
 from hlo_audit.golden.record import GoldenRecord, record_problem
-from hlo_audit.hlo.locations import Locations, canonical_places
+from hlo_audit.hlo.locations import Locations
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult, Status
-from hlo_audit.stages.lowered import hlo_text, instruction_places
+from hlo_audit.lowering import Lowering
+from hlo_audit.stages.lowered import hlo_text, instruction_metadata
 from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.xdist_group("named_rules")
@@ -442,7 +443,7 @@ def test_the_lowered_stage_reads_each_instruction_s_place_as_jax_s_debug_text_pr
     ``hlo.locations``' walk to the model's frame are the oracle); the text the stage prints stays without them."""
     lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
     module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
-    places = instruction_places(module)
+    places = instruction_metadata(module).places()
     debug = parse_module(lowered.as_text(dialect="hlo", debug_info=True))
     said = Locations(debug)
     oracle = {(c.name, i.name): (i.op_name.replace("\\'", "'"), said.of(i))
@@ -455,11 +456,15 @@ def test_the_lowered_stage_reads_each_instruction_s_place_as_jax_s_debug_text_pr
 
 def test_places_follow_the_canonical_names_and_the_result_record():
     """Keyed by the canonical text's names (what the structural diff reads), the callback is placed at the model's
-    line; a result keeps its places through the results cache's record, and one without them writes none."""
+    line; the lowering's metadata and the result's places come back from the cache's records as they went in, and
+    a result without places writes none."""
     lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
     module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
     text, _, names = normalize_with_names(parse_module(hlo_text(lowered, module)))
-    places = canonical_places(instruction_places(module), names)
+    metadata = instruction_metadata(module)
+    cached = Lowering.from_cache(text, json.loads(json.dumps(Lowering(text, metadata=metadata).meta()))).metadata
+    assert cached == metadata  # the cache keeps it raw: the analysis, not the lowering, decides the model's frame
+    places = cached.places(names)
     canonical = parse_module(text)
     held = {(c.name, i.name) for c in canonical.computations.values() for i in c.instructions}
     assert places and set(places) <= held

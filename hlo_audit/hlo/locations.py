@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from hlo_audit.hlo.text import HloModule, Instruction
@@ -114,16 +115,53 @@ def _fields(value: str) -> dict[str, int]:
     return {k: int(v) for k, v in _FIELD.findall(value)}
 
 
-def canonical_places(places: Places, names: Mapping[tuple[str, str], tuple[str, str]]) -> Places:
-    """A module's places keyed by the names its canonical text gives its instructions
-    (``normalize.normalize_with_names``). Of identical computations (printed once) the first's; an instruction the
-    text does not hold is left out."""
-    found: dict[tuple[str, str], tuple[str, str]] = {}
-    for where, what in places.items():
-        canonical = names.get(where)
-        if canonical is not None:
-            found.setdefault(canonical, what)
-    return found
+@dataclass(frozen=True)
+class Metadata:
+    """What a module's instructions' metadata says, as a stage read it beside a text printed without it (the
+    serialized module: ``stages.lowered``): by (computation, instruction), jax's op_name, ``source_file:line``
+    where the metadata names it, else its stack frame (``frame``); and the module's stack frame tables as its text
+    numbers them (module doc): ``files`` (1 is the first), ``locations`` (file number, line), ``frames`` (location
+    number, caller's number plus one). Raw: which frame is the model's is decided here, where the analysis is."""
+
+    instructions: Mapping[tuple[str, str], tuple[str, str, int]]
+    files: tuple[str, ...] = ()
+    locations: tuple[tuple[int, int], ...] = ()
+    frames: tuple[tuple[int, int], ...] = ()
+
+    def places(self, names: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> Places:
+        """(op_name, ``file:line``) by instruction, keyed by ``names`` (the canonical text's:
+        ``normalize.normalize_with_names``) where given. Of identical computations (printed once) the first's; an
+        instruction ``names`` does not hold is left out."""
+        frames = Locations.of_tables(
+            dict(enumerate(self.files, 1)),
+            {n: {"file_name_id": f, "line": line} for n, (f, line) in enumerate(self.locations, 1)},
+            {n: {"file_location_id": loc, "parent_frame_id": parent} for n, (loc, parent) in enumerate(self.frames, 1)})
+        found: dict[tuple[str, str], tuple[str, str]] = {}
+        for where, (op_name, source, frame) in self.instructions.items():
+            key = names.get(where) if names is not None else where
+            if key is not None and key not in found:
+                found[key] = (op_name, source or (frames.frame(frame) if frame else ""))
+        return found
+
+    def to_record(self) -> dict:
+        """JSON, each op_name and source once (a few hundred distinct ones place thousands of instructions):
+        ``at`` is {computation: {instruction: [op_name's index, source's index, frame]}}."""
+        op_names: dict[str, int] = {}
+        sources: dict[str, int] = {}
+        at: dict[str, dict[str, list[int]]] = {}
+        for (computation, instruction), (op_name, source, frame) in self.instructions.items():
+            at.setdefault(computation, {})[instruction] = [op_names.setdefault(op_name, len(op_names)),
+                                                           sources.setdefault(source, len(sources)), frame]
+        return {"op_names": list(op_names), "sources": list(sources), "at": at, "files": list(self.files),
+                "locations": [list(x) for x in self.locations], "frames": [list(x) for x in self.frames]}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> Metadata:
+        op_names, sources = record["op_names"], record["sources"]
+        return cls({(computation, instruction): (op_names[o], sources[s], frame)
+                    for computation, instructions in record["at"].items()
+                    for instruction, (o, s, frame) in instructions.items()},
+                   tuple(record["files"]), tuple(map(tuple, record["locations"])), tuple(map(tuple, record["frames"])))
 
 
 def places_to_record(places: Places) -> dict:

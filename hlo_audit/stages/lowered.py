@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 from hlo_audit.attribution import arg_keys
-from hlo_audit.hlo.locations import Locations, Places, source_text
+from hlo_audit.hlo.locations import Metadata, source_text
 from hlo_audit.lowering import Lowering
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ def run(lowered, cell: Cell) -> Lowering:
     module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
     text = hlo_text(lowered, module)
     return Lowering(text=text, arg_keys=arg_keys(lowered), literal_digests=literal_digests(module, text),
-                    places=instruction_places(module))
+                    metadata=instruction_metadata(module))
 
 
 def hlo_text(lowered, module=None) -> str:
@@ -75,14 +75,13 @@ _FILE_NAME_ID, _LINE = 1, 3
 _FILE_LOCATION_ID, _PARENT_FRAME_ID = 1, 2
 
 
-def instruction_places(module) -> Places:
-    """(computation, instruction) -> (jax's op_name, source ``file:line``) of every instruction whose metadata says
-    either: the place of a change (``hlo.changes.Place``) that the text, printed without metadata (``hlo_text``),
-    does not say. Read from the serialized module (its metadata and stack frame tables), not from a second
-    printing: the text with metadata is ~2.3x the text."""
+def instruction_metadata(module) -> Metadata:
+    """Each instruction's op_name and source (a file and line, or a stack frame) and the module's stack frame tables
+    (``hlo.locations.Metadata``): where in the model a change is (``hlo.changes.Place``), which the text, printed
+    without metadata (``hlo_text``), does not say. Read from the serialized module, not from a second printing:
+    the text with metadata is ~2.3x the text."""
     proto = module.as_serialized_hlo_module_proto()
-    locations = _stack_frames(next(iter(_fields(proto, _STACK_FRAME_INDEX)), b""))
-    places = {}
+    instructions = {}
     for computation in _fields(proto, _COMPUTATIONS):
         name = bytes(next(iter(_fields(computation, _NAME)), b"")).decode()
         for instruction in _fields(computation, _INSTRUCTIONS):
@@ -90,27 +89,19 @@ def instruction_places(module) -> Places:
             if metadata is None:
                 continue
             strings, numbers = _scalars(metadata)
-            op_name = strings.get(_OP_NAME, "")
-            if strings.get(_SOURCE_FILE):
-                source = source_text(strings[_SOURCE_FILE], numbers.get(_SOURCE_LINE, 0))
-            else:
-                source = locations.frame(numbers[_STACK_FRAME_ID]) if numbers.get(_STACK_FRAME_ID) else ""
-            if op_name or source:
+            op_name, frame = strings.get(_OP_NAME, ""), numbers.get(_STACK_FRAME_ID, 0)
+            source = source_text(strings[_SOURCE_FILE], numbers.get(_SOURCE_LINE, 0)) \
+                if strings.get(_SOURCE_FILE) else ""
+            if op_name or source or frame:
                 instr = bytes(next(iter(_fields(instruction, _NAME)), b"")).decode()
-                places[name, instr] = (op_name, source)
-    return places
-
-
-def _stack_frames(index) -> Locations:
-    """The module's stack frame tables, numbered as its text prints them (``hlo.locations``): from 1, a frame's
-    ``parent_frame_id`` its caller's number plus one (the proto's is the caller's number, 0 for none)."""
-    files = {n: bytes(v).decode() for n, v in enumerate(_fields(index, _FILE_NAMES), 1)}
-    locations = {n: {"file_name_id": numbers.get(_FILE_NAME_ID, 0), "line": numbers.get(_LINE, 0)}
-                 for n, (_, numbers) in enumerate(map(_scalars, _fields(index, _FILE_LOCATIONS)), 1)}
-    frames = {n: {"file_location_id": numbers.get(_FILE_LOCATION_ID, 0),
-                  "parent_frame_id": numbers.get(_PARENT_FRAME_ID, 0) + 1}
-              for n, (_, numbers) in enumerate(map(_scalars, _fields(index, _STACK_FRAMES)), 1)}
-    return Locations.of_tables(files, locations, frames)
+                instructions[name, instr] = (op_name, source, 0 if source else frame)
+    index = next(iter(_fields(proto, _STACK_FRAME_INDEX)), b"")
+    # Numbered as the text prints them: a frame's parent is the caller's number plus one (the proto's: the number).
+    return Metadata(instructions, tuple(bytes(v).decode() for v in _fields(index, _FILE_NAMES)),
+                    tuple((n.get(_FILE_NAME_ID, 0), n.get(_LINE, 0))
+                          for _, n in map(_scalars, _fields(index, _FILE_LOCATIONS))),
+                    tuple((n.get(_FILE_LOCATION_ID, 0), n.get(_PARENT_FRAME_ID, 0) + 1)
+                          for _, n in map(_scalars, _fields(index, _STACK_FRAMES))))
 
 
 def _scalars(message) -> tuple[dict[int, str], dict[int, int]]:
