@@ -144,39 +144,31 @@ class Metadata:
         return found
 
     def to_record(self) -> dict:
-        """JSON, each op_name and source once (a few hundred distinct ones place thousands of instructions):
-        ``at`` is {computation: {instruction: [op_name's index, source's index, frame]}}."""
-        op_names: dict[str, int] = {}
-        sources: dict[str, int] = {}
-        at: dict[str, dict[str, list[int]]] = {}
-        for (computation, instruction), (op_name, source, frame) in self.instructions.items():
-            at.setdefault(computation, {})[instruction] = [op_names.setdefault(op_name, len(op_names)),
-                                                           sources.setdefault(source, len(sources)), frame]
-        return {"op_names": list(op_names), "sources": list(sources), "at": at, "files": list(self.files),
+        """JSON (``places_to_record``'s, each instruction's frame after its op_name and source), with the tables."""
+        return {**places_to_record(self.instructions), "files": list(self.files),
                 "locations": [list(x) for x in self.locations], "frames": [list(x) for x in self.frames]}
 
     @classmethod
     def from_record(cls, record: Mapping) -> Metadata:
-        op_names, sources = record["op_names"], record["sources"]
-        return cls({(computation, instruction): (op_names[o], sources[s], frame)
-                    for computation, instructions in record["at"].items()
-                    for instruction, (o, s, frame) in instructions.items()},
-                   tuple(record["files"]), tuple(map(tuple, record["locations"])), tuple(map(tuple, record["frames"])))
+        return cls(places_from_record(record), tuple(record["files"]), tuple(map(tuple, record["locations"])),
+                   tuple(map(tuple, record["frames"])))
 
 
-def places_to_record(places: Places) -> dict:
-    """Places as JSON, each op_name and source once (a few hundred distinct ones place thousands of instructions):
-    ``{"op_names": [...], "sources": [...], "at": {computation: {instruction: [op_name's, source's index]}}}``."""
+def places_to_record(places: Mapping[tuple[str, str], tuple]) -> dict:
+    """Places (and what follows each one's op_name and source) as JSON, each op_name and source once (a few hundred
+    distinct ones place thousands of instructions): ``{"op_names": [...], "sources": [...], "at": {computation:
+    {instruction: [op_name's index, source's index, *the rest]}}}``."""
     op_names: dict[str, int] = {}
     sources: dict[str, int] = {}
-    at: dict[str, dict[str, list[int]]] = {}
-    for (computation, instruction), (op_name, source) in places.items():
+    at: dict[str, dict[str, list]] = {}
+    for (computation, instruction), (op_name, source, *rest) in places.items():
         at.setdefault(computation, {})[instruction] = [op_names.setdefault(op_name, len(op_names)),
-                                                       sources.setdefault(source, len(sources))]
+                                                       sources.setdefault(source, len(sources)), *rest]
     return {"op_names": list(op_names), "sources": list(sources), "at": at}
 
 
-def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple[str, str]]:
+def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple]:
     op_names, sources = record["op_names"], record["sources"]
-    return {(computation, instruction): (op_names[o], sources[s])
-            for computation, instructions in record["at"].items() for instruction, (o, s) in instructions.items()}
+    return {(computation, instruction): (op_names[o], sources[s], *rest)
+            for computation, instructions in record["at"].items()
+            for instruction, (o, s, *rest) in instructions.items()}
