@@ -1,8 +1,8 @@
 """What a cell's result keeps of its module's analysis, typed: its entry parameters, RNG streams, constants and
 (for a GPU program) launches per step.
 
-The HLO core's objects (``hlo.params.EntryParam``, ``hlo.rng_flow.RngReport``, ``hlo.constants.ConstantReport``,
-``hlo.thunks.LaunchReport``) hold the parsed module; a result outlives it (the results cache, a worker process, a
+The HLO core's objects (``hlo.params.EntryParam``, ``hlo.rng_streams.RngReport``, ``hlo.constants.ConstantReport``,
+``hlo.launches.LaunchReport``) hold the parsed module; a result outlives it (the results cache, a worker process, a
 merged shard), so it keeps these smaller records. Each is built from its analysis object once (``of``) and has one
 record schema (``to_record`` / ``from_record``: the results cache's entries and the JSON formats), defined here
 beside the type; ``test_analysed`` holds each ``of(x).to_record()`` to the core's own ``x.to_record()``.
@@ -16,9 +16,10 @@ from enum import StrEnum
 from typing import Any, Final
 
 from hlo_audit.hlo.constants import ConstantReport, frozen_rng, golden_summary
+from hlo_audit.hlo.launch_groups import LaunchGroup, group_counts
+from hlo_audit.hlo.launches import LaunchReport
 from hlo_audit.hlo.params import RNG_ROLES, ROLES, EntryParam
-from hlo_audit.hlo.rng_flow import VERDICTS, PatternCount, RngReport, Stream
-from hlo_audit.hlo.thunks import LaunchGroup, LaunchReport, group_counts
+from hlo_audit.hlo.rng_streams import VERDICTS, PatternCount, RngReport, Stream
 
 Record = dict[str, Any]  # a record of the results cache's schema (an edge: JSON in and out)
 
@@ -45,14 +46,14 @@ assert tuple(Role) == ROLES, "hlo.params.ROLES changed: Role follows it"
 
 
 class StreamVerdict(StrEnum):
-    """What an RNG stream's key does in the step (``hlo.rng_flow``): drawn from, carried (dead state) or unknown."""
+    """What an RNG stream's key does in the step (``hlo.rng_streams``): drawn from, carried (dead state) or unknown."""
 
     DRAWN = "drawn"
     CARRIED = "carried"
     UNKNOWN = "unknown"
 
 
-assert tuple(StreamVerdict) == VERDICTS, "hlo.rng_flow.VERDICTS changed: StreamVerdict follows it"
+assert tuple(StreamVerdict) == VERDICTS, "hlo.rng_streams.VERDICTS changed: StreamVerdict follows it"
 
 
 def _number(x: float) -> int | float:
@@ -191,7 +192,7 @@ class RngPattern:
 
 @dataclass(frozen=True)
 class RngSummary:
-    """Every RNG stream of a module by verdict, per pattern and (when kept) one by one (``hlo.rng_flow``)."""
+    """Every RNG stream of a module by verdict, per pattern and (when kept) one by one (``hlo.rng_streams``)."""
 
     streams: int
     drawn: int
@@ -426,7 +427,7 @@ GOLDEN_LAUNCH_FIELDS = ("total", "scalar", "collectives", "reading_rng", "by_cat
 
 @dataclass(frozen=True)
 class Launches:
-    """What one step of a GPU program launches (``hlo.thunks.LaunchReport``): kernels, library calls, copies and
+    """What one step of a GPU program launches (``hlo.launches.LaunchReport``): kernels, library calls, copies and
     collectives per step, the scalar ones, those reading RNG state, and the launch groups by what they run and read."""
 
     thunks: int
@@ -443,7 +444,8 @@ class Launches:
     from_module: bool
     reading_rng: int
     scalar_groups: tuple[LaunchGroup, ...]
-    groups: Mapping[str, int]  # hlo.thunks.group_counts: "kernel scalar loop_add_fusion [rng_count] ..." -> count
+    # hlo.launch_groups.group_counts: "kernel scalar loop_add_fusion [rng_count] ..." -> launches per step
+    groups: Mapping[str, int]
 
     @classmethod
     def of(cls, report: LaunchReport) -> Launches:

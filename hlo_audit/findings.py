@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from hlo_audit.hlo.changes import Change
-from hlo_audit.hlo.thunks import LaunchGroup
+from hlo_audit.hlo.launch_groups import LaunchGroup
 from hlo_audit.policy import Waiver
 from hlo_audit.results import Severity
 

@@ -58,7 +58,7 @@ from hlo_audit.golden.snapshot import Golden, read_snapshot
 from hlo_audit import named_rules
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.diff import captured_delta, count_delta
-from hlo_audit.hlo.thunks import group_delta
+from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.named_rules import Structural
@@ -367,7 +367,7 @@ def increment_changes(old: Increments | None, rng: RngSummary | None) -> Increme
 
 def launch_changes(old: GoldenLaunches | Launches | None, new: Launches | None) -> LaunchChange | None:
     """A GPU cell's launches per step against the golden's (``GoldenLaunches``; or two programs' ``Launches``):
-    kernels in all, scalar ones and collectives, with the launch groups that came and went (``hlo.thunks.
+    kernels in all, scalar ones and collectives, with the launch groups that came and went (``hlo.launch_groups.
     group_delta``); None when either side has none (a golden written before they were kept, a cell that is not a
     GPU's) or no gated count moved."""
     if old is None or new is None:

@@ -16,7 +16,8 @@ from hlo_audit.hlo.diff import ModuleDiff, diff_modules
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
-from hlo_audit.hlo.thunks import launch_report, thunk_dumps
+from hlo_audit.hlo.launches import launch_report
+from hlo_audit.hlo.thunks import thunk_dumps
 from hlo_audit.findings import LaunchChange
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import CellResult

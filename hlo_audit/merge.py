@@ -54,7 +54,7 @@ def cell_record(r: CellResult, slope: float | None = None) -> Json:
         "rng_streams": r.rng.to_record(with_streams=False) if r.rng else None,
         # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
         "memory": r.memory, "cost": r.cost,
-        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.thunks), total,
+        # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.launches), total,
         # by kind and category, scalar, collectives, reading RNG state, the scalar groups and every group.
         "kernels": r.launches.to_record() if r.launches else None,
         # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)

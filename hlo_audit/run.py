@@ -26,7 +26,7 @@ from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.text import HloParseError
-from hlo_audit.hlo.thunks import step_launches
+from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan

@@ -8,7 +8,7 @@ depth, which is cheaper than lowering llama3-8b's 32 layers, and a test holds it
 GPU cells (stages optimized and compiled for a named GPU) also fit their launches per step (``launches``:
 total, scalar, collectives and those that read RNG state): seed 000's leak is +21 scalar counter kernels per layer
 of llama3-8b on an H100, +672 at 32 layers. ``launch_groups`` says which launches reading RNG state the deepest cell has
-that the shallowest has not (``hlo.thunks.group_delta``).
+that the shallowest has not (``hlo.launch_groups.group_delta``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from hlo_audit.hlo.thunks import LaunchGroup, group_delta
+from hlo_audit.hlo.launch_groups import LaunchGroup, group_delta
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult
 

@@ -78,7 +78,7 @@ STAGES = textwrap.dedent("""
     host.setup_own_process()
     import jax
     from hlo_audit.hlo.analysis import analyze
-    from hlo_audit.hlo.thunks import step_launches
+    from hlo_audit.hlo.launch_model import step_launches
     from hlo_audit.matrix import Cell
     from hlo_audit.stages import to_stage
     from hlo_audit.targets import te

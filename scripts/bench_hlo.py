@@ -33,7 +33,7 @@ from hlo_audit.files import write_atomic
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.constants import constant_report
 from hlo_audit.hlo.normalize import normalize
-from hlo_audit.hlo.rng_flow import classify_streams
+from hlo_audit.hlo.rng_streams import classify_streams
 from hlo_audit.hlo.text import HloParseError, read_text
 
 MODEL, QUANT, LAYERS = "llama3-8b", "int8", 32

@@ -58,7 +58,7 @@ SIDE = textwrap.dedent(r'''
     host.setup_own_process()
     import jax
     from hlo_audit.hlo.analysis import analyze
-    from hlo_audit.hlo.thunks import step_launches
+    from hlo_audit.hlo.launch_model import step_launches
     from hlo_audit.matrix import Cell
     from hlo_audit.stages import compiled as compiled_stage
     from hlo_audit.stages.program import KEEP_DUMP_ENV

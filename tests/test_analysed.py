@@ -14,7 +14,7 @@ import pytest
 
 from hlo_audit.analysed import BY_NAME, Constants, Launches, Param, Role, RngSummary, StreamVerdict
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.thunks import module_launches
+from hlo_audit.hlo.launch_model import module_launches
 from hlo_audit.results import CellResult, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from hlo_audit import platforms
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.thunks import step_launches
+from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.matrix import Cell
 from hlo_audit.platforms.cuda import device_name
 from hlo_audit.stages import compiled as compiled_stage

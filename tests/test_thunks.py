@@ -1,4 +1,5 @@
-"""Launches per step from XLA's GPU thunk sequence, on real deviceless compiles for an H100 (hlo/thunks.py).
+"""Launches per step from XLA's GPU thunk sequence, on real deviceless compiles for an H100 (hlo/thunks.py,
+launches.py, launch_model.py, launch_groups.py).
 
 Every sequence here is made in the test: small jax functions and the NNX train steps of nnx_models.py, lowered
 over compile-only H100s (hlo_audit/platforms/cuda.py) and compiled by XLA's GPU compiler on this CPU host through
@@ -24,9 +25,10 @@ import nnx_models
 from hlo_audit.examples.nnx_mlp import make_step
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.text import HloParseError, parse_module
-from hlo_audit.hlo.thunks import (ThunkParseError, category, common_pattern, group_counts, group_delta,
-                                  launch_delta, launch_report, module_launches, parse_thunk_metadata,
-                                  parse_thunk_sequence, step_launches, thunk_dumps)
+from hlo_audit.hlo.launch_groups import common_pattern, group_counts, group_delta, launch_delta
+from hlo_audit.hlo.launch_model import module_launches, step_launches
+from hlo_audit.hlo.launches import launch_report
+from hlo_audit.hlo.thunks import ThunkParseError, category, parse_thunk_metadata, parse_thunk_sequence, thunk_dumps
 from hlo_audit.lowering import CellConfigError
 from hlo_audit.matrix import Cell
 from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, GpuTargetError, cuda_devices, device_name, target_config

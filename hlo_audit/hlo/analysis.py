@@ -13,7 +13,7 @@ from functools import cached_property
 from hlo_audit.hlo.constants import CapturedArray, ConstantReport, add_literal_digests, constant_report
 from hlo_audit.hlo.normalize import normalize_with_printed
 from hlo_audit.hlo.params import ArgLeaf, EntryParam, ParamSummary, entry_params
-from hlo_audit.hlo.rng_flow import RngReport, classify_streams
+from hlo_audit.hlo.rng_streams import RngReport, classify_streams
 from hlo_audit.hlo.text import HloModule, parse_module
 
 

@@ -39,9 +39,10 @@ from hlo_audit.hlo.locations import Locations, Places
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import computation_words, header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS, trip_count
+from hlo_audit.hlo.loops import trip_count
+from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS
 from hlo_audit.hlo.text import HloModule, Instruction, split_name_list, strip_number_suffix
-from hlo_audit.hlo.thunks import ParameterReads
+from hlo_audit.hlo.param_reads import ParameterReads
 
 
 class ChangeKind(StrEnum):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from hlo_audit.hlo.kernels import KERNEL_CUSTOM_CALLS
 from hlo_audit.hlo.params import EntryParam, entry_params
@@ -125,6 +125,31 @@ def _kernel_call(instr: Instruction) -> bool:
     return any(k in instr.custom_call_target for k in KERNEL_CUSTOM_CALLS)
 
 
+def _placement_order(comp: Computation, orders: dict[str, list[str]]) -> Iterator[Instruction]:
+    """``comp``'s instructions in printed order, each after what it needs: parameters first, by number; then
+    depth first from the root; what the root does not reach, as written. A commutative op's operand order is
+    kept in ``orders``."""
+    by_name = comp.by_name
+    seen: set[str] = set()
+    for start in (*comp.parameters, comp.root, *comp.instructions):
+        if start.name in seen:
+            continue
+        seen.add(start.name)
+        stack = [(start, iter(_needs(start, by_name, orders)))]
+        while stack:
+            instr, needs = stack[-1]
+            for ref in needs:  # what it needs comes first (a DAG: nothing on the stack is needed again)
+                if ref not in seen and ref in by_name:  # not a placeholder (rng.RNG_VALUE)
+                    seen.add(ref)
+                    needed = by_name[ref]
+                    plain = needed.opcode not in COMMUTATIVE and "control-predecessors" not in needed.attrs
+                    stack.append((needed, iter(needed.operands if plain else _needs(needed, by_name, orders))))
+                    break
+            else:
+                stack.pop()
+                yield instr
+
+
 class _Namer:
     """Canonical names and lines for one module."""
 
@@ -144,7 +169,6 @@ class _Namer:
         names it (a digest of what it computes: opcode, shape, its operands' names or literal, attributes)
         and prints its line. Identical instructions are numbered in printed order (``.2``, ``.3``).
         """
-        by_name = comp.by_name
         entry_names = self.entry_param_names if comp.is_entry else None
         self.callees_of = {}
         names: dict[str, str] = {}  # canonical names; holding one means placed
@@ -152,55 +176,47 @@ class _Namer:
         body: list[str] = []
         late: list[tuple[int, Instruction]] = []  # lines naming control predecessors printed after them
         callees: list[str] = []
-
-        # Parameters first, by number; then depth first from the root; what the root does not reach, as written.
-        seen: set[str] = set()
         orders: dict[str, list[str]] = {}  # a commutative op's operands in the order visited and printed
-        for start in (*comp.parameters, comp.root, *comp.instructions):
-            if start.name in seen:
-                continue
-            seen.add(start.name)
-            stack = [(start, iter(_needs(start, by_name, orders)))]
-            while stack:
-                instr, needs = stack[-1]
-                for ref in needs:  # what it needs comes first (a DAG: nothing on the stack is needed again)
-                    if ref not in seen and ref in by_name:  # not a placeholder (rng.RNG_VALUE)
-                        seen.add(ref)
-                        needed = by_name[ref]
-                        plain = needed.opcode not in COMMUTATIVE and "control-predecessors" not in needed.attrs
-                        stack.append((needed, iter(needed.operands if plain else _needs(needed, by_name, orders))))
-                        break
-                else:
-                    stack.pop()
-                    opcode = instr.opcode
-                    held = instr.attrs
-                    shape = _canonical_shape(instr.shape)
-                    # Placed: named and printed. Most of jax's instructions hold metadata alone, which is dropped.
-                    attrs = "" if not held or len(held) == 1 and "metadata" in held else self._attrs(instr)
-                    if opcode == "parameter":
-                        n = instr.parameter_number
-                        name = entry_names.get(n, f"arg{n}") if entry_names is not None else f"p{n}"
-                        args = "" if entry_names is not None else instr.literal  # entry: the line order is the number
-                    else:
-                        # A commutative op's operands print in the order they were visited (so the text reads
-                        # back to the same order) and enter its name sorted (so either order names it alike).
-                        operands = [names.get(op, op) for op in orders.get(instr.name, instr.operands)]
-                        args = instr.literal if opcode == "constant" else "%" + ", %".join(operands) if operands else ""
-                        what = f"%{', %'.join(sorted(operands))}" if opcode in COMMUTATIVE else args
-                        name = f"{opcode}.{_digest(f'{opcode}|{shape}|{what}|{attrs}')}"
-                        copies = taken.get(name, 0)
-                        taken[name] = copies + 1
-                        if copies:  # identical instructions repeated (constants, mostly)
-                            name = f"{name}.{copies + 1}"
-                    names[instr.name] = name
-                    if instr.name in self.callees_of:
-                        callees.extend(self.callees_of[instr.name])
-                    if "control-predecessors" in held:
-                        late.append((len(body), instr))
-                    root = "ROOT " if instr.is_root else ""
-                    body.append(f"  {root}%{name} = {shape} {opcode}({args}){attrs}")
+        for instr in _placement_order(comp, orders):
+            name, line = self._place(instr, names, taken, orders, entry_names)
+            names[instr.name] = name
+            if instr.name in self.callees_of:
+                callees.extend(self.callees_of[instr.name])
+            if "control-predecessors" in instr.attrs:
+                late.append((len(body), instr))
+            body.append(line)
         for at, instr in late:  # every instruction is named now
             body[at] += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
+        self._keep(comp, body, callees)
+
+    def _place(self, instr: Instruction, names: dict[str, str], taken: dict[str, int], orders: dict[str, list[str]],
+               entry_names: dict[int, str] | None) -> tuple[str, str]:
+        """An instruction placed (what it needs is named): its canonical name and its line."""
+        opcode = instr.opcode
+        held = instr.attrs
+        shape = _canonical_shape(instr.shape)
+        # Placed: named and printed. Most of jax's instructions hold metadata alone, which is dropped.
+        attrs = "" if not held or len(held) == 1 and "metadata" in held else self._attrs(instr)
+        if opcode == "parameter":
+            n = instr.parameter_number
+            name = entry_names.get(n, f"arg{n}") if entry_names is not None else f"p{n}"
+            args = "" if entry_names is not None else instr.literal  # entry: the line order is the number
+        else:
+            # A commutative op's operands print in the order they were visited (so the text reads
+            # back to the same order) and enter its name sorted (so either order names it alike).
+            operands = [names.get(op, op) for op in orders.get(instr.name, instr.operands)]
+            args = instr.literal if opcode == "constant" else "%" + ", %".join(operands) if operands else ""
+            what = f"%{', %'.join(sorted(operands))}" if opcode in COMMUTATIVE else args
+            name = f"{opcode}.{_digest(f'{opcode}|{shape}|{what}|{attrs}')}"
+            copies = taken.get(name, 0)
+            taken[name] = copies + 1
+            if copies:  # identical instructions repeated (constants, mostly)
+                name = f"{name}.{copies + 1}"
+        root = "ROOT " if instr.is_root else ""
+        return name, f"  {root}%{name} = {shape} {opcode}({args}){attrs}"
+
+    def _keep(self, comp: Computation, body: list[str], callees: list[str]) -> None:
+        """Name a printed computation and keep its lines, once per canonical name."""
         tail = "}" + "".join(f", {k}={v}" for k, v in sorted(comp.attrs.items()))  # execution_thread
         if comp.is_entry:
             canonical = strip_number_suffix(comp.name)

@@ -1,9 +1,5 @@
-"""Where each RNG stream's key goes: drawn, carried, or unknown.
-
-An NNX ``Rngs`` stream is a (key, count) pair of entry parameters under one path. Seed 000's finding was
-that three places held streams they never drew from: the key only flowed back to the outputs and the
-count was only incremented, yet both cost a parameter per step and a counter kernel per layer. This
-module reads that from the HLO by following every RNG parameter through the entry computation's dataflow.
+"""Where RNG state goes in a module, followed through its dataflow from the entry parameters (or literal keys) to
+the outputs, through every called computation.
 
 The analysis is a forward taint over the whole module. Each RNG parameter (key and count separately) is
 one bit; every value carries three bit sets, per tuple leaf:
@@ -17,19 +13,11 @@ one bit; every value carries three bit sets, per tuple leaf:
 Called computations (calls, fusions, while bodies and conditions, conditional branches) are analysed in
 the context of their actual operands, tuple element by tuple element, so one stream's bits never smear
 into another's through the loop state of a scan. While loops iterate to a fixed point; a loop condition
-or branch index that depends on RNG state adds its bits to every result (control dependence).
+or branch index that depends on RNG state adds its bits to every result (control dependence). A counter's
+increments in a loop body count once per trip (loops.py).
 
-At the entry ROOT, *s*'s own state (the returned key, the incremented count) is the output leaves that reuse
-the buffers of *s*'s key and count parameters (``input_output_alias``: jax aliases a donated train state's new
-value to the old, as MaxText's and NNX's steps donate it). An output aliased to no parameter is *s*'s own state
-if it depends only on *s*'s own key and count, not through random bits. (Aliases say it where dataflow cannot: a
-count advanced in one branch of a ``conditional`` on the data depends on every stream the data drew from.) Any
-other output that depends on *s* decides its verdict: through random bits, ``drawn``; through something not
-understood, ``unknown``; without random bits at all (the key used as plain data), ``unknown`` too, saying where. A
-stream that reaches no other output is ``carried``: dead state.
-
-This is what the numerical oracle in the tests checks: change one stream's key, run the step, compare
-every output but the stream's own state.
+What that says of each RNG stream (drawn, carried, unknown) is rng_streams.py's; ``literal_keys`` follows RNG keys
+written into the program as constants the same way.
 """
 
 from __future__ import annotations
@@ -39,12 +27,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo import custom_calls
-from hlo_audit.hlo.header import output_aliases
-from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
-
-VERDICTS = ("drawn", "carried", "unknown")
 
 # jax lowers jax.random through these functions, each a called computation in pre-optimization HLO.
 _RBG_COMPUTATION = re.compile(r"^_*(threefry|philox)", re.IGNORECASE)
@@ -66,8 +51,6 @@ IDENTITY_OPCODES = frozenset({"opt-barrier", "copy", "domain", "add-dependency",
 SIDE_EFFECTS = frozenset({"outfeed", "send", "send-done", "infeed", "recv", "recv-done"})
 NO_DATA = frozenset({"constant", "iota", "partition-id", "replica-id", "after-all", "rng-get-and-update-state"})
 _INTEGRAL = re.compile(r"^[us]\d+$")
-_TRIP_COUNT = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)')
-_DIRECTION = re.compile(r"direction=(\w+)")
 
 ZERO = (0, 0, 0)  # (k, b, u) of a value that depends on no RNG parameter
 
@@ -189,7 +172,7 @@ def _leaves(value) -> list[tuple[int, int, int]]:
 
 
 @dataclass
-class _Events:
+class FlowEvents:
     """What one analysed computation did with RNG bits (sites are "computation/instruction")."""
 
     draws: list[tuple[int, str]] = field(default_factory=list)     # (bits, site) that entered random bits
@@ -197,7 +180,7 @@ class _Events:
     increments: dict[int, float] = field(default_factory=dict)    # count bit -> elements incremented
     unknown_trips: bool = False  # some loop's trip count could not be read: increments are per iteration
 
-    def merge(self, other: "_Events", times: float = 1) -> None:
+    def merge(self, other: "FlowEvents", times: float = 1) -> None:
         self.draws.extend(other.draws)
         self.opaque.extend(other.opaque)
         for bit, n in other.increments.items():
@@ -205,7 +188,7 @@ class _Events:
         self.unknown_trips |= other.unknown_trips
 
 
-def _first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
+def first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
     return next((site for mask, site in sites if mask & bits), None)
 
 
@@ -227,12 +210,12 @@ class _Dataflow:
         self.module = module
         self.count_bits = count_bits
         self.constant_bits = constant_bits or {}  # (computation, constant) -> its bit, when constants are followed
-        self.memo: dict[tuple[str, tuple], tuple[object, _Events]] = {}
+        self.memo: dict[tuple[str, tuple], tuple[object, FlowEvents]] = {}
         self.depth = 0  # runs in progress, nested
 
     # -- computations ---------------------------------------------------------------------------------------
 
-    def analyse(self, comp: Computation, inputs: Sequence) -> tuple[object, _Events]:
+    def analyse(self, comp: Computation, inputs: Sequence) -> tuple[object, FlowEvents]:
         """``run`` for a chain of calls of any depth, without deep recursion: a run nested _NESTED_RUNS deep is
         deferred, analysed from here, and the runs above it are repeated, finding its result in the memo."""
         pending = [(comp, inputs)]
@@ -246,7 +229,7 @@ class _Dataflow:
             if not pending:
                 return result
 
-    def run(self, comp: Computation, inputs: Sequence) -> tuple[object, _Events]:
+    def run(self, comp: Computation, inputs: Sequence) -> tuple[object, FlowEvents]:
         key = (comp.name, tuple(inputs))
         hit = self.memo.get(key)
         if hit is not None:
@@ -255,7 +238,7 @@ class _Dataflow:
             raise _Deferred(comp, inputs)
         self.depth += 1
         try:
-            events = _Events()
+            events = FlowEvents()
             values: dict[str, object] = {}
             for instr in comp.instructions:
                 values[instr.name] = self.instruction(comp, instr, values, inputs, events)
@@ -266,7 +249,7 @@ class _Dataflow:
         return result
 
     def instruction(self, comp: Computation, instr: Instruction, values: dict, inputs: Sequence,
-                    events: _Events):
+                    events: FlowEvents):
         op = instr.opcode
         if op == "parameter":
             n = instr.parameter_number
@@ -319,7 +302,7 @@ class _Dataflow:
         return _fill(instr.shape, leaf)
 
     def known_custom_call(self, instr: Instruction, operands: list, known: custom_calls.Flow, site: str,
-                          events: _Events):
+                          events: FlowEvents):
         """A custom call whose semantics custom_calls.py states: data and random-bit seeds, result by result."""
         leaves = [_collapse(o) for o in operands]
         shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
@@ -351,7 +334,7 @@ class _Dataflow:
                 return True
         return bool(_RBG_OP_NAME.search(instr.op_name))
 
-    def count_increment(self, instr: Instruction, operands: list, events: _Events) -> None:
+    def count_increment(self, instr: Instruction, operands: list, events: FlowEvents) -> None:
         """``count + 1``: one operand depends on exactly one count parameter, the other on nothing RNG."""
         if len(operands) != 2 or not _INTEGRAL.match(instr.shape.dtype or ""):
             return
@@ -361,7 +344,7 @@ class _Dataflow:
             return
         events.increments[k] = events.increments.get(k, 0) + instr.shape.num_elements
 
-    def while_loop(self, comp: Computation, instr: Instruction, init, events: _Events):
+    def while_loop(self, comp: Computation, instr: Instruction, init, events: FlowEvents):
         body = self.module.computations[instr.attrs["body"].strip().lstrip("%")]
         condition = self.module.computations[instr.attrs["condition"].strip().lstrip("%")]
         state = init
@@ -379,7 +362,7 @@ class _Dataflow:
         events.merge(cond_events)
         return _add_control(state, _collapse(predicate))
 
-    def conditional(self, instr: Instruction, operands: list, events: _Events):
+    def conditional(self, instr: Instruction, operands: list, events: FlowEvents):
         if "branch_computations" in instr.attrs:
             branches = split_name_list(instr.attrs["branch_computations"])
         else:
@@ -395,247 +378,17 @@ class _Dataflow:
         return _add_control(result, _collapse(operands[0]))
 
 
-def trip_count(comp: Computation, loop: Instruction, condition: Computation) -> int | None:
-    """Iterations of a while loop: XLA's known_trip_count, or jax's ``i < N`` with ``i`` starting at 0."""
-    m = _TRIP_COUNT.search(loop.attrs.get("backend_config", ""))
-    if m:
-        return int(m.group(1))
-    root = condition.root
-    if root.opcode != "compare" or len(root.operands) != 2:
-        return None
-    direction = _DIRECTION.search("direction=" + root.attrs.get("direction", ""))
-    if not direction or direction.group(1) != "LT":
-        return None
-    counter, bound = (condition.by_name[r] for r in root.operands)
-    if counter.opcode != "get-tuple-element" or bound.opcode != "constant":
-        return None
-    index = int(counter.attrs["index"])
-    init = comp.by_name.get(loop.operands[0])
-    if init is None or init.opcode != "tuple" or index >= len(init.operands):
-        return None
-    start = comp.by_name.get(init.operands[index])
-    try:
-        if start is None or start.opcode != "constant" or int(start.literal) != 0:
-            return None
-        return int(bound.literal)
-    except ValueError:
-        return None
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Streams
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Stream:
-    """One RNG stream of the module and what its key does."""
-
-    path: str  # state path of the stream: the key's path without ``.key``
-    pattern: str  # the path with layer indices collapsed: ``decoder.layers_*.mlp.wi_0...to_nnx__rngs.aqt``
-    key: EntryParam | None
-    count: EntryParam | None
-    verdict: str  # drawn | carried | unknown
-    where: str  # drawn: the random-bit site first reached; unknown: where the flow left the analysis
-    # Count elements incremented per step: every increment the step executes, loop trip counts included. Each is a
-    # scalar kernel (seed 000's 673 per step), so one that a rematerialized layer's backward pass recomputes counts
-    # twice.
-    increments: float
-
-    @property
-    def params(self) -> int:
-        return (self.key is not None) + (self.count is not None)
-
-    @property
-    def bytes(self) -> int:
-        return sum(p.bytes for p in (self.key, self.count) if p is not None)
-
-    def to_record(self) -> dict:
-        return {"path": self.path, "pattern": self.pattern, "verdict": self.verdict, "where": self.where,
-                "key": self.key.index if self.key else None, "count": self.count.index if self.count else None,
-                "params": self.params, "bytes": self.bytes, "increments": _number(self.increments)}
-
-
-@dataclass(frozen=True)
-class RngReport:
-    streams: list[Stream]
-    increments_exact: bool  # False when a loop's trip count was unknown (increments then count one iteration)
-
-    def counts(self) -> dict[str, int]:
-        return {v: len(self.by_verdict(v)) for v in VERDICTS}
-
-    def to_record(self, with_streams: bool = True) -> dict:
-        """What results, the cache and ``--format json`` keep: totals, per pattern, and (optionally) per stream.
-
-        Counter increments per step are given by verdict, in total (``dead_increments`` for the carried streams,
-        ``drawn_increments``, ``unknown_increments``) and per pattern with the paths of its streams: what a ratchet
-        on them compares, and what a finding names when they grow (seed 000's throughput loss was 672 dead ones at
-        32 layers, with no entry parameter added where a stream was forced onto a shared one).
-        """
-        record = {"streams": len(self.streams), **self.counts(), "dead_params": self.dead_params,
-                  "dead_bytes": sum(s.bytes for s in self.dead),
-                  "dead_increments": _number(self.dead_increments),
-                  "drawn_increments": _number(self.increments_of("drawn")),
-                  "unknown_increments": _number(self.increments_of("unknown")),
-                  "increments_exact": self.increments_exact,
-                  "patterns": [p.to_record() for p in self.patterns()]}
-        if with_streams:
-            record["stream_list"] = [s.to_record() for s in self.streams]
-        return record
-
-    def by_verdict(self, verdict: str) -> list[Stream]:
-        return [s for s in self.streams if s.verdict == verdict]
-
-    @property
-    def dead(self) -> list[Stream]:
-        return self.by_verdict("carried")
-
-    @property
-    def dead_params(self) -> int:
-        return sum(s.params for s in self.dead)
-
-    @property
-    def dead_increments(self) -> float:
-        return self.increments_of("carried")
-
-    def increments_of(self, verdict: str) -> float:
-        """Counter increments per step of the streams with ``verdict``."""
-        return sum(s.increments for s in self.by_verdict(verdict))
-
-    def patterns(self) -> list["PatternCount"]:
-        """Per stream pattern: streams by verdict and what the carried ones cost, most dead state first."""
-        grouped: dict[str, PatternCount] = {}
-        for s in self.streams:
-            p = grouped.setdefault(s.pattern, PatternCount(s.pattern))
-            p.add(s)
-        return sorted(grouped.values(), key=lambda p: (-p.dead_params, -p.streams, p.pattern))
-
-
-@dataclass
-class PatternCount:
-    pattern: str
-    drawn: int = 0
-    carried: int = 0
-    unknown: int = 0
-    dead_params: int = 0
-    dead_increments: float = 0
-    drawn_increments: float = 0
-    unknown_increments: float = 0
-    where: str = ""  # for unknown streams, the first place the analysis lost them
-    paths: dict[str, list[str]] = field(default_factory=lambda: {v: [] for v in VERDICTS})  # verdict -> streams
-
-    @property
-    def streams(self) -> int:
-        return self.drawn + self.carried + self.unknown
-
-    def add(self, s: Stream) -> None:
-        setattr(self, s.verdict, getattr(self, s.verdict) + 1)
-        self.paths[s.verdict].append(s.path)
-        if s.verdict == "carried":
-            self.dead_params += s.params
-            self.dead_increments += s.increments
-        elif s.verdict == "drawn":
-            self.drawn_increments += s.increments
-        else:
-            self.unknown_increments += s.increments
-            self.where = self.where or s.where
-
-    def to_record(self) -> dict:
-        return {"pattern": self.pattern, "streams": self.streams, "drawn": self.drawn, "carried": self.carried,
-                "unknown": self.unknown, "dead_params": self.dead_params,
-                "dead_increments": _number(self.dead_increments), "drawn_increments": _number(self.drawn_increments),
-                "unknown_increments": _number(self.unknown_increments), "where": self.where,
-                "paths": {v: list(paths) for v, paths in self.paths.items()}}
-
-
-def _number(x: float) -> int | float:
-    return int(x) if float(x).is_integer() else x
-
-
-def stream_path(param: EntryParam) -> str:
-    """``state.layers_0.dropout.rngs.key`` -> ``state.layers_0.dropout.rngs``."""
-    return param.path.rsplit(".", 1)[0] if "." in param.path else param.path
-
-
-def pair_streams(params: Sequence[EntryParam]) -> list[tuple[str, EntryParam | None, EntryParam | None]]:
-    """(path, key, count) for every stream, in entry parameter order of the first of the pair."""
-    streams: dict[str, list] = {}
-    for p in params:
-        if p.role in ("rng_key", "rng_count"):
-            pair = streams.setdefault(stream_path(p), [None, None])
-            pair[0 if p.role == "rng_key" else 1] = p
-    return [(path, key, count) for path, (key, count) in streams.items()]
-
-
-def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngReport:
-    """Classify every RNG stream of ``module`` (``params`` are its entry parameters, as ``entry_params`` gives)."""
-    streams = pair_streams(params)
-    bit_of: dict[int, int] = {}  # parameter number -> its bit: stream i's key is bit 2i, its count bit 2i+1
-    for i, (_, key, count) in enumerate(streams):
-        for bit, param in ((1 << 2 * i, key), (1 << 2 * i + 1, count)):
-            if param is not None:
-                bit_of[param.index] = bit
-    count_bits = sum(1 << (2 * i + 1) for i, (_, _, count) in enumerate(streams) if count is not None)
+def entry_flow(module: HloModule, bit_of: dict[int, int], count_bits: int) -> tuple[list[tuple[int, int, int]],
+                                                                                    FlowEvents]:
+    """Follow the entry parameters' bits through ``module`` (``bit_of``: parameter number -> its bit; ``count_bits``:
+    the bits of RNG counters, whose ``+ 1`` is an increment): the (k, b, u) of each leaf of the entry's root, in
+    ``Shape.leaves`` order, and what the step did with the bits."""
     entry_params = module.entry.parameters
     inputs = [ZERO] * (max((p.parameter_number for p in entry_params), default=-1) + 1)  # by parameter number
     for instr in entry_params:
         inputs[instr.parameter_number] = _fill(instr.shape, (bit_of.get(instr.parameter_number, 0), 0, 0))
-    flow = _Dataflow(module, count_bits)
-    root, events = flow.analyse(module.entry, inputs)
-    outputs = list(zip(_leaves(root), module.entry.root.shape.leaves()))
-    aliased = _aliased_leaves(module)  # output leaf -> the parameter number whose new value it is
-    result = []
-    for i, (path, key, count) in enumerate(streams):
-        key_bit, count_bit = 1 << (2 * i), 1 << (2 * i + 1)
-        own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
-        own_params = {p.index for p in (key, count) if p is not None}
-        own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
-        verdict, where = _verdict(outputs, own, own_params, own_shapes, aliased,
-                                  key_bit if key is not None else count_bit, events)
-        pattern = (key or count).folded_path.rsplit(".", 1)[0].removeprefix("state.")
-        result.append(Stream(path=path, pattern=pattern, key=key, count=count, verdict=verdict, where=where,
-                             increments=events.increments.get(count_bit, 0) if count is not None else 0))
-    return RngReport(streams=result, increments_exact=not events.unknown_trips)
-
-
-def _aliased_leaves(module: HloModule) -> dict[int, int]:
-    """Leaf of the root's shape (in ``Shape.leaves`` order) -> the entry parameter number it is aliased to."""
-    root_shape = module.entry.root.shape
-    leaves = {}
-    for output, parameter in output_aliases(module.header_attrs):
-        shape, first = root_shape, 0
-        try:
-            for i in output:
-                first += sum(len(e.leaves()) for e in shape.elements[:i])
-                shape = shape.elements[i]
-        except IndexError:
-            continue
-        if not shape.is_tuple:
-            leaves[first] = parameter
-    return leaves
-
-
-def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_params: set[int], own_shapes: set[str],
-             aliased: dict[int, int], key_bit: int, events: _Events) -> tuple[str, str]:
-    influenced = []  # (output index, leaf) of outputs that are not this stream's own state
-    for index, ((k, b, u), shape) in enumerate(outputs):
-        if not k & own:
-            continue
-        if index in aliased:
-            if aliased[index] in own_params:
-                continue  # the stream's new key or count, in the old one's buffer
-        elif not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_shapes:
-            continue  # the stream's own key or count, handed back
-        influenced.append((index, (k, b, u)))
-    if not influenced:
-        return "carried", ""
-    if any(b & key_bit for _, (_, b, _) in influenced):
-        return "drawn", _first_site(events.draws, key_bit) or ""
-    if any(u & own for _, (_, _, u) in influenced):
-        return "unknown", f"passes through {_first_site(events.opaque, own) or 'an operation not understood'}"
-    index, (k, b, _) = influenced[0]
-    what = "key" if k & key_bit else "count"
-    return "unknown", f"the {what} reaches output {index} without random-bit generation"
+    root, events = _Dataflow(module, count_bits).analyse(module.entry, inputs)
+    return _leaves(root), events
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -667,7 +420,7 @@ def literal_keys(module: HloModule) -> list[dict]:
         used |= b
     keys = []
     for i, (_, instr) in enumerate(candidates):
-        site = _first_site(events.draws, 1 << i)
+        site = first_site(events.draws, 1 << i)
         if site is not None:
             keys.append({"name": instr.name, "dims": list(instr.shape.dims), "site": site, "used": bool(used >> i & 1)})
     return keys

@@ -654,43 +654,12 @@ class _Parser:
         or nothing at all (``(a, , b)``, ``(a, )``) is no operand: XLA tries it as a name, then as a nested
         instruction, and moves on to the ',' or ')' where both attempts stopped.
         """
-        text = self.text
         waiting: list[_OpenInstruction] = []  # instructions whose operand lists hold the one being read
         current, pos = self.open_instruction(comp, name, is_root, pos, line, None)
         while True:
             if current.refs is not None and not current.done:  # reading the operands of `current`
-                c = self.peek(pos)
-                if c == ")":
-                    current.done, pos = True, pos + 1
-                else:
-                    shape = None
-                    if self.starts_shape(pos):
-                        shape, pos = self.shape(pos)
-                        pos = self.skip(pos)
-                    if self.peek(pos) not in (",", ")"):
-                        m = _NAME.match(text, pos)
-                        if not m:
-                            raise self.error(f"expected an operand in computation {comp.name}, found "
-                                             f"{self.found(pos)}", pos)
-                        if text[pos] != "%" and text.startswith("(", self.skip(m.end())):  # a nested instruction
-                            if len(waiting) + 1 >= MAX_NESTING:
-                                raise self.error(f"operands nested deeper than {MAX_NESTING} levels (XLA's parser "
-                                                 f"reads at most {MAX_NESTING} levels of nesting)", pos)
-                            waiting.append(current)
-                            current, pos = self.open_instruction(comp, self.anonymous_name(m.group(1)), False, pos,
-                                                                 self.line(pos), shape)
-                            continue
-                        ref, pos = m.group(1), m.end()
-                        while text.startswith("#", pos):  # %t#1#0: element 0 of element 1 of t
-                            index = _DIGITS.match(text, pos + 1)
-                            if not index:
-                                raise self.error(f"expected a tuple index after '#', found {self.found(pos + 1)}",
-                                                 pos)
-                            ref = self.tuple_element(comp, ref, int(index.group()), pos)
-                            pos = index.end()
-                        current.refs.append(ref)
-                    pos = self.after_operand(current, pos)
-                if not current.done:
+                current, pos = self.operand(comp, current, waiting, pos)
+                if current.refs is not None and not current.done:
                     continue
             # `current` is read to its ')' (or is a parameter or constant): attributes, shape, the instruction.
             attrs: dict[str, str] = {}
@@ -708,6 +677,39 @@ class _Parser:
             current = waiting.pop()
             current.refs.append(instr.name)
             pos = self.after_operand(current, pos)
+
+    def operand(self, comp: Computation, current: "_OpenInstruction", waiting: list["_OpenInstruction"],
+                pos: int) -> tuple["_OpenInstruction", int]:
+        """The next operand of ``current``, or its ')': a name (with its tuple indices), no operand at all, or a
+        nested instruction, opened, with ``current`` left waiting on it. The instruction whose operands are read
+        next, and where."""
+        text = self.text
+        if self.peek(pos) == ")":
+            current.done = True
+            return current, pos + 1
+        shape = None
+        if self.starts_shape(pos):
+            shape, pos = self.shape(pos)
+            pos = self.skip(pos)
+        if self.peek(pos) not in (",", ")"):
+            m = _NAME.match(text, pos)
+            if not m:
+                raise self.error(f"expected an operand in computation {comp.name}, found {self.found(pos)}", pos)
+            if text[pos] != "%" and text.startswith("(", self.skip(m.end())):  # a nested instruction
+                if len(waiting) + 1 >= MAX_NESTING:
+                    raise self.error(f"operands nested deeper than {MAX_NESTING} levels (XLA's parser "
+                                     f"reads at most {MAX_NESTING} levels of nesting)", pos)
+                waiting.append(current)
+                return self.open_instruction(comp, self.anonymous_name(m.group(1)), False, pos, self.line(pos), shape)
+            ref, pos = m.group(1), m.end()
+            while text.startswith("#", pos):  # %t#1#0: element 0 of element 1 of t
+                index = _DIGITS.match(text, pos + 1)
+                if not index:
+                    raise self.error(f"expected a tuple index after '#', found {self.found(pos + 1)}", pos)
+                ref = self.tuple_element(comp, ref, int(index.group()), pos)
+                pos = index.end()
+            current.refs.append(ref)
+        return current, self.after_operand(current, pos)
 
     def open_instruction(self, comp: Computation, name: str, is_root: bool, pos: int, line: int,
                          shape: Shape | None) -> tuple["_OpenInstruction", int]:

@@ -74,7 +74,7 @@ _OPTIMIZED_WORKER_BYTES = 4 << 30
 # ``sm_9.0a_gpu_after_optimizations.txt``...): once buffer assignment is done, the module after optimizations, its
 # buffer assignment, the live ranges and the memory-usage report, concurrently (the report can exist before the
 # module is written: stage optimized waits for it, then for both files to be complete); the thunk sequence and its
-# metadata only after LLVM and ptxas (stage compiled keeps them: what one step launches, ``hlo/thunks.py``).
+# metadata only after LLVM and ptxas (stage compiled keeps them: what one step launches, ``hlo/launches.py``).
 GPU_DUMP = DumpFiles(module="gpu_after_optimizations.txt",
                      buffer_assignment="gpu_after_optimizations-buffer-assignment.txt",
                      buffer_assignment_done="gpu_after_optimizations-memory-usage-report.txt",

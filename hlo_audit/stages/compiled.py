@@ -15,8 +15,8 @@ compile-only devices work on a CPU host) and keeps:
   (a GPU executable), XLA's generic ``HloCostAnalysis`` of the compiled module (``program.generic_cost``);
 * ``dump``: the files of XLA's dump the cell's platform says codegen writes besides the module
   (``HostPlatform.dump_files``): a GPU's thunk sequence and its metadata, what one step launches
-  (``hlo/thunks.py``). Only then is the compile dumped, to a temporary folder, through the compile's own options;
-  ``$HLO_AUDIT_KEEP_DUMP`` keeps a copy.
+  (``hlo/thunks.py``, ``hlo/launches.py``). Only then is the compile dumped, to a temporary folder, through the
+  compile's own options; ``$HLO_AUDIT_KEEP_DUMP`` keeps a copy.
 """
 
 from __future__ import annotations

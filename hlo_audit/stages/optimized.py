@@ -9,7 +9,7 @@ buffer assignment, then ~21 s of TPU code generation, whose output neither that 
 in a tenth of the compile time. For a named GPU the saving is smaller (XLA's GPU passes up to buffer assignment
 are 55-70% of its compile, most of it the deviceless autotuner's config assignment: docs/gpu.md), and what only
 codegen writes, the thunk sequence, is not there: launches per step are counted from the scheduled module instead
-(``hlo.thunks.module_launches``).
+(``hlo.launch_model.module_launches``).
 
 How, since jax has no call that stops after the HLO passes and an XLA compile cannot be cancelled:
 
