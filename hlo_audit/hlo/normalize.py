@@ -187,6 +187,7 @@ class _Namer:
             body.append(line)
         for at, instr in late:  # every instruction is named now
             body[at] += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
+        self.instruction_names[comp.name] = names
         self._keep(comp, body, callees)
 
     def _place(self, instr: Instruction, names: dict[str, str], taken: dict[str, int], orders: dict[str, list[str]],
@@ -226,7 +227,6 @@ class _Namer:
             # same computation (jax emits one reducer / threefry per call site): it prints once.
             canonical = f"{computation_words(comp.name)}.{_digest(chr(10).join(body) + tail)}"
         self.computation_names[comp.name] = canonical
-        self.instruction_names[comp.name] = names
         if canonical not in self.bodies:
             head = f"ENTRY %{canonical} {{" if comp.is_entry else f"%{canonical} {{"
             self.bodies[canonical] = [head, *body, tail]
