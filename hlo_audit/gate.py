@@ -151,8 +151,9 @@ class Gate:
             problem = self._text_problem(result, golden, normalized)
             # The structural diff, once, where the texts differ: the count rule (dtypes moved per pattern), the
             # named rules and the text rule read it.
-            structural = (Structural.of(golden.hlo, normalized) if problem is None and golden.hlo is not None
-                          and normalized is not None and golden.hlo != normalized else None)
+            structural = (Structural.of(golden.hlo, normalized, result.places)
+                          if problem is None and golden.hlo is not None and normalized is not None
+                          and golden.hlo != normalized else None)
             found.append(self._apply(Rule.COUNT, result, self._count(result, golden.record, leads, structural)))
             named = self._named(result, golden.record, structural)
             found.extend(self._apply(rule, result, finding) for rule, finding in named.items())

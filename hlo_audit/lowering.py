@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hlo_audit.hlo.constants import CapturedArray
+from hlo_audit.hlo.locations import Metadata
 from hlo_audit.hlo.params import ArgLeaf
 
 
@@ -80,6 +81,9 @@ class Lowering:
     literal_digests: tuple[tuple[str, str, str], ...] = ()
     # What the stage kept of XLA's dump, by the platform's name for it (a GPU's thunk sequence and metadata).
     dump: dict[str, str] | None = None
+    # The instructions' metadata ``text`` is printed without (stage lowered): op_names, sources, stack frames; where
+    # in the model each instruction comes from, for the places of its changes.
+    metadata: Metadata | None = None
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
@@ -88,7 +92,8 @@ class Lowering:
                 "arg_leaves": [a.to_record() for a in self.arg_leaves] if self.arg_leaves is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
                 "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump,
-                "literal_digests": [list(d) for d in self.literal_digests]}
+                "literal_digests": [list(d) for d in self.literal_digests],
+                **({"metadata": self.metadata.to_record()} if self.metadata is not None else {})}
 
     @classmethod
     def from_cache(cls, text: str, meta: dict) -> "Lowering":
@@ -99,4 +104,5 @@ class Lowering:
                    arg_leaves=tuple(map(ArgLeaf.from_record, leaves)) if leaves is not None else None,
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
-                   dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())))
+                   dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())),
+                   metadata=Metadata.from_record(meta["metadata"]) if meta.get("metadata") is not None else None)

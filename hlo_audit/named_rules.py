@@ -31,6 +31,7 @@ from hlo_audit.findings import KernelBody, NamedChange
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.changes import REMAT_REMOVED, Action, Change, ChangeKind, instructions_per_step
 from hlo_audit.hlo.diff import ModuleDiff, count_delta, diff_modules
+from hlo_audit.hlo.locations import Places
 from hlo_audit.policy import Rule
 
 # The memory kinds a lost donation moves (reported with it, not as a memory finding of their own).
@@ -48,9 +49,10 @@ class Structural:
     per_step: tuple[Mapping[str, int], Mapping[str, int]]
 
     @classmethod
-    def of(cls, golden_text: str, text: str) -> Structural:
+    def of(cls, golden_text: str, text: str, places: Places | None = None) -> Structural:
+        """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``)."""
         before, after = analyze(golden_text, "golden"), analyze(text, "now")
-        diff = diff_modules(before, after, max_text_lines=0)
+        diff = diff_modules(before, after, max_text_lines=0, new_places=places)
         rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
         # The match's own count where there is one (the program, RNG state stripped); else the printed text's.
         instructions = diff.match.instructions if diff.match is not None else (_printed(before), _printed(after))

@@ -14,6 +14,7 @@ from typing import Any
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
 from hlo_audit.usage import InputError
@@ -59,6 +60,10 @@ class CellResult:
     text: str | None = field(default=None, repr=False, compare=False)  # HLO text when just lowered
     # The canonical text (text-derived paths) when just analysed: what goldens keep, computed with the parse.
     normalized: str | None = field(default=None, repr=False, compare=False)
+    # Where in the model each instruction of the canonical text comes from, where the stage printed its text without
+    # metadata (lowered): (computation, instruction) by their canonical names -> (jax's op_name, source file:line).
+    # What places a change on this side (``hlo.changes.Place``); None where the text says it or nothing does.
+    places: Places | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):  # "ok" as a caller may spell it
@@ -120,7 +125,8 @@ class CellResult:
 
     def to_record(self) -> Record:
         """The results cache's record (without what is transient: cached, the texts); ``kernels_by_name`` only where
-        the cell runs kernels, so a record of a cell without any reads as before."""
+        the cell runs kernels and ``places`` only where the stage gives them, so a record without either reads as
+        before."""
         record = {
             "cell": {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]},
             "status": self.status.value, "message": self.message,
@@ -136,6 +142,8 @@ class CellResult:
         }
         if self.kernels_by_name is not None:
             record["kernels_by_name"] = {k: list(v) for k, v in self.kernels_by_name.items()}
+        if self.places is not None:
+            record["places"] = places_to_record(self.places)
         return record
 
     @classmethod
@@ -152,6 +160,7 @@ class CellResult:
             launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
             kernels_by_name=None if record.get("kernels_by_name") is None else {
                 k: tuple(v) for k, v in record["kernels_by_name"].items()},
+            places=None if record.get("places") is None else places_from_record(record["places"]),
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
 

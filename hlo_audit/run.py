@@ -24,7 +24,7 @@ from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
-from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
@@ -52,6 +52,8 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.arg_leaves,
                        lowering.literal_digests)
     launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
+    # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
+    normalized, _, names = normalize_with_names(analysis.module)
     return CellResult(
         cell=cell, status=Status.OK, message=lowering.note, summary=analysis.summary,
         params=tuple(Param.of(p) for p in analysis.params),
@@ -60,8 +62,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         launches=Launches.of(launches) if launches is not None else None,
         kernels_by_name=kernel_digests(analysis.module) or None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
-        # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
-        normalized=normalize(analysis.module),
+        normalized=normalized, places=lowering.metadata.places(names) if lowering.metadata is not None else None,
     )
 
 

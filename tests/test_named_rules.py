@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
+from dataclasses import replace
 from xml.etree import ElementTree as ET
 from pathlib import Path
 
@@ -20,6 +22,13 @@ import pytest
 import team_model as tm
 from hlo_audit.config import load_config
 from hlo_audit.golden.record import GoldenRecord, record_problem
+from hlo_audit.hlo.locations import Locations
+from hlo_audit.hlo.normalize import normalize_with_names
+from hlo_audit.hlo.text import parse_module
+from hlo_audit.matrix import Cell
+from hlo_audit.results import CellResult, Status
+from hlo_audit.lowering import Lowering
+from hlo_audit.stages.lowered import hlo_text, instruction_metadata
 from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.xdist_group("named_rules")
@@ -36,6 +45,16 @@ CAUGHT = {
 VARIANTS = [*CAUGHT, "up_renamed"]
 # The changes whose place names the state they read (the callback reads the loss; a loop its activations).
 READS_STATE = ("donation_removed", "f32_up", "remat_removed")
+# The changes placed in the model's source: what they add is in the cell's module, whose metadata the lowered stage
+# keeps beside its text (what they remove is in the golden's text only, which keeps none; a donation is a header's).
+LOCATED = ("debug_print", "f32_up", "unrolled_8x")
+
+
+def model_line(code: str) -> str:
+    """``team_model.py:N``: the line of the model's source that holds ``code`` (once)."""
+    lines = [n for n, line in enumerate(Path(tm.__file__).read_text().splitlines(), 1) if code in line]
+    assert len(lines) == 1, (code, lines)
+    return f"team_model.py:{lines[0]}"
 CONFIG = """target = "team_model:target"
 models = ["team"]
 scan = ["off"]
@@ -120,9 +139,13 @@ def test_each_change_is_a_regression_naming_its_kind_and_place(reports, variant,
     changes = finding["details"]["changes"]
     assert changes and {c["kind"] for c in changes} == {kind}, changes
     place = changes[0]["place"]
-    # The lowered stage's text carries no metadata (op_name, file:line): the place is the state read where the
-    # change reads state, else its computation.
+    # The state read where the change reads state; the model's source line and jax's op_name where the change is
+    # in the cell's module (carried beside its text, which the lowered stage prints without metadata).
     assert place["computation"] == "main" and (bool(place["paths"]) is (variant in READS_STATE)), place
+    located = variant in LOCATED
+    assert place["source"].startswith("team_model.py:") is located, place
+    assert place["op_name"].startswith("jit(train_step)/") is located, place
+    assert (f"at {place['source']} (" in finding["message"]) is located, finding["message"]  # a long op_name's tail
     text = findings(report, variant, "hlo_text")
     if how == "default":
         assert [f["severity"] for f in text] == ["regression"]
@@ -146,18 +169,24 @@ def test_what_each_finding_says(reports):
     assert "20 parameters no longer donated" in details["donation_removed"]["message"]
     (callback,) = details["debug_print"]["details"]["changes"]
     assert (callback["subject"], callback["per_step"]) == ("custom-call xla_ffi_python_cpu_callback", 1)
-    assert "host transfer added: custom-call xla_ffi_python_cpu_callback in main, 1 run per step" in \
-        details["debug_print"]["message"]
+    assert callback["place"]["source"] == model_line("jax.debug.print(")
+    assert callback["place"]["op_name"] == "jit(train_step)/debug_print"
+    assert (f"host transfer added: custom-call xla_ffi_python_cpu_callback at {model_line('jax.debug.print(')} "
+            "(jit(train_step)/debug_print), 1 run per step") in details["debug_print"]["message"]
     (dots,) = details["f32_up"]["details"]["changes"]
     assert (dots["before"], dots["after"], dots["count"]) == ("bf16 x bf16 -> bf16", "f32 x f32 -> f32", 8)
     assert dots["flops"] == 8 * 2 * tm.BATCH * tm.WIDTH * tm.HIDDEN
     assert dots["place"]["paths"] == ["state_0.blocks.*.up.kernel"]
+    # The `up` projection's dot: jax's name for it and the model's line that calls it (flax's Linear is machinery).
+    assert dots["place"]["source"] == model_line("h = getattr(self, self.variant.up_name)"), dots["place"]
+    assert dots["place"]["op_name"].endswith("dot_general"), dots["place"]
     (remat,) = details["remat_removed"]["details"]["changes"]
     assert (remat["subject"], remat["count"]) == ("rematerialization removed", 2)
     sizes = details["remat_removed"]["details"]["sizes"]
     assert sizes["instructions"]["now"] < sizes["instructions"]["golden"]  # fewer, and still a regression
     (loops,) = details["unrolled_8x"]["details"]["changes"]
     assert loops["subject"] == "6 loops of 8 iterations unrolled (8 copies of the body inline)"
+    assert loops["place"]["source"] == model_line("jax.lax.fori_loop("), loops["place"]
     sizes = details["unrolled_8x"]["details"]["sizes"]["instructions"]
     assert sizes["now"] > sizes["golden"] * 1.05
 
@@ -406,3 +435,42 @@ def test_the_golden_record_keeps_kernel_digests_and_reads_old_ones():
     assert old.kernels is None and "kernels" not in old.to_json()
     assert record_problem({**base, "kernels": {"scale_shift": "0123"}}, base["cell"]) == \
         "not a golden summary: 'kernels' is malformed"
+
+
+def test_the_lowered_stage_reads_each_instruction_s_place_as_jax_s_debug_text_prints_it():
+    """The places the lowered stage keeps beside its text (read from the serialized module's metadata and stack
+    frames) are those jax's own text with debug info says, instruction by instruction (the text's table numbering and
+    ``hlo.locations``' walk to the model's frame are the oracle); the text the stage prints stays without them."""
+    lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
+    module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
+    places = instruction_metadata(module).places()
+    debug = parse_module(lowered.as_text(dialect="hlo", debug_info=True))
+    said = Locations(debug)
+    oracle = {(c.name, i.name): (i.op_name.replace("\\'", "'"), said.of(i))
+              for c in debug.computations.values() for i in c.instructions if i.op_name or said.of(i)}
+    assert places == oracle
+    sources = Counter(source for _, source in places.values())
+    assert sources[model_line("jax.debug.print(")] >= 1 and all("/" not in s for s in sources), sources
+    assert "metadata=" not in hlo_text(lowered, module)
+
+
+def test_places_follow_the_canonical_names_and_the_result_record():
+    """Keyed by the canonical text's names (what the structural diff reads), the callback is placed at the model's
+    line; the lowering's metadata and the result's places come back from the cache's records as they went in, and
+    a result without places writes none."""
+    lowered = tm.traced(tm.VARIANTS["debug_print"]).lower(lowering_platforms=("cpu",))
+    module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
+    text, _, names = normalize_with_names(parse_module(hlo_text(lowered, module)))
+    metadata = instruction_metadata(module)
+    cached = Lowering.from_cache(text, json.loads(json.dumps(Lowering(text, metadata=metadata).meta()))).metadata
+    assert cached == metadata  # the cache keeps it raw: the analysis, not the lowering, decides the model's frame
+    places = cached.places(names)
+    canonical = parse_module(text)
+    held = {(c.name, i.name) for c in canonical.computations.values() for i in c.instructions}
+    assert places and set(places) <= held
+    (callback,) = [(c.name, i.name) for c in canonical.computations.values() for i in c.instructions
+                   if i.custom_call_target == "xla_ffi_python_cpu_callback"]
+    assert places[callback] == ("jit(train_step)/debug_print", model_line("jax.debug.print("))
+    result = CellResult(cell=Cell("team", False, "base", 2), status=Status.OK, places=places)
+    assert CellResult.from_record(json.loads(json.dumps(result.to_record()))).places == places
+    assert "places" not in replace(result, places=None).to_record()

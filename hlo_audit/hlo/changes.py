@@ -35,7 +35,7 @@ from enum import StrEnum
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
-from hlo_audit.hlo.locations import Locations
+from hlo_audit.hlo.locations import Locations, Places
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import computation_words, header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
@@ -174,11 +174,12 @@ def _fold(text: str) -> str:
 class _Module:
     """One side of a match as the kinds read it: places, executions per step, users, state read."""
 
-    def __init__(self, module: HloModule, params: Sequence[EntryParam]):
+    def __init__(self, module: HloModule, params: Sequence[EntryParam], places: Places | None = None):
         self.module = module
         self.params = {p.index: p for p in params}
         self.reads = ParameterReads(module, _passes_value)
         self.locations = Locations(module)
+        self.places = places or {}
         self._executions: dict[str, int] | None = None
         self._users: dict[int, list[Instruction]] | None = None
 
@@ -194,7 +195,15 @@ class _Module:
         comp = self.module.computations[computation]
         paths = tuple(sorted({p.folded_path for p in self.read(instr, computation)}))
         where = "main" if comp.is_entry else computation_words(comp.name)
-        return Place(where, _fold(instr.op_name), self.locations.of(instr), paths)
+        return Place(where, *self.origin(instr, computation), paths)
+
+    def origin(self, instr: Instruction, computation: str) -> tuple[str, str]:
+        """jax's op_name (layer indices folded) and the source ``file:line``: from the instruction's metadata, else
+        from the places the stage kept beside a text printed without it (``places``, by canonical names)."""
+        op_name, source = instr.op_name, self.locations.of(instr)
+        if not (op_name or source):
+            op_name, source = self.places.get((computation, instr.name), ("", ""))
+        return _fold(op_name), source
 
     def executions(self, computation: str) -> int:
         if self._executions is None:
@@ -264,10 +273,11 @@ _PER_ELEMENT = ("to_apply", "scatter", "select")
 class _Sides:
     """Both sides, and what an edit reads on its own side."""
 
-    def __init__(self, match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam]):
+    def __init__(self, match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
+                 new_places: Places | None = None):
         self.match = match
         self.old = _Module(match.old, old_params)
-        self.new = _Module(match.new, new_params)
+        self.new = _Module(match.new, new_params, new_places)
 
     def side(self, e: InstructionEdit) -> tuple[_Module, Instruction, str]:
         if e.new is not None:
@@ -277,6 +287,10 @@ class _Sides:
     def place(self, e: InstructionEdit) -> Place:
         module, instr, computation = self.side(e)
         return module.place(instr, computation)
+
+    def origin(self, e: InstructionEdit) -> tuple[str, str]:
+        module, instr, computation = self.side(e)
+        return module.origin(instr, computation)
 
     def runs(self, e: InstructionEdit) -> int:
         module, _, computation = self.side(e)
@@ -319,11 +333,13 @@ class _Groups:
 # --------------------------------------------------------------------------------------------------------------
 
 def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
-            old_header: dict[str, str], new_header: dict[str, str]) -> list[Change]:
+            old_header: dict[str, str], new_header: dict[str, str], new_places: Places | None = None) -> list[Change]:
     """The named changes of a match, most costly kinds first (module doc). ``*_params``: each module's entry
     parameters, RNG state included (donation is judged on them); ``*_header``: each module's header attributes
-    before RNG state was stripped from it."""
-    sides = _Sides(match, old_params, new_params)
+    before RNG state was stripped from it; ``new_places``: the new module's op_name and source by instruction, where
+    its text is printed without metadata (``hlo.locations.canonical_places``; the old side's, a golden's canonical
+    text, has none: a removed instruction is placed by its computation and the state it read)."""
+    sides = _Sides(match, old_params, new_params, new_places)
     claimed: set[int] = set()  # id() of the edits a kind has named
     changes: list[Change] = []
     changes += _donation(match.params, old_params, new_params, old_header, new_header)
@@ -671,12 +687,11 @@ def _size_story(rest: Sequence[InstructionEdit], sides: _Sides, by_opcode: Count
         if times and times > 1 and all(t == times for t in trips):
             layers = set().union(*(sides.layers(e) for e in inserted))
             return (f"{len(loops)} loop{'s' * (len(loops) != 1)} of {times} iterations unrolled ({times} copies of "
-                    "the body inline)", sides.place(loops[0]), len(loops), len(layers))
+                    "the body inline)", _placed_by(sides.place(loops[0]), inserted, sides), len(loops), len(layers))
     side = inserted if len(inserted) >= len(deleted) else deleted
     if not side:
         return "instructions", Place(), 0, 0
-    keyed = [(e, (e.instruction.opcode, _fold(e.instruction.op_name), sides.side(e)[0].locations.of(e.instruction)))
-             for e in side]
+    keyed = [(e, (e.instruction.opcode, *sides.origin(e))) for e in side]
     copies = Counter(key for _, key in keyed)
     repeats = Counter(copies.values())
     times, kinds = max(repeats.items(), key=lambda kv: (kv[0] * kv[1], kv[0]))
@@ -688,6 +703,18 @@ def _size_story(rest: Sequence[InstructionEdit], sides: _Sides, by_opcode: Count
     source = sources.most_common(1)[0][0]
     sample = next(e for e, key in keyed if key[2] == source)
     return "instructions", sides.place(sample), len(side), len(set().union(*(sides.layers(e) for e in side)))
+
+
+def _placed_by(place: Place, edits: Sequence[InstructionEdit], sides: _Sides) -> Place:
+    """``place`` (a removed instruction's, which a golden's text does not locate), with the op_name and source most
+    of ``edits`` share where it has none: a loop unrolled is where its body's copies come from."""
+    if place.op_name or place.source:
+        return place
+    origins = Counter(o for o in map(sides.origin, edits) if o[1])
+    if not origins:
+        return place
+    (op_name, source), _ = origins.most_common(1)[0]
+    return Place(place.computation, op_name, source, place.paths)
 
 
 def _trips(e: InstructionEdit, sides: _Sides) -> int | None:

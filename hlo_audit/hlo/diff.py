@@ -29,6 +29,7 @@ from hlo_audit.hlo.changes import Change, MatchSummary, explain, summary
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
+from hlo_audit.hlo.locations import Places
 from hlo_audit.hlo.match import ModuleMatch, match_modules
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
@@ -262,9 +263,11 @@ class _Stripped:
     printed: frozenset[str]  # the computations its canonical text prints
 
 
-def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES) -> ModuleDiff:
+def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES,
+                 new_places: Places | None = None) -> ModuleDiff:
     """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
-    diff (0: none, and none computed)."""
+    diff (0: none, and none computed). ``new_places``: where ``new`` is a canonical text printed without metadata,
+    each instruction's op_name and source (``hlo.locations.canonical_places``), which place its changes."""
     added, removed = _param_groups(old, new)
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
@@ -276,7 +279,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     elif old_text == new_text and not kernels_differ:
         judged = _Verdict("identical-after-normalization", [], added, removed)
     else:
-        judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed)
+        judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, new_places)
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     return ModuleDiff(
         verdict=judged.verdict, changes=judged.changes,
@@ -306,7 +309,7 @@ def _stripped(side: Analysis, text: str, has_rng_state: bool) -> _Stripped:
 
 
 def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_differ: bool,
-           added: list[ParamGroupDelta], removed: list[ParamGroupDelta]) -> _Verdict:
+           added: list[ParamGroupDelta], removed: list[ParamGroupDelta], new_places: Places | None) -> _Verdict:
     """Two texts that differ after normalization (or whose kernels do): RNG state only, renames only, or changed,
     with every change named from the structural match."""
     has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
@@ -314,7 +317,7 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     if has_rng_state and a.canonical == b.canonical and not kernels_differ:
         return _Verdict("rng-state-only", [], added, removed)
     match = match_modules(a.module, b.module, a.kept, b.kept)
-    named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs)
+    named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places)
     added, removed = _without_renames(added, removed, match, old, new)
     if not kernels_differ and _renamed_only(match, a.canonical, b.module, b.kept):
         return _Verdict("renamed-only", [], added, removed, named, summary(match))

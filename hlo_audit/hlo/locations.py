@@ -20,6 +20,8 @@ checked out elsewhere places alike.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from hlo_audit.hlo.text import HloModule, Instruction
@@ -27,6 +29,8 @@ from hlo_audit.hlo.text import HloModule, Instruction
 # Packages whose frames are the machinery, not the model: skipped while an outer frame is the user's.
 FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "numpy", "chex", "orbax", "qwix", "aqt", "tokamax",
                         "transformer_engine", "functools", "contextlib", "typing"})
+# (computation, instruction) -> (jax's op_name, source file:line), by the names of a module's canonical text.
+Places = Mapping[tuple[str, str], tuple[str, str]]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
 _SOURCE_LINE = re.compile(r"source_line=(\d+)")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
@@ -36,12 +40,21 @@ _FIELD = re.compile(r"(\w+)=(\d+)")
 class Locations:
     """``file:line`` of each instruction of one module (module doc); "" where the module does not say."""
 
-    def __init__(self, module: HloModule):
-        tables = module.debug_tables
+    def __init__(self, module: HloModule | None = None):
+        tables = module.debug_tables if module is not None else {}
         self._files = {n: _unquote(v) for n, v in tables.get("FileNames", {}).items()}
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
         self._resolved: dict[int, str] = {}
+
+    @classmethod
+    def of_tables(cls, files: Mapping[int, str], locations: Mapping[int, dict[str, int]],
+                  frames: Mapping[int, dict[str, int]]) -> Locations:
+        """From the tables as the text numbers them (module doc), read elsewhere (a serialized module's
+        ``stack_frame_index``)."""
+        made = cls()
+        made._files, made._locations, made._frames = dict(files), dict(locations), dict(frames)
+        return made
 
     def of(self, instr: Instruction) -> str:
         metadata = instr.attrs.get("metadata", "")
@@ -50,8 +63,7 @@ class Locations:
         file = _SOURCE_FILE.search(metadata)
         if file:
             line = _SOURCE_LINE.search(metadata)
-            name = PurePosixPath(file.group(1).replace("\\\\", "/")).name
-            return f"{name}:{line.group(1)}" if line else name
+            return source_text(file.group(1), int(line.group(1)) if line else 0)
         frame = _STACK_FRAME.search(metadata)
         return self.frame(int(frame.group(1))) if frame else ""
 
@@ -78,6 +90,12 @@ class Locations:
         return innermost
 
 
+def source_text(path: str, line: int) -> str:
+    """``model.py:41``: the file's name only (where it is installed or checked out says nothing of the model)."""
+    name = PurePosixPath(path.replace("\\\\", "/")).name
+    return f"{name}:{line}" if line else name
+
+
 def _in_framework(path: str) -> bool:
     """A frame of jax, flax, optax... (a directory named after one), or of Python's own library (a ``python3.*``
     directory with no ``site-packages`` below it)."""
@@ -95,3 +113,62 @@ def _unquote(value: str) -> str:
 
 def _fields(value: str) -> dict[str, int]:
     return {k: int(v) for k, v in _FIELD.findall(value)}
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """What a module's instructions' metadata says, as a stage read it beside a text printed without it (the
+    serialized module: ``stages.lowered``): by (computation, instruction), jax's op_name, ``source_file:line``
+    where the metadata names it, else its stack frame (``frame``); and the module's stack frame tables as its text
+    numbers them (module doc): ``files`` (1 is the first), ``locations`` (file number, line), ``frames`` (location
+    number, caller's number plus one). Raw: which frame is the model's is decided here, where the analysis is."""
+
+    instructions: Mapping[tuple[str, str], tuple[str, str, int]]
+    files: tuple[str, ...] = ()
+    locations: tuple[tuple[int, int], ...] = ()
+    frames: tuple[tuple[int, int], ...] = ()
+
+    def places(self, names: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> Places:
+        """(op_name, ``file:line``) by instruction, keyed by ``names`` (the canonical text's:
+        ``normalize.normalize_with_names``) where given. Of identical computations (printed once) the first's; an
+        instruction ``names`` does not hold is left out."""
+        frames = Locations.of_tables(
+            dict(enumerate(self.files, 1)),
+            {n: {"file_name_id": f, "line": line} for n, (f, line) in enumerate(self.locations, 1)},
+            {n: {"file_location_id": loc, "parent_frame_id": parent} for n, (loc, parent) in enumerate(self.frames, 1)})
+        found: dict[tuple[str, str], tuple[str, str]] = {}
+        for where, (op_name, source, frame) in self.instructions.items():
+            key = names.get(where) if names is not None else where
+            if key is not None and key not in found:
+                found[key] = (op_name, source or (frames.frame(frame) if frame else ""))
+        return found
+
+    def to_record(self) -> dict:
+        """JSON (``places_to_record``'s, each instruction's frame after its op_name and source), with the tables."""
+        return {**places_to_record(self.instructions), "files": list(self.files),
+                "locations": [list(x) for x in self.locations], "frames": [list(x) for x in self.frames]}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> Metadata:
+        return cls(places_from_record(record), tuple(record["files"]), tuple(map(tuple, record["locations"])),
+                   tuple(map(tuple, record["frames"])))
+
+
+def places_to_record(places: Mapping[tuple[str, str], tuple]) -> dict:
+    """Places (and what follows each one's op_name and source) as JSON, each op_name and source once (a few hundred
+    distinct ones place thousands of instructions): ``{"op_names": [...], "sources": [...], "at": {computation:
+    {instruction: [op_name's index, source's index, *the rest]}}}``."""
+    op_names: dict[str, int] = {}
+    sources: dict[str, int] = {}
+    at: dict[str, dict[str, list]] = {}
+    for (computation, instruction), (op_name, source, *rest) in places.items():
+        at.setdefault(computation, {})[instruction] = [op_names.setdefault(op_name, len(op_names)),
+                                                       sources.setdefault(source, len(sources)), *rest]
+    return {"op_names": list(op_names), "sources": list(sources), "at": at}
+
+
+def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple]:
+    op_names, sources = record["op_names"], record["sources"]
+    return {(computation, instruction): (op_names[o], sources[s], *rest)
+            for computation, instructions in record["at"].items()
+            for instruction, (o, s, *rest) in instructions.items()}

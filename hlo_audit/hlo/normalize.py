@@ -160,6 +160,7 @@ class _Namer:
         self.callees: dict[str, list[str]] = {}  # canonical name -> canonical callees, in the order named
         self.rendered_attrs: dict[tuple[tuple[str, str], ...], tuple[str, list[str]]] = {}  # -> text, callees
         self.callees_of: dict[str, list[str]] = {}  # this computation's instruction -> canonical callees
+        self.instruction_names: dict[str, dict[str, str]] = {}  # computation -> its instructions' canonical names
 
     def computation(self, comp: Computation) -> None:
         """Name, order and print one computation (its callees are done) and keep its canonical lines.
@@ -186,6 +187,7 @@ class _Namer:
             body.append(line)
         for at, instr in late:  # every instruction is named now
             body[at] += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
+        self.instruction_names[comp.name] = names
         self._keep(comp, body, callees)
 
     def _place(self, instr: Instruction, names: dict[str, str], taken: dict[str, int], orders: dict[str, list[str]],
@@ -325,10 +327,23 @@ def normalize_with_printed(module: HloModule,
                            params: Sequence[EntryParam] | None = None) -> tuple[str, frozenset[str]]:
     """The canonical text and the module's computations it prints: one of each set of identical ones."""
     with cyclic_gc_paused():
-        return _normalize(module, params)
+        _, text, printed = _normalize(module, params)
+    return text, printed
 
 
-def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[str, frozenset[str]]:
+def normalize_with_names(module: HloModule, params: Sequence[EntryParam] | None = None
+                         ) -> tuple[str, frozenset[str], dict[tuple[str, str], tuple[str, str]]]:
+    """``normalize_with_printed``, and each (computation, instruction) of the module -> its (computation,
+    instruction) in the canonical text: what carries facts the text drops (an instruction's metadata) onto it.
+    Identical computations (printed once) name their instructions alike."""
+    with cyclic_gc_paused():
+        namer, text, printed = _normalize(module, params)
+    names = {(comp, instr): (namer.computation_names[comp], canonical)
+             for comp, instructions in namer.instruction_names.items() for instr, canonical in instructions.items()}
+    return text, printed, names
+
+
+def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[_Namer, str, frozenset[str]]:
     namer = _Namer(params if params is not None else entry_params(module))
     header_attrs = ", ".join(f"{k}={v}" for k, v in sorted(module.header_attrs.items())
                              if not header_attr_says_nothing(module, k, v))
@@ -341,7 +356,7 @@ def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[
     first_of_each: dict[str, str] = {}
     for name, canonical in namer.computation_names.items():
         first_of_each.setdefault(canonical, name)
-    return "\n".join(lines) + "\n", frozenset(first_of_each.values())
+    return namer, "\n".join(lines) + "\n", frozenset(first_of_each.values())
 
 
 # Compile options only XLA's sharding propagation reads, and XLA runs it only on a module of more than one partition
