@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from hlo_audit.findings import KernelBody, NamedChange
 from hlo_audit.hlo.analysis import Analysis, analyze
-from hlo_audit.hlo.changes import REMAT_REMOVED, Action, Change, ChangeKind, instructions_per_step
+from hlo_audit.hlo.change_places import instructions_per_step
+from hlo_audit.hlo.changes import REMAT_REMOVED, Action, Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, count_delta, diff_modules
 from hlo_audit.hlo.locations import Places
 from hlo_audit.policy import Rule

@@ -26,21 +26,12 @@ from hlo_audit.cli import app
 from hlo_audit import progress
 from hlo_audit.report import terminal, terminal_report, terminal_tree
 from in_process import in_project
+from projects import DROPOUT_WAIVER, config
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "a-model-whose-cell-ids-are-sixty-characters"
-CONFIG = f"""
-target = "hlo_audit.examples.nnx_mlp:lower"
-models = ["{MODEL}"]
-quant = ["none", "dropout0", "int8"]
-layers = [2, 3]
-golden_dir = "golden"
-
-[[waive]]
-rule = "rng_scaling"
-quant = "dropout0"
-reason = "the example keeps a never-drawn dropout stream on purpose"
-"""
+MATRIX = {"models": [MODEL], "quant": ["none", "dropout0", "int8"], "layers": [2, 3]}
+CONFIG = config(**MATRIX, golden_dir="golden", waive=[DROPOUT_WAIVER])
 # What a cell's line knows when it finishes (never "ok": the gate has not judged it yet).
 LOG_LINE = re.compile(r"^hlo-audit: cell (\d+)/(\d+) (\S+) (lowered|cached|unavailable|failed to lower) "
                       r"(\d+\.\d s|\d+ s|\d+m\d\ds)$")
@@ -117,8 +108,8 @@ SLOW = textwrap.dedent("""
 
 def _slow_project(tmp_path: Path) -> Path:
     (tmp_path / "slow_target.py").write_text(SLOW)
-    (tmp_path / "hlo-audit.toml").write_text(CONFIG.replace("hlo_audit.examples.nnx_mlp:lower", "slow_target:lower")
-                                             .replace('"int8"]', '"int8"]\nscan = ["off"]'))
+    (tmp_path / "hlo-audit.toml").write_text(config(target="slow_target:lower", **MATRIX, scan=["off"],
+                                                    golden_dir="golden", waive=[DROPOUT_WAIVER]))
     return tmp_path
 
 

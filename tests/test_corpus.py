@@ -26,6 +26,7 @@ import pytest
 
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.hlo.change_places import instructions_per_step
 from hlo_audit.hlo.match import match_modules
 from xla_oracle import our_counts, xla_counts
 
@@ -93,8 +94,12 @@ def test_renumbering_is_identical_after_normalization(corpus_row):
 
 def test_a_module_matches_itself(corpus_row):
     """The structural match of every module against itself (fingerprinted twice, as two modules): every
-    instruction and computation paired and unchanged, no parameter renamed."""
+    instruction and computation paired and unchanged, no parameter renamed. And every other analysis `check` and
+    `rng` run on a module reads it without raising (valid HLO is never a traceback): the RNG streams (one module's
+    Shardy custom call once raised TypeError there), the captured constants, the instructions per step."""
     a = analyze(_text(corpus_row), corpus_row["file"])
     match = match_modules(a.module, a.module, a.params, a.params)
     assert match.unchanged, (match.counts(), match.computations_inserted[:3], match.edits[:3])
     assert match.matched == match.instructions[0] == len(list(a.module.instructions())) - len(a.params)
+    assert a.rng.streams is not None and a.constants is not None
+    assert sum(instructions_per_step(a.module).values()) >= len(list(a.module.entry.instructions)) - len(a.params)

@@ -8,8 +8,9 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
+
+from projects import config
 
 
 # One model, four versions of its code (MODE): a per-layer Dropout(0.0) (dead RNG state, 2 u32 a layer), the same
@@ -63,18 +64,8 @@ def lower(cell):
     return jax.jit(make_step(graphdef), donate_argnums=0).trace(state, jax.ShapeDtypeStruct((1, 8), jnp.float32))
 '''
 
-CONFIG = """
-target = "target:lower"
-models = ["m"]
-scan = ["off"]
-quant = ["none"]
-layers = [2, 3]
-
-[[waive]]
-rule = "rng_scaling"
-model = "m"
-reason = "the per-layer dropout leak, until it is fixed"
-"""
+CONFIG = config(target="target:lower", models=["m"], scan=["off"], layers=[2, 3], waive=[
+    {"rule": "rng_scaling", "model": "m", "reason": "the per-layer dropout leak, until it is fixed"}])
 
 
 def hlo_audit(project: Path, *args) -> subprocess.CompletedProcess:
@@ -87,7 +78,7 @@ def at(project: Path, mode: str) -> None:
 
 
 def golden_then_check(project: Path, before: str, after: str) -> tuple[int, list[dict]]:
-    (project / "hlo-audit.toml").write_text(textwrap.dedent(CONFIG))
+    (project / "hlo-audit.toml").write_text(CONFIG)
     at(project, before)
     update = hlo_audit(project, "golden", "update")
     assert update.returncode == 0, update.stderr

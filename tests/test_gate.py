@@ -18,18 +18,10 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from in_process import Ran, hlo_audit_here
+from projects import DROPOUT_WAIVER, config
 
-CONFIG = """
-target = "hlo_audit.examples.nnx_mlp:lower"
-models = ["mlp"]
-quant = ["none", "dropout0", "int8"]
-layers = [2, 3]
-
-[[waive]]
-rule = "rng_scaling"
-quant = "dropout0"
-reason = "the example keeps a never-drawn dropout stream on purpose"
-"""
+MATRIX = {"quant": ["none", "dropout0", "int8"], "layers": [2, 3]}
+CONFIG = config(**MATRIX, waive=[DROPOUT_WAIVER])
 
 
 def hlo_audit(project: Path, *args, env=None) -> Ran:
@@ -113,11 +105,11 @@ def test_count_ratchet(project):
 def test_rng_scaling_waiver_and_policy(project):
     result = hlo_audit(project, "check", "--verbose")
     assert "waived" in flat(result.stdout) and "never-drawn dropout stream on purpose" in flat(result.stdout)
-    config = project / "hlo-audit.toml"
-    config.write_text(CONFIG.split("[[waive]]")[0])
+    toml = project / "hlo-audit.toml"
+    toml.write_text(config(**MATRIX))
     result = hlo_audit(project, "check")
     assert result.returncode == 1 and "RNG parameters grow by 2 per layer" in flat(result.stdout)
-    config.write_text(CONFIG.split("[[waive]]")[0] + '\n[policy]\nrng_scaling = "warn"\n')
+    toml.write_text(config(**MATRIX, policy={"rng_scaling": "warn"}))
     assert hlo_audit(project, "check").returncode == 0
 
 
@@ -203,7 +195,7 @@ def test_a_killed_update_leaves_goldens_intact(project):
             time.sleep(1)
             return real(cell)
         """))
-    (project / "hlo-audit.toml").write_text(CONFIG.replace("hlo_audit.examples.nnx_mlp:lower", "slow:lower"))
+    (project / "hlo-audit.toml").write_text(config(target="slow:lower", **MATRIX, waive=[DROPOUT_WAIVER]))
     proc = subprocess.Popen([sys.executable, "-m", "hlo_audit", "golden", "update", "--no-cache"], cwd=project,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(6)  # jax imported, some cells lowered, more to go
@@ -223,7 +215,7 @@ def test_failing_cell_writes_nothing(project, tmp_path):
                 raise RuntimeError("cannot build this one today")
             return real(cell)
         """))
-    (project / "hlo-audit.toml").write_text(CONFIG.replace("hlo_audit.examples.nnx_mlp:lower", "broken:lower"))
+    (project / "hlo-audit.toml").write_text(config(target="broken:lower", **MATRIX, waive=[DROPOUT_WAIVER]))
     before = snapshot(project / "golden")
     for path in (project / "golden").rglob("dropout0/*.json"):
         _edit(path, opcodes={})
@@ -284,8 +276,8 @@ def test_a_broken_golden_is_a_finding_and_update_heals_it(project):
 
 def test_dead_rng_policy_fails_on_never_drawn_streams_unless_a_pattern_waiver_accepts_them(project):
     """The example's dropout0 cells carry a Dropout(0.0) stream per layer that is never drawn."""
-    config = project / "hlo-audit.toml"
-    config.write_text(CONFIG + '\n[policy]\ndead_rng = "fail"\n')
+    toml = project / "hlo-audit.toml"
+    toml.write_text(config(**MATRIX, policy={"dead_rng": "fail"}, waive=[DROPOUT_WAIVER]))
     result = hlo_audit(project, "check", "--format", "json")
     doc = json.loads(result.stdout)
     dead = {f["cell"]: f for f in doc["findings"] if f["rule"] == "dead_rng"}
@@ -296,8 +288,8 @@ def test_dead_rng_policy_fails_on_never_drawn_streams_unless_a_pattern_waiver_ac
     # Unrolled, 3 layers: 3 streams, 6 entry parameters and one counter increment per stream per step.
     assert dead["mlp/scan-off/dropout0/L3"]["details"]["dead_params"] == 6
     assert "3 RNG streams never drawn: 6 entry parameters" in dead["mlp/scan-off/dropout0/L3"]["message"]
-    config.write_text(CONFIG + '\n[policy]\ndead_rng = "fail"\n\n[[waive]]\nrule = "dead_rng"\n'
-                      'pattern = "layers*.dropout.rngs"\nreason = "Dropout(0.0) kept on purpose"\n')
+    toml.write_text(config(**MATRIX, policy={"dead_rng": "fail"}, waive=[DROPOUT_WAIVER, {
+        "rule": "dead_rng", "pattern": "layers*.dropout.rngs", "reason": "Dropout(0.0) kept on purpose"}]))
     result = hlo_audit(project, "check", "--format", "json")
     assert result.returncode == 0, result.stdout
     waived = [f for f in json.loads(result.stdout)["findings"] if f["rule"] == "dead_rng"]

@@ -28,17 +28,12 @@ from hlo_audit.golden.record import dumps
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.report.words import environment_change
 from in_process import Ran, hlo_audit_here
+from projects import config
 
 # One xdist worker runs the module, so the projects fixture lowers once.
 pytestmark = pytest.mark.xdist_group("golden_store")
 REPO = Path(__file__).resolve().parent.parent
-CONFIG = """
-target = "hlo_audit.examples.nnx_mlp:lower"
-models = ["mlp"]
-quant = ["none", "dropout0"]
-layers = [2, 3]
-policy = {rng_scaling = "warn"}
-"""
+CONFIG = config(quant=["none", "dropout0"], layers=[2, 3], policy={"rng_scaling": "warn"})
 # Files a user keeps in the golden folder that are not goldens: never pruned, never stale, carried by every swap.
 NOT_GOLDENS = {
     "README.json": '{"about": "goldens of the example"}\n',
@@ -102,7 +97,7 @@ def projects(tmp_path_factory):
         (old / "golden" / rel).write_text(text)
     new = tmp_path_factory.mktemp("new") / "p"
     shutil.copytree(old, new, symlinks=True)
-    (new / "hlo-audit.toml").write_text(CONFIG.replace('"dropout0"', '"dropout"'))
+    (new / "hlo-audit.toml").write_text(config(quant=["none", "dropout"], layers=[2, 3], policy={"rng_scaling": "warn"}))
     result = hlo_audit(new, "golden", "update", "--prune")
     assert result.returncode == 0, result.stderr
     return old, new

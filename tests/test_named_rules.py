@@ -165,7 +165,7 @@ def test_what_each_finding_says(reports):
     (donation,) = details["donation_removed"]["details"]["changes"]
     params = {p: n for p, n in donation["groups"]}
     assert (donation["action"], donation["subject"], donation["count"]) == ("removed", "input_output_alias", 20)
-    assert donation["bytes"] > 0 and params["state_0.blocks.*.up.kernel"] == 2
+    assert donation["bytes"] > 0 and params["state.0.blocks.*.up.kernel"] == 2
     assert "20 parameters no longer donated" in details["donation_removed"]["message"]
     (callback,) = details["debug_print"]["details"]["changes"]
     assert (callback["subject"], callback["per_step"]) == ("custom-call xla_ffi_python_cpu_callback", 1)
@@ -176,7 +176,7 @@ def test_what_each_finding_says(reports):
     (dots,) = details["f32_up"]["details"]["changes"]
     assert (dots["before"], dots["after"], dots["count"]) == ("bf16 x bf16 -> bf16", "f32 x f32 -> f32", 8)
     assert dots["flops"] == 8 * 2 * tm.BATCH * tm.WIDTH * tm.HIDDEN
-    assert dots["place"]["paths"] == ["state_0.blocks.*.up.kernel"]
+    assert dots["place"]["paths"] == ["state.0.blocks.*.up.kernel"]
     # The `up` projection's dot: jax's name for it and the model's line that calls it (flax's Linear is machinery).
     assert dots["place"]["source"] == model_line("h = getattr(self, self.variant.up_name)"), dots["place"]
     assert dots["place"]["op_name"].endswith("dot_general"), dots["place"]

@@ -68,6 +68,24 @@ ENTRY main.1 {{
     assert verdicts(text) == {"state.a.rngs": ("carried", "", 1)}
 
 
+
+def test_key_through_a_pass_through_whose_result_is_a_one_element_tuple_is_followed():
+    """Shardy's xla.sdy.GlobalToLocalShape returns a 1-tuple of its operand (real modules in the corpus: XLA's
+    shardy_xla_pass_test); the element read back from it is the key, and `rng` once raised a TypeError there."""
+    text = f"""HloModule m
+
+ENTRY main.1 {{
+{_stream("a", 0)}  w.1 = f32[4]{{0}} parameter(2)
+  local.1 = (u32[2]{{0}}) custom-call(state__a____rngs____key___value.1), custom_call_target="xla.sdy.GlobalToLocalShape"
+  k.1 = u32[2]{{0}} get-tuple-element(local.1), index=0
+  ROOT out.1 = (f32[4]{{0}}, u32[2]{{0}}, u32[]) tuple(w.1, k.1, state__a____rngs____count___value.1)
+}}
+"""
+    assert verdicts(text) == {"state.a.rngs": ("carried", "", 0)}
+    result = CliRunner().invoke(app, ["rng", "-"], input=text)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1 and "1 carried" in result.output
+
 def test_key_folded_into_random_bits_that_reach_the_loss_is_drawn():
     text = one_stream(f"""
   bits.1 = u32[2]{{0}} call({KEY}, {KEY}), to_apply=threefry2x32.1

@@ -354,7 +354,7 @@ def test_the_text_diff_summarizes_the_module_header(tmp_path):
 def test_instructions_per_step_see_through_loops():
     """The unrolled loop runs what the loop ran: per step, the same tanh (8 iterations of the forward loop and of its
     recomputation, per layer); only the loops' own bookkeeping (their conditions, counters and tuples) goes."""
-    from hlo_audit.hlo.changes import instructions_per_step
+    from hlo_audit.hlo.change_places import instructions_per_step
 
     base = instructions_per_step(analysis(BASE).module)
     unrolled = instructions_per_step(analysis(tm.VARIANTS["unrolled_8x"]).module)

@@ -25,7 +25,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.changes import Change, MatchSummary, explain, summary
+from hlo_audit.hlo.change_kinds import explain
+from hlo_audit.hlo.changes import Change, MatchSummary, summary
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest

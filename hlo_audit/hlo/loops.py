@@ -1,5 +1,5 @@
 """How many times a while loop of an HLO module runs, when the module says: what per-step counts multiply by (RNG
-counter increments, rng_flow.py; launches, launches.py and launch_model.py; changes.py's loops).
+counter increments, rng_flow.py; launches, launches.py and launch_model.py; change_kinds.py's loops).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Which entry parameters a value of an optimized module is, unchanged: what a launch reads (launches.py) and
-what a changed instruction reads (changes.py).
+what a changed instruction reads (change_places.py).
 
 Each launch's HLO instruction is found by name in the module after optimizations, and each of its
 operands is followed back to the entry parameters whose value it is: through get-tuple-element, tuple,

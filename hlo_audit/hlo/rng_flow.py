@@ -262,7 +262,10 @@ class _Dataflow:
         if op == "tuple":
             return Tup(operands)
         if op == "get-tuple-element":
-            return operands[0][int(instr.attrs["index"])]
+            whole = operands[0]
+            # A value followed as one leaf (a pass-through custom call whose result is a tuple of its operand:
+            # Shardy's xla.sdy.GlobalToLocalShape) has that leaf's flags in every element.
+            return whole[int(instr.attrs["index"])] if isinstance(whole, Tup) else _fill(instr.shape, whole)
         if self.is_random_bits(instr):
             k, b, u = _collapse(Tup(operands))
             if k:

@@ -1,0 +1,502 @@
+"""The kinds of change, found: ``explain`` sorts a structural match's edits into ``Change`` records, one detector a
+kind (changes.py's module doc lists them and what each carries)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+from hlo_audit.hlo.change_places import Groups, Sides, layer_of
+from hlo_audit.hlo.changes import REMAT_ADDED, REMAT_REMOVED, REWIRED, Action, Change, ChangeKind, Place
+from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
+from hlo_audit.hlo.header import donated_parameters, position_entries
+from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
+from hlo_audit.hlo.locations import Places
+from hlo_audit.hlo.loops import trip_count
+from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
+from hlo_audit.hlo.normalize import header_attr_says_nothing
+from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
+
+
+def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
+            old_header: dict[str, str], new_header: dict[str, str], new_places: Places | None = None) -> list[Change]:
+    """The named changes of a match, most costly kinds first (module doc). ``*_params``: each module's entry
+    parameters, RNG state included (donation is judged on them); ``*_header``: each module's header attributes
+    before RNG state was stripped from it; ``new_places``: the new module's op_name and source by instruction, where
+    its text is printed without metadata (``hlo.locations.canonical_places``; the old side's, a golden's canonical
+    text, has none: a removed instruction is placed by its computation and the state it read)."""
+    sides = Sides(match, old_params, new_params, new_places)
+    claimed: set[int] = set()  # id() of the edits a kind has named
+    changes: list[Change] = []
+    changes += _donation(match.params, old_params, new_params, old_header, new_header)
+    changes += _host_transfers(match.edits, sides, claimed)
+    changes += _precision(match.edits, sides, claimed)
+    changes += _kernels(match.edits, sides, claimed)
+    changes += _renames(match.params)
+    changes += _parameters(match.params)
+    changes += _program_size(match, sides, claimed)
+    # The stripped headers (RNG state's entries gone), and what stripping removed whole (a mesh declaration only
+    # RNG keys used) as the module had it.
+    changes += _header({**old_header, **match.old.header_attrs}, {**new_header, **match.new.header_attrs},
+                       match.old, match.new, donation_changed=any(c.kind is ChangeKind.DONATION for c in changes))
+    changes += _instructions(match.edits, sides, claimed)
+    return changes
+
+
+def _grouped_patterns(params: Iterable[EntryParam]) -> tuple[tuple[str, int], ...]:
+    counts = Counter(p.pattern for p in params)
+    return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _donation(pairs: Sequence[ParamPair], old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
+              old_header: dict[str, str], new_header: dict[str, str]) -> list[Change]:
+    """Parameters of both modules (RNG state aside) donated in one and not the other."""
+    old_donated, new_donated = donated_parameters(old_header), donated_parameters(new_header)
+    lost, gained = [], []
+    for pair in pairs:
+        if pair.old is None or pair.new is None:
+            continue
+        if pair.old.index in old_donated and pair.new.index not in new_donated:
+            lost.append((pair.new, old_donated[pair.old.index]))
+        elif pair.new.index in new_donated and pair.old.index not in old_donated:
+            gained.append((pair.new, new_donated[pair.new.index]))
+    changes = []
+    for action, found in ((Action.REMOVED, lost), (Action.ADDED, gained)):
+        if not found:
+            continue
+        params = [p for p, _ in found]
+        roles = _role_counts(params)
+        changes.append(Change(
+            ChangeKind.DONATION, action, " / ".join(sorted({a for _, a in found})),
+            Place("main", "", "", tuple(p for p, _ in _grouped_patterns(params))), count=len(params),
+            bytes=sum(p.bytes for p in params), groups=_grouped_patterns(params),
+            before=roles if action is Action.REMOVED else "", after=roles if action is Action.ADDED else ""))
+    return changes
+
+
+def _role_counts(params: Iterable[EntryParam]) -> str:
+    counts = Counter(p.role for p in params)
+    return ", ".join(f"{n} {role}" for role, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _host_transfers(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
+    groups = Groups()
+    for e in edits:
+        if e.edit is Edit.CHANGED:
+            was, now = is_host_transfer(e.old), is_host_transfer(e.new)
+            if was == now:
+                continue
+            action, instr = (Action.ADDED, e.new) if now else (Action.REMOVED, e.old)
+        else:
+            instr = e.instruction
+            if not is_host_transfer(instr):
+                continue
+            action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
+        claimed.add(id(e))
+        place = sides.place(e)
+        groups.add((action, host_transfer_name(instr), place.op_name, place.source), place, sides.runs(e),
+                   sides.layers(e))
+    return [Change(ChangeKind.HOST_TRANSFER, action, name, place, count=g["count"], per_step=g["runs"],
+                   layers=len(g["layers"]))
+            for (action, name, _, _), g, place in groups.items()]
+
+
+_PRECISION_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+_PRECISION_ATTRS = ("precision_config", "algorithm", "operand_precision", "preferred_element_type")
+_KERNEL_LABELS = re.compile(r"_(\w+)->")  # convolution dim_labels: input_kernel->output
+# Aspects of an instruction that only follows a precision change: its dtype (and so its operands' names).
+_FOLLOWS_DTYPE = frozenset({"dtype", "operands", "literal"})
+# Between a dot and the converts around it: ops that pass the value on.
+_BESIDE = frozenset({"convert", "reshape", "transpose", "bitcast", "copy", "broadcast"})
+
+
+def type_signature(instr: Instruction, operands: Sequence[Instruction]) -> str:
+    """``bf16 x bf16 -> f32`` and the attributes that set a dot's precision."""
+    types = " x ".join(o.shape.dtype or "tuple" for o in operands[:2])
+    text = f"{types} -> {instr.shape.dtype or 'tuple'}"
+    extra = [f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def flops(instr: Instruction, operands: Sequence[Instruction]) -> int:
+    """2 x multiply-adds of one dot or convolution, from its shapes: the result's elements times what each
+    contracts (a dot: the lhs contracting dims; a convolution: the kernel's window and input features)."""
+    result = instr.shape.num_elements if not instr.shape.is_tuple else 0
+    if len(operands) < 2:
+        return 0
+    if instr.opcode in ("dot", "ragged-dot"):
+        lhs = operands[0].shape.dims
+        contracted = 1
+        for d in (int(d) for d in re.findall(r"\d+", instr.attrs.get("lhs_contracting_dims", ""))):
+            contracted *= lhs[d] if d < len(lhs) else 1
+        return 2 * result * contracted
+    kernel = operands[1].shape
+    labels = _KERNEL_LABELS.search(instr.attrs.get("dim_labels", ""))
+    output_feature = labels.group(1).find("o") if labels else -1
+    if 0 <= output_feature < len(kernel.dims) and kernel.dims[output_feature]:
+        # The kernel's input features are per feature group already: window x input features per output.
+        return 2 * result * (kernel.num_elements // kernel.dims[output_feature])
+    return 2 * result * kernel.num_elements
+
+
+def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
+    """Dots and convolutions paired whose type signature changed; with each, the instructions around it whose only
+    change is to follow its dtype, and the converts added or removed among them; the FLOPs that moved."""
+    seeds = []
+    for e in edits:
+        if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS and e.new.opcode == e.old.opcode:
+            before = type_signature(e.old, sides.old.operands(e.old, e.old_computation))
+            after = type_signature(e.new, sides.new.operands(e.new, e.new_computation))
+            if before != after:
+                seeds.append((e, before, after))
+    if not seeds:
+        return []
+    changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}
+    changed_old = {id(e.old): e for e in edits if e.edit is Edit.CHANGED}
+    inserted = {id(e.new): e for e in edits if e.edit is Edit.INSERTED}
+    deleted = {id(e.old): e for e in edits if e.edit is Edit.DELETED}
+    groups = Groups()
+    for e, before, after in seeds:
+        claimed.add(id(e))
+    for e, before, after in seeds:
+        followers, converts = _follow_dtype(e, sides, claimed, changed_new, changed_old, inserted, deleted)
+        operands = sides.new.operands(e.new, e.new_computation)
+        runs = sides.new.executions(e.new_computation)
+        place = sides.new.place(e.new, e.new_computation)
+        groups.add((e.new.opcode, before, after, place.computation), place, runs, sides.layers(e),
+                   flops=flops(e.new, operands) * runs, converts=converts, **followers)
+    changes = []
+    for (opcode, before, after, _), g, place in groups.items():
+        sums = g["sums"]
+        follow = tuple(sorted(((op, n) for op, n in sums.items() if op not in ("flops", "converts") and n),
+                              key=lambda kv: (-kv[1], kv[0])))
+        changes.append(Change(ChangeKind.PRECISION, Action.CHANGED, opcode, place, count=g["count"],
+                              per_step=g["runs"], before=before, after=after, flops=sums["flops"],
+                              instructions=sums["converts"], groups=follow, layers=len(g["layers"])))
+    return changes
+
+
+def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], changed_new: dict, changed_old: dict,
+                  inserted: dict, deleted: dict) -> tuple[Counter, int]:
+    """From a dot whose precision changed, the edits connected to it that only follow its dtype (by opcode), the
+    converts added (+) or removed (-) among and beside them, and the instructions that only read from those
+    (rewired: a loop's initial tuple reading the value a removed convert made)."""
+    followers: Counter = Counter()
+    converts = 0
+    region: set[int] = {id(seed)}
+    for module, start, computation, changed, alone, sign in (
+            (sides.new, seed.new, seed.new_computation, changed_new, inserted, 1),
+            (sides.old, seed.old, seed.old_computation, changed_old, deleted, -1)):
+        stack = [start]
+        seen = {id(start)}
+        while stack:
+            instr = stack.pop()
+            for neighbour in (*module.operands(instr, computation), *module.users(instr)):
+                key = id(neighbour)
+                if key in seen:
+                    continue
+                seen.add(key)
+                edit = changed.get(key)
+                if edit is not None and id(edit) in region:
+                    stack.append(neighbour)  # met from the other side already
+                elif edit is not None and id(edit) not in claimed and edit.old.opcode not in _PRECISION_OPS and \
+                        set(edit.aspects) <= _FOLLOWS_DTYPE:
+                    claimed.add(id(edit))
+                    region.add(id(edit))
+                    followers[edit.new.opcode if "dtype" in edit.aspects else "rewired"] += 1
+                    if "dtype" in edit.aspects:
+                        stack.append(neighbour)
+                elif (edit := alone.get(key)) is not None and id(edit) not in claimed and \
+                        neighbour.opcode == "convert":
+                    claimed.add(id(edit))
+                    region.add(id(edit))
+                    converts += sign
+                    stack.append(neighbour)
+    return followers, converts
+
+
+def _kernels(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
+    groups = Groups()
+    for e in edits:
+        if id(e) in claimed:
+            continue
+        if e.edit is Edit.CHANGED:
+            if not is_kernel_call(e.new) or "kernel" not in e.aspects:
+                continue
+            action = Action.CHANGED
+        elif is_kernel_call(e.instruction):
+            action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
+        else:
+            continue
+        claimed.add(id(e))
+        instr = e.instruction
+        place = sides.place(e)
+        groups.add((action, kernel_name(instr), instr.custom_call_target, place.source), place, sides.runs(e),
+                   sides.layers(e))
+    return [Change(ChangeKind.KERNEL, action, name if name == target else f"{name} ({target})", place,
+                   count=g["count"], per_step=g["runs"], layers=len(g["layers"]))
+            for (action, name, target, _), g, place in groups.items()]
+
+
+def _renames(pairs: Sequence[ParamPair]) -> list[Change]:
+    """Renamed parameters by what was renamed: the path components that differ (``up`` -> ``up_proj``, whether
+    under the weights or the optimizer's moments), each with the parameter patterns it renames."""
+    groups: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for pair in pairs:
+        if pair.renamed and not pair.old.is_rng and not pair.new.is_rng:
+            before, after = pair.old.folded_path, pair.new.folded_path
+            groups[_renamed_part(before, after)][f"{before} -> {after}"] += 1
+    return [Change(ChangeKind.RENAME, Action.CHANGED, f"{old} -> {new}",
+                   Place("main", "", "", tuple(sorted(p.split(" -> ")[1] for p in patterns))),
+                   count=sum(patterns.values()), before=old, after=new,
+                   groups=tuple(sorted(patterns.items(), key=lambda kv: (-kv[1], kv[0]))))
+            for (old, new), patterns in sorted(groups.items())]
+
+
+def _renamed_part(before: str, after: str) -> tuple[str, str]:
+    """What a rename changed: the components between the common prefix and suffix of two dotted paths."""
+    a, b = before.split("."), after.split(".")
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    return ".".join(a[head:len(a) - tail]) or before, ".".join(b[head:len(b) - tail]) or after
+
+
+def _parameters(pairs: Sequence[ParamPair]) -> list[Change]:
+    """Parameters (RNG state aside) added or removed, by what they are in the model (``blocks.*.up.bias``, whether
+    the weight or an optimizer's moment of it, each pattern in ``groups``); those of another dtype or shape."""
+    changes = []
+    for action, side, other in ((Action.ADDED, "new", "old"), (Action.REMOVED, "old", "new")):
+        alone = [getattr(p, side) for p in pairs if getattr(p, other) is None and not getattr(p, side).is_rng]
+        by_leaf: dict[tuple, list[EntryParam]] = defaultdict(list)
+        for p in alone:
+            by_leaf[(_leaf(p), p.dtype)].append(p)
+        for (leaf, dtype), params in sorted(by_leaf.items()):
+            changes.append(Change(ChangeKind.PARAMETERS, action, leaf, Place("main", "", "", (leaf,)),
+                                  count=len(params), bytes=sum(p.bytes for p in params),
+                                  before=dtype if action is Action.REMOVED else "",
+                                  after=dtype if action is Action.ADDED else "", groups=_grouped_patterns(params),
+                                  layers=len({layer_of(p) for p in params if p.layer_prefix})))
+    reshaped: dict[tuple, list[ParamPair]] = defaultdict(list)
+    for pair in pairs:
+        if pair.reshaped and not pair.new.is_rng:
+            reshaped[(_leaf(pair.new), pair.old.shape.text, pair.new.shape.text)].append(pair)
+    for (leaf, before, after), found in sorted(reshaped.items()):
+        changes.append(Change(ChangeKind.PARAMETERS, Action.CHANGED, leaf, Place("main", "", "", (leaf,)),
+                              count=len(found), before=before, after=after,
+                              bytes=sum(p.new.bytes - p.old.bytes for p in found),
+                              groups=_grouped_patterns(p.new for p in found)))
+    return changes
+
+
+def _leaf(p: EntryParam) -> str:
+    """What a parameter is in the model, wherever the state holds it: its folded path from the innermost layer
+    container on (``blocks.*.up.bias`` for the weight and for each optimizer moment of it), else its last two
+    components."""
+    folded = p.folded_path.split(".")
+    if p.layer_prefix:
+        depth = p.layer_prefix.count(".") + 1
+        return ".".join(folded[depth - 2 if folded[depth - 1] == "*" else depth - 1:])
+    return ".".join(folded[-2:])
+
+
+# Aspects of a paired instruction that only say it now reads other values: rewired to inserted or deleted code.
+_REWIRED = frozenset({"operands"})
+
+
+def _program_size(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """What the named kinds left of inserted and deleted instructions, in one record (module doc); with it the
+    instructions whose only change is to read from them (rewired)."""
+    rest = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
+    computations = (len(match.computations_inserted), len(match.computations_deleted))
+    if not rest and not any(computations):
+        return []
+    alone = {id(e.instruction) for e in rest}
+    rewired = [e for e in match.edits if e.edit is Edit.CHANGED and id(e) not in claimed and
+               set(e.aspects) <= _REWIRED and _reads_any(e, sides, alone)]
+    by_opcode: Counter = Counter()
+    per_step = 0
+    for e in rest:
+        sign = 1 if e.edit is Edit.INSERTED else -1
+        by_opcode[e.instruction.opcode] += sign
+        per_step += sign * sides.runs(e)
+    claimed.update(id(e) for e in (*rest, *rewired))
+    added = sum(1 for e in rest if e.edit is Edit.INSERTED)
+    removed = len(rest) - added
+    before, after = match.instructions
+    story, place, count, layers = _size_story(rest, sides, by_opcode)
+    groups = tuple(sorted(((op, n) for op, n in by_opcode.items() if n), key=lambda kv: (-abs(kv[1]), kv[0])))
+    groups += (("rewired", len(rewired)),) if rewired else ()
+    groups += (("computations added", computations[0]),) if computations[0] else ()
+    groups += (("computations removed", computations[1]),) if computations[1] else ()
+    action = Action.ADDED if added > removed else Action.REMOVED if removed > added else Action.CHANGED
+    return [Change(ChangeKind.PROGRAM_SIZE, action, story, place, count=count, per_step=per_step,
+                   before=f"{before} instructions", after=f"{after} instructions", instructions=added - removed,
+                   groups=groups, layers=layers)]
+
+
+def _reads_any(e: InstructionEdit, sides: Sides, instructions: set[int]) -> bool:
+    return any(id(o) in instructions for o in sides.new.operands(e.new, e.new_computation)) or \
+        any(id(o) in instructions for o in sides.old.operands(e.old, e.old_computation))
+
+
+# The stories of rematerialization removed or added (a program-size change's subject; the gate's rule reads it).
+
+
+def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counter) -> tuple[str, Place, int, int]:
+    """What the inserted and deleted instructions are, in a few words, with the place most of them share, how many
+    times the story repeats and the layers it spans: rematerialization removed or added (its ``opt-barrier``s), a
+    loop unrolled (its ``while`` gone, its body's copies inlined), copies of one subgraph; else instructions."""
+    barriers = [e for e in rest if e.instruction.opcode == "opt-barrier"]
+    if barriers and by_opcode.get("opt-barrier", 0):
+        added = by_opcode["opt-barrier"] > 0
+        sample = [e for e in barriers if (e.edit is Edit.INSERTED) == added]
+        layers = set().union(*(sides.layers(e) for e in sample))
+        return REMAT_ADDED if added else REMAT_REMOVED, sides.place(sample[0]), len(sample), len(layers)
+    inserted = [e for e in rest if e.edit is Edit.INSERTED]
+    deleted = [e for e in rest if e.edit is Edit.DELETED]
+    loops = [e for e in deleted if e.old.opcode == "while"]
+    if loops and len(inserted) > len([e for e in inserted if e.new.opcode == "while"]):
+        trips = Counter(_trips(e, sides) for e in loops)
+        (times, _), = trips.most_common(1)
+        if times and times > 1 and all(t == times for t in trips):
+            layers = set().union(*(sides.layers(e) for e in inserted))
+            return (f"{len(loops)} loop{'s' * (len(loops) != 1)} of {times} iterations unrolled ({times} copies of "
+                    "the body inline)", _placed_by(sides.place(loops[0]), inserted, sides), len(loops), len(layers))
+    side = inserted if len(inserted) >= len(deleted) else deleted
+    if not side:
+        return "instructions", Place(), 0, 0
+    keyed = [(e, (e.instruction.opcode, *sides.origin(e))) for e in side]
+    copies = Counter(key for _, key in keyed)
+    repeats = Counter(copies.values())
+    times, kinds = max(repeats.items(), key=lambda kv: (kv[0] * kv[1], kv[0]))
+    if times > 1 and times * kinds * 2 >= len(side) and any(key[1] or key[2] for key in copies):
+        sample = next(e for e, key in keyed if copies[key] == times)
+        return (f"{times} copies of the same {kinds}-instruction subgraph", sides.place(sample), times,
+                len(sides.layers(sample)))
+    sources = Counter(key[2] for _, key in keyed)
+    source = sources.most_common(1)[0][0]
+    sample = next(e for e, key in keyed if key[2] == source)
+    return "instructions", sides.place(sample), len(side), len(set().union(*(sides.layers(e) for e in side)))
+
+
+def _placed_by(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> Place:
+    """``place`` (a removed instruction's, which a golden's text does not locate), with the op_name and source most
+    of ``edits`` share where it has none: a loop unrolled is where its body's copies come from."""
+    if place.op_name or place.source:
+        return place
+    origins = Counter(o for o in map(sides.origin, edits) if o[1])
+    if not origins:
+        return place
+    (op_name, source), _ = origins.most_common(1)[0]
+    return Place(place.computation, op_name, source, place.paths)
+
+
+def _trips(e: InstructionEdit, sides: Sides) -> int | None:
+    module = sides.old.module
+    comp = module.computations[e.old_computation]
+    condition = module.computations.get(e.old.attrs.get("condition", "").strip().lstrip("%"))
+    return trip_count(comp, e.old, condition) if condition is not None else None
+
+
+def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: HloModule,
+            new_module: HloModule, donation_changed: bool) -> list[Change]:
+    """Header attributes that differ (RNG state's entries already gone from both), by name and entries; the module's
+    name (the jitted function's) when it changed."""
+    changes = []
+    old_name, new_name = strip_number_suffix(old_module.name), strip_number_suffix(new_module.name)
+    if old_name != new_name:
+        changes.append(Change(ChangeKind.HEADER, Action.CHANGED, "name", Place("main"), before=old_name,
+                              after=new_name))
+    for key in sorted(old_header.keys() | new_header.keys()):
+        before, after = old_header.get(key), new_header.get(key)
+        if before is not None and header_attr_says_nothing(old_module, key, before):
+            before = None
+        if after is not None and header_attr_says_nothing(new_module, key, after):
+            after = None
+        if before == after or key in ("input_output_alias", "buffer_donor") and donation_changed:
+            continue
+        action = Action.ADDED if before is None else Action.REMOVED if after is None else Action.CHANGED
+        changes.append(Change(ChangeKind.HEADER, action, key, Place("main"), before=_entries(key, before),
+                              after=_entries(key, after)))
+    return changes
+
+
+def _entries(key: str, value: str | None) -> str:
+    if value is None:
+        return "(none)"
+    n = position_entries(key, value)
+    if n is not None:
+        return f"{n} entr{'y' if n == 1 else 'ies'}"
+    return value if len(value) <= 60 else f"{len(value):,} characters"
+
+
+# Ops that only carry values (a tuple, its elements, a barrier, a called computation's parameter): another shape or
+# element index is the values they carry moving, not a change of their own.
+_CARRIERS = frozenset({"tuple", "get-tuple-element", "opt-barrier", "parameter"})
+_CARRIED = frozenset({"shape", "dims", "dtype", "layout", "index", "operands"})
+
+
+def _rewired(e: InstructionEdit) -> bool:
+    """A paired instruction that only reads other values: its operands, or (a carrier) what it carries."""
+    aspects = set(e.aspects)
+    return aspects <= _REWIRED or e.new.opcode == e.old.opcode in _CARRIERS and aspects <= _CARRIED
+
+
+def _instructions(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
+    """The edits no kind named, grouped by what changed and where; the rewired ones (the same op reading other
+    values) in one record: they follow a change named elsewhere."""
+    groups = Groups()
+    rewired = Groups()
+    for e in edits:
+        if id(e) in claimed:
+            continue
+        if e.edit is Edit.CHANGED and _rewired(e):
+            place = sides.place(e)
+            rewired.add((), place, sides.runs(e), sides.layers(e), **{e.new.opcode: 1})
+            continue
+        action = {Edit.INSERTED: Action.ADDED, Edit.DELETED: Action.REMOVED, Edit.CHANGED: Action.CHANGED}[e.edit]
+        if e.edit is Edit.CHANGED:
+            before, after = _form(e.old, e.aspects), _form(e.new, e.aspects)
+            subject = e.old.opcode if e.old.opcode == e.new.opcode else f"{e.old.opcode} -> {e.new.opcode}"
+            subject += f" ({', '.join(e.aspects)})"
+        else:
+            before = after = ""
+            subject = e.instruction.opcode
+        place = sides.place(e)
+        groups.add((action, subject, before, after, place.computation, place.source), place, sides.runs(e),
+                   sides.layers(e))
+    sign = {Action.ADDED: 1, Action.REMOVED: -1, Action.CHANGED: 0}
+    changes = [Change(ChangeKind.INSTRUCTIONS, action, subject, place, count=g["count"], per_step=g["runs"],
+                      before=before, after=after, instructions=sign[action] * g["count"], layers=len(g["layers"]))
+               for (action, subject, before, after, _, _), g, place in groups.items()]
+    changes.sort(key=lambda c: (-c.count, c.subject))
+    for _, g, place in rewired.items():
+        by_opcode = tuple(sorted(g["sums"].items(), key=lambda kv: (-kv[1], kv[0])))
+        changes.append(Change(ChangeKind.INSTRUCTIONS, Action.CHANGED, REWIRED, place, count=g["count"],
+                              per_step=g["runs"], groups=by_opcode, layers=len(g["layers"])))
+    return changes
+
+
+def _form(instr: Instruction, aspects: Sequence[str]) -> str:
+    """The parts of an instruction that changed, as short text."""
+    parts = []
+    if "opcode" in aspects:
+        parts.append(instr.opcode)
+    if {"dtype", "dims", "layout", "shape"} & set(aspects):
+        parts.append(_short(instr.shape.text))
+    for aspect in aspects:
+        if aspect in instr.attrs:
+            parts.append(f"{aspect}={_short(instr.attrs[aspect])}")
+    if "literal" in aspects:
+        parts.append(_short(instr.literal, 40))
+    return "; ".join(parts)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -1,0 +1,202 @@
+"""Where a change is, and how often a step runs it: the two sides of a match read for places (computation, op_name
+and source, the state paths a value comes from, layer indices folded) and executions per step (changes.py's
+module doc says what a place is)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+
+from hlo_audit.hlo.changes import Place
+from hlo_audit.hlo.locations import Locations, Places
+from hlo_audit.hlo.loops import trip_count
+from hlo_audit.hlo.match import InstructionEdit, ModuleMatch
+from hlo_audit.hlo.normalize import computation_words
+from hlo_audit.hlo.param_reads import ParameterReads
+from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS
+from hlo_audit.hlo.text import HloModule, Instruction, split_name_list
+
+_LAYER_INDEX = re.compile(r"\b((?:layers?|blocks?|h|cell)[_.])\d+\b")
+# What passes a value on for attribution: the value a dot reads through these is still its weight.
+_ATTRIBUTION_PASS_THROUGH = frozenset({
+    "bitcast", "copy", "opt-barrier", "optimization-barrier", "add-dependency", "domain", "convert", "reshape",
+    "transpose", "broadcast", "slice", "dynamic-slice", "reduce-precision", "bitcast-convert", "all-gather",
+    "copy-start",
+})
+
+
+def passes_value(instr: Instruction) -> bool:
+    if instr.opcode == "custom-call":
+        return instr.custom_call_target in PASS_THROUGH_CUSTOM_CALLS
+    return instr.opcode in _ATTRIBUTION_PASS_THROUGH
+
+
+def fold(text: str) -> str:
+    """Layer indices folded as parameter patterns fold them: ``layers_3`` -> ``layers_*``."""
+    return _LAYER_INDEX.sub(r"\1*", text)
+
+
+class ModuleView:
+    """One side of a match as the kinds read it: places, executions per step, users, state read."""
+
+    def __init__(self, module: HloModule, params: Sequence[EntryParam], places: Places | None = None):
+        self.module = module
+        self.params = {p.index: p for p in params}
+        self.reads = ParameterReads(module, passes_value)
+        self.locations = Locations(module)
+        self.places = places or {}
+        self._executions: dict[str, int] | None = None
+        self._users: dict[int, list[Instruction]] | None = None
+
+    def read(self, instr: Instruction, computation: str) -> list[EntryParam]:
+        """The entry parameters whose values reach ``instr``'s operands through ops that pass values on."""
+        comp = self.module.computations[computation]
+        found: set[int] = set()
+        for operand in instr.operands:
+            found |= self.reads.value(comp, operand, ())
+        return [self.params[n] for n in sorted(found) if n in self.params]
+
+    def place(self, instr: Instruction, computation: str) -> Place:
+        comp = self.module.computations[computation]
+        paths = tuple(sorted({p.folded_path for p in self.read(instr, computation)}))
+        where = "main" if comp.is_entry else computation_words(comp.name)
+        return Place(where, *self.origin(instr, computation), paths)
+
+    def origin(self, instr: Instruction, computation: str) -> tuple[str, str]:
+        """jax's op_name (layer indices folded) and the source ``file:line``: from the instruction's metadata, else
+        from the places the stage kept beside a text printed without it (``places``, by canonical names)."""
+        op_name, source = instr.op_name, self.locations.of(instr)
+        if not (op_name or source):
+            op_name, source = self.places.get((computation, instr.name), ("", ""))
+        return fold(op_name), source
+
+    def executions(self, computation: str) -> int:
+        if self._executions is None:
+            self._executions = executions(self.module)
+        return self._executions.get(computation, 1)
+
+    def operands(self, instr: Instruction, computation: str) -> list[Instruction]:
+        by_name = self.module.computations[computation].by_name
+        return [by_name[ref] for ref in instr.operands if ref in by_name]
+
+    def users(self, instr: Instruction) -> list[Instruction]:
+        if self._users is None:
+            self._users = defaultdict(list)
+            for comp in self.module.computations.values():
+                for user in comp.instructions:
+                    for ref in user.operands:
+                        operand = comp.by_name.get(ref)
+                        if operand is not None:
+                            self._users[id(operand)].append(user)
+        return self._users.get(id(instr), [])
+
+
+def executions(module: HloModule) -> dict[str, int]:
+    """How many times one step runs each computation: the entry once, a loop's body its trip count times per run
+    of its caller (once where the count is not known), its condition once more; any other callee once per call."""
+    runs: dict[str, int] = {module.entry.name: 1}
+    order = [module.entry]
+    seen = {module.entry.name}
+    while order:
+        comp = order.pop(0)
+        for instr in comp.instructions:
+            for callee in instr.called_computations():
+                target = module.computations.get(callee)
+                if target is None:
+                    continue
+                times = runs[comp.name]
+                if instr.opcode == "while":
+                    condition = module.computations.get(instr.attrs.get("condition", "").strip().lstrip("%"))
+                    trips = trip_count(comp, instr, condition) if condition is not None else None
+                    times *= (trips or 1) + (condition is not None and callee == condition.name)
+                runs[callee] = runs.get(callee, 0) + times
+                if callee not in seen:
+                    seen.add(callee)
+                    order.append(target)
+    return runs
+
+
+def instructions_per_step(module: HloModule) -> Counter:
+    """Instructions one step executes, by opcode: each computation's times its runs per step (``executions``), the
+    computations applied per element (a reduction's reducer, a sort's comparator, a scatter's combiner) left out:
+    they are the op that applies them, not instructions of the program."""
+    runs = executions(module)
+    per_element = {c for comp in module.computations.values() for instr in comp.instructions
+                   for key in _PER_ELEMENT if key in instr.attrs for c in split_name_list(instr.attrs[key])}
+    counts: Counter = Counter()
+    for name, times in runs.items():
+        if name in per_element:
+            continue
+        for instr in module.computations[name].instructions:
+            counts[instr.opcode] += times
+    return counts
+
+
+_PER_ELEMENT = ("to_apply", "scatter", "select")
+
+
+class Sides:
+    """Both sides, and what an edit reads on its own side."""
+
+    def __init__(self, match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
+                 new_places: Places | None = None):
+        self.match = match
+        self.old = ModuleView(match.old, old_params)
+        self.new = ModuleView(match.new, new_params, new_places)
+
+    def side(self, e: InstructionEdit) -> tuple[ModuleView, Instruction, str]:
+        if e.new is not None:
+            return self.new, e.new, e.new_computation
+        return self.old, e.old, e.old_computation
+
+    def place(self, e: InstructionEdit) -> Place:
+        module, instr, computation = self.side(e)
+        return module.place(instr, computation)
+
+    def origin(self, e: InstructionEdit) -> tuple[str, str]:
+        module, instr, computation = self.side(e)
+        return module.origin(instr, computation)
+
+    def runs(self, e: InstructionEdit) -> int:
+        module, _, computation = self.side(e)
+        return module.executions(computation)
+
+    def layers(self, e: InstructionEdit) -> set[str]:
+        """The layers (their indices) whose state the edit's instruction reads."""
+        module, instr, computation = self.side(e)
+        return {layer_of(p) for p in module.read(instr, computation) if p.layer_prefix}
+
+
+class Groups:
+    """Edits of one kind folded by a key: count, runs per step, layers spanned, and one place for all (the paths
+    any of them reads; the op_name and source most of them share)."""
+
+    def __init__(self):
+        self.found: dict[tuple, dict] = {}
+
+    def add(self, key: tuple, place: Place, runs: int, layers: set[str], **sums: int) -> None:
+        group = self.found.setdefault(key, {"count": 0, "runs": 0, "paths": set(), "op_names": Counter(),
+                                            "sources": Counter(), "computation": place.computation,
+                                            "layers": set(), "sums": Counter()})
+        group["count"] += 1
+        group["runs"] += runs
+        group["paths"].update(place.paths)
+        group["op_names"][place.op_name] += 1
+        group["sources"][place.source] += 1
+        group["layers"] |= layers
+        group["sums"].update(sums)
+
+    def items(self) -> Iterable[tuple[tuple, dict, Place]]:
+        for key, group in self.found.items():
+            place = Place(group["computation"], group["op_names"].most_common(1)[0][0],
+                          group["sources"].most_common(1)[0][0], tuple(sorted(group["paths"])))
+            yield key, group, place
+
+
+def layer_of(p: EntryParam) -> str:
+    """Which layer a parameter is in: its index (``3`` of ``layers_3`` or ``blocks.3``), the stack's name for a
+    stacked (scanned) one."""
+    depth = p.layer_prefix.count(".") + 1
+    return p.path.split(".")[depth - 1]
