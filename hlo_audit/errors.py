@@ -26,6 +26,10 @@ from hlo_audit.usage import InputError
 
 EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
 
+# click 8.2 raises this once it has printed a bare command's help; click 8.1 (typer 0.15, the low end of the range
+# users get) has no such class and exits by itself: nothing to catch there.
+_HELP_PRINTED = getattr(click_errors, "NoArgsIsHelpError", ())
+
 USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError,
                CacheError, EnvironmentProblem)
 
@@ -57,7 +61,7 @@ class OneLineUsageErrors(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except click_errors.NoArgsIsHelpError:  # the help is printed already
+        except _HELP_PRINTED:  # the help is printed already
             sys.exit(EXIT_INPUT_ERROR)
         except click_errors.UsageError as exc:
             print_error(usage_line(exc))
