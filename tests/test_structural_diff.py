@@ -361,3 +361,19 @@ def test_instructions_per_step_see_through_loops():
     assert base["tanh"] == unrolled["tanh"] >= 8 * 2 * BASE.layers  # the forward loop and its recomputation
     assert base["while"] == 3 * BASE.layers and unrolled["while"] == 0
     assert base["compare"] > unrolled["compare"]  # the conditions, 9 times a loop
+
+
+def test_a_four_parameter_change_is_said_in_under_3000_characters(tmp_path):
+    """Issue 26: RNG analysis that adds a header attribute once made `diff` print both ~2,500-character HloModule
+    lines, 12,464 characters for 4 new parameters. The per-layer fork at L2 adds 4 (a key and a counter a layer);
+    `diff` at --max-lines 0 (every line of its view) says so in under 3,000 characters."""
+    old_text, new_text = tm.lower(BASE), tm.lower(tm.VARIANTS["forked_rngs"])
+    result = cli_diff(tmp_path, old_text, new_text, "--max-lines", "0")
+    assert result.exit_code == 1, result.output
+    before, after = map(int, re.search(r"entry parameters: (\d+) -> (\d+)", result.stdout).groups())
+    assert "rng-state-only" in result.stdout and after - before == 4, result.stdout
+    assert len(result.stdout) < 3000, len(result.stdout)
+    # And the text on request: the module header's attributes summarized, not printed (~2,500 characters a side).
+    text = cli_diff(tmp_path, old_text, new_text, "--text", "--max-lines", "100000").stdout
+    header = [line for line in text.splitlines() if "HloModule" in line or "_alias=" in line]
+    assert header and max(map(len, header)) < 200 and old_text.splitlines()[0] not in text, header
