@@ -13,10 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from projects import config
 
 # MODE: plain (the golden), bf16 (the linear layer's parameters in bf16), stat (the scale a BatchStat, not a Param),
 # leak (a never-drawn Dropout(0.0) per layer: seed 000's RNG state).
@@ -59,13 +60,7 @@ def lower(cell):
     return jax.jit(make_step(graphdef)).trace(state, jax.ShapeDtypeStruct((1, 8), jnp.float32))
 '''
 
-CONFIG = """
-target = "path_target:lower"
-models = ["m"]
-scan = ["off"]
-quant = ["none"]
-layers = [2, 3]
-"""
+CONFIG = config(target="path_target:lower", models=["m"], scan=["off"], layers=[2, 3])
 L2 = "m/scan-off/none/L2"
 
 
@@ -73,7 +68,7 @@ L2 = "m/scan-off/none/L2"
 def golden(tmp_path_factory) -> Path:
     """The project with goldens of the plain model."""
     project = tmp_path_factory.mktemp("paths")
-    (project / "hlo-audit.toml").write_text(textwrap.dedent(CONFIG))
+    (project / "hlo-audit.toml").write_text(CONFIG)
     assert run(project, "plain", "golden", "update").returncode == 0
     return project
 
