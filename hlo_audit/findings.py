@@ -32,12 +32,30 @@ class LoweringFailure:
     message: str
 
 
+class GoldenPart(StrEnum):
+    """A part of a golden summary that a rule compares, by its key in the summary (``golden.completeness``)."""
+
+    TEXT = "hlo"
+    KERNEL_DIGESTS = "kernels"
+    LAUNCHES = "launches"
+    MEMORY = "memory"
+    CONSTANTS = "constants"
+    RNG_INCREMENTS = "rng_increments"
+    PATTERN_ROLES = "groups_by_role"
+    SLOPES = "slopes"
+
+
 @dataclass(frozen=True)
 class MissingGolden:
-    """No golden for the cell (``why`` None), or one that cannot be read, or a text it names that is missing."""
+    """No golden for the cell (``why`` None), or one that cannot be read, or a text it names that is missing, or a
+    summary (``why``: its path) that lacks parts the rules compare for the cell (``lacks``): written by an older
+    hlo-audit (its ``golden_format``), or damaged (``damaged``: its format is the current one, which writes them)."""
 
     why: str | None
     command: str  # the golden update that writes it
+    lacks: tuple[GoldenPart, ...] = ()
+    golden_format: int | None = None
+    damaged: bool = False
 
 
 @dataclass(frozen=True)

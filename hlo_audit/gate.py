@@ -55,6 +55,7 @@ from hlo_audit.findings import (CapturedDelta, CountChange, CountKind, DeadRng, 
                                 IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
                                 MissingGolden, PatternChanges, PatternMove, PatternRename, PatternRetype, RngScaling,
                                 SlopeChange, StaleGolden, StaleWaiver, TextChange, TextKind)
+from hlo_audit.golden.completeness import incomplete
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden, read_snapshot
 from hlo_audit import named_rules
@@ -159,6 +160,8 @@ class Gate:
             found.extend(self._apply(rule, result, finding) for rule, finding in named.items())
             found.append(self._apply(Rule.MISSING_GOLDEN, result, problem) if problem else
                          self._apply(Rule.HLO_TEXT, result, self._text(result, golden, normalized, structural)))
+            # A part the rules compare and the golden lacks (an older format's, or damaged): named, never a pass.
+            found.append(self._apply(Rule.MISSING_GOLDEN, result, incomplete(golden, result, leads, self.command(cid))))
             donation = named.get(Rule.DONATION)
             lost = donation is not None and donation.severity is Severity.REGRESSION
             found.append(self._apply(Rule.MEMORY, result, self._memory(result, golden.record, lost)))

@@ -375,11 +375,19 @@ def test_a_kernel_body_change_fails_check_and_a_venv_elsewhere_passes(tmp_path):
                                ["block128"], golden)
     code, report = check(elsewhere)
     assert (code, report["verdicts"]) == (0, {cell_128: "ok"}), report["findings"]
-    # An old golden without digests compares none: no finding, as before.
-    del record["kernels"]
+    # A golden written before digests were kept compares none: no kernels finding, but a missing_golden one that
+    # names the digests (issue 34: the block size change passed, "matches its golden"), and `golden update` writes
+    # them (the record it would write differs from the stored one: never "unchanged").
+    del record["kernels"], record["format"]
     (golden / f"{cell_256}.json").write_text(json.dumps({**record, "cell": cell_256}))
     code, report = check(here, "--only", "quant=block256")
     assert not [f for f in report["findings"] if f["rule"] == "kernels"]
+    (finding,) = [f for f in report["findings"] if f["rule"] == "missing_golden"]
+    assert code == 1 and finding["severity"] == "regression" and finding["details"]["lacks"] == ["kernels"]
+    assert "(golden format 1) without kernel digests: the rule kernels has nothing to compare" in finding["message"]
+    updated = hlo_audit_here(here, "golden", "update", "--only", "quant=block256")
+    assert updated.returncode == 0 and "1 written" in updated.stdout, updated.stdout
+    assert json.loads((golden / f"{cell_256}.json").read_text())["kernels"] != {name: digests}
 
 
 def test_every_format_shows_the_named_finding_before_the_text(project, tmp_path):

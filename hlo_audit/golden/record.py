@@ -13,6 +13,11 @@ A summary is hlo-audit's when it is a JSON object whose ``"cell"`` is the id its
 ``REQUIRED_KEYS`` entry (``record_problem``): that marker is inside each file, not in a manifest beside them, so a
 hand edit or a ``git checkout`` of one file keeps it and two pull requests that update different cells never
 conflict over a shared list. The JSON is read into a ``GoldenRecord`` and written from one here, and nowhere else.
+
+Each summary says which format wrote it (``"format"``, ``GOLDEN_FORMAT``; a summary without one is format 1, written
+before formats were recorded): a record of the current format holds everything this version writes for its cell, so
+one that lacks a part is damaged; an older one may lack parts the rules compare, and says so
+(``golden.completeness``) until ``golden update`` rewrites it.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ from hlo_audit.scaling import Series
 SUMMARY_SUFFIX = ".json"
 HLO_SUFFIX = ".hlo.txt"
 REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
+# The format this version writes. 2: every cell keeps its text (issue 26) and its kernels' digests (issue 25), and
+# the summary says its format. 1: a summary without ``"format"`` (a series' deeper depths kept no text, kernels no
+# digests).
+GOLDEN_FORMAT = 2
+FIRST_FORMAT = 1
 # hlo.constants.golden_summary's record: what a golden keeps of the state captured as constants, compared by
 # hlo.diff.captured_delta (the HLO core's schema, passed back to it).
 CapturedRecord = Mapping[str, Any]
@@ -97,6 +107,7 @@ class GoldenRecord:
     # Kernel name -> content digests (hlo.kernels); None: the cell runs no kernel, or a golden written before they
     # were kept (not compared: no finding).
     kernels: Mapping[str, tuple[str, ...]] | None = None
+    format: int = GOLDEN_FORMAT  # the format that wrote it (FIRST_FORMAT: a summary that names none)
 
     @property
     def joint_counts(self) -> dict[tuple[str, str], int] | None:
@@ -138,7 +149,7 @@ class GoldenRecord:
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
                   "by_role": self.by_role, "groups": self.groups, "opcodes": self.opcodes,
-                  "environment": self.environment, "hlo": self.hlo}
+                  "environment": self.environment, "hlo": self.hlo, "format": self.format}
         for key in ("memory", "cost", "constants", "by_dtype_role", "groups_by_role"):
             if getattr(self, key) is not None:
                 record[key] = getattr(self, key)
@@ -177,7 +188,8 @@ class GoldenRecord:
                 by_dtype=slopes.get("by_dtype", {}), by_role=slopes.get("by_role", {}),
                 launches=slopes.get("launches")),
             kernels=None if record.get("kernels") is None else {
-                name: tuple(digests) for name, digests in record["kernels"].items()})
+                name: tuple(digests) for name, digests in record["kernels"].items()},
+            format=record.get("format", FIRST_FORMAT))
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -219,6 +231,7 @@ _OPTIONAL_KEYS = {
     "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
     "kernels": lambda v: isinstance(v, dict) and all(
         isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
+    "format": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= FIRST_FORMAT,
 }
 
 
@@ -236,6 +249,9 @@ def record_problem(record, cell_id: str) -> str | None:
     for key, ok in (*_SUMMARY_KEYS.items(), *((k, v) for k, v in _OPTIONAL_KEYS.items() if k in record)):
         if not ok(record[key]):
             return f"not a golden summary: {key!r} is malformed"
+    if record.get("format", FIRST_FORMAT) > GOLDEN_FORMAT:
+        return (f"written by a newer hlo-audit (golden format {record['format']}; this one reads formats up to "
+                f"{GOLDEN_FORMAT})")
     hlo = record.get("hlo")
     if hlo is not None and hlo != Path(cell_id + HLO_SUFFIX).name:
         return f"not a golden summary: 'hlo' must be null or {Path(cell_id + HLO_SUFFIX).name!r}, got {hlo!r}"

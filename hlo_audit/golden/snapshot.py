@@ -75,6 +75,7 @@ class Golden:
     damaged: str | None = None
     # The summary names a text that is missing or unreadable: why. The counts still gate.
     text_problem: str | None = None
+    summary: Path | None = None  # the summary's path, where one was read
 
     @property
     def environment(self) -> Mapping[str, str | None]:
@@ -247,17 +248,17 @@ class Snapshot:
             return Golden(cell_id, None, None, damaged=problem)
         typed = GoldenRecord.from_json(record)
         if typed.hlo is None:
-            return Golden(cell_id, typed, None)
+            return Golden(cell_id, typed, None, summary=path)
         text_path = hlo_path(self.root, cell_id)
         try:
-            return Golden(cell_id, typed, _decode(self._bytes(text_path)))
+            return Golden(cell_id, typed, _decode(self._bytes(text_path)), summary=path)
         except FileNotFoundError:
             why = f"{text_path}: missing (its summary names it)"
         except OSError as exc:
             why = f"{text_path}: unreadable: {exc.strerror or exc}"
         except ValueError as exc:
             why = f"{text_path}: {exc}"
-        return Golden(cell_id, typed, None, text_problem=why)
+        return Golden(cell_id, typed, None, text_problem=why, summary=path)
 
     def stored_ids(self) -> list[str]:
         """Every cell id with one of hlo-audit's golden summaries in the tree (the marker: ``record_problem``)."""

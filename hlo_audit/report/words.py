@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
-from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, IncrementChange,
-                                LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange, MissingGolden,
-                                NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden, StaleWaiver,
-                                TextChange, TextKind, Worded)
+from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, GoldenPart,
+                                IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
+                                MissingGolden, NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden,
+                                StaleWaiver, TextChange, TextKind, Worded)
 from hlo_audit.gate import environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.policy import Rule
@@ -219,10 +219,38 @@ def message(finding: Finding) -> str:
     return text
 
 
+# Each part of a golden a rule compares (``golden.completeness``): what it is called, and which rules compare it.
+GOLDEN_PARTS = {
+    GoldenPart.TEXT: ("its text", ("hlo_text", "donation", "host_transfer", "precision", "program_size")),
+    GoldenPart.KERNEL_DIGESTS: ("kernel digests", ("kernels",)),
+    GoldenPart.LAUNCHES: ("launches per step", ("count",)),
+    GoldenPart.MEMORY: ("memory", ("memory", "donation")),
+    GoldenPart.CONSTANTS: ("state captured as constants", ("count",)),
+    GoldenPart.RNG_INCREMENTS: ("RNG counter increments", ("count",)),
+    GoldenPart.PATTERN_ROLES: ("roles per path pattern", ("count",)),
+    GoldenPart.SLOPES: ("per-layer slopes", ("count",)),
+}
+
+
 def _missing(facts: MissingGolden) -> str:
     if facts.why is None:
         return f"no golden for this cell; create it with: {facts.command}"
-    return f"{facts.why}; regenerate it with: {facts.command}"
+    if not facts.lacks:
+        return f"{facts.why}; regenerate it with: {facts.command}"
+    parts = and_list([GOLDEN_PARTS[p][0] for p in facts.lacks])
+    rules = list(dict.fromkeys(r for p in facts.lacks for r in GOLDEN_PARTS[p][1]))
+    lacks = (f"without {parts}: the rule{'s' if len(rules) > 1 else ''} {and_list(rules)} "
+             f"ha{'ve' if len(rules) > 1 else 's'} nothing to compare for this cell")
+    if facts.damaged:
+        return f"{facts.why}: damaged: says golden format {facts.golden_format}, yet {lacks}; regenerate it with: " \
+               f"{facts.command}"
+    return (f"{facts.why}: written by an older hlo-audit (golden format {facts.golden_format}) {lacks}; refresh it "
+            f"with: {facts.command}")
+
+
+def and_list(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _count(facts: CountChange) -> str:

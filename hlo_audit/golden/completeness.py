@@ -1,0 +1,50 @@
+"""What a golden lacks of what the rules compare for its cell: a finding, never a silent pass.
+
+A rule that finds nothing to compare says nothing, so a golden without a part the rules read turns them off for its
+cell: a summary whose ``"hlo"`` is null and whose text is gone compares no text and runs no named rule (a lost
+donation and an added ``jax.debug.print`` then passed, issue 34), one without kernel digests compares no kernel (a
+Pallas kernel's block size change passed). Here each part is wanted where this version would write it for the cell
+(``GoldenRecord.of``), and a golden that lacks one is a ``missing_golden`` finding naming the parts and the golden
+update that writes them: damaged where the summary says the current format (which writes them all), written by an
+older hlo-audit where it says an older one (``record.GOLDEN_FORMAT``).
+"""
+
+from __future__ import annotations
+
+from hlo_audit.findings import Finding, GoldenPart, MissingGolden
+from hlo_audit.golden.record import GOLDEN_FORMAT
+from hlo_audit.golden.snapshot import Golden
+from hlo_audit.policy import Rule
+from hlo_audit.results import CellResult, Severity
+from hlo_audit.scaling import Series
+
+
+def lacking(golden: Golden, result: CellResult, leads: Series | None) -> tuple[GoldenPart, ...]:
+    """The parts of ``golden`` (read, not damaged) that the rules compare for ``result`` (an ok cell) and that it
+    lacks. ``leads``: the cell's series where the cell is its shallowest (where the series' slopes are compared).
+    Every cell keeps its text (``plan.text_owners``, since issue 26); a text named and missing is
+    ``Golden.text_problem``'s, found by the gate already."""
+    record = golden.record
+    wanted = (
+        (GoldenPart.TEXT, record.hlo is None),
+        (GoldenPart.KERNEL_DIGESTS, bool(result.kernels_by_name) and record.kernels is None),
+        (GoldenPart.LAUNCHES, result.launches is not None and record.launches is None),
+        (GoldenPart.MEMORY, result.memory is not None and record.memory is None),
+        (GoldenPart.CONSTANTS, result.constants is not None and record.constants is None),
+        (GoldenPart.RNG_INCREMENTS, result.rng is not None and record.rng_increments is None),
+        (GoldenPart.PATTERN_ROLES, bool(result.params) and record.groups_by_role is None),
+        (GoldenPart.SLOPES, leads is not None and record.slopes is None),
+    )
+    return tuple(part for part, missing in wanted if missing)
+
+
+def incomplete(golden: Golden, result: CellResult, leads: Series | None, command: str) -> Finding | None:
+    """A ``missing_golden`` regression where ``golden`` lacks parts the rules compare for ``result``, naming them,
+    the format its summary says and ``command`` (the golden update that writes them); None where it lacks none."""
+    lacks = lacking(golden, result, leads)
+    if not lacks:
+        return None
+    cid = result.cell.id
+    return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
+        why=str(golden.summary) if golden.summary is not None else cid, command=command, lacks=lacks,
+        golden_format=golden.record.format, damaged=golden.record.format >= GOLDEN_FORMAT))
