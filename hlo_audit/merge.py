@@ -20,7 +20,7 @@ from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, Lau
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.outcome import Outcome
-from hlo_audit.plan import Shard
+from hlo_audit.plan import Judge, Shard
 from hlo_audit.report.words import launch_lines, message
 from hlo_audit.results import SEVERITIES, CellResult, Severity, Status
 from hlo_audit.stages import STAGES
@@ -139,13 +139,19 @@ def check_record(outcome: Outcome) -> Json:
     return {"schema": CHECK_SCHEMA, "exit_code": outcome.exit_code, "summary": outcome.finding_counts,
             # shard K/N of the selection with this fingerprint, and its cell count: what `merge` checks
             "shard": None if shard is None else {"index": shard.index, "count": shard.count, "matrix": shard.matrix,
-                                                 "cells": shard.cells},
+                                                 "cells": shard.cells, "judged_by": _judge_record(shard.judge)},
             "totals": {"cells": s.cells, "cells_by_verdict": dict(s.cells_by_verdict),
                        "findings_by_severity": dict(s.findings_by_severity), "folded_advisories": s.folded,
                        "stale_goldens": s.stale_goldens},
             "verdicts": outcome.verdicts, "stale_goldens": outcome.stale_goldens,
             "findings": [finding_record(f) for f in outcome.findings],
             "cells": [cell_record(r) for r in outcome.results]}
+
+
+def _judge_record(judge: Judge | None) -> Json | None:
+    """What judged a shard (``plan.Judge``): config and policy fingerprints, hlo-audit's version, the environment."""
+    return None if judge is None else {"config": judge.config, "policy": judge.policy, "hlo_audit": judge.hlo_audit,
+                                       "environment": judge.environment}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -274,6 +280,12 @@ def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellR
         if not 1 <= index <= count:
             raise _Malformed(f"shard: {index}/{count} is not a shard K/N with 1 <= K <= N")
         _field(shard, "matrix", "shard", str), _field(shard, "cells", "shard", int)
+        judged_by = _field(shard, "judged_by", "shard", (dict, type(None)), optional=True)
+        if judged_by is None:
+            raise _Malformed("shard.judged_by: missing (written by an hlo-audit that did not record what judged its "
+                             "cells: run check again)")
+        judge = Judge(**{key: _field(judged_by, key, "shard.judged_by", str)
+                         for key in ("config", "policy", "hlo_audit", "environment")})
         findings = _field(doc, "findings", "report", list)
         cells = _field(doc, "cells", "report", list)
         parsed_findings = [_finding_from_record(f, f"findings[{i}]") for i, f in enumerate(findings)]
@@ -282,7 +294,7 @@ def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellR
         raise InputError(f"{path}: not a check JSON report: {exc}") from None
     if len(results) != shard["cells"]:
         raise InputError(f"{path}: shard {index}/{count} says {shard['cells']} cells but lists {len(results)}")
-    return shard, parsed_findings, results
+    return {**shard, "judged_by": judge}, parsed_findings, results
 
 
 def merge_check_reports(paths: list[str]) -> Outcome:
@@ -308,6 +320,8 @@ def merge_check_reports(paths: list[str]) -> Outcome:
             raise InputError(f"{path}: shard {shard['index']}/{shard['count']} of matrix {shard['matrix']} is not from "
                              f"the run of {first[0]} (shard {first[1]['index']}/{first[1]['count']} of matrix "
                              f"{first[1]['matrix']}): another {what}")
+        else:
+            _same_judge(path, shard, *first)
         if shard["index"] in shards:
             raise InputError(f"{path}: shard {shard['index']}/{shard['count']} is given twice "
                              f"({shards[shard['index']]} and {path})")
@@ -327,6 +341,22 @@ def merge_check_reports(paths: list[str]) -> Outcome:
     if fingerprint(r.cell for r in results) != matrix:
         raise InputError(f"merge: the shards' {len(ids)} cells are not the matrix they were dealt from "
                          f"(fingerprint {matrix}): a shard lost or gained cells")
-    return Outcome.merged(results, list(findings.values()), Shard(index=1, count=1, matrix=matrix, cells=len(results)))
+    return Outcome.merged(results, list(findings.values()), Shard(index=1, count=1, matrix=matrix, cells=len(results),
+                                                                  judge=first[1]["judged_by"]))
+
+
+_JUDGE_PARTS = {"hlo_audit": "hlo-audit", "environment": "environment", "config": "config (matrix or golden folder)",
+                "policy": "policy (rule actions, waivers, tolerances)"}
+
+
+def _same_judge(path: str, shard: dict, first_path: str, first: dict) -> None:
+    """A shard judged otherwise than the first (another policy, config, hlo-audit or environment) is refused: merged,
+    its cells' verdicts would read as this run's."""
+    differences = first["judged_by"].differences(shard["judged_by"])
+    if differences:
+        what, firsts, this = differences[0]
+        raise InputError(f"{path}: shard {shard['index']}/{shard['count']} was judged under another "
+                         f"{_JUDGE_PARTS[what]} than {first_path} (shard {first['index']}/{first['count']}): "
+                         f"{this!r}, not {firsts!r}; merge only the shards of one run")
 
 

@@ -7,11 +7,17 @@ selection's (``text_owners``), and ``merge`` checks that shards were dealt from 
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import re
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from hlo_audit import host
+from hlo_audit.cache.key import analysis_fingerprint, package_versions
 from hlo_audit.config import Config, load_config
 from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, parse_shard, selection, shard_of
 from hlo_audit.resolve import resolve
@@ -20,14 +26,63 @@ from hlo_audit.usage import InputError
 
 
 @dataclass(frozen=True)
+class Judge:
+    """What judged a check's cells besides the cells themselves: the config (its matrix's axes and the golden
+    folder's name) and its policy (actions, waivers, tolerances), each as a fingerprint; hlo-audit's version with a
+    digest of its source; the environment (the versions that lower, and the Python's). Shards of one run agree on all
+    of it: ``merge`` refuses a shard judged otherwise (one judged with ``hlo_text`` off would merge into "passed")."""
+
+    config: str
+    policy: str
+    hlo_audit: str
+    environment: str
+
+    @classmethod
+    def of(cls, config: Config) -> Judge:
+        rules = config.rules
+        policy = {"actions": dict(sorted(rules.actions.items())),
+                  "waivers": [[w.rule, w.reason, dict(sorted(w.match.items())), w.pattern, w.built_in]
+                              for w in rules.waivers],
+                  "memory_tolerance": rules.memory_tolerance, "program_size_tolerance": rules.program_size_tolerance}
+        matrix = {"target": config.target, "series": [asdict(axes) for axes in config.series],
+                  "exclude": [dict(rule) for rule in config.exclude], "nnx": config.nnx,
+                  "golden_dir": config.golden_dir.name}
+        return cls(config=_digest(matrix), policy=_digest(policy), hlo_audit=_own_version(),
+                   environment=_environment())
+
+    def differences(self, other: Judge) -> tuple[tuple[str, str, str], ...]:
+        """(what, this one's, the other's) for each part that differs, in the order a reader checks them."""
+        return tuple((what, getattr(self, what), getattr(other, what))
+                     for what in ("hlo_audit", "environment", "config", "policy")
+                     if getattr(self, what) != getattr(other, what))
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@functools.cache
+def _own_version() -> str:
+    """``0.1.0 (source 1a2b...)``: one version number spans many commits; the source's digest tells them apart."""
+    return f"{host.installed_version('hlo-audit')} (source {analysis_fingerprint()})"
+
+
+@functools.cache
+def _environment() -> str:
+    versions = {**package_versions(), "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
+    return ", ".join(f"{name} {version}" for name, version in versions.items())
+
+
+@dataclass(frozen=True)
 class Shard:
     """Which shard of which selection a check ran: K of N, the fingerprint of the selection they were dealt from,
-    and this shard's cell count (0 when the dealing gave it none). What `merge` checks."""
+    this shard's cell count (0 when the dealing gave it none) and what judged it. What `merge` checks."""
 
     index: int
     count: int
     matrix: str
     cells: int
+    judge: Judge | None = None  # None: a shard record without one (built by hand)
 
 
 @dataclass(frozen=True)
@@ -51,7 +106,8 @@ class Plan:
         selected = selected if selected is not None else cells
         k, n = shard or (1, 1)
         return cls(config=config, cells=cells, matrix=matrix, selected=selected,
-                   shard=Shard(index=k, count=n, matrix=fingerprint(selected), cells=len(cells)),
+                   shard=Shard(index=k, count=n, matrix=fingerprint(selected), cells=len(cells),
+                               judge=Judge.of(config)),
                    owners=text_owners([*matrix, *cells]),
                    full_matrix=None if config.uses_full_depth else config.cells())
 

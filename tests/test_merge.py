@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,8 @@ def _damage(d: dict, how: str):
         "id not its fields'": lambda: cell.update(id="mlp/scan-on/none/L9"),
         "model escaping": lambda: cell.update(model="../../x"),
         "no shard record": lambda: d.pop("shard"),
+        "no record of what judged it": lambda: d["shard"].pop("judged_by"),
+        "judged_by without its policy": lambda: d["shard"]["judged_by"].pop("policy"),
         "shard a string": lambda: d.update(shard="1/2"),
         "shard 3 of 2": lambda: d["shard"].update(index=3),
         "schema missing": lambda: d.pop("schema"),
@@ -185,6 +188,9 @@ MALFORMED = {
     "id not its fields'": "cells[0].id: 'mlp/scan-on/none/L9' is not the id its fields give",
     "model escaping": "cells[0].model: '../../x' contains '/'",
     "no shard record": "shard: missing",
+    "no record of what judged it": "shard.judged_by: missing (written by an hlo-audit that did not record what "
+                                   "judged its cells: run check again)",
+    "judged_by without its policy": "shard.judged_by: missing 'policy'",
     "shard a string": "shard: expected an object, got str",
     "shard 3 of 2": "shard: 3/2 is not a shard K/N",
 }
@@ -195,6 +201,67 @@ def test_a_malformed_input_is_one_line_and_exit_2(shards, tmp_path, how):
     bad = tmp_path / "bad.json"
     bad.write_bytes(_damage(doc(shards, "1of2"), how))
     one_line_error(hlo_audit(shards, "merge", bad, "2of2.json"), str(bad), MALFORMED[how])
+
+
+def test_every_shard_records_what_judged_it(shards):
+    one, two, full = doc(shards, "1of2"), doc(shards, "2of2"), doc(shards, "full")
+    judged = one["shard"]["judged_by"]
+    assert judged == two["shard"]["judged_by"] == full["shard"]["judged_by"]
+    assert set(judged) == {"config", "policy", "hlo_audit", "environment"}
+    assert judged["hlo_audit"].startswith(f"{hlo_audit_version()} (source ") and "python 3." in judged["environment"]
+    assert "jax " in judged["environment"] and len(judged["config"]) == len(judged["policy"]) == 16
+
+
+def hlo_audit_version() -> str:
+    from importlib import metadata
+
+    return metadata.version("hlo-audit")
+
+
+def swapped_shard(shards: Path, name: str, config_text: str) -> str:
+    """Shard 2/2 of the same cells checked under ``config_text`` (the project's config restored after)."""
+    try:
+        (shards / "hlo-audit.toml").write_text(config_text)
+        result = hlo_audit(shards, "check", "--shard", "2/2", "--format", "json")
+    finally:
+        (shards / "hlo-audit.toml").write_text(CONFIG)
+    assert result.returncode in (0, 1), result.stderr
+    (shards / f"{name}.json").write_text(result.stdout)
+    return f"{name}.json"
+
+
+def test_a_shard_judged_under_another_policy_is_refused(shards):
+    """Issue 34: shard 2 checked with hlo_text and missing_golden off (its removed golden then passes) merged with
+    the others into "passed". It is refused, in one line naming the shard and what differs."""
+    lax = swapped_shard(shards, "lax", config(quant=["none", "dropout0"], layers=[2, 3],
+                                             policy={"hlo_text": "off", "missing_golden": "off"}))
+    assert doc(shards, "lax")["exit_code"] == 0 != doc(shards, "2of2")["exit_code"]
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", lax), f"{lax}: shard 2/2 was judged under another policy "
+                   "(rule actions, waivers, tolerances) than 1of2.json (shard 1/2)", "merge only the shards of one run")
+    waived = swapped_shard(shards, "waived", CONFIG + '\n[[waive]]\nrule = "missing_golden"\nreason = "x"\n')
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", waived), "another policy")
+    # The shards of one run still merge, in any order.
+    assert hlo_audit(shards, "merge", "2of2.json", "1of2.json").returncode == 1
+
+
+def test_a_shard_judged_under_another_config_hlo_audit_or_environment_is_refused(shards):
+    """Another golden folder (same cells); another hlo-audit (its version or source) or environment (another jax)
+    in the shard's record: each refused in one line that names what differs and both values where they are
+    readable."""
+    shutil.copytree(shards / "golden", shards / "golden-copy", dirs_exist_ok=True)
+    elsewhere = swapped_shard(shards, "elsewhere", config(quant=["none", "dropout0"], layers=[2, 3],
+                                                           golden_dir="golden-copy"))
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", elsewhere),
+                   "was judged under another config (matrix or golden folder)")
+    two = doc(shards, "2of2")
+    for key, value, said in (("hlo_audit", "0.0.9 (source 0123456789abcdef)", "another hlo-audit"),
+                             ("environment", two["shard"]["judged_by"]["environment"].replace("jax ", "jax 9", 1),
+                              "another environment")):
+        other = copy.deepcopy(two)
+        other["shard"]["judged_by"][key] = value
+        (shards / "other.json").write_text(json.dumps(other))
+        line = one_line_error(hlo_audit(shards, "merge", "1of2.json", "other.json"), said)
+        assert repr(value) in line and repr(two["shard"]["judged_by"][key]) in line, line
 
 
 def test_paths_that_are_not_reports(shards, tmp_path):
