@@ -15,7 +15,7 @@ from hlo_audit import merge as merge_reader
 from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, OneLineUsageErrors,
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
-from hlo_audit.files import append_output, check_output, write_output
+from hlo_audit.files import append_output, check_output, working_directory, write_output
 from hlo_audit.report import frame, html, jsonfmt, junit, markdown, terminal, terminal_report, terminal_tree
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
@@ -457,13 +457,11 @@ def init(
     (.github/workflows/hlo-audit.yml: check in shards, merged), and the first goldens (golden update). Nothing
     is overwritten: if any of them exists, init says which and exits 2. Exit 1 if a cell fails to lower (the
     config and workflow stay: fix the config, then `hlo-audit golden update`)."""
-    import pathlib  # noqa: PLC0415
-
     request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
         scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or ())
-    folder = pathlib.Path.cwd()
+    folder = working_directory("init (it writes there)")
     made = scaffold.init_scaffold(folder, request)
     for path in scaffold.write(folder, made):
         print(f"wrote {path.relative_to(folder)}")
@@ -483,9 +481,19 @@ def main() -> None:
     leaves them (``streams``, ``termination``); the exit code is the command's, or 2 for standard output that cannot
     take its report, or 128 + a signal's number when one stopped it."""
     host.setup_own_process()
-    if "stdout" in streams.reopen_closed():
+    closed = streams.reopen_closed()
+    with streams.guarded_stderr() as stderr:
+        code = _command(closed)
+    if stderr.failed and code in (EXIT_OK, EXIT_DIFFERENCE):  # what it said on stderr is lost: never a plain verdict
+        code = EXIT_INPUT_ERROR
+    termination.leave(termination.stopped_exit_code() or code)
+
+
+def _command(closed: list[str]) -> int:
+    """``main``'s command, with standard error guarded: its exit code."""
+    if "stdout" in closed:
         print_error("standard output is closed (>&-): redirect it to a file or /dev/null")
-        sys.exit(EXIT_INPUT_ERROR)
+        return EXIT_INPUT_ERROR
     code = EXIT_OK
     try:
         with termination.ending_on_signals(), streams.guarded_stdout():
@@ -498,4 +506,4 @@ def main() -> None:
         code = EXIT_INPUT_ERROR
     except KeyboardInterrupt as stop:  # a signal outside any command (while parsing its options)
         termination.announce(stop)
-    termination.leave(termination.stopped_exit_code() or code)
+    return code

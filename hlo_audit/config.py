@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hlo_audit import platforms
-from hlo_audit.files import read_bounded
+from hlo_audit.files import absolute, read_bounded, working_directory
 from hlo_audit.defaults import AXIS_KEYS, DEFAULT_CONFIG_FILE, DEFAULTS, DEVICE_KEYS
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
@@ -92,10 +92,11 @@ class Config:
 
 def find_config(explicit: str | None = None, cwd: Path | None = None) -> tuple[dict, str, Path]:
     """(raw table, source label, base dir) of the config in force."""
-    cwd = cwd or Path.cwd()
     if explicit:
         path = Path(explicit)
-        return _read_table(path, explicit_file=True), str(path), path.resolve().parent
+        base = absolute(path, f"--config {path}").resolve().parent  # a relative path needs the working directory
+        return _read_table(path, explicit_file=True), str(path), base
+    cwd = cwd or working_directory("finding the config (hlo-audit.toml, pyproject.toml)")
     local = cwd / DEFAULT_CONFIG_FILE
     if local.is_file():
         return _read_table(local, explicit_file=True), DEFAULT_CONFIG_FILE, cwd

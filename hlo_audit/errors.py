@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover (typer on click itself)
 from hlo_audit import termination
 from hlo_audit.cache import CacheError
 from hlo_audit.config import ConfigError
-from hlo_audit.files import OutputError
+from hlo_audit.files import NoWorkingDirectory, OutputError
 from hlo_audit.golden.snapshot import GoldenError
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import TargetError
@@ -31,7 +31,7 @@ EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
 _HELP_PRINTED = getattr(click_errors, "NoArgsIsHelpError", ())
 
 USER_ERRORS = (InputError, HloParseError, ConfigError, MatrixError, TargetError, GoldenError, OutputError,
-               CacheError, EnvironmentProblem)
+               CacheError, EnvironmentProblem, NoWorkingDirectory)
 
 
 def print_error(message: object) -> None:

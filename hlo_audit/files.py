@@ -79,6 +79,38 @@ class OutputError(ValueError):
     """A report path that cannot be written as asked; the message names the option and the path."""
 
 
+class NoWorkingDirectory(ValueError):
+    """The working directory is gone (deleted, or moved away) and a path needs it; the message says so."""
+
+
+def working_directory(needed_for: str = "") -> Path:
+    """The working directory, or ``NoWorkingDirectory`` (a user error: one line, exit 2) where it no longer exists:
+    every relative path hlo-audit reads or writes goes through here (``absolute``), so a command that needs none
+    (``--config`` an absolute path) runs from a deleted folder, and one that does says so instead of a traceback
+    from ``os.getcwd``."""
+    try:
+        return Path(os.getcwd())
+    except FileNotFoundError:
+        raise NoWorkingDirectory(
+            "the working directory no longer exists (deleted or moved away)"
+            + (f"; {needed_for} needs it" if needed_for else "")
+            + ": cd to an existing folder, or give paths as absolute ones") from None
+
+
+def current_directory() -> Path | None:
+    """The working directory, None where it no longer exists (for what only adds it, as a search path)."""
+    try:
+        return working_directory()
+    except NoWorkingDirectory:
+        return None
+
+
+def absolute(path: Path | str, needed_for: str = "") -> Path:
+    """``path`` made absolute: itself when it is; else under the working directory (``working_directory``)."""
+    path = Path(path)
+    return path if path.is_absolute() else working_directory(needed_for or str(path)) / path
+
+
 def check_output(path: Path | str, option: str, suggested_name: str = "report.txt") -> None:
     """Refuse, before any work is done, a report path that can never be written as asked: a folder, a block
     device, a path below a file, a folder nobody may write in. Everything else is ``write_output``'s to try."""
@@ -92,7 +124,8 @@ def check_output(path: Path | str, option: str, suggested_name: str = "report.tx
             return
         raise OutputError(f"{option} {path}: cannot write: permission denied")
     # Absent: the nearest folder that exists must be a folder we may create entries in.
-    parent = path.resolve().parent if path.is_symlink() else path.absolute().parent
+    path = absolute(path, f"{option} {path}")
+    parent = path.resolve().parent if path.is_symlink() else path.parent
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():

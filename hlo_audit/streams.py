@@ -9,6 +9,10 @@ the gate found a difference; a passing `check --format json | head -1` must not 
   ``| head -1``; ENOSPC: ``> /dev/full`` or a full disk; EIO...) raises ``StdoutError`` (an ``OutputError``, so a
   command reports it as it reports any other output it cannot write), and what is still buffered is dropped:
   descriptor 1 is pointed at /dev/null, so that Python's own flush at exit has nowhere to fail.
+* Standard error is written through ``GuardedStderr``: a line it cannot take (``2> /dev/full``, ``> log 2>&1`` on a
+  full CI volume) is lost, not the run: the command goes on, descriptor 2 is pointed at /dev/null (nothing later
+  fails on it again, Python's flush at exit included) and the exit is 2 (issue 34: with both streams full, the one
+  line about standard output failed in turn and a passing check exited 1 with no message).
 """
 
 from __future__ import annotations
@@ -104,3 +108,47 @@ def guarded_stdout() -> Iterator[GuardedStdout]:
         guard.flush()
     finally:
         sys.stdout = saved
+
+
+class GuardedStderr:
+    """``sys.stderr`` whose failures lose the line, not the run (module doc); ``failed`` says why, once one did."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed: str | None = None
+
+    def _fail(self, exc: OSError) -> None:
+        self.failed = _why(exc)
+        with contextlib.suppress(OSError, ValueError):
+            _devnull_on(self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        if not self.failed:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                self._fail(exc)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.failed:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                self._fail(exc)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stderr() -> Iterator[GuardedStderr]:
+    """``sys.stderr`` guarded for the block, and flushed at its end (a failure then is recorded as any other)."""
+    saved = sys.stderr
+    guard = GuardedStderr(saved)
+    sys.stderr = guard
+    try:
+        yield guard
+        guard.flush()
+    finally:
+        sys.stderr = saved

@@ -104,6 +104,62 @@ def test_a_passing_check_whose_reader_went_away_is_not_a_regression(project, pas
     assert one_line(result) == "hlo-audit: error: standard output: the reader went away (broken pipe)"
 
 
+def test_a_passing_check_with_both_streams_full_is_exit_2(project):
+    """`check > log 2>&1` on a full volume (issue 34): the line saying standard output failed failed in turn, and a
+    passing check exited 1 with no message. Now exit 2, whichever of the streams failed: both, or standard error
+    alone (what the command said there is lost)."""
+    run_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run_env.pop("GITHUB_STEP_SUMMARY", None)
+    for redirect in ("> /dev/full 2>&1", "> /dev/null 2> /dev/full"):
+        ran = subprocess.run(["bash", "-c", f'exec "$0" check {redirect}', str(CLI)], cwd=project, env=run_env,
+                             timeout=300, check=False)
+        assert ran.returncode == 2, redirect
+    with open("/dev/full", "w") as full:  # with standard error writable, the one line as before
+        line = one_line(hlo_audit("check", "--format", "json", cwd=project, stdout=full))
+    assert line == "hlo-audit: error: standard output: cannot write: No space left on device"
+    assert hlo_audit("check", cwd=project).returncode == 0  # the same check, streams writable: it passes
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The working directory
+# --------------------------------------------------------------------------------------------------------------
+
+
+def in_deleted_folder(tmp_path: Path, *args) -> subprocess.CompletedProcess:
+    """``hlo-audit ARGS`` run from a folder deleted before it starts (a shell left in a removed checkout)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    run_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    run_env.pop("GITHUB_STEP_SUMMARY", None)
+    return subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "-", str(gone), str(CLI),
+                           *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env,
+                          timeout=300, check=False)
+
+
+@pytest.mark.parametrize("args, needed", [
+    (("list",), "finding the config (hlo-audit.toml, pyproject.toml) needs it"),
+    (("list", "--config", "hlo-audit.toml"), "--config hlo-audit.toml needs it"),
+    (("init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model", "mlp"), "init (it writes there) needs it"),
+])
+def test_a_deleted_working_directory_is_one_line_where_it_is_needed(tmp_path, args, needed):
+    """Before issue 34, a FileNotFoundError traceback from os.getcwd()."""
+    line = one_line(in_deleted_folder(tmp_path, *args))
+    assert line.startswith("hlo-audit: error: the working directory no longer exists (deleted or moved away); "
+                           f"{needed}: cd to an existing folder, or give paths as absolute ones"), line
+
+
+def test_a_command_that_needs_no_working_directory_runs_without_one(project, tmp_path, small):
+    config = project / "hlo-audit.toml"
+    listed = in_deleted_folder(tmp_path, "list", "--config", config, "--format", "json")
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)["cells"]) == 1, listed.stderr[-2000:]
+    checked = in_deleted_folder(tmp_path, "check", "--config", config)
+    assert checked.returncode == 0 and "check passed" in checked.stdout, checked.stderr[-2000:]
+    assert in_deleted_folder(tmp_path, "count", small).returncode == 0
+    # A report path relative to it needs it: one line, before any cell runs.
+    line = one_line(in_deleted_folder(tmp_path, "check", "--config", config, "--junit", "out.xml"))
+    assert "--junit out.xml needs it" in line, line
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The environment jax and XLA start in
 # --------------------------------------------------------------------------------------------------------------

@@ -192,3 +192,49 @@ def test_set_for_maxtext_writes_each_models_overrides_over_the_defaults(empty):
     (empty / ".github/workflows/hlo-audit.yml").unlink()
     line = one_error_line(hlo_audit_here(empty, "init", "--maxtext", "--set", "atention=dot_product", "--no-golden"))
     assert line.startswith("hlo-audit: error: init --set atention: MaxText's config has no key 'atention'"), line
+
+
+# --------------------------------------------------------------------------------------------------------------
+# TOML strings (issue 34): every control character escaped, by the one writer every scaffold uses
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_every_string_is_written_as_toml_reads_it_back():
+    """Every code point below U+00A0 (C0, DEL, C1), quotes, backslashes, a line separator and non-ASCII text: written
+    by ``toml_value`` (keys by ``toml_key``), read back by tomllib as they were. JSON's escapes alone left DEL raw:
+    ``TOMLDecodeError: Illegal character '\\x7f'``."""
+    from hlo_audit.scaffold.base import toml_key, toml_value
+
+    texts = [chr(n) for n in range(0xA0)] + ['a"b\\c', "a\x7fb", "x\u2028y", "héllo wörld", "\t\n\r"]
+    for text in texts:
+        assert tomllib.loads(f"v = {toml_value(text)}")["v"] == text, repr(text)
+        assert tomllib.loads(f"{toml_key(text)} = 1") == {text: 1}, repr(text)
+    nested = {"k": ["a\x7fb"]}
+    assert tomllib.loads("v = " + toml_value(nested))["v"] == nested
+
+
+def test_a_string_that_is_not_utf8_is_one_line_and_nothing_written(empty):
+    from hlo_audit.scaffold.base import toml_value
+    from hlo_audit.usage import InputError
+
+    with pytest.raises(InputError, match=r"init: 'a\\udcffb' is not UTF-8 text"):
+        toml_value("a\udcffb")
+
+
+@pytest.mark.parametrize("model", ["m\x7fx", "m\x85x"])
+def test_a_control_character_in_an_option_is_one_line_and_nothing_written(empty, model):
+    """The config init would write holds the model's name escaped, so validation reads it and refuses it by name
+    (before: a TOMLDecodeError traceback for DEL)."""
+    line = one_error_line(hlo_audit_here(empty, "init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--model",
+                                         model, "--no-golden"))
+    assert line.startswith("hlo-audit: error: init: the config it would write is refused: hlo-audit.toml: "
+                           "models[0]:") and "contains the control character" in line, line
+    assert not list(empty.iterdir())
+
+
+@pytest.mark.maxtext
+def test_set_with_a_control_character_for_maxtext_is_one_line(empty):
+    """The issue's case: `init --set 'run_name="a\\u007fb"'` wrote DEL raw and read it back: a traceback."""
+    line = one_error_line(hlo_audit_here(empty, "init", "--maxtext", "--set", 'run_name="a\\u007fb"', "--no-golden"))
+    assert "overrides.llama3-8b.run_name: contains the control character \\x7f" in line, line
+    assert not list(empty.iterdir())

@@ -11,9 +11,13 @@ from pathlib import Path
 
 from hlo_audit import host
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS
+from hlo_audit.usage import InputError
 
 WORKFLOW_FILE = Path(".github/workflows/hlo-audit.yml")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+# What JSON's escapes leave raw that TOML refuses in a basic string (DEL), with the C1 controls beside it: JSON
+# escapes U+0000-U+001F, TOML also refuses U+007F (``TOMLDecodeError: Illegal character '\x7f'``, issue 34).
+_RAW_CONTROLS = re.compile("[\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def toml_value(value) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return toml_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
@@ -115,8 +119,20 @@ def toml_value(value) -> str:
     raise TypeError(f"no TOML for {type(value).__name__}")
 
 
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string, every control character escaped (JSON's escapes are TOML's; DEL and the C1
+    controls, which JSON leaves raw, as ``\\u007f``): the one way strings are written into TOML here. A string
+    holding bytes that were not UTF-8 (an argument decoded with surrogate escapes) has no TOML: an InputError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"init: {ascii(text)} is not UTF-8 text (an option given bytes that are not UTF-8); "
+                         "nothing was written") from None
+    return _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(text, ensure_ascii=False))
+
+
 def toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key, ensure_ascii=False)
+    return key if _BARE_KEY.match(key) else toml_string(key)
 
 
 def assignments(table: Mapping) -> list[str]:

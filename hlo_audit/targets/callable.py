@@ -21,7 +21,6 @@ import hashlib
 import importlib
 import inspect
 import sys
-from pathlib import Path
 
 import jax
 
@@ -30,6 +29,7 @@ from hlo_audit.capture import captured_arrays
 from hlo_audit.lowering import Lowering, TargetError
 from hlo_audit.matrix import Cell
 from hlo_audit.stages import to_stage
+from hlo_audit.files import current_directory
 
 
 class CallableTarget:
@@ -38,8 +38,8 @@ class CallableTarget:
         module_name, sep, attribute = spec.partition(":")
         if not sep or not module_name or not attribute:
             raise TargetError(f"target {spec!r}: expected 'package.module:function'")
-        if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))  # a project's own module, run from its root
+        if "" not in sys.path and (here := current_directory()) is not None and str(here) not in sys.path:
+            sys.path.insert(0, str(here))  # a project's own module, run from its root
         try:
             self.module = importlib.import_module(module_name)
         except ImportError as exc:

@@ -38,13 +38,14 @@ from hlo_audit.lowering import Lowering, TargetError
 from hlo_audit.matrix import Cell
 from hlo_audit.targets import nnx_spec
 from hlo_audit.targets.nnx_spec import Array, Constant, SpecError, parse_input
+from hlo_audit.files import current_directory
 
 
 def import_attribute(path: str, key: str):
     """``package.module:Name.attr``: the object it names; a SpecError naming ``key`` when it does not resolve."""
     module_name, _, attribute = path.partition(":")
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))  # a project's own package, run from its root
+    if "" not in sys.path and (here := current_directory()) is not None and str(here) not in sys.path:
+        sys.path.insert(0, str(here))  # a project's own package, run from its root
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
