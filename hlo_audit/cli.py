@@ -191,7 +191,7 @@ def diff(
     d = audit.diff(a, b, max_lines if text else 0)
     emit("diff", fmt, diff=d, old=a.source, new=b.source,
          launches=audit.launches_diff(audit.dump_launches(a), audit.dump_launches(b)))
-    raise typer.Exit(1 if d.differs else 0)
+    raise typer.Exit(1 if d.diff.differs else 0)
 
 
 def _only(only: list[str] | None) -> str | None:

@@ -10,9 +10,9 @@ from pathlib import Path
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache
 from hlo_audit.explain import Node, explain
-from hlo_audit.gate import launch_comparison
+from hlo_audit.compare import Structural, launch_comparison
 from hlo_audit.hlo.analysis import Analysis, analyze
-from hlo_audit.hlo.diff import ModuleDiff, diff_modules
+
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
@@ -66,9 +66,10 @@ def analyze_each(specs: list[str], module: str | None = None, stage: str = "befo
     return results
 
 
-def diff(old: Analysis, new: Analysis, max_text_lines: int) -> ModuleDiff:
-    """What changed from ``old`` to ``new``, with a verdict (``hlo_audit.hlo.diff``)."""
-    return diff_modules(old, new, max_text_lines=max_text_lines)
+def diff(old: Analysis, new: Analysis, max_text_lines: int) -> Structural:
+    """What changed from ``old`` to ``new``, with a verdict: the structural account ``check`` reads of a cell against
+    its golden, built the same way (``compare.Structural.of_inputs``), so the two commands say the same numbers."""
+    return Structural.of_inputs(old, new, max_text_lines)
 
 
 def dump_launches(analysis: Analysis) -> Launches | None:
@@ -94,7 +95,7 @@ def dump_launches(analysis: Analysis) -> Launches | None:
 
 
 def launches_diff(old: Launches | None, new: Launches | None) -> LaunchChange | None:
-    """Two GPU programs' launches per step side by side (``gate.launch_comparison``), None unless both have them."""
+    """Two GPU programs' launches per step side by side (``compare.launch_comparison``), None unless both have them."""
     return launch_comparison(old, new)
 
 

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff
 from hlo_audit.merge import cell_record, check_record, launch_change_record
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
@@ -45,7 +45,8 @@ def format_count(analyses: Sequence, with_params: bool = False, launches: Sequen
     return json.dumps(doc, indent=2) + "\n"
 
 
-def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
+def diff_record(structural: Structural, old: str, new: str, launches=None) -> dict:
+    d = structural.diff
     return {
         "old": old,
         "new": new,
@@ -63,6 +64,9 @@ def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
         # before, after, bytes, flops, instructions, groups, layers), most costly kinds first; the match in numbers.
         "named": [c.to_record() for c in d.named],
         "match": d.match.to_record() if d.match is not None else None,
+        # The two programs' sizes, as `check`'s program_size finding reads them (compare.Structural.sizes).
+        "sizes": {k: {"old": a, "new": b} for k, (a, b) in structural.sizes.items()},
+        "per_step_by_opcode": structural.per_step_by_opcode,
         "text_diff": d.text_diff,
         "text_diff_omitted": d.text_diff_omitted,
         "constants_delta": d.constants,
@@ -71,8 +75,8 @@ def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
     }
 
 
-def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
-    return json.dumps({"schema": DIFF_SCHEMA, **diff_record(d, old, new, launches)}, indent=2) + "\n"
+def format_diff(structural: Structural, old: str, new: str, launches=None) -> str:
+    return json.dumps({"schema": DIFF_SCHEMA, **diff_record(structural, old, new, launches)}, indent=2) + "\n"
 
 
 RUN_SCHEMA = "hlo-audit/run/v1"
