@@ -236,6 +236,9 @@ class MemoryChange:
     tolerance: float
     grew: bool
     command: str
+    # Less memory while the program itself changed: a change to judge, not an improvement (that is less memory for
+    # the same program).
+    program_changed: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from pathlib import Path
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache
 from hlo_audit.explain import Node, explain
-from hlo_audit.compare import Structural, launch_comparison
+from hlo_audit.compare import CellDelta, Structural, launch_comparison
+from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.analysis import Analysis, analyze
 
 from hlo_audit.hlo.params import entry_params
@@ -35,6 +36,8 @@ class Program:
     rng: RngSummary
     constants: Constants | None = None
     launches: Launches | None = None
+    # A cell's comparison with its golden (the one ``check`` judges by); None for a file, or a cell without one.
+    against: CellDelta | None = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,13 @@ def load_program(spec: str, config_path: str | None = None, module: str | None =
         analysis = analyze_input(spec, module, stage)
         return Program(analysis.source, tuple(Param.of(p) for p in analysis.params), RngSummary.of(analysis.rng),
                        Constants.of(analysis.constants), dump_launches(analysis))
-    result = cell_result(spec, config_path, use_cache, refresh)
-    return Program(spec, result.params, result.rng, result.constants, result.launches)
+    p = plan_cell(spec, config_path)
+    result = next(execute(p, use_cache=use_cache, refresh=refresh))
+    if not result.ok:
+        raise InputError(f"{spec}: {result.status}: {result.message}")
+    golden = read_snapshot(p.config.golden_dir, lambda tree: tree.golden(spec))
+    return Program(spec, result.params, result.rng, result.constants, result.launches,
+                   CellDelta.for_cell(result, golden, owns_text=True))
 
 
 def explain_trees(program: Program, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:

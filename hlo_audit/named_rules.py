@@ -16,7 +16,8 @@ changes (``ModuleDiff.named``):
   around them and the FLOPs that moved: a regression either way (an upcast costs time, a downcast numerics).
 * ``program_size``: instructions in the text and executed per step, against the golden's, beyond
   ``program_size_tolerance``; rematerialization removed (memory) and a loop unrolled (program and compile size) are
-  regressions whatever the count. Fewer instructions beyond the tolerance: an improvement that asks to tighten.
+  regressions whatever the count. Fewer instructions beyond the tolerance: a change to judge, never an improvement
+  by itself.
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
 """
@@ -80,7 +81,9 @@ def program_size(structural: Structural | None, tolerance: float, command: str) 
     story = any(c.subject == REMAT_REMOVED or _unrolled(c) for c in changes)
     if not (grew or shrank or story):
         return None
-    return NamedChange(Rule.PROGRAM_SIZE, grew or story, changes, sizes=sizes,
+    # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
+    # shrink it too): a change to judge, as growth is.
+    return NamedChange(Rule.PROGRAM_SIZE, grew or shrank or story, changes, sizes=sizes,
                        by_opcode=structural.per_step_by_opcode, tolerance=tolerance, command=command)
 
 

@@ -178,8 +178,9 @@ def _text_problem(subject: Subject, ctx: Context) -> Finding | None:
 
 def memory(subject: Subject, ctx: Context) -> Finding | None:
     """Compiled memory beyond ``memory_tolerance`` of the golden's, by gated kind: up a regression, down an
-    improvement, except where the step lost its donation: then less temp memory is the donation's cost moved, not a
-    gain, and the donation finding reports it."""
+    improvement for the same program (a changed program with less memory is a change to judge: lost gradient work
+    needs less memory too), except where the step lost its donation: then less temp memory is the donation's cost
+    moved, not a gain, and the donation finding reports it."""
     d = subject.delta
     if d.memory is None:
         return None
@@ -192,8 +193,9 @@ def memory(subject: Subject, ctx: Context) -> Finding | None:
         lost = donation(d, ctx)
         if lost is not None and lost.worse:
             return None
-    return Finding(subject.cell, Severity.REGRESSION if grew else Severity.IMPROVEMENT, Rule.MEMORY,
-                   MemoryChange(changed, tolerance, grew, ctx.command(subject.cell)))
+    program_changed = not grew and d.text is TextVerdict.CHANGED
+    return Finding(subject.cell, Severity.REGRESSION if grew or program_changed else Severity.IMPROVEMENT,
+                   Rule.MEMORY, MemoryChange(changed, tolerance, grew, ctx.command(subject.cell), program_changed))
 
 
 # --------------------------------------------------------------------------------------------------------------

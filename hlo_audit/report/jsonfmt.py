@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.compare import Structural
+from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.merge import cell_record, check_record, launch_change_record
 
@@ -133,10 +133,22 @@ def format_report(view) -> str:
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
 
 
-def format_explain(node, captured=None, launches: Launches | None = None) -> str:
+def format_explain(node, captured=None, launches: Launches | None = None, against: CellDelta | None = None) -> str:
     return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record(),
                        "captured_tree": captured.to_record() if captured is not None else None,
-                       "kernels": launches.to_record() if launches is not None else None}, indent=2) + "\n"
+                       "kernels": launches.to_record() if launches is not None else None,
+                       "against_golden": delta_record(against) if against is not None else None}, indent=2) + "\n"
+
+
+def delta_record(delta: CellDelta) -> dict:
+    """A cell's comparison with its golden (``compare.CellDelta``) as JSON: the numbers ``check`` judges by."""
+    params, structural = delta.params, delta.structural
+    return {"entry_params": {"golden": params.golden, "now": params.now},
+            "by_dtype_delta": dict(params.by_dtype), "by_role_delta": dict(params.by_role),
+            "text": delta.text.value,
+            "sizes": ({k: {"golden": a, "now": b} for k, (a, b) in structural.sizes.items()}
+                      if structural is not None else None),
+            "per_step_by_opcode": structural.per_step_by_opcode if structural is not None else None}
 
 
 def format_cells(cells, source: str) -> str:

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.compare import Structural
+from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
-from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, folded_line, frozen_rng_line,
-                                    human_bytes, launch_lines, launches_change_text, launches_headline, message,
-                                    program_sizes_text, rng_cost, rng_headline)
+from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text, constants_headline,
+                                    folded_line, frozen_rng_line, human_bytes, launch_lines, launches_change_text,
+                                    launches_headline, message, program_sizes_text, rng_cost, rng_headline)
 
 
 class Md(str):
@@ -128,7 +128,7 @@ def format_run(results, slopes: dict[str, float]) -> str:
     return "\n".join(_table(header, rows)) + "\n"
 
 
-def format_explain(node, captured=None, launches: Launches | None = None) -> str:
+def format_explain(node, captured=None, launches: Launches | None = None, against: CellDelta | None = None) -> str:
     """The explain tree as a nested list: counts, dtypes, roles, bytes per group; then the captured state's."""
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
@@ -148,6 +148,8 @@ def format_explain(node, captured=None, launches: Launches | None = None) -> str
         out += lines(captured, 0)
     if launches:
         out += ["", f"{launches_headline(launches)}."]
+    if against is not None:
+        out += ["", f"{_text(against_golden_text(against))}."]
     return "\n".join(out) + "\n"
 
 

@@ -11,7 +11,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
                                 LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange, MissingGolden,
                                 NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden, StaleWaiver,
                                 TextChange, TextKind, Worded)
-from hlo_audit.compare import environment_changes
+from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.policy import Rule
 from hlo_audit.report.change_words import change_line
@@ -329,6 +329,9 @@ def _memory(facts: MemoryChange) -> str:
         grown = {k: v for k, v in facts.changed.items() if v[1] > v[0]}
         return (f"compiled memory grew beyond {facts.tolerance:.0%} of the golden: {byte_changes(grown)}."
                 f" If intended: {facts.command}")
+    if facts.program_changed:
+        return (f"compiled memory shrank: {byte_changes(facts.changed)}, with the program changed: less memory for "
+                f"another program is a change to judge, not an improvement. If intended: {facts.command}")
     return f"compiled memory shrank: {byte_changes(facts.changed)}; tighten the golden: {facts.command}"
 
 
@@ -366,6 +369,22 @@ def program_sizes_text(sizes: Mapping[str, tuple[int, int]], by_opcode: Mapping[
                      for k, (a, b) in sizes.items())
     top = sorted(by_opcode.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
     return said + (f"; per step: {signed_counts(dict(top))}" if top else "")
+
+
+def against_golden_text(delta: CellDelta) -> str:
+    """A cell against its golden in one line, from the comparison ``check`` judges by (``compare.CellDelta``):
+    ``against its golden: entry parameters golden 21 -> now 21; text changed; instructions 492 -> 397 (-19.3%), ...``"""
+    params = delta.params
+    parts = [f"entry parameters {golden_to_now(params.golden, params.now)}"
+             + (f" ({signed_counts(params.by_dtype)})" if params.by_dtype else "")]
+    parts.append({TextVerdict.NOT_COMPARED: "text not compared", TextVerdict.SAME: "text the same",
+                  TextVerdict.RNG_DROPPED: "text differs by RNG state only (dropped)",
+                  TextVerdict.RNG_ONLY: "text differs by RNG state only (added)",
+                  TextVerdict.RENAMED: "text differs by renamed entry parameters only",
+                  TextVerdict.CHANGED: "program changed"}[delta.text])
+    if delta.structural is not None:
+        parts.append(program_sizes_text(delta.structural.sizes, delta.structural.per_step_by_opcode))
+    return "against its golden: " + "; ".join(parts)
 
 
 def _rng_scaling(facts: RngScaling) -> str:
