@@ -22,11 +22,12 @@ from hlo_audit.scaling import Series
 def lacking(golden: Golden, result: CellResult, leads: Series | None) -> tuple[GoldenPart, ...]:
     """The parts of ``golden`` (read, not damaged) that the rules compare for ``result`` (an ok cell) and that it
     lacks. ``leads``: the cell's series where the cell is its shallowest (where the series' slopes are compared).
-    Every cell keeps its text (``plan.text_owners``, since issue 26); a text named and missing is
-    ``Golden.text_problem``'s, found by the gate already."""
+    Every cell whose text is known keeps it (``plan.text_owners``, since issue 26: every ok result of a run has one);
+    a text named and missing is ``Golden.text_problem``'s, found by the gate already."""
     record = golden.record
+    has_text = result.normalized is not None or result.text is not None
     wanted = (
-        (GoldenPart.TEXT, record.hlo is None),
+        (GoldenPart.TEXT, record.hlo is None and has_text),
         (GoldenPart.KERNEL_DIGESTS, bool(result.kernels_by_name) and record.kernels is None),
         (GoldenPart.LAUNCHES, result.launches is not None and record.launches is None),
         (GoldenPart.MEMORY, result.memory is not None and record.memory is None),
