@@ -400,8 +400,7 @@ def _placed_by(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> 
 def _trips(e: InstructionEdit, sides: Sides) -> int | None:
     module = sides.old.module
     comp = module.computations[e.old_computation]
-    condition = module.computations.get(e.old.attrs.get("condition", "").strip().lstrip("%"))
-    return trip_count(comp, e.old, condition) if condition is not None else None
+    return trip_count(module, comp, e.old)
 
 
 def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: HloModule,

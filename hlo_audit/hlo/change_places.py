@@ -109,7 +109,7 @@ def executions(module: HloModule) -> dict[str, int]:
                 times = runs[comp.name]
                 if instr.opcode == "while":
                     condition = module.computations.get(instr.attrs.get("condition", "").strip().lstrip("%"))
-                    trips = trip_count(comp, instr, condition) if condition is not None else None
+                    trips = trip_count(module, comp, instr)
                     times *= (trips or 1) + (condition is not None and callee == condition.name)
                 runs[callee] = runs.get(callee, 0) + times
                 if callee not in seen:

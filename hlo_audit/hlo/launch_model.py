@@ -93,7 +93,7 @@ class _ModuleWalk:
         """The body once per trip, the condition once more (a trip count not known: once, listed)."""
         body = self.module.computations.get(instr.attrs.get("body", "").strip().lstrip("%"))
         condition = self.module.computations.get(instr.attrs.get("condition", "").strip().lstrip("%"))
-        n = trip_count(comp, instr, condition) if condition is not None else None
+        n = trip_count(self.module, comp, instr)
         if n is None:
             self.unknown.append(instr.name)
             n = 1

@@ -207,8 +207,7 @@ class _SequenceWalk:
         if found is None or found[1].opcode != "while":
             return None
         comp, loop = found
-        condition = self.reads.module.computations.get(loop.attrs.get("condition", "").strip().lstrip("%"))
-        return trip_count(comp, loop, condition) if condition is not None else None
+        return trip_count(self.reads.module, comp, loop)
 
     def thunk(self, thunk: Thunk, scope: tuple[str, ...], times: int, counted: bool, outer: str) -> int:
         """Add ``thunk``'s launches; return its launches per step. ``outer``: the instruction of the nearest

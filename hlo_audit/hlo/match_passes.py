@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from hlo_audit.hlo.json_attrs import canonical_attr_value
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
 from hlo_audit.hlo.normalize import COMMUTATIVE, VOLATILE_ATTRS, call_graph_postorder
 from hlo_audit.hlo.shapes import Shape, with_default_layout
@@ -135,7 +136,7 @@ class MatchSide:
         if cached is None:
             kernel = is_kernel_call(instr)
             cached = self._attrs[key] = tuple(sorted(
-                (k, f"<kernel {kernel_digest(instr)}>" if kernel and k == "backend_config" else v)
+                (k, f"<kernel {kernel_digest(instr)}>" if kernel and k == "backend_config" else canonical_attr_value(v))
                 for k, v in attrs.items() if k not in _NOT_SEMANTIC and k not in COMPUTATION_ATTRS))
         return cached
 

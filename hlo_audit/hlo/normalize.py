@@ -19,7 +19,8 @@ SPMD propagation flags of a one-partition module (compile options XLA's dump pri
 Dropped as volatile: metadata (op_name, source file/line, stack_frame_id), the dump's FileNames /
 StackFrames tables, ``/*index=N*/`` comments, module-id suffixes, and serialized kernel bodies in
 ``backend_config`` of Mosaic / Triton custom calls. Kept: opcodes, shapes, layouts, shardings and every
-other attribute.
+other attribute, a JSON-valued one (``backend_config``) with its keys sorted (json_attrs.py: two XLA clients print
+one config in two key orders).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 
+from hlo_audit.hlo.json_attrs import canonical_attr_value
 from hlo_audit.hlo.kernels import KERNEL_CUSTOM_CALLS
 from hlo_audit.hlo.params import EntryParam, entry_params
 from hlo_audit.hlo.shapes import Shape, with_default_layout
@@ -291,6 +293,8 @@ class _Namer:
                 value = _name_list(value, (names.get(c, c) for c in split_name_list(value)))
             elif key == "backend_config" and _kernel_call(instr):
                 value = '"<kernel body dropped>"'
+            else:
+                value = canonical_attr_value(value)  # a JSON object's keys in one order: json_attrs.py
             rendered += f", {key}={value}"
         return rendered
 

@@ -358,7 +358,7 @@ class _Dataflow:
                 break
             state = joined
         predicate, cond_events = self.run(condition, [state])
-        trips = trip_count(comp, instr, condition)
+        trips = trip_count(self.module, comp, instr)
         if trips is None:
             events.unknown_trips = True
         events.merge(body_events, trips if trips is not None else 1)
