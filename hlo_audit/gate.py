@@ -222,7 +222,10 @@ class Gate:
         facts = (named_rules.donation(structural, golden.memory, result.memory, self.policy.memory_tolerance, command),
                  named_rules.host_transfer(structural, command), named_rules.precision(structural, command),
                  named_rules.program_size(structural, self.policy.program_size_tolerance, command),
-                 named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command))
+                 named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command),
+                 named_rules.loops(structural, command),
+                 named_rules.remat(structural, command),
+                 named_rules.gradient(structural, command))
         return {f.rule: Finding(cid, Severity.REGRESSION if f.worse else Severity.IMPROVEMENT, f.rule, f)
                 for f in facts if f is not None}
 

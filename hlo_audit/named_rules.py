@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from hlo_audit.findings import KernelBody, NamedChange
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.change_places import instructions_per_step
-from hlo_audit.hlo.changes import REMAT_REMOVED, Action, Change, ChangeKind
+from hlo_audit.hlo.changes import Action, Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, count_delta, diff_modules
 from hlo_audit.hlo.locations import Places
 from hlo_audit.policy import Rule
@@ -104,8 +104,10 @@ def precision(structural: Structural | None, command: str) -> NamedChange | None
 
 
 def program_size(structural: Structural | None, tolerance: float, command: str) -> NamedChange | None:
-    """The ratchet on instructions (in the text and per step) beyond ``tolerance``; remat removed and loops unrolled
-    whatever the counts. Only a changed program: RNG state alone is the count rule's, renames are no change."""
+    """The ratchet on instructions (in the text and per step) beyond ``tolerance``. Only a changed program: RNG
+    state alone is the count rule's, renames are no change. A program that shrinks because it lost work the loops,
+    remat, gradient or transform rules name (a loop rolled, remat removed, gradient reach lost, clipping removed) is
+    no improvement: those rules judge it."""
     if structural is None or structural.diff.verdict != "changed":
         return None
     changes = structural.named(ChangeKind.PROGRAM_SIZE)
@@ -114,16 +116,14 @@ def program_size(structural: Structural | None, tolerance: float, command: str) 
              "instructions_per_step": (sum(golden_step.values()), sum(now_step.values()))}
     grew = any(b > a * (1 + tolerance) for a, b in sizes.values())
     shrank = not grew and any(b < a * (1 - tolerance) for a, b in sizes.values())
-    story = any(c.subject == REMAT_REMOVED or _unrolled(c) for c in changes)
-    if not (grew or shrank or story):
+    if not (grew or shrank) or shrank and any(structural.named(kind) for kind in _JUDGED_ELSEWHERE):
         return None
-    return NamedChange(Rule.PROGRAM_SIZE, grew or story, changes, sizes=sizes,
+    return NamedChange(Rule.PROGRAM_SIZE, grew, changes, sizes=sizes,
                        by_opcode=count_delta(golden_step, now_step), tolerance=tolerance, command=command)
 
 
-def _unrolled(change: Change) -> bool:
-    """A program-size change whose story is loops unrolled (``hlo.changes._size_story``)."""
-    return change.action is Action.ADDED and " unrolled (" in change.subject
+# The kinds whose rules judge a program that shrank with them (program_size).
+_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM)
 
 
 def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]] | None,
@@ -139,3 +139,27 @@ def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]]
     if not bodies and not changes:
         return None
     return NamedChange(Rule.KERNELS, True, changes, kernels=tuple(bodies), command=command)
+
+
+def loops(structural: Structural | None, command: str) -> NamedChange | None:
+    """Loops added, removed, unrolled or rolled, or of another trip count: a change to judge, either way."""
+    changes = structural.named(ChangeKind.LOOPS) if _changed(structural) else ()
+    return NamedChange(Rule.LOOPS, True, changes, command=command) if changes else None
+
+
+def remat(structural: Structural | None, command: str) -> NamedChange | None:
+    """Rematerialization removed or added, or its policy changed: memory against recomputation, either way."""
+    changes = structural.named(ChangeKind.REMAT) if _changed(structural) else ()
+    return NamedChange(Rule.REMAT, True, changes, command=command) if changes else None
+
+
+def gradient(structural: Structural | None, command: str) -> NamedChange | None:
+    """Weights the loss no longer reaches (or newly does) and optimizer transforms added or removed (clipping): a
+    regression, never an improvement, whatever it does to the program's size."""
+    changes = (*structural.named(ChangeKind.GRADIENT), *structural.named(ChangeKind.TRANSFORM)) \
+        if _changed(structural) else ()
+    return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
+
+
+def _changed(structural: Structural | None) -> bool:
+    return structural is not None and structural.diff.verdict == "changed"
