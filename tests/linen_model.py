@@ -22,6 +22,7 @@ change:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import flax.linen as nn
@@ -54,6 +55,7 @@ VARIANTS = {
     "stop_gradient": Variant(frozen=0),
     "clip_removed": Variant(clip=False),
     "out_renamed": Variant(out_name="out_proj"),
+    "unscanned": Variant(),  # the base model, checked against the scanned one's golden: the scan unrolled
     "scopes": Variant(scopes=True),
     "helper": Variant(helper=True),
     "reordered": Variant(reordered=True),
@@ -112,10 +114,7 @@ class LM(nn.Module):
             for i in range(v.layers):
                 # A frozen block: its weights read through stop_gradient (no gradient reaches them).
                 layer = nn.map_variables(block, "params", trans_in_fn=_stopped, init=True) if i == v.frozen else block
-                if v.scopes:
-                    with jax.named_scope(f"layer{i}"):
-                        x = layer(v, name=f"block_{i}")(x)
-                else:
+                with jax.named_scope(f"layer{i}") if v.scopes else contextlib.nullcontext():
                     x = layer(v, name=f"block_{i}")(x)
         return embed.attend(nn.LayerNorm(name="final_norm")(x))
 

@@ -194,7 +194,10 @@ def transforms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chan
                 continue
             mine = _connected(e, alone, view, comp)
             _claim(match, sides, claimed, mine)
-            changes.append(Change(ChangeKind.TRANSFORM, action, CLIPPING, sides.place(e),
+            # The weights whose gradients it scales (it reads computed gradients, no state of its own).
+            weights = _weights(list(view.params.values()))
+            place = replace(sides.place(e), paths=tuple(sorted({p.folded_path for p in weights})))
+            changes.append(Change(ChangeKind.TRANSFORM, action, CLIPPING, place,
                                   count=1, instructions=_net(mine), groups=_opcodes(mine),
                                   before=f"global norm over {arrays} arrays"))
     return changes
