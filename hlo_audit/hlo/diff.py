@@ -322,8 +322,10 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places)
     added, removed = _without_renames(added, removed, match, old, new)
     if not kernels_differ and _renamed_only(match, a.canonical, b.module, b.kept):
-        # The same program: its renames are all there is to name (what a reordering moved is no change).
-        renames = [c for c in named if c.kind is ChangeKind.RENAME]
+        # The same program: its renames (the module's name among them) are all there is to name; what a reordering
+        # of the state's leaves moved is no change.
+        renames = [c for c in named
+                   if c.kind is ChangeKind.RENAME or c.kind is ChangeKind.HEADER and c.subject == "name"]
         return _Verdict("renamed-only", [], added, removed, renames, summary(match))
     if kernels_differ and a.canonical == b.canonical:
         changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
