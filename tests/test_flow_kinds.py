@@ -13,9 +13,15 @@ import json
 import shutil
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 import linen_model as lm
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.changes import CLIPPING, LOOP, TRIP_COUNT, Action, ChangeKind
+from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.report.change_words import change_line
 from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.xdist_group("flow_kinds")
@@ -182,3 +188,47 @@ def test_a_rule_off_lets_its_change_through(project):
     code, out = check(project, ["base", "stop_gradient", "clip_removed"],
                        '[policy]\nhlo_text = "warn"\ngradient = "off"\n')
     assert code == 0 and not [f for f in out["findings"] if f["rule"] == "gradient"], out["findings"]
+
+
+def _fori(trips: int | None):
+    """A step with a loop of ``trips`` iterations (None: its one update inline, no loop)."""
+    def step(x):
+        if trips is None:
+            return x * 2
+        return jax.lax.fori_loop(0, trips, lambda _, v: v * 0.5 + jnp.tanh(v), x)
+
+    text = jax.jit(step).lower(jax.ShapeDtypeStruct((4,), jnp.float32)).as_text(dialect="hlo")
+    return analyze(text, f"trips {trips}")
+
+
+def test_a_trip_count_changed_and_a_loop_added_or_removed():
+    d = diff_modules(_fori(8), _fori(4), max_text_lines=0)
+    (trips,) = d.named  # the bound's constant in the loop's condition is the trip count's
+    assert (trips.kind, trips.subject, trips.before, trips.after) == (ChangeKind.LOOPS, TRIP_COUNT, "8 iterations",
+                                                                      "4 iterations")
+    for old, new, action in ((None, 8, Action.ADDED), (8, None, Action.REMOVED)):
+        d = diff_modules(_fori(old), _fori(new), max_text_lines=0)
+        (loop,) = [c for c in d.named if c.kind is ChangeKind.LOOPS]
+        # One update inline is no unrolled copy of an 11-instruction body: a loop added or removed.
+        assert (loop.subject, loop.action, loop.per_step) == (LOOP, action, 8)
+        assert change_line(loop).startswith(f"loops: a loop {action.value}: 8 iterations, body 11 instructions")
+
+
+def _lm(name: str):
+    text = lm.traced(lm.VARIANTS.get(name, lm.Variant())).lower(lowering_platforms=("cpu",)).as_text(dialect="hlo")
+    return analyze(text, name)
+
+
+def test_gradient_reach_gained_and_clipping_added_from_texts():
+    """The other way, from `hlo-audit diff`'s texts alone (no leaf types: the weights are the float leaves under
+    ``params``): unfreezing block 0 gains 16 weights' reach, putting clipping back adds it."""
+    base = _lm("base")
+    d = diff_modules(_lm("stop_gradient"), base, max_text_lines=0)
+    (gained,) = [c for c in d.named if c.kind is ChangeKind.GRADIENT]
+    assert (gained.action, gained.count, gained.after) == (Action.ADDED, 16, "19 reached")
+    assert all(p.startswith("state_params.block_0.") for p in gained.place.paths)
+    d = diff_modules(_lm("clip_removed"), base, max_text_lines=0)
+    (clipping,) = [c for c in d.named if c.kind is ChangeKind.TRANSFORM]
+    assert (clipping.subject, clipping.action, clipping.before) == (CLIPPING, Action.ADDED,
+                                                                    "global norm over 35 arrays")
+    assert not [c for c in d.named if c.kind is ChangeKind.GRADIENT]  # every weight reached either way

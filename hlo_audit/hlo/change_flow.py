@@ -172,9 +172,25 @@ class _Taint:
         if op == "call" and len(callees) == 1 and callees[0] in self.module.computations:
             callee = self.module.computations[callees[0]]
             return self.computation(callee, dict(enumerate(operands)))[callee.root.name]
+        if op == "conditional" and len(operands) == len(callees) + 1 and \
+                all(c in self.module.computations for c in callees):
+            # Each branch on its own operand; the result as any branch's (the predicate is a scalar or an index).
+            results = [self._branch(self.module.computations[c], operand) for c, operand in zip(callees, operands[1:])]
+            return _either(results)
         if not instr.shape.is_tuple and not instr.shape.dims:
             return False  # a scalar: a norm, a scale, a count
         return any(_any(v) for v in operands)
+
+
+    def _branch(self, comp: Computation, operand: Taint) -> Taint:
+        return self.computation(comp, {0: operand})[comp.root.name]
+
+
+def _either(values: Sequence[Taint]) -> Taint:
+    """Element by element, tainted where any of ``values`` is (structures of one shape; else any at all)."""
+    if all(isinstance(v, tuple) for v in values) and len({len(v) for v in values}) == 1:
+        return tuple(_either(parts) for parts in zip(*values))
+    return any(_any(v) for v in values)
 
 
 # --- optimizer transforms -------------------------------------------------------------------------------------
@@ -240,15 +256,17 @@ def _connected(start: InstructionEdit, alone: dict[int, InstructionEdit], view, 
 
 def loops(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     """Loops added, removed, unrolled or rolled, and paired loops whose trip count changed (module doc)."""
-    changes = _trip_counts(match, sides)
+    changes = _trip_counts(match, sides, claimed)
     rest = _unclaimed(match, claimed)
     deleted = [e for e in rest if e.edit is Edit.DELETED and e.old.opcode == "while"]
     inserted = [e for e in rest if e.edit is Edit.INSERTED and e.new.opcode == "while"]
     if not deleted and not inserted:
         return changes
+    # Unrolled: loops gone and at least a body's worth of instructions inline in their place; rolled the other way.
     inline_in = sum(1 for e in rest if e.edit is Edit.INSERTED) - len(inserted)
     inline_out = sum(1 for e in rest if e.edit is Edit.DELETED) - len(deleted)
-    if deleted and not inserted and inline_in > 0 or inserted and not deleted and inline_out > 0:
+    if deleted and not inserted and inline_in >= _body_size(sides.old, deleted[0]) or \
+            inserted and not deleted and inline_out >= _body_size(sides.new, inserted[0]):
         unrolled = bool(deleted)
         loops_ = deleted if unrolled else inserted
         view = sides.old if unrolled else sides.new
@@ -274,7 +292,8 @@ def loops(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     return changes
 
 
-def _trip_counts(match: ModuleMatch, sides: Sides) -> list[Change]:
+def _trip_counts(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Paired loops of another trip count, with the edits of their conditions (the bound's constant)."""
     changes = []
     for comp in match.old.computations.values():
         for instr in comp.instructions:
@@ -290,6 +309,9 @@ def _trip_counts(match: ModuleMatch, sides: Sides) -> list[Change]:
             before = _trip(match.old, comp, instr)
             after = _trip(match.new, new_comp, partner)
             if before != after:
+                condition = partner.attrs.get("condition", "").strip().lstrip("%")
+                _claim(match, sides, claimed, [e for e in match.edits if e.edit is Edit.CHANGED
+                                               and e.new_computation == condition and id(e) not in claimed])
                 place = sides.new.place(partner, new_comp.name)
                 changes.append(Change(ChangeKind.LOOPS, Action.CHANGED, TRIP_COUNT, place,
                                       before=f"{before or '?'} iterations", after=f"{after or '?'} iterations"))
@@ -306,11 +328,14 @@ def _trips(view, e: InstructionEdit) -> int | None:
 
 
 def _body(view, e: InstructionEdit) -> str:
-    """``a loop of 8 iterations, body 120 instructions``."""
-    trips = _trips(view, e)
+    """``8 iterations, body 120 instructions``."""
+    return f"{_trips(view, e) or '?'} iterations, body {_body_size(view, e):,} instructions"
+
+
+def _body_size(view, e: InstructionEdit) -> int:
+    """A loop's body's instructions, with the computations it calls."""
     body = view.module.computations.get(e.instruction.attrs.get("body", "").strip().lstrip("%"))
-    size = _size(view.module, body, set()) if body is not None else 0
-    return f"{trips or '?'} iterations, body {size:,} instructions"
+    return _size(view.module, body, set()) if body is not None else 0
 
 
 def _size(module: HloModule, comp: Computation, seen: set[str]) -> int:
