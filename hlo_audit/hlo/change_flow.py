@@ -101,7 +101,9 @@ def gradient(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change
                               layers=len({p.path.split('.')[p.layer_prefix.count('.')] for p in params
                                           if p.layer_prefix})))
     if changes:
-        work = [*_unclaimed(match, claimed), *_barriers_changed(match, claimed)]
+        # The work that went with the reach lost (deleted instructions), or came with the reach gained (inserted).
+        kept = Edit.DELETED if changes[0].action is Action.REMOVED else Edit.INSERTED
+        work = [*(e for e in _unclaimed(match, claimed) if e.edit is kept), *_barriers_changed(match, claimed)]
         _claim(match, sides, claimed, work)
         changes[0] = replace(changes[0], instructions=_net(work), groups=_opcodes(work))
     return changes
@@ -119,22 +121,24 @@ def _weights(params: Sequence[EntryParam]) -> list[EntryParam]:
 
 def _reached(module: HloModule, params: Sequence[EntryParam]) -> dict[int, bool] | None:
     """Weight parameter number -> whether its update depends on the batch; None where the module says no updates
-    (no weights, no batch, an output that is not a tuple)."""
+    (no weights, no batch, an output that is not a tuple). ``params``: the module's entry parameters (RNG state
+    stripped: its header counts the rest from 0, in order, while the entry keeps their numbers)."""
     entry = module.entry
     root = entry.root
     if root.opcode != "tuple":
         return None
-    aliases = {param: output[0] for output, param in output_aliases(module.header_attrs) if len(output) == 1}
-    by_number = {i.parameter_number: i for i in entry.parameters}
-    if not aliases:  # no donation: the state comes back in the order it came in
-        aliases = {n: n for n, instr in by_number.items() if n < len(root.operands)
-                   and entry.by_name[root.operands[n]].shape.text == instr.shape.text}
-    batch = [n for n in by_number if n not in aliases]
-    weights = [p for p in _weights(params) if p.index in aliases]
+    ordered = sorted(params, key=lambda p: p.index)
+    aliased = {param: output[0] for output, param in output_aliases(module.header_attrs) if len(output) == 1}
+    if not aliased:  # no donation: the state comes back in the order it came in
+        aliased = {rank: rank for rank, p in enumerate(ordered) if rank < len(root.operands)
+                   and entry.by_name[root.operands[rank]].shape.text == p.shape.text}
+    output = {p.index: aliased[rank] for rank, p in enumerate(ordered) if rank in aliased}
+    batch = {p.index for p in ordered if p.index not in output}
+    weights = [p for p in _weights(ordered) if p.index in output and output[p.index] < len(root.operands)]
     if not batch or not weights:
         return None
-    tainted = _Taint(module).computation(entry, {n: n in batch for n in by_number})
-    return {p.index: _any(tainted.get(root.operands[aliases[p.index]], False)) for p in weights}
+    tainted = _Taint(module).computation(entry, {p.index: p.index in batch for p in ordered})
+    return {p.index: _any(tainted.get(root.operands[output[p.index]], False)) for p in weights}
 
 
 Taint = bool | tuple
@@ -378,7 +382,12 @@ def _placed(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> Pla
 
 def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     """Rematerialization removed or added (net ``opt-barrier``s), or its policy changed (barriers paired whose
-    carried values changed), with the inserted and deleted instructions behind it (module doc)."""
+    carried values changed), with the inserted and deleted instructions behind it (module doc); only between
+    modules of the same entry parameters."""
+    if any(p.old is None or p.new is None or p.reshaped for p in match.params):
+        # Layers or weights added, removed or reshaped: their checkpoints come and go with them, and what a
+        # checkpoint keeps changes with what it computes; the parameters and sizes say so, not a remat story.
+        return []
     rest = _unclaimed(match, claimed)
     barriers = [e for e in rest if e.instruction.opcode in _BARRIERS]
     net = _net(barriers)
