@@ -2,7 +2,8 @@
 what changed and where (``findings.NamedChange``, worded by ``report.words``).
 
 They gate whether or not the text rule is advisory: under another environment than the golden's, a jax release
-moves the text, but it does not drop a donation, add a host callback, upcast a dot, remove remat or unroll a loop.
+moves the text, but it does not drop a donation, add a host callback, upcast a dot, remove remat, unroll a loop or
+cut a weight off the loss.
 The structural diff of the golden's canonical text and the cell's (``hlo.diff.diff_modules``) runs once per cell,
 only where the texts differ (``Structural.of``); the text rule reads its verdict and every rule here its named
 changes (``ModuleDiff.named``):
@@ -15,10 +16,14 @@ changes (``ModuleDiff.named``):
 * ``precision``: dots and convolutions whose operand or result types or precision config changed, with the converts
   around them and the FLOPs that moved: a regression either way (an upcast costs time, a downcast numerics).
 * ``program_size``: instructions in the text and executed per step, against the golden's, beyond
-  ``program_size_tolerance``; rematerialization removed (memory) and a loop unrolled (program and compile size) are
-  regressions whatever the count. Fewer instructions beyond the tolerance: an improvement that asks to tighten.
+  ``program_size_tolerance``. Fewer instructions beyond the tolerance: an improvement that asks to tighten, unless
+  the loops, remat or gradient rules name what went (lost work is no improvement).
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
+* ``loops``: loops unrolled, layers rolled into a loop (``nn.scan``), loops added or removed, trip counts changed
+  (``hlo.change_flow``); ``remat``: rematerialization removed or added, or its policy changed; ``gradient``: weights
+  the loss no longer reaches (or newly does), optimizer transforms (clipping) added or removed. Each is a change to
+  judge, a regression until accepted, whatever it does to the program's size.
 """
 
 from __future__ import annotations
