@@ -232,3 +232,19 @@ def test_gradient_reach_gained_and_clipping_added_from_texts():
     assert (clipping.subject, clipping.action, clipping.before) == (CLIPPING, Action.ADDED,
                                                                     "global norm over 35 arrays")
     assert not [c for c in d.named if c.kind is ChangeKind.GRADIENT]  # every weight reached either way
+
+
+def test_a_rename_that_reorders_the_state_is_renamed_only_in_diff():
+    """`hlo-audit diff` of the two texts: the renamed projection moves 16 leaves in the state's order (the entry
+    parameters, the outputs, the values the remat barriers carry, the global norm's sum); renamed-only, the renames
+    its only named change. A real change beside it (clipping removed) is still a change."""
+    base = _lm("base")
+    d = diff_modules(base, _lm("out_renamed"), max_text_lines=0)
+    assert (d.verdict, d.differs) == ("renamed-only", False)
+    (rename,) = d.named
+    assert (rename.kind, rename.before, rename.after, rename.count) == (ChangeKind.RENAME, "attn_out_proj",
+                                                                         "out_proj", 16)
+    moved = lm.Variant(out_name="out_proj", clip=False)
+    text = lm.traced(moved).lower(lowering_platforms=("cpu",)).as_text(dialect="hlo")
+    d = diff_modules(base, analyze(text, "moved"), max_text_lines=0)
+    assert d.verdict == "changed" and ChangeKind.TRANSFORM in {c.kind for c in d.named}
