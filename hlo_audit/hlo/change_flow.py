@@ -391,13 +391,12 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     rest = _unclaimed(match, claimed)
     barriers = [e for e in rest if e.instruction.opcode in _BARRIERS]
     net = _net(barriers)
-    recomputed = _recomputed(sides)
     if net:
         sample = [e for e in barriers if (e.edit is Edit.INSERTED) == (net > 0)]
         _claim(match, sides, claimed, rest)
         return [Change(ChangeKind.REMAT, Action.ADDED if net > 0 else Action.REMOVED, REMAT, sides.place(sample[0]),
                        count=len(sample), instructions=_net(rest), groups=_opcodes(rest),
-                       after=recomputed, layers=_layers(sample, sides))]
+                       after=_recomputed(sides), layers=_layers(sample, sides))]
     changed = _barriers_changed(match, claimed)
     # Barriers paired that keep other values, or as many removed as added (the match pairs none of another shape).
     olds = [e.old for e in changed] + [e.old for e in barriers if e.edit is Edit.DELETED]
@@ -407,6 +406,7 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
         return []
     _claim(match, sides, claimed, [*rest, *changed])
     kept = (sum(map(_elements, olds)), sum(map(_elements, news)))
+    recomputed = _recomputed(sides)
     sample = changed[0] if changed else next(e for e in barriers if e.edit is Edit.INSERTED)
     return [Change(ChangeKind.REMAT, Action.CHANGED, REMAT_POLICY, sides.place(sample), count=len(news),
                    before=f"{kept[0]} values kept", after=f"{kept[1]} values kept" + (
