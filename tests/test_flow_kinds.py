@@ -248,3 +248,19 @@ def test_a_rename_that_reorders_the_state_is_renamed_only_in_diff():
     text = lm.traced(moved).lower(lowering_platforms=("cpu",)).as_text(dialect="hlo")
     d = diff_modules(base, analyze(text, "moved"), max_text_lines=0)
     assert d.verdict == "changed" and ChangeKind.TRANSFORM in {c.kind for c in d.named}
+
+
+def test_compiled_the_rename_stays_renamed_only_and_reach_lost_is_named():
+    """After XLA's optimizations (fusions, their parameters in the leaves' new order too): the rename is still
+    renamed-only, a frozen block still 16 weights' reach lost, clipping removed still named."""
+    def compiled(name: str):
+        lowered = lm.traced(lm.VARIANTS.get(name, lm.Variant())).lower(lowering_platforms=("cpu",))
+        return analyze(lowered.compile().as_text(), name)
+
+    base = compiled("base")
+    assert diff_modules(base, compiled("out_renamed"), max_text_lines=0).verdict == "renamed-only"
+    d = diff_modules(base, compiled("stop_gradient"), max_text_lines=0)
+    (lost,) = [c for c in d.named if c.kind is ChangeKind.GRADIENT]
+    assert (lost.action, lost.count) == (Action.REMOVED, 16)
+    d = diff_modules(base, compiled("clip_removed"), max_text_lines=0)
+    assert [(c.subject, c.action) for c in d.named if c.kind is ChangeKind.TRANSFORM] == [(CLIPPING, Action.REMOVED)]

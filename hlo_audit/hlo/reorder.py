@@ -34,7 +34,7 @@ Value = int | tuple
 
 class _Values:
     """Each instruction's value: a fingerprint of what it computes, routing (tuples, their elements, barriers,
-    called computations' parameters and roots) followed rather than fingerprinted, so that leaves carried in
+    called and fused computations' parameters and roots) followed rather than fingerprinted, so that leaves carried in
     another order are the same values."""
 
     def __init__(self, module: HloModule, keys: dict[int, object]):
@@ -65,7 +65,7 @@ class _Values:
         if op == "get-tuple-element" and operands and isinstance(operands[0], tuple):
             index = int(instr.attrs.get("index", -1))
             return operands[0][index] if 0 <= index < len(operands[0]) else 0
-        if op == "call" and len(instr.called_computations()) == 1:
+        if op in ("call", "fusion") and len(instr.called_computations()) == 1:
             callee = self.module.computations.get(instr.called_computations()[0])
             if callee is not None:
                 return self.computation(callee, operands)[callee.root.name]
