@@ -135,6 +135,9 @@ def test_loops_rolled_and_unrolled(report):
     assert rolled["instructions"] < 0 and said.startswith("loops: 2 layers rolled into 2 loops of 2 iterations, body ")
     unrolled, said = change(report, "unscanned")
     assert (unrolled["action"], unrolled["count"], unrolled["per_step"]) == ("removed", 2, 2)
+    # Placed where the block's copies are: one of its dots (the optimizer's per-layer updates come inline too).
+    assert unrolled["place"]["op_name"].endswith("dot_general"), unrolled["place"]
+    assert "/block_*/" in unrolled["place"]["op_name"] and unrolled["place"]["source"].startswith("linen_model.py:")
     assert unrolled["instructions"] == -rolled["instructions"]
     assert said.startswith("loops: 2 loops of 2 iterations, body ") and "unrolled (2 copies of the body inline)" in said
 

@@ -370,7 +370,9 @@ def _placed(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> Pla
     of ``edits`` share where it has none: a loop unrolled is where its body's copies come from."""
     if place.op_name or place.source:
         return place
-    origins = Counter(o for o in map(sides.origin, edits) if o[1])
+    # A layer's copies are where its dots are (an unrolled stack's optimizer updates come inline with it too).
+    dots = [e for e in edits if e.instruction.opcode in ("dot", "convolution")]
+    origins = Counter(o for o in map(sides.origin, dots or edits) if o[1])
     if not origins:
         return place
     (op_name, source), _ = origins.most_common(1)[0]
