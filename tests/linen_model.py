@@ -13,6 +13,7 @@ change:
 * ``policy="nothing_saveable"``: another remat policy (the backward pass recomputes the dots too);
 * ``frozen=0``: ``jax.lax.stop_gradient`` on block 0's output projection's weights (its update loses the loss);
 * ``clip=False``: no ``optax.clip_by_global_norm`` in the chain;
+* ``scale=0.5``: an ``optax.scale(0.5)`` after adamw in the chain;
 * ``out_name="out_proj"``: the attention's output projection renamed (its weights' state paths);
 * harmless edits: ``scopes`` (``jax.named_scope`` around the blocks), ``helper`` (the MLP through a helper
   function), ``reordered`` (the attention's projections constructed in another order).
@@ -42,6 +43,7 @@ class Variant:
     policy: str = "dots_saveable"
     frozen: int = -1
     clip: bool = True
+    scale: float = 1.0
     out_name: str = "attn_out_proj"
     scopes: bool = False
     helper: bool = False
@@ -54,6 +56,7 @@ VARIANTS = {
     "remat_policy": Variant(policy="nothing_saveable"),
     "stop_gradient": Variant(frozen=0),
     "clip_removed": Variant(clip=False),
+    "scaled": Variant(scale=0.5),
     "out_renamed": Variant(out_name="out_proj"),
     "unscanned": Variant(),  # the base model, checked against the scanned one's golden: the scan unrolled
     "scopes": Variant(scopes=True),
@@ -124,9 +127,11 @@ def _stopped(variables):
 
 
 def _optimizer(variant: Variant) -> optax.GradientTransformation:
-    adamw = optax.adamw(1e-3, weight_decay=0.01)
-    chain = optax.chain(optax.clip_by_global_norm(1.0), adamw) if variant.clip else optax.chain(adamw)
-    return optax.MultiSteps(chain, every_k_schedule=2)
+    transforms = [optax.clip_by_global_norm(1.0)] if variant.clip else []
+    transforms.append(optax.adamw(1e-3, weight_decay=0.01))
+    if variant.scale != 1.0:
+        transforms.append(optax.scale(variant.scale))
+    return optax.MultiSteps(optax.chain(*transforms), every_k_schedule=2)
 
 
 def traced(variant: Variant):

@@ -34,6 +34,7 @@ CAUGHT = {
     "remat_policy": ("base", "remat", "remat policy"),
     "stop_gradient": ("base", "gradient", "gradient reach lost"),
     "clip_removed": ("base", "gradient", "gradient clipping"),
+    "scaled": ("base", "gradient", "update scaling"),
 }
 HARMLESS = ("scopes", "helper", "reordered")
 VARIANTS = [*CAUGHT, *HARMLESS, "out_renamed"]
@@ -170,6 +171,9 @@ def test_gradient_reach_lost_and_clipping_removed(report):
     assert (clipping["action"], clipping["before"]) == ("removed", "global norm over 35 arrays")  # one per weight
     assert clipping["instructions"] < 0
     assert said.startswith("optimizer: gradient clipping removed (global norm over 35 arrays)")
+    scaling, said = change(report, "scaled")  # optax.scale(0.5) after adamw: one multiply per weight
+    assert (scaling["action"], scaling["count"], scaling["before"]) == ("added", 35, "x0.5 on 35 arrays")
+    assert said.startswith("optimizer: update scaling added (x0.5 on 35 arrays)")
 
 
 def test_the_rename_exits_0_and_harmless_edits_pass(project):

@@ -9,7 +9,8 @@ before program size, so that the edits they explain are theirs, not a size tally
   weight, whose update reads every gradient's norm, is still one the loss no longer reaches. A weight reached in
   one module and not in the other is gradient reach lost (or gained).
 * ``transform``: gradient clipping, a scalar ``sqrt`` of the sum of ``reduce(x * x)`` over several arrays (a global
-  norm), added or removed with the instructions only it used.
+  norm), added or removed with the instructions only it used; update scaling (``optax.scale``), a multiply by one
+  constant added or removed once per weight.
 * ``loops``: ``while`` instructions added or removed, with their trip counts and bodies' size; a loop whose body's
   copies replace it inline (unrolled), layers rolled into a loop of as many iterations (``nn.scan``,
   ``jax.lax.scan``); a paired loop's trip count changed.
@@ -26,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.change_places import Sides
-from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, TRIP_COUNT,
-                                   UNROLLED, Action, Change, ChangeKind, Place)
+from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING,
+                                   TRIP_COUNT, UNROLLED, Action, Change, ChangeKind, Place)
 from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
@@ -220,7 +221,48 @@ def transforms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chan
             changes.append(Change(ChangeKind.TRANSFORM, action, CLIPPING, place,
                                   count=1, instructions=_net(mine), groups=_opcodes(mine),
                                   before=f"global norm over {arrays} arrays"))
+        changes += _scaling(match, sides, claimed, edit, action)
     return changes
+
+
+def _scaling(match: ModuleMatch, sides: Sides, claimed: set[int], edit: Edit, action: Action) -> list[Change]:
+    """A multiply by a constant scalar inserted (or deleted) once for every weight: ``optax.scale`` (module doc)."""
+    view = sides.old if edit is Edit.DELETED else sides.new
+    weights = _weights(list(view.params.values()))
+    alone = [e for e in _unclaimed(match, claimed) if e.edit is edit]
+    factors = {id(e): f for e in alone if e.instruction.opcode == "multiply"
+               and (f := _factor(view, e.instruction, e.computation)) is not None}
+    if len(weights) < 2 or len(factors) != len(weights):
+        return []
+    scales = [e for e in alone if id(e) in factors]
+    # With the factor's constant and the broadcasts that carry it, where they came or went with it.
+    feeding = {id(e.instruction): e for e in alone if e.instruction.opcode in ("broadcast", "convert", "constant")}
+    mine, stack = list(scales), list(scales)
+    while stack:
+        e = stack.pop()
+        for operand in view.operands(e.instruction, e.computation):
+            found = feeding.pop(id(operand), None)
+            if found is not None:
+                mine.append(found)
+                stack.append(found)
+    _claim(match, sides, claimed, mine)
+    (factor, _), = Counter(factors.values()).most_common(1)
+    place = replace(sides.place(scales[0]), paths=tuple(sorted({p.folded_path for p in weights})))
+    return [Change(ChangeKind.TRANSFORM, action, SCALING, place, count=len(scales), instructions=_net(mine),
+                   groups=_opcodes(mine), before=f"x{factor} on {len(scales)} arrays")]
+
+
+def _factor(view, instr: Instruction, computation: str) -> str | None:
+    """The constant scalar one operand of a multiply is (through broadcasts and converts), as its literal."""
+    for operand in view.operands(instr, computation):
+        while operand.opcode in ("broadcast", "convert", "reshape") and operand.operands:
+            inner = view.operands(operand, computation)
+            if not inner:
+                break
+            operand = inner[0]
+        if operand.opcode == "constant" and not operand.shape.dims:
+            return operand.literal
+    return None
 
 
 def _global_norm(comp: Computation, sqrt: Instruction) -> int:

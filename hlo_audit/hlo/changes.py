@@ -150,6 +150,6 @@ def summary(match: ModuleMatch) -> MatchSummary:
 # A paired instruction that only reads other values now (rewired to inserted or deleted code).
 REWIRED = "rewired"
 # Subjects of the dataflow kinds' changes (change_flow.py writes them; the gate's rules and the words read them).
-GRADIENT_REACH, CLIPPING = "gradient reach", "gradient clipping"
+GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "update scaling"
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
