@@ -230,9 +230,12 @@ def _scaling(match: ModuleMatch, sides: Sides, claimed: set[int], edit: Edit, ac
     view = sides.old if edit is Edit.DELETED else sides.new
     weights = _weights(list(view.params.values()))
     alone = [e for e in _unclaimed(match, claimed) if e.edit is edit]
-    factors = {id(e): f for e in alone if e.instruction.opcode == "multiply"
+    # In the step itself (not a loop's body), and one of each weight's shape: the updates, not a model's own op.
+    entry = view.module.entry.name
+    factors = {id(e): f for e in alone if e.instruction.opcode == "multiply" and e.computation == entry
                and (f := _factor(view, e.instruction, e.computation)) is not None}
-    if len(weights) < 2 or len(factors) != len(weights):
+    shapes = Counter(e.instruction.shape.dims for e in alone if id(e) in factors)
+    if len(weights) < 2 or shapes != Counter(p.shape.dims for p in weights):
         return []
     scales = [e for e in alone if id(e) in factors]
     # With the factor's constant and the broadcasts that carry it, where they came or went with it.
