@@ -344,6 +344,7 @@ def loops(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
 def _trip_counts(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     """Paired loops of another trip count, with the edits of their conditions (the bound's constant)."""
     changes = []
+    loops_of = {id(i): c for c in match.new.computations.values() for i in c.instructions if i.opcode == "while"}
     for comp in match.old.computations.values():
         for instr in comp.instructions:
             if instr.opcode != "while":
@@ -351,8 +352,7 @@ def _trip_counts(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Ch
             partner = match.partner(instr)
             if partner is None:
                 continue
-            new_comp = next((c for c in match.new.computations.values() if c.by_name.get(partner.name) is partner),
-                            None)
+            new_comp = loops_of.get(id(partner))
             if new_comp is None:
                 continue
             before = _trip(match.old, comp, instr)
