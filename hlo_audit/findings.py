@@ -229,9 +229,9 @@ class KernelBody:
 
 @dataclass(frozen=True)
 class NamedChange:
-    """What a named rule (donation, host_transfer, precision, program_size, kernels: ``named_rules``) found against
-    the golden: the structural diff's records of its kind (``hlo.changes.Change``: kind, place, counts, bytes) and
-    the numbers it judged by.
+    """What a named rule (donation, host_transfer, precision, program_size, kernels, loops, remat, gradient:
+    ``named_rules``) found against the golden: the structural diff's records of its kind (``hlo.changes.Change``:
+    kind, place, counts, bytes) and the numbers it judged by.
 
     ``worse``: a regression (else an improvement to accept). ``sizes``: name -> (golden, now): program_size's
     ``instructions`` (in the text) and ``instructions_per_step``; donation's compiled ``alias_bytes`` and the memory

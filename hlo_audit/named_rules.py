@@ -2,7 +2,8 @@
 what changed and where (``findings.NamedChange``, worded by ``report.words``).
 
 They gate whether or not the text rule is advisory: under another environment than the golden's, a jax release
-moves the text, but it does not drop a donation, add a host callback, upcast a dot, remove remat or unroll a loop.
+moves the text, but it does not drop a donation, add a host callback, upcast a dot, remove remat, unroll a loop or
+cut a weight off the loss.
 The structural diff of the golden's canonical text and the cell's (``hlo.diff.diff_modules``) runs once per cell,
 only where the texts differ (``Structural.of``); the text rule reads its verdict and every rule here its named
 changes (``ModuleDiff.named``):
@@ -15,11 +16,15 @@ changes (``ModuleDiff.named``):
 * ``precision``: dots and convolutions whose operand or result types or precision config changed, with the converts
   around them and the FLOPs that moved: a regression either way (an upcast costs time, a downcast numerics).
 * ``program_size``: instructions in the text and executed per step, against the golden's, beyond
-  ``program_size_tolerance``; rematerialization removed (memory) and a loop unrolled (program and compile size) are
-  regressions whatever the count. Fewer instructions beyond the tolerance: a change to judge, never an improvement
-  by itself.
+  ``program_size_tolerance``, either way: a program that shrinks is no improvement by itself (lost gradient work, a
+  removed transform or collective shrink it too), a change to judge as growth is, unless the loops, remat or
+  gradient rules name what went (they judge it).
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
+* ``loops``: loops unrolled, layers rolled into a loop (``nn.scan``), loops added or removed, trip counts changed
+  (``hlo.change_flow``); ``remat``: rematerialization removed or added, or its policy changed; ``gradient``: weights
+  the loss no longer reaches (or newly does), optimizer transforms (clipping) added or removed. Each is a change to
+  judge, a regression until accepted, whatever it does to the program's size.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from collections.abc import Mapping
 
 from hlo_audit.compare import Structural
 from hlo_audit.findings import KernelBody, NamedChange
-from hlo_audit.hlo.changes import REMAT_REMOVED, Action, Change, ChangeKind
+from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.policy import Rule
 
 # The memory kinds a lost donation moves (reported with it, not as a memory finding of their own).
@@ -70,26 +75,26 @@ def precision(structural: Structural | None, command: str) -> NamedChange | None
 
 
 def program_size(structural: Structural | None, tolerance: float, command: str) -> NamedChange | None:
-    """The ratchet on instructions (in the text and per step) beyond ``tolerance``; remat removed and loops unrolled
-    whatever the counts. Only a changed program: RNG state alone is the count rule's, renames are no change."""
+    """The ratchet on instructions (in the text and per step) beyond ``tolerance``. Only a changed program: RNG
+    state alone is the count rule's, renames are no change. A program that shrinks because it lost work the loops,
+    remat, gradient or transform rules name (a loop rolled, remat removed, gradient reach lost, clipping removed) is
+    no improvement: those rules judge it."""
     if structural is None or structural.diff.verdict != "changed":
         return None
     changes = structural.named(ChangeKind.PROGRAM_SIZE)
     sizes = structural.sizes
     grew = any(b > a * (1 + tolerance) for a, b in sizes.values())
     shrank = not grew and any(b < a * (1 - tolerance) for a, b in sizes.values())
-    story = any(c.subject == REMAT_REMOVED or _unrolled(c) for c in changes)
-    if not (grew or shrank or story):
+    if not (grew or shrank) or shrank and any(structural.named(kind) for kind in _JUDGED_ELSEWHERE):
         return None
     # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
     # shrink it too): a change to judge, as growth is.
-    return NamedChange(Rule.PROGRAM_SIZE, grew or shrank or story, changes, sizes=sizes,
+    return NamedChange(Rule.PROGRAM_SIZE, grew or shrank, changes, sizes=sizes,
                        by_opcode=structural.per_step_by_opcode, tolerance=tolerance, command=command)
 
 
-def _unrolled(change: Change) -> bool:
-    """A program-size change whose story is loops unrolled (``hlo.changes._size_story``)."""
-    return change.action is Action.ADDED and " unrolled (" in change.subject
+# The kinds whose rules judge a program that shrank with them (program_size).
+_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM)
 
 
 def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]] | None,
@@ -105,3 +110,27 @@ def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]]
     if not bodies and not changes:
         return None
     return NamedChange(Rule.KERNELS, True, changes, kernels=tuple(bodies), command=command)
+
+
+def loops(structural: Structural | None, command: str) -> NamedChange | None:
+    """Loops added, removed, unrolled or rolled, or of another trip count: a change to judge, either way."""
+    changes = structural.named(ChangeKind.LOOPS) if _changed(structural) else ()
+    return NamedChange(Rule.LOOPS, True, changes, command=command) if changes else None
+
+
+def remat(structural: Structural | None, command: str) -> NamedChange | None:
+    """Rematerialization removed or added, or its policy changed: memory against recomputation, either way."""
+    changes = structural.named(ChangeKind.REMAT) if _changed(structural) else ()
+    return NamedChange(Rule.REMAT, True, changes, command=command) if changes else None
+
+
+def gradient(structural: Structural | None, command: str) -> NamedChange | None:
+    """Weights the loss no longer reaches (or newly does) and optimizer transforms added or removed (clipping): a
+    regression, never an improvement, whatever it does to the program's size."""
+    changes = (*structural.named(ChangeKind.GRADIENT), *structural.named(ChangeKind.TRANSFORM)) \
+        if _changed(structural) else ()
+    return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
+
+
+def _changed(structural: Structural | None) -> bool:
+    return structural is not None and structural.diff.verdict == "changed"

@@ -136,6 +136,18 @@ def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
     return named_rules.program_size(d.structural, ctx.policy.program_size_tolerance, ctx.command(d.cell))
 
 
+def loops(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.loops(d.structural, ctx.command(d.cell))
+
+
+def remat(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.remat(d.structural, ctx.command(d.cell))
+
+
+def gradient(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.gradient(d.structural, ctx.command(d.cell))
+
+
 def kernels(d: CellDelta, ctx: Context) -> NamedChange | None:
     golden, now = d.kernels
     return named_rules.kernels(d.structural, golden, now, ctx.command(d.cell))
@@ -263,6 +275,9 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(Rule.PRECISION, _named(precision)),
     RuleEntry(Rule.PROGRAM_SIZE, _named(program_size)),
     RuleEntry(Rule.KERNELS, _named(kernels)),
+    RuleEntry(Rule.LOOPS, _named(loops)),
+    RuleEntry(Rule.REMAT, _named(remat)),
+    RuleEntry(Rule.GRADIENT, _named(gradient)),
     RuleEntry(Rule.HLO_TEXT, hlo_text),
     RuleEntry(Rule.MISSING_GOLDEN, golden_parts),
     RuleEntry(Rule.MEMORY, memory),

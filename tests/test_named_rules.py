@@ -39,8 +39,8 @@ CAUGHT = {
     "donation_removed": ("donation", "donation"),
     "debug_print": ("host_transfer", "host_transfer"),
     "f32_up": ("precision", "precision"),
-    "remat_removed": ("program_size", "program_size"),
-    "unrolled_8x": ("program_size", "program_size"),
+    "remat_removed": ("remat", "remat"),
+    "unrolled_8x": ("loops", "loops"),
 }
 VARIANTS = [*CAUGHT, "up_renamed"]
 # The changes whose place names the state they read (the callback reads the loss; a loop its activations).
@@ -181,23 +181,27 @@ def test_what_each_finding_says(reports):
     assert dots["place"]["source"] == model_line("h = getattr(self, self.variant.up_name)"), dots["place"]
     assert dots["place"]["op_name"].endswith("dot_general"), dots["place"]
     (remat,) = details["remat_removed"]["details"]["changes"]
-    assert (remat["subject"], remat["count"]) == ("rematerialization removed", 2)
-    sizes = details["remat_removed"]["details"]["sizes"]
-    assert sizes["instructions"]["now"] < sizes["instructions"]["golden"]  # fewer, and still a regression
+    assert (remat["subject"], remat["action"], remat["count"]) == ("rematerialization", "removed", 2)
+    assert remat["instructions"] < 0  # fewer, and still a regression
+    # Fewer instructions with remat gone: no program-size "improvement" beside it.
+    assert not findings(report, "remat_removed", "program_size")
     (loops,) = details["unrolled_8x"]["details"]["changes"]
-    assert loops["subject"] == "6 loops of 8 iterations unrolled (8 copies of the body inline)"
+    assert (loops["subject"], loops["count"], loops["per_step"]) == ("unrolled", 6, 8)
+    assert "loops: 6 loops of 8 iterations, body " in details["unrolled_8x"]["message"]
+    assert "unrolled (8 copies of the body inline)" in details["unrolled_8x"]["message"]
     assert loops["place"]["source"] == model_line("jax.lax.fori_loop("), loops["place"]
-    sizes = details["unrolled_8x"]["details"]["sizes"]["instructions"]
-    assert sizes["now"] > sizes["golden"] * 1.05
+    (size,) = findings(report, "unrolled_8x", "program_size")  # the size ratchet still holds the growth
+    assert size["details"]["sizes"]["instructions"]["now"] > size["details"]["sizes"]["instructions"]["golden"] * 1.05
 
 
 @pytest.mark.parametrize("variant", list(CAUGHT))
 def test_the_rule_is_what_catches_the_change(project, reports, variant):
     """With the text rule at warn, the variant fails; with its named rule off too, it passes: remove the rule and
-    the change goes through."""
+    the change goes through. (A loop unrolled 8x also grows the program beyond the size ratchet: both rules off.)"""
     rule, _ = CAUGHT[variant]
     assert reports["warn"][1]["verdicts"][cell(variant)] == "regression"
-    write_config(project, ["base", *VARIANTS], f'[policy]\nhlo_text = "warn"\n{rule} = "off"\n')
+    also = 'program_size = "off"\n' if variant == "unrolled_8x" else ""
+    write_config(project, ["base", *VARIANTS], f'[policy]\nhlo_text = "warn"\n{rule} = "off"\n{also}')
     try:
         code, report = check(project, "--only", f"quant={variant}")
     finally:
@@ -429,6 +433,9 @@ def test_named_rule_settings_reach_the_policy(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text('program_size_tolerance = 0.2\n[policy]\nkernels = "warn"\n')
     rules = load_config(cwd=tmp_path).rules
     assert (rules.program_size_tolerance, rules.action("kernels"), rules.action("donation")) == (0.2, "warn", "fail")
+    (tmp_path / "hlo-audit.toml").write_text('[policy]\nloops = "warn"\nremat = "off"\ngradient = "fail"\n')
+    rules = load_config(cwd=tmp_path).rules
+    assert (rules.action("loops"), rules.action("remat"), rules.action("gradient")) == ("warn", "off", "fail")
 
 
 def test_the_golden_record_keeps_kernel_digests_and_reads_old_ones():

@@ -22,11 +22,12 @@ import team_model as tm
 from cuda_probe import needs_cuda
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.changes import Action, ChangeKind
+from hlo_audit.hlo.changes import REMAT, UNROLLED, Action, ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.effects import has_side_effect
 from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.rng import strip_rng_state
+from hlo_audit.report.change_words import change_line
 from xla_oracle import our_counts, xla_counts
 
 BASE = tm.Variant()
@@ -146,24 +147,27 @@ def test_one_projection_in_f32_is_a_precision_change_with_its_flops():
     assert {c.kind for c in d.named} == {ChangeKind.PRECISION}
 
 
-def test_remat_removed_is_a_program_size_change():
+def test_remat_removed_is_a_remat_change():
     d = diff(BASE, tm.VARIANTS["remat_removed"])
-    (size,) = kinds(d, ChangeKind.PROGRAM_SIZE)
-    assert size.subject == "rematerialization removed" and size.action is Action.REMOVED
-    assert size.count == BASE.layers and size.layers == BASE.layers  # one opt-barrier per rematerialized block
-    assert size.instructions == d.match.instructions[1] - d.match.instructions[0] < 0
-    assert size.place.source == line_of("nnx.remat(")
-    assert len(d.named) <= 4
+    (remat,) = kinds(d, ChangeKind.REMAT)
+    assert remat.subject == REMAT and remat.action is Action.REMOVED
+    assert remat.count == BASE.layers and remat.layers == BASE.layers  # one opt-barrier per rematerialized block
+    assert remat.instructions == d.match.instructions[1] - d.match.instructions[0] < 0
+    assert remat.place.source == line_of("nnx.remat(")
+    assert not kinds(d, ChangeKind.PROGRAM_SIZE) and len(d.named) <= 4
+    assert "remat: rematerialization removed at 2 checkpoints (1 per layer, 2 layers)" in change_line(remat)
 
 
-def test_a_loop_unrolled_8x_is_a_program_size_change():
+def test_a_loop_unrolled_8x_is_a_loops_change():
     d = diff(BASE, tm.VARIANTS["unrolled_8x"])
-    (size,) = kinds(d, ChangeKind.PROGRAM_SIZE)
+    (loop,) = kinds(d, ChangeKind.LOOPS)
     loops = 3 * BASE.layers  # the forward loop, its recomputation under remat, and the backward one, per layer
-    assert size.subject == f"{loops} loops of 8 iterations unrolled (8 copies of the body inline)"
-    assert size.count == loops and size.action is Action.ADDED and size.instructions > 0
-    assert size.place.source == line_of("jax.lax.fori_loop(")
-    assert d.named == [size]
+    assert (loop.subject, loop.count, loop.per_step, loop.action) == (UNROLLED, loops, 8, Action.REMOVED)
+    assert loop.instructions == d.match.instructions[1] - d.match.instructions[0] > 0
+    assert loop.place.source == line_of("jax.lax.fori_loop(")
+    assert d.named == [loop]
+    assert change_line(loop).startswith(f"loops: {loops} loops of 8 iterations, body ")
+    assert "unrolled (8 copies of the body inline)" in change_line(loop)
 
 
 def test_a_weight_attribute_renamed_is_renamed_only(tmp_path):

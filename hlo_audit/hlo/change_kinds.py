@@ -8,12 +8,12 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_of
-from hlo_audit.hlo.changes import REMAT_ADDED, REMAT_REMOVED, REWIRED, Action, Change, ChangeKind, Place
+from hlo_audit.hlo import change_flow
+from hlo_audit.hlo.changes import REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
 from hlo_audit.hlo.locations import Places
-from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
@@ -34,6 +34,10 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += _host_transfers(match.edits, sides, claimed)
     changes += _precision(match.edits, sides, claimed)
     changes += _kernels(match.edits, sides, claimed)
+    changes += change_flow.transforms(match, sides, claimed)
+    changes += change_flow.gradient(match, sides, claimed)
+    changes += change_flow.loops(match, sides, claimed)
+    changes += change_flow.remat(match, sides, claimed)
     changes += _renames(match.params)
     changes += _parameters(match.params)
     changes += _program_size(match, sides, claimed)
@@ -314,7 +318,7 @@ def _program_size(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[C
     instructions whose only change is to read from them (rewired)."""
     rest = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
     computations = (len(match.computations_inserted), len(match.computations_deleted))
-    if not rest and not any(computations):
+    if not rest:  # a computation added or removed has its instructions among the edits: a kind claimed them
         return []
     alone = {id(e.instruction) for e in rest}
     rewired = [e for e in match.edits if e.edit is Edit.CHANGED and id(e) not in claimed and
@@ -345,29 +349,12 @@ def _reads_any(e: InstructionEdit, sides: Sides, instructions: set[int]) -> bool
         any(id(o) in instructions for o in sides.old.operands(e.old, e.old_computation))
 
 
-# The stories of rematerialization removed or added (a program-size change's subject; the gate's rule reads it).
-
-
 def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counter) -> tuple[str, Place, int, int]:
     """What the inserted and deleted instructions are, in a few words, with the place most of them share, how many
-    times the story repeats and the layers it spans: rematerialization removed or added (its ``opt-barrier``s), a
-    loop unrolled (its ``while`` gone, its body's copies inlined), copies of one subgraph; else instructions."""
-    barriers = [e for e in rest if e.instruction.opcode == "opt-barrier"]
-    if barriers and by_opcode.get("opt-barrier", 0):
-        added = by_opcode["opt-barrier"] > 0
-        sample = [e for e in barriers if (e.edit is Edit.INSERTED) == added]
-        layers = set().union(*(sides.layers(e) for e in sample))
-        return REMAT_ADDED if added else REMAT_REMOVED, sides.place(sample[0]), len(sample), len(layers)
+    times the story repeats and the layers it spans: copies of one subgraph; else instructions (loops and
+    rematerialization are their own kinds: change_flow.py)."""
     inserted = [e for e in rest if e.edit is Edit.INSERTED]
     deleted = [e for e in rest if e.edit is Edit.DELETED]
-    loops = [e for e in deleted if e.old.opcode == "while"]
-    if loops and len(inserted) > len([e for e in inserted if e.new.opcode == "while"]):
-        trips = Counter(_trips(e, sides) for e in loops)
-        (times, _), = trips.most_common(1)
-        if times and times > 1 and all(t == times for t in trips):
-            layers = set().union(*(sides.layers(e) for e in inserted))
-            return (f"{len(loops)} loop{'s' * (len(loops) != 1)} of {times} iterations unrolled ({times} copies of "
-                    "the body inline)", _placed_by(sides.place(loops[0]), inserted, sides), len(loops), len(layers))
     side = inserted if len(inserted) >= len(deleted) else deleted
     if not side:
         return "instructions", Place(), 0, 0
@@ -383,24 +370,6 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
     source = sources.most_common(1)[0][0]
     sample = next(e for e, key in keyed if key[2] == source)
     return "instructions", sides.place(sample), len(side), len(set().union(*(sides.layers(e) for e in side)))
-
-
-def _placed_by(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> Place:
-    """``place`` (a removed instruction's, which a golden's text does not locate), with the op_name and source most
-    of ``edits`` share where it has none: a loop unrolled is where its body's copies come from."""
-    if place.op_name or place.source:
-        return place
-    origins = Counter(o for o in map(sides.origin, edits) if o[1])
-    if not origins:
-        return place
-    (op_name, source), _ = origins.most_common(1)[0]
-    return Place(place.computation, op_name, source, place.paths)
-
-
-def _trips(e: InstructionEdit, sides: Sides) -> int | None:
-    module = sides.old.module
-    comp = module.computations[e.old_computation]
-    return trip_count(module, comp, e.old)
 
 
 def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: HloModule,

@@ -11,10 +11,17 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   converts added or removed beside them and the FLOPs that moved (from the module's own shapes);
 * ``kernel``: Pallas / Mosaic / Triton kernels whose content changed (kernels.py: locations and install paths do
   not count), added or removed;
+* ``gradient``: trainable parameters whose update no longer depends on the batch (gradient reach lost), or newly
+  does (change_flow.py says how it is read);
+* ``transform``: an optimizer transform added or removed: gradient clipping (a global norm over the gradients);
+* ``loops``: ``while`` loops added or removed with their trip counts and bodies' size, unrolled (a loop's body
+  inline), rolled (layers into a loop of as many iterations: ``nn.scan``), a trip count changed;
+* ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
+  (the barriers stay, what they keep and what the backward pass recomputes changes);
 * ``rename``: entry parameters that are the same but for their state path;
 * ``parameters``: entry parameters (RNG state aside) added, removed, or of another dtype or shape;
 * ``program_size``: what is left, in instructions: inserted and deleted by opcode, computations added or removed,
-  rematerialization removed (``opt-barrier`` and its recomputation gone), a subgraph repeated (a loop unrolled);
+  a subgraph repeated;
 * ``header``: other module attributes, summarized (which attribute, how many entries), never printed whole;
 * ``instructions``: the remaining edits, grouped (an opcode changed, a layout, a sharding, an attribute).
 
@@ -40,6 +47,10 @@ class ChangeKind(StrEnum):
     HOST_TRANSFER = "host_transfer"
     PRECISION = "precision"
     KERNEL = "kernel"
+    GRADIENT = "gradient"
+    TRANSFORM = "transform"
+    LOOPS = "loops"
+    REMAT = "remat"
     RENAME = "rename"
     PARAMETERS = "parameters"
     PROGRAM_SIZE = "program_size"
@@ -138,5 +149,7 @@ def summary(match: ModuleMatch) -> MatchSummary:
 # Words the report reads off a change's subject (change_kinds.py writes them).
 # A paired instruction that only reads other values now (rewired to inserted or deleted code).
 REWIRED = "rewired"
-# The stories of rematerialization removed or added (a program-size change's subject; the gate's rule reads it).
-REMAT_REMOVED, REMAT_ADDED = "rematerialization removed", "rematerialization added"
+# Subjects of the dataflow kinds' changes (change_flow.py writes them; the gate's rules and the words read them).
+GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "update scaling"
+UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
+REMAT, REMAT_POLICY = "rematerialization", "remat policy"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.change_kinds import explain
-from hlo_audit.hlo.changes import Change, MatchSummary, summary
+from hlo_audit.hlo.changes import Change, ChangeKind, MatchSummary, summary
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
@@ -34,6 +34,7 @@ from hlo_audit.hlo.locations import Places
 from hlo_audit.hlo.match import ModuleMatch, match_modules
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.reorder import same_but_for_order
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Computation, HloModule
@@ -330,7 +331,11 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     added, removed = _without_renames(added, removed, match, old, new)
     computations = (match.computations_inserted, match.computations_deleted)
     if not kernels_differ and _renamed_only(match, a.canonical, b.module, b.kept):
-        return _Verdict("renamed-only", [], added, removed, named, summary(match), computations)
+        # The same program: its renames (the module's name among them) are all there is to name; what a reordering
+        # of the state's leaves moved is no change.
+        renames = [c for c in named
+                   if c.kind is ChangeKind.RENAME or c.kind is ChangeKind.HEADER and c.subject == "name"]
+        return _Verdict("renamed-only", [], added, removed, renames, summary(match), computations)
     if kernels_differ and a.canonical == b.canonical:
         changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
     else:
@@ -387,8 +392,10 @@ def _renamed_only(match: ModuleMatch, old_canonical: str, new_stripped: HloModul
         return False
     old_path = {p.new.index: p.old.path for p in match.params}
     relabeled = [replace(p, path=old_path.get(p.index, p.path)) for p in new_kept]
-    # The module's name is the jitted function's: renamed with the parameters, it is a rename too.
-    return normalize(replace(new_stripped, name=match.old.name), relabeled) == old_canonical
+    # The module's name is the jitted function's: renamed with the parameters, it is a rename too. A rename that
+    # moves leaves in the state's order moves the parameters, outputs and sums over all leaves with them (reorder.py).
+    return normalize(replace(new_stripped, name=match.old.name), relabeled) == old_canonical or \
+        same_but_for_order(match)
 
 
 def _header_summarized(text: str) -> str:

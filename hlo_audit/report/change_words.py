@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlo_audit.hlo.changes import REWIRED, Action, Change, ChangeKind, MatchSummary, Place
+from hlo_audit.hlo.changes import (REMAT_POLICY, REWIRED, ROLLED, TRIP_COUNT, UNROLLED, Action, Change, ChangeKind,
+                                   MatchSummary, Place)
 
 SHOWN = 12  # named changes a diff prints before "... N more"
 _PATHS_SHOWN = 2
@@ -18,7 +19,9 @@ _OP_NAME_SHOWN = 60
 
 _KIND_WORDS = {
     ChangeKind.DONATION: "donation", ChangeKind.HOST_TRANSFER: "host transfer", ChangeKind.PRECISION: "precision",
-    ChangeKind.KERNEL: "kernel", ChangeKind.RENAME: "rename", ChangeKind.PARAMETERS: "parameters",
+    ChangeKind.KERNEL: "kernel", ChangeKind.GRADIENT: "gradient", ChangeKind.TRANSFORM: "optimizer",
+    ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.RENAME: "rename",
+    ChangeKind.PARAMETERS: "parameters",
     ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
 }
 
@@ -150,9 +153,72 @@ def _leading_int(text: str) -> int | None:
     return int(first) if first.isdigit() else None
 
 
+def _ops(c: Change) -> str:
+    return ", ".join(f"{op} {n:+d}" for op, n in c.groups[:5])
+
+
+def _gradient(c: Change, kind: str, where: str) -> str:
+    lost = c.action is Action.REMOVED
+    text = (f"{kind}: reach {'lost' if lost else 'gained'}: {_plural(c.count, 'weight')} "
+            f"{'no longer' if lost else 'now'} updated from the loss (their updates "
+            f"{'no longer depend' if lost else 'depend'} on the batch; {c.after} of {c.before} now): "
+            f"{_common(c.place.paths)}")
+    if c.instructions or c.groups:
+        text += f"; {c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+    return text
+
+
+def _common(paths: Sequence[str]) -> str:
+    """``state.params.block_0.* (16)``: the paths' common prefix, or the first of them."""
+    parts = [p.split(".") for p in paths]
+    head = 0
+    while parts and all(len(p) > head + 1 and p[head] == parts[0][head] for p in parts):
+        head += 1
+    if len(paths) > 1 and head:
+        return f"{'.'.join(parts[0][:head])}.* ({len(paths)})"
+    return _paths(list(paths))
+
+
+def _transform(c: Change, kind: str, where: str) -> str:
+    verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
+    text = f"{kind}: {c.subject} {verb} ({c.before}): {c.instructions:+,} instructions"
+    return f"{text}; {_ops(c)}" if c.groups else text
+
+
+def _loops(c: Change, kind: str, where: str) -> str:
+    if c.subject == TRIP_COUNT:
+        text = f"{kind}: trip count {c.before} -> {c.after}"
+    elif c.subject == UNROLLED:
+        loops = "a loop" if c.count == 1 else f"{c.count} loops"
+        text = f"{kind}: {loops} of {c.before} unrolled ({c.per_step} copies of the body inline)"
+    elif c.subject == ROLLED:
+        layers = f"{c.layers} layers" if c.layers else "inline code"
+        loops = "a loop" if c.count == 1 else f"{c.count} loops"
+        text = f"{kind}: {layers} rolled into {loops} of {c.before}"
+    else:
+        verb = "added" if c.action is Action.ADDED else "removed"
+        text = f"{kind}: a loop {verb}: {c.before}"
+    if c.subject != TRIP_COUNT and c.instructions:
+        text += f"; {c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _remat(c: Change, kind: str, where: str) -> str:
+    if c.subject == REMAT_POLICY:
+        text = (f"{kind}: policy changed at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: {c.before} -> "
+                f"{c.after}; the backward pass recomputes {_ops(c)}")
+    else:
+        verb = "added" if c.action is Action.ADDED else "removed"
+        text = f"{kind}: rematerialization {verb} at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: " \
+               f"{c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+        text += f"; {c.after}" if c.after else ""
+    return f"{text}; {where}".rstrip("; ")
+
+
 # The kinds whose sentence is longest, each its own function (the rest are a line or two in change_line).
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
-           ChangeKind.PROGRAM_SIZE: _program_size}
+           ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
+           ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat}
 
 
 def named_lines(changes: Sequence[Change], shown: int = SHOWN) -> list[str]:
