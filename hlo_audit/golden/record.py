@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
+from hlo_audit.host_cost import HostFigure, figure_problem
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult, Status
@@ -97,6 +98,11 @@ class GoldenRecord:
     # Kernel name -> content digests (hlo.kernels); None: the cell runs no kernel, or a golden written before they
     # were kept (not compared: no finding).
     kernels: Mapping[str, tuple[str, ...]] | None = None
+    # The step's host work per call (``host_cost.HostFigure``, written by ``measure --record``); None: never recorded,
+    # and the host_cost rule compares nothing.
+    host: HostFigure | None = None
+    # The step's timings when it was recorded (``measure.StepTiming``'s record, as written; read by ``measure``).
+    measured: Mapping[str, Any] | None = None
 
     @property
     def joint_counts(self) -> dict[tuple[str, str], int] | None:
@@ -133,7 +139,7 @@ class GoldenRecord:
                 by_dtype={k: v.slope for k, v in series.by_dtype.items()},
                 by_role={k: v.slope for k, v in series.by_role.items()},
                 launches={k: v.slope for k, v in series.launches.items()} if series.launches else None),
-            kernels=result.kernels_by_name)
+            kernels=result.kernels_by_name, host=result.host)
 
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
@@ -154,6 +160,10 @@ class GoldenRecord:
                 record["slopes"]["launches"] = self.slopes.launches
         if self.kernels is not None:
             record["kernels"] = {name: list(digests) for name, digests in self.kernels.items()}
+        if self.host is not None:
+            record["host"] = self.host.to_record()
+        if self.measured is not None:
+            record["measured"] = dict(self.measured)
         if self.opcodes is None:
             del record["opcodes"]
         return record
@@ -177,7 +187,9 @@ class GoldenRecord:
                 by_dtype=slopes.get("by_dtype", {}), by_role=slopes.get("by_role", {}),
                 launches=slopes.get("launches")),
             kernels=None if record.get("kernels") is None else {
-                name: tuple(digests) for name, digests in record["kernels"].items()})
+                name: tuple(digests) for name, digests in record["kernels"].items()},
+            host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
+            measured=record.get("measured"))
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -219,6 +231,7 @@ _OPTIONAL_KEYS = {
     "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
     "kernels": lambda v: isinstance(v, dict) and all(
         isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
+    "host": lambda v: figure_problem(v) is None, "measured": lambda v: isinstance(v, dict),
 }
 
 
