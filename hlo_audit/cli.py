@@ -403,7 +403,7 @@ def measure_cmd(
     calls: Annotated[int, typer.Option(min=1, help="Timed calls per loop (blocked, then queued) per round.")] = 20,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed calls before each round.")] = 3,
     host_calls: Annotated[int, typer.Option(min=1, help="Calls per round of the trivial-body twin that times the "
-                                            "host's work per call.")] = 200,
+                                            "host's work per call.")] = 50,
     across: Annotated[str, typer.Option(help="The axis A/B compares across: cells equal but in it are measured "
                                         "together, each against the group's baseline.")] = "quant",
     baseline: Annotated[str, typer.Option(help="The value of --across each group is compared with.")] = "none",

@@ -51,7 +51,11 @@ class Rounds:
     rounds: int = 3
     warmup: int = 3
     calls: int = 20
-    host_calls: int = 200  # calls per round of the trivial-body twin (the host figure)
+    host_calls: int = 50  # calls per round of the trivial-body twin (the host figure)
+
+
+# What `check` and `golden update` spend on a host figure (the rule reads its leaves; its time is the words).
+CHECK_ROUNDS = Rounds(rounds=3, warmup=1, calls=1, host_calls=20)
 
 
 @dataclass(frozen=True)
@@ -550,7 +554,7 @@ def with_host_figures(results: Sequence, golden_dir, rounds: Rounds | None = Non
     rule compares; every other cell as it is, measured nothing)."""
     from dataclasses import replace  # noqa: PLC0415
 
-    rounds = rounds or Rounds()
+    rounds = rounds or CHECK_ROUNDS
     out = []
     for result in results:
         golden = _golden(golden_dir, result.cell.id) if result.ok else None
