@@ -48,8 +48,8 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
 
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix. A
-    golden that records a host figure keeps one, measured again now."""
-    return update(p, measuring.with_host_figures(results, p.config.golden_dir), prune)
+    golden that records a host figure keeps one: measured again now, and rewritten where its leaves moved."""
+    return update(p, measuring.with_host_figures(results, p.config.golden_dir, keep_held=True), prune)
 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:

@@ -549,9 +549,10 @@ def record(report: MeasureReport, golden_dir) -> tuple[str, ...]:
     return tuple(written)
 
 
-def with_host_figures(results: Sequence, golden_dir, rounds: Rounds | None = None) -> list:
+def with_host_figures(results: Sequence, golden_dir, rounds: Rounds | None = None, keep_held: bool = False) -> list:
     """``results`` with the host figure measured now for each ok cell whose golden records one (what the host_cost
-    rule compares; every other cell as it is, measured nothing)."""
+    rule compares; every other cell as it is, measured nothing). ``keep_held`` (`golden update`): where the leaves
+    held, the golden's own figure, so a golden is not rewritten for a time that moved within its noise."""
     from dataclasses import replace  # noqa: PLC0415
 
     rounds = rounds or CHECK_ROUNDS
@@ -565,5 +566,6 @@ def with_host_figures(results: Sequence, golden_dir, rounds: Rounds | None = Non
             figure = host_figure(_step(result.cell), rounds)
         except Exception:  # noqa: BLE001 (not measurable now: the rule compares nothing, as for no figure)
             figure = None
-        out.append(replace(result, host=figure))
+        held = keep_held and (figure is None or figure.leaves == golden.host.leaves)
+        out.append(replace(result, host=golden.host if held else figure))
     return out

@@ -181,3 +181,20 @@ def test_measure_refuses_an_unknown_axis(tmp_path):
     folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
     ran = in_project(folder, "measure", "--across", "colour")
     assert ran.exit_code == 2 and "--across colour: expected one of quant" in ran.stderr
+
+
+def test_golden_update_accepts_the_leak_and_its_figure(tmp_path):
+    """Accepting the change (`golden update`, the command the finding prints) re-measures the recorded figure: its
+    leaves follow the step, and the check passes again. Where the leaves held, the golden keeps the figure it had
+    (no rewrite for a time that moved within its noise)."""
+    folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    summary = folder / "golden" / "nnxjit" / "scan-off" / "none" / "L2.json"
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    assert hlo_audit_here(folder, "measure", "--host-only", "--record", "--host-calls", "5").returncode == 0
+    recorded = json.loads(summary.read_text())["host"]
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    assert json.loads(summary.read_text())["host"] == recorded  # leaves held: the figure as recorded
+    assert hlo_audit_here(folder, "golden", "update", env={"STEP_VARIANT": "leak"}).returncode == 0
+    assert json.loads(summary.read_text())["host"]["leaves"] == 102
+    out = _check(folder, "leak")
+    assert out["code"] == 0 and not [f for f in out["findings"] if f["rule"] == "host_cost"]
