@@ -42,14 +42,15 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
     (``measure.with_host_figures``), for the host_cost rule."""
-    results = measuring.with_host_figures(results, p.config.golden_dir)
-    return judged(p, results, regenerate_command(config_path), report_stale)
+    return judged(p, results, regenerate_command(config_path), report_stale,
+                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden))
 
 
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix. A
     golden that records a host figure keeps one: measured again now, and rewritten where its leaves moved."""
-    return update(p, measuring.with_host_figures(results, p.config.golden_dir, keep_held=True), prune)
+    return update(p, results, prune,
+                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden, keep_held=True))
 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:
@@ -80,14 +81,15 @@ def params_frame(config: str | None = None, only: str | None = None, layers: str
 
 
 def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: str = "none", timing: bool = True,
-            record: bool = False, save_text: Callable[[str, str], None] | None = None) -> measuring.MeasureReport:
+            record: bool = False, save_text: Callable[[str, str], None] | None = None,
+            measured: Callable[[measuring.CellMeasurement], None] | None = None) -> measuring.MeasureReport:
     """The plan's cells run here (``measure.measure_cells``), each group's ``baseline`` value of ``across`` first;
     with ``record``, their figures written beside their goldens."""
     if across not in measuring.ACROSS:
         raise InputError(f"--across {across}: expected one of {', '.join(measuring.ACROSS)}")
     cells = sorted(p.cells, key=lambda c: getattr(c, across) != _typed(getattr(p.cells[0], across), baseline))
     report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
-                                     p.config.rules.host_cost_tolerance, "hlo-audit measure --record")
+                                     p.config.rules.host_cost_tolerance, "hlo-audit measure --record", measured)
     if record:
         report = replace(report, recorded=measuring.record(report, p.config.golden_dir))
     return report

@@ -17,7 +17,7 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, write_output
 from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
-                               terminal_tree)
+                               terminal_tree, words)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -424,7 +424,8 @@ def measure_cmd(
     plan = audit.plan(config, _only(selection or None), None, layers)
     report = audit.measure(plan, audit.measuring.Rounds(rounds, warmup, calls, host_calls), across, baseline,
                            timing=not host_only, record=record,
-                           save_text=_compiled_writer(save_compiled) if save_compiled else None)
+                           save_text=_compiled_writer(save_compiled) if save_compiled else None,
+                           measured=lambda row: print(words.measured_line(row), file=sys.stderr, flush=True))
     emit("measure", fmt, report=report)
     failed = any(row.problem for row in report.cells) or any(f.worse for _, f in report.host_findings)
     raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)

@@ -223,29 +223,42 @@ def _donated(step: Step) -> tuple[int, ...]:
     return tuple(i for i, a in enumerate(args) if any(leaf.donated for leaf in jax.tree.leaves(a)))
 
 
-def _chain(step: Step, args: tuple, out) -> tuple:
-    """The next call's arguments: each donated argument replaced by the output of its structure and shapes (a train
-    step returns its new state as it took it). Raises Unavailable when a donated argument has no such output."""
+def _chain_plan(step: Step, args: tuple, out) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Where each donated argument's next value is in the step's output: (argument, index path into the output),
+    found once by structure and shapes (a train step returns its new state as it took it), so each later call only
+    indexes. Raises Unavailable when a donated argument has no such output."""
     import jax  # noqa: PLC0415
 
     def signature(tree):
         leaves, treedef = jax.tree.flatten(tree)
         return treedef, tuple((tuple(x.shape), str(x.dtype)) for x in leaves)
 
-    candidates = [out]
+    candidates = [((), out)]
     if isinstance(out, (tuple, list)):
-        candidates += list(out)
-        candidates += [c for item in out if isinstance(item, (tuple, list)) for c in item]
-    by_signature = {}
-    for c in candidates:
-        by_signature.setdefault(signature(c), c)
-    chained = list(args)
+        candidates += [((k,), item) for k, item in enumerate(out)]
+        candidates += [((k, j), inner) for k, item in enumerate(out) if isinstance(item, (tuple, list))
+                       for j, inner in enumerate(item)]
+    by_signature: dict = {}
+    for path, candidate in candidates:
+        by_signature.setdefault(signature(candidate), path)
+    plan = []
     for i in _donated(step):
-        found = by_signature.get(signature(args[i]))
-        if found is None:
+        path = by_signature.get(signature(args[i]))
+        if path is None:
             raise Unavailable(f"measure: {step.cell.id}: the step donates argument {i} and returns nothing of its "
                               "structure, so steps cannot follow each other")
-        chained[i] = found
+        plan.append((i, path))
+    return tuple(plan)
+
+
+def _chained(args: tuple, out, plan: tuple[tuple[int, tuple[int, ...]], ...]) -> tuple:
+    """The next call's arguments: ``args`` with each donated one taken from ``out`` where ``plan`` says."""
+    chained = list(args)
+    for i, path in plan:
+        value = out
+        for k in path:
+            value = value[k]
+        chained[i] = value
     return tuple(chained)
 
 
@@ -269,16 +282,18 @@ class Runner:
             self.compiled = step.traced.lower().compile()  # jax's cache: the executable the call compiled
         else:
             self.compiled = step.traced.lower().compile()
-            self.args, self.kwargs = pure_args, pure_kwargs
-            self.call()
-            jax.block_until_ready(self.args)
+            self.kwargs = pure_kwargs
+            out = self.compiled(*pure_args, **pure_kwargs)
+            self.plan = _chain_plan(step, pure_args, out)
+            self.args = _chained(pure_args, out, self.plan)
+            jax.block_until_ready(out)
         self.compile_s = time.perf_counter() - started
 
     def call(self):
         if self.step.wrapper is not None:
             return self.step.wrapper(*self.user_args, **self.user_kwargs)
         out = self.compiled(*self.args, **self.kwargs)
-        self.args = _chain(self.step, self.args, out)
+        self.args = _chained(self.args, out, self.plan)
         return out
 
     def memory(self) -> tuple[int | None, int | None]:
@@ -467,13 +482,15 @@ def _step(cell: Cell) -> Step:
 
 def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str = "quant", timing: bool = True,
                   save_text: Callable[[str, str], None] | None = None, tolerance: float = 0.0,
-                  command: str = "hlo-audit measure --record") -> MeasureReport:
+                  command: str = "hlo-audit measure --record",
+                  measured: Callable[[CellMeasurement], None] | None = None) -> MeasureReport:
     """Every cell's host figure, and (``timing``) its step timed here, group by group (cells that differ only in
     ``across``); each compared with its group's first, or with its golden's recorded timing when it is alone. A
-    cell that cannot be built or run here is a row saying why; the others still run."""
+    cell that cannot be built or run here is a row saying why; the others still run. ``measured(row)`` is called as
+    each group's rows are done (a long run on a chip shows what it has so far)."""
     from hlo_audit.host_cost import host_cost  # noqa: PLC0415
 
-    measured, comparisons, findings = [], [], []
+    rows_done, comparisons, findings = [], [], []
     for group in groups(cells, across):
         steps, rows = [], {}
         for cell in group:
@@ -492,11 +509,13 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
         timings = _timed(steps, rounds, save_text, rows) if timing and steps else []
         for t in timings:
             rows[t.cell] = CellMeasurement(t.cell, t, rows[t.cell].host, rows[t.cell].golden_host)
-        measured.extend(rows[c.id] for c in group)
+        rows_done.extend(rows[c.id] for c in group)
+        for c in group:
+            (measured or (lambda row: None))(rows[c.id])
         comparisons.extend(_comparisons(timings, golden_dir))
         del steps
         gc.collect()
-    return MeasureReport(device=device_name(), rounds=rounds, cells=tuple(measured), comparisons=tuple(comparisons),
+    return MeasureReport(device=device_name(), rounds=rounds, cells=tuple(rows_done), comparisons=tuple(comparisons),
                          host_findings=tuple(findings))
 
 
@@ -549,23 +568,26 @@ def record(report: MeasureReport, golden_dir) -> tuple[str, ...]:
     return tuple(written)
 
 
-def with_host_figures(results: Sequence, golden_dir, rounds: Rounds | None = None, keep_held: bool = False) -> list:
-    """``results`` with the host figure measured now for each ok cell whose golden records one (what the host_cost
-    rule compares; every other cell as it is, measured nothing). ``keep_held`` (`golden update`): where the leaves
+def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None = None,
+                      keep_held: bool = False) -> list:
+    """``results`` with the host figure measured now for each ok cell whose golden (``golden(cell_id)``: the
+    command's one snapshot's ``Golden``) records one (what the host_cost rule compares; every other cell as it is,
+    measured nothing). ``keep_held`` (`golden update`): where the leaves
     held, the golden's own figure, so a golden is not rewritten for a time that moved within its noise."""
     from dataclasses import replace  # noqa: PLC0415
 
     rounds = rounds or CHECK_ROUNDS
     out = []
     for result in results:
-        golden = _golden(golden_dir, result.cell.id) if result.ok else None
-        if golden is None or golden.host is None:
+        stored = golden(result.cell.id) if result.ok else None
+        record = stored.record if stored is not None else None
+        if record is None or record.host is None:
             out.append(result)
             continue
         try:
             figure = host_figure(_step(result.cell), rounds)
         except Exception:  # noqa: BLE001 (not measurable now: the rule compares nothing, as for no figure)
             figure = None
-        held = keep_held and (figure is None or figure.leaves == golden.host.leaves)
-        out.append(replace(result, host=golden.host if held else figure))
+        held = keep_held and (figure is None or figure.leaves == record.host.leaves)
+        out.append(replace(result, host=record.host if held else figure))
     return out

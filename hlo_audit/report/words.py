@@ -504,3 +504,15 @@ def measure_notes(report) -> list[str]:
 
 def host_cost_line(cell_id: str, facts: HostCostChange) -> str:
     return f"{cell_id}: {'regression' if facts.worse else 'improvement'}: {_host_cost(facts)}"
+
+
+def measured_line(row) -> str:
+    """A cell as soon as it is measured (stderr, while the run goes on)."""
+    if row.problem:
+        return f"hlo-audit: measured {row.cell}: not measured: {row.problem}"
+    parts = [f"host figure {host_time(row.host.per_call_us.median)} per call ({row.host.leaves} leaves)"]
+    if row.timing is not None:
+        t = row.timing
+        parts.append(f"blocked {t.blocked_ms.median:.1f} ms, queued {t.queued_ms.median:.1f} ms, host "
+                     f"{t.host_ms.median:.1f} ms per call, compile {t.compile_s:.1f} s")
+    return f"hlo-audit: measured {row.cell}: {'; '.join(parts)}"
