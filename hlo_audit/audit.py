@@ -8,13 +8,16 @@ only chains them, so the CLI parses options and formats, and a library user gets
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from hlo_audit.gate import judged, regenerate_command
 from hlo_audit.golden.update import GoldenUpdate, update
+from hlo_audit import measure as measuring
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
                               diff, dump_launches, explain_source, explain_trees, launches_diff, load_program)
 from hlo_audit.outcome import Outcome
+from hlo_audit.usage import InputError
 from hlo_audit.plan import Plan, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
@@ -37,13 +40,17 @@ def normalized_text(result: CellResult) -> str:
 def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None,
           report_stale: bool = True) -> Outcome:
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
-    cell; one shard of a sharded run does)."""
-    return judged(p, results, regenerate_command(config_path), report_stale)
+    cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
+    (``measure.with_host_figures``), for the host_cost rule."""
+    return judged(p, results, regenerate_command(config_path), report_stale,
+                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden))
 
 
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
-    """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix."""
-    return update(p, results, prune)
+    """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix. A
+    golden that records a host figure keeps one: measured again now, and rewritten where its leaves moved."""
+    return update(p, results, prune,
+                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden, keep_held=True))
 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:
@@ -71,3 +78,25 @@ def params_frame(config: str | None = None, only: str | None = None, layers: str
     """
     p = plan(config, only, None, layers)
     return tidy_frame(report(p, list(execute(p, jobs=jobs, use_cache=use_cache, refresh=refresh))))
+
+
+def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: str = "none", timing: bool = True,
+            record: bool = False, save_text: Callable[[str, str], None] | None = None,
+            measured: Callable[[measuring.CellMeasurement], None] | None = None) -> measuring.MeasureReport:
+    """The plan's cells run here (``measure.measure_cells``), each group's ``baseline`` value of ``across`` first;
+    with ``record``, their figures written beside their goldens."""
+    if across not in measuring.ACROSS:
+        raise InputError(f"--across {across}: expected one of {', '.join(measuring.ACROSS)}")
+    cells = sorted(p.cells, key=lambda c: getattr(c, across) != _typed(getattr(p.cells[0], across), baseline))
+    report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
+                                     p.config.rules.host_cost_tolerance, "hlo-audit measure --record", measured)
+    if record:
+        report = replace(report, recorded=measuring.record(report, p.config.golden_dir))
+    return report
+
+
+def _typed(example, value: str):
+    """``value`` as the axis holds it (scan: a bool; layers: an int)."""
+    if isinstance(example, bool):
+        return value in ("on", "true", "1")
+    return type(example)(value)

@@ -16,7 +16,8 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, working_directory, write_output
-from hlo_audit.report import frame, html, jsonfmt, junit, markdown, terminal, terminal_report, terminal_tree
+from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
+                              terminal_tree, words)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -86,6 +87,11 @@ FORMATS = {
         "csv": lambda v: frame.format_tidy_csv(v.view),
         "markdown": lambda v: markdown.format_report(v.view),
         "table": lambda v: terminal.render(terminal_report.print_report, v.view, max_width=REPORT_WIDTH),
+    },
+    "measure": {
+        "json": lambda v: jsonfmt.format_measure(v.report),
+        "markdown": lambda v: measure_view.format_markdown(v.report),
+        "table": lambda v: terminal.render(measure_view.print_measure, v.report, max_width=REPORT_WIDTH),
     },
     "explain": {
         "json": lambda v: jsonfmt.format_explain(v.tree, v.captured, v.launches, v.against),
@@ -385,6 +391,53 @@ def explain(
     loaded = audit.load_program(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     tree, captured = audit.explain_trees(loaded, depth=depth, top=top)
     emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches, against=loaded.against)
+
+
+@app.command("measure")
+@exit_on_input_error
+def measure_cmd(
+    cells: Annotated[list[str] | None, typer.Argument(metavar="[CELL]...", help="Cell ids to measure (default: "
+                                                      "every cell --only selects).")] = None,
+    config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds, interleaved across the cells compared.")] = 3,
+    calls: Annotated[int, typer.Option(min=1, help="Timed calls per loop (blocked, then queued) per round.")] = 20,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed calls before each round.")] = 3,
+    host_calls: Annotated[int, typer.Option(min=1, help="Calls per round of the trivial-body twin that times the "
+                                            "host's work per call.")] = 50,
+    across: Annotated[str, typer.Option(help="The axis A/B compares across: cells equal but in it are measured "
+                                        "together, each against the group's baseline.")] = "quant",
+    baseline: Annotated[str, typer.Option(help="The value of --across each group is compared with.")] = "none",
+    host_only: Annotated[bool, typer.Option("--host-only", help="Only the host figure (no step run at the "
+                                            "cell's sizes): what the host_cost rule gates, on any machine.")] = False,
+    record: Annotated[bool, typer.Option("--record", help="Write each cell's host figure (and timing) into its "
+                                         "golden summary: what the host_cost rule compares against.")] = False,
+    save_compiled: Annotated[str | None, typer.Option("--save-compiled", metavar="FOLDER", help="Write each "
+                                                      "timed step's compiled module here (CELL with / as __).")]
+    = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Run cells' steps here (TPU, GPU or CPU) and time them: step time blocked and queued, host time per call of the
+    function the user calls, compile time, memory; A/B across a variant axis in interleaved rounds, with a verdict
+    only beyond the rounds' spread. Exit 1 when the host_cost rule finds more state leaves per call than a golden's
+    recorded figure, or a cell could not be measured."""
+    selection = [*(only or []), *([",".join(f"id={c}" for c in cells)] if cells else [])]
+    plan = audit.plan(config, _only(selection or None), None, layers)
+    report = audit.measure(plan, audit.measuring.Rounds(rounds, warmup, calls, host_calls), across, baseline,
+                           timing=not host_only, record=record,
+                           save_text=_compiled_writer(save_compiled) if save_compiled else None,
+                           measured=lambda row: print(words.measured_line(row), file=sys.stderr, flush=True))
+    emit("measure", fmt, report=report)
+    failed = any(row.problem for row in report.cells) or any(f.worse for _, f in report.host_findings)
+    raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)
+
+
+def _compiled_writer(folder: str):
+    import pathlib  # noqa: PLC0415
+
+    root = pathlib.Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    return lambda cell_id, text: write_output(root / (cell_id.replace("/", "__") + ".hlo.txt"), text,
+                                              "--save-compiled", "compiled")
 
 
 @app.command()

@@ -67,11 +67,13 @@ def regenerate_command(config_path: str | None) -> str:
     return "hlo-audit golden update" + (f" --config {config_path}" if config_path else "")
 
 
-def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_stale: bool = True) -> Outcome:
+def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_stale: bool = True,
+           prepare=None) -> Outcome:
     """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
-    a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``)."""
+    a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
+    the results completed from that same tree first (``measure.with_host_figures``: each file read once)."""
     return read_snapshot(plan.config.golden_dir, lambda tree: Gate(plan.config.rules, regenerate).judge(
-        Outcome.of(plan, results, tree), report_stale))
+        Outcome.of(plan, prepare(tree, results) if prepare else results, tree), report_stale))
 
 
 class Gate:

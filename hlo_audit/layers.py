@@ -21,12 +21,12 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("targets", ("targets", "targets.*")),
     # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
     # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
-    ("records", ("analysed", "results", "policy", "findings")),
+    ("records", ("analysed", "results", "policy", "findings", "host_cost")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
     # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
     ("judging", ("golden", "golden.*", "scaling", "compare", "outcome", "named_rules", "rules", "gate", "explain",
-                 "inputs")),
+                 "inputs", "measure")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",

@@ -18,6 +18,7 @@ from hlo_audit.files import read_bounded
 from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
                                 MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Worded)
 from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.host_cost import HostCostChange
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Judge, Shard
@@ -116,6 +117,8 @@ _DETAILS: dict[type, Callable[[Any], Json]] = {
                         "waived_patterns": {k: w.reason for k, w in f.waived_patterns.items()}},
     StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
     Worded: lambda f: json.loads(f.details),
+    HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record(), "now": f.now.to_record(),
+                               "leaves_delta": f.leaves_delta, "tolerance": f.tolerance, "regenerate": f.command},
 }
 
 

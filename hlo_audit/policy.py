@@ -37,6 +37,7 @@ class Rule(StrEnum):
     LOOPS = "loops"
     REMAT = "remat"
     GRADIENT = "gradient"
+    HOST_COST = "host_cost"  # the step's host work per call (``host_cost``): state leaves against the golden's figure
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
@@ -44,7 +45,7 @@ class Rule(StrEnum):
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
                   "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn",
                   "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
-                  "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail"}
+                  "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail", "host_cost": "fail"}
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Policy:
     waivers: Sequence[Waiver] = ()
     memory_tolerance: float = 0.02  # the memory rule's allowance over the golden, as a fraction
     program_size_tolerance: float = 0.05  # the program_size rule's allowance over the golden's instructions
+    host_cost_tolerance: float = 0.0  # the host_cost rule's allowance over the golden's state leaves, as a fraction
 
     def action(self, rule: str, default: str = Action.FAIL) -> Action:
         return Action(self.actions.get(rule, default))

@@ -16,6 +16,7 @@ from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.host_cost import HostFigure
 from hlo_audit.matrix import Cell
 from hlo_audit.usage import InputError
 
@@ -64,6 +65,9 @@ class CellResult:
     # metadata (lowered): (computation, instruction) by their canonical names -> (jax's op_name, source file:line).
     # What places a change on this side (``hlo.changes.Place``); None where the text says it or nothing does.
     places: Places | None = field(default=None, repr=False)
+    # The step's host work per call, where it was measured (``measure.host_figure``: `measure`, and `check` for a
+    # cell whose golden records one); None elsewhere.
+    host: HostFigure | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):  # "ok" as a caller may spell it
@@ -144,6 +148,8 @@ class CellResult:
             record["kernels_by_name"] = {k: list(v) for k, v in self.kernels_by_name.items()}
         if self.places is not None:
             record["places"] = places_to_record(self.places)
+        if self.host is not None:
+            record["host"] = self.host.to_record()
         return record
 
     @classmethod
@@ -161,6 +167,7 @@ class CellResult:
             kernels_by_name=None if record.get("kernels_by_name") is None else {
                 k: tuple(v) for k, v in record["kernels_by_name"].items()},
             places=None if record.get("places") is None else places_from_record(record["places"]),
+            host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
 

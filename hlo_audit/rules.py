@@ -26,6 +26,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, Finding, Launch
 from hlo_audit.golden.completeness import incomplete
 from hlo_audit.golden.snapshot import Golden
 from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.host_cost import host_cost as host_cost_change
 from hlo_audit.policy import Policy, Rule
 from hlo_audit.results import CellResult, Severity
 from hlo_audit.scaling import Series, rng_launch_slope, rng_slope
@@ -72,6 +73,17 @@ class RuleEntry:
 # --------------------------------------------------------------------------------------------------------------
 # Rules against the golden
 # --------------------------------------------------------------------------------------------------------------
+
+
+def host_cost(subject: Subject, ctx: Context) -> Finding | None:
+    """State leaves per call against the figure recorded beside the golden (``host_cost``: the time is the words);
+    nothing where either side has no figure."""
+    record = subject.golden.record if subject.golden is not None else None
+    facts = host_cost_change(record.host if record is not None else None, subject.result.host,
+                             ctx.policy.host_cost_tolerance, ctx.command(subject.cell))
+    if facts is None:
+        return None
+    return Finding(subject.cell, Severity.REGRESSION if facts.worse else Severity.IMPROVEMENT, Rule.HOST_COST, facts)
 
 
 def count(subject: Subject, ctx: Context) -> Finding | None:
@@ -281,6 +293,7 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(Rule.HLO_TEXT, hlo_text),
     RuleEntry(Rule.MISSING_GOLDEN, golden_parts),
     RuleEntry(Rule.MEMORY, memory),
+    RuleEntry(Rule.HOST_COST, host_cost),
     RuleEntry(Rule.RNG_SCALING, rng_scaling, needs_golden=False),
     RuleEntry(Rule.LAUNCH_SCALING, launch_scaling, needs_golden=False),
     RuleEntry(Rule.DEAD_RNG, dead_rng, needs_golden=False),

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
+from hlo_audit.host_cost import HostFigure, figure_problem
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult, Status
@@ -108,6 +109,11 @@ class GoldenRecord:
     # were kept (not compared: no finding).
     kernels: Mapping[str, tuple[str, ...]] | None = None
     format: int = GOLDEN_FORMAT  # the format that wrote it (FIRST_FORMAT: a summary that names none)
+    # The step's host work per call (``host_cost.HostFigure``, written by ``measure --record``); None: never recorded,
+    # and the host_cost rule compares nothing.
+    host: HostFigure | None = None
+    # The step's timings when it was recorded (``measure.StepTiming``'s record, as written; read by ``measure``).
+    measured: Mapping[str, Any] | None = None
 
     @property
     def joint_counts(self) -> dict[tuple[str, str], int] | None:
@@ -144,7 +150,7 @@ class GoldenRecord:
                 by_dtype={k: v.slope for k, v in series.by_dtype.items()},
                 by_role={k: v.slope for k, v in series.by_role.items()},
                 launches={k: v.slope for k, v in series.launches.items()} if series.launches else None),
-            kernels=result.kernels_by_name)
+            kernels=result.kernels_by_name, host=result.host)
 
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
@@ -165,6 +171,10 @@ class GoldenRecord:
                 record["slopes"]["launches"] = self.slopes.launches
         if self.kernels is not None:
             record["kernels"] = {name: list(digests) for name, digests in self.kernels.items()}
+        if self.host is not None:
+            record["host"] = self.host.to_record()
+        if self.measured is not None:
+            record["measured"] = dict(self.measured)
         if self.opcodes is None:
             del record["opcodes"]
         return record
@@ -189,7 +199,9 @@ class GoldenRecord:
                 launches=slopes.get("launches")),
             kernels=None if record.get("kernels") is None else {
                 name: tuple(digests) for name, digests in record["kernels"].items()},
-            format=record.get("format", FIRST_FORMAT))
+            format=record.get("format", FIRST_FORMAT),
+            host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
+            measured=record.get("measured"))
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -232,6 +244,7 @@ _OPTIONAL_KEYS = {
     "kernels": lambda v: isinstance(v, dict) and all(
         isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
     "format": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= FIRST_FORMAT,
+    "host": lambda v: figure_problem(v) is None, "measured": lambda v: isinstance(v, dict),
 }
 
 

@@ -37,11 +37,13 @@ class GoldenUpdate:
         return any(why.startswith("error") for _, why in self.skipped)
 
 
-def update(plan: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
+def update(plan: Plan, results: Sequence[CellResult], prune: bool = False, prepare=None) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix
-    (only files hlo-audit wrote: ``Snapshot.owned_files``)."""
+    (only files hlo-audit wrote: ``Snapshot.owned_files``). ``prepare(snapshot, results)``: the results completed
+    from the snapshot being replaced first (``measure.with_host_figures``)."""
     root = Path(plan.config.golden_dir)
     with store.transaction(root) as (snapshot, cleaned):
+        results = prepare(snapshot, results) if prepare else results
         outcome = Outcome.of(plan, results, snapshot)
         wanted, healed = _records(outcome)
         pruned, pruned_files = [], []

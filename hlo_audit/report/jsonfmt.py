@@ -10,6 +10,7 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.merge import cell_record, check_record, launch_change_record
+from hlo_audit.report import words
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
 DIFF_SCHEMA = "hlo-audit/diff/v2"
@@ -170,3 +171,33 @@ def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Co
                            "literal_keys": frozen.literal_keys, "literal_key_constants": frozen.literal_key_constants,
                            "used": frozen.used, "sites": list(frozen.sites),
                            "captured_streams": frozen.captured_streams}}, indent=2) + "\n"
+
+
+MEASURE_SCHEMA = "hlo-audit/measure/v1"
+
+
+def measure_record(report) -> dict:
+    """The report as JSON: each cell's timing and host figure, each comparison with its verdicts."""
+    def comparison(c) -> dict:
+        return {"baseline": c.baseline, "cell": c.cell, "recorded": c.recorded, "leaves": list(c.leaves),
+                "metrics": {m.metric: {"a": m.a.to_record(), "b": m.b.to_record(), "ratio": round(m.ratio, 4),
+                                       "beyond_noise": m.beyond_noise, "verdict": words.measured_change(m)}
+                            for m in c.changes}}
+
+    return {"schema": MEASURE_SCHEMA, "device": report.device,
+            "rounds": {"rounds": report.rounds.rounds, "warmup": report.rounds.warmup, "calls": report.rounds.calls,
+                       "host_calls": report.rounds.host_calls},
+            "cells": [{"cell": row.cell, "problem": row.problem or None,
+                       "timing": row.timing.to_record() if row.timing else None,
+                       "host": row.host.to_record() if row.host else None,
+                       "golden_host": row.golden_host.to_record() if row.golden_host else None}
+                      for row in report.cells],
+            "comparisons": [comparison(c) for c in report.comparisons],
+            "host_cost": [{"cell": cell, "worse": f.worse, "leaves_delta": f.leaves_delta,
+                           "median_delta_us": round(f.median_delta_us, 1), "message": words.host_cost_line(cell, f)}
+                          for cell, f in report.host_findings],
+            "recorded": list(report.recorded), "notes": words.measure_notes(report)}
+
+
+def format_measure(report) -> str:
+    return json.dumps(measure_record(report), indent=2) + "\n"

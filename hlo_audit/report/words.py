@@ -13,6 +13,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
                                 StaleWaiver, TextChange, TextKind, Worded)
 from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
+from hlo_audit.host_cost import HostCostChange, HostFigure
 from hlo_audit.policy import Rule
 from hlo_audit.report.change_words import change_line
 
@@ -363,6 +364,32 @@ def _memory(facts: MemoryChange) -> str:
     return f"compiled memory shrank: {byte_changes(facts.changed)}; tighten the golden: {facts.command}"
 
 
+def host_time(us: float, signed: bool = False) -> str:
+    """Microseconds as people read them: ``812 us``, ``26.3 ms`` (``signed``: ``+26.3 ms``)."""
+    sign = "+" if signed and us > 0 else "-" if signed and us < 0 else ""
+    magnitude = abs(us) if signed else us
+    return f"{sign}{magnitude / 1e3:.1f} ms" if magnitude >= 1000 else f"{sign}{magnitude:.0f} us"
+
+
+def host_figure_text(figure: HostFigure) -> str:
+    """``32.5 ms per call through nnx.jit (120 state leaves; 30.0-35.1 over rounds)``."""
+    spread = figure.per_call_us
+    return (f"{host_time(spread.median)} per call through {figure.caller} ({figure.leaves} state leaves; "
+            f"{host_time(spread.low)}-{host_time(spread.high)} over rounds)")
+
+
+def _host_cost(facts: HostCostChange) -> str:
+    leaves = f"{facts.leaves_delta:+d} state leaves"
+    head = (f"host work per call {host_time(facts.median_delta_us, signed=True)} ({leaves}) through {facts.caller}: "
+            f"{host_time(facts.golden.per_call_us.median)} -> {host_time(facts.now.per_call_us.median)}")
+    noise = "" if facts.beyond_spread else " (the times are within their rounds' spread: the leaves decide)"
+    where = "" if facts.same_machine else (f"; the golden's time was measured on another machine "
+                                           f"({facts.golden.machine or 'unknown'})")
+    if facts.worse:
+        return f"{head}{noise}{where}. If intended: {facts.command}"
+    return f"{head}{noise}{where}; record the smaller figure: {facts.command}"
+
+
 # The named rules' findings: the rule's headline, then the structural diff's changes of its kind (change_words).
 NAMED_SHOWN = 4  # changes a finding's message lists before "and N more"
 
@@ -461,5 +488,59 @@ _MESSAGES: dict[type, Callable] = {
     DeadRng: _dead_rng,
     StaleWaiver: _stale_waiver,
     NamedChange: _named,
+    HostCostChange: _host_cost,
     Worded: lambda facts: facts.message,
 }
+
+
+# `hlo-audit measure`: a step timed here, A against B, and what the figures recorded beside goldens say.
+
+def measured_change(change) -> str:
+    """One metric of B against A (``measure.MetricChange``): ``+26.1% (slower, beyond noise)`` or
+    ``+0.4% (within noise)``."""
+    ratio = change.ratio - 1
+    if not change.beyond_noise:
+        return f"{ratio:+.1%} (within noise)"
+    return f"{ratio:+.1%} ({'slower' if ratio > 0 else 'faster'}, beyond noise)"
+
+
+def spread_text(spread, unit: str = "ms") -> str:
+    """``75.0 (74.1-76.2)``: the median and the range over rounds."""
+    return f"{spread.median:.1f} ({spread.low:.1f}-{spread.high:.1f})" if unit == "ms" else (
+        f"{host_time(spread.median)} ({host_time(spread.low)}-{host_time(spread.high)})")
+
+
+def comparison_headline(comparison) -> str:
+    """``nnxjit/scan-off/leak/L4 against nnxjit/scan-off/none/L4 (interleaved rounds, +72 state leaves)``."""
+    how = "the golden's recorded timing, not interleaved" if comparison.recorded else "interleaved rounds"
+    a, b = comparison.leaves
+    return f"{comparison.cell} against {comparison.baseline} ({how}, {b - a:+d} state leaves)"
+
+
+def measure_notes(report) -> list[str]:
+    """What the measurement could not do, and the cells whose golden records no host figure."""
+    lines = [f"{row.cell}: not measured: {row.problem}" for row in report.cells if row.problem]
+    unrecorded = [row.cell for row in report.cells if row.host is not None and row.golden_host is None]
+    if unrecorded and not report.recorded:
+        lines.append(f"{len(unrecorded)} of {len(report.cells)} cells have no host figure beside their golden, so the "
+                     "host_cost rule compares nothing for them (`hlo-audit measure --record` writes one)")
+    if report.recorded:
+        lines.append(f"recorded the host figure{'s' if len(report.recorded) > 1 else ''} of "
+                     f"{len(report.recorded)} cell{'s' if len(report.recorded) > 1 else ''} beside the golden")
+    return lines
+
+
+def host_cost_line(cell_id: str, facts: HostCostChange) -> str:
+    return f"{cell_id}: {'regression' if facts.worse else 'improvement'}: {_host_cost(facts)}"
+
+
+def measured_line(row) -> str:
+    """A cell as soon as it is measured (stderr, while the run goes on)."""
+    if row.problem:
+        return f"hlo-audit: measured {row.cell}: not measured: {row.problem}"
+    parts = [f"host figure {host_time(row.host.per_call_us.median)} per call ({row.host.leaves} leaves)"]
+    if row.timing is not None:
+        t = row.timing
+        parts.append(f"blocked {t.blocked_ms.median:.1f} ms, queued {t.queued_ms.median:.1f} ms, host "
+                     f"{t.host_ms.median:.1f} ms per call, compile {t.compile_s:.1f} s")
+    return f"hlo-audit: measured {row.cell}: {'; '.join(parts)}"

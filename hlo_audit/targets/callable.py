@@ -55,9 +55,14 @@ class CallableTarget:
         """What the platform needs (libtpu for a topology...); the rest only the function knows (lower())."""
         platforms.of(cell).check_available(cell)
 
+    def trace(self, cell: Cell):
+        """What the function returns for the cell, as it returns it (flax's ``nnx.jit`` wrapper kept: ``measure``
+        calls the function the user calls), traced for this machine's own devices: the step ``measure`` runs."""
+        return self.function(cell)
+
     def lower(self, cell: Cell) -> Lowering:
         with platforms.default_device(cell):
-            produced = self.function(cell)
+            produced = self.trace(cell)
             if isinstance(produced, Lowering):  # a function that wraps a built-in target
                 return produced
             produced = jax_stage(produced)

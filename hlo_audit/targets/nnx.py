@@ -242,14 +242,17 @@ class NnxTarget:
         from hlo_audit.capture import captured_arrays  # noqa: PLC0415 (jax)
         from hlo_audit.stages import to_stage  # noqa: PLC0415
 
-        spec = cell_spec(cell)
         with platforms.default_device(cell):
-            try:
-                traced = trace_train_step(spec, cell)
-            except SpecError as exc:  # the library changed since the plan resolved it: one line, like a config's
-                raise TargetError(f"nnx: {exc.key}: {' '.join(str(exc).split())}") from None
+            traced = self.trace(cell)
             lowered = traced.lower(lowering_platforms=(cell.platform,))
             return to_stage(lowered, cell, captured_arrays(traced))
+
+    def trace(self, cell: Cell):
+        """The cell's train step, traced (``jax.stages.Traced``): what ``lower`` lowers and ``measure`` runs."""
+        try:
+            return trace_train_step(cell_spec(cell), cell)
+        except SpecError as exc:  # the library changed since the plan resolved it: one line, like a config's
+            raise TargetError(f"nnx: {exc.key}: {' '.join(str(exc).split())}") from None
 
     def full_depth(self, model: str) -> int:
         depth = self.models.get(model, {}).get("full_depth")

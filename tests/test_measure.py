@@ -1,0 +1,200 @@
+"""`hlo-audit measure` and the host_cost rule, on the CPU with real steps: the seeds' pair as a small NNX decoder
+(``hlo_audit/examples/decoder.py``: leak = per layer 2 ``Dropout(0.0)`` and 7 forked one-stream ``Rngs`` called each
+step; none = no RNG state), unrolled and scanned, through ``nnx.jit`` and ``jax.jit``.
+
+Nothing here asserts a time: state leaves are exact, and what the rule decides follows from them; the times are only
+checked to exist and to be the kind of number they are (positive, min <= median <= max).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from hlo_audit import measure
+from hlo_audit.golden.record import GoldenRecord, record_problem
+from hlo_audit.hlo.text import parse_module
+from hlo_audit.host_cost import HostFigure, Spread, host_cost
+from hlo_audit.matrix import Cell
+from hlo_audit.report import words
+from hlo_audit.targets import get_target
+from in_process import hlo_audit_here, in_project
+from projects import project
+
+DECODER = "hlo_audit.examples.decoder:lower"
+QUICK = measure.Rounds(rounds=2, warmup=1, calls=2, host_calls=5)
+# Per unrolled layer the leak carries 9 (key, count) streams: 18 state leaves the host flattens and dispatches.
+LEAK_LEAVES_PER_LAYER = 18
+
+
+def decoder_cell(model: str, scan: bool, quant: str, layers: int = 2) -> Cell:
+    return Cell(model=model, scan=scan, quant=quant, layers=layers, target=DECODER, batch=2, seq=8)
+
+
+def figure(leaves: int, median_us: float, machine: str = "m") -> HostFigure:
+    return HostFigure("nnx.jit", leaves, Spread(median_us * 0.9, median_us, median_us * 1.1), machine)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The rule, as a pure function of two figures
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_host_cost_gates_on_state_leaves_and_words_the_time():
+    # The chip's figures (issue 33): nnx.jit 33.4 -> 59.1 ms per call for +288 state leaves.
+    found = host_cost(figure(443, 33_400), figure(731, 59_100), 0.0, "hlo-audit golden update --only id=x")
+    assert found is not None and found.worse and found.leaves_delta == 288
+    text = words._host_cost(found)
+    assert text.startswith("host work per call +25.7 ms (+288 state leaves) through nnx.jit: 33.4 ms -> 59.1 ms")
+    assert "another machine" not in text and text.endswith("If intended: hlo-audit golden update --only id=x")
+    fewer = host_cost(figure(731, 59_100), figure(443, 33_400), 0.0, "cmd")
+    assert fewer is not None and not fewer.worse and "record the smaller figure" in words._host_cost(fewer)
+
+
+def test_host_cost_compares_nothing_without_a_figure_or_within_tolerance():
+    assert host_cost(None, figure(731, 59_100), 0.0, "cmd") is None  # a golden that records none
+    assert host_cost(figure(443, 33_400), None, 0.0, "cmd") is None  # a check that measured none
+    # The leaves held: the time alone (noisy, machine-bound) never fails, even doubled.
+    assert host_cost(figure(443, 33_400), figure(443, 70_000), 0.0, "cmd") is None
+    assert host_cost(figure(443, 33_400), figure(450, 34_000), 0.02, "cmd") is None  # +7 within 2% of 443
+    other = host_cost(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 0.0, "cmd")
+    assert "measured on another machine (a workstation)" in words._host_cost(other)
+
+
+def test_golden_record_keeps_the_figure_and_reads_older_records():
+    record = {"cell": "m/scan-off/none/L2", "entry_params": 3, "by_dtype": {"f32": 3}, "by_role": {"weight": 3},
+              "groups": {"w": 3}, "environment": {"jax": "0.12"}}
+    older = GoldenRecord.from_json(record)
+    assert older.host is None and "host" not in older.to_json()
+    with_figure = replace(older, host=figure(66, 18_000))
+    assert GoldenRecord.from_json(with_figure.to_json()).host == with_figure.host
+    assert record_problem(with_figure.to_json(), "m/scan-off/none/L2") is None
+    assert record_problem({**record, "host": {"leaves": "66"}}, "m/scan-off/none/L2") == \
+        "not a golden summary: 'host' is malformed"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Real steps on the CPU
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model,caller", [("nnxjit", "nnx.jit"), ("jaxjit", "jax.jit")])
+def test_host_figure_of_the_seeds_pair(model, caller):
+    """Unrolled, the leak adds 18 state leaves per layer to what each call flattens and dispatches; scanned, 18 in
+    all (the streams are stacked): the host figure's leaves, per cell, through the caller the user calls."""
+    target = get_target(DECODER)
+    leaves = {}
+    for scan in (False, True):
+        for quant in ("none", "leak"):
+            step = measure.traced_step(target, decoder_cell(model, scan, quant))
+            found = measure.host_figure(step, QUICK)
+            assert found.caller == caller and found.leaves == step.leaves
+            assert 0 < found.per_call_us.low <= found.per_call_us.median <= found.per_call_us.high
+            leaves[scan, quant] = found.leaves
+    assert leaves[False, "leak"] - leaves[False, "none"] == 2 * LEAK_LEAVES_PER_LAYER
+    assert leaves[True, "leak"] - leaves[True, "none"] == LEAK_LEAVES_PER_LAYER
+    assert leaves[False, "none"] == 66 and leaves[True, "none"] == 39  # params, adamw's moments, counts, tokens
+
+
+def test_measure_times_the_pair_interleaved(tmp_path):
+    """The step run at its shapes through nnx.jit (the modules rebuilt from the traced arguments) and through jax.jit
+    (donated state chained from call to call): timings, memory, the compiled text, the A/B comparison."""
+    saved = {}
+    cells = [decoder_cell("nnxjit", False, "none"), decoder_cell("nnxjit", False, "leak"),
+             decoder_cell("jaxjit", False, "none")]
+    report = measure.measure_cells(cells, tmp_path / "golden", QUICK, save_text=saved.__setitem__)
+    assert [row.problem for row in report.cells] == ["", "", ""]
+    for row in report.cells:
+        t = row.timing
+        assert t is not None and t.leaves == row.host.leaves and t.argument_bytes > 0 and t.compile_s > 0
+        assert 0 < t.blocked_ms.low <= t.blocked_ms.median <= t.blocked_ms.high
+        assert t.caller == ("nnx.jit" if row.cell.startswith("nnxjit") else "jax.jit")
+        assert parse_module(saved[row.cell], row.cell).entry.name
+    (compared,) = report.comparisons  # the jax.jit cell is a group of one, with no recorded timing
+    assert (compared.baseline, compared.cell) == (cells[0].id, cells[1].id)
+    assert compared.leaves == (66, 102) and [m.metric for m in compared.changes] == list(measure.METRICS)
+    assert report.host_findings == ()  # nothing recorded beside goldens: the rule compares nothing
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The rule in check: a figure recorded beside the golden, then the leak
+# --------------------------------------------------------------------------------------------------------------
+
+STEP_MODULE = '''
+import dataclasses, os
+from hlo_audit.examples import decoder
+
+def lower(cell):
+    """The decoder's nnx.jit step; STEP_VARIANT picks the variant (the edit a pull request makes)."""
+    return decoder.lower(dataclasses.replace(cell, quant=os.environ.get("STEP_VARIANT", "none")))
+
+lower.quant = ("none",)
+'''
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> Path:
+    """A project whose one cell's golden records its host figure (`golden update`, then `measure --record`)."""
+    folder = project(tmp_path_factory.mktemp("host_cost"), {"step.py": STEP_MODULE},
+                     target="step:lower", models=["nnxjit"], scan=["off"])
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--record", "--host-calls", "5", "--rounds", "2",
+                         "--format", "json")
+    assert ran.returncode == 0, ran.stderr
+    out = json.loads(ran.stdout)
+    assert out["recorded"] == ["nnxjit/scan-off/none/L2"] and out["cells"][0]["host"]["leaves"] == 66
+    return folder
+
+
+def _check(folder: Path, variant: str) -> dict:
+    ran = hlo_audit_here(folder, "check", "--format", "json", env={"STEP_VARIANT": variant})
+    return {"code": ran.returncode, **json.loads(ran.stdout)}
+
+
+def test_check_fails_the_leak_on_host_work_per_call(recorded):
+    out = _check(recorded, "leak")
+    (finding,) = [f for f in out["findings"] if f["rule"] == "host_cost"]
+    assert out["code"] == 1 and finding["severity"] == "regression"
+    assert finding["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
+    assert finding["details"]["golden"]["leaves"] == 66 and finding["details"]["now"]["leaves"] == 102
+    assert finding["message"].startswith("host work per call ")
+    assert "(+36 state leaves) through nnx.jit" in finding["message"]
+
+
+def test_check_passes_the_same_step_against_its_figure(recorded):
+    out = _check(recorded, "none")
+    assert out["code"] == 0 and not [f for f in out["findings"] if f["rule"] == "host_cost"]
+
+
+def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path):
+    folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    ran = in_project(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
+    assert ran.exit_code == 0
+    assert "1 of 1 cells have no host figure beside their golden, so the host_cost rule compares nothing" in \
+        ran.stdout.replace("\n", " ")
+
+
+def test_measure_refuses_an_unknown_axis(tmp_path):
+    folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    ran = in_project(folder, "measure", "--across", "colour")
+    assert ran.exit_code == 2 and "--across colour: expected one of quant" in ran.stderr
+
+
+def test_golden_update_accepts_the_leak_and_its_figure(tmp_path):
+    """Accepting the change (`golden update`, the command the finding prints) re-measures the recorded figure: its
+    leaves follow the step, and the check passes again. Where the leaves held, the golden keeps the figure it had
+    (no rewrite for a time that moved within its noise)."""
+    folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    summary = folder / "golden" / "nnxjit" / "scan-off" / "none" / "L2.json"
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    assert hlo_audit_here(folder, "measure", "--host-only", "--record", "--host-calls", "5").returncode == 0
+    recorded = json.loads(summary.read_text())["host"]
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    assert json.loads(summary.read_text())["host"] == recorded  # leaves held: the figure as recorded
+    assert hlo_audit_here(folder, "golden", "update", env={"STEP_VARIANT": "leak"}).returncode == 0
+    assert json.loads(summary.read_text())["host"]["leaves"] == 102
+    out = _check(folder, "leak")
+    assert out["code"] == 0 and not [f for f in out["findings"] if f["rule"] == "host_cost"]
