@@ -395,6 +395,33 @@ def entry_flow(module: HloModule, bit_of: dict[int, int], count_bits: int) -> tu
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Keys by what the step does with them
+# ---------------------------------------------------------------------------------------------------------
+
+
+def key_shaped(shape: Shape) -> bool:
+    """A raw key's shape: ``u32`` with a last dimension of 2 (threefry) or 4 (rbg), leading axes allowed (keys
+    split per layer). A typed key (``key<fry>[]``) is its data in HLO: ``u32[2]``."""
+    dims = shape.dims
+    return not shape.is_tuple and shape.dtype == "u32" and bool(dims) and dims[-1] in (2, 4)
+
+
+def keys_by_dataflow(module: HloModule, candidates: Iterable[int]) -> frozenset[int]:
+    """The entry parameters among ``candidates`` (parameter numbers) whose value reaches random-bit generation
+    (a threefry call as jax lowers ``split``, ``fold_in`` and ``random_bits``; ``rng-bit-generator`` for rbg keys):
+    RNG keys by what the step does with them, whatever they are called. A key that is only handed back, never
+    split, folded or drawn from, does nothing a value of its shape would not do, and is not found here."""
+    bit_of = {number: 1 << i for i, number in enumerate(candidates)}
+    if not bit_of:
+        return frozenset()
+    _, events = entry_flow(module, bit_of, count_bits=0)
+    drawn = 0
+    for bits, _ in events.draws:
+        drawn |= bits
+    return frozenset(number for number, bit in bit_of.items() if drawn & bit)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Keys that are literals
 # ---------------------------------------------------------------------------------------------------------
 
@@ -430,8 +457,7 @@ def literal_keys(module: HloModule) -> list[dict]:
 
 
 def _key_shaped_literal(instr: Instruction) -> bool:
-    dims = instr.shape.dims
-    return instr.opcode == "constant" and instr.shape.dtype == "u32" and bool(dims) and dims[-1] in (2, 4)
+    return instr.opcode == "constant" and key_shaped(instr.shape)
 
 
 def _outside_random_bits(flow: _Dataflow) -> list[Computation]:
