@@ -152,3 +152,20 @@ def test_a_callable_targets_key_is_rng_state_in_count_rng_and_check(tmp_path):
     checked = hlo_audit_here(tmp_path, "check", env=wide)
     assert checked.returncode == 0, checked.stdout
     assert "1 cells carry never-drawn RNG streams (dead_rng: warn, 1 dead params)" in checked.stdout
+
+
+def test_a_key_shaped_leaf_used_as_data_is_not_a_key():
+    """The dataflow names a key by what reaches random-bit generation: a u32[2] read as data stays what it was."""
+    import jax
+    import jax.numpy as jnp
+
+    def step(state, ids):
+        noise = jax.random.normal(jax.random.fold_in(state["seed"], ids[0]), (2,))  # ids: data folded into a key
+        return dict(state, w=state["w"] * ids.astype(jnp.float32) + noise, tokens=state["tokens"] + 1), ids
+
+    state = {"w": jnp.ones((2,)), "seed": jax.random.PRNGKey(0), "tokens": jnp.zeros((2,), jnp.uint32)}
+    lowered = jax.jit(step).trace(state, jnp.arange(2, dtype=jnp.uint32)).lower()
+    analysis = analyze(lowered.as_text(dialect="hlo"), "<step>", arg_keys(lowered), None, arg_leaves(lowered))
+    assert analysis_roles(analysis) == {"state.seed": "rng_key", "state.tokens": "other", "state.w": "weight",
+                                        "ids": "input"}
+    assert verdicts(analysis) == {"state.seed": "drawn"}
