@@ -17,7 +17,7 @@ import linen_trainer
 import rng_oracle
 from hlo_audit.attribution import arg_keys, arg_leaves
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.params import classify
+from hlo_audit.hlo.params import key_by_name
 from hlo_audit.hlo.shapes import parse_shape
 from in_process import hlo_audit_here
 from linen_trainer import TrainerSpec
@@ -109,14 +109,14 @@ def analysis_roles(analysis) -> dict[str, str]:
     return {p.path: p.role for p in analysis.params}
 
 
-@pytest.mark.parametrize("path,shape,role", [
-    ("state.key", "u32[2]", "rng_key"), ("state.dropout_rng", "u32[4]", "rng_key"), ("rngs.dropout", "u32[2]", "rng_key"),
-    ("state.layers.key", "u32[3,2]", "rng_key"),
-    ("state.key", "u32[3]", "other"), ("state.key", "s32[2]", "other"), ("state.monkey", "u32[2]", "other"),
-    ("state.noise", "u32[2]", "other"),
+@pytest.mark.parametrize("path,shape,key", [
+    ("state.key", "u32[2]", True), ("state.dropout_rng", "u32[4]", True), ("rngs.dropout", "u32[2]", True),
+    ("state.layers.key", "u32[3,2]", True),
+    ("state.key", "u32[3]", False), ("state.key", "s32[2]", False), ("state.monkey", "u32[2]", False),
+    ("state.noise", "u32[2]", False), ("rngs", "u32[2]", False),
 ])
-def test_names_say_key_only_of_a_key_shaped_leaf(path, shape, role):
-    assert classify(path, parse_shape(shape)) == role
+def test_names_say_key_only_of_a_key_shaped_leaf(path, shape, key):
+    assert key_by_name(path, parse_shape(shape)) is key
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -69,9 +69,8 @@ def test_held_rng_state_is_rng_state_by_type(holder, jit):
     assert {(s.path, s.verdict) for s in analysis.rng.streams} == {
         (f"model.cell_{i}.{attribute}.default", "carried") for i in range(layers)}
     assert {s.pattern for s in analysis.rng.streams} == {f"model.cell_*.{attribute}.default"}
-    # The names alone call the count `other` (u32 under a state root), the old rules' verdict, which types replace;
-    # the key they call one by its name (`key`, u32[2]: the fallback for a key the step only hands back).
-    assert {p.role: name_role(p.path, p.shape) for p in rng} == {"rng_key": "rng_key", "rng_count": "other"}
+    # The names alone call this state `other` (u32 under a state root): the old rules' verdict, which types replace.
+    assert {name_role(p.path, p.shape) for p in rng} == {"other"}
     # An HLO file has no types: NNX's RngStream structure (sibling key u32[2] / count u32[]) says so. nnx.jit's HLO
     # names its parameters by flat index (`model.states[0][3]`): the tool's text is told the graph's paths.
     from_text = analyze(lowering.text)

@@ -203,8 +203,6 @@ def name_role(path: str, shape: Shape) -> str:
     owner = rng_owner(parts)
     if owner is not None and last in ("key", "count") and shape.dtype == "u32":
         return "rng_key" if last == "key" else "rng_count"
-    if key_shaped(shape) and (owner is not None and owner < len(parts) - 1 or _KEY_NAME.match(last)):
-        return "rng_key"  # a key by name only: one the step hands back untouched (keys_by_dataflow finds the rest)
     if last == "step" and len(shape.dims) == 0:
         return "step"
     if any(p in _OPTIMIZER_WORDS for p in parts):
@@ -214,6 +212,16 @@ def name_role(path: str, shape: Shape) -> str:
             return "weight"
         return "other"
     return "input"
+
+
+def key_by_name(path: str, shape: Shape) -> bool:
+    """A key-shaped ``u32`` (rng_flow.key_shaped) named as a key, or under an owner named ``rngs``: the fallback
+    for a key the step only hands back, which does nothing a value of its shape would not (``keys_by_dataflow``
+    finds the others). Apart from ``name_role``, whose verdicts the text the tool stores is told against
+    (``attribution.name_parameters``) and which names captured arrays (``constants``)."""
+    parts = path.split(".")
+    owner = rng_owner(parts)
+    return key_shaped(shape) and (owner is not None and owner < len(parts) - 1 or bool(_KEY_NAME.match(parts[-1])))
 
 
 def classify(path: str, shape: Shape, kind: str | None = None) -> str:
@@ -453,10 +461,11 @@ def attributed_path(text_path: str, keys: Sequence[str], leaf: ArgLeaf | None) -
 
 def _roles(module: HloModule, paths: Sequence[str], shapes: Sequence[Shape], kinds: Sequence[str | None]) -> list[str]:
     """Each parameter's role: what its type says, else NNX's stream structure, else what the step does with it (a
-    key-shaped leaf that reaches random-bit generation is an RNG key: ``rng_flow.keys_by_dataflow``), else names."""
+    key-shaped leaf that reaches random-bit generation is an RNG key: ``rng_flow.keys_by_dataflow``), else names
+    (``key_by_name``, then ``name_role``)."""
     streams = rng_stream_pairs(paths, shapes)
     typed = [kind_role(kind, shape) or streams.get(i) for i, (shape, kind) in enumerate(zip(shapes, kinds))]
-    named = [name_role(path, shape) for path, shape in zip(paths, shapes)]
+    named = [("rng_key" if key_by_name(path, shape) else name_role(path, shape)) for path, shape in zip(paths, shapes)]
     numbers = [instr.parameter_number for instr in module.entry.parameters]
     keys = keys_by_dataflow(module, [n for n, role, name, shape in zip(numbers, typed, named, shapes)
                                      if role is None and name not in RNG_ROLES and key_shaped(shape)])
