@@ -422,7 +422,7 @@ class TypedState(nnx.Module):
 def typed_state_traced(width: int = 8):
     """``jax.jit(step)(seed, adam, ts, net, x)``: no argument is named as state (``state``, ``params``...), and no
     key as the old rules knew it. ``seed``: a typed PRNG key (``jax.random.key``); ``noise``: a raw
-    ``jax.random.PRNGKey`` (``u32[2]``, untyped: nothing says it is a key); ``adam``: an optax state; ``ts``: a flax
+    ``jax.random.PRNGKey`` (``u32[2]``, untyped: only what the step does with it says it is a key); ``adam``: an optax state; ``ts``: a flax
     ``TrainState``; ``net``: an ``nnx.split`` state with ``Param``, ``BatchStat`` and ``Cache`` leaves."""
     import optax
     from flax.training import train_state

@@ -27,8 +27,10 @@ deterministic.
 
 Cases (``OracleCase``): ``nnx_case(spec)`` for ``tests/nnx_models.ModelSpec`` (``nnx_specs()`` lists the ones the
 tests use), ``construct_case(spec)`` for ``tests/rng_constructs.StepSpec`` (RNG state through each pass-through
-construct: remat's opt-barrier, a hand-written barrier, loops, conditionals, nested jit) and ``maxtext_case(...)`` for MaxText 0.2.5's real NNX train step at a tiny size, initialized
-concretely and executed on the CPU (``MAXTEXT_CASES`` lists the configurations).
+construct: remat's opt-barrier, a hand-written barrier, loops, conditionals, nested jit), ``trainer_case(spec)`` for
+``tests/linen_trainer.TrainerSpec`` (a key of its own in a linen ``TrainState``, linen's ``rngs``, a plain pytree) and
+``maxtext_case(...)`` for MaxText 0.2.5's real NNX train step at a tiny size, initialized concretely and executed on
+the CPU (``MAXTEXT_CASES`` lists the configurations).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from hlo_audit.attribution import arg_keys as lowered_arg_keys
+from hlo_audit.attribution import arg_leaves as lowered_arg_leaves
 from hlo_audit.attribution import key_name
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.rng_streams import pair_streams
 
 # The replacement key's seed. Any seed works; the oracle checks that every element of the key changes.
 PERTURB_SEED = 12345
@@ -68,9 +72,11 @@ class OracleCase:
         return analyzed_streams(self.text, self.arg_keys)
 
 
-def analyzed_streams(text: str, arg_keys) -> set[str]:
-    params = analyze(text, "<oracle>", arg_keys).params
-    return {p.path.removesuffix(".key") for p in params if p.role == "rng_key"}
+def analyzed_streams(text: str, arg_keys, arg_leaves=None) -> set[str]:
+    """The paths of the streams with a key that ``analyze`` finds in ``text`` (``arg_leaves``: the arguments'
+    names, where a pytree attribute's mangled name hides them: ``state_key`` is ``state`` then ``key``)."""
+    params = analyze(text, "<oracle>", arg_keys, arg_leaves=arg_leaves).params
+    return {path for path, key, _ in pair_streams(params) if key is not None}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -89,11 +95,19 @@ def _is_typed_key(leaf) -> bool:
     return hasattr(leaf, "dtype") and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
-def _find_streams(flat) -> dict[tuple[str, ...], tuple[int, int | None]]:
-    """Stream path (names, argument index first) -> (key leaf index, count leaf index or None)."""
+def _find_streams(flat, lone: frozenset[tuple[str, ...]] = frozenset()) -> dict[tuple[str, ...], tuple[int, int | None]]:
+    """Stream path (names, argument index first) -> (key leaf index, count leaf index or None).
+
+    A stream's path is its key's without the ``key`` component where that is NNX's ``<stream>.key`` (a ``count``
+    beside it, or an owner named ``rngs`` above it), else the key's own path, as ``rng_streams.stream_path``
+    names them. ``lone``: leaves (names, argument index first) that are keys whatever their name or dtype (a raw
+    ``u32[2]`` in a linen ``TrainState``'s field), each a stream of its own."""
     index = {names: i for i, (names, _) in enumerate(flat)}
     streams = {}
     for i, (names, leaf) in enumerate(flat):
+        if names in lone:
+            streams[names] = (i, None)
+            continue
         if not names or names[-1] != "key":
             continue
         count = index.get(names[:-1] + ("count",))
@@ -104,7 +118,8 @@ def _find_streams(flat) -> dict[tuple[str, ...], tuple[int, int | None]]:
             and leaf.shape[-1] in (2, 4)
         ) if not _is_typed_key(leaf) else False
         if _is_typed_key(leaf) or raw:
-            streams[names[:-1]] = (i, count)
+            nnx_stream = count is not None or any(n == "rngs" or n.endswith("_rngs") for n in names[1:-1])
+            streams[names[:-1] if nnx_stream else names] = (i, count)
     return streams
 
 
@@ -157,12 +172,22 @@ def _flatten(step, args, arg_names, state_outputs):
     return arg_names, state_outputs, treedef, leaves, [(_names(path), leaf) for path, leaf in pairs]
 
 
+def _lone(flat, arg_names, keys: Sequence[str]) -> frozenset[tuple[str, ...]]:
+    """The leaves ``keys`` name (paths as ``EntryParam.path``: ``state.key``), as (names, argument index first)."""
+    by_path = {".".join((arg_names[int(names[0])],) + names[1:]): names for names, _ in flat}
+    missing = [k for k in keys if k not in by_path]
+    if missing:
+        raise AssertionError(f"no leaf at {missing}")
+    return frozenset(by_path[k] for k in keys)
+
+
 def stream_effects(
     step: Callable,
     args: Sequence,
     *,
     arg_names: Sequence[str] | None = None,
     state_outputs: dict[int, int] | None = None,
+    keys: Sequence[str] = (),
 ) -> dict[str, tuple[str, ...]]:
     """Stream path -> the output leaves that change when only that stream's key is replaced.
 
@@ -170,10 +195,11 @@ def stream_effects(
     name the arguments as jax names the entry parameters (default: ``step``'s signature). ``state_outputs``
     maps an argument index to the index of the output that returns its new value (default ``{0: 0}``: the
     step returns ``(new_state, ...)`` for ``state`` = argument 0); the stream's own key and count leaves there
-    are not compared. Output paths in the result look like ``out[0].layers_0.linear.kernel``.
+    are not compared. Output paths in the result look like ``out[0].layers_0.linear.kernel``. ``keys``: paths of
+    leaves that are keys of their own (``_find_streams``' ``lone``).
     """
     arg_names, state_outputs, treedef, leaves, flat = _flatten(step, args, arg_names, state_outputs)
-    streams = _find_streams(flat)
+    streams = _find_streams(flat, _lone(flat, arg_names, keys))
 
     def run(new_leaves):
         out = step(*jax.tree_util.tree_unflatten(treedef, _fresh(new_leaves)))
@@ -209,13 +235,13 @@ def stream_effects(
 
 
 def count_increments(step: Callable, args: Sequence, *, arg_names: Sequence[str] | None = None,
-                     state_outputs: dict[int, int] | None = None) -> dict[str, int]:
+                     state_outputs: dict[int, int] | None = None, keys: Sequence[str] = ()) -> dict[str, int]:
     """Stream path -> the sum over its count's elements of (returned count - given count) for one step."""
     arg_names, state_outputs, treedef, leaves, flat = _flatten(step, args, arg_names, state_outputs)
     out = step(*jax.tree_util.tree_unflatten(treedef, _fresh(leaves)))
     returned = {_names(path): _host(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]}
     increments = {}
-    for names, (_, count_index) in sorted(_find_streams(flat).items()):
+    for names, (_, count_index) in sorted(_find_streams(flat, _lone(flat, arg_names, keys)).items()):
         arg = int(names[0])
         if count_index is None or arg not in state_outputs:
             continue
@@ -235,7 +261,7 @@ def _case(name: str, lowered, step, args, t0: float, **kwargs) -> OracleCase:
     keys = lowered_arg_keys(lowered)
     effects = stream_effects(step, args, **kwargs)
     truth = {stream: bool(diff) for stream, diff in effects.items()}
-    analyzed = analyzed_streams(text, keys)
+    analyzed = analyzed_streams(text, keys, lowered_arg_leaves(lowered))
     if analyzed != set(truth):
         raise AssertionError(
             f"{name}: the oracle's streams differ from analyze()'s rng_key params:\n"
@@ -296,6 +322,24 @@ def construct_case(spec) -> OracleCase:
     lowered = rng_constructs.lower(spec)
     step = rng_constructs.jitted(spec)
     return _case(spec.name, lowered, step, (rng_constructs.initial_state(spec), rng_constructs.batch()), t0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Keys in a linen TrainState, linen's rngs, a plain pytree (tests/linen_trainer.py)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def trainer_case(spec) -> OracleCase:
+    """The oracle on ``linen_trainer``'s real jitted step (state donated) for ``spec``, with its HLO text; each key
+    the spec holds is a stream of its own (``rngs``: the step's last argument, handed back split as output 2)."""
+    import linen_trainer
+
+    t0 = time.perf_counter()
+    lowered = linen_trainer.lower(spec)
+    args = linen_trainer.initial_args(spec)
+    state_outputs = {0: 0, 3: 2} if spec.use == "rngs" else {0: 0}
+    return _case(spec.name, lowered, linen_trainer.jitted(spec), args, t0, state_outputs=state_outputs,
+                 keys=tuple(linen_trainer.expected(spec)))
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -126,7 +126,8 @@ def test_types_say_what_names_do_not():
     by_path = {p.path: (p.role, p.kind) for p in analysis.params}
     assert by_path == {
         "seed": ("rng_key", "prng_key"),  # jax.random.key(0): a typed key, whatever its name
-        "noise": ("input", None),  # jax.random.PRNGKey's raw u32[2]: nothing says it is a key
+        # jax.random.PRNGKey's raw u32[2]: no type says it is a key, the step does: it draws from it (a bernoulli)
+        "noise": ("rng_key", None),
         "adam.0.count": ("optimizer_state", "optax.ScaleByAdamState"),
         "adam.0.mu.w": ("optimizer_state", "optax.ScaleByAdamState"),
         "adam.0.nu.w": ("optimizer_state", "optax.ScaleByAdamState"),
@@ -145,7 +146,7 @@ def test_types_say_what_names_do_not():
     named = {p.path: name_role(p.path, p.shape) for p in analysis.params if p.kind}
     agree = {path for path, role in named.items() if role == by_path[path][0]}
     assert agree == {"adam.0.mu.w", "adam.0.nu.w", "ts.step"}
-    assert [(s.path, s.verdict) for s in analysis.rng.streams] == [("seed", "drawn")]
+    assert [(s.path, s.verdict) for s in analysis.rng.streams] == [("seed", "drawn"), ("noise", "drawn")]
 
 
 def test_layers_fold_by_structure_and_explain_finds_them():

@@ -29,9 +29,9 @@ STREAM = {"nnx": "model.layers.{}.rngs.default", "nnx_lowered": "model.layers.{}
           "jax": "model.layers.{}.rngs.default", "pytree": "state.rngs.layers_{}"}
 FORKED = {kind: [f"{stream.format(i)}.{leaf}" for i in (0, 1) for leaf in ("key", "count")]
           for kind, stream in STREAM.items()} | {"pytree_typed": ["state.rngs.layers_0", "state.rngs.layers_1"]}
-# rng's streams: a typed key per layer is one stream of its owner (the analysis groups lone keys by owner).
+# rng's streams: a typed key per layer is a stream of its own, with no count (one per key: both carried).
 STREAMS = {kind: [stream.format(i) for i in (0, 1)] for kind, stream in STREAM.items()} | {
-    "pytree_typed": ["state.rngs"]}
+    "pytree_typed": ["state.rngs.layers_0", "state.rngs.layers_1"]}
 
 
 @pytest.fixture(scope="module")

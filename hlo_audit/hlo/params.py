@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hlo_audit.hlo.rng_flow import key_shaped, keys_by_dataflow
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 
@@ -38,6 +39,8 @@ _LAYER_INDEX = re.compile(r"^(layers?|blocks?|h)_\d+$")
 _FLOAT = re.compile(r"^(f|bf|c)\d")
 _INTEGER = re.compile(r"^[su]\d")
 _OPTIMIZER_WORDS = frozenset({"opt_state", "optimizer", "mu", "nu", "momentum", "trace", "inner_state"})
+# A leaf named as a key (``key``, ``rng``, ``dropout_rng``, ``prng_key``), when shaped as one (rng_flow.key_shaped).
+_KEY_NAME = re.compile(r"^(?:\w+_)?(?:key|rng)$")
 _STATE_ROOTS = frozenset({"state", "params", "model", "train_state", "variables"})
 DUPLICATE_PATH = re.compile(r"-\d+$")  # canonical text's second parameter of one path: `<path>-<number>`
 # The frontend attribute the tool tells a parameter's kind by in text, where neither its name nor its structure says
@@ -174,7 +177,7 @@ def collapse_layers(path: str) -> str:
     return ".".join(out)
 
 
-def _rng_owner(parts: Sequence[str]) -> int | None:
+def rng_owner(parts: Sequence[str]) -> int | None:
     """Index of the component named as an Rngs holder (``rngs``, ``to_nnx__rngs``...), if any."""
     for i, part in enumerate(parts):
         if part == "rngs" or part.endswith("_rngs"):  # also `to_nnx__rngs`
@@ -197,7 +200,7 @@ def name_role(path: str, shape: Shape) -> str:
     """The role names give a path: the fallback for leaves no type speaks for."""
     parts = path.split(".")
     last = parts[-1]
-    owner = _rng_owner(parts)
+    owner = rng_owner(parts)
     if owner is not None and last in ("key", "count") and shape.dtype == "u32":
         return "rng_key" if last == "key" else "rng_count"
     if last == "step" and len(shape.dims) == 0:
@@ -209,6 +212,16 @@ def name_role(path: str, shape: Shape) -> str:
             return "weight"
         return "other"
     return "input"
+
+
+def key_by_name(path: str, shape: Shape) -> bool:
+    """A key-shaped ``u32`` (rng_flow.key_shaped) named as a key, or under an owner named ``rngs``: the fallback
+    for a key the step only hands back, which does nothing a value of its shape would not (``keys_by_dataflow``
+    finds the others). Apart from ``name_role``, whose verdicts the text the tool stores is told against
+    (``attribution.name_parameters``) and which names captured arrays (``constants``)."""
+    parts = path.split(".")
+    owner = rng_owner(parts)
+    return key_shaped(shape) and (owner is not None and owner < len(parts) - 1 or bool(_KEY_NAME.match(parts[-1])))
 
 
 def classify(path: str, shape: Shape, kind: str | None = None) -> str:
@@ -239,7 +252,7 @@ def group_pattern(path: str) -> str:
     """The group of a path on its own, by names: layer indices collapsed, RNG state folded to its ``rngs`` owner
     (``...to_nnx__rngs.*``). ``entry_params`` groups a module's parameters by structure (``group_patterns``)."""
     parts = collapse_layers(path).split(".")
-    owner = _rng_owner(parts)
+    owner = rng_owner(parts)
     if owner is not None and parts[-1] in ("key", "count"):
         return ".".join(parts[: owner + 1] + ["*"])
     return ".".join(parts)
@@ -412,7 +425,7 @@ def group_patterns(paths: Sequence[str], roles: Sequence[str],
     result = []
     for path, role, (parts, _) in zip(paths, roles, folds):
         if role in RNG_ROLES and parts[-1] in ("key", "count"):
-            owner = _rng_owner(parts)
+            owner = rng_owner(parts)
             if owner is None:
                 raw = path.split(".")
                 stream = len(raw) - 1
@@ -446,6 +459,20 @@ def attributed_path(text_path: str, keys: Sequence[str], leaf: ArgLeaf | None) -
     return ".".join([head, *keys])
 
 
+def _roles(module: HloModule, paths: Sequence[str], shapes: Sequence[Shape], kinds: Sequence[str | None]) -> list[str]:
+    """Each parameter's role: what its type says, else NNX's stream structure, else what the step does with it (a
+    key-shaped leaf that reaches random-bit generation is an RNG key: ``rng_flow.keys_by_dataflow``), else names
+    (``key_by_name``, then ``name_role``)."""
+    streams = rng_stream_pairs(paths, shapes)
+    typed = [kind_role(kind, shape) or streams.get(i) for i, (shape, kind) in enumerate(zip(shapes, kinds))]
+    named = [("rng_key" if key_by_name(path, shape) else name_role(path, shape)) for path, shape in zip(paths, shapes)]
+    numbers = [instr.parameter_number for instr in module.entry.parameters]
+    keys = keys_by_dataflow(module, [n for n, role, name, shape in zip(numbers, typed, named, shapes)
+                                     if role is None and name not in RNG_ROLES and key_shaped(shape)])
+    return [role or ("rng_key" if number in keys else name)
+            for number, role, name in zip(numbers, typed, named)]
+
+
 def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = None,
                  arg_leaves: Sequence[ArgLeaf] | None = None) -> list[EntryParam]:
     """The entry computation's parameters in order, each with path, role and pattern.
@@ -466,9 +493,7 @@ def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = N
         paths.append(path)
         kinds.append(leaf.kind if leaf is not None else told_kind(instr))
     shapes = [instr.shape for instr in params]
-    streams = rng_stream_pairs(paths, shapes)
-    roles = [kind_role(kind, shape) or streams.get(i) or name_role(path, shape)
-             for i, (path, shape, kind) in enumerate(zip(paths, shapes, kinds))]
+    roles = _roles(module, paths, shapes, kinds)
     folds = fold_layers(paths, shapes, roles)
     patterns = group_patterns(paths, roles, folds)
     return [EntryParam(index=instr.parameter_number, name=instr.name, shape=instr.shape,

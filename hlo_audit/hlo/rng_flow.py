@@ -179,13 +179,30 @@ class FlowEvents:
     opaque: list[tuple[int, str]] = field(default_factory=list)    # (bits, site) that went somewhere unknown
     increments: dict[int, float] = field(default_factory=dict)    # count bit -> elements incremented
     unknown_trips: bool = False  # some loop's trip count could not be read: increments are per iteration
+    keys: int = 0  # bits that entered random-bit generation as its key (_key_operands)
 
     def merge(self, other: "FlowEvents", times: float = 1) -> None:
+        self.keys |= other.keys
         self.draws.extend(other.draws)
         self.opaque.extend(other.opaque)
         for bit, n in other.increments.items():
             self.increments[bit] = self.increments.get(bit, 0) + n * times
         self.unknown_trips |= other.unknown_trips
+
+
+def _key_operands(comp: Computation, instr: Instruction) -> range | list[int]:
+    """The operands of a random-bit site that are its key: jax's ``threefry2x32(k1, k2, x1, x2)`` takes the key's
+    halves first and the counts it hashes after; a call of jax's own (``_threefry_fold_in(key, data)``: the data
+    folded into a key is no key) its key-shaped operands; any other site (``rng-bit-generator``, an optimized
+    dump's instruction named by its op_name) every operand."""
+    everything = range(len(instr.operands))
+    if instr.opcode not in ("call", "fusion"):
+        return everything
+    callee = strip_number_suffix(instr.called_computations()[0]).lstrip("_")
+    if callee.startswith("threefry2x32") and len(instr.operands) == 4:
+        return [0, 1]
+    keyed = [i for i, ref in enumerate(instr.operands) if key_shaped(comp.by_name[ref].shape)]
+    return keyed or everything
 
 
 def first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
@@ -206,8 +223,12 @@ _NESTED_RUNS = 64
 
 
 class _Dataflow:
-    def __init__(self, module: HloModule, count_bits: int, constant_bits: dict[tuple[str, str], int] | None = None):
+    def __init__(self, module: HloModule, count_bits: int, constant_bits: dict[tuple[str, str], int] | None = None,
+                 lineage: bool = False):
+        """``lineage``: random bits depend on their key alone (``keys_by_dataflow``: data folded into a key, or
+        hashed by it, makes no key of what it came from); else on every operand."""
         self.module = module
+        self.lineage = lineage
         self.count_bits = count_bits
         self.constant_bits = constant_bits or {}  # (computation, constant) -> its bit, when constants are followed
         self.memo: dict[tuple[str, tuple], tuple[object, FlowEvents]] = {}
@@ -270,6 +291,9 @@ class _Dataflow:
             k, b, u = _collapse(Tup(operands))
             if k:
                 events.draws.append((k, site))
+                keyed = _collapse(Tup([operands[i] for i in _key_operands(comp, instr)]))[0]
+                events.keys |= keyed
+                k = keyed if self.lineage else k
             return _fill(instr.shape, (k, b | k, u))
         called = instr.called_computations()
         if op in ("call", "fusion", "async-start") and len(called) == 1:
@@ -323,6 +347,7 @@ class _Dataflow:
         for operand, _ in known.seeds:
             if leaves[operand][0]:
                 events.draws.append((leaves[operand][0], f"{site} ({instr.custom_call_target})"))
+                events.keys |= leaves[operand][0]
         return Tup(results) if instr.shape.is_tuple else results[0]
 
     def is_random_bits(self, instr: Instruction) -> bool:
@@ -381,17 +406,42 @@ class _Dataflow:
         return _add_control(result, _collapse(operands[0]))
 
 
-def entry_flow(module: HloModule, bit_of: dict[int, int], count_bits: int) -> tuple[list[tuple[int, int, int]],
-                                                                                    FlowEvents]:
+def entry_flow(module: HloModule, bit_of: dict[int, int], count_bits: int,
+               lineage: bool = False) -> tuple[list[tuple[int, int, int]], FlowEvents]:
     """Follow the entry parameters' bits through ``module`` (``bit_of``: parameter number -> its bit; ``count_bits``:
-    the bits of RNG counters, whose ``+ 1`` is an increment): the (k, b, u) of each leaf of the entry's root, in
-    ``Shape.leaves`` order, and what the step did with the bits."""
+    the bits of RNG counters, whose ``+ 1`` is an increment; ``lineage``: as ``_Dataflow``'s): the (k, b, u) of each
+    leaf of the entry's root, in ``Shape.leaves`` order, and what the step did with the bits."""
     entry_params = module.entry.parameters
     inputs = [ZERO] * (max((p.parameter_number for p in entry_params), default=-1) + 1)  # by parameter number
     for instr in entry_params:
         inputs[instr.parameter_number] = _fill(instr.shape, (bit_of.get(instr.parameter_number, 0), 0, 0))
-    root, events = _Dataflow(module, count_bits).analyse(module.entry, inputs)
+    root, events = _Dataflow(module, count_bits, lineage=lineage).analyse(module.entry, inputs)
     return _leaves(root), events
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Keys by what the step does with them
+# ---------------------------------------------------------------------------------------------------------
+
+
+def key_shaped(shape: Shape) -> bool:
+    """A raw key's shape: ``u32`` with a last dimension of 2 (threefry) or 4 (rbg), leading axes allowed (keys
+    split per layer). A typed key (``key<fry>[]``) is its data in HLO: ``u32[2]``."""
+    dims = shape.dims
+    return not shape.is_tuple and shape.dtype == "u32" and bool(dims) and dims[-1] in (2, 4)
+
+
+def keys_by_dataflow(module: HloModule, candidates: Iterable[int]) -> frozenset[int]:
+    """The entry parameters among ``candidates`` (parameter numbers) whose value reaches random-bit generation as
+    its key (a threefry call as jax lowers ``split``, ``fold_in`` and ``random_bits``; ``rng-bit-generator`` for rbg
+    keys; ``FlowEvents.keys``):
+    RNG keys by what the step does with them, whatever they are called. A key that is only handed back, never
+    split, folded or drawn from, does nothing a value of its shape would not do, and is not found here."""
+    bit_of = {number: 1 << i for i, number in enumerate(candidates)}
+    if not bit_of:
+        return frozenset()
+    _, events = entry_flow(module, bit_of, count_bits=0, lineage=True)
+    return frozenset(number for number, bit in bit_of.items() if events.keys & bit)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -430,8 +480,7 @@ def literal_keys(module: HloModule) -> list[dict]:
 
 
 def _key_shaped_literal(instr: Instruction) -> bool:
-    dims = instr.shape.dims
-    return instr.opcode == "constant" and instr.shape.dtype == "u32" and bool(dims) and dims[-1] in (2, 4)
+    return instr.opcode == "constant" and key_shaped(instr.shape)
 
 
 def _outside_random_bits(flow: _Dataflow) -> list[Computation]:

@@ -9,7 +9,9 @@ module reads that from the HLO by following every RNG parameter through the entr
 At the entry ROOT, *s*'s own state (the returned key, the incremented count) is the output leaves that reuse
 the buffers of *s*'s key and count parameters (``input_output_alias``: jax aliases a donated train state's new
 value to the old, as MaxText's and NNX's steps donate it). An output aliased to no parameter is *s*'s own state
-if it depends only on *s*'s own key and count, not through random bits. (Aliases say it where dataflow cannot: a
+if it depends only on *s*'s own key and count, not through random bits; a key of its own (no count) that no
+output is aliased to hands back a split of itself (``key, sub = jax.random.split(key)``), so there an output of its
+shape computed from it alone, through random bits too, is its next key. (Aliases say it where dataflow cannot: a
 count advanced in one branch of a ``conditional`` on the data depends on every stream the data drew from.) Any
 other output that depends on *s* decides its verdict: through random bits, ``drawn``; through something not
 understood, ``unknown``; without random bits at all (the key used as plain data), ``unknown`` too, saying where. A
@@ -22,10 +24,11 @@ every output but the stream's own state.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from hlo_audit.hlo.header import output_aliases
-from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.params import EntryParam, rng_owner
 from hlo_audit.hlo.rng_flow import FlowEvents, entry_flow, first_site
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import HloModule
@@ -37,7 +40,7 @@ VERDICTS = ("drawn", "carried", "unknown")
 class Stream:
     """One RNG stream of the module and what its key does."""
 
-    path: str  # state path of the stream: the key's path without ``.key``
+    path: str  # state path of the stream: the key's path without NNX's ``.key`` (stream_path)
     pattern: str  # the path with layer indices collapsed: ``decoder.layers_*.mlp.wi_0...to_nnx__rngs.aqt``
     key: EntryParam | None
     count: EntryParam | None
@@ -158,17 +161,29 @@ def _number(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
-def stream_path(param: EntryParam) -> str:
-    """``state.layers_0.dropout.rngs.key`` -> ``state.layers_0.dropout.rngs``."""
-    return param.path.rsplit(".", 1)[0] if "." in param.path else param.path
+def stream_path(param: EntryParam, rng_paths: AbstractSet[str] = frozenset()) -> str:
+    """The stream an RNG parameter belongs to. NNX's ``RngStream`` holds a key and a count as ``<stream>.key`` /
+    ``<stream>.count`` (``state.layers_0.dropout.rngs.key`` -> ``state.layers_0.dropout.rngs``): a count, one of
+    NNX's types, a key beside its count or under an owner named ``rngs`` is such a leaf. Any other key (a linen
+    ``TrainState``'s ``key`` field, a plain pytree's ``rng``, a typed key) is a stream of its own, named by its own
+    path. ``rng_paths``: the paths of the module's RNG parameters."""
+    head, _, last = param.path.rpartition(".")
+    if not head:
+        return param.path
+    if param.role == "rng_count" or (param.kind or "").startswith("nnx.Rng"):
+        return head
+    if last == "key" and (f"{head}.count" in rng_paths or rng_owner(head.split(".")) is not None):
+        return head
+    return param.path
 
 
 def pair_streams(params: Sequence[EntryParam]) -> list[tuple[str, EntryParam | None, EntryParam | None]]:
     """(path, key, count) for every stream, in entry parameter order of the first of the pair."""
+    rng_paths = {p.path for p in params if p.is_rng}
     streams: dict[str, list] = {}
     for p in params:
-        if p.role in ("rng_key", "rng_count"):
-            pair = streams.setdefault(stream_path(p), [None, None])
+        if p.is_rng:
+            pair = streams.setdefault(stream_path(p, rng_paths), [None, None])
             pair[0 if p.role == "rng_key" else 1] = p
     return [(path, key, count) for path, (key, count) in streams.items()]
 
@@ -191,9 +206,11 @@ def classify_streams(module: HloModule, params: Sequence[EntryParam]) -> RngRepo
         own = (key_bit if key is not None else 0) | (count_bit if count is not None else 0)
         own_params = {p.index for p in (key, count) if p is not None}
         own_shapes = {p.shape.text.split("{")[0] for p in (key, count) if p is not None}
+        renewed = count is None and key is not None and key.index not in aliased.values()
         verdict, where = _verdict(outputs, own, own_params, own_shapes, aliased,
-                                  key_bit if key is not None else count_bit, events)
-        pattern = (key or count).folded_path.rsplit(".", 1)[0].removeprefix("state.")
+                                  key_bit if key is not None else count_bit, events, renewed)
+        leaf = key or count
+        pattern = (leaf.folded_path if path == leaf.path else leaf.folded_path.rsplit(".", 1)[0]).removeprefix("state.")
         result.append(Stream(path=path, pattern=pattern, key=key, count=count, verdict=verdict, where=where,
                              increments=events.increments.get(count_bit, 0) if count is not None else 0))
     return RngReport(streams=result, increments_exact=not events.unknown_trips)
@@ -217,7 +234,8 @@ def _aliased_leaves(module: HloModule) -> dict[int, int]:
 
 
 def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_params: set[int], own_shapes: set[str],
-             aliased: dict[int, int], key_bit: int, events: FlowEvents) -> tuple[str, str]:
+             aliased: dict[int, int], key_bit: int, events: FlowEvents, renewed: bool) -> tuple[str, str]:
+    """``renewed``: the stream is a key of its own whose next value no alias names (module doc)."""
     influenced = []  # (output index, leaf) of outputs that are not this stream's own state
     for index, ((k, b, u), shape) in enumerate(outputs):
         if not k & own:
@@ -225,7 +243,7 @@ def _verdict(outputs: list[tuple[tuple[int, int, int], Shape]], own: int, own_pa
         if index in aliased:
             if aliased[index] in own_params:
                 continue  # the stream's new key or count, in the old one's buffer
-        elif not k & ~own and not b & own and not u & own and shape.text.split("{")[0] in own_shapes:
+        elif not k & ~own and (renewed or not b & own) and not u & own and shape.text.split("{")[0] in own_shapes:
             continue  # the stream's own key or count, handed back
         influenced.append((index, (k, b, u)))
     if not influenced:
