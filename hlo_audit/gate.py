@@ -222,7 +222,11 @@ class Gate:
         facts = (named_rules.donation(structural, golden.memory, result.memory, self.policy.memory_tolerance, command),
                  named_rules.host_transfer(structural, command), named_rules.precision(structural, command),
                  named_rules.program_size(structural, self.policy.program_size_tolerance, command),
-                 named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command))
+                 named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command),
+                 named_rules.sharding(structural, command),
+                 named_rules.collectives(structural, command),
+                 named_rules.shapes(structural, command),
+                 named_rules.ops(structural, command))
         return {f.rule: Finding(cid, Severity.REGRESSION if f.worse else Severity.IMPROVEMENT, f.rule, f)
                 for f in facts if f is not None}
 

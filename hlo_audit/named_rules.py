@@ -19,6 +19,11 @@ changes (``ModuleDiff.named``):
   regressions whatever the count. Fewer instructions beyond the tolerance: an improvement that asks to tighten.
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
+* ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
+  value's sharding changed or a sharding constraint added or removed; collectives added, removed or changed (a
+  removed one is a change to judge, not an improvement); inputs or activations of other dims; ops added, removed or
+  changed at equal shapes (a mask, a transpose, a reduction). Each a regression whichever way: none of them is
+  compiler-version noise (layouts, metadata, instruction order and fusion names are none of these kinds).
 """
 
 from __future__ import annotations
@@ -139,3 +144,28 @@ def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]]
     if not bodies and not changes:
         return None
     return NamedChange(Rule.KERNELS, True, changes, kernels=tuple(bodies), command=command)
+
+
+def _structural(rule: Rule, kind: ChangeKind, structural: Structural | None, command: str) -> NamedChange | None:
+    changes = structural.named(kind) if structural is not None else ()
+    return NamedChange(rule, True, changes, command=command) if changes else None
+
+
+def sharding(structural: Structural | None, command: str) -> NamedChange | None:
+    """Shardings of parameters, values or outputs changed; sharding constraints added or removed."""
+    return _structural(Rule.SHARDING, ChangeKind.SHARDING, structural, command)
+
+
+def collectives(structural: Structural | None, command: str) -> NamedChange | None:
+    """Collectives added, removed or changed per step."""
+    return _structural(Rule.COLLECTIVES, ChangeKind.COLLECTIVES, structural, command)
+
+
+def shapes(structural: Structural | None, command: str) -> NamedChange | None:
+    """Inputs and activations whose dims changed."""
+    return _structural(Rule.SHAPES, ChangeKind.SHAPES, structural, command)
+
+
+def ops(structural: Structural | None, command: str) -> NamedChange | None:
+    """Ops added, removed or changed at equal shapes."""
+    return _structural(Rule.OPS, ChangeKind.OPS, structural, command)

@@ -34,6 +34,10 @@ class Rule(StrEnum):
     PRECISION = "precision"
     PROGRAM_SIZE = "program_size"
     KERNELS = "kernels"
+    SHARDING = "sharding"
+    COLLECTIVES = "collectives"
+    SHAPES = "shapes"
+    OPS = "ops"
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
@@ -41,7 +45,7 @@ class Rule(StrEnum):
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
                   "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn",
                   "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
-                  "kernels": "fail"}
+                  "kernels": "fail", "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail"}
 
 
 @dataclass(frozen=True)

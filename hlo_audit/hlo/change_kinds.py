@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_of
+from hlo_audit.hlo.change_structure import collectives, ops, shapes, shardings
 from hlo_audit.hlo.changes import REMAT_ADDED, REMAT_REMOVED, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
@@ -34,8 +35,12 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += _host_transfers(match.edits, sides, claimed)
     changes += _precision(match.edits, sides, claimed)
     changes += _kernels(match.edits, sides, claimed)
+    changes += collectives(match.edits, sides, claimed)
+    changes += shardings(match, sides, claimed)
+    changes += shapes(match, sides, claimed, changes)
     changes += _renames(match.params)
     changes += _parameters(match.params)
+    changes += ops(match, sides, claimed, changes)
     changes += _program_size(match, sides, claimed)
     # The stripped headers (RNG state's entries gone), and what stripping removed whole (a mesh declaration only
     # RNG keys used) as the module had it.
@@ -120,6 +125,14 @@ def type_signature(instr: Instruction, operands: Sequence[Instruction]) -> str:
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
+def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple:
+    """What a dot's precision is: its operands' types (in either order: a transpose that swaps a dot's operands,
+    ``bf16 x f32`` now ``f32 x bf16``, changes no precision), its result's, its precision attributes."""
+    types = sorted(o.shape.dtype or "tuple" for o in operands[:2])
+    attrs = (f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs)
+    return (*types, instr.shape.dtype or "tuple", *attrs)
+
+
 def flops(instr: Instruction, operands: Sequence[Instruction]) -> int:
     """2 x multiply-adds of one dot or convolution, from its shapes: the result's elements times what each
     contracts (a dot: the lhs contracting dims; a convolution: the kernel's window and input features)."""
@@ -147,10 +160,10 @@ def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]
     seeds = []
     for e in edits:
         if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS and e.new.opcode == e.old.opcode:
-            before = type_signature(e.old, sides.old.operands(e.old, e.old_computation))
-            after = type_signature(e.new, sides.new.operands(e.new, e.new_computation))
-            if before != after:
-                seeds.append((e, before, after))
+            old_operands = sides.old.operands(e.old, e.old_computation)
+            new_operands = sides.new.operands(e.new, e.new_computation)
+            if _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
+                seeds.append((e, type_signature(e.old, old_operands), type_signature(e.new, new_operands)))
     if not seeds:
         return []
     changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}

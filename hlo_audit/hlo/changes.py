@@ -11,8 +11,13 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   converts added or removed beside them and the FLOPs that moved (from the module's own shapes);
 * ``kernel``: Pallas / Mosaic / Triton kernels whose content changed (kernels.py: locations and install paths do
   not count), added or removed;
+* ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
+  step); shardings of parameters, values and outputs changed, sharding constraints added or removed; parameters and
+  values whose dims changed, by factor (change_structure.py);
 * ``rename``: entry parameters that are the same but for their state path;
 * ``parameters``: entry parameters (RNG state aside) added, removed, or of another dtype or shape;
+* ``ops``: instructions added, removed or changed in place at equal shapes, per region (a mask, a transpose, a
+  reduction: change_structure.py), where the leftovers are no program-size story;
 * ``program_size``: what is left, in instructions: inserted and deleted by opcode, computations added or removed,
   rematerialization removed (``opt-barrier`` and its recomputation gone), a subgraph repeated (a loop unrolled);
 * ``header``: other module attributes, summarized (which attribute, how many entries), never printed whole;
@@ -40,8 +45,12 @@ class ChangeKind(StrEnum):
     HOST_TRANSFER = "host_transfer"
     PRECISION = "precision"
     KERNEL = "kernel"
+    COLLECTIVES = "collectives"
+    SHARDING = "sharding"
+    SHAPES = "shapes"
     RENAME = "rename"
     PARAMETERS = "parameters"
+    OPS = "ops"
     PROGRAM_SIZE = "program_size"
     HEADER = "header"
     INSTRUCTIONS = "instructions"
