@@ -219,15 +219,17 @@ class Gate:
     def _named(self, result: CellResult, golden: GoldenRecord, structural: Structural | None) -> dict[str, Finding]:
         """The named rules' findings (``named_rules``), before policy: each a regression or an improvement."""
         cid, command = result.cell.id, self.command(result.cell.id)
+        moved = named_rules.xla_moved(result.cell.stage, golden.environment, result.environment)
         facts = (named_rules.donation(structural, golden.memory, result.memory, self.policy.memory_tolerance, command),
                  named_rules.host_transfer(structural, command), named_rules.precision(structural, command),
                  named_rules.program_size(structural, self.policy.program_size_tolerance, command),
                  named_rules.kernels(structural, golden.kernels, result.kernels_by_name, command),
                  named_rules.sharding(structural, command),
                  named_rules.collectives(structural, command),
-                 named_rules.shapes(structural, command),
-                 named_rules.ops(structural, command))
-        return {f.rule: Finding(cid, Severity.REGRESSION if f.worse else Severity.IMPROVEMENT, f.rule, f)
+                 named_rules.shapes(structural, command, moved),
+                 named_rules.ops(structural, command, moved))
+        return {f.rule: Finding(cid, Severity.ADVISORY if f.environment else
+                                Severity.REGRESSION if f.worse else Severity.IMPROVEMENT, f.rule, f)
                 for f in facts if f is not None}
 
     def _text(self, result: CellResult, golden: Golden, normalized: str | None,

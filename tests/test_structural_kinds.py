@@ -79,7 +79,7 @@ for variant in variants:
                 (mine / f.name).write_text(record)
         else:
             mine.write_text(base.read_text().replace("fsdp/scan-off/base/", f"fsdp/scan-off/{variant}/"))
-write(["base", *variants], '[policy]\\nhlo_text = "warn"')
+write(["base", *variants], '[policy]\\nhlo_text = "warn"\\n')
 warned = run("check", "--format", "json")
 reports = {"warn": [warned.exit_code, json.loads(warned.stdout)]}
 for variant in regressions:
@@ -89,6 +89,14 @@ for variant in regressions:
     write(["base", *variants], '[policy]\\nhlo_text = "warn"\\n' + "".join(f'{r} = "off"\\n' for r in fired))
     off = run("check", "--format", "json", "--only", f"quant={variant}")
     reports[variant] = [off.exit_code, json.loads(off.stdout), fired]
+moved = folder / "moved"  # the goldens as another jax wrote them: the text is advisory by itself
+shutil.copytree(folder / "golden", moved)
+for path in moved.rglob("*.json"):
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "environment": {**record["environment"], "jax": "0.0.1"}}))
+write(["base", *variants], f'golden_dir = "{moved}"')
+checked = run("check", "--format", "json")
+reports["moved"] = [checked.exit_code, json.loads(checked.stdout)]
 (folder / "reports.json").write_text(json.dumps(reports))
 """
 
@@ -202,6 +210,32 @@ def test_what_the_findings_say(reports):
     mask = {op: n for c in findings(report, "non_causal", "compiled", "ops")[0]["details"]["changes"]
             for op, n in c["groups"]}
     assert mask["iota"] < 0 and mask["compare"] < 0 and mask["select"] < 0
-    (transposes,) = findings(report, "transposed", "lowered", "ops")[0]["details"]["changes"]
-    assert transposes["groups"] == [["transpose", 4]] and transposes["action"] == "added"
-    assert transposes["place"]["source"] == model_line("probs = probs.swapaxes(")
+    transposes = findings(report, "transposed", "lowered", "ops")[0]["details"]["changes"]  # forward, backward
+    assert sum(n for c in transposes for op, n in c["groups"] if op == "transpose") == 4
+    assert all(c["action"] == "added" and c["groups"] == [["transpose", 2]] for c in transposes), transposes
+    assert {c["place"]["source"] for c in transposes} == {model_line("probs = probs.swapaxes(")}
+
+
+# The kinds that read XLA's own op mix and per-device shapes (stage compiled): advisory under another environment.
+XLA_OUTPUT = ("ops", "shapes")
+
+
+@pytest.mark.parametrize("variant", (*REGRESSIONS, *HARMLESS, "base"))
+def test_under_another_environment_the_lowered_stage_gates_and_xla_s_op_mix_is_advisory(reports, variant):
+    """Goldens written under another jax: the lowered stage (jax's program) still fails each regression by its
+    named rule; at stage compiled, XLA's own op mix and per-device shapes are advisory and say why (another XLA
+    rewrites them: jax 0.11.2 against 0.12's goldens moves 74 ops of this unchanged step); unchanged and harmless
+    steps pass."""
+    code, report = reports["moved"]
+    assert code == 1
+    if variant not in REGRESSIONS:
+        assert {report["verdicts"][cell(variant, s)] for s in STAGES} <= {"ok", "advisory"}
+        return
+    (named,) = findings(report, variant, "lowered", NAMED[(variant, "lowered")])
+    assert named["severity"] == "regression" and report["verdicts"][cell(variant, "lowered")] == "regression"
+    for f in findings(report, variant, "compiled"):
+        inputs = f["rule"] == "shapes" and any(c["subject"] == "inputs" for c in f["details"]["changes"])
+        if f["rule"] in XLA_OUTPUT and not inputs:
+            assert f["severity"] == "advisory" and "XLA's own output under another environment" in f["message"]
+        elif f["rule"] in ("sharding", "collectives") or inputs:
+            assert f["severity"] == "regression", f

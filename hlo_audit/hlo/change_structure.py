@@ -41,11 +41,17 @@ _DONE = frozenset({f"{op}-done" for op in COLLECTIVES})
 # A sharding constraint (``jax.lax.with_sharding_constraint``) as jax lowers it.
 SHARDING_TARGETS = frozenset({"Sharding", "xla.sdy.ShardingConstraint"})
 _SDY_SHARDING = re.compile(r'xla\.sdy\.sharding="((?:[^"\\]|\\.)*)"')
+_SDY_WRAPPER = re.compile(r"#sdy\.sharding_per_value<\[(.*)\]>|#sdy\.sharding(<.*>)")
+_TILED = re.compile(r"devices=\[([\d,\s]*)\]")
+_NAMED_MESH = re.compile(r"mesh\[([^\]]*)\]\s*,\s*\[(.*)\]")
 _SPMD_ENTRY = re.compile(r"_spmd(?:\.\d+)?$")
 # Aspects of a paired instruction that are not its op: what it reads, how it is laid out or sharded, its type and
 # dims (other kinds'), where it came from, a collective's channel number.
 _NOT_OPS = frozenset({"operands", "layout", "dtype", "dims", "shape", "sharding", "frontend_attributes", "calls",
                       "kernel", "channel_id", "backend_config", "metadata", "index"})
+# Aspects of a paired collective that change nothing it moves: what it reads, its layout, its number, its scheduling.
+_NOT_COLLECTIVE = frozenset({"operands", "layout", "channel_id", "metadata", "frontend_attributes",
+                             "backend_config", "sharding"})
 # Ops whose adding or removing is a program-size story (remat, loops), and leftovers too large to be a local edit.
 _SIZE_STORIES = frozenset({"opt-barrier", "optimization-barrier", "while", "conditional"})
 _OPS_MAX_SHARE = 0.1
@@ -72,7 +78,7 @@ def collectives(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int
             continue
         if e.edit is Edit.CHANGED:
             was, now = collective_op(e.old), collective_op(e.new)
-            if not (was or now) or (was == now and set(e.aspects) <= _NOT_OPS - {"dims", "shape"}):
+            if not (was or now) or (was == now and set(e.aspects) <= _NOT_COLLECTIVE):
                 continue
             claimed.add(id(e))
             if was == now:
@@ -147,13 +153,16 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
 
 
 def _parameter_shardings(pairs: Sequence[ParamPair]) -> list[Change]:
+    """Parameters whose sharding both modules print, and differs (another XLA prints a compiled module's parameters
+    with or without theirs, and in another notation: ``{mesh['fsdp'=8], [{'fsdp'}, {}]}`` is
+    ``{devices=[8,1]<=[8]}``)."""
     found: dict[tuple[str, str], list[EntryParam]] = defaultdict(list)
     for pair in pairs:
         if pair.old is None or pair.new is None or pair.old.is_rng:
             continue
         before, after = _tidy(pair.old.sharding or ""), _tidy(pair.new.sharding or "")
-        if before != after:
-            found[(before or "(none)", after or "(none)")].append(pair.new)
+        if before and after and sharding_key(before) != sharding_key(after):
+            found[(before, after)].append(pair.new)
     return [Change(ChangeKind.SHARDING, Action.CHANGED, "parameters", Place("main", "", "", _patterns(params)),
                    count=len(params), before=before, after=after, bytes=sum(p.bytes for p in params),
                    groups=_pattern_counts(params))
@@ -164,13 +173,39 @@ def _sharding_pairs(old: Instruction, new: Instruction) -> list[tuple[str, str]]
     """(before, after) of each sharding that differs: the ``sharding`` attribute element by element (a tuple's);
     else shardy's own attribute."""
     before, after = _tidy(old.attrs.get("sharding", "")), _tidy(new.attrs.get("sharding", ""))
-    if before != after:
+    if before and after and before != after:
         olds, news = _elements(before), _elements(after)
         if len(olds) == len(news):
-            return [(a, b) for a, b in zip(olds, news) if a != b]
-        return [(before or "(none)", after or "(none)")]
+            return [(a, b) for a, b in zip(olds, news) if sharding_key(a) != sharding_key(b)]
+        return [(before, after)]
     a, b = _sdy(old), _sdy(new)
     return [(a or "(none)", b or "(none)")] if a != b else []
+
+
+def sharding_key(sharding: str) -> tuple:
+    """What a sharding says, whichever notation prints it: the tiles per dimension and the replication left over
+    (``{replicated}``, ``{devices=[8,1]<=[8]}``, ``{devices=[2,1,4]<=[8] last_tile_dim_replicate}``, the named
+    mesh's ``{mesh['fsdp'=8], [{'fsdp'}, {}]}``); its text where it is none of these (a tuple, a maximal one)."""
+    text = sharding.strip().strip("{}").strip()
+    if text == "replicated":
+        return ("tiles", ())
+    m = _TILED.match(text)
+    if m:
+        tiles = [int(d) for d in m.group(1).split(",") if d.strip()]
+        if "last_tile_dim_replicate" in text and tiles:
+            tiles = tiles[:-1]
+        return ("tiles", tuple(t for t in tiles) if any(t > 1 for t in tiles) else ())
+    m = _NAMED_MESH.match(text)
+    if m:
+        sizes = {name: int(size) for name, size in re.findall(r"'([^']+)'\s*=\s*(\d+)", m.group(1))}
+        tiles = []
+        for dim in re.findall(r"\{([^{}]*)\}", m.group(2)):
+            size = 1
+            for axis in re.findall(r"'([^']+)'", dim):
+                size *= sizes.get(axis, 1)
+            tiles.append(size)
+        return ("tiles", tuple(tiles) if any(t > 1 for t in tiles) else ())
+    return ("text", sharding)
 
 
 def _elements(sharding: str) -> list[str]:
@@ -184,8 +219,13 @@ def _sharding_of(instr: Instruction) -> str:
 
 
 def _sdy(instr: Instruction) -> str:
+    """Shardy's sharding of a value, without its wrapper: ``<@mesh, [{"fsdp"}, {}]>``."""
     m = _SDY_SHARDING.search(instr.attrs.get("frontend_attributes", ""))
-    return m.group(1).replace('\\"', '"') if m else ""
+    if not m:
+        return ""
+    text = m.group(1).replace('\\"', '"')
+    inner = _SDY_WRAPPER.fullmatch(text)
+    return (inner.group(1) or inner.group(2)) if inner else text
 
 
 def _tidy(text: str) -> str:

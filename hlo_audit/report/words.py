@@ -340,6 +340,9 @@ def _named(facts: NamedChange) -> str:
         parts.append(f"and {len(facts.changes) - NAMED_SHOWN} more (--format json lists every one)")
     parts += _named_numbers(facts)
     said = "; ".join(parts)
+    if facts.environment:
+        return (f"{said}; XLA's own output under another environment than the golden's "
+                f"({environment_text(facts.environment)}): advisory, the lowered stage gates it")
     return f"{said}. If intended: {facts.command}" if facts.worse else f"{said}; record it: {facts.command}"
 
 
