@@ -125,6 +125,17 @@ def type_signature(instr: Instruction, operands: Sequence[Instruction]) -> str:
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
+def _same_dot(old: Instruction, old_operands: Sequence[Instruction], new: Instruction,
+              new_operands: Sequence[Instruction]) -> bool:
+    """Two paired dots of the same dims, reading operands of the same dims: the same dot, whose types may have
+    changed. Of other dims they are other dots the match paired (a transpose added before one shifts the pairs):
+    their types differing says nothing of precision."""
+    def dims(operands: Sequence[Instruction]) -> list[tuple[int, ...]]:
+        return sorted(tuple(o.shape.dims) for o in operands[:2])
+
+    return old.shape.dims == new.shape.dims and dims(old_operands) == dims(new_operands)
+
+
 def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple:
     """What a dot's precision is: its operands' types (in either order: a transpose that swaps a dot's operands,
     ``bf16 x f32`` now ``f32 x bf16``, changes no precision), its result's, its precision attributes."""
@@ -162,7 +173,8 @@ def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]
         if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS and e.new.opcode == e.old.opcode:
             old_operands = sides.old.operands(e.old, e.old_computation)
             new_operands = sides.new.operands(e.new, e.new_computation)
-            if _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
+            if _same_dot(e.old, old_operands, e.new, new_operands) and \
+                    _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
                 seeds.append((e, type_signature(e.old, old_operands), type_signature(e.new, new_operands)))
     if not seeds:
         return []

@@ -8,7 +8,9 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
 * ``host_transfer``: host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``), infeed / outfeed,
   send / recv to the host, added or removed, each with how often a step runs it (effects.py);
 * ``precision``: dots and convolutions whose operand or result types or ``precision_config`` changed, with the
-  converts added or removed beside them and the FLOPs that moved (from the module's own shapes);
+  converts added or removed beside them and the FLOPs that moved (from the module's own shapes); the same dot (its
+  dims and its operands' dims: a dot of other dims paired is another dot), its operand types compared in either
+  order (a transpose that swaps a dot's operands changes no precision);
 * ``kernel``: Pallas / Mosaic / Triton kernels whose content changed (kernels.py: locations and install paths do
   not count), added or removed;
 * ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
