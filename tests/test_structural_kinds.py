@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 
 import sharded_step as ss
+from hlo_audit.config import load_config
+from hlo_audit.hlo.change_structure import sharding_key
 
 pytestmark = pytest.mark.xdist_group("structural_kinds")
 
@@ -239,3 +241,24 @@ def test_under_another_environment_the_lowered_stage_gates_and_xla_s_op_mix_is_a
             assert f["severity"] == "advisory" and "XLA's own output under another environment" in f["message"]
         elif f["rule"] in ("sharding", "collectives") or inputs:
             assert f["severity"] == "regression", f
+
+
+@pytest.mark.parametrize("golden,now,same", [
+    # A compiled parameter as jax 0.12 and 0.11.2 print it: one sharding in two notations.
+    ("{devices=[8,1]<=[8]}", "{mesh['fsdp'=8], [{'fsdp'}, {}]}", True),
+    ("{devices=[8,1,1]<=[8]}", "{mesh['fsdp'=8], [{'fsdp'}, {}, {}]}", True),
+    ("{replicated}", "{mesh['fsdp'=8], [{}, {}]}", True),
+    ("{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "{mesh['data'=2,'model'=4], [{'data'}, {}]}", True),
+    # What the regressions change.
+    ("{devices=[8,1]<=[8]}", "{replicated}", False),
+    ("{devices=[1,8,1]<=[8]}", "{devices=[8,1,1]<=[8]}", False),
+    ("{mesh['fsdp'=8], [{'fsdp'}, {}]}", "{mesh['fsdp'=8], [{}, {'fsdp'}]}", False),
+])
+def test_a_sharding_is_compared_by_what_it_says(golden, now, same):
+    assert (sharding_key(golden) == sharding_key(now)) is same
+
+
+def test_the_new_rules_are_policy_keys(tmp_path):
+    (tmp_path / "hlo-audit.toml").write_text('[policy]\nsharding = "warn"\nops = "off"\n')
+    rules = load_config(cwd=tmp_path).rules
+    assert [rules.action(r) for r in RULES] == ["warn", "fail", "fail", "off"]
