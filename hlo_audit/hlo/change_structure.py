@@ -124,8 +124,14 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
     """Shardings of parameters, values and outputs that changed; sharding constraints added or removed."""
     changes = _parameter_shardings(match.params)
     values = Groups()
+    constraints = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED and
+                   e.instruction.custom_call_target in SHARDING_TARGETS]
+    claimed.update(id(e) for e in constraints)
+    # A constraint removed here and one of the same sharding added there (the match paired neither in a program
+    # rewritten around them) is none removed.
+    kept = {id(e) for e in _net(constraints, lambda e: sharding_key(_sharding_of(e.instruction)))}
     for e in match.edits:
-        if id(e) in claimed:
+        if id(e) in claimed and id(e) not in kept:
             continue
         if e.edit is Edit.CHANGED:
             pairs = _sharding_pairs(e.old, e.new) if {"sharding", "frontend_attributes"} & set(e.aspects) else []
@@ -389,18 +395,20 @@ def _ordered_signed(mix) -> tuple[tuple[str, int], ...]:
     return tuple(sorted(((k, n) for k, n in mix.items() if n), key=lambda kv: (-abs(kv[1]), kv[0])))
 
 
-def _net(alone: Sequence[InstructionEdit]) -> list[InstructionEdit]:
-    """The instructions added or removed beyond what the other side holds of the same op: an op removed in one place
-    and added in another (a value re-matched elsewhere, a fusion rebuilt) leaves the program's op mix as it was."""
+def _net(alone: Sequence[InstructionEdit], key=lambda e: e.instruction.opcode) -> list[InstructionEdit]:
+    """The instructions added or removed beyond what the other side holds of the same ``key`` (op): an op removed in
+    one place and added in another (a value re-matched elsewhere, a fusion rebuilt) leaves the program's op mix as
+    it was."""
     net = Counter()
-    for e in alone:
-        net[e.instruction.opcode] += 1 if e.edit is Edit.INSERTED else -1
+    keys = [key(e) for e in alone]
+    for e, k in zip(alone, keys):
+        net[k] += 1 if e.edit is Edit.INSERTED else -1
     kept = []
-    for e in alone:
-        n = net[e.instruction.opcode]
+    for e, k in zip(alone, keys):
+        n = net[k]
         if n > 0 and e.edit is Edit.INSERTED or n < 0 and e.edit is Edit.DELETED:
             kept.append(e)
-            net[e.instruction.opcode] -= 1 if n > 0 else -1
+            net[k] -= 1 if n > 0 else -1
     return kept
 
 
