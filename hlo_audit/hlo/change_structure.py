@@ -95,9 +95,21 @@ def collectives(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int
         elif collective_op(instr):
             claimed.add(id(e))
             _add_collective(groups, Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED, e, instr, sides)
-    return [Change(ChangeKind.COLLECTIVES, action, op, place, count=g["count"], per_step=g["runs"], before=before,
-                   after=after, bytes=g["sums"]["bytes"], layers=len(g["layers"]))
-            for (action, op, before, after, _, _), g, place in groups.items()]
+    changes = [Change(ChangeKind.COLLECTIVES, action, op, place, count=g["count"], per_step=g["runs"],
+                      before=before, after=after, bytes=g["sums"]["bytes"], layers=len(g["layers"]))
+               for (action, op, before, after, _, _), g, place in groups.items()]
+    return _per_step_moved(changes)
+
+
+def _per_step_moved(changes: list[Change]) -> list[Change]:
+    """Without the collectives of a kind whose removed ones a step runs as often, moving as many bytes, as the added
+    ones: the same collectives moved (a loop unrolled or rolled up: its body's once per layer), not changed."""
+    moved = set()
+    for op in {c.subject for c in changes}:
+        sides = [[c for c in changes if c.subject == op and c.action is a] for a in (Action.ADDED, Action.REMOVED)]
+        if all(sides) and len({(sum(c.per_step for c in side), sum(c.bytes for c in side)) for side in sides}) == 1:
+            moved.add(op)
+    return [c for c in changes if c.action is Action.CHANGED or c.subject not in moved]
 
 
 def _add_collective(groups: Groups, action: Action, e: InstructionEdit, instr: Instruction, sides: Sides,
@@ -361,8 +373,8 @@ def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Cha
     changed = [e for e in match.edits if id(e) not in claimed and e.edit is Edit.CHANGED and
                not set(e.aspects) <= _NOT_OPS]
     alone = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
-    if _size_story(alone, match):
-        alone = []
+    if _size_story(alone, match):  # and the pairs it left changed in place are the rewrite's, not ops of their own
+        return []
     alone = _net(alone)
     if not changed and not alone:
         return []
