@@ -336,7 +336,9 @@ _REWIRED = frozenset({"operands"})
 
 def _program_size(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     """What the named kinds left of inserted and deleted instructions, in one record (module doc); with it the
-    instructions whose only change is to read from them (rewired)."""
+    instructions whose only change is to read from them (rewired). Its ``instructions`` are the program's own
+    difference (``before`` -> ``after``), whatever the other kinds named of it: one line never says "+0
+    instructions, 1742 -> 1961"."""
     rest = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
     computations = (len(match.computations_inserted), len(match.computations_deleted))
     if not rest and not any(computations):
@@ -361,7 +363,7 @@ def _program_size(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[C
     groups += (("computations removed", computations[1]),) if computations[1] else ()
     action = Action.ADDED if added > removed else Action.REMOVED if removed > added else Action.CHANGED
     return [Change(ChangeKind.PROGRAM_SIZE, action, story, place, count=count, per_step=per_step,
-                   before=f"{before} instructions", after=f"{after} instructions", instructions=added - removed,
+                   before=f"{before} instructions", after=f"{after} instructions", instructions=after - before,
                    groups=groups, layers=layers)]
 
 

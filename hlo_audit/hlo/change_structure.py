@@ -373,9 +373,11 @@ def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Cha
     changed = [e for e in match.edits if id(e) not in claimed and e.edit is Edit.CHANGED and
                not set(e.aspects) <= _NOT_OPS]
     alone = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
-    if _size_story(alone, match):  # and the pairs it left changed in place are the rewrite's, not ops of their own
-        return []
+    if any(e.instruction.opcode in _SIZE_STORIES for e in alone):
+        return []  # remat or a loop: the program size's story, and the pairs it left changed in place the rewrite's
     alone = _net(alone)
+    if len(alone) > _OPS_MAX_SHARE * max(match.instructions):
+        alone = []  # too many to be a local edit: the program size's
     if not changed and not alone:
         return []
     groups = Groups()
@@ -424,8 +426,3 @@ def _net(alone: Sequence[InstructionEdit], key=lambda e: e.instruction.opcode) -
     return kept
 
 
-def _size_story(alone: Sequence[InstructionEdit], match: ModuleMatch) -> bool:
-    """Leftovers that are a program-size story: remat or a loop added or removed, or a large part of the program."""
-    if any(e.instruction.opcode in _SIZE_STORIES for e in alone):
-        return True
-    return len(alone) > _OPS_MAX_SHARE * max(match.instructions)
