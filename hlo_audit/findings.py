@@ -217,9 +217,9 @@ class NamedChange:
     ``worse``: a regression (else an improvement to accept). ``sizes``: name -> (golden, now): program_size's
     ``instructions`` (in the text) and ``instructions_per_step``; donation's compiled ``alias_bytes`` and the memory
     kinds that moved with it (the cost of the lost donation, not a memory improvement). ``by_opcode``: program_size's
-    instructions per step that moved, by opcode. ``tolerance``: program_size's ratchet. ``environment``: where the
-    rule reads XLA's own output (ops and shapes after XLA's passes) under another environment than the golden's, what
-    moved: the change is advisory, as the text is (XLA's passes move its op mix and per-device shapes)."""
+    instructions per step that moved, by opcode. ``tolerance``: program_size's ratchet. ``environment``: for the ops
+    and shapes rules under another environment than the golden's, what moved: the change is advisory, as the text is
+    (another jax and XLA move the op mix and the values' shapes of an unchanged step)."""
 
     rule: str
     worse: bool

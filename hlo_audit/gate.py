@@ -219,7 +219,7 @@ class Gate:
     def _named(self, result: CellResult, golden: GoldenRecord, structural: Structural | None) -> dict[str, Finding]:
         """The named rules' findings (``named_rules``), before policy: each a regression or an improvement."""
         cid, command = result.cell.id, self.command(result.cell.id)
-        moved = named_rules.xla_moved(result.cell.stage, golden.environment, result.environment)
+        moved = named_rules.environment_moved(golden.environment, result.environment)
         facts = (named_rules.donation(structural, golden.memory, result.memory, self.policy.memory_tolerance, command),
                  named_rules.host_transfer(structural, command), named_rules.precision(structural, command),
                  named_rules.program_size(structural, self.policy.program_size_tolerance, command),

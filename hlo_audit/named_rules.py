@@ -22,8 +22,10 @@ changes (``ModuleDiff.named``):
 * ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
   value's sharding changed or a sharding constraint added or removed; collectives added, removed or changed (a
   removed one is a change to judge, not an improvement); inputs or activations of other dims; ops added, removed or
-  changed at equal shapes (a mask, a transpose, a reduction). Each a regression whichever way: none of them is
-  compiler-version noise (layouts, metadata, instruction order and fusion names are none of these kinds).
+  changed at equal shapes (a mask, a transpose, a reduction). Each a regression whichever way: layouts, metadata,
+  instruction order and fusion names are none of these kinds. Under another environment than the golden's, ops and
+  the values' shapes are advisory (another jax and XLA move them in an unchanged step); shardings, collectives and
+  the inputs' shapes still gate.
 """
 
 from __future__ import annotations
@@ -164,9 +166,9 @@ def collectives(structural: Structural | None, command: str) -> NamedChange | No
 
 def shapes(structural: Structural | None, command: str,
            moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
-    """Inputs and activations whose dims changed. ``moved``: the environment's changes since the golden where the
-    stage is XLA's output (``xla_moved``): the values' per-device shapes move with XLA's passes, so the finding is
-    advisory; the inputs' dims do not, and gate."""
+    """Inputs and activations whose dims changed. ``moved``: the environment's changes since the golden
+    (``environment_moved``): the values' shapes move with jax and XLA, so the finding is advisory there; the inputs'
+    dims do not, and gate."""
     if moved and structural is not None and any(c.subject == "inputs" for c in structural.named(ChangeKind.SHAPES)):
         moved = ()
     return _structural(Rule.SHAPES, ChangeKind.SHAPES, structural, command, moved)
@@ -177,12 +179,10 @@ def ops(structural: Structural | None, command: str, moved: tuple[EnvironmentCha
     return _structural(Rule.OPS, ChangeKind.OPS, structural, command, moved)
 
 
-def xla_moved(stage: str, golden: Mapping[str, str | None],
-              now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:
-    """What moved since the golden where the stage is XLA's output (not ``lowered``, jax's own program): another
-    jax, jaxlib or libtpu rewrites the op mix and per-device shapes of an unchanged step (jax 0.11.2 against 0.12's
-    goldens: 74 ops in the fused computations of an unchanged FSDP step)."""
-    if stage == "lowered":
-        return ()
+def environment_moved(golden: Mapping[str, str | None],
+                      now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:
+    """What moved since the golden (jax, jaxlib, libtpu, the stage...): another jax lowers and another XLA rewrites
+    the op mix and the per-device shapes of an unchanged step (jax 0.11.2 against 0.12's goldens: 74 ops in the
+    fused computations of an unchanged compiled FSDP step), so those findings are advisory there, as the text is."""
     return tuple(EnvironmentChange(k, golden.get(k), now.get(k)) for k in sorted({*golden, *now})
                  if golden.get(k) != now.get(k))

@@ -341,8 +341,8 @@ def _named(facts: NamedChange) -> str:
     parts += _named_numbers(facts)
     said = "; ".join(parts)
     if facts.environment:
-        return (f"{said}; XLA's own output under another environment than the golden's "
-                f"({environment_text(facts.environment)}): advisory, the lowered stage gates it")
+        return (f"{said}; but the environment differs from the golden's ({environment_text(facts.environment)}), "
+                "whose jax and XLA move the op mix: advisory")
     return f"{said}. If intended: {facts.command}" if facts.worse else f"{said}; record it: {facts.command}"
 
 
