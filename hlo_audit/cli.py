@@ -88,9 +88,9 @@ FORMATS = {
         "table": lambda v: terminal.render(terminal_report.print_report, v.view, max_width=REPORT_WIDTH),
     },
     "explain": {
-        "json": lambda v: jsonfmt.format_explain(v.tree, v.captured, v.launches),
-        "markdown": lambda v: markdown.format_explain(v.tree, v.captured, v.launches),
-        "table": lambda v: terminal.render(terminal_tree.print_explain, v.tree, v.captured, v.launches,
+        "json": lambda v: jsonfmt.format_explain(v.tree, v.captured, v.launches, v.against),
+        "markdown": lambda v: markdown.format_explain(v.tree, v.captured, v.launches, v.against),
+        "table": lambda v: terminal.render(terminal_tree.print_explain, v.tree, v.captured, v.launches, v.against,
                                            max_width=REPORT_WIDTH),
     },
 }
@@ -191,7 +191,7 @@ def diff(
     d = audit.diff(a, b, max_lines if text else 0)
     emit("diff", fmt, diff=d, old=a.source, new=b.source,
          launches=audit.launches_diff(audit.dump_launches(a), audit.dump_launches(b)))
-    raise typer.Exit(1 if d.differs else 0)
+    raise typer.Exit(1 if d.diff.differs else 0)
 
 
 def _only(only: list[str] | None) -> str | None:
@@ -384,7 +384,7 @@ def explain(
     closes over state, the same tree of what it captured as constants."""
     loaded = audit.load_program(source, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     tree, captured = audit.explain_trees(loaded, depth=depth, top=top)
-    emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches)
+    emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches, against=loaded.against)
 
 
 @app.command()

@@ -152,7 +152,8 @@ class SlopeChange:
 class CountKind(StrEnum):
     GREW = "grew"  # something gated grew: a regression
     MOVED = "moved"  # renamed patterns, or drawn streams' increments: nothing gated grew or shrank
-    SHRANK = "shrank"  # an improvement that asks to tighten the golden
+    SHRANK = "shrank"  # an improvement that asks to tighten the golden (RNG state, baked constants, kernels fewer)
+    CHANGED = "changed"  # fewer of what a program needs (weights, optimizer state, collectives): a change to judge
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,9 @@ class MemoryChange:
     tolerance: float
     grew: bool
     command: str
+    # Less memory while the program itself changed: a change to judge, not an improvement (that is less memory for
+    # the same program).
+    program_changed: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,10 @@ from pathlib import Path
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache
 from hlo_audit.explain import Node, explain
-from hlo_audit.gate import launch_comparison
+from hlo_audit.compare import CellDelta, Structural, launch_comparison
+from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.analysis import Analysis, analyze
-from hlo_audit.hlo.diff import ModuleDiff, diff_modules
+
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
@@ -35,6 +36,8 @@ class Program:
     rng: RngSummary
     constants: Constants | None = None
     launches: Launches | None = None
+    # A cell's comparison with its golden (the one ``check`` judges by); None for a file, or a cell without one.
+    against: CellDelta | None = None
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,10 @@ def analyze_each(specs: list[str], module: str | None = None, stage: str = "befo
     return results
 
 
-def diff(old: Analysis, new: Analysis, max_text_lines: int) -> ModuleDiff:
-    """What changed from ``old`` to ``new``, with a verdict (``hlo_audit.hlo.diff``)."""
-    return diff_modules(old, new, max_text_lines=max_text_lines)
+def diff(old: Analysis, new: Analysis, max_text_lines: int) -> Structural:
+    """What changed from ``old`` to ``new``, with a verdict: the structural account ``check`` reads of a cell against
+    its golden, built the same way (``compare.Structural.of_inputs``), so the two commands say the same numbers."""
+    return Structural.of_inputs(old, new, max_text_lines)
 
 
 def dump_launches(analysis: Analysis) -> Launches | None:
@@ -94,7 +98,7 @@ def dump_launches(analysis: Analysis) -> Launches | None:
 
 
 def launches_diff(old: Launches | None, new: Launches | None) -> LaunchChange | None:
-    """Two GPU programs' launches per step side by side (``gate.launch_comparison``), None unless both have them."""
+    """Two GPU programs' launches per step side by side (``compare.launch_comparison``), None unless both have them."""
     return launch_comparison(old, new)
 
 
@@ -133,8 +137,13 @@ def load_program(spec: str, config_path: str | None = None, module: str | None =
         analysis = analyze_input(spec, module, stage)
         return Program(analysis.source, tuple(Param.of(p) for p in analysis.params), RngSummary.of(analysis.rng),
                        Constants.of(analysis.constants), dump_launches(analysis))
-    result = cell_result(spec, config_path, use_cache, refresh)
-    return Program(spec, result.params, result.rng, result.constants, result.launches)
+    p = plan_cell(spec, config_path)
+    result = next(execute(p, use_cache=use_cache, refresh=refresh))
+    if not result.ok:
+        raise InputError(f"{spec}: {result.status}: {result.message}")
+    golden = read_snapshot(p.config.golden_dir, lambda tree: tree.golden(spec))
+    return Program(spec, result.params, result.rng, result.constants, result.launches,
+                   CellDelta.for_cell(result, golden, owns_text=True))
 
 
 def explain_trees(program: Program, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:

@@ -25,7 +25,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
     # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
-    ("judging", ("golden", "golden.*", "scaling", "outcome", "named_rules", "gate", "explain", "inputs")),
+    ("judging", ("golden", "golden.*", "scaling", "compare", "outcome", "named_rules", "rules", "gate", "explain",
+                 "inputs")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",

@@ -16,7 +16,8 @@ changes (``ModuleDiff.named``):
   around them and the FLOPs that moved: a regression either way (an upcast costs time, a downcast numerics).
 * ``program_size``: instructions in the text and executed per step, against the golden's, beyond
   ``program_size_tolerance``; rematerialization removed (memory) and a loop unrolled (program and compile size) are
-  regressions whatever the count. Fewer instructions beyond the tolerance: an improvement that asks to tighten.
+  regressions whatever the count. Fewer instructions beyond the tolerance: a change to judge, never an improvement
+  by itself.
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
 * ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
@@ -32,49 +33,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from hlo_audit.compare import Structural
 from hlo_audit.findings import EnvironmentChange, KernelBody, NamedChange
-from hlo_audit.hlo.analysis import Analysis, analyze
-from hlo_audit.hlo.change_places import instructions_per_step
 from hlo_audit.hlo.changes import REMAT_REMOVED, Action, Change, ChangeKind
-from hlo_audit.hlo.diff import ModuleDiff, count_delta, diff_modules
-from hlo_audit.hlo.locations import Places
 from hlo_audit.policy import Rule
 
 # The memory kinds a lost donation moves (reported with it, not as a memory finding of their own).
 _DONATION_MEMORY = ("alias_bytes", "temp_bytes", "argument_bytes", "output_bytes")
-
-
-@dataclass(frozen=True)
-class Structural:
-    """A cell's canonical text against its golden's, diffed once: the diff (its verdict, its named changes), the RNG
-    parameters gained, and each side's instructions (in the printed text; executed per step, by opcode)."""
-
-    diff: ModuleDiff
-    rng_params: int
-    instructions: tuple[int, int]
-    per_step: tuple[Mapping[str, int], Mapping[str, int]]
-
-    @classmethod
-    def of(cls, golden_text: str, text: str, places: Places | None = None) -> Structural:
-        """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``)."""
-        before, after = analyze(golden_text, "golden"), analyze(text, "now")
-        diff = diff_modules(before, after, max_text_lines=0, new_places=places)
-        rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
-        # The match's own count where there is one (the program, RNG state stripped); else the printed text's.
-        instructions = diff.match.instructions if diff.match is not None else (_printed(before), _printed(after))
-        return cls(diff, rng, instructions,
-                   (instructions_per_step(before.module), instructions_per_step(after.module)))
-
-    def named(self, kind: ChangeKind) -> tuple[Change, ...]:
-        return tuple(c for c in self.diff.named if c.kind is kind)
-
-
-def _printed(analysis: Analysis) -> int:
-    """Instructions of the computations the canonical text prints (one of each set of identical ones)."""
-    return sum(len(c.instructions) for name, c in analysis.module.computations.items()
-               if name in analysis.printed_computations)
 
 
 def donation(structural: Structural | None, golden_memory: Mapping[str, int] | None,
@@ -116,16 +82,16 @@ def program_size(structural: Structural | None, tolerance: float, command: str) 
     if structural is None or structural.diff.verdict != "changed":
         return None
     changes = structural.named(ChangeKind.PROGRAM_SIZE)
-    golden_step, now_step = structural.per_step
-    sizes = {"instructions": structural.instructions,
-             "instructions_per_step": (sum(golden_step.values()), sum(now_step.values()))}
+    sizes = structural.sizes
     grew = any(b > a * (1 + tolerance) for a, b in sizes.values())
     shrank = not grew and any(b < a * (1 - tolerance) for a, b in sizes.values())
     story = any(c.subject == REMAT_REMOVED or _unrolled(c) for c in changes)
     if not (grew or shrank or story):
         return None
-    return NamedChange(Rule.PROGRAM_SIZE, grew or story, changes, sizes=sizes,
-                       by_opcode=count_delta(golden_step, now_step), tolerance=tolerance, command=command)
+    # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
+    # shrink it too): a change to judge, as growth is.
+    return NamedChange(Rule.PROGRAM_SIZE, grew or shrank or story, changes, sizes=sizes,
+                       by_opcode=structural.per_step_by_opcode, tolerance=tolerance, command=command)
 
 
 def _unrolled(change: Change) -> bool:
@@ -167,8 +133,8 @@ def collectives(structural: Structural | None, command: str) -> NamedChange | No
 def shapes(structural: Structural | None, command: str,
            moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
     """Inputs and activations whose dims changed. ``moved``: the environment's changes since the golden
-    (``environment_moved``): the values' shapes move with jax and XLA, so the finding is advisory there; the inputs'
-    dims do not, and gate."""
+    (``CellDelta.environment``): the values' shapes move with jax and XLA, so the finding is advisory there; the
+    inputs' dims do not, and gate."""
     if moved and structural is not None and any(c.subject == "inputs" for c in structural.named(ChangeKind.SHAPES)):
         moved = ()
     return _structural(Rule.SHAPES, ChangeKind.SHAPES, structural, command, moved)
@@ -177,12 +143,3 @@ def shapes(structural: Structural | None, command: str,
 def ops(structural: Structural | None, command: str, moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
     """Ops added, removed or changed at equal shapes; advisory where ``moved`` (``shapes``)."""
     return _structural(Rule.OPS, ChangeKind.OPS, structural, command, moved)
-
-
-def environment_moved(golden: Mapping[str, str | None],
-                      now: Mapping[str, str | None]) -> tuple[EnvironmentChange, ...]:
-    """What moved since the golden (jax, jaxlib, libtpu, the stage...): another jax lowers and another XLA rewrites
-    the op mix and the per-device shapes of an unchanged step (jax 0.11.2 against 0.12's goldens: 74 ops in the
-    fused computations of an unchanged compiled FSDP step), so those findings are advisory there, as the text is."""
-    return tuple(EnvironmentChange(k, golden.get(k), now.get(k)) for k in sorted({*golden, *now})
-                 if golden.get(k) != now.get(k))

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from hlo_audit.compare import CellDelta
 from hlo_audit.findings import Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
@@ -66,6 +67,9 @@ class Outcome:
     goldens: Snapshot | None = None  # None: merged shards (their goldens were the shards')
     shard: Shard | None = None  # which shard of which selection this is
     findings: tuple[Finding, ...] = ()
+    # Each cell's comparison with its golden, built once by the gate (``compare.CellDelta``): every number a format
+    # prints about a cell's difference is read here. Empty for merged shards (their findings carry the words).
+    deltas: Mapping[str, CellDelta] = field(default_factory=dict)
     # Decided when judged (``judged``), read by every format: each cell's verdict, the numbers, what a human must
     # read one by one (``attention``; ``findings`` with --verbose), the folded advisories, the series' rows.
     cell_ids: tuple[str, ...] = ()  # the cells checked, in the order they ran (merged: shard by shard)
@@ -92,8 +96,9 @@ class Outcome:
         """Shards' outcomes as one: their results and findings as each shard judged them."""
         return cls(plan=None, results=tuple(results), shard=shard).judged(findings)
 
-    def judged(self, findings: Sequence[Finding]) -> Outcome:
-        """This outcome with the gate's findings, and everything the formats print about them decided now."""
+    def judged(self, findings: Sequence[Finding], deltas: Mapping[str, CellDelta] | None = None) -> Outcome:
+        """This outcome with the gate's findings (and its comparisons with the goldens), and everything the formats
+        print about them decided now."""
         findings = tuple(findings)
         cell_ids = tuple(dict.fromkeys(r.cell.id for r in self.results))
         listed = [f for f in findings if not _folds(f)]
@@ -109,7 +114,7 @@ class Outcome:
             findings_by_severity=_in_order(_counts([f for f in findings if f.severity is not Severity.OK])),
             folded=len(folded), stale_goldens=len(stale))
         return replace(
-            self, findings=findings, cell_ids=cell_ids, verdicts=verdicts, summary=summary,
+            self, findings=findings, deltas=dict(deltas or {}), cell_ids=cell_ids, verdicts=verdicts, summary=summary,
             finding_counts=_counts(findings), by_severity=_by_severity(findings),
             attention=tuple(f for f in listed if f.severity not in QUIET_SEVERITIES), folded=folded,
             folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,

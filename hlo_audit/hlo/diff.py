@@ -73,6 +73,8 @@ class ModuleDiff:
     # changed. `match`: the structural match in numbers (None where no match was needed).
     named: list[Change] = field(default_factory=list)
     match: MatchSummary | None = None
+    # The computations the match found inserted and deleted (by name), where there is a match.
+    computations: tuple[list[str], list[str]] | None = None
 
     @property
     def differs(self) -> bool:
@@ -252,6 +254,8 @@ class _Verdict:
     removed: list[ParamGroupDelta]
     named: list[Change] = field(default_factory=list)
     match: MatchSummary | None = None
+    # The computations the match found inserted and deleted (by name), where there is a match.
+    computations: tuple[list[str], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -293,8 +297,12 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         opcode_dtype_delta={} if old.text == new.text else count_delta(
             opcode_dtype_histogram(old.module, old.printed_computations),
             opcode_dtype_histogram(new.module, new.printed_computations)),
-        computations_added=sorted((new_comps - old_comps).elements()),
-        computations_removed=sorted((old_comps - new_comps).elements()),
+        # The match's where there is one (a computation whose body changed is the same computation, changed, though
+        # its canonical name, a digest of the body, is new); else by canonical name.
+        computations_added=(sorted(judged.computations[0]) if judged.computations is not None
+                            else sorted((new_comps - old_comps).elements())),
+        computations_removed=(sorted(judged.computations[1]) if judged.computations is not None
+                              else sorted((old_comps - new_comps).elements())),
         text_diff=text_diff, text_diff_omitted=omitted,
         constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
         named=judged.named, match=judged.match,
@@ -320,8 +328,9 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     match = match_modules(a.module, b.module, a.kept, b.kept)
     named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places)
     added, removed = _without_renames(added, removed, match, old, new)
+    computations = (match.computations_inserted, match.computations_deleted)
     if not kernels_differ and _renamed_only(match, a.canonical, b.module, b.kept):
-        return _Verdict("renamed-only", [], added, removed, named, summary(match))
+        return _Verdict("renamed-only", [], added, removed, named, summary(match), computations)
     if kernels_differ and a.canonical == b.canonical:
         changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
     else:
@@ -329,7 +338,7 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
         changes = _kinds_of_change(_Side(a.module, a.printed, a.kept), _Side(b.module, b.printed, b.kept),
                                    params_differ)
         changes += ["kernels"] if kernels_differ else []
-    return _Verdict("changed", changes, added, removed, named, summary(match))
+    return _Verdict("changed", changes, added, removed, named, summary(match), computations)
 
 
 def _text_diff(old: Analysis, new: Analysis, old_text: str, new_text: str, verdict: str,

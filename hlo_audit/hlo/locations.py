@@ -172,3 +172,21 @@ def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple]:
     return {(computation, instruction): (op_names[o], sources[s], *rest)
             for computation, instructions in record["at"].items()
             for instruction, (o, s, *rest) in instructions.items()}
+
+
+def text_places(module: HloModule, names: Mapping[tuple[str, str], tuple[str, str]]) -> Places:
+    """(op_name, ``file:line``) by instruction, from the metadata ``module``'s own text prints (a dump, a file
+    written with debug info), keyed by ``names`` (its canonical text's: ``normalize.normalize_with_names``): what
+    places the changes of a module compared through its canonical text, as a stage's ``Metadata.places`` does for
+    a text printed without it. Of identical computations (printed once) the first's."""
+    locations = Locations(module)
+    found: dict[tuple[str, str], tuple[str, str]] = {}
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            key = names.get((comp.name, instr.name))
+            if key is None or key in found:
+                continue
+            op_name, source = instr.op_name, locations.of(instr)
+            if op_name or source:
+                found[key] = (op_name, source)
+    return found

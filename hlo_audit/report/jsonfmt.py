@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff
 from hlo_audit.merge import cell_record, check_record, launch_change_record
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
@@ -45,7 +45,8 @@ def format_count(analyses: Sequence, with_params: bool = False, launches: Sequen
     return json.dumps(doc, indent=2) + "\n"
 
 
-def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
+def diff_record(structural: Structural, old: str, new: str, launches=None) -> dict:
+    d = structural.diff
     return {
         "old": old,
         "new": new,
@@ -63,6 +64,9 @@ def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
         # before, after, bytes, flops, instructions, groups, layers), most costly kinds first; the match in numbers.
         "named": [c.to_record() for c in d.named],
         "match": d.match.to_record() if d.match is not None else None,
+        # The two programs' sizes, as `check`'s program_size finding reads them (compare.Structural.sizes).
+        "sizes": {k: {"old": a, "new": b} for k, (a, b) in structural.sizes.items()},
+        "per_step_by_opcode": structural.per_step_by_opcode,
         "text_diff": d.text_diff,
         "text_diff_omitted": d.text_diff_omitted,
         "constants_delta": d.constants,
@@ -71,8 +75,8 @@ def diff_record(d: ModuleDiff, old: str, new: str, launches=None) -> dict:
     }
 
 
-def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
-    return json.dumps({"schema": DIFF_SCHEMA, **diff_record(d, old, new, launches)}, indent=2) + "\n"
+def format_diff(structural: Structural, old: str, new: str, launches=None) -> str:
+    return json.dumps({"schema": DIFF_SCHEMA, **diff_record(structural, old, new, launches)}, indent=2) + "\n"
 
 
 RUN_SCHEMA = "hlo-audit/run/v1"
@@ -129,10 +133,22 @@ def format_report(view) -> str:
 EXPLAIN_SCHEMA = "hlo-audit/explain/v1"
 
 
-def format_explain(node, captured=None, launches: Launches | None = None) -> str:
+def format_explain(node, captured=None, launches: Launches | None = None, against: CellDelta | None = None) -> str:
     return json.dumps({"schema": EXPLAIN_SCHEMA, "tree": node.to_record(),
                        "captured_tree": captured.to_record() if captured is not None else None,
-                       "kernels": launches.to_record() if launches is not None else None}, indent=2) + "\n"
+                       "kernels": launches.to_record() if launches is not None else None,
+                       "against_golden": delta_record(against) if against is not None else None}, indent=2) + "\n"
+
+
+def delta_record(delta: CellDelta) -> dict:
+    """A cell's comparison with its golden (``compare.CellDelta``) as JSON: the numbers ``check`` judges by."""
+    params, structural = delta.params, delta.structural
+    return {"entry_params": {"golden": params.golden, "now": params.now},
+            "by_dtype_delta": dict(params.by_dtype), "by_role_delta": dict(params.by_role),
+            "text": delta.text.value,
+            "sizes": ({k: {"golden": a, "now": b} for k, (a, b) in structural.sizes.items()}
+                      if structural is not None else None),
+            "per_step_by_opcode": structural.per_step_by_opcode if structural is not None else None}
 
 
 def format_cells(cells, source: str) -> str:

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff, captured_change
+from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
-from hlo_audit.report.words import (captured_text, check_summary_text, constants_headline, folded_line,
-                                    frozen_rng_line, human_bytes, launch_lines, launches_change_text,
-                                    launches_headline, message, rng_cost, rng_headline)
+from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text, constants_headline,
+                                    folded_line, frozen_rng_line, human_bytes, launch_lines, launches_change_text,
+                                    launches_headline, message, program_sizes_text, rng_cost, rng_headline)
 
 
 class Md(str):
@@ -70,7 +71,8 @@ def _constants_line(constants: Constants) -> str:
     return _text(f"{constants_headline(constants)}{captured}.")
 
 
-def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
+def format_diff(structural: Structural, old: str, new: str, launches=None) -> str:
+    d = structural.diff
     out = [f"### HLO diff: **{d.verdict}**" + (f" ({', '.join(d.changes)})" if d.changes else ""), ""]
     out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
     out.append("")
@@ -78,7 +80,8 @@ def format_diff(d: ModuleDiff, old: str, new: str, launches=None) -> str:
         out += [f"- {_text(line)}" for line in named_lines(d.named)]
         out.append("")
     if d.match is not None:
-        out += [f"Matched: {_text(match_line(d.match))}.", ""]
+        out += [f"Matched: {_text(match_line(d.match))}.", "",
+                f"Sizes: {_text(program_sizes_text(structural.sizes, structural.per_step_by_opcode))}.", ""]
     if launches:
         out += [f"{launches_change_text(launches)}.", "", *(f"- {line}" for line in launch_lines(launches)[:8]), ""]
     if d.by_dtype_delta or d.by_role_delta:
@@ -125,7 +128,7 @@ def format_run(results, slopes: dict[str, float]) -> str:
     return "\n".join(_table(header, rows)) + "\n"
 
 
-def format_explain(node, captured=None, launches: Launches | None = None) -> str:
+def format_explain(node, captured=None, launches: Launches | None = None, against: CellDelta | None = None) -> str:
     """The explain tree as a nested list: counts, dtypes, roles, bytes per group; then the captured state's."""
     def lines(n, level: int) -> list[str]:
         record = n.to_record()
@@ -145,6 +148,8 @@ def format_explain(node, captured=None, launches: Launches | None = None) -> str
         out += lines(captured, 0)
     if launches:
         out += ["", f"{launches_headline(launches)}."]
+    if against is not None:
+        out += ["", f"{_text(against_golden_text(against))}."]
     return "\n".join(out) + "\n"
 
 

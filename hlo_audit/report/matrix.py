@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass, fields
 
+from hlo_audit.compare import GATED_LAUNCHES, CellDelta
 from hlo_audit.findings import CapturedDelta
 from hlo_audit.golden.record import GoldenRecord
-from hlo_audit.hlo.diff import captured_delta
 from hlo_audit.hlo.params import ROLES
 from hlo_audit.matrix import AXES
 from hlo_audit.golden.snapshot import read_snapshot
@@ -63,25 +63,26 @@ assert tuple(f.name for f in fields(TidyRow)) == TIDY_COLUMNS, "the matrix's axe
 
 @dataclass(frozen=True)
 class CellView:
-    """One cell with its golden's counts: ``golden`` is None when the cell has no golden."""
+    """One cell with its comparison against its golden (``compare.CellDelta``, the one the gate judges by; None
+    when the cell has no readable golden): every delta below is read off it, never worked out here again."""
 
     result: CellResult
-    golden: GoldenRecord | None
+    golden: GoldenRecord | None  # the golden's record (None: no golden, or one that cannot be read)
+    compared: CellDelta | None
 
     def delta(self, kind: str) -> dict[str, int] | None:
-        """``kind`` (by_dtype / by_role) minus the golden's, every key of either side; None without a golden."""
-        if self.golden is None or not self.result.summary:
+        """``kind`` (by_dtype / by_role) minus the golden's, every key of either side (0 where it held); None without
+        a golden."""
+        if self.compared is None:
             return None
-        old, new = getattr(self.golden, kind), getattr(self.result.summary, kind)
-        return {k: new.get(k, 0) - old.get(k, 0) for k in sorted(set(old) | set(new))}
+        moved = getattr(self.compared.params, kind)
+        keys = set(getattr(self.compared.golden, kind)) | set(getattr(self.result.summary, kind))
+        return {k: moved.get(k, 0) for k in sorted(keys)}
 
     @property
     def constants_delta(self) -> CapturedDelta | None:
-        """Baked-in state against the golden's (``diff.captured_delta``); None without a golden that records it,
-        or when nothing changed."""
-        if self.golden is None or self.golden.constants is None or self.result.constants is None:
-            return None
-        return CapturedDelta.of(captured_delta(self.golden.constants, self.result.constants.golden_summary()))
+        """Baked-in state against the golden's; None without a golden that records it, or when nothing changed."""
+        return self.compared.captured if self.compared is not None else None
 
     @property
     def golden_knows_constants(self) -> bool:
@@ -89,26 +90,23 @@ class CellView:
 
     @property
     def total_delta(self) -> int | None:
-        if self.golden is None or not self.result.summary:
-            return None
-        return self.result.entry_params - self.golden.entry_params
+        return self.compared.params.delta if self.compared is not None else None
 
     def launches_delta(self) -> dict[str, int] | None:
         """A GPU cell's kernels (total, scalar) and collectives per step minus its golden's; None without a golden
         that recorded them."""
-        old = self.golden.launches if self.golden is not None else None
-        new = self.result.launches
-        if old is None or new is None:
+        if self.compared is None or self.golden.launches is None or self.result.launches is None:
             return None
-        return {k: getattr(new, k) - (getattr(old, k) or 0) for k in ("total", "scalar", "collectives")}
+        moved = self.compared.launches.delta if self.compared.launches is not None else {}
+        return {k: moved.get(k, 0) for k in GATED_LAUNCHES}
 
     def memory_delta(self) -> dict[str, int] | None:
-        """A compiled cell's bytes by kind minus its golden's; None without a golden that recorded memory."""
-        old = self.golden.memory if self.golden is not None else None
-        new = self.result.memory
-        if old is None or new is None:
+        """A compiled cell's bytes by kind minus its golden's (a kind the golden lacks: all of it); None without a
+        golden that recorded memory."""
+        if self.compared is None or self.compared.memory is None:
             return None
-        return {k: new[k] - old.get(k, 0) for k in new}
+        moved = self.compared.memory.delta()
+        return {k: moved.get(k, v) for k, v in self.result.memory.items()}
 
 
 @dataclass(frozen=True)
@@ -220,5 +218,6 @@ def matrix_view(outcome: Outcome) -> MatrixView:
     views = []
     for r in results:
         stored = outcome.goldens.golden(r.cell.id)
-        views.append(CellView(r, stored.record if stored is not None else None))
+        compared = outcome.deltas.get(r.cell.id) or CellDelta.for_cell(r, stored)
+        views.append(CellView(r, stored.record if stored is not None else None, compared))
     return MatrixView(cells=views, scan_pairs=scan_pairs(results), series=list(outcome.series))

@@ -23,15 +23,16 @@ from rich.table import Table
 from rich.text import Text
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.hlo.diff import ModuleDiff, captured_change
+from hlo_audit.hlo.diff import captured_change
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
                                     depth_values, folded_line, frozen_rng_line, launch_lines, launches_change_text,
-                                    launches_headline, message, nothing_written_line, rng_cost, rng_headline,
-                                    scalar_launch_lines)
+                                    launches_headline, message, nothing_written_line, program_sizes_text, rng_cost,
+                                    rng_headline, scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -200,9 +201,10 @@ def print_constants(console: Console, constants: Constants) -> None:
         print_table(console, groups)
 
 
-def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches=None) -> None:
-    """The verdict, the named changes (what, how much, where), the matched rest in one line, the parameter and op
-    deltas, then the normalized text diff when it was asked for (``--text``)."""
+def print_diff(console: Console, structural: Structural, old: str, new: str, launches=None) -> None:
+    """The verdict, the named changes (what, how much, where), the matched rest in one line, the programs' sizes, the
+    parameter and op deltas, then the normalized text diff when it was asked for (``--text``)."""
+    d = structural.diff
     style = {"identical": "green", "identical-after-normalization": "green", "renamed-only": "green",
              "rng-state-only": "yellow", "changed": "red"}[d.verdict]
     verdict = Text(f"verdict: {d.verdict}", style=f"bold {style}")
@@ -216,6 +218,7 @@ def print_diff(console: Console, d: ModuleDiff, old: str, new: str, launches=Non
             status(console, esc(f"  {line}"))
     if d.match is not None:
         status(console, esc(f"matched: {match_line(d.match)}"))
+        status(console, esc(f"sizes: {program_sizes_text(structural.sizes, structural.per_step_by_opcode)}"))
     if launches:
         status(console, esc(launches_change_text(launches)))
         for line in launch_lines(launches)[:8]:

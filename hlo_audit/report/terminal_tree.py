@@ -8,9 +8,10 @@ from rich.console import Console
 from rich.text import Text
 from rich.tree import Tree
 
+from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.terminal import print_launches, print_whole
-from hlo_audit.report.words import ROLE_SHORT, human_bytes
+from hlo_audit.report.words import ROLE_SHORT, against_golden_text, human_bytes
 
 if TYPE_CHECKING:
     from hlo_audit.explain import Node
@@ -70,9 +71,10 @@ def _grow(tree: Tree, node: Node, width: int, level: int) -> None:
         tree.add(Text(f"{node.hidden_params:>5}  ... {node.hidden} more", style="dim italic"))
 
 
-def print_explain(console: Console, node: Node, captured: Node | None = None, launches=None) -> None:
+def print_explain(console: Console, node: Node, captured: Node | None = None, launches=None, against=None) -> None:
     """The entry parameters' tree, then (when the step closes over state) the tree of what it captured; then, for a
-    GPU program, what one step launches."""
+    GPU program, what one step launches; then, for a cell with a golden, the cell against it (``against``: the
+    ``compare.CellDelta`` check judges by)."""
     for root in (node, captured):
         if root is None:
             continue
@@ -84,3 +86,5 @@ def print_explain(console: Console, node: Node, captured: Node | None = None, la
         print_whole(console, tree)
     if launches:
         print_launches(console, launches)
+    if against is not None:
+        console.print(esc(against_golden_text(against)))

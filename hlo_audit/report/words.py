@@ -11,7 +11,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
                                 LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange, MissingGolden,
                                 NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden, StaleWaiver,
                                 TextChange, TextKind, Worded)
-from hlo_audit.gate import environment_changes
+from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.policy import Rule
 from hlo_audit.report.change_words import change_line
@@ -142,7 +142,7 @@ def change_text(before: Mapping[str, int], after: Mapping[str, int], delta: Mapp
 
 
 def launches_change_text(change: LaunchChange, labelled: bool = False) -> str:
-    """``kernels per step 580 -> 622 (+42, scalar +42)`` of two programs' launches (``gate.launch_comparison``)."""
+    """``kernels per step 580 -> 622 (+42, scalar +42)`` of two programs' launches (``compare.launch_comparison``)."""
     return change_text(change.golden, change.now, change.delta, labelled)
 
 
@@ -207,7 +207,7 @@ def environment_text(changes: Sequence[EnvironmentChange]) -> str:
 
 
 def environment_change(then: Mapping[str, str | None], now: Mapping[str, str | None]) -> str:
-    """Every key whose value differs, both ways, in words (``environment_text`` of ``gate.environment_changes``)."""
+    """Every key whose value differs, both ways, in words (``environment_text`` of ``compare.environment_changes``)."""
     return environment_text(environment_changes(then, now))
 
 
@@ -239,7 +239,9 @@ def _count(facts: CountChange) -> str:
     said = "; ".join(changes)
     return {CountKind.GREW: f"{said}. If intended: {facts.command}",
             CountKind.MOVED: f"{said}; record it: {facts.command}",
-            CountKind.SHRANK: f"{said}; tighten the golden: {facts.command}"}[facts.kind]
+            CountKind.SHRANK: f"{said}; tighten the golden: {facts.command}",
+            CountKind.CHANGED: f"{said}: fewer of what the step needs is a change to judge, not an improvement. "
+                               f"If intended: {facts.command}"}[facts.kind]
 
 
 def patterns_text(patterns: PatternChanges) -> str:
@@ -327,6 +329,9 @@ def _memory(facts: MemoryChange) -> str:
         grown = {k: v for k, v in facts.changed.items() if v[1] > v[0]}
         return (f"compiled memory grew beyond {facts.tolerance:.0%} of the golden: {byte_changes(grown)}."
                 f" If intended: {facts.command}")
+    if facts.program_changed:
+        return (f"compiled memory shrank: {byte_changes(facts.changed)}, with the program changed: less memory for "
+                f"another program is a change to judge, not an improvement. If intended: {facts.command}")
     return f"compiled memory shrank: {byte_changes(facts.changed)}; tighten the golden: {facts.command}"
 
 
@@ -352,15 +357,37 @@ def _named_numbers(facts: NamedChange) -> list[str]:
         return [f"kernel body changed: {k.name} ({', '.join(k.golden) or 'none'} -> {', '.join(k.now) or 'none'})"
                 for k in facts.kernels]
     if facts.rule == Rule.PROGRAM_SIZE:
-        sizes = ", ".join(f"{k.replace('_', ' ')} {a:,} -> {b:,}" + (f" ({(b - a) / a:+.1%})" if a else "")
-                          for k, (a, b) in facts.sizes.items())
-        top = sorted(facts.by_opcode.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
-        per_step = f"; per step: {signed_counts(dict(top))}" if top else ""
-        return [f"against the golden (tolerance {facts.tolerance:.0%}): {sizes}{per_step}"]
+        return [f"against the golden (tolerance {facts.tolerance:.0%}): "
+                f"{program_sizes_text(facts.sizes, facts.by_opcode)}"]
     if facts.rule == Rule.DONATION and facts.sizes:
         lost = "; the cost of the lost donation, not a memory improvement" if facts.worse else ""
         return [f"compiled memory: {byte_changes(facts.sizes)}{lost}"]
     return []
+
+
+def program_sizes_text(sizes: Mapping[str, tuple[int, int]], by_opcode: Mapping[str, int]) -> str:
+    """``instructions 492 -> 397 (-19.3%), instructions per step 1,510 -> 1,150 (-23.8%); per step: multiply -50,
+    ...``: what `check`'s program-size finding and `diff` both say of two programs (``compare.Structural``)."""
+    said = ", ".join(f"{k.replace('_', ' ')} {a:,} -> {b:,}" + (f" ({(b - a) / a:+.1%})" if a else "")
+                     for k, (a, b) in sizes.items())
+    top = sorted(by_opcode.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
+    return said + (f"; per step: {signed_counts(dict(top))}" if top else "")
+
+
+def against_golden_text(delta: CellDelta) -> str:
+    """A cell against its golden in one line, from the comparison ``check`` judges by (``compare.CellDelta``):
+    ``against its golden: entry parameters golden 21 -> now 21; text changed; instructions 492 -> 397 (-19.3%), ...``"""
+    params = delta.params
+    parts = [f"entry parameters {golden_to_now(params.golden, params.now)}"
+             + (f" ({signed_counts(params.by_dtype)})" if params.by_dtype else "")]
+    parts.append({TextVerdict.NOT_COMPARED: "text not compared", TextVerdict.SAME: "text the same",
+                  TextVerdict.RNG_DROPPED: "text differs by RNG state only (dropped)",
+                  TextVerdict.RNG_ONLY: "text differs by RNG state only (added)",
+                  TextVerdict.RENAMED: "text differs by renamed entry parameters only",
+                  TextVerdict.CHANGED: "program changed"}[delta.text])
+    if delta.structural is not None:
+        parts.append(program_sizes_text(delta.structural.sizes, delta.structural.per_step_by_opcode))
+    return "against its golden: " + "; ".join(parts)
 
 
 def _rng_scaling(facts: RngScaling) -> str:

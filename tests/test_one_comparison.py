@@ -1,0 +1,170 @@
+"""One comparison per cell (issue 32): ``check``, ``diff``, ``report --format json`` and ``explain`` say the same
+numbers about one cell against its golden, because all four read one ``compare.CellDelta`` / ``compare.Structural``.
+
+A team's own NNX model (tests/team_model.py) with goldens of its base step; each variant is checked against the
+base's golden, then the same cell is diffed (its raw lowering, as ``lower`` writes it, against its golden's text),
+reported and explained. Then the gate's direction, from plain data without jax: fewer weights is a change to judge,
+fewer RNG parameters an improvement; and the program-size sentence that once read "+0 instructions, 1742 -> 1961".
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import team_model as tm
+from hlo_audit.compare import CellDelta, TextVerdict
+from hlo_audit.findings import CountKind
+from hlo_audit.gate import Gate
+from hlo_audit.golden.record import GoldenRecord
+from hlo_audit.golden.snapshot import Golden
+from hlo_audit.hlo.changes import Action, Change, ChangeKind
+from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.matrix import Cell
+from hlo_audit.policy import Policy
+from hlo_audit.report.change_words import change_line
+from hlo_audit.results import CellResult, Severity
+from in_process import hlo_audit_here
+from test_named_rules import cell, golden_of_base_for, write_config
+
+pytestmark = pytest.mark.xdist_group("named_rules")
+
+VARIANTS = ("remat_removed", "unrolled_8x", "f32_up", "up_renamed")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("one_comparison")
+    shutil.copy(tm.__file__, folder / "team_model.py")
+    write_config(folder, ["base"])
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    write_config(folder, ["base", *VARIANTS], '[policy]\nhlo_text = "warn"\n')
+    golden_of_base_for(folder / "golden", VARIANTS)
+    return folder
+
+
+def json_of(project: Path, *args) -> dict:
+    ran = hlo_audit_here(project, *args, "--format", "json")
+    assert ran.returncode in (0, 1), ran.stderr[-3000:]
+    return json.loads(ran.stdout)
+
+
+@pytest.fixture(scope="module")
+def checked(project) -> dict:
+    return json_of(project, "check")
+
+
+@pytest.fixture(scope="module")
+def reported(project, checked) -> dict:
+    return {c["id"]: c for c in json_of(project, "report")["cells"]}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_check_diff_report_and_explain_say_the_same_numbers(project, checked, reported, variant):
+    cid = cell(variant)
+    raw = project / f"{variant}.hlo.txt"
+    assert hlo_audit_here(project, "lower", cid, "--output", raw).returncode == 0
+    diffed = json_of(project, "diff", project / "golden" / f"{cid}.hlo.txt", raw)
+    explained = json_of(project, "explain", cid)["against_golden"]
+    report = reported[cid]
+    # Entry parameters: golden and now, by dtype.
+    assert (diffed["entry_params"]["old"], diffed["entry_params"]["new"]) == (
+        explained["entry_params"]["golden"], explained["entry_params"]["now"])
+    assert report["golden_delta"] == explained["entry_params"]["now"] - explained["entry_params"]["golden"]
+    assert {k: v for k, v in report["by_dtype_delta"].items() if v} == explained["by_dtype_delta"] == \
+        diffed["by_dtype_delta"]
+    # The programs' sizes: diff's, explain's and (where the rule judged them) check's program-size finding's.
+    sizes = {k: (v["golden"], v["now"]) for k, v in explained["sizes"].items()}
+    assert {k: (v["old"], v["new"]) for k, v in diffed["sizes"].items()} == sizes
+    assert diffed["per_step_by_opcode"] == explained["per_step_by_opcode"]
+    judged = [f for f in checked["findings"] if f["cell"] == cid and f["rule"] == "program_size"]
+    for finding in judged:
+        assert {k: (v["golden"], v["now"]) for k, v in finding["details"]["sizes"].items()} == sizes
+    program = next((c for c in diffed["named"] if c["kind"] == "program_size"), None)
+    if program is not None:  # the named change's own before/after are the match's counts too
+        assert (int(program["before"].split()[0]), int(program["after"].split()[0])) == sizes["instructions"]
+    # The text's verdict: what check's text finding and diff say.
+    verdict = {"renamed": "renamed-only", "changed": "changed"}[explained["text"]]
+    assert diffed["verdict"] == verdict
+    text = [f for f in checked["findings"] if f["cell"] == cid and f["rule"] == "hlo_text"]
+    assert [f["details"]["verdict"] for f in text] == [verdict]
+    assert (variant in ("remat_removed", "unrolled_8x")) is bool(judged)
+
+
+def test_the_raw_lowering_and_the_canonical_text_diff_alike(project):
+    """A raw lowering repeats computations its canonical text prints once: diffed raw against the golden it counted
+    them (issue 32: -41 instructions where check said -95); both are now compared as their canonical texts."""
+    cid = cell("remat_removed")
+    raw, canonical = project / "rr.raw.hlo.txt", project / "rr.canonical.hlo.txt"
+    assert hlo_audit_here(project, "lower", cid, "--output", raw).returncode == 0
+    assert hlo_audit_here(project, "lower", cid, "--normalized", "--output", canonical).returncode == 0
+    golden = project / "golden" / f"{cid}.hlo.txt"
+    one, other = json_of(project, "diff", golden, raw), json_of(project, "diff", golden, canonical)
+    for key in ("verdict", "entry_params", "sizes", "per_step_by_opcode", "match", "computations_added",
+                "computations_removed", "opcode_dtype_delta"):
+        assert one[key] == other[key], key
+    assert one["match"]["instructions"][0] > one["match"]["instructions"][1]
+    assert one["computations_added"] == [] and len(one["computations_removed"]) == one["match"][
+        "computations_deleted"]
+    same = json_of(project, "diff", raw, canonical)
+    assert same["verdict"] == "identical-after-normalization"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The gate from plain data: no jax, no lowering
+# --------------------------------------------------------------------------------------------------------------
+
+CELL = Cell("m", False, "none", 2)
+
+
+def result_of(by_role: dict[str, int], dtype: str = "f32") -> CellResult:
+    total = sum(by_role.values())
+    summary = ParamSummary(entry_params=total, by_dtype={dtype: total}, by_role=by_role, groups={}, bytes_by_role={})
+    return CellResult(cell=CELL, status="ok", summary=summary)
+
+
+def golden_of(by_role: dict[str, int]) -> Golden:
+    total = sum(by_role.values())
+    record = GoldenRecord(cell=CELL.id, entry_params=total, by_dtype={"f32": total}, by_role=by_role, groups={},
+                          environment={})
+    return Golden(CELL.id, record, None)
+
+
+def count_finding(golden: dict[str, int], now: dict[str, int]):
+    result, stored = result_of(now), golden_of(golden)
+    delta = CellDelta.for_cell(result, stored)
+    findings = Gate(Policy({}), "hlo-audit golden update").check(result, stored, delta, None)
+    return delta, next(f for f in findings if f.rule in ("count", "all"))
+
+
+@pytest.mark.parametrize("golden, now, kind, severity", [
+    ({"weight": 6, "rng_key": 2}, {"weight": 6, "rng_key": 4}, CountKind.GREW, Severity.REGRESSION),
+    ({"weight": 6, "rng_key": 4}, {"weight": 6, "rng_key": 2}, CountKind.SHRANK, Severity.IMPROVEMENT),
+    ({"weight": 6, "optimizer_state": 12}, {"weight": 4, "optimizer_state": 8}, CountKind.CHANGED,
+     Severity.REGRESSION),
+    ({"weight": 6, "rng_key": 4}, {"weight": 4, "rng_key": 2}, CountKind.CHANGED, Severity.REGRESSION),
+])
+def test_a_shrinking_step_is_an_improvement_only_where_a_user_would_call_it_one(golden, now, kind, severity):
+    delta, finding = count_finding(golden, now)
+    assert delta.text is TextVerdict.NOT_COMPARED and delta.params.delta == sum(now.values()) - sum(golden.values())
+    assert finding.facts.kind is kind and finding.severity is severity
+
+
+def test_the_same_counts_match_their_golden():
+    delta, finding = count_finding({"weight": 6}, {"weight": 6})
+    assert not delta.params.counts_moved and finding.rule == "all" and finding.severity is Severity.OK
+
+
+def test_a_program_size_change_beside_named_changes_says_both_numbers():
+    """The kinds named before it took the whole change: what is left is said as such, beside the program's change
+    (the sentence once read "+0 instructions (+0.0%), 1742 instructions -> 1961")."""
+    rest = Change(ChangeKind.PROGRAM_SIZE, Action.CHANGED, "instructions", count=0, before="1742 instructions",
+                  after="1961 instructions", instructions=0)
+    line = change_line(rest)
+    assert "+0 instructions besides the changes named above" in line and "(+219, +12.6%)" in line
+    whole = Change(ChangeKind.PROGRAM_SIZE, Action.REMOVED, "instructions", count=95, before="492 instructions",
+                   after="397 instructions", instructions=-95)
+    assert "-95 instructions (-19.3%), 492 instructions -> 397 instructions" in change_line(whole)
