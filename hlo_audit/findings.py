@@ -236,7 +236,9 @@ class NamedChange:
     ``worse``: a regression (else an improvement to accept). ``sizes``: name -> (golden, now): program_size's
     ``instructions`` (in the text) and ``instructions_per_step``; donation's compiled ``alias_bytes`` and the memory
     kinds that moved with it (the cost of the lost donation, not a memory improvement). ``by_opcode``: program_size's
-    instructions per step that moved, by opcode. ``tolerance``: program_size's ratchet."""
+    instructions per step that moved, by opcode. ``tolerance``: program_size's ratchet. ``environment``: for the ops
+    and shapes rules under another environment than the golden's, what moved: the change is advisory, as the text is
+    (another jax and XLA move the op mix and the values' shapes of an unchanged step)."""
 
     rule: str
     worse: bool
@@ -246,6 +248,7 @@ class NamedChange:
     by_opcode: Mapping[str, int] = field(default_factory=dict)
     tolerance: float | None = None
     command: str = ""
+    environment: tuple[EnvironmentChange, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,13 @@ changes (``ModuleDiff.named``):
   (``hlo.change_flow``); ``remat``: rematerialization removed or added, or its policy changed; ``gradient``: weights
   the loss no longer reaches (or newly does), optimizer transforms (clipping) added or removed. Each is a change to
   judge, a regression until accepted, whatever it does to the program's size.
+* ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
+  value's sharding changed or a sharding constraint added or removed; collectives added, removed or changed (a
+  removed one is a change to judge, not an improvement); inputs or activations of other dims; ops added, removed or
+  changed at equal shapes (a mask, a transpose, a reduction). Each a regression whichever way: layouts, metadata,
+  instruction order and fusion names are none of these kinds. Under another environment than the golden's, ops and
+  the values' shapes are advisory (another jax and XLA move them in an unchanged step); shardings, collectives and
+  the inputs' shapes still gate.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from hlo_audit.compare import Structural
-from hlo_audit.findings import KernelBody, NamedChange
+from hlo_audit.findings import EnvironmentChange, KernelBody, NamedChange
 from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.policy import Rule
 
@@ -134,3 +141,34 @@ def gradient(structural: Structural | None, command: str) -> NamedChange | None:
 
 def _changed(structural: Structural | None) -> bool:
     return structural is not None and structural.diff.verdict == "changed"
+
+
+def _structural(rule: Rule, kind: ChangeKind, structural: Structural | None, command: str,
+                moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
+    changes = structural.named(kind) if structural is not None else ()
+    return NamedChange(rule, True, changes, command=command, environment=moved) if changes else None
+
+
+def sharding(structural: Structural | None, command: str) -> NamedChange | None:
+    """Shardings of parameters, values or outputs changed; sharding constraints added or removed."""
+    return _structural(Rule.SHARDING, ChangeKind.SHARDING, structural, command)
+
+
+def collectives(structural: Structural | None, command: str) -> NamedChange | None:
+    """Collectives added, removed or changed per step."""
+    return _structural(Rule.COLLECTIVES, ChangeKind.COLLECTIVES, structural, command)
+
+
+def shapes(structural: Structural | None, command: str,
+           moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
+    """Inputs and activations whose dims changed. ``moved``: the environment's changes since the golden
+    (``CellDelta.environment``): the values' shapes move with jax and XLA, so the finding is advisory there; the
+    inputs' dims do not, and gate."""
+    if moved and structural is not None and any(c.subject == "inputs" for c in structural.named(ChangeKind.SHAPES)):
+        moved = ()
+    return _structural(Rule.SHAPES, ChangeKind.SHAPES, structural, command, moved)
+
+
+def ops(structural: Structural | None, command: str, moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
+    """Ops added, removed or changed at equal shapes; advisory where ``moved`` (``shapes``)."""
+    return _structural(Rule.OPS, ChangeKind.OPS, structural, command, moved)

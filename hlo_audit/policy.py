@@ -38,6 +38,10 @@ class Rule(StrEnum):
     REMAT = "remat"
     GRADIENT = "gradient"
     HOST_COST = "host_cost"  # the step's host work per call (``host_cost``): state leaves against the golden's figure
+    SHARDING = "sharding"
+    COLLECTIVES = "collectives"
+    SHAPES = "shapes"
+    OPS = "ops"
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
@@ -45,7 +49,8 @@ class Rule(StrEnum):
 DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fail", "hlo_text": "fail",
                   "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn",
                   "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
-                  "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail", "host_cost": "fail"}
+                  "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail", "host_cost": "fail",
+                  "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail"}
 
 
 @dataclass(frozen=True)

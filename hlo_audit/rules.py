@@ -127,7 +127,9 @@ def _named(judge: Callable[[CellDelta, Context], NamedChange | None]) -> RuleFn:
         facts = judge(subject.delta, ctx)
         if facts is None:
             return None
-        return Finding(subject.cell, Severity.REGRESSION if facts.worse else Severity.IMPROVEMENT, facts.rule, facts)
+        severity = (Severity.ADVISORY if facts.environment else  # ops and values' shapes, the stack moved
+                    Severity.REGRESSION if facts.worse else Severity.IMPROVEMENT)
+        return Finding(subject.cell, severity, facts.rule, facts)
     return rule
 
 
@@ -163,6 +165,22 @@ def gradient(d: CellDelta, ctx: Context) -> NamedChange | None:
 def kernels(d: CellDelta, ctx: Context) -> NamedChange | None:
     golden, now = d.kernels
     return named_rules.kernels(d.structural, golden, now, ctx.command(d.cell))
+
+
+def sharding(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.sharding(d.structural, ctx.command(d.cell))
+
+
+def collectives(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.collectives(d.structural, ctx.command(d.cell))
+
+
+def shapes(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.shapes(d.structural, ctx.command(d.cell), d.environment)
+
+
+def ops(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.ops(d.structural, ctx.command(d.cell), d.environment)
 
 
 def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
@@ -290,6 +308,10 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(Rule.LOOPS, _named(loops)),
     RuleEntry(Rule.REMAT, _named(remat)),
     RuleEntry(Rule.GRADIENT, _named(gradient)),
+    RuleEntry(Rule.SHARDING, _named(sharding)),
+    RuleEntry(Rule.COLLECTIVES, _named(collectives)),
+    RuleEntry(Rule.SHAPES, _named(shapes)),
+    RuleEntry(Rule.OPS, _named(ops)),
     RuleEntry(Rule.HLO_TEXT, hlo_text),
     RuleEntry(Rule.MISSING_GOLDEN, golden_parts),
     RuleEntry(Rule.MEMORY, memory),

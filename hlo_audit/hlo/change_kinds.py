@@ -9,6 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_of
 from hlo_audit.hlo import change_flow
+from hlo_audit.hlo.change_structure import collectives, ops, shapes, shardings
 from hlo_audit.hlo.changes import REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
@@ -34,12 +35,16 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += _host_transfers(match.edits, sides, claimed)
     changes += _precision(match.edits, sides, claimed)
     changes += _kernels(match.edits, sides, claimed)
+    changes += collectives(match.edits, sides, claimed)
+    changes += shardings(match, sides, claimed)
     changes += change_flow.transforms(match, sides, claimed)
     changes += change_flow.gradient(match, sides, claimed)
     changes += change_flow.loops(match, sides, claimed)
     changes += change_flow.remat(match, sides, claimed)
+    changes += shapes(match, sides, claimed, changes)
     changes += _renames(match.params)
     changes += _parameters(match.params)
+    changes += ops(match, sides, claimed, changes)
     changes += _program_size(match, sides, claimed)
     # The stripped headers (RNG state's entries gone), and what stripping removed whole (a mesh declaration only
     # RNG keys used) as the module had it.
@@ -124,6 +129,25 @@ def type_signature(instr: Instruction, operands: Sequence[Instruction]) -> str:
     return text + (f" ({', '.join(extra)})" if extra else "")
 
 
+def _same_dot(old: Instruction, old_operands: Sequence[Instruction], new: Instruction,
+              new_operands: Sequence[Instruction]) -> bool:
+    """Two paired dots of the same dims, reading operands of the same dims: the same dot, whose types may have
+    changed. Of other dims they are other dots the match paired (a transpose added before one shifts the pairs):
+    their types differing says nothing of precision."""
+    def dims(operands: Sequence[Instruction]) -> list[tuple[int, ...]]:
+        return sorted(tuple(o.shape.dims) for o in operands[:2])
+
+    return old.shape.dims == new.shape.dims and dims(old_operands) == dims(new_operands)
+
+
+def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple:
+    """What a dot's precision is: its operands' types (in either order: a transpose that swaps a dot's operands,
+    ``bf16 x f32`` now ``f32 x bf16``, changes no precision), its result's, its precision attributes."""
+    types = sorted(o.shape.dtype or "tuple" for o in operands[:2])
+    attrs = (f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs)
+    return (*types, instr.shape.dtype or "tuple", *attrs)
+
+
 def flops(instr: Instruction, operands: Sequence[Instruction]) -> int:
     """2 x multiply-adds of one dot or convolution, from its shapes: the result's elements times what each
     contracts (a dot: the lhs contracting dims; a convolution: the kernel's window and input features)."""
@@ -151,10 +175,11 @@ def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]
     seeds = []
     for e in edits:
         if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS and e.new.opcode == e.old.opcode:
-            before = type_signature(e.old, sides.old.operands(e.old, e.old_computation))
-            after = type_signature(e.new, sides.new.operands(e.new, e.new_computation))
-            if before != after:
-                seeds.append((e, before, after))
+            old_operands = sides.old.operands(e.old, e.old_computation)
+            new_operands = sides.new.operands(e.new, e.new_computation)
+            if _same_dot(e.old, old_operands, e.new, new_operands) and \
+                    _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
+                seeds.append((e, type_signature(e.old, old_operands), type_signature(e.new, new_operands)))
     if not seeds:
         return []
     changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}
@@ -315,7 +340,9 @@ _REWIRED = frozenset({"operands"})
 
 def _program_size(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
     """What the named kinds left of inserted and deleted instructions, in one record (module doc); with it the
-    instructions whose only change is to read from them (rewired)."""
+    instructions whose only change is to read from them (rewired). Its ``instructions`` are the program's own
+    difference (``before`` -> ``after``), whatever the other kinds named of it: one line never says "+0
+    instructions, 1742 -> 1961"."""
     rest = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
     computations = (len(match.computations_inserted), len(match.computations_deleted))
     if not rest:  # a computation added or removed has its instructions among the edits: a kind claimed them
@@ -340,7 +367,7 @@ def _program_size(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[C
     groups += (("computations removed", computations[1]),) if computations[1] else ()
     action = Action.ADDED if added > removed else Action.REMOVED if removed > added else Action.CHANGED
     return [Change(ChangeKind.PROGRAM_SIZE, action, story, place, count=count, per_step=per_step,
-                   before=f"{before} instructions", after=f"{after} instructions", instructions=added - removed,
+                   before=f"{before} instructions", after=f"{after} instructions", instructions=after - before,
                    groups=groups, layers=layers)]
 
 

@@ -8,7 +8,9 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
 * ``host_transfer``: host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``), infeed / outfeed,
   send / recv to the host, added or removed, each with how often a step runs it (effects.py);
 * ``precision``: dots and convolutions whose operand or result types or ``precision_config`` changed, with the
-  converts added or removed beside them and the FLOPs that moved (from the module's own shapes);
+  converts added or removed beside them and the FLOPs that moved (from the module's own shapes); the same dot (its
+  dims and its operands' dims: a dot of other dims paired is another dot), its operand types compared in either
+  order (a transpose that swaps a dot's operands changes no precision);
 * ``kernel``: Pallas / Mosaic / Triton kernels whose content changed (kernels.py: locations and install paths do
   not count), added or removed;
 * ``gradient``: trainable parameters whose update no longer depends on the batch (gradient reach lost), or newly
@@ -18,8 +20,13 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   inline), rolled (layers into a loop of as many iterations: ``nn.scan``), a trip count changed;
 * ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
   (the barriers stay, what they keep and what the backward pass recomputes changes);
+* ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
+  step); shardings of parameters, values and outputs changed, sharding constraints added or removed; parameters and
+  values whose dims changed, by factor (change_structure.py);
 * ``rename``: entry parameters that are the same but for their state path;
 * ``parameters``: entry parameters (RNG state aside) added, removed, or of another dtype or shape;
+* ``ops``: instructions added, removed or changed in place at equal shapes, per region (a mask, a transpose, a
+  reduction: change_structure.py), where the leftovers are no program-size story;
 * ``program_size``: what is left, in instructions: inserted and deleted by opcode, computations added or removed,
   a subgraph repeated;
 * ``header``: other module attributes, summarized (which attribute, how many entries), never printed whole;
@@ -51,8 +58,12 @@ class ChangeKind(StrEnum):
     TRANSFORM = "transform"
     LOOPS = "loops"
     REMAT = "remat"
+    COLLECTIVES = "collectives"
+    SHARDING = "sharding"
+    SHAPES = "shapes"
     RENAME = "rename"
     PARAMETERS = "parameters"
+    OPS = "ops"
     PROGRAM_SIZE = "program_size"
     HEADER = "header"
     INSTRUCTIONS = "instructions"

@@ -33,8 +33,9 @@ ELEMENTWISE = frozenset({
     "round-nearest-afz", "round-nearest-even", "rsqrt", "select", "shift-left", "shift-right-arithmetic",
     "shift-right-logical", "sign", "sine", "sqrt", "subtract", "tan", "tanh", "xor",
 })
-# Attributes that order instructions or say where they came from, not what they compute.
-_NOT_SEMANTIC = VOLATILE_ATTRS | {"control-predecessors"}
+# Attributes that order instructions or say where they came from, not what they compute (a collective's
+# ``channel_id`` numbers it among the module's collectives: one added renumbers every one after it).
+_NOT_SEMANTIC = VOLATILE_ATTRS | {"control-predecessors", "channel_id"}
 _MISSING = hash("<no operand>")  # an operand RNG-state stripping replaced (rng.RNG_VALUE)
 # A value used by more than this many instructions (a shared constant, an input) says little about which of its
 # users is which: the bottom-up step does not look at all of them.

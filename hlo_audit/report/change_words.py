@@ -20,7 +20,8 @@ _OP_NAME_SHOWN = 60
 _KIND_WORDS = {
     ChangeKind.DONATION: "donation", ChangeKind.HOST_TRANSFER: "host transfer", ChangeKind.PRECISION: "precision",
     ChangeKind.KERNEL: "kernel", ChangeKind.GRADIENT: "gradient", ChangeKind.TRANSFORM: "optimizer",
-    ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.RENAME: "rename",
+    ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
+    ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
     ChangeKind.PARAMETERS: "parameters",
     ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
 }
@@ -215,10 +216,54 @@ def _remat(c: Change, kind: str, where: str) -> str:
     return f"{text}; {where}".rstrip("; ")
 
 
+def _collectives(c: Change, kind: str, where: str) -> str:
+    verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
+    text = f"{kind}: {c.subject} {verb} x{c.count}{_per_layer(c)}"
+    if c.action is Action.CHANGED:
+        text += f": {c.before} now {c.after}"
+    text += f", {_plural(c.per_step, 'run')} per step moving {c.bytes:,} bytes"
+    return f"{text}; {where or 'in ' + (c.place.computation or 'main')}"
+
+
+def _sharding(c: Change, kind: str, where: str) -> str:
+    if c.subject == "sharding constraint" and c.action is not Action.CHANGED:
+        verb = "added" if c.action is Action.ADDED else "removed"
+        return f"{kind}: {_plural(c.count, c.subject)} {verb} ({c.after or c.before}); {where}".rstrip("; ")
+    what = c.subject.removesuffix(" (per-device shape)")
+    text = f"{kind}: {_plural(c.count, what.removesuffix('s'), what) if what.endswith('s') else c.count} "
+    if c.subject.endswith("(per-device shape)"):
+        text += (f"per-device shape {c.before} -> {c.after} where their collectives changed (sharded otherwise "
+                 "across the devices)")
+    else:
+        text += f"{c.before} -> {c.after}"
+    if c.groups:
+        return f"{text}: {_paths([f'{p} ({n})' if n > 1 else p for p, n in c.groups])}"
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _shapes(c: Change, kind: str, where: str) -> str:
+    if c.subject == "inputs":
+        text = f"{kind}: {_plural(c.count, 'input')} {', '.join(f for f, _ in c.groups)} ({c.before} -> {c.after}"
+        return f"{text}, {c.bytes:+,} bytes): {_paths(c.place.paths)}"
+    factors = ", ".join(f"{f} on {n:,}" for f, n in c.groups)
+    device = " per device (their shape or their sharding)" if c.subject.endswith("(per device)") else ""
+    return f"{kind}: {_plural(c.count, 'value')}{_per_layer(c)} reshaped{device}, {factors} (most: {c.before} -> " \
+           f"{c.after}); {where}".rstrip("; ")
+
+
+def _op_mix(c: Change, kind: str, where: str) -> str:
+    mix = ", ".join(f"{op} {n:+d}" if " -> " not in op and "(" not in op else f"{op} x{n}" for op, n in c.groups[:6])
+    more = f" and {len(c.groups) - 6} more" if len(c.groups) > 6 else ""
+    return f"{kind}: {_plural(c.count, 'instruction')}{_per_layer(c)} at equal shapes: {mix}{more}, " \
+           f"{_plural(c.per_step, 'run')} per step; {where or 'in ' + (c.place.computation or 'main')}"
+
+
 # The kinds whose sentence is longest, each its own function (the rest are a line or two in change_line).
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
-           ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat}
+           ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
+           ChangeKind.COLLECTIVES: _collectives, ChangeKind.SHARDING: _sharding, ChangeKind.SHAPES: _shapes,
+           ChangeKind.OPS: _op_mix}
 
 
 def named_lines(changes: Sequence[Change], shown: int = SHOWN) -> list[str]:

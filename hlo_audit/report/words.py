@@ -400,6 +400,9 @@ def _named(facts: NamedChange) -> str:
         parts.append(f"and {len(facts.changes) - NAMED_SHOWN} more (--format json lists every one)")
     parts += _named_numbers(facts)
     said = "; ".join(parts)
+    if facts.environment:
+        return (f"{said}; but the environment differs from the golden's ({environment_text(facts.environment)}), "
+                "whose jax and XLA move the op mix: advisory")
     return f"{said}. If intended: {facts.command}" if facts.worse else f"{said}; record it: {facts.command}"
 
 

@@ -1,0 +1,428 @@
+"""The kinds of change about a program's structure: shardings, collectives, shapes and ops changed at equal shapes
+(changes.py's module doc lists every kind; ``explain`` in change_kinds.py calls these before the program-size and
+instruction leftovers, so each claims its edits).
+
+* ``sharding``: entry parameters whose ``sharding`` changed (``{devices=[8,1]<=[8]}`` -> ``{replicated}``), values
+  whose sharding changed (a reshape's, the outputs' tuple element by element; shardy's ``xla.sdy.sharding`` frontend
+  attribute is the same sharding said again), sharding constraints (``custom-call @Sharding``) added or removed. In a
+  module after SPMD partitioning (its entry named ``*_spmd``) the shardings are gone from the text: a parameter's
+  per-device shape that changed where collectives reading that state were added or removed is its sharding that
+  changed, and the values' per-device shapes follow it;
+* ``collectives``: all-gather, all-reduce, reduce-scatter, all-to-all, collective-permute (and their ``-start`` /
+  ``-done`` halves, one collective) added, removed or changed (another kind, other dimensions or replica groups),
+  with how often a step runs each and the bytes it moves per step (its result, per device); a renumbered
+  ``channel_id`` is no change;
+* ``shapes``: entry parameters (inputs) and values whose dimensions changed, by the factor of their elements;
+* ``ops``: instructions added, removed or changed in place (another opcode, comparison, dimensions, constant) at equal
+  shapes, folded per region (computation and jax's op_name): a mask made non-causal, a transpose added, another
+  reduction. Layouts, metadata, instruction order and fusion names are not ops. Where the leftovers tell a program-size
+  story (an ``opt-barrier`` or a loop added or removed, or more instructions than ``_OPS_MAX_SHARE`` of the program)
+  they are left to it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from fractions import Fraction
+
+from hlo_audit.hlo.change_places import Groups, Sides
+from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
+from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
+from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.shapes import split_top_level
+from hlo_audit.hlo.text import Instruction
+
+COLLECTIVES = frozenset({"all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                         "collective-broadcast", "ragged-all-to-all"})
+# The second half of an asynchronous collective: claimed with it, not counted again.
+_DONE = frozenset({f"{op}-done" for op in COLLECTIVES})
+# A sharding constraint (``jax.lax.with_sharding_constraint``) as jax lowers it.
+SHARDING_TARGETS = frozenset({"Sharding", "xla.sdy.ShardingConstraint"})
+_SDY_SHARDING = re.compile(r'xla\.sdy\.sharding="((?:[^"\\]|\\.)*)"')
+_SDY_WRAPPER = re.compile(r"#sdy\.sharding_per_value<\[(.*)\]>|#sdy\.sharding(<.*>)")
+_TILED = re.compile(r"devices=\[([\d,\s]*)\]")
+_NAMED_MESH = re.compile(r"mesh\[([^\]]*)\]\s*,\s*\[(.*)\]")
+_SPMD_ENTRY = re.compile(r"_spmd(?:\.\d+)?$")
+# Aspects of a paired instruction that are not its op: what it reads, how it is laid out or sharded, its type and
+# dims (other kinds'), where it came from, a collective's channel number.
+_NOT_OPS = frozenset({"operands", "layout", "dtype", "dims", "shape", "sharding", "frontend_attributes", "calls",
+                      "kernel", "channel_id", "backend_config", "metadata", "index"})
+# Aspects of a paired collective that change nothing it moves: what it reads, its layout, its number, its scheduling.
+_NOT_COLLECTIVE = frozenset({"operands", "layout", "channel_id", "metadata", "frontend_attributes",
+                             "backend_config", "sharding"})
+# Ops whose adding or removing is a program-size story (remat, loops), and leftovers too large to be a local edit.
+_SIZE_STORIES = frozenset({"opt-barrier", "optimization-barrier", "while", "conditional"})
+_OPS_MAX_SHARE = 0.1
+
+
+def collective_op(instr: Instruction) -> str:
+    """The collective an instruction is (``all-gather`` for ``all-gather-start``), "" for any other."""
+    op = instr.opcode.removesuffix("-start")
+    return op if op in COLLECTIVES else ""
+
+
+def is_partitioned(match: ModuleMatch) -> bool:
+    """Both modules after SPMD partitioning: their entry holds one device's shard, its shardings gone."""
+    return all(_SPMD_ENTRY.search(m.entry.name) for m in (match.old, match.new))
+
+
+# -- collectives ----------------------------------------------------------------------------------------------------
+
+def collectives(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
+    """Collectives added, removed or changed, folded by kind and place (module doc)."""
+    groups = Groups()
+    for e in edits:
+        if id(e) in claimed:
+            continue
+        if e.edit is Edit.CHANGED:
+            was, now = collective_op(e.old), collective_op(e.new)
+            if not (was or now) or (was == now and set(e.aspects) <= _NOT_COLLECTIVE):
+                continue
+            claimed.add(id(e))
+            if was == now:
+                _add_collective(groups, Action.CHANGED, e, e.new, sides, _collective_form(e.old),
+                                _collective_form(e.new))
+                continue
+            for action, instr, op in ((Action.REMOVED, e.old, was), (Action.ADDED, e.new, now)):
+                if op:
+                    _add_collective(groups, action, e, instr, sides)
+            continue
+        instr = e.instruction
+        if instr.opcode in _DONE:
+            claimed.add(id(e))
+        elif collective_op(instr):
+            claimed.add(id(e))
+            _add_collective(groups, Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED, e, instr, sides)
+    changes = [Change(ChangeKind.COLLECTIVES, action, op, place, count=g["count"], per_step=g["runs"],
+                      before=before, after=after, bytes=g["sums"]["bytes"], layers=len(g["layers"]))
+               for (action, op, before, after, _, _), g, place in groups.items()]
+    return _per_step_moved(changes)
+
+
+def _per_step_moved(changes: list[Change]) -> list[Change]:
+    """Without the collectives of a kind whose removed ones a step runs as often, moving as many bytes, as the added
+    ones: the same collectives moved (a loop unrolled or rolled up: its body's once per layer), not changed."""
+    moved = set()
+    for op in {c.subject for c in changes}:
+        sides = [[c for c in changes if c.subject == op and c.action is a] for a in (Action.ADDED, Action.REMOVED)]
+        if all(sides) and len({(sum(c.per_step for c in side), sum(c.bytes for c in side)) for side in sides}) == 1:
+            moved.add(op)
+    return [c for c in changes if c.action is Action.CHANGED or c.subject not in moved]
+
+
+def _add_collective(groups: Groups, action: Action, e: InstructionEdit, instr: Instruction, sides: Sides,
+                    before: str = "", after: str = "") -> None:
+    place = sides.place(e)
+    runs = sides.runs(e)
+    leaves = instr.shape.leaves()
+    # An asynchronous start's result holds its operand and its result: the result is what moves.
+    moved = leaves[-1].bytes if instr.opcode.endswith("-start") else sum(leaf.bytes for leaf in leaves)
+    groups.add((action, collective_op(instr), before, after, place.op_name, place.source), place, runs,
+               sides.layers(e), bytes=moved * runs)
+
+
+def _collective_form(instr: Instruction) -> str:
+    """A collective's kind, result and groups: what a changed one changed."""
+    parts = [instr.opcode, f"{sum(leaf.bytes for leaf in instr.shape.leaves()):,} bytes"]
+    parts += [f"{k}={instr.attrs[k]}" for k in ("dimensions", "replica_groups") if k in instr.attrs]
+    return " ".join(parts)
+
+
+# -- shardings ------------------------------------------------------------------------------------------------------
+
+def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Shardings of parameters, values and outputs that changed; sharding constraints added or removed."""
+    changes = _parameter_shardings(match.params)
+    values = Groups()
+    constraints = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED and
+                   e.instruction.custom_call_target in SHARDING_TARGETS]
+    claimed.update(id(e) for e in constraints)
+    # A constraint removed here and one of the same sharding added there (the match paired neither in a program
+    # rewritten around them) is none removed.
+    kept = {id(e) for e in _net(constraints, lambda e: sharding_key(_sharding_of(e.instruction)))}
+    for e in match.edits:
+        if id(e) in claimed and id(e) not in kept:
+            continue
+        if e.edit is Edit.CHANGED:
+            pairs = _sharding_pairs(e.old, e.new) if {"sharding", "frontend_attributes"} & set(e.aspects) else []
+            if not pairs:
+                continue
+            claimed.add(id(e))
+            subject = "outputs" if e.new.is_root and sides.new.module.entry.name == e.new_computation else (
+                "sharding constraint" if e.new.custom_call_target in SHARDING_TARGETS else "values")
+            place = sides.place(e)
+            for before, after in pairs:
+                values.add((Action.CHANGED, subject, before, after, place.computation), place, sides.runs(e),
+                           sides.layers(e))
+        elif e.instruction.custom_call_target in SHARDING_TARGETS:
+            claimed.add(id(e))
+            action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
+            sharding = _sharding_of(e.instruction)
+            place = sides.place(e)
+            values.add((action, "sharding constraint", "" if action is Action.ADDED else sharding,
+                        sharding if action is Action.ADDED else "", place.computation), place, sides.runs(e),
+                       sides.layers(e))
+    changes += [Change(ChangeKind.SHARDING, action, subject, place, count=g["count"], per_step=g["runs"],
+                       before=before, after=after, layers=len(g["layers"]))
+                for (action, subject, before, after, _), g, place in values.items()]
+    return changes
+
+
+def _parameter_shardings(pairs: Sequence[ParamPair]) -> list[Change]:
+    """Parameters whose sharding both modules print, and differs (another XLA prints a compiled module's parameters
+    with or without theirs, and in another notation: ``{mesh['fsdp'=8], [{'fsdp'}, {}]}`` is
+    ``{devices=[8,1]<=[8]}``)."""
+    found: dict[tuple[str, str], list[EntryParam]] = defaultdict(list)
+    for pair in pairs:
+        if pair.old is None or pair.new is None or pair.old.is_rng:
+            continue
+        before, after = _tidy(pair.old.sharding or ""), _tidy(pair.new.sharding or "")
+        if before and after and sharding_key(before) != sharding_key(after):
+            found[(before, after)].append(pair.new)
+    return [Change(ChangeKind.SHARDING, Action.CHANGED, "parameters", Place("main", "", "", _patterns(params)),
+                   count=len(params), before=before, after=after, bytes=sum(p.bytes for p in params),
+                   groups=_pattern_counts(params))
+            for (before, after), params in sorted(found.items())]
+
+
+def _sharding_pairs(old: Instruction, new: Instruction) -> list[tuple[str, str]]:
+    """(before, after) of each sharding that differs: the ``sharding`` attribute element by element (a tuple's);
+    else shardy's own attribute."""
+    before, after = _tidy(old.attrs.get("sharding", "")), _tidy(new.attrs.get("sharding", ""))
+    if before and after and before != after:
+        olds, news = _elements(before), _elements(after)
+        if len(olds) == len(news):
+            return [(a, b) for a, b in zip(olds, news) if sharding_key(a) != sharding_key(b)]
+        return [(before, after)]
+    a, b = _sdy(old), _sdy(new)
+    return [(a or "(none)", b or "(none)")] if a != b else []
+
+
+def sharding_key(sharding: str) -> tuple:
+    """What a sharding says, whichever notation prints it: the tiles per dimension and the replication left over
+    (``{replicated}``, ``{devices=[8,1]<=[8]}``, ``{devices=[2,1,4]<=[8] last_tile_dim_replicate}``, the named
+    mesh's ``{mesh['fsdp'=8], [{'fsdp'}, {}]}``); its text where it is none of these (a tuple, a maximal one)."""
+    text = sharding.strip().strip("{}").strip()
+    if text == "replicated":
+        return ("tiles", ())
+    m = _TILED.match(text)
+    if m:
+        tiles = [int(d) for d in m.group(1).split(",") if d.strip()]
+        if "last_tile_dim_replicate" in text and tiles:
+            tiles = tiles[:-1]
+        return ("tiles", tuple(t for t in tiles) if any(t > 1 for t in tiles) else ())
+    m = _NAMED_MESH.match(text)
+    if m:
+        sizes = {name: int(size) for name, size in re.findall(r"'([^']+)'\s*=\s*(\d+)", m.group(1))}
+        tiles = []
+        for dim in re.findall(r"\{([^{}]*)\}", m.group(2)):
+            size = 1
+            for axis in re.findall(r"'([^']+)'", dim):
+                size *= sizes.get(axis, 1)
+            tiles.append(size)
+        return ("tiles", tuple(tiles) if any(t > 1 for t in tiles) else ())
+    return ("text", sharding)
+
+
+def _elements(sharding: str) -> list[str]:
+    if sharding.startswith("{{") or sharding.startswith("{ {"):
+        return [s.strip() for s in split_top_level(sharding[1:-1])]
+    return [sharding]
+
+
+def _sharding_of(instr: Instruction) -> str:
+    return _tidy(instr.attrs.get("sharding", "")) or _sdy(instr)
+
+
+def _sdy(instr: Instruction) -> str:
+    """Shardy's sharding of a value, without its wrapper: ``<@mesh, [{"fsdp"}, {}]>``."""
+    m = _SDY_SHARDING.search(instr.attrs.get("frontend_attributes", ""))
+    if not m:
+        return ""
+    text = m.group(1).replace('\\"', '"')
+    inner = _SDY_WRAPPER.fullmatch(text)
+    return (inner.group(1) or inner.group(2)) if inner else text
+
+
+def _tidy(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _patterns(params: Sequence[EntryParam]) -> tuple[str, ...]:
+    return tuple(p for p, _ in _pattern_counts(params))
+
+
+def _pattern_counts(params: Sequence[EntryParam]) -> tuple[tuple[str, int], ...]:
+    counts = Counter(p.pattern for p in params)
+    return tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+# -- shapes ---------------------------------------------------------------------------------------------------------
+
+def shapes(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Change]) -> list[Change]:
+    """Entry parameters and values whose dims changed, by factor (module doc). ``found``: the changes named so far;
+    after SPMD partitioning, per-device shapes of state whose collectives changed are that state's sharding."""
+    resharded = _resharded_leaves(found) if is_partitioned(match) else set()
+    inputs: list[tuple[EntryParam, EntryParam]] = []
+    moved: list[EntryParam] = []
+    for pair in match.params:
+        if pair.old is None or pair.new is None or pair.old.is_rng or pair.old.shape.dims == pair.new.shape.dims:
+            continue
+        if _leaf(pair.new) in resharded:
+            moved.append(pair.new)
+        else:
+            inputs.append((pair.old, pair.new))
+    changes = []
+    if moved:
+        changes.append(_per_device(moved, match))
+    if inputs:
+        factors = Counter(_factor(a.shape.num_elements, b.shape.num_elements) for a, b in inputs)
+        (before, after), _ = Counter((_dims(a), _dims(b)) for a, b in inputs).most_common(1)[0]
+        params = [b for _, b in inputs]
+        changes.append(Change(ChangeKind.SHAPES, Action.CHANGED, "inputs", Place("main", "", "", _patterns(params)),
+                              count=len(inputs), before=before, after=after,
+                              bytes=sum(b.bytes - a.bytes for a, b in inputs), groups=_ordered(factors)))
+    values = [e for e in match.edits if id(e) not in claimed and e.edit is Edit.CHANGED and _reshaped(e)]
+    if inputs:  # the constants that scale by the inputs' sizes (a mean's 1/N) follow them
+        claimed.update(id(e) for e in match.edits if e.edit is Edit.CHANGED and e.aspects == ("literal",)
+                       and e.new.opcode == "constant" and not e.new.shape.dims)
+    if not values:
+        return changes
+    claimed.update(id(e) for e in values)
+    if moved and not inputs:  # the values' per-device shapes follow the state's new sharding
+        return changes
+    groups = Groups()
+    for e in values:
+        place = sides.place(e)
+        groups.add((), place, sides.runs(e), sides.layers(e), **{_factor(_size(e.old), _size(e.new)): 1})
+    forms = Counter((_dims(e.old), _dims(e.new)) for e in values)
+    (before, after), _ = forms.most_common(1)[0]
+    # After SPMD partitioning a value holds one device's shard: its dims say its shape or its sharding changed.
+    what = "values (per device)" if is_partitioned(match) else "values"
+    for _, g, place in groups.items():
+        changes.append(Change(ChangeKind.SHAPES, Action.CHANGED, what, place, count=g["count"],
+                              per_step=g["runs"], before=before, after=after, groups=_ordered(g["sums"]),
+                              layers=len(g["layers"])))
+    return changes
+
+
+def _reshaped(e: InstructionEdit) -> bool:
+    """A value of other dims of the same type and rank holding another number of elements (the same elements in
+    other dims is a compiler's bitcast or reshape, not a shape change); a tuple's, leaf by leaf of the same types."""
+    old, new = e.old.shape, e.new.shape
+    if "dims" not in e.aspects and not ("shape" in e.aspects and old.is_tuple and new.is_tuple):
+        return False
+    if old.is_tuple:
+        a, b = old.leaves(), new.leaves()
+        if len(a) != len(b) or any(x.dtype != y.dtype for x, y in zip(a, b)):
+            return False
+        return sum(x.num_elements for x in a) != sum(y.num_elements for y in b)
+    # Another type or rank is another value paired (a program rewritten around it), not this one's shape changed.
+    return old.dtype == new.dtype and len(old.dims) == len(new.dims) and old.num_elements != new.num_elements
+
+
+def _size(instr: Instruction) -> int:
+    return sum(leaf.num_elements for leaf in instr.shape.leaves())
+
+
+def _per_device(params: Sequence[EntryParam], match: ModuleMatch) -> Change:
+    old = {p.new.index: p.old for p in match.params if p.new is not None and p.old is not None}
+    (before, after), _ = Counter((_dims(old[p.index]), _dims(p)) for p in params).most_common(1)[0]
+    return Change(ChangeKind.SHARDING, Action.CHANGED, "parameters (per-device shape)",
+                  Place("main", "", "", _patterns(params)), count=len(params), before=before, after=after,
+                  bytes=sum(p.bytes - old[p.index].bytes for p in params), groups=_pattern_counts(params))
+
+
+def _resharded_leaves(found: Sequence[Change]) -> set[str]:
+    """What state the collectives added or removed read (``layer_*.up``: a weight and its optimizer's moments)."""
+    return {".".join(path.split(".")[-2:]) for c in found if c.kind is ChangeKind.COLLECTIVES
+            and c.action is not Action.CHANGED for path in c.place.paths}
+
+
+def _leaf(p: EntryParam) -> str:
+    return ".".join(p.folded_path.split(".")[-2:])
+
+
+def _factor(before: int, after: int) -> str:
+    """``x2``, ``x1/2``: how many times the elements."""
+    if not before:
+        return "x?"
+    ratio = Fraction(after, before)
+    return f"x{ratio.numerator}" if ratio.denominator == 1 else f"x{ratio.numerator}/{ratio.denominator}"
+
+
+def _dims(x: Instruction | EntryParam) -> str:
+    shape = x.shape
+    return f"{shape.dtype}[{','.join(map(str, shape.dims))}]" if not shape.is_tuple else "tuple"
+
+
+def _ordered(counts) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(((k, n) for k, n in counts.items() if n), key=lambda kv: (-kv[1], kv[0])))
+
+
+# -- ops at equal shapes --------------------------------------------------------------------------------------------
+
+def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Change]) -> list[Change]:
+    """Instructions added, removed or changed in place at equal shapes, per region (module doc). ``found``: the
+    changes named so far; after SPMD partitioning, state resharded makes the partitioner rewrite its indexing (its
+    slices, partition ids and constants): that is the sharding change, left to the program size."""
+    if any(c.kind is ChangeKind.SHARDING and c.subject.endswith("(per-device shape)") for c in found):
+        return []
+    changed = [e for e in match.edits if id(e) not in claimed and e.edit is Edit.CHANGED and
+               not set(e.aspects) <= _NOT_OPS]
+    alone = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]
+    if any(e.instruction.opcode in _SIZE_STORIES for e in alone):
+        return []  # remat or a loop: the program size's story, and the pairs it left changed in place the rewrite's
+    alone = _net(alone)
+    if len(alone) > _OPS_MAX_SHARE * max(match.instructions):
+        alone = []  # too many to be a local edit: the program size's
+    if not changed and not alone:
+        return []
+    groups = Groups()
+    for e in (*changed, *alone):
+        place = sides.place(e)
+        if e.edit is Edit.CHANGED:
+            mix = {f"{e.old.opcode} -> {e.new.opcode}" if e.old.opcode != e.new.opcode else
+                   f"{e.new.opcode} ({', '.join(a for a in e.aspects if a not in _NOT_OPS)})": 1}
+        else:
+            mix = {e.instruction.opcode: 1 if e.edit is Edit.INSERTED else -1}
+        groups.add((place.computation, place.op_name), place, sides.runs(e), sides.layers(e), **mix)
+    claimed.update(id(e) for e in (*changed, *alone))
+    changes = []
+    for _, g, place in groups.items():
+        mix = _ordered_signed(g["sums"])  # an op removed here and added there in one region: moved, no change
+        if not mix:
+            continue
+        added, removed = sum(n for _, n in mix if n > 0), -sum(n for _, n in mix if n < 0)
+        in_place = any(" -> " in op or "(" in op for op, _ in mix)
+        action = Action.CHANGED if in_place or (added and removed) else Action.ADDED if added else Action.REMOVED
+        changes.append(Change(ChangeKind.OPS, action, place.op_name or place.computation or "main", place,
+                              count=sum(abs(n) for _, n in mix), per_step=g["runs"], instructions=added - removed,
+                              groups=mix, layers=len(g["layers"])))
+    changes.sort(key=lambda c: -c.count)
+    return changes
+
+
+def _ordered_signed(mix) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(((k, n) for k, n in mix.items() if n), key=lambda kv: (-abs(kv[1]), kv[0])))
+
+
+def _net(alone: Sequence[InstructionEdit], key=lambda e: e.instruction.opcode) -> list[InstructionEdit]:
+    """The instructions added or removed beyond what the other side holds of the same ``key`` (op): an op removed in
+    one place and added in another (a value re-matched elsewhere, a fusion rebuilt) leaves the program's op mix as
+    it was."""
+    net = Counter()
+    keys = [key(e) for e in alone]
+    for e, k in zip(alone, keys):
+        net[k] += 1 if e.edit is Edit.INSERTED else -1
+    kept = []
+    for e, k in zip(alone, keys):
+        n = net[k]
+        if n > 0 and e.edit is Edit.INSERTED or n < 0 and e.edit is Edit.DELETED:
+            kept.append(e)
+            net[k] -= 1 if n > 0 else -1
+    return kept
+
+
