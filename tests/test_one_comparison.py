@@ -91,7 +91,7 @@ def test_check_diff_report_and_explain_say_the_same_numbers(project, checked, re
     assert diffed["verdict"] == verdict
     text = [f for f in checked["findings"] if f["cell"] == cid and f["rule"] == "hlo_text"]
     assert [f["details"]["verdict"] for f in text] == [verdict]
-    assert (variant in ("remat_removed", "unrolled_8x")) is bool(judged)
+    assert (variant == "unrolled_8x") is bool(judged)  # remat removed is the remat rule's, its shrink no size finding
 
 
 def test_the_raw_lowering_and_the_canonical_text_diff_alike(project):
