@@ -10,6 +10,8 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import multiprocessing
+import os
+import sys
 import sysconfig
 import time
 import traceback
@@ -94,15 +96,48 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
         return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key), None, None
 
 
+# The libraries a lowering runs through: a failure raised inside them is the user's call's fault, said first.
+_MACHINERY = ("jax", "jaxlib", "flax", "hlo_audit")
+
+
 def _where(exc: BaseException) -> str:
-    """The innermost frame of the failure that is not Python's own machinery (``<frozen importlib.util>``, the
-    standard library), as a path below its installed package: the file that needs what was missing."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    stdlib = sysconfig.get_paths()["stdlib"]
-    own = [f for f in frames if not f.filename.startswith(("<", stdlib))] or frames
-    frame = own[-1]
-    path = frame.filename.split("site-packages/", 1)[-1] if "site-packages/" in frame.filename else Path(
-        frame.filename).name
+    """Where a cell failed: the innermost frame that is the user's (not Python's own machinery: ``<frozen
+    importlib.util>``, the standard library; not jax, jaxlib, flax or hlo-audit), then, when the failure was raised
+    deeper, the innermost frame of all: ``trainer.py:7, raised in jax/_src/numpy/tensor_contractions.py:124``."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(("<", sysconfig.get_paths()["stdlib"]))] or \
+        traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "no traceback"
+    machinery = _machinery_roots()
+    user = [f for f in frames if not f.filename.startswith(machinery)]
+    innermost = frames[-1]
+    if not user or user[-1] is innermost:
+        return _frame_place(innermost)
+    return f"{_frame_place(user[-1])}, raised in {_frame_place(innermost)}"
+
+
+def _machinery_roots() -> tuple[str, ...]:
+    """The folders of jax, jaxlib, flax and hlo-audit as loaded here (each with a trailing separator)."""
+    roots = []
+    for name in _MACHINERY:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.append(os.path.join(os.path.dirname(module.__file__), ""))
+    return tuple(roots)
+
+
+def _frame_place(frame: traceback.FrameSummary) -> str:
+    """``file:line``: below its installed package (``jax/_src/api.py``), else below the working folder, else the
+    file's name."""
+    filename = frame.filename
+    if "site-packages/" in filename:
+        path = filename.split("site-packages/", 1)[-1]
+    else:
+        try:
+            path = str(Path(filename).resolve().relative_to(Path.cwd().resolve()))
+        except (ValueError, OSError):  # outside the working folder, or no working folder any more
+            path = Path(filename).name
     return f"{path}:{frame.lineno}"
 
 

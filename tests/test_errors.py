@@ -46,3 +46,31 @@ def test_maxtext_runs_decoupled_from_its_optional_cloud_packages():
                                 timeout=300)
         assert result.returncode == 0, result.stderr
         assert result.stdout.split()[-1] == expected
+
+
+MISMATCHED = """
+import jax
+import jax.numpy as jnp
+
+
+def step(w, x):
+    return jnp.dot(x, w).sum()  # (2, 5) @ (3, 4): contracting 5 with 3
+
+
+def lower(cell):
+    return jax.jit(step).trace(jnp.zeros((3, 4)), jnp.zeros((2, 5)))
+"""
+
+
+def test_a_failed_lowering_names_the_users_line_first_then_jax_s(tmp_path, monkeypatch):
+    """jax raises a shape error deep inside its own numpy (jax/_src/numpy/...): the line a user can act on is their
+    own call, named first; jax's frame follows it."""
+    (tmp_path / "trainer.py").write_text(textwrap.dedent(MISMATCHED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result, *_ = _lower_one("trainer:lower", Cell("m", False, "none", 2, target="trainer:lower"), "key")
+    assert result.status == "error"
+    head, _, where = result.message.rpartition(" (")
+    assert head.startswith("TypeError: dot_general requires contracting dimensions to have the same shape"), head
+    user, _, raised = where.rstrip(")").partition(", raised in ")
+    assert user == "trainer.py:7", result.message
+    assert raised.startswith("jax/_src/") and raised.rpartition(":")[2].isdigit(), result.message
