@@ -15,6 +15,7 @@ import sys
 import sysconfig
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +33,7 @@ from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan
-from hlo_audit.results import CellResult, Status
+from hlo_audit.results import CellResult, Status, warning_text
 from hlo_audit.targets import get_target
 
 # Distributions every cell's HLO depends on, whatever its target and platform.
@@ -74,26 +75,35 @@ def _sha256(text: str) -> str:
 
 def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, Reads | None]:
     """Lower and analyse one cell; never raises (runs in worker processes too). The third item is what the
-    lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
+    lowering read (``cache.reads_after``), recorded here, in the process that lowered. What the lowering warned is
+    the result's (``CellResult.warnings``), not printed: jax warns on every lowering of a step whose donated
+    buffers it cannot alias, and a run summarizes them once."""
     started = time.perf_counter()
+    caught: list[warnings.WarningMessage] = []
     try:
         with host.prints_to_stderr(), termination.dispositions_kept():
             target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
-            with recording_environment() as window:
+            with recording_environment() as window, warnings.catch_warnings(record=True) as caught:
                 lowering = target.lower(cell)
         seconds = time.perf_counter() - started
         reads = reads_after(window)
-        return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering, reads
+        result = analyze_lowering(cell, lowering, seconds, key, environment(target, cell))
+        return replace(result, warnings=_warned(caught)), lowering, reads
     except Unavailable as exc:
         return CellResult(cell=cell, status=Status.UNAVAILABLE, message=one_line(exc), key=key), None, None
     except HloParseError as exc:
-        return (CellResult(cell=cell, status=Status.ERROR, message=f"unparseable HLO: {one_line(exc)}", key=key),
-                None, None)
+        return (CellResult(cell=cell, status=Status.ERROR, message=f"unparseable HLO: {one_line(exc)}", key=key,
+                           warnings=_warned(caught)), None, None)
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
-        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key), None, None
+        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key, warnings=_warned(caught)), None, None
+
+
+def _warned(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+    """Each warning once, in the order first raised (the filters in force decide which count, as printed)."""
+    return tuple(dict.fromkeys(warning_text(w.message) for w in caught))
 
 
 # The libraries a lowering runs through: a failure raised inside them is the user's call's fault, said first.
