@@ -14,6 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
+import jax
 import pytest
 from typer.testing import CliRunner
 
@@ -160,10 +161,15 @@ def test_a_loop_unrolled_8x_is_a_program_size_change():
     d = diff(BASE, tm.VARIANTS["unrolled_8x"])
     (size,) = kinds(d, ChangeKind.PROGRAM_SIZE)
     loops = 3 * BASE.layers  # the forward loop, its recomputation under remat, and the backward one, per layer
-    assert size.subject == f"{loops} loops of 8 iterations unrolled (8 copies of the body inline)"
-    assert size.count == loops and size.action is Action.ADDED and size.instructions > 0
+    # jax from 0.11 writes the 8 copies out (the program grows); 0.10 (Python 3.11's newest) calls one computation 8
+    # times (it shrinks: the loops' bookkeeping goes, one body stays).
+    inline = jax.__version_info__ >= (0, 11)
+    how = "8 copies of the body inline" if inline else "8 calls of the body"
+    assert size.subject == f"{loops} loops of 8 iterations unrolled ({how})"
+    assert size.count == loops and (size.action is Action.ADDED) == inline and (size.instructions > 0) == inline
     assert size.place.source == line_of("jax.lax.fori_loop(")
-    assert d.named == [size]
+    # Under jax 0.10 the calls' results are read where the loops' were: said as rewired instructions after it.
+    assert d.named == [size] if inline else d.named[0] == size
 
 
 def test_a_weight_attribute_renamed_is_renamed_only(tmp_path):

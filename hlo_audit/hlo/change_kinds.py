@@ -366,8 +366,11 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
         (times, _), = trips.most_common(1)
         if times and times > 1 and all(t == times for t in trips):
             layers = set().union(*(sides.layers(e) for e in inserted))
-            return (f"{len(loops)} loop{'s' * (len(loops) != 1)} of {times} iterations unrolled ({times} copies of "
-                    "the body inline)", _placed_by(sides.place(loops[0]), inserted, sides), len(loops), len(layers))
+            # jax 0.10 unrolls into calls of one computation (newer jax writes the copies out)
+            how = f"{times} calls of the body" if any(e.new.opcode == "call" for e in inserted) else \
+                f"{times} copies of the body inline"
+            return (f"{len(loops)} loop{'s' * (len(loops) != 1)} of {times} iterations unrolled ({how})",
+                    _placed_by(sides.place(loops[0]), inserted, sides), len(loops), len(layers))
     side = inserted if len(inserted) >= len(deleted) else deleted
     if not side:
         return "instructions", Place(), 0, 0
