@@ -14,7 +14,7 @@ NNX_LIBRARY := google-tunix google-metrax clu wrapt perfetto
 # libcuda.so.1 from Debian's libcuda1, where hlo_audit/targets/te.py looks for it.
 DRIVER_DIR := $(VENV)/lib/nvidia-driver
 
-.PHONY: setup browser audit audit-gpu test test-long compat bench clean
+.PHONY: setup browser audit audit-gpu test test-long compat compat-py313 bench clean
 
 setup: $(STAMP)
 
@@ -59,12 +59,14 @@ test-long: setup
 	$(PY) -m pytest -n 2 -q -m long --durations=25
 
 # hlo-audit installed as a user installs it (pip install ., no editable link, no extras) into an environment that
-# already holds an older stack: the low end of pyproject.toml's ranges (.ci/compat-stack.txt). The install must change
-# none of the stack's versions; then the suite runs there, less what needs MaxText, Transformer Engine or libtpu.
+# already holds an older stack: the low end of pyproject.toml's ranges (.ci/compat-stack.txt), on the lowest Python
+# it supports (3.11: jax 0.10.2 and flax 0.12.8 are the newest there). The install must change none of the stack's
+# versions; then the suite runs there, less what needs MaxText, Transformer Engine or libtpu (MaxText needs 3.12).
+PYTHON311 ?= $(shell PYENV_VERSION=3.11 pyenv which python 2>/dev/null || command -v python3.11)
 COMPAT := .venv-compat
 compat:
-	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 12), "hlo-audit needs Python >= 3.12"'
-	test -x $(COMPAT)/bin/python || $(PYTHON) -m venv $(COMPAT)
+	@$(PYTHON311) -c 'import sys; assert sys.version_info[:2] == (3, 11), f"make compat runs on Python 3.11, PYTHON311={sys.executable} is {sys.version.split()[0]}"'
+	test -x $(COMPAT)/bin/python || $(PYTHON311) -m venv $(COMPAT)
 	$(COMPAT)/bin/python -m pip install --quiet --upgrade pip
 	$(COMPAT)/bin/python -m pip install --quiet -r .ci/compat-stack.txt
 	$(COMPAT)/bin/python -m pip freeze --exclude hlo-audit > $(COMPAT)/stack-before.txt
@@ -75,6 +77,22 @@ compat:
 	test ! -e build || (echo "pip install . wrote build/ into the checkout"; false)
 	$(COMPAT)/bin/pytest -q -n 2 -p no:cacheprovider -m "not maxtext and not te and not tpu"
 
+# The highest Python hlo-audit supports, with the newest of everything pip resolves there (pip install . alone): the
+# parser, normalizer, differ, gate, named rules and CLI files of the suite (a few minutes; the whole suite runs on
+# 3.12 in `make test` and on 3.11 in `make compat`).
+PYTHON313 ?= $(shell PYENV_VERSION=3.13 pyenv which python 2>/dev/null || command -v python3.13)
+COMPAT313 := .venv-py313
+COMPAT313_TESTS := tests/test_text.py tests/test_normalize.py tests/test_diff.py tests/test_gate.py \
+	tests/test_named_rules.py tests/test_cli.py tests/test_init_imports.py tests/test_lowering_warnings.py
+compat-py313:
+	@$(PYTHON313) -c 'import sys; assert sys.version_info[:2] == (3, 13), f"PYTHON313={sys.executable} is {sys.version.split()[0]}"'
+	test -x $(COMPAT313)/bin/python || $(PYTHON313) -m venv $(COMPAT313)
+	$(COMPAT313)/bin/python -m pip install --quiet --upgrade pip
+	$(COMPAT313)/bin/python -m pip uninstall --quiet --yes hlo-audit 2>/dev/null || true
+	$(COMPAT313)/bin/python -m pip install --quiet . "pytest>=8.4.2,<9" "pytest-xdist>=3.8.0" "hypothesis>=6.170.17"
+	$(COMPAT313)/bin/pytest -q -n 2 -p no:cacheprovider -m "not maxtext and not te and not tpu and not long" \
+		$(COMPAT313_TESTS)
+
 bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_diff.py
@@ -84,4 +102,4 @@ bench: setup
 	$(PY) scripts/bench_gpu.py
 
 clean:
-	rm -rf $(VENV) $(COMPAT) .pytest_cache
+	rm -rf $(VENV) $(COMPAT) $(COMPAT313) .pytest_cache

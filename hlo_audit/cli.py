@@ -296,7 +296,7 @@ def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = Fa
     """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     update = audit.update_goldens(plan, results, prune=prune)
-    sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir))
+    sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
     return 1 if update.failed else 0
 
 

@@ -68,6 +68,9 @@ class CellResult:
     # The step's host work per call, where it was measured (``measure.host_figure``: `measure`, and `check` for a
     # cell whose golden records one); None elsewhere.
     host: HostFigure | None = None
+    # What the lowering warned (jax's "Some donated buffers were not usable", ...), each warning once, as
+    # ``warning_text`` shortens it: captured per cell (never printed as it happens), summarized once per run.
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):  # "ok" as a caller may spell it
@@ -150,6 +153,8 @@ class CellResult:
             record["places"] = places_to_record(self.places)
         if self.host is not None:
             record["host"] = self.host.to_record()
+        if self.warnings:
+            record["warnings"] = list(self.warnings)
         return record
 
     @classmethod
@@ -169,7 +174,38 @@ class CellResult:
             places=None if record.get("places") is None else places_from_record(record["places"]),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
-            lower_seconds=record["lower_seconds"], cached=cached, key=record["key"])
+            lower_seconds=record["lower_seconds"], cached=cached, key=record["key"],
+            warnings=tuple(record.get("warnings", ())))
+
+
+def warning_text(message: object) -> str:
+    """A warning as a run's summary counts it: its first line up to the details (``Some donated buffers were not
+    usable: float32[2,8].`` -> ``Some donated buffers were not usable``; a sentence: up to its full stop)."""
+    line = str(message).strip().split("\n", 1)[0]
+    for end in (": ", ". "):
+        if end in line:
+            line = line.split(end, 1)[0]
+    return line.rstrip(".")[:160]
+
+
+@dataclass(frozen=True)
+class LoweringWarnings:
+    """What the lowerings of a run warned: the cells that warned, and each warning with the cells it came from,
+    most first (``of``: None when none did)."""
+
+    cells: int
+    by_warning: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, results) -> LoweringWarnings | None:
+        warned = [r for r in results if r.warnings]
+        if not warned:
+            return None
+        counts: dict[str, int] = {}
+        for r in warned:
+            for text in r.warnings:
+                counts[text] = counts.get(text, 0) + 1
+        return cls(cells=len(warned), by_warning=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 class Severity(StrEnum):

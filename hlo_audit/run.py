@@ -10,9 +10,12 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import multiprocessing
+import os
+import sys
 import sysconfig
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +33,7 @@ from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan
-from hlo_audit.results import CellResult, Status
+from hlo_audit.results import CellResult, Status, warning_text
 from hlo_audit.targets import get_target
 
 # Distributions every cell's HLO depends on, whatever its target and platform.
@@ -72,37 +75,79 @@ def _sha256(text: str) -> str:
 
 def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowering | None, Reads | None]:
     """Lower and analyse one cell; never raises (runs in worker processes too). The third item is what the
-    lowering read (``cache.reads_after``), recorded here, in the process that lowered."""
+    lowering read (``cache.reads_after``), recorded here, in the process that lowered. What the lowering warned is
+    the result's (``CellResult.warnings``), not printed: jax warns on every lowering of a step whose donated
+    buffers it cannot alias, and a run summarizes them once."""
     started = time.perf_counter()
+    caught: list[warnings.WarningMessage] = []
     try:
         with host.prints_to_stderr(), termination.dispositions_kept():
             target = _target(target_spec)  # what building it read is the process's (cache.recording_environment)
-            with recording_environment() as window:
+            with recording_environment() as window, warnings.catch_warnings(record=True) as caught:
                 lowering = target.lower(cell)
         seconds = time.perf_counter() - started
         reads = reads_after(window)
-        return analyze_lowering(cell, lowering, seconds, key, environment(target, cell)), lowering, reads
+        result = analyze_lowering(cell, lowering, seconds, key, environment(target, cell))
+        return replace(result, warnings=_warned(caught)), lowering, reads
     except Unavailable as exc:
         return CellResult(cell=cell, status=Status.UNAVAILABLE, message=one_line(exc), key=key), None, None
     except HloParseError as exc:
-        return (CellResult(cell=cell, status=Status.ERROR, message=f"unparseable HLO: {one_line(exc)}", key=key),
-                None, None)
+        return (CellResult(cell=cell, status=Status.ERROR, message=f"unparseable HLO: {one_line(exc)}", key=key,
+                           warnings=_warned(caught)), None, None)
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
-        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key), None, None
+        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key, warnings=_warned(caught)), None, None
+
+
+def _warned(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
+    """Each warning once, in the order first raised (the filters in force decide which count, as printed)."""
+    return tuple(dict.fromkeys(warning_text(w.message) for w in caught))
+
+
+# The libraries a lowering runs through: a failure raised inside them is the user's call's fault, said first.
+_MACHINERY = ("jax", "jaxlib", "flax", "hlo_audit")
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame of the failure that is not Python's own machinery (``<frozen importlib.util>``, the
-    standard library), as a path below its installed package: the file that needs what was missing."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    stdlib = sysconfig.get_paths()["stdlib"]
-    own = [f for f in frames if not f.filename.startswith(("<", stdlib))] or frames
-    frame = own[-1]
-    path = frame.filename.split("site-packages/", 1)[-1] if "site-packages/" in frame.filename else Path(
-        frame.filename).name
+    """Where a cell failed: the innermost frame that is the user's (not Python's own machinery: ``<frozen
+    importlib.util>``, the standard library; not jax, jaxlib, flax or hlo-audit), then, when the failure was raised
+    deeper, the innermost frame of all: ``trainer.py:7, raised in jax/_src/numpy/tensor_contractions.py:124``."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(("<", sysconfig.get_paths()["stdlib"]))] or \
+        traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "no traceback"
+    machinery = _machinery_roots()
+    user = [f for f in frames if not f.filename.startswith(machinery)]
+    innermost = frames[-1]
+    if not user or user[-1] is innermost:
+        return _frame_place(innermost)
+    return f"{_frame_place(user[-1])}, raised in {_frame_place(innermost)}"
+
+
+def _machinery_roots() -> tuple[str, ...]:
+    """The folders of jax, jaxlib, flax and hlo-audit as loaded here (each with a trailing separator)."""
+    roots = []
+    for name in _MACHINERY:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.append(os.path.join(os.path.dirname(module.__file__), ""))
+    return tuple(roots)
+
+
+def _frame_place(frame: traceback.FrameSummary) -> str:
+    """``file:line``: below its installed package (``jax/_src/api.py``), else below the working folder, else the
+    file's name."""
+    filename = frame.filename
+    if "site-packages/" in filename:
+        path = filename.split("site-packages/", 1)[-1]
+    else:
+        try:
+            path = str(Path(filename).resolve().relative_to(Path.cwd().resolve()))
+        except (ValueError, OSError):  # outside the working folder, or no working folder any more
+            path = Path(filename).name
     return f"{path}:{frame.lineno}"
 
 

@@ -16,8 +16,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-import click.testing
 import pytest
+import typer.testing
 
 from hlo_audit import cache as hlo_cache
 from hlo_audit import host
@@ -32,8 +32,11 @@ host.setup_own_process()
 
 # The tests read a CLI run's stderr apart from its stdout, and `output` as both, as click 8.2 always keeps them.
 # click 8.1 (typer 0.15's, the low end `make compat` runs) mixes them unless asked, and then its `output` is stdout
-# alone: ask, and give `output` both (stdout, then stderr), so the same tests hold under both.
-if "mix_stderr" in inspect.signature(click.testing.CliRunner.__init__).parameters:
+# alone: ask, and give `output` both (stdout, then stderr), so the same tests hold under both. typer 0.2x's runner is
+# its own (click is then not installed at all): nothing to patch.
+if "mix_stderr" in inspect.signature(typer.testing.CliRunner.__init__).parameters:
+    import click.testing
+
     _runner_init = click.testing.CliRunner.__init__
 
     def _separate_stderr(self, *args, mix_stderr: bool = False, **kwargs):

@@ -26,6 +26,7 @@ def lower(cell):
 def test_a_missing_module_names_the_file_that_needs_it(tmp_path, monkeypatch):
     (tmp_path / "needy.py").write_text(textwrap.dedent(TARGET))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # the project's root: its files are named from there
     result, *_ = _lower_one("needy:lower", Cell("m", False, "none", 2, target="needy:lower"), "key")
     assert result.status == "error"
     # The innermost frame of the failure is importlib's find_spec (<frozen importlib.util>): the target's line is
@@ -46,3 +47,33 @@ def test_maxtext_runs_decoupled_from_its_optional_cloud_packages():
                                 timeout=300)
         assert result.returncode == 0, result.stderr
         assert result.stdout.split()[-1] == expected
+
+
+MISMATCHED = """
+import jax
+import jax.numpy as jnp
+
+
+def step(w, x):
+    return jnp.dot(x, w).sum()  # (2, 5) @ (3, 4): contracting 5 with 3
+
+
+def lower(cell):
+    return jax.jit(step).trace(jnp.zeros((3, 4)), jnp.zeros((2, 5)))
+"""
+
+
+def test_a_failed_lowering_names_the_users_line_first_then_jax_s(tmp_path, monkeypatch):
+    """jax raises a shape error deep inside its own numpy (jax/_src/numpy/...): the line a user can act on is their
+    own call, named first; jax's frame follows it."""
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "step.py").write_text(textwrap.dedent(MISMATCHED))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # the project's root: its files are named from there
+    result, *_ = _lower_one("trainer.step:lower", Cell("m", False, "none", 2, target="trainer.step:lower"), "key")
+    assert result.status == "error"
+    head, _, where = result.message.rpartition(" (")
+    assert head.startswith("TypeError: dot_general requires contracting dimensions to have the same shape"), head
+    user, _, raised = where.rstrip(")").partition(", raised in ")
+    assert user == "trainer/step.py:7", result.message
+    assert raised.startswith("jax/_src/") and raised.rpartition(":")[2].isdigit(), result.message

@@ -157,7 +157,7 @@ def test_each_change_is_a_regression_naming_its_kind_and_place(reports, variant,
     assert rules.index(rule) < rules.index("hlo_text")
 
 
-def test_what_each_finding_says(reports):
+def test_what_each_finding_says(project, reports):
     """The numbers behind each finding, from the model: the donated parameters and their bytes, the callback and
     how often a step runs it, the dots and their FLOPs, the remat and the loops."""
     _, report = reports["warn"]

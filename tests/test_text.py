@@ -338,9 +338,21 @@ def test_whitespace_inside_a_shape_is_no_part_of_it():
     assert [p.shape.text for p in spaced.entry.parameters] == ["s32[5,10]{1,0}", "f32[2,3]{0,1}", "(s32[5,10], f32[])"]
 
 
+def _xla_reads_tuple_element_shorthand() -> bool:
+    """Whether the installed XLA's parser reads ``%t#i`` operands (jaxlib 0.10's does not: Python 3.11's newest)."""
+    try:
+        hlo.hlo_module_from_text("HloModule m\nENTRY e {\n  p = (f32[2]) parameter(0)\n"
+                                 "  ROOT n = f32[2] negate(f32[2] %p#0)\n}\n")
+    except Exception:  # noqa: BLE001 (XLA's parse error, whatever jaxlib calls it)
+        return False
+    return True
+
+
 @pytest.mark.parametrize("kind", GRAMMAR)
 def test_every_kind_of_syntax_xla_reads(kind):
     text = GRAMMAR[kind]
+    if "t#i#j" in kind and not _xla_reads_tuple_element_shorthand():
+        pytest.skip("this jaxlib's XLA parser does not read %t#i#j operands (newer XLA's syntax)")
     assert our_counts(text) == xla_counts(text)
 
 

@@ -123,7 +123,9 @@ def instructions_per_step(module: HloModule) -> Counter:
     computations applied per element (a reduction's reducer, a sort's comparator, a scatter's combiner) left out:
     they are the op that applies them, not instructions of the program."""
     runs = executions(module)
-    per_element = {c for comp in module.computations.values() for instr in comp.instructions
+    # A call's to_apply is no per-element function: it runs once per call (jax 0.10 writes an unrolled loop as 8
+    # calls of one computation; ``executions`` counts them).
+    per_element = {c for comp in module.computations.values() for instr in comp.instructions if instr.opcode != "call"
                    for key in _PER_ELEMENT if key in instr.attrs for c in split_name_list(instr.attrs[key])}
     counts: Counter = Counter()
     for name, times in runs.items():

@@ -19,7 +19,9 @@ from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
 from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text, constants_headline,
                                     folded_line, frozen_rng_line, human_bytes, launch_lines, launches_change_text,
-                                    launches_headline, message, program_sizes_text, rng_cost, rng_headline)
+                                    launches_headline, lowering_warnings_line, message, program_sizes_text, rng_cost,
+                                    rng_headline)
+from hlo_audit.results import LoweringWarnings
 
 
 class Md(str):
@@ -253,6 +255,9 @@ def format_check(outcome) -> str:
     table; waived, folded and unavailable ones in collapsed blocks."""
     head = "## hlo-audit check: " + ("passed" if outcome.passed else "**failed**")
     out = [head, "", _text(check_summary_text(outcome.summary))]
+    warned = LoweringWarnings.of(outcome.results)
+    if warned is not None:
+        out += ["", _text(lowering_warnings_line(warned))]
     notable = outcome.attention
     if notable:
         out += [""] + _table(["", "cell", "rule", "finding"],

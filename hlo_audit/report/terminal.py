@@ -26,12 +26,14 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
+from hlo_audit.results import LoweringWarnings
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
                                     depth_values, folded_line, frozen_rng_line, launch_lines, launches_change_text,
-                                    launches_headline, message, nothing_written_line, program_sizes_text, rng_cost,
+                                    launches_headline, lowering_warnings_line, message, nothing_written_line,
+                                    program_sizes_text, rng_cost,
                                     rng_headline, scalar_launch_lines)
 
 
@@ -368,10 +370,18 @@ def print_check(console: Console, outcome, verbose: bool = False) -> None:
         print_message(console, message(f))
     if outcome.folded and not verbose:
         status(console, esc(folded_line(outcome), style=SEVERITY_STYLE["advisory"]))
+    print_warned(console, LoweringWarnings.of(outcome.results))
     status(console, summary_line(outcome))
 
 
-def print_golden_update(console: Console, update, root) -> None:
+def print_warned(console: Console, warned: LoweringWarnings | None) -> None:
+    """What the run's lowerings warned, once, where there is anything (each warning's text is input: escaped)."""
+    if warned is not None:
+        status(console, esc(lowering_warnings_line(warned), style="dim"))
+
+
+def print_golden_update(console: Console, update, root, results: Sequence = ()) -> None:
+    """What a golden update wrote, kept and removed, what its lowerings warned (``results``: the run's), in all."""
     for cell_id, why in update.skipped:
         status(console, esc(f"skipped {cell_id}: {why}", style="yellow"))
     for path in update.cleaned:
@@ -382,6 +392,7 @@ def print_golden_update(console: Console, update, root) -> None:
         status(console, esc(f"pruned {path}"))
     if update.unchanged and not (update.written or update.skipped or update.pruned_files or update.healed):
         status(console, esc(nothing_written_line(len(update.unchanged))))
+    print_warned(console, LoweringWarnings.of(results))
     status(console, esc(f"golden update ({root}): {len(update.written)} written, {len(update.unchanged)} unchanged, "
                         f"{len(update.skipped)} skipped, {len(update.pruned)} pruned"))
 

@@ -192,6 +192,15 @@ def nothing_written_line(cells: int) -> str:
             f"{'they lower' if cells != 1 else 'it lowers'}")
 
 
+def lowering_warnings_line(warned) -> str:
+    """What a run's lowerings warned, once (``results.LoweringWarnings``): ``2 cells warned while lowering: Some
+    donated buffers were not usable (2)``; the four most frequent warnings, the rest counted."""
+    shown = "; ".join(f"{text} ({n})" for text, n in warned.by_warning[:4])
+    more = len(warned.by_warning) - 4
+    return (f"{warned.cells} cell{'s' if warned.cells != 1 else ''} warned while lowering: {shown}" +
+            (f"; {more} other warning{'s' if more != 1 else ''}" if more > 0 else ""))
+
+
 STALE_GOLDEN = "golden without a cell in the matrix (remove with `hlo-audit golden update --prune`)"
 
 

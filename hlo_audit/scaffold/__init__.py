@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from hlo_audit.plan import parse_layers
 from hlo_audit.resolve import resolve
 from hlo_audit.scaffold.base import WORKFLOW_FILE, InitRequest, Scaffold, TargetScaffold
 from hlo_audit.scaffold.callable import CallableScaffold
+from hlo_audit.scaffold.imports import imported_requirements, recording_imports
 from hlo_audit.scaffold.maxtext import MaxTextScaffold
 from hlo_audit.scaffold.nnx import NnxScaffold
 from hlo_audit.scaffold.workflow import workflow
@@ -115,16 +117,26 @@ def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
     if problem := unwritable(folder):  # every path checked before any is written
         raise InputError(f"init: {problem}; nothing was written")
     kind = KINDS[request.kind]
-    config = kind.config(request)
-    try:
-        cells = resolve(validate(tomllib.loads(config.text), DEFAULT_CONFIG_FILE, folder)).cells()
-    except ConfigError as exc:
-        raise InputError(f"init: the config it would write is refused: {exc}") from None
+    # Describing the target (nnx) and resolving the config (a callable's axes) import it: what that import brings
+    # in is what the workflow's runner must install (a target's optax, clu, grain ...), not only jax and flax.
+    with recording_imports() as imported:
+        config = kind.config(request)
+        try:
+            cells = resolve(validate(tomllib.loads(config.text), DEFAULT_CONFIG_FILE, folder)).cells()
+        except ConfigError as exc:
+            raise InputError(f"init: the config it would write is refused: {exc}") from None
+    requirements = imported_requirements(imported[0], folder, leave_out=(*kind.pinned, *(config.library or {})))
     # `check --shard` deals whole depth series (the scaling rule needs every depth of one): more shards than
     # series would leave some with no cell, a runner spent on nothing.
     shards = min(request.shards, len({c.series for c in cells}))
-    return Scaffold(config=config.text, workflow=workflow(kind.install(folder, config.library), shards),
-                    shards=shards)
+    install = kind.install(folder, config.library, requirements)
+    return Scaffold(config=config.text, workflow=workflow(install, shards, python=running_python()), shards=shards,
+                    imported=requirements)
+
+
+def running_python() -> str:
+    """The Python the goldens are made with (``3.11``): the workflow's runners set up the same."""
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
 def existing(folder: Path, golden_dir: str = DEFAULTS["golden_dir"]) -> list[str]:
@@ -146,6 +158,9 @@ def notes(folder: Path, scaffold: Scaffold, request: InitRequest) -> list[str]:
     if scaffold.shards < request.shards:
         said.append(f"the workflow checks in {scaffold.shards} shard{'s' if scaffold.shards > 1 else ''}, not "
                     f"{request.shards}: one per depth series at most (a series is never split)")
+    if scaffold.imported:
+        said.append("the workflow installs what the target imports, at the versions installed here: " +
+                    ", ".join(f"{r.name} {r.version}" for r in scaffold.imported))
     if not ignores_cache(folder):
         said.append(f"{DEFAULTS['cache_dir']}/ will hold the lowering cache: add it to .gitignore")
     return said

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from hlo_audit import host
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS
+from hlo_audit.scaffold.imports import Requirement
 from hlo_audit.usage import InputError
 
 WORKFLOW_FILE = Path(".github/workflows/hlo-audit.yml")
@@ -49,6 +50,7 @@ class Scaffold:
     config: str
     workflow: str
     shards: int = 1  # the workflow's check jobs: as asked, at most one per depth series
+    imported: tuple[Requirement, ...] = ()  # what the target's import brought in: the workflow installs it
     golden_dir: str = DEFAULTS["golden_dir"]
     files: tuple[Path, ...] = field(default=(Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE))
 
@@ -71,18 +73,40 @@ class TargetScaffold:
     def config(self, request: InitRequest) -> KindConfig:
         raise NotImplementedError
 
-    def install(self, folder: Path, library: Mapping[str, str] | None) -> list[str]:
+    def install(self, folder: Path, library: Mapping[str, str] | None,
+                imported: Sequence[Requirement] = ()) -> list[str]:
         """The workflow's install step: hlo-audit with the versions the goldens were made with (jax, jaxlib, flax:
-        under others the text rule is advisory), the model's library, and the repository's own package."""
+        under others the text rule is advisory), the model's library, what the target imports (``imported``, at
+        the versions installed here), and the repository's own package."""
         lines = [f"pip install {tool_pin()} {pins(self.pinned)}".rstrip()]
         if library:
             lines.append("pip install " + " ".join(f'"{d}=={v}"' for d, v in library.items()) +
                          "  # the model's library, as the goldens were made")
+        lines += imported_lines(folder, imported, leave_out=(*self.pinned, *(library or {})))
         if owns_package(folder):
             lines.append("pip install -e .")
         elif (folder / "requirements.txt").is_file():
             lines.append("pip install -r requirements.txt")
         return lines
+
+
+def imported_lines(folder: Path, imported: Sequence[Requirement], leave_out: Sequence[str] = ()) -> list[str]:
+    """The install lines of what the target imports: pinned to the versions installed when init ran (the goldens'
+    own); one installed from a URL or a folder, which no index serves by version, is named in a comment."""
+    left_out = {name.lower() for name in leave_out}
+    wanted = [r for r in imported if r.name.lower() not in left_out and not _is_folder(r.url, folder)]
+    lines = []
+    indexed = [r for r in wanted if r.url is None]
+    if indexed:
+        lines.append("pip install " + " ".join(r.pin for r in indexed) +
+                     "  # what the target imports, as installed when the goldens were made")
+    lines += [f"# {r.name} {r.version} was installed from {r.url}: install it here too" for r in wanted if r.url]
+    return lines
+
+
+def _is_folder(url: str | None, folder: Path) -> bool:
+    """Whether ``url`` is this repository itself (``pip install .`` of it: the install step's last line)."""
+    return url is not None and url.startswith("file://") and Path(url.removeprefix("file://")) == folder
 
 
 def owns_package(folder: Path) -> bool:

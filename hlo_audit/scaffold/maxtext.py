@@ -4,14 +4,15 @@ contributor's checkout, their branch)."""
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import yaml
 
 from hlo_audit.config import DEFAULTS
-from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, owns_package, pins, toml_key,
-                                     toml_value, tool_pin)
+from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, imported_lines, owns_package,
+                                     pins, toml_key, toml_value, tool_pin)
+from hlo_audit.scaffold.imports import Requirement
 from hlo_audit.usage import InputError
 
 DEFAULT_MODELS = ("llama3-8b", "qwen3-1.7b", "deepseek3-test")
@@ -35,13 +36,15 @@ class MaxTextScaffold(TargetScaffold):
                       for m in request.models or DEFAULT_MODELS]
         return KindConfig("\n".join(lines) + "\n")
 
-    def install(self, folder: Path, library: Mapping[str, str] | None) -> list[str]:
-        lines = [f'pip install {tool_pin("[maxtext]")} {pins(["jax", "jaxlib", "flax", "maxtext"])}'.rstrip()]
+    def install(self, folder: Path, library: Mapping[str, str] | None,
+                imported: Sequence[Requirement] = ()) -> list[str]:
+        pinned = ["jax", "jaxlib", "flax", "maxtext"]
+        lines = [f'pip install {tool_pin("[maxtext]")} {pins(pinned)}'.rstrip()]
         if owns_package(folder):
             # A MaxText checkout over the release: the gate lowers this branch's MaxText, the release brings what its
             # train step imports.
             lines.append("pip install --no-deps -e .  # this checkout's MaxText over the release")
-        return lines
+        return lines + imported_lines(folder, imported, leave_out=pinned)
 
 
 def _known_keys(names: Iterable[str]) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from hlo_audit.scaffold.base import tool_pin
 
 
-def workflow(install: Sequence[str], shards: int, python: str = "3.12") -> str:
+def workflow(install: Sequence[str], shards: int, python: str) -> str:
     """GitHub Actions: ``shards`` check jobs, each its own cache, then the merge job that gives the verdict.
 
     The cache is restored from any earlier run of the same shard (``restore-keys``): each entry verifies itself
@@ -21,8 +21,9 @@ def workflow(install: Sequence[str], shards: int, python: str = "3.12") -> str:
 
 def _check_job(shards: int, steps: str, python: str) -> str:
     shard_list = ", ".join(str(k) for k in range(1, shards + 1))
+    jobs = f"{shards} shard{'s' if shards != 1 else ''}"
     return f"""\
-# hlo-audit's gate, written by `hlo-audit init`: `hlo-audit check` in {shards} shards, merged into one verdict.
+# hlo-audit's gate, written by `hlo-audit init`: `hlo-audit check` in {jobs}, merged into one verdict.
 name: hlo-audit
 on:
   pull_request:

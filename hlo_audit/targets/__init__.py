@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Mapping
 
 from hlo_audit import host, preflight
@@ -13,6 +14,11 @@ BUILTIN = {
     "maxtext": ("hlo_audit.targets.maxtext", "MaxTextTarget"),
     "nnx": ("hlo_audit.targets.nnx", "NnxTarget"),  # a Flax NNX library's model, described in the config
 }
+
+
+# MaxText needs Python >= 3.12: on 3.11 its extra installs nothing (pyproject.toml's markers), and says why here.
+_MAXTEXT_PYTHON = "" if sys.version_info >= (3, 12) else (f", which needs Python >= 3.12: this is "
+                                                          f"{sys.version_info.major}.{sys.version_info.minor}")
 
 
 def get_target(spec: str, models: Mapping[str, Mapping] | None = None):
@@ -29,7 +35,7 @@ def get_target(spec: str, models: Mapping[str, Mapping] | None = None):
         # The built-in target's own stack is an extra (MaxText: pip install "hlo-audit[maxtext]"): name what is
         # missing in one line, not a traceback.
         raise TargetError(f"target {spec!r} needs {exc.name!r}, which is not installed here (for MaxText: "
-                          f"pip install 'hlo-audit[maxtext]')") from None
+                          f"pip install 'hlo-audit[maxtext]'{_MAXTEXT_PYTHON})") from None
     if spec == "nnx":
         return implementation(models)
     return implementation() if spec in BUILTIN else implementation(spec)

@@ -28,6 +28,7 @@ import io
 import logging
 import os
 import pathlib
+import sys
 import types
 import warnings
 from collections.abc import Iterator
@@ -111,7 +112,8 @@ def model_num_layers(model: str) -> int:
     """
     spec = importlib.util.find_spec("maxtext")
     if spec is None or not spec.submodule_search_locations:
-        raise MaxTextConfigError("maxtext is not installed (pip install '.[maxtext]')")
+        needs = "" if sys.version_info >= (3, 12) else "; MaxText needs Python >= 3.12"
+        raise MaxTextConfigError(f"maxtext is not installed (pip install 'hlo-audit[maxtext]'{needs})")
     configs = pathlib.Path(spec.submodule_search_locations[0]) / "configs"
     model_yml = configs / "models" / f"{model}.yml"
     if not model_yml.is_file():

@@ -1,0 +1,84 @@
+"""What a lowering warns is the cell's, summarized once per run (issue 34, item 6).
+
+jax warns "Some donated buffers were not usable" on every lowering of a step that donates a buffer no output can
+reuse: before, one warning per cell on stderr, in the middle of the run's lines. Now each cell's result carries
+its warnings (kept in the cache with it, brought back from worker processes), nothing is printed as it happens,
+and the report says once which warnings came from how many cells. A step that donates nothing it cannot alias
+warns nothing and the report says nothing of warnings.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from hlo_audit.matrix import Cell
+from hlo_audit.results import CellResult
+from hlo_audit.run import _lower_one
+from in_process import hlo_audit_here
+from projects import project
+
+DONATED = "Some donated buffers were not usable"
+
+# A step that donates its batch too: no output has the batch's shape, so jax cannot alias it and warns.
+STEP = """import jax
+import jax.numpy as jnp
+
+
+def lower(cell):
+    def step(w, x):
+        for _ in range(cell.layers):
+            x = jnp.tanh(x @ w)
+        return w - 0.1 * x.sum() * w
+    donate = (0, 1) if cell.quant == "donates_batch" else (0,)
+    return jax.jit(step, donate_argnums=donate).trace(jnp.ones((8, 8)), jnp.ones((3, 8)))
+"""
+
+
+@pytest.fixture
+def donating(tmp_path, monkeypatch) -> Path:
+    folder = project(tmp_path / "repo", {"donating_step.py": STEP}, target="donating_step:lower",
+                     models=["w"], scan=["off"], quant=["donates_batch", "donates_weights"], layers=[2, 3])
+    monkeypatch.syspath_prepend(str(folder))
+    return folder
+
+
+def test_a_run_says_each_warning_once_with_its_cells_and_prints_none_as_it_happens(donating):
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        made = hlo_audit_here(donating, "golden", "update")
+        checked = hlo_audit_here(donating, "check")  # from the cache: the warnings are the cached results' too
+        report = hlo_audit_here(donating, "check", "--format", "markdown")
+    assert made.returncode == 0 and checked.returncode == 0 and report.returncode == 0, made.stderr + checked.stderr
+    assert not [w for w in escaped if DONATED in str(w.message)], [str(w.message) for w in escaped]
+    line = f"2 cells warned while lowering: {DONATED} (2)"
+    for ran in (made, checked, report):
+        assert ran.stdout.count(line) == 1, ran.stdout
+        assert DONATED not in ran.stderr, ran.stderr
+
+
+def test_each_cell_carries_its_own_warnings(donating):
+    cells = {q: Cell("w", False, q, 2, target="donating_step:lower") for q in ("donates_batch", "donates_weights")}
+    batch, *_ = _lower_one("donating_step:lower", cells["donates_batch"], "key")
+    weights, *_ = _lower_one("donating_step:lower", cells["donates_weights"], "key")
+    assert batch.ok and weights.ok
+    assert batch.warnings == (DONATED,) and weights.warnings == ()
+    assert CellResult.from_record(batch.to_record()).warnings == (DONATED,)  # kept in the results cache
+
+
+def test_warnings_come_back_from_worker_processes(donating):
+    ran = hlo_audit_here(donating, "check", "--no-cache", "--jobs", "2")
+    assert ran.returncode == 1, ran.stderr  # no goldens yet
+    assert f"2 cells warned while lowering: {DONATED} (2)" in ran.stdout, ran.stdout
+    assert DONATED not in ran.stderr
+
+
+def test_a_step_that_warns_nothing_says_nothing_of_warnings(tmp_path, monkeypatch):
+    folder = project(tmp_path / "quiet", {"donating_step.py": STEP}, target="donating_step:lower",
+                     models=["w"], scan=["off"], quant=["donates_weights"], layers=[2])
+    monkeypatch.syspath_prepend(str(folder))
+    made = hlo_audit_here(folder, "golden", "update")
+    assert made.returncode == 0, made.stderr
+    assert "warned while lowering" not in made.stdout + made.stderr
