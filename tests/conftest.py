@@ -119,7 +119,39 @@ def xdist_group(item) -> str | None:
     return "_".join(names) or None
 
 
+# jax 0.10 (the newest on Python 3.11: `make compat`) lowers nested jits and unrolled loops as `call`s of one
+# computation, where 0.11 and later write them inline. The structural kinds read that as loops and program size: the
+# known gap of issue 32's item 6 on this one jax, said here where each test meets it (strict: a fix shows).
+_JAX_010_CALLS = "jax 0.10 lowers nested jits and unrolled loops as calls: the loops and size kinds read them as changes"
+_JAX_010_GAPS = {
+    "tests/test_environment_noise.py::test_unchanged_models_pass_their_pinned_goldens_under_any_stack[mlp]",
+    "tests/test_environment_noise.py::test_unchanged_models_pass_their_pinned_goldens_under_any_stack[team]",
+    "tests/test_flow_kinds.py::test_each_change_fails_by_its_kind_named_and_placed[scan]",
+    "tests/test_flow_kinds.py::test_a_trip_count_changed_and_a_loop_added_or_removed",
+    "tests/test_named_rules.py::test_what_each_finding_says",
+    "tests/test_one_comparison.py::test_check_diff_report_and_explain_say_the_same_numbers[unrolled_8x]",
+    "tests/test_structural_diff.py::test_a_loop_unrolled_8x_is_a_loops_change",
+}
+# The sharded step's process (8 host devices) does not run under jax 0.10's sharding API.
+_JAX_010_SKIPPED = {"tests/test_structural_kinds.py": "the sharded step (tests/sharded_step.py) needs jax >= 0.11"}
+
+
+def _jax_010_known(items) -> None:
+    import jax
+
+    if jax.__version_info__ >= (0, 11):
+        return
+    for item in items:
+        node = item.nodeid.split("@")[0]
+        if node in _JAX_010_GAPS:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=_JAX_010_CALLS))
+        reason = _JAX_010_SKIPPED.get(node.split("::")[0])
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def pytest_collection_modifyitems(config, items):
+    _jax_010_known(items)
     for marker, (module, reason) in _OPTIONAL.items():
         if importlib.util.find_spec(module) is not None:
             continue
