@@ -66,14 +66,14 @@ def lower(cell):
 def test_a_failed_lowering_names_the_users_line_first_then_jax_s(tmp_path, monkeypatch):
     """jax raises a shape error deep inside its own numpy (jax/_src/numpy/...): the line a user can act on is their
     own call, named first; jax's frame follows it."""
-    (tmp_path / "trainer").mkdir()
-    (tmp_path / "trainer" / "step.py").write_text(textwrap.dedent(MISMATCHED))
+    (tmp_path / "shape_mismatch").mkdir()
+    (tmp_path / "shape_mismatch" / "step.py").write_text(textwrap.dedent(MISMATCHED))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)  # the project's root: its files are named from there
-    result, *_ = _lower_one("trainer.step:lower", Cell("m", False, "none", 2, target="trainer.step:lower"), "key")
+    result, *_ = _lower_one("shape_mismatch.step:lower", Cell("m", False, "none", 2, target="shape_mismatch.step:lower"), "key")
     assert result.status == "error"
     head, _, where = result.message.rpartition(" (")
     assert head.startswith("TypeError: dot_general requires contracting dimensions to have the same shape"), head
     user, _, raised = where.rstrip(")").partition(", raised in ")
-    assert user == "trainer/step.py:7", result.message
+    assert user == "shape_mismatch/step.py:7", result.message
     assert raised.startswith("jax/_src/") and raised.rpartition(":")[2].isdigit(), result.message

@@ -177,8 +177,9 @@ def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path):
         ran.stdout.replace("\n", " ")
 
 
-def test_measure_refuses_an_unknown_axis(tmp_path):
+def test_measure_refuses_an_unknown_axis(tmp_path, monkeypatch):
     folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    monkeypatch.syspath_prepend(str(folder))  # the target's module, as a project run from its folder imports it
     ran = in_project(folder, "measure", "--across", "colour")
     assert ran.exit_code == 2 and "--across colour: expected one of quant" in ran.stderr
 
