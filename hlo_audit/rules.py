@@ -252,27 +252,33 @@ def memory(subject: Subject, ctx: Context) -> Finding | None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def rng_scaling(subject: Subject, ctx: Context) -> Finding | None:
-    """RNG parameters that grow with depth in an unrolled series; reported once, on its shallowest cell."""
+def _unrolled_growth(subject: Subject, slope_of: Callable[[Series], float]) -> tuple[Series, float] | None:
+    """The cell's series and its slope where the cell leads an unrolled series whose ``slope_of`` grows with depth:
+    what the scaling rules report, once, on the series' shallowest cell."""
     leads = subject.leads
     if subject.result.cell.scan or leads is None:
         return None
-    slope = rng_slope(leads)
-    if slope <= 0:
+    slope = slope_of(leads)
+    return (leads, slope) if slope > 0 else None
+
+
+def rng_scaling(subject: Subject, ctx: Context) -> Finding | None:
+    """RNG parameters that grow with depth in an unrolled series."""
+    grown = _unrolled_growth(subject, rng_slope)
+    if grown is None:
         return None
+    leads, slope = grown
     by_role = {k: leads.by_role[k].slope for k in RNG_ROLES if k in leads.by_role}
     return Finding(subject.cell, Severity.REGRESSION, Rule.RNG_SCALING,
                    RngScaling(slope, by_role, leads.depths, leads.rng_patterns))
 
 
 def launch_scaling(subject: Subject, ctx: Context) -> Finding | None:
-    """Kernels that read RNG state, per layer of an unrolled GPU series; reported once, on its shallowest cell."""
-    leads = subject.leads
-    if subject.result.cell.scan or leads is None:
+    """Kernels that read RNG state, per layer of an unrolled GPU series."""
+    grown = _unrolled_growth(subject, rng_launch_slope)
+    if grown is None:
         return None
-    slope = rng_launch_slope(leads)
-    if slope <= 0:
-        return None
+    leads, slope = grown
     per_layer = {k: leads.launches[k].slope for k in ("total", "scalar") if leads.launches[k].slope}
     return Finding(subject.cell, Severity.REGRESSION, Rule.LAUNCH_SCALING,
                    LaunchScaling(slope, per_layer, leads.depths, leads.launch_groups))

@@ -63,37 +63,45 @@ def _why(exc: OSError) -> str:
     return f"cannot write: {exc.strerror or exc}"
 
 
-class GuardedStdout:
-    """``sys.stdout`` whose failures are ``StdoutError`` (module doc); everything else is the stream's own."""
+class _Guarded:
+    """A standard stream whose first write failure is recorded (``failed``: why) and sends the stream's descriptor to
+    /dev/null, so that nothing later (an exit hook, the interpreter's own flush) fails on it again."""
 
     def __init__(self, stream):
         self._stream = stream
-        self._failed: str | None = None
+        self.failed: str | None = None
 
-    def _fail(self, exc: OSError) -> StdoutError:
-        self._failed = _why(exc)
+    def _record(self, exc: OSError) -> None:
+        self.failed = _why(exc)
         with contextlib.suppress(OSError, ValueError):
             _devnull_on(self._stream.fileno())
-        return StdoutError(f"standard output: {self._failed}")
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+class GuardedStdout(_Guarded):
+    """``sys.stdout`` whose failures are ``StdoutError`` (module doc); everything else is the stream's own."""
+
+    def _fail(self, exc: OSError) -> StdoutError:
+        self._record(exc)
+        return StdoutError(f"standard output: {self.failed}")
 
     def write(self, text: str) -> int:
-        if self._failed:
-            raise StdoutError(f"standard output: {self._failed}")
+        if self.failed:
+            raise StdoutError(f"standard output: {self.failed}")
         try:
             return self._stream.write(text)
         except OSError as exc:
             raise self._fail(exc) from None
 
     def flush(self) -> None:
-        if self._failed:
+        if self.failed:
             return
         try:
             self._stream.flush()
         except OSError as exc:
             raise self._fail(exc) from None
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
 
 
 @contextlib.contextmanager
@@ -110,24 +118,15 @@ def guarded_stdout() -> Iterator[GuardedStdout]:
         sys.stdout = saved
 
 
-class GuardedStderr:
+class GuardedStderr(_Guarded):
     """``sys.stderr`` whose failures lose the line, not the run (module doc); ``failed`` says why, once one did."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.failed: str | None = None
-
-    def _fail(self, exc: OSError) -> None:
-        self.failed = _why(exc)
-        with contextlib.suppress(OSError, ValueError):
-            _devnull_on(self._stream.fileno())
 
     def write(self, text: str) -> int:
         if not self.failed:
             try:
                 return self._stream.write(text)
             except OSError as exc:
-                self._fail(exc)
+                self._record(exc)
         return len(text)
 
     def flush(self) -> None:
@@ -135,10 +134,7 @@ class GuardedStderr:
             try:
                 self._stream.flush()
             except OSError as exc:
-                self._fail(exc)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
+                self._record(exc)
 
 
 @contextlib.contextmanager

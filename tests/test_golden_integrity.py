@@ -20,27 +20,12 @@ import team_model as tm
 from hlo_audit.golden.record import GOLDEN_FORMAT, GoldenRecord, record_problem
 from in_process import hlo_audit_here
 from projects import project as example_project
+from test_named_rules import cell, write_config  # the team model's project, as the named rules' tests write it
 
 pytestmark = pytest.mark.xdist_group("golden_integrity")
 
 BASE = "team/scan-off/base/L2"
 CHANGES = ("donation_removed", "debug_print")
-CONFIG = """target = "team_model:target"
-models = ["team"]
-scan = ["off"]
-quant = {quants}
-layers = [2]
-{extra}"""
-
-
-def cell(variant: str) -> str:
-    return f"team/scan-off/{variant}/L2"
-
-
-def write_config(folder: Path, quants, extra: str = "") -> None:
-    (folder / "hlo-audit.toml").write_text(CONFIG.format(quants=json.dumps(list(quants)), extra=extra))
-
-
 def check(folder: Path, *args) -> tuple[int, dict]:
     ran = hlo_audit_here(folder, "check", "--format", "json", *args)
     assert ran.returncode in (0, 1), ran.stderr[-3000:]
