@@ -168,3 +168,24 @@ def test_a_program_size_change_beside_named_changes_says_both_numbers():
     whole = Change(ChangeKind.PROGRAM_SIZE, Action.REMOVED, "instructions", count=95, before="492 instructions",
                    after="397 instructions", instructions=-95)
     assert "-95 instructions (-19.3%), 492 instructions -> 397 instructions" in change_line(whole)
+
+
+def test_the_printed_command_accepts_each_named_change_once(tmp_path):
+    """Each finding's accept command, run once, clears it: the cell passes, and running it again writes nothing."""
+    shutil.copy(tm.__file__, tmp_path / "team_model.py")
+    write_config(tmp_path, ["base"])
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    changed = ("remat_removed", "unrolled_8x", "f32_up", "donation_removed", "debug_print")
+    write_config(tmp_path, ["base", *changed], '[policy]\nhlo_text = "warn"\n')
+    golden_of_base_for(tmp_path / "golden", changed)
+    report = json_of(tmp_path, "check")
+    for variant in changed:
+        failing = [f for f in report["findings"] if f["cell"] == cell(variant) and f["severity"] == "regression"]
+        assert failing, variant
+        commands = {f["message"].rsplit("If intended: ", 1)[1].strip() for f in failing}
+        assert len(commands) == 1, commands  # one command accepts every finding of the cell
+        args = commands.pop().split()[1:]
+        assert hlo_audit_here(tmp_path, *args).returncode == 0
+        assert json_of(tmp_path, "check", "--only", f"id={cell(variant)}")["verdicts"][cell(variant)] == "ok"
+        again = hlo_audit_here(tmp_path, *args)
+        assert again.returncode == 0 and "0 written" in again.stdout + again.stderr, again.stdout + again.stderr
