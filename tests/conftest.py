@@ -126,7 +126,6 @@ _JAX_010_CALLS = "jax 0.10 lowers nested jits and unrolled loops as calls: the l
 _JAX_010_GAPS = {
     "tests/test_environment_noise.py::test_unchanged_models_pass_their_pinned_goldens_under_any_stack[mlp]",
     "tests/test_environment_noise.py::test_unchanged_models_pass_their_pinned_goldens_under_any_stack[team]",
-    "tests/test_flow_kinds.py::test_each_change_fails_by_its_kind_named_and_placed[scan]",
     "tests/test_flow_kinds.py::test_a_trip_count_changed_and_a_loop_added_or_removed",
     "tests/test_named_rules.py::test_what_each_finding_says",
     "tests/test_one_comparison.py::test_check_diff_report_and_explain_say_the_same_numbers[unrolled_8x]",

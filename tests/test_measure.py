@@ -169,8 +169,9 @@ def test_check_passes_the_same_step_against_its_figure(recorded):
     assert out["code"] == 0 and not [f for f in out["findings"] if f["rule"] == "host_cost"]
 
 
-def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path):
+def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path, monkeypatch):
     folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    monkeypatch.syspath_prepend(str(folder))  # the target's module, as a project run from its folder imports it
     ran = in_project(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
     assert ran.exit_code == 0
     assert "1 of 1 cells have no host figure beside their golden, so the host_cost rule compares nothing" in \
