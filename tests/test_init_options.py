@@ -238,3 +238,12 @@ def test_set_with_a_control_character_for_maxtext_is_one_line(empty):
     line = one_error_line(hlo_audit_here(empty, "init", "--maxtext", "--set", 'run_name="a\\u007fb"', "--no-golden"))
     assert "overrides.llama3-8b.run_name: contains the control character \\x7f" in line, line
     assert not list(empty.iterdir())
+
+
+def test_set_with_a_raw_control_character_names_it(empty):
+    """`init --set 'name="a<DEL>b"'` (the issue's case, the character raw): one line naming the character, not "not
+    a value", and nothing written."""
+    line = one_error_line(hlo_audit_here(empty, "init", "--callable", "hlo_audit.examples.nnx_mlp:lower", "--set",
+                                         'name="a\x7fb"', "--no-golden"))
+    assert line == "hlo-audit: error: --set name: the value contains the control character \\x7f; a config's values hold none", line
+    assert not list(empty.iterdir())

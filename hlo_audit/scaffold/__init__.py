@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS, ConfigError, validate
+from hlo_audit.matrix import text_problem
 from hlo_audit.plan import parse_layers
 from hlo_audit.resolve import resolve
 from hlo_audit.scaffold.base import WORKFLOW_FILE, InitRequest, Scaffold, TargetScaffold
@@ -93,6 +94,9 @@ def _field_values(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, object]]:
     for name, text in pairs:
         if name in fields:
             raise InputError(f"--set {name}: given twice")
+        # Raw, TOML refuses it in a string (it would be "not a value"); escaped, the config's validation refuses it.
+        if problem := text_problem(text):
+            raise InputError(f"--set {name}: the value {problem}; a config's values hold none")
         try:
             fields[name] = tomllib.loads(f"v = {text}")["v"]
         except tomllib.TOMLDecodeError:
