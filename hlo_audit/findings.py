@@ -197,6 +197,13 @@ class EnvironmentChange:
     now: str | None
 
 
+class Moved(StrEnum):
+    """Why a named change is advisory under another environment than the golden's (``NamedChange.moved_by``)."""
+
+    OP_MIX = "op_mix"  # another jax and XLA move the op mix and the values' shapes of an unchanged step
+    CLOSED_CALLS = "closed_calls"  # one side's jax writes closed_calls as calls, the other's inline (compare.py)
+
+
 class TextKind(StrEnum):
     CHANGED = "changed"  # a regression
     RNG_DROPPED = "rng_dropped"  # RNG state only, dropped: an improvement to accept
@@ -238,7 +245,8 @@ class NamedChange:
     kinds that moved with it (the cost of the lost donation, not a memory improvement). ``by_opcode``: program_size's
     instructions per step that moved, by opcode. ``tolerance``: program_size's ratchet. ``environment``: for the ops
     and shapes rules under another environment than the golden's, what moved: the change is advisory, as the text is
-    (another jax and XLA move the op mix and the values' shapes of an unchanged step)."""
+    (another jax and XLA move the op mix and the values' shapes of an unchanged step); for program_size and loops
+    only across the line where jax began to inline closed_calls. ``moved_by``: which of the two."""
 
     rule: str
     worse: bool
@@ -249,6 +257,7 @@ class NamedChange:
     tolerance: float | None = None
     command: str = ""
     environment: tuple[EnvironmentChange, ...] = ()
+    moved_by: Moved = Moved.OP_MIX
 
 
 @dataclass(frozen=True)

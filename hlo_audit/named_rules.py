@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from hlo_audit.compare import Structural
-from hlo_audit.findings import EnvironmentChange, KernelBody, NamedChange
+from hlo_audit.findings import EnvironmentChange, KernelBody, Moved, NamedChange
 from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.policy import Rule
 
@@ -81,11 +81,13 @@ def precision(structural: Structural | None, command: str) -> NamedChange | None
     return NamedChange(Rule.PRECISION, True, changes, command=command) if changes else None
 
 
-def program_size(structural: Structural | None, tolerance: float, command: str) -> NamedChange | None:
+def program_size(structural: Structural | None, tolerance: float, command: str,
+                 moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
     """The ratchet on instructions (in the text and per step) beyond ``tolerance``. Only a changed program: RNG
     state alone is the count rule's, renames are no change. A program that shrinks because it lost work the loops,
     remat, gradient or transform rules name (a loop rolled, remat removed, gradient reach lost, clipping removed) is
-    no improvement: those rules judge it."""
+    no improvement: those rules judge it. ``moved``: the environment's changes where the golden's jax and this one
+    write closed_calls apart (``compare.CLOSED_CALLS_AS_CALLS``): the finding is advisory there."""
     if structural is None or structural.diff.verdict != "changed":
         return None
     changes = structural.named(ChangeKind.PROGRAM_SIZE)
@@ -97,7 +99,8 @@ def program_size(structural: Structural | None, tolerance: float, command: str) 
     # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
     # shrink it too): a change to judge, as growth is.
     return NamedChange(Rule.PROGRAM_SIZE, grew or shrank, changes, sizes=sizes,
-                       by_opcode=structural.per_step_by_opcode, tolerance=tolerance, command=command)
+                       by_opcode=structural.per_step_by_opcode, tolerance=tolerance, command=command,
+                       environment=moved, moved_by=Moved.CLOSED_CALLS)
 
 
 # The kinds whose rules judge a program that shrank with them (program_size).
@@ -119,10 +122,12 @@ def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]]
     return NamedChange(Rule.KERNELS, True, changes, kernels=tuple(bodies), command=command)
 
 
-def loops(structural: Structural | None, command: str) -> NamedChange | None:
-    """Loops added, removed, unrolled or rolled, or of another trip count: a change to judge, either way."""
+def loops(structural: Structural | None, command: str, moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
+    """Loops added, removed, unrolled or rolled, or of another trip count: a change to judge, either way.
+    ``moved``: as ``program_size``'s (a loop's body inside a call on one side only is no loop the match pairs)."""
     changes = structural.named(ChangeKind.LOOPS) if _changed(structural) else ()
-    return NamedChange(Rule.LOOPS, True, changes, command=command) if changes else None
+    return NamedChange(Rule.LOOPS, True, changes, command=command, environment=moved,
+                       moved_by=Moved.CLOSED_CALLS) if changes else None
 
 
 def remat(structural: Structural | None, command: str) -> NamedChange | None:

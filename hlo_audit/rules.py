@@ -147,11 +147,12 @@ def precision(d: CellDelta, ctx: Context) -> NamedChange | None:
 
 
 def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
-    return named_rules.program_size(d.structural, ctx.policy.program_size_tolerance, ctx.command(d.cell))
+    return named_rules.program_size(d.structural, ctx.policy.program_size_tolerance, ctx.command(d.cell),
+                                    d.environment if d.closed_calls_moved else ())
 
 
 def loops(d: CellDelta, ctx: Context) -> NamedChange | None:
-    return named_rules.loops(d.structural, ctx.command(d.cell))
+    return named_rules.loops(d.structural, ctx.command(d.cell), d.environment if d.closed_calls_moved else ())
 
 
 def remat(d: CellDelta, ctx: Context) -> NamedChange | None:

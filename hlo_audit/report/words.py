@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
 from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, GoldenPart,
                                 IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
-                                MissingGolden, NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden,
+                                MissingGolden, Moved, NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden,
                                 StaleWaiver, TextChange, TextKind, Worded)
 from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
@@ -411,8 +411,16 @@ def _named(facts: NamedChange) -> str:
     said = "; ".join(parts)
     if facts.environment:
         return (f"{said}; but the environment differs from the golden's ({environment_text(facts.environment)}), "
-                "whose jax and XLA move the op mix: advisory")
+                f"{_MOVED[facts.moved_by]}: advisory")
     return f"{said}. If intended: {facts.command}" if facts.worse else f"{said}; record it: {facts.command}"
+
+
+_MOVED = {
+    Moved.OP_MIX: "whose jax and XLA move the op mix",
+    Moved.CLOSED_CALLS: ("and one jax writes closed_calls (remat and loop bodies) as calls where the other writes "
+                         "them inline, which moves the program's size and its loops; write the goldens with the jax "
+                         "that checks them to compare these"),
+}
 
 
 def _named_numbers(facts: NamedChange) -> list[str]:
