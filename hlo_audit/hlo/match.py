@@ -9,8 +9,9 @@ whatever their names.
 
 The steps, each narrowing what the next must look at:
 
-1. **Entry parameters**, by state path first, then by position with the same shape, then by shape in order among
-   the rest (so a renamed weight is the same parameter under another name);
+1. **Entry parameters**, by state path first, then by a rename (paths that differ in one component the same way
+   as others of the same shape do: ``encoderdecoderblock_0`` -> ``block_0``), then by position with the same shape,
+   then by shape in order among the rest (so a renamed weight is the same parameter under another name);
 2. **exact subgraphs**: every instruction gets a structural fingerprint (opcode, shape, semantic attributes, the
    fingerprints of its operands and of the computations it calls: a Merkle hash, so two instructions with one
    fingerprint compute the same thing from the same parameters). A fingerprint found once on each side pairs its
@@ -36,7 +37,8 @@ fingerprints and steps 2 to 5 that make those pairs are match_passes.py.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import os
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -60,6 +62,7 @@ class ParamMatch(StrEnum):
     """How two entry parameters were found to be the same one."""
 
     PATH = "path"
+    RENAME = "rename"  # paths one rename apart (match_params)
     POSITION = "position"
     SHAPE = "shape"
     GRAPH = "graph"  # neither: their users were matched
@@ -148,8 +151,8 @@ class ModuleMatch:
 
 
 def match_params(old: Sequence[EntryParam], new: Sequence[EntryParam]) -> list[ParamPair]:
-    """Entry parameters paired by state path, then by position with the same shape, then by shape in order among
-    those left when both sides have as many of that shape; the rest alone."""
+    """Entry parameters paired by state path, then by a rename (``_renames``), then by position with the same shape,
+    then by shape in order among those left when both sides have as many of that shape; the rest alone."""
     pairs: dict[int, tuple[EntryParam, ParamMatch]] = {}  # old index -> (new, how)
     taken: set[int] = set()
 
@@ -164,6 +167,8 @@ def match_params(old: Sequence[EntryParam], new: Sequence[EntryParam]) -> list[P
         candidates = by_path.get(p.path)
         if candidates:
             join(p, candidates.pop(0), ParamMatch.PATH)
+    for p, q in _renames([p for p in old if p.index not in pairs], [q for q in new if q.index not in taken]):
+        join(p, q, ParamMatch.RENAME)
     new_at = {q.index: q for q in new}
     for p in old:
         q = new_at.get(p.index)
@@ -187,6 +192,41 @@ def match_params(old: Sequence[EntryParam], new: Sequence[EntryParam]) -> list[P
               for p in old]
     result += [ParamPair(None, q) for q in new if q.index not in taken]
     return result
+
+
+def _renames(old: Sequence[EntryParam], new: Sequence[EntryParam]) -> list[tuple[EntryParam, EntryParam]]:
+    """Parameters left unpaired whose paths are one rename apart: of one shape, differing in one component, in the
+    way at least one other such pair differs (the text a rename changed in it, ``encoderdecoder`` dropped from
+    ``encoderdecoderblock_0`` and from ``encoderdecoderblock_1`` alike), the most common rename first. A rename
+    reorders the state's leaves, so by position the renamed weights of one shape pair with each other's neighbours
+    (``LayerNorm_0`` with ``LayerNorm_1``, ``key`` with ``query``) and the match reads a program that is not there."""
+    by_rest: dict[tuple, list[EntryParam]] = defaultdict(list)
+    for q in new:
+        parts = tuple(q.path.split("."))
+        for k in range(len(parts) if len(parts) > 1 else 0):
+            by_rest[(canonical_shape(q.shape), parts[:k], parts[k + 1:])].append(q)
+    candidates = []
+    for p in old:
+        parts = tuple(p.path.split("."))
+        for k in range(len(parts) if len(parts) > 1 else 0):
+            for q in by_rest.get((canonical_shape(p.shape), parts[:k], parts[k + 1:]), ()):
+                candidates.append((p, q, _changed_text(parts[k], q.path.split(".")[k])))
+    votes = Counter(rename for _, _, rename in candidates)
+    pairs, paired_old, paired_new = [], set(), set()
+    for p, q, rename in sorted(candidates, key=lambda c: -votes[c[2]]):  # stable: the state's order among equals
+        if votes[rename] > 1 and p.index not in paired_old and q.index not in paired_new:
+            pairs.append((p, q))
+            paired_old.add(p.index)
+            paired_new.add(q.index)
+    return pairs
+
+
+def _changed_text(before: str, after: str) -> tuple[str, str]:
+    """``encoderdecoderblock_0``, ``block_0`` -> (``encoderdecoder``, ``""``): what lies between their common prefix and
+    suffix."""
+    head = len(os.path.commonprefix([before, after]))
+    tail = len(os.path.commonprefix([before[head:][::-1], after[head:][::-1]]))
+    return before[head:len(before) - tail], after[head:len(after) - tail]
 
 
 def match_modules(old: HloModule, new: HloModule, old_params: Sequence[EntryParam],

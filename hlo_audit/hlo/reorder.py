@@ -4,6 +4,9 @@ Renaming a weight (``attn_out_proj`` -> ``out_proj``) moves it in the state pytr
 step in tree order: the entry parameters, the outputs (and ``input_output_alias``, ``entry_computation_layout``)
 and every sum over all leaves (a global gradient norm: ``((a + b) + c) + ...``) come in another order, and so do the
 computations the canonical text prints. Nothing is computed differently but for the order of one associative sum.
+And linen folds a hash of each module's path into the RNG key it draws from (``make_rng``: ``fold_in(key, salt)``
+with the salt a literal), so renaming a module with dropout changes those literals and nothing else: the data a call
+of jax's ``fold_in`` folds in as a literal fingerprints as a salt, whatever its value.
 ``same_but_for_order`` holds two modules to that: a Merkle fingerprint of each side's entry (match_passes.py's, an
 entry parameter fingerprinting as its pair in the match), where a chain of ``add`` of one shape is the multiset of
 what it sums and the entry's root is its outputs keyed by the parameter each aliases (its pair), not by position.
@@ -11,6 +14,7 @@ what it sums and the entry's root is its outputs keyed by the parameter each ali
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from hlo_audit.hlo.header import output_aliases
@@ -67,6 +71,8 @@ class _Values:
             return operands[0][index] if 0 <= index < len(operands[0]) else 0
         if op in ("call", "fusion") and len(instr.called_computations()) == 1:
             callee = self.module.computations.get(instr.called_computations()[0])
+            if callee is not None and _FOLD_IN.match(callee.name):
+                operands = [_SALT if _literal_scalar(comp, ref) else v for ref, v in zip(instr.operands, operands)]
             if callee is not None:
                 return self.computation(callee, operands)[callee.root.name]
         if op == "add":
@@ -74,6 +80,16 @@ class _Values:
             return hash(("add*", canonical_shape(instr.shape), tuple(summed)))
         callees = tuple(self.side.comp_fp.get(c, 0) for c in instr.called_computations())
         return hash((self.side.own[id(instr)], callees, tuple(_flat(v) for v in operands)))
+
+
+# jax's fold_in as it lowers it (a call of its own computation, per PRNG implementation), by the callee's name.
+_FOLD_IN = re.compile(r"^%?_*(threefry|rbg|unsafe_rbg)_fold_in\b")
+_SALT = hash("fold_in salt")
+
+
+def _literal_scalar(comp: Computation, ref: str) -> bool:
+    operand = comp.by_name.get(ref)
+    return operand is not None and operand.opcode == "constant" and not operand.shape.dims
 
 
 def _wrapped(value: Value) -> Value:
