@@ -1,4 +1,5 @@
-"""A linen module renamed in a model with dropout is a rename (issue 32 item 4), found on flax's own lm1b example.
+"""A linen module renamed in a model with dropout is a rename (issue 32 item 4), and dropout turned off is random-bit
+generation gone, not loops: both found on flax's own lm1b example.
 
 Two things a rename does that the match must see through, both seen on flax's ``examples/lm1b`` trainer (its
 ``encoderdecoderblock_{i}`` renamed ``block_{i}``: before, "changed (attributes)" and an ``ops`` regression of 8
@@ -24,6 +25,7 @@ from flax import linen as nn
 from flax.training import train_state
 
 from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.changes import RANDOM_BITS, ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.match import match_params
 from hlo_audit.stages.lowered import hlo_text
@@ -122,3 +124,16 @@ def _with_other_salt(text: str) -> str:
             value = int(line.split("constant(", 1)[1].split(")", 1)[0])
             return text.replace(line, line.replace(f"constant({value})", f"constant({value + 1})"))
     raise AssertionError(f"no literal {salt}")
+
+
+def test_dropout_turned_off_is_random_bit_generation_not_loops(base):
+    """Dropout at 0 draws nothing: the key goes, and with it jax.random's own computations, threefry's rounds loop
+    among them. That loop is the RNG's implementation: the change is the program size's, said as random-bit
+    generation, and no loop of the model was removed (before, on lm1b: five 'loops: a loop removed ... in
+    threefry2x32' regressions)."""
+    d = diff_modules(analyze(base, "base"), analyze(lowered_text(rate=0.0), "dropout off"))
+    assert d.verdict == "changed"
+    kinds = {c.kind for c in d.named}
+    assert ChangeKind.LOOPS not in kinds, [c for c in d.named if c.kind is ChangeKind.LOOPS]
+    (size,) = [c for c in d.named if c.kind is ChangeKind.PROGRAM_SIZE]
+    assert size.subject == RANDOM_BITS and size.instructions < 0, size

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from hlo_audit.hlo.change_places import Groups, Sides, layer_of
 from hlo_audit.hlo import change_flow
 from hlo_audit.hlo.change_structure import collectives, ops, shapes, shardings
-from hlo_audit.hlo.changes import REWIRED, Action, Change, ChangeKind, Place
+from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
@@ -385,6 +385,9 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
     side = inserted if len(inserted) >= len(deleted) else deleted
     if not side:
         return "instructions", Place(), 0, 0
+    random = [e for e in side if sides.in_random_bits(e)]
+    if len(random) * 2 >= len(side):  # dropout turned off (or on): the draws' random bits went (or came)
+        return RANDOM_BITS, sides.place(random[0]), len(random), 0
     keyed = [(e, (e.instruction.opcode, *sides.origin(e))) for e in side]
     copies = Counter(key for _, key in keyed)
     repeats = Counter(copies.values())

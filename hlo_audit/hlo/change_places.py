@@ -5,6 +5,7 @@ module doc says what a place is)."""
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -15,7 +16,7 @@ from hlo_audit.hlo.match import InstructionEdit, ModuleMatch
 from hlo_audit.hlo.normalize import computation_words
 from hlo_audit.hlo.param_reads import ParameterReads
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS
+from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS, random_computations
 from hlo_audit.hlo.text import HloModule, Instruction, split_name_list
 
 _LAYER_INDEX = re.compile(r"\b((?:layers?|blocks?|h|cell)[_.])\d+\b")
@@ -71,6 +72,10 @@ class ModuleView:
         if not (op_name or source):
             op_name, source = self.places.get((computation, instr.name), ("", ""))
         return fold(op_name), source
+
+    @cached_property
+    def random_computations(self) -> frozenset[str]:
+        return random_computations(self.module)
 
     def executions(self, computation: str) -> int:
         if self._executions is None:
@@ -160,6 +165,11 @@ class Sides:
     def origin(self, e: InstructionEdit) -> tuple[str, str]:
         module, instr, computation = self.side(e)
         return module.origin(instr, computation)
+
+    def in_random_bits(self, e: InstructionEdit) -> bool:
+        """The edit's instruction is in jax.random's own computations (``rng_flow.random_computations``)."""
+        module, _, computation = self.side(e)
+        return computation in module.random_computations
 
     def runs(self, e: InstructionEdit) -> int:
         module, _, computation = self.side(e)

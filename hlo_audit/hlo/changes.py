@@ -160,6 +160,8 @@ def summary(match: ModuleMatch) -> MatchSummary:
 # Words the report reads off a change's subject (change_kinds.py writes them).
 # A paired instruction that only reads other values now (rewired to inserted or deleted code).
 REWIRED = "rewired"
+# A program size change made mostly of jax.random's own computations (dropout turned off or on).
+RANDOM_BITS = "random-bit generation (jax.random's own computations)"
 # Subjects of the dataflow kinds' changes (change_flow.py writes them; the gate's rules and the words read them).
 GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "update scaling"
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
