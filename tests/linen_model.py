@@ -44,6 +44,7 @@ class Variant:
     frozen: int = -1
     clip: bool = True
     scale: float = 1.0
+    weight_decay: float = 0.01
     out_name: str = "attn_out_proj"
     scopes: bool = False
     helper: bool = False
@@ -57,6 +58,7 @@ VARIANTS = {
     "stop_gradient": Variant(frozen=0),
     "clip_removed": Variant(clip=False),
     "scaled": Variant(scale=0.5),
+    "no_weight_decay": Variant(weight_decay=0.0),
     "out_renamed": Variant(out_name="out_proj"),
     "unscanned": Variant(),  # the base model, checked against the scanned one's golden: the scan unrolled
     "scopes": Variant(scopes=True),
@@ -128,7 +130,7 @@ def _stopped(variables):
 
 def _optimizer(variant: Variant) -> optax.GradientTransformation:
     transforms = [optax.clip_by_global_norm(1.0)] if variant.clip else []
-    transforms.append(optax.adamw(1e-3, weight_decay=0.01))
+    transforms.append(optax.adamw(1e-3, weight_decay=variant.weight_decay))
     if variant.scale != 1.0:
         transforms.append(optax.scale(variant.scale))
     return optax.MultiSteps(optax.chain(*transforms), every_k_schedule=2)

@@ -19,7 +19,7 @@ import pytest
 
 import linen_model as lm
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.changes import CLIPPING, LOOP, TRIP_COUNT, Action, ChangeKind
+from hlo_audit.hlo.changes import CLIPPING, LOOP, TRIP_COUNT, WEIGHT_DECAY, Action, ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.report.change_words import change_line
 from in_process import hlo_audit_here
@@ -241,6 +241,16 @@ def test_gradient_reach_gained_and_clipping_added_from_texts():
     assert (clipping.subject, clipping.action, clipping.before) == (CLIPPING, Action.ADDED,
                                                                     "global norm over 35 arrays")
     assert not [c for c in d.named if c.kind is ChangeKind.GRADIENT]  # every weight reached either way
+
+
+def test_weight_decay_removed_is_named_apart_from_a_scaling():
+    """adamw's weight decay (``updates + wd * params``) at 0: a multiply by 0.01 of each weight itself gone, named
+    weight decay (found on flax's lm1b, where it read 'update scaling removed'); optax.scale's multiply of each update
+    stays 'update scaling' (the report test above)."""
+    d = diff_modules(_lm("base"), _lm("no_weight_decay"), max_text_lines=0)
+    (decay,) = [c for c in d.named if c.kind is ChangeKind.TRANSFORM]
+    assert (decay.subject, decay.action, decay.before) == (WEIGHT_DECAY, Action.REMOVED, "x0.01 on 35 arrays")
+    assert change_line(decay).startswith("optimizer: weight decay removed (x0.01 on 35 arrays)")
 
 
 def test_a_rename_that_reorders_the_state_is_renamed_only_in_diff():

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.change_places import Sides
-from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING,
+from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING, WEIGHT_DECAY,
                                    TRIP_COUNT, UNROLLED, Action, Change, ChangeKind, Place)
 from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.loops import trip_count
@@ -251,8 +251,24 @@ def _scaling(match: ModuleMatch, sides: Sides, claimed: set[int], edit: Edit, ac
     _claim(match, sides, claimed, mine)
     (factor, _), = Counter(factors.values()).most_common(1)
     place = replace(sides.place(scales[0]), paths=tuple(sorted({p.folded_path for p in weights})))
-    return [Change(ChangeKind.TRANSFORM, action, SCALING, place, count=len(scales), instructions=_net(mine),
-                   groups=_opcodes(mine), before=f"x{factor} on {len(scales)} arrays")]
+    # Each weight scaled itself (not its gradient or update): weight decay, ``updates + wd * params``.
+    numbers = {p.index for p in weights}
+    decay = sum(_scaled_parameter(view, e.instruction, e.computation) in numbers for e in scales) * 2 > len(scales)
+    return [Change(ChangeKind.TRANSFORM, action, WEIGHT_DECAY if decay else SCALING, place, count=len(scales),
+                   instructions=_net(mine), groups=_opcodes(mine), before=f"x{factor} on {len(scales)} arrays")]
+
+
+def _scaled_parameter(view, instr: Instruction, computation: str) -> int | None:
+    """The entry parameter a multiply by a constant scales, as it is (through converts and reshapes), or None."""
+    for operand in view.operands(instr, computation):
+        while operand.opcode in ("convert", "reshape", "bitcast", "copy") and operand.operands:
+            inner = view.operands(operand, computation)
+            if not inner:
+                break
+            operand = inner[0]
+        if operand.opcode == "parameter":
+            return operand.parameter_number
+    return None
 
 
 def _factor(view, instr: Instruction, computation: str) -> str | None:

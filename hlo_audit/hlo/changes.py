@@ -164,5 +164,6 @@ REWIRED = "rewired"
 RANDOM_BITS = "random-bit generation (jax.random's own computations)"
 # Subjects of the dataflow kinds' changes (change_flow.py writes them; the gate's rules and the words read them).
 GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "update scaling"
+WEIGHT_DECAY = "weight decay"  # a scaling of each weight itself, added to its update (adamw's add_decayed_weights)
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
