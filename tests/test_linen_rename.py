@@ -137,3 +137,23 @@ def test_dropout_turned_off_is_random_bit_generation_not_loops(base):
     assert ChangeKind.LOOPS not in kinds, [c for c in d.named if c.kind is ChangeKind.LOOPS]
     (size,) = [c for c in d.named if c.kind is ChangeKind.PROGRAM_SIZE]
     assert size.subject == RANDOM_BITS and size.instructions < 0, size
+
+
+def test_random_computations_are_jax_randoms_by_whole_name():
+    """jax.random's computations by their whole name, as the raw text (``_bernoulli.11``) and the canonical one
+    (``bernoulli.6dbad01b``) write them, and what they call; a model's ``_normalize`` or ``uniform_init`` is no such
+    computation, nor what it calls."""
+    from hlo_audit.hlo.rng_flow import random_computations
+    from hlo_audit.hlo.text import parse_module
+
+    def called(name: str, callee: str) -> str:
+        return (f"{name} {{\n  p = f32[] parameter(0)\n"
+                f"  ROOT c = f32[] call(p), to_apply={callee}\n}}\n\n")
+
+    leaf = "leaf.{n} {{\n  ROOT p = f32[] parameter(0)\n}}\n\n"
+    names = ["_bernoulli.11.1", "bernoulli.6dbad01b", "_threefry2x32.3", "_normalize.4", "uniform_init.5"]
+    text = "HloModule m\n\n" + "".join(leaf.format(n=n) for n in range(len(names)))
+    text += "".join(called(name, f"leaf.{n}") for n, name in enumerate(names))
+    text += "ENTRY main {\n  ROOT p = f32[] parameter(0)\n}\n"
+    found = random_computations(parse_module(text))
+    assert found == {"_bernoulli.11.1", "bernoulli.6dbad01b", "_threefry2x32.3", "leaf.0", "leaf.1", "leaf.2"}

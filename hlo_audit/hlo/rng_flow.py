@@ -37,17 +37,19 @@ _RBG_COMPUTATION = re.compile(r"^_*(threefry|philox)", re.IGNORECASE)
 _RBG_OP_NAME = re.compile(r"threefry2x32|random_bits|rng_bit_generator|philox", re.IGNORECASE)
 _RBG_CUSTOM_CALL = re.compile(r"threefry|philox|rng|random", re.IGNORECASE)
 RBG_OPCODES = frozenset({"rng-bit-generator", "rng"})
-# jax.random's own functions, as each is a called computation in pre-optimization HLO: the random-bit sources above
-# and the private samplers and key functions around them (a leading underscore: jax's, not a model's `normal`).
+# jax.random's own functions, as each is a called computation in pre-optimization HLO (the whole name: a model's
+# `_normalize` or `uniform_init` is not one): the random-bit sources above and the private samplers around them, with
+# or without the leading underscore (the canonical text drops it), the `.N` or `.<digest>` suffixes aside.
 _RANDOM_COMPUTATION = re.compile(
-    r"^(_*(threefry|philox|rbg|unsafe_rbg)|_+(random_bits|bernoulli|uniform|normal|truncated_normal|randint|gumbel"
-    r"|categorical|split|fold_in|random_split|random_fold_in|random_wrap|random_unwrap))", re.IGNORECASE)
+    r"_*(threefry\w*|philox\w*|rbg\w*|unsafe_rbg\w*|random_bits|bernoulli|uniform|truncated_normal|randint|gumbel"
+    r"|categorical)", re.IGNORECASE)
+_NAME_SUFFIX = re.compile(r"(\.[0-9a-f]+)+$")
 
 
 def random_computations(module: HloModule) -> frozenset[str]:
     """The computations of jax.random's own functions (``_RANDOM_COMPUTATION``) and all they call (threefry's
     rounds loop, its bodies): the RNG's implementation, not the model's program."""
-    found = {name for name in module.computations if _RANDOM_COMPUTATION.match(strip_number_suffix(name))}
+    found = {name for name in module.computations if _RANDOM_COMPUTATION.fullmatch(_NAME_SUFFIX.sub("", name))}
     stack = list(found)
     while stack:
         for instr in module.computations[stack.pop()].instructions:
@@ -56,6 +58,7 @@ def random_computations(module: HloModule) -> frozenset[str]:
                     found.add(called)
                     stack.append(called)
     return frozenset(found)
+
 
 # Custom calls that only annotate placement or sharding: the value passes through unchanged.
 PASS_THROUGH_CUSTOM_CALLS = frozenset({
