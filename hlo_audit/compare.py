@@ -238,10 +238,10 @@ class CellDelta:
         return self.stored.record
 
     @property
-    def closed_calls_moved(self) -> bool:
-        """The golden's jax and this one write closed_calls apart (calls against inline): program size and loops do
-        not compare across them (``CLOSED_CALLS_AS_CALLS``)."""
-        return closed_calls_moved(self.environment)
+    def closed_calls_moved(self) -> tuple[EnvironmentChange, ...]:
+        """The environment's changes where the golden's jax and this one write closed_calls apart (calls against
+        inline: program size and loops do not compare across them, ``CLOSED_CALLS_AS_CALLS``); else nothing."""
+        return self.environment if closed_calls_moved(self.environment) else ()
 
     @property
     def text_compared(self) -> bool:
@@ -452,13 +452,15 @@ def closed_calls_moved(environment: tuple[EnvironmentChange, ...]) -> bool:
     jax = next((c for c in environment if c.key == "jax"), None)
     if jax is None:
         return False
-    sides = [_version(v) for v in (jax.golden, jax.now)]
-    if None in sides:
-        return False
+    golden, now = _closed_calls_written(jax.golden), _closed_calls_written(jax.now)
+    return golden is not None and now is not None and golden != now
+
+
+def _closed_calls_written(version: str | None) -> str | None:
+    """``calls`` or ``inline`` for a jax of ``CLOSED_CALLS_AS_CALLS`` or after it; None for one before, or unread."""
     low, high = CLOSED_CALLS_AS_CALLS
-    as_calls = [low <= v < high for v in sides]
-    inline = [v >= high for v in sides]
-    return as_calls[0] and inline[1] or inline[0] and as_calls[1]
+    v = _version(version)
+    return None if v is None or v < low else "calls" if v < high else "inline"
 
 
 def _version(text: str | None) -> tuple[int, int] | None:

@@ -148,11 +148,11 @@ def precision(d: CellDelta, ctx: Context) -> NamedChange | None:
 
 def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
     return named_rules.program_size(d.structural, ctx.policy.program_size_tolerance, ctx.command(d.cell),
-                                    d.environment if d.closed_calls_moved else ())
+                                    d.closed_calls_moved)
 
 
 def loops(d: CellDelta, ctx: Context) -> NamedChange | None:
-    return named_rules.loops(d.structural, ctx.command(d.cell), d.environment if d.closed_calls_moved else ())
+    return named_rules.loops(d.structural, ctx.command(d.cell), d.closed_calls_moved)
 
 
 def remat(d: CellDelta, ctx: Context) -> NamedChange | None:

@@ -261,27 +261,29 @@ def _scaling(match: ModuleMatch, sides: Sides, claimed: set[int], edit: Edit, ac
 def _scaled_parameter(view, instr: Instruction, computation: str) -> int | None:
     """The entry parameter a multiply by a constant scales, as it is (through converts and reshapes), or None."""
     for operand in view.operands(instr, computation):
-        while operand.opcode in ("convert", "reshape", "bitcast", "copy") and operand.operands:
-            inner = view.operands(operand, computation)
-            if not inner:
-                break
-            operand = inner[0]
-        if operand.opcode == "parameter":
-            return operand.parameter_number
+        source = _through(view, operand, computation, ("convert", "reshape", "bitcast", "copy"))
+        if source.opcode == "parameter":
+            return source.parameter_number
     return None
 
 
 def _factor(view, instr: Instruction, computation: str) -> str | None:
     """The constant scalar one operand of a multiply is (through broadcasts and converts), as its literal."""
     for operand in view.operands(instr, computation):
-        while operand.opcode in ("broadcast", "convert", "reshape") and operand.operands:
-            inner = view.operands(operand, computation)
-            if not inner:
-                break
-            operand = inner[0]
-        if operand.opcode == "constant" and not operand.shape.dims:
-            return operand.literal
+        source = _through(view, operand, computation, ("broadcast", "convert", "reshape"))
+        if source.opcode == "constant" and not source.shape.dims:
+            return source.literal
     return None
+
+
+def _through(view, operand: Instruction, computation: str, passing: tuple[str, ...]) -> Instruction:
+    """What ``operand`` passes on through a chain of ``passing`` ops (their first operands)."""
+    while operand.opcode in passing and operand.operands:
+        inner = view.operands(operand, computation)
+        if not inner:
+            break
+        operand = inner[0]
+    return operand
 
 
 def _global_norm(comp: Computation, sqrt: Instruction) -> int:

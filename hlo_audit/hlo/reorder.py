@@ -14,12 +14,12 @@ what it sums and the entry's root is its outputs keyed by the parameter each ali
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.match import ModuleMatch
 from hlo_audit.hlo.match_passes import MatchSide, canonical_shape
+from hlo_audit.hlo.rng_flow import is_fold_in
 from hlo_audit.hlo.text import Computation, HloModule
 
 
@@ -71,7 +71,7 @@ class _Values:
             return operands[0][index] if 0 <= index < len(operands[0]) else 0
         if op in ("call", "fusion") and len(instr.called_computations()) == 1:
             callee = self.module.computations.get(instr.called_computations()[0])
-            if callee is not None and _FOLD_IN.match(callee.name):
+            if callee is not None and is_fold_in(callee.name):
                 operands = [_SALT if _literal_scalar(comp, ref) else v for ref, v in zip(instr.operands, operands)]
             if callee is not None:
                 return self.computation(callee, operands)[callee.root.name]
@@ -82,8 +82,6 @@ class _Values:
         return hash((self.side.own[id(instr)], callees, tuple(_flat(v) for v in operands)))
 
 
-# jax's fold_in as it lowers it (a call of its own computation, per PRNG implementation), by the callee's name.
-_FOLD_IN = re.compile(r"^%?_*(threefry|rbg|unsafe_rbg)_fold_in\b")
 _SALT = hash("fold_in salt")
 
 

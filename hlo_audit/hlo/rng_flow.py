@@ -44,12 +44,24 @@ _RANDOM_COMPUTATION = re.compile(
     r"_*(threefry\w*|philox\w*|rbg\w*|unsafe_rbg\w*|random_bits|bernoulli|uniform|truncated_normal|randint|gumbel"
     r"|categorical)", re.IGNORECASE)
 _NAME_SUFFIX = re.compile(r"(\.[0-9a-f]+)+$")
+# jax's fold_in as it lowers it, per PRNG implementation (a call of its own computation).
+_FOLD_IN = re.compile(r"_*(threefry|rbg|unsafe_rbg)_fold_in")
+
+
+def _function_name(computation: str) -> str:
+    """``_bernoulli.11.1`` / ``bernoulli.6dbad01b`` -> the jitted function's name as the computation carries it."""
+    return _NAME_SUFFIX.sub("", computation.lstrip("%"))
+
+
+def is_fold_in(computation: str) -> bool:
+    """Whether ``computation`` is jax's ``fold_in`` (``fold_in(key, data)``: the data is no key)."""
+    return _FOLD_IN.fullmatch(_function_name(computation)) is not None
 
 
 def random_computations(module: HloModule) -> frozenset[str]:
     """The computations of jax.random's own functions (``_RANDOM_COMPUTATION``) and all they call (threefry's
     rounds loop, its bodies): the RNG's implementation, not the model's program."""
-    found = {name for name in module.computations if _RANDOM_COMPUTATION.fullmatch(_NAME_SUFFIX.sub("", name))}
+    found = {name for name in module.computations if _RANDOM_COMPUTATION.fullmatch(_function_name(name))}
     stack = list(found)
     while stack:
         for instr in module.computations[stack.pop()].instructions:
