@@ -85,7 +85,7 @@ def test_init_callable_and_check_without_flax_and_the_gate_still_fails_a_change(
     ('target = "nnx"\nmodels = ["m"]\nlayers = [2]\n[nnx.models.m]\nmodel = "model:Model"\n'
      'layers = "num_layers"\ninputs = { x = "float32[2,4]" }\n', "flax"),
     ('target = "maxtext"\nmodels = ["llama3-8b"]\nlayers = [2]\n', "maxtext"),
-], ids=["nnx", "maxtext"])
+], ids=["nnx-target", "maxtext-target"])  # not "maxtext": the marker-name skip of conftest
 def test_a_flax_target_without_flax_is_one_line_naming_the_extra(plain, tmp_path, config, extra):
     (tmp_path / "hlo-audit.toml").write_text(config)
     line = one_line(hlo_audit(plain, tmp_path, "check"))
