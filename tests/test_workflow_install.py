@@ -18,12 +18,14 @@ import json
 import shlex
 import shutil
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
 
-from hlo_audit.scaffold.provenance import Installed, from_direct_url, remote_at
+import hlo_audit
+from hlo_audit.scaffold.provenance import Installed, from_direct_url, installed, remote_at
 from venvs import clean_env, site_view, venv_over
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +122,7 @@ def test_installed_from_a_git_url_the_workflow_installs_that_commit(source, view
     assert merge == [f"python -m pip install {wanted}"], merge
     # A file:// repository is this machine's: the comment says so, and what to put there instead.
     comment = " ".join(line.lstrip("# ") for line in check if line.startswith("#"))
-    assert f"from the git repository {folder} on this machine, which a runner cannot reach" in comment, comment
+    assert f"came from the git repository {folder} on this machine, which a runner cannot reach" in comment, comment
     assert "git+https://HOST/OWNER/hlo-audit@COMMIT" in comment, comment
     for job, job_lines in (("check", check), ("merge", merge)):
         runner = venv_over(tmp_path / f"runner-{job}", view)
@@ -144,7 +146,7 @@ def test_installed_from_a_wheel_the_workflow_pins_its_version_and_says_where_it_
     pin = f'"hlo-audit=={version}"'
     assert any(line.startswith(f"pip install {pin} ") for line in check) and merge == [f"python -m pip install {pin}"]
     comment = " ".join(line.lstrip("# ") for line in check if line.startswith("#"))
-    assert f"installed from the file {wheel}, which a runner cannot reach: hlo-audit's install line asks an index " \
+    assert f"came from the file {wheel}, which a runner cannot reach: hlo-audit's install line asks an index " \
            f"for hlo-audit {version}" in comment, comment
     # The pin resolves wherever the wheel is served: here a --find-links folder, as an index would.
     runner = venv_over(tmp_path / "runner", view)
@@ -190,7 +192,7 @@ def test_from_an_editable_checkout_with_a_remote_the_comment_names_the_remote_at
     made = from_direct_url(json.dumps(record), "0.1.0")
     assert made.requirement() == '"hlo-audit==0.1.0"'
     advice = made.advice()
-    assert advice == (f"hlo-audit was installed from the folder {tmp_path} (editable), which a runner cannot reach: "
+    assert advice == (f"hlo-audit came from the folder {tmp_path} (editable), which a runner cannot reach: "
                       f"hlo-audit's install line asks an index for hlo-audit 0.1.0. Replace \"hlo-audit==0.1.0\" "
                       f"there and in the merge job with \"hlo-audit @ git+ssh://git@github.com/acme/hlo-audit.git@"
                       f"{head}\" (this checkout's remote at its commit, once pushed).")
@@ -210,9 +212,21 @@ def test_the_workflow_carries_the_comment_in_both_jobs(monkeypatch):
     local = Installed("0.1.0", unreachable="the folder /src/hlo-audit (editable)")
     monkeypatch.setattr(module, "installed", lambda: local)
     doc_text = module.workflow(['pip install "hlo-audit==0.1.0"'], 1, "3.12")
-    assert doc_text.count("# hlo-audit was installed from the folder /src/hlo-audit (editable)") == 1
+    assert doc_text.count("# hlo-audit came from the folder /src/hlo-audit (editable)") == 1
     assert "# hlo-audit as in the check job's Install step: replace it here as the comment there says" in doc_text
     assert yaml.safe_load(doc_text)["jobs"]["merge"]["steps"][1] == {"run": 'python -m pip install "hlo-audit==0.1.0"'}
     monkeypatch.setattr(module, "installed", lambda: Installed("0.1.0"))
     assert "cannot reach" not in module.workflow(['pip install "hlo-audit==0.1.0"'], 1, "3.12")
 
+
+
+def test_run_from_its_source_uninstalled_the_comment_names_the_source(monkeypatch):
+    def absent(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "distribution", absent)
+    made = installed.__wrapped__()  # uncached: this process's own reading stays what it is
+    assert made.requirement() == f'"hlo-audit=={hlo_audit.__version__}"'
+    source = Path(hlo_audit.__file__).resolve().parents[1]
+    assert made.advice().startswith(f"hlo-audit came from its source in {source}, not installed, which a runner "
+                                    "cannot reach"), made.advice()

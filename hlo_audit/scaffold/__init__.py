@@ -28,9 +28,9 @@ from hlo_audit.resolve import resolve
 from hlo_audit.scaffold.base import WORKFLOW_FILE, InitRequest, Scaffold, TargetScaffold
 from hlo_audit.scaffold.callable import CallableScaffold
 from hlo_audit.scaffold.imports import imported_requirements, recording_imports
-from hlo_audit.scaffold.provenance import installed
 from hlo_audit.scaffold.maxtext import MaxTextScaffold
 from hlo_audit.scaffold.nnx import NnxScaffold
+from hlo_audit.scaffold.provenance import installed
 from hlo_audit.scaffold.workflow import workflow
 from hlo_audit.usage import InputError
 

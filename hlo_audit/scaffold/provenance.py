@@ -49,8 +49,8 @@ class Installed:
         replacement = f'"{_DISTRIBUTION} @ {self.instead or _GENERIC}"'
         whose = ("this checkout's remote at its commit, once pushed" if self.instead
                  else "the git URL and commit of the hlo-audit you use, or a version an index serves")
-        return (f"hlo-audit was installed from {self.unreachable}, which a runner cannot reach: hlo-audit's install "
-                f"line {asks}. Replace {self.requirement()} there and in the merge job with {replacement} ({whose}).")
+        return (f"hlo-audit came from {self.unreachable}, which a runner cannot reach: hlo-audit's install line "
+                f"{asks}. Replace {self.requirement()} there and in the merge job with {replacement} ({whose}).")
 
     def comment(self) -> list[str]:
         """``advice`` as the workflow's comment lines (none when the install line works on a runner)."""
@@ -67,7 +67,7 @@ def installed() -> Installed:
         text = metadata.distribution(_DISTRIBUTION).read_text("direct_url.json")
     except metadata.PackageNotFoundError:
         source = Path(__file__).resolve().parents[2]
-        return Installed(__version__, unreachable=f"the source in {source} (not installed)", instead=remote_at(source))
+        return Installed(__version__, unreachable=f"its source in {source}, not installed", instead=remote_at(source))
     return from_direct_url(text, __version__)
 
 
