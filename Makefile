@@ -26,10 +26,10 @@ $(STAMP): pyproject.toml constraints.txt $(TE_WHEEL_SUMS)
 	$(PY) -m pip install --quiet --upgrade pip
 ifeq ($(TE),1)
 	cd $(TE_WHEELS) && sha256sum --check --quiet *.whl.sha256
-	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev,te]' -c constraints.txt --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
+	$(PY) -m pip install --quiet -e '.[flax,maxtext,tpu,dev,te]' -c constraints.txt --find-links $(TE_WHEELS) --only-binary transformer-engine-jax
 	bash scripts/fetch_libcuda.sh $(DRIVER_DIR)
 else
-	$(PY) -m pip install --quiet -e '.[maxtext,tpu,dev]' -c constraints.txt
+	$(PY) -m pip install --quiet -e '.[flax,maxtext,tpu,dev]' -c constraints.txt
 endif
 	$(PY) -m pip install --quiet --no-deps -c constraints.txt $(NNX_LIBRARY)
 	rm -f $(VENV)/.installed*
@@ -89,7 +89,7 @@ compat-py313:
 	test -x $(COMPAT313)/bin/python || $(PYTHON313) -m venv $(COMPAT313)
 	$(COMPAT313)/bin/python -m pip install --quiet --upgrade pip
 	$(COMPAT313)/bin/python -m pip uninstall --quiet --yes hlo-audit 2>/dev/null || true
-	$(COMPAT313)/bin/python -m pip install --quiet . "pytest>=8.4.2,<9" "pytest-xdist>=3.8.0" "hypothesis>=6.170.17"
+	$(COMPAT313)/bin/python -m pip install --quiet ".[flax]" "pytest>=8.4.2,<9" "pytest-xdist>=3.8.0" "hypothesis>=6.170.17"
 	$(COMPAT313)/bin/pytest -q -n 2 -p no:cacheprovider -m "not maxtext and not te and not tpu and not long" \
 		$(COMPAT313_TESTS)
 

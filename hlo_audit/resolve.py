@@ -10,7 +10,7 @@ from hlo_audit.cache import importing_target
 from hlo_audit.config import Config, ConfigError
 from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import id_part_problem
-from hlo_audit.targets import nnx_spec
+from hlo_audit.targets import missing_stack, nnx_spec
 
 
 def resolve(config: Config) -> Config:
@@ -25,8 +25,15 @@ def resolve(config: Config) -> Config:
       off its config, and the digest of its library's source added to the description its cells carry, so an
       edit of the library is a cache miss (``targets.nnx.resolve``).
     * MaxText's target: nothing to import here; MaxText's config system judges its models when a cell lowers.
+
+    A built-in target whose stack is not installed (flax, for nnx and MaxText: ``targets.STACKS``) is a
+    ConfigError naming the extra that brings it.
     """
-    if config.resolved or config.target == "maxtext":
+    if config.resolved:
+        return config
+    if problem := missing_stack(config.target):  # flax for nnx and MaxText: an extra, not hlo-audit's core
+        raise ConfigError(f"{config.source}: {problem}")
+    if config.target == "maxtext":
         return config
     # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
     # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module

@@ -30,6 +30,7 @@ from hlo_audit.scaffold.callable import CallableScaffold
 from hlo_audit.scaffold.imports import imported_requirements, recording_imports
 from hlo_audit.scaffold.maxtext import MaxTextScaffold
 from hlo_audit.scaffold.nnx import NnxScaffold
+from hlo_audit.scaffold.provenance import installed
 from hlo_audit.scaffold.workflow import workflow
 from hlo_audit.usage import InputError
 
@@ -167,6 +168,8 @@ def notes(folder: Path, scaffold: Scaffold, request: InitRequest) -> list[str]:
                     ", ".join(f"{r.name} {r.version}" for r in scaffold.imported))
     if not ignores_cache(folder):
         said.append(f"{DEFAULTS['cache_dir']}/ will hold the lowering cache: add it to .gitignore")
+    if advice := installed().advice():  # the workflow's comment says the same where it is edited
+        said.append(f"the workflow needs an edit before it runs: {advice}")
     return said
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from hlo_audit import host
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS
 from hlo_audit.scaffold.imports import Requirement
+from hlo_audit.scaffold.provenance import installed
 from hlo_audit.usage import InputError
 
 WORKFLOW_FILE = Path(".github/workflows/hlo-audit.yml")
@@ -114,12 +115,11 @@ def owns_package(folder: Path) -> bool:
 
 
 def tool_pin(extra: str = "") -> str:
-    """hlo-audit as every job of the workflow installs it: the version that wrote the workflow (the code running
-    init, ``hlo_audit.__version__``), so the check and the merge read the same report schema and the goldens'
-    text rule is the one they were written under."""
-    from hlo_audit import __version__  # noqa: PLC0415 (the package's own version, not a distribution's record)
-
-    return f'"hlo-audit{extra}=={__version__}"'
+    """hlo-audit as every job of the workflow installs it: the one that wrote the workflow (the code running init:
+    its version from an index, or the git URL and commit it was installed from: ``scaffold.provenance``), so the
+    check and the merge read the same report schema and the goldens' text rule is the one they were written
+    under."""
+    return installed().requirement(extra)
 
 
 def pins(names: Sequence[str]) -> str:

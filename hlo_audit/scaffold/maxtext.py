@@ -7,8 +7,6 @@ import importlib.util
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-import yaml
-
 from hlo_audit.config import DEFAULTS
 from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, imported_lines, owns_package,
                                      pins, toml_key, toml_value, tool_pin)
@@ -55,6 +53,8 @@ def _known_keys(names: Iterable[str]) -> None:
         spec.submodule_search_locations else None
     if base is None or not base.is_file():
         return
+    import yaml  # noqa: PLC0415 (PyYAML comes with MaxText, not with hlo-audit's core)
+
     known = yaml.safe_load(base.read_text()) or {}
     for name in names:
         if name not in known:

@@ -9,6 +9,7 @@ from hlo_audit import preflight
 from hlo_audit.matrix import id_part_problem
 from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, assignments, toml_key,
                                      toml_value)
+from hlo_audit.targets import missing_stack
 from hlo_audit.targets.nnx_spec import TARGET
 from hlo_audit.usage import InputError
 
@@ -19,6 +20,8 @@ class NnxScaffold(TargetScaffold):
     pinned = ("jax", "jaxlib", "flax", "optax")
 
     def config(self, request: InitRequest) -> KindConfig:
+        if problem := missing_stack(self.kind):  # describing the model runs flax
+            raise InputError(f"init --nnx: {problem}")
         preflight.check_jax_variables()
         from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax and the model's library)
         from hlo_audit.targets.nnx_spec import SpecError  # noqa: PLC0415

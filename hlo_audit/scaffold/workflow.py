@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.scaffold.base import tool_pin
+from hlo_audit.scaffold.provenance import installed
 
 
 def workflow(install: Sequence[str], shards: int, python: str) -> str:
@@ -14,8 +15,11 @@ def workflow(install: Sequence[str], shards: int, python: str) -> str:
     The cache is restored from any earlier run of the same shard (``restore-keys``): each entry verifies itself
     (a damaged or stale one is a miss, never a wrong answer), so a cache from another commit only saves time; the
     key names the commit, so every run saves what it lowered and the cache follows the branch.
+
+    hlo-audit is installed as this one was (``tool_pin``); where that was from a place no runner reaches (a local
+    folder or file), a comment above its install line says so and what to put there instead.
     """
-    steps = "\n".join(f"          {line}" for line in install)
+    steps = "\n".join(f"          {line}" for line in [*installed().comment(), *install])
     return _check_job(shards, steps, python) + _merge_job(python)
 
 
@@ -77,7 +81,7 @@ def _merge_job(python: str) -> str:
       - uses: actions/setup-python@v5
         with:
           python-version: "{python}"
-      - run: python -m pip install {tool_pin()}
+{_merge_comment()}      - run: python -m pip install {tool_pin()}
       - uses: actions/download-artifact@v4
         with:
           pattern: hlo-audit-shard-*
@@ -86,3 +90,10 @@ def _merge_job(python: str) -> str:
       # goes to the job summary.
       - run: hlo-audit merge shard-*.json --junit hlo-audit.xml
 """
+
+
+def _merge_comment() -> str:
+    """Where hlo-audit's install line needs the user's hand (``installed().comment``), a pointer to it."""
+    if not installed().comment():
+        return ""
+    return "      # hlo-audit as in the check job's Install step: replace it here as the comment there says\n"
