@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from hlo_audit.hlo.params import (KIND_KEY, ArgLeaf, attributed_path, kind_role, name_role, path_from_keystr,
                                   path_from_mangled_name, rng_stream_pairs)
 from hlo_audit.hlo.shapes import parse_shape
+from hlo_audit.wrapped_args import key_name, node_types, state_keys, told
 
 if TYPE_CHECKING:
     import jax
@@ -45,13 +46,6 @@ if TYPE_CHECKING:
 _NNX_KINDS = ("RngKey", "RngCount", "Param", "BatchStat", "Cache", "Perturbation", "Intermediate",
               "OptArray", "OptVariable", "OptState")
 _TRAIN_STATE_FIELDS = ("params", "opt_state", "step")
-
-
-def key_name(key) -> str:
-    for attribute in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
-        if hasattr(key, attribute):
-            return str(getattr(key, attribute))
-    return str(key)
 
 
 def parameter_numbers(lowered: jax.stages.Lowered, count: int) -> list[int | None] | None:
@@ -104,14 +98,19 @@ def _kept(lowered) -> list[tuple[tuple[str, ...], str | None, str | None]] | Non
     if numbers is None:
         return None
     # With hoisted constants the count differs from the parameters', and entry_params uses the text.
-    chains = _node_types(lowered.in_tree)
+    chains = node_types(lowered.in_tree)
     if len(chains) != len(leaves):
         chains = [()] * len(leaves)
     graph = _graph_leaves(lowered.args_info)
     names = _argument_names(lowered, len(leaves))
+    user = told(lowered) or {}  # behind a wrapper that flattened the user's pytree first (equinox's)
     result = []
     for i, ((keypath, leaf), chain, number) in enumerate(zip(leaves, chains, numbers)):
         if number is None:
+            continue
+        if (received := user.get(tuple(map(key_name, keypath)))) is not None:
+            keys = [*received.keys[:-1], *[k for k in received.keys[-1:] if k != "value"]]
+            result.append((tuple(keys), received.argument, _kind(None, received.chain, received.keys, leaf)))
             continue
         argument = _argument(names[i], keypath) if names else None
         if id(leaf) in graph:  # a leaf of an nnx.jit argument: its real path and Variable type
@@ -123,29 +122,6 @@ def _kept(lowered) -> list[tuple[tuple[str, ...], str | None, str | None]] | Non
             keys.pop()
         result.append((tuple(keys), argument, _kind(None, chain, keypath, leaf)))
     return result
-
-
-def state_keys(keypath) -> list[str]:
-    """Pytree keys as a state path names them: NNX ``Variable`` and ``Partitioned`` wrappers add a ``.value``
-    attribute (inside the path too, where a Variable holds a pytree: AQT's ``qrhs.frozen.value.qvalue.value``),
-    which is not part of the state's name. A module named ``value`` (a dict key) stays."""
-    from jax.tree_util import GetAttrKey  # noqa: PLC0415 (jax: imported only by what lowers)
-
-    return [key_name(k) for k in keypath if not (isinstance(k, GetAttrKey) and k.name == "value")]
-
-
-def _node_types(treedef) -> list[tuple[type, ...]]:
-    """The node types above each leaf of ``treedef``, outermost first, in leaf order."""
-    chains: list[tuple[type, ...]] = []
-    stack = [(treedef, ())]
-    while stack:
-        node, chain = stack.pop()
-        data = node.node_data()
-        if data is None:  # a leaf
-            chains.append(chain)
-            continue
-        stack.extend((child, (*chain, data[0])) for child in reversed(node.children()))
-    return chains
 
 
 def _argument_names(lowered, count: int) -> list[str] | None:

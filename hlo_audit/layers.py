@@ -11,9 +11,10 @@ from __future__ import annotations
 import fnmatch
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # Shared words and leaves: records, the host process, jax's argument paths, MaxText's vocabulary.
+    # Shared words and leaves: records, the host process, jax's argument paths (and the user's, behind a wrapper that
+    # flattens them: wrapped_args), MaxText's vocabulary.
     # report.escape: how a string from input is made safe for each sink (every layer that prints uses it).
-    ("words", ("layers", "lowering", "host", "preflight", "files", "usage", "attribution", "capture",
+    ("words", ("layers", "lowering", "host", "preflight", "files", "usage", "wrapped_args", "attribution", "capture",
                "targets.vocab", "report.escape")),
     ("platforms", ("platforms", "platforms.*")),
     ("cells", ("matrix",)),

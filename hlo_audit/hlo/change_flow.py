@@ -33,6 +33,7 @@ from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
 from hlo_audit.hlo.params import EntryParam
+from hlo_audit.hlo.state_flow import written_back
 from hlo_audit.hlo.text import Computation, HloModule, Instruction
 
 # The op_name part jax gives the instructions a checkpoint recomputes in the backward pass.
@@ -134,6 +135,8 @@ def _reached(module: HloModule, params: Sequence[EntryParam]) -> dict[int, bool]
         aliased = {rank: rank for rank, p in enumerate(ordered) if rank < len(root.operands)
                    and entry.by_name[root.operands[rank]].shape.text == p.shape.text}
     output = {p.index: aliased[rank] for rank, p in enumerate(ordered) if rank in aliased}
+    for number, write in written_back(module).items():  # state not donated: where the step returns it (state_flow)
+        output.setdefault(number, write.output)
     batch = {p.index for p in ordered if p.index not in output}
     weights = [p for p in _weights(ordered) if p.index in output and output[p.index] < len(root.operands)]
     if not batch or not weights:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from hlo_audit.hlo.rng_flow import key_shaped, keys_by_dataflow
 from hlo_audit.hlo.shapes import Shape
+from hlo_audit.hlo.state_flow import WrittenBack, written_back
 from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 
 ROLES = ("rng_key", "rng_count", "weight", "optimizer_state", "step", "batch_stat", "cache", "input", "other")
@@ -469,8 +470,36 @@ def _roles(module: HloModule, paths: Sequence[str], shapes: Sequence[Shape], kin
     numbers = [instr.parameter_number for instr in module.entry.parameters]
     keys = keys_by_dataflow(module, [n for n, role, name, shape in zip(numbers, typed, named, shapes)
                                      if role is None and name not in RNG_ROLES and key_shaped(shape)])
-    return [role or ("rng_key" if number in keys else name)
-            for number, role, name in zip(numbers, typed, named)]
+    roles = [role or ("rng_key" if number in keys else name) for number, role, name in zip(numbers, typed, named)]
+    return _written_roles(module, numbers, paths, shapes, roles, [role is not None for role in typed])
+
+
+def _written_roles(module: HloModule, numbers: Sequence[int | None], paths: Sequence[str], shapes: Sequence[Shape],
+                   roles: list[str], typed: Sequence[bool]) -> list[str]:
+    """``roles`` with what the step writes back (``state_flow``): a float leaf no type speaks for is a weight
+    where the step returns it, updated or as it came, in an argument of which some leaf an update writes (an
+    equinox model, a plain dict of params: a frozen leaf of a trained model too, which the gradient rule then
+    finds unreached); a leaf typed a weight that sits under an optimizer's names and that no update writes is
+    optimizer state (optax's moments initialised from ``nnx.Param``s keep that type)."""
+    written = written_back(module)
+    if not written:
+        return roles
+    updated = {path.split(".", 1)[0] for number, path, shape in zip(numbers, paths, shapes)
+               if number in written and written[number].how is WrittenBack.UPDATED and _floating(shape)}
+    out = list(roles)
+    for i, (number, path, shape, role) in enumerate(zip(numbers, paths, shapes, roles)):
+        how = written[number].how if number in written else None
+        if not typed[i] and role in ("input", "other") and how is not None and _floating(shape) \
+                and path.split(".", 1)[0] in updated:
+            out[i] = "weight"
+        elif typed[i] and role == "weight" and how is not WrittenBack.UPDATED and updated \
+                and name_role(path, shape) == "optimizer_state":
+            out[i] = "optimizer_state"
+    return out
+
+
+def _floating(shape: Shape) -> bool:
+    return bool(shape.dtype) and bool(_FLOAT.match(shape.dtype))
 
 
 def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = None,

@@ -24,7 +24,7 @@ import sys
 
 import jax
 
-from hlo_audit import platforms
+from hlo_audit import platforms, wrapped_args
 from hlo_audit.capture import captured_arrays
 from hlo_audit.lowering import Lowering, TargetError
 from hlo_audit.matrix import Cell
@@ -61,7 +61,7 @@ class CallableTarget:
         return self.function(cell)
 
     def lower(self, cell: Cell) -> Lowering:
-        with platforms.default_device(cell):
+        with platforms.default_device(cell), wrapped_args.recording():
             produced = self.trace(cell)
             if isinstance(produced, Lowering):  # a function that wraps a built-in target
                 return produced

@@ -1,0 +1,132 @@
+"""An equinox user's train step, as equinox's docs write one: an ``eqx.Module`` model, ``eqx.filter_jit`` (or
+``eqx.filter_pmap``) over ``(model, opt_state, x, y)``, ``optax.adam``, ``eqx.apply_updates``. The model argument
+is called ``net``, a name nothing in hlo-audit knows: its leaves are weights only by what the step does with them.
+
+``cell.quant`` picks a variant: ``base``; ``reordered``, the blocks' fields declared in another order (the same
+program); ``frozen``, the first block left out of the gradient by a wrong ``eqx.partition`` filter; ``pmap``, the
+base step under ``filter_pmap``; ``dict``, a haiku-style step: ``jax.jit`` over a dict of dicts of params.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+
+WIDTH, IN, OUT, BATCH = 16, 8, 4, 2
+
+
+class Block(eqx.Module):
+    lin1: eqx.nn.Linear
+    lin2: eqx.nn.Linear
+
+    def __call__(self, x):
+        return x + self.lin2(jax.nn.relu(self.lin1(x)))
+
+
+class ReorderedBlock(eqx.Module):  # Block with its fields declared the other way round
+    lin2: eqx.nn.Linear
+    lin1: eqx.nn.Linear
+
+    def __call__(self, x):
+        return x + self.lin2(jax.nn.relu(self.lin1(x)))
+
+
+class Model(eqx.Module):
+    embed: eqx.nn.Linear
+    layers: list
+    head: eqx.nn.Linear
+
+    def __call__(self, x):
+        x = self.embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def build(layers: int, block=Block) -> Model:
+    keys = jax.random.split(jax.random.PRNGKey(0), 2 * layers + 2)
+    blocks = [block(lin1=eqx.nn.Linear(WIDTH, WIDTH, key=keys[2 + 2 * i]),
+                    lin2=eqx.nn.Linear(WIDTH, WIDTH, key=keys[3 + 2 * i])) for i in range(layers)]
+    return Model(eqx.nn.Linear(IN, WIDTH, key=keys[0]), blocks, eqx.nn.Linear(WIDTH, OUT, key=keys[1]))
+
+
+optim = optax.adam(1e-3)
+
+
+def loss(net, x, y):
+    return jnp.mean((jax.vmap(net)(x) - y) ** 2)
+
+
+@eqx.filter_jit(donate="all-except-first")
+def make_step(net, opt_state, x, y):
+    value, grads = eqx.filter_value_and_grad(loss)(net, x, y)
+    updates, opt_state = optim.update(grads, opt_state, eqx.filter(net, eqx.is_array))
+    return eqx.apply_updates(net, updates), opt_state, value
+
+
+def _trainable(net: Model):
+    """A filter meant to train every block, that leaves the first one out (an off-by-one in the spec)."""
+    spec = jax.tree.map(eqx.is_array, net)
+    return eqx.tree_at(lambda m: m.layers[0], spec, replace=jax.tree.map(lambda _: False, net.layers[0]))
+
+
+@eqx.filter_jit(donate="all-except-first")
+def frozen_step(net, opt_state, x, y):
+    trained, frozen = eqx.partition(net, _trainable(net))
+    value, grads = eqx.filter_value_and_grad(lambda t, x, y: loss(eqx.combine(t, frozen), x, y))(trained, x, y)
+    updates, opt_state = optim.update(grads, opt_state, trained)
+    return eqx.apply_updates(net, updates), opt_state, value
+
+
+@eqx.filter_pmap(axis_name="batch")
+def pmap_step(net, opt_state, x, y):
+    value, grads = eqx.filter_value_and_grad(loss)(net, x, y)
+    grads = jax.lax.pmean(grads, "batch")
+    updates, opt_state = optim.update(grads, opt_state, eqx.filter(net, eqx.is_array))
+    return eqx.apply_updates(net, updates), opt_state, value
+
+
+def _dict_params(layers: int) -> dict:
+    keys = jax.random.split(jax.random.PRNGKey(0), layers + 1)
+    params = {f"layer_{i}": {"w": jax.random.normal(keys[i], (WIDTH, WIDTH)), "b": jnp.zeros(WIDTH)}
+              for i in range(layers)}
+    params["embed"] = {"w": jax.random.normal(keys[-1], (IN, WIDTH)), "b": jnp.zeros(WIDTH)}
+    return params
+
+
+def _dict_forward(p, x):
+    h = x @ p["embed"]["w"] + p["embed"]["b"]
+    for name in sorted(k for k in p if k.startswith("layer_")):
+        h = h + jax.nn.relu(h @ p[name]["w"] + p[name]["b"])
+    return h
+
+
+def dict_step(p, opt_state, x, y):
+    value, grads = jax.value_and_grad(lambda p: jnp.mean((_dict_forward(p, x)[:, :OUT] - y) ** 2))(p)
+    updates, opt_state = optim.update(grads, opt_state, p)
+    return optax.apply_updates(p, updates), opt_state, value
+
+
+def _replicated(tree):
+    return jax.tree.map(lambda a: a[None] if eqx.is_array(a) else a, tree)
+
+
+def lower(cell):
+    layers = cell.layers or 2
+    x, y = jnp.ones((BATCH, IN)), jnp.ones((BATCH, OUT))
+    if cell.quant == "dict":
+        params = _dict_params(layers)
+        return jax.jit(dict_step, donate_argnums=(0, 1)).lower(params, optim.init(params), x, y)
+    net = build(layers, ReorderedBlock if cell.quant == "reordered" else Block)
+    # The optimizer's state is for what the step trains (the frozen variant's filter leaves a block out of both).
+    opt_state = optim.init(eqx.partition(net, _trainable(net))[0] if cell.quant == "frozen" else
+                           eqx.filter(net, eqx.is_array))
+    if cell.quant == "pmap":
+        return pmap_step.lower(_replicated(net), _replicated(opt_state), x[None], y[None])
+    step = frozen_step if cell.quant == "frozen" else make_step
+    return step.lower(net, opt_state, x, y)
+
+
+lower.full_depth = {"eqx": 2}
