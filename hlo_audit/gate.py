@@ -52,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.compare import CellDelta
-from hlo_audit.findings import Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver
-from hlo_audit.golden.snapshot import Golden, read_snapshot
+from hlo_audit.findings import Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver, Unjudged
+from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
@@ -61,6 +61,7 @@ from hlo_audit.policy import Action, Policy, Rule
 from hlo_audit.results import CellResult, Severity, Status
 from hlo_audit.rules import RULES, Context, Subject, used_waivers
 from hlo_audit.scaling import Series
+from hlo_audit.stack import StackMode, stack_mode, why_pinned
 
 
 def regenerate_command(config_path: str | None) -> str:
@@ -81,9 +82,14 @@ class Gate:
     the waivers, each making a new finding. Holds nothing between cells: the waivers used are read off the findings
     (``rules.used_waivers``)."""
 
-    def __init__(self, policy: Policy, regenerate: str):
+    def __init__(self, policy: Policy, regenerate: str, pinned_by: str | None = ""):
         self.policy = policy
         self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
+        # What made this run's stack pinned (``CI=true``; ``stack.stack_mode``, read here once), None for a local
+        # run: pinned, a golden of another compiler stack fails and relaxes nothing.
+        if pinned_by == "":
+            pinned_by = why_pinned() if stack_mode() is StackMode.PINNED else None
+        self.pinned_by = pinned_by
 
     def command_for(self, series: dict[str, tuple[str, ...]]):
         """The golden update that accepts what is found at a cell: its whole depth series, since each depth's golden
@@ -107,7 +113,10 @@ class Gate:
         deltas: dict[str, CellDelta] = {}
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
-            delta = CellDelta.for_cell(r, stored, outcome.leads(r), r.cell.id in outcome.plan.owners)
+            if stored is not None and stored.invalid:  # a claim hlo-audit never writes: refused, not judged
+                raise GoldenError(f"{stored.damaged}; rewrite it with: {context.command(r.cell.id)}")
+            delta = CellDelta.for_cell(r, stored, outcome.leads(r), r.cell.id in outcome.plan.owners,
+                                       pinned=self.pinned_by is not None)
             if delta is not None:
                 deltas[r.cell.id] = delta
             kept, found = self.judge_cell(r, stored, delta, outcome.leads(r), context)
@@ -148,18 +157,33 @@ class Gate:
         cid = result.cell.id
         context = context or Context(self.policy, self.command)
         if result.status is not Status.OK:
-            severity = Severity.UNAVAILABLE if result.status is Status.UNAVAILABLE else Severity.ERROR
-            failed = [Finding(cid, severity, Rule.LOWERING, LoweringFailure(result.message))]
-            return failed, failed
+            return self._not_lowered(result, golden)
         found: list[Finding] = []
         if delta is None:  # a golden that cannot be read gates nothing: as if missing, said why
             found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
                                  MissingGolden(golden.damaged if golden else None, context.command(cid))))
+        elif delta.pinned and delta.stack_moved:  # CI's stack is pinned: another stack's golden is a mistake
+            found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
+                str(golden.summary or cid), context.command(cid), stack=delta.stack_moved, pinned_by=self.pinned_by)))
         subject = Subject(result, golden, delta, leads)
         found += [f for entry in RULES if delta is not None or not entry.needs_golden
                   if (f := entry.judge(subject, context)) is not None]
         kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())], found
+
+
+    def _not_lowered(self, result: CellResult, golden: Golden | None) -> tuple[list[Finding], list[Finding]]:
+        """A cell that did not lower: an error fails; an unavailable one with a golden is a cell the check cannot
+        judge (``unjudged``: it fails unless a waiver with a reason accepts it), one without a golden is said."""
+        cid = result.cell.id
+        if result.status is Status.UNAVAILABLE and golden is not None:
+            found = [Finding(cid, Severity.REGRESSION, Rule.UNJUDGED, Unjudged(
+                str(result.status), result.message, str(golden.summary or golden.cell_id)))]
+            kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
+            return kept or [Finding(cid, Severity.UNAVAILABLE, Rule.LOWERING, LoweringFailure(result.message))], found
+        severity = Severity.UNAVAILABLE if result.status is Status.UNAVAILABLE else Severity.ERROR
+        failed = [Finding(cid, severity, Rule.LOWERING, LoweringFailure(result.message))]
+        return failed, failed
 
 
 def series_ids(plan: Plan | None) -> dict[str, tuple[str, ...]]:
