@@ -20,9 +20,12 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
 * ``launch_scaling``: in an unrolled series of GPU cells, the kernels that read RNG state must not grow with
   depth either: each is a launch in the step's dependency chain (seed 000 measured 673 such counter kernels per
   step on 8xH100 as 8% of step time), and a stream shared across layers adds them without a parameter.
-* ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
-  flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
-  and the named rules still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only,
+* ``hlo_text``: the normalized module must equal the golden's when the compiler stack the golden records (jax,
+  jaxlib, libtpu, CUDA, TE, platform, stage: ``stack.is_compiler``) equals this run's; otherwise, on a local run,
+  the difference is advisory and the counts and the named rules still gate. On a pinned run (CI,
+  ``stack.stack_mode``) a golden of another stack is a ``missing_golden`` regression and nothing is relaxed. The
+  code under test's versions (maxtext, flax, a user's library) never relax anything. A difference carries `diff`'s
+  verdict and kinds: one that is RNG state only,
   dropped, is an improvement to accept (a fix like seed 001's), not a regression; one that only renames entry
   parameters (``renamed-only``) is an advisory listing the renames, which ``golden update`` records.
 * The named rules (``named_rules``; each ``fail`` by default): ``donation``, ``host_transfer``, ``precision``,
@@ -30,6 +33,7 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   from the structural diff of the cell's text against the golden's (run once, where they differ) and the golden
   record's kernel digests. They gate whether or not ``hlo_text`` is advisory.
 * ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
+* ``unjudged``: a cell with a golden that is unavailable here fails unless a waiver with a reason accepts it.
 * ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
   costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
   ``pattern`` (a glob over stream patterns) to accept known dead state and still catch new dead streams.
