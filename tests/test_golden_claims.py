@@ -24,6 +24,7 @@ import pytest
 
 import team_model as tm
 from hlo_audit.stack import StackMode, is_compiler, stack_mode
+from hlo_audit.usage import InputError
 from in_process import hlo_audit_here
 from test_named_rules import BASE_CELL, cell, write_config
 
@@ -86,6 +87,8 @@ def test_which_versions_are_the_compiler_stack_and_when_a_run_is_pinned():
     assert stack_mode({"CI": "true"}) is StackMode.PINNED and stack_mode({"GITHUB_ACTIONS": "true"}) is StackMode.PINNED
     assert stack_mode({"CI": "true", "HLO_AUDIT_STACK": "local"}) is StackMode.LOCAL
     assert stack_mode({"HLO_AUDIT_STACK": "pinned"}) is StackMode.PINNED
+    with pytest.raises(InputError, match="HLO_AUDIT_STACK='pin': expected 'pinned' or 'local'"):
+        stack_mode({"HLO_AUDIT_STACK": "pin"})
 
 
 @pytest.mark.parametrize("edit", [environment(maxtext="0.2.3"), environment(flax="0.12.11"),
@@ -105,6 +108,9 @@ def test_a_golden_of_another_jax_is_advisory_locally_and_fails_a_pinned_run(proj
     code, found = check(project)
     assert code == 0 and {f["severity"] for f in found} == {"advisory"}, found
     assert all("advisory on this local run (a pinned CI run fails it" in f["message"] for f in found), found
+    ran = hlo_audit_here(project, "check", env={"HLO_AUDIT_STACK": "pin"})
+    assert ran.returncode == 2 and ran.stderr.splitlines()[-1] == (
+        "hlo-audit: error: HLO_AUDIT_STACK='pin': expected 'pinned' or 'local'"), ran.stderr[-2000:]
     code, found = check(project, PINNED)
     by_rule = {f["rule"]: f for f in found}
     assert code == 1 and by_rule["loops"]["severity"] == by_rule["program_size"]["severity"] == "regression", found
