@@ -292,6 +292,10 @@ def _spread_ok(v) -> bool:
     return isinstance(v, list) and len(v) == 3 and all(_is_number(x) and x >= 0 for x in v) and v[0] <= v[1] <= v[2]
 
 
+def _optional_bytes(v) -> bool:
+    return v is None or _is_int(v)
+
+
 def _counts_by_key(v) -> bool:
     return isinstance(v, dict) and all(_is_counts(x) for x in v.values())
 
@@ -304,11 +308,10 @@ _SLOPE_FIELDS = {"depths": lambda v: isinstance(v, list) and bool(v) and all(_is
                  "launches": lambda v: v is None or _is_number_table(v)}
 _HOST_FIELDS = {"caller": lambda v: v in ("nnx.jit", "jax.jit"), "leaves": _is_int, "per_call_us": _spread_ok,
                 "machine": lambda v: isinstance(v, str)}
-_OPTIONAL_BYTES = lambda v: v is None or _is_int(v)  # noqa: E731
 _MEASURED_FIELDS = {"cell": lambda v: isinstance(v, str), "caller": lambda v: isinstance(v, str), "leaves": _is_int,
                     "compile_s": lambda v: _is_number(v) and v >= 0, "blocked_ms": _spread_ok, "queued_ms": _spread_ok,
-                    "host_ms": _spread_ok, "argument_bytes": _OPTIONAL_BYTES, "temp_bytes": _OPTIONAL_BYTES,
-                    "runtime_peak_bytes": _OPTIONAL_BYTES, "device": lambda v: isinstance(v, str)}
+                    "host_ms": _spread_ok, "argument_bytes": _optional_bytes, "temp_bytes": _optional_bytes,
+                    "runtime_peak_bytes": _optional_bytes, "device": lambda v: isinstance(v, str)}
 # Nested objects: their keys and each key's check (``_shaped``), and the keys they must have.
 _NESTED = {
     "rng_increments": ({"by_verdict": _is_number_table, "by_pattern": _is_number_table}, ("by_verdict", "by_pattern")),
