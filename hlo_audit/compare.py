@@ -36,6 +36,7 @@ from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series, rng_slope
+from hlo_audit.stack import is_compiler
 
 # The verdicts of RNG streams whose counter increments per step the count ratchet fails on.
 GATED_INCREMENTS = ("carried", "unknown")
@@ -195,13 +196,19 @@ class CellDelta:
     launches: LaunchChange | None
     slopes: SlopeChange | None
     memory: MemoryDelta | None
-    environment: tuple[EnvironmentChange, ...]
+    # Every environment key that differs from the golden's (``environment_changes``): the compiler stack's and the
+    # code under test's (``stack.is_compiler``). Only the stack's relax a text rule, and only on a local run
+    # (``environment``).
+    environment_moved: tuple[EnvironmentChange, ...]
     # The cell's canonical text where it is compared with the golden's; None otherwise.
     now_text: str | None = field(default=None, repr=False)
+    # This run's stack is pinned (CI, ``stack.stack_mode``): a golden of another stack relaxes nothing (the gate
+    # fails the cell, ``gate.Gate``).
+    pinned: bool = False
 
     @classmethod
     def of(cls, result: CellResult, golden: Golden, leads: Series | None = None,
-           normalized: str | None = None) -> CellDelta:
+           normalized: str | None = None, pinned: bool = False) -> CellDelta:
         """``result`` against ``golden`` (whose record is readable); ``leads``: the cell's depth series when the cell
         is its shallowest (the slopes are compared there); ``normalized``: the cell's canonical text where it is
         compared with the golden's (the golden names a text, or one it named cannot be read)."""
@@ -220,27 +227,46 @@ class CellDelta:
             slopes=slope_changes(old.slopes, leads),
             memory=(MemoryDelta({k: (old.memory[k], result.memory[k]) for k in old.memory if k in result.memory})
                     if old.memory is not None and result.memory is not None else None),
-            environment=environment_changes(golden.environment, result.environment),
-            now_text=normalized if compared else None)
+            environment_moved=environment_changes(golden.environment, result.environment),
+            now_text=normalized if compared else None, pinned=pinned)
 
     @classmethod
     def for_cell(cls, result: CellResult, golden: Golden | None, leads: Series | None = None,
-                 owns_text: bool = False) -> CellDelta | None:
+                 owns_text: bool = False, pinned: bool = False) -> CellDelta | None:
         """The cell's comparison with its golden; None where the cell did not lower or has no readable golden.
         ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text)."""
         if not result.ok or result.summary is None or golden is None or golden.damaged or golden.record is None:
             return None
         compared = owns_text and (golden.hlo is not None or golden.text_problem is not None)
-        return cls.of(result, golden, leads, result.canonical_text() if compared else None)
+        return cls.of(result, golden, leads, result.canonical_text() if compared else None, pinned)
 
     @property
     def golden(self) -> GoldenRecord:
         return self.stored.record
 
     @property
+    def stack_moved(self) -> tuple[EnvironmentChange, ...]:
+        """The compiler stack's changes against the golden's (``stack.is_compiler``): what another compiler prints
+        of the same program."""
+        return tuple(c for c in self.environment_moved if is_compiler(c.key))
+
+    @property
+    def code_moved(self) -> tuple[EnvironmentChange, ...]:
+        """The code under test's versions against the golden's (maxtext, flax, the user's library): recorded,
+        never a reason to relax (a change to it is judged as any code change)."""
+        return tuple(c for c in self.environment_moved if not is_compiler(c.key))
+
+    @property
+    def environment(self) -> tuple[EnvironmentChange, ...]:
+        """What relaxes the text rules (the text, the op mix, values' shapes): the compiler stack's changes on a
+        local run; nothing where the run is pinned (a CI runner: the gate fails the golden instead)."""
+        return () if self.pinned else self.stack_moved
+
+    @property
     def closed_calls_moved(self) -> tuple[EnvironmentChange, ...]:
         """The environment's changes where the golden's jax and this one write closed_calls apart (calls against
-        inline: program size and loops do not compare across them, ``CLOSED_CALLS_AS_CALLS``); else nothing."""
+        inline: program size and loops do not compare across them, ``CLOSED_CALLS_AS_CALLS``) on a local run; else
+        nothing (a pinned run relaxes nothing: ``environment``)."""
         return self.environment if closed_calls_moved(self.environment) else ()
 
     @property

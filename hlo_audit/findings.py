@@ -43,6 +43,7 @@ class GoldenPart(StrEnum):
     RNG_INCREMENTS = "rng_increments"
     PATTERN_ROLES = "groups_by_role"
     SLOPES = "slopes"
+    HOST_FIGURE = "host"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,20 @@ class MissingGolden:
     lacks: tuple[GoldenPart, ...] = ()
     golden_format: int | None = None
     damaged: bool = False
+    # A golden recorded under another compiler stack on a pinned run (CI, ``stack.stack_mode``): the stack's changes
+    # and what made the run pinned (``CI=true``); the command re-blesses it under this stack.
+    stack: tuple[EnvironmentChange, ...] = ()
+    pinned_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Unjudged:
+    """A cell with a golden that this run could not judge (it is unavailable here): a failing finding unless a
+    waiver with a reason accepts it (rule ``unjudged``), since a check that skips it passes on nothing."""
+
+    status: str  # the result's status (unavailable)
+    message: str  # why, in the result's own words
+    golden: str  # the golden's summary left unchecked
 
 
 @dataclass(frozen=True)

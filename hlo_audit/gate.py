@@ -20,9 +20,12 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
 * ``launch_scaling``: in an unrolled series of GPU cells, the kernels that read RNG state must not grow with
   depth either: each is a launch in the step's dependency chain (seed 000 measured 673 such counter kernels per
   step on 8xH100 as 8% of step time), and a stream shared across layers adds them without a parameter.
-* ``hlo_text``: the normalized module must equal the golden's when the environment fingerprint (jax, jaxlib,
-  flax, maxtext, platform, stage) equals the golden's; otherwise the difference is advisory and the counts
-  and the named rules still gate. A difference carries `diff`'s verdict and kinds: one that is RNG state only,
+* ``hlo_text``: the normalized module must equal the golden's when the compiler stack the golden records (jax,
+  jaxlib, libtpu, CUDA, TE, platform, stage: ``stack.is_compiler``) equals this run's; otherwise, on a local run,
+  the difference is advisory and the counts and the named rules still gate. On a pinned run (CI,
+  ``stack.stack_mode``) a golden of another stack is a ``missing_golden`` regression and nothing is relaxed. The
+  code under test's versions (maxtext, flax, a user's library) never relax anything. A difference carries `diff`'s
+  verdict and kinds: one that is RNG state only,
   dropped, is an improvement to accept (a fix like seed 001's), not a regression; one that only renames entry
   parameters (``renamed-only``) is an advisory listing the renames, which ``golden update`` records.
 * The named rules (``named_rules``; each ``fail`` by default): ``donation``, ``host_transfer``, ``precision``,
@@ -30,6 +33,7 @@ Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver
   from the structural diff of the cell's text against the golden's (run once, where they differ) and the golden
   record's kernel digests. They gate whether or not ``hlo_text`` is advisory.
 * ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
+* ``unjudged``: a cell with a golden that is unavailable here fails unless a waiver with a reason accepts it.
 * ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
   costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
   ``pattern`` (a glob over stream patterns) to accept known dead state and still catch new dead streams.
@@ -52,8 +56,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hlo_audit.compare import CellDelta
-from hlo_audit.findings import Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver
-from hlo_audit.golden.snapshot import Golden, read_snapshot
+from hlo_audit.findings import Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver, Unjudged
+from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
@@ -61,6 +65,7 @@ from hlo_audit.policy import Action, Policy, Rule
 from hlo_audit.results import CellResult, Severity, Status
 from hlo_audit.rules import RULES, Context, Subject, used_waivers
 from hlo_audit.scaling import Series
+from hlo_audit.stack import StackMode, stack_mode, why_pinned
 
 
 def regenerate_command(config_path: str | None) -> str:
@@ -81,9 +86,14 @@ class Gate:
     the waivers, each making a new finding. Holds nothing between cells: the waivers used are read off the findings
     (``rules.used_waivers``)."""
 
-    def __init__(self, policy: Policy, regenerate: str):
+    def __init__(self, policy: Policy, regenerate: str, pinned_by: str | None = ""):
         self.policy = policy
         self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
+        # What made this run's stack pinned (``CI=true``; ``stack.stack_mode``, read here once), None for a local
+        # run: pinned, a golden of another compiler stack fails and relaxes nothing.
+        if pinned_by == "":
+            pinned_by = why_pinned() if stack_mode() is StackMode.PINNED else None
+        self.pinned_by = pinned_by
 
     def command_for(self, series: dict[str, tuple[str, ...]]):
         """The golden update that accepts what is found at a cell: its whole depth series, since each depth's golden
@@ -107,7 +117,10 @@ class Gate:
         deltas: dict[str, CellDelta] = {}
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
-            delta = CellDelta.for_cell(r, stored, outcome.leads(r), r.cell.id in outcome.plan.owners)
+            if stored is not None and stored.invalid:  # a claim hlo-audit never writes: refused, not judged
+                raise GoldenError(f"{stored.damaged}; rewrite it with: {context.command(r.cell.id)}")
+            delta = CellDelta.for_cell(r, stored, outcome.leads(r), r.cell.id in outcome.plan.owners,
+                                       pinned=self.pinned_by is not None)
             if delta is not None:
                 deltas[r.cell.id] = delta
             kept, found = self.judge_cell(r, stored, delta, outcome.leads(r), context)
@@ -148,18 +161,33 @@ class Gate:
         cid = result.cell.id
         context = context or Context(self.policy, self.command)
         if result.status is not Status.OK:
-            severity = Severity.UNAVAILABLE if result.status is Status.UNAVAILABLE else Severity.ERROR
-            failed = [Finding(cid, severity, Rule.LOWERING, LoweringFailure(result.message))]
-            return failed, failed
+            return self._not_lowered(result, golden)
         found: list[Finding] = []
         if delta is None:  # a golden that cannot be read gates nothing: as if missing, said why
             found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
                                  MissingGolden(golden.damaged if golden else None, context.command(cid))))
+        elif delta.pinned and delta.stack_moved:  # CI's stack is pinned: another stack's golden is a mistake
+            found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
+                str(golden.summary or cid), context.command(cid), stack=delta.stack_moved, pinned_by=self.pinned_by)))
         subject = Subject(result, golden, delta, leads)
         found += [f for entry in RULES if delta is not None or not entry.needs_golden
                   if (f := entry.judge(subject, context)) is not None]
         kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())], found
+
+
+    def _not_lowered(self, result: CellResult, golden: Golden | None) -> tuple[list[Finding], list[Finding]]:
+        """A cell that did not lower: an error fails; an unavailable one with a golden is a cell the check cannot
+        judge (``unjudged``: it fails unless a waiver with a reason accepts it), one without a golden is said."""
+        cid = result.cell.id
+        if result.status is Status.UNAVAILABLE and golden is not None:
+            found = [Finding(cid, Severity.REGRESSION, Rule.UNJUDGED, Unjudged(
+                str(result.status), result.message, str(golden.summary or golden.cell_id)))]
+            kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
+            return kept or [Finding(cid, Severity.UNAVAILABLE, Rule.LOWERING, LoweringFailure(result.message))], found
+        severity = Severity.UNAVAILABLE if result.status is Status.UNAVAILABLE else Severity.ERROR
+        failed = [Finding(cid, severity, Rule.LOWERING, LoweringFailure(result.message))]
+        return failed, failed
 
 
 def series_ids(plan: Plan | None) -> dict[str, tuple[str, ...]]:

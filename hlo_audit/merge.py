@@ -16,7 +16,7 @@ from typing import Any
 from hlo_audit import platforms
 from hlo_audit.files import read_bounded
 from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
-                                MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Worded)
+                                MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Unjudged, Worded)
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.host_cost import HostCostChange
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
@@ -100,7 +100,9 @@ def _named_details(facts: NamedChange) -> Json:
 _DETAILS: dict[type, Callable[[Any], Json]] = {
     MissingGolden: lambda f: {} if f.why is None else {"regenerate": f.command, **({
         "lacks": [str(p) for p in f.lacks], "golden_format": f.golden_format, "damaged": f.damaged}
-        if f.lacks else {})},
+        if f.lacks else {}), **({"stack": {c.key: {"golden": c.golden, "now": c.now} for c in f.stack},
+                                 "pinned_by": f.pinned_by} if f.stack else {})},
+    Unjudged: lambda f: {"status": f.status, "golden": f.golden},
     CountChange: _count_details,
     TextChange: lambda f: {"changed_lines": f.changed_lines, "diff": list(f.diff), "regenerate": f.command,
                            "verdict": f.verdict, "changes": list(f.changes), "rng_params": f.rng_params,

@@ -89,14 +89,17 @@ def _edit(path: Path, **changes):
 
 def test_count_ratchet(project):
     golden = project / "golden/mlp/scan-off/dropout0/L3.json"
-    _edit(golden, by_dtype__u32=4, by_role__rng_key=2, by_role__rng_count=2, entry_params=11)
+    # The golden's counts edited together (each table adds up to its entry_params: a golden's claims are checked).
+    _edit(golden, by_dtype__u32=4, by_role__rng_key=2, by_role__rng_count=2, entry_params=11,
+          **{"by_dtype_role__u32:rng_key": 2, "by_dtype_role__u32:rng_count": 2})
     result = hlo_audit(project, "check")
     assert result.returncode == 1
     assert "mlp/scan-off/dropout0/L3" in flat(result.stdout) and "u32 +2" in flat(result.stdout)
     # The accept command names the whole depth series: each depth's golden holds the series' slopes.
     assert ("hlo-audit golden update --only id=mlp/scan-off/dropout0/L2,id=mlp/scan-off/dropout0/L3"
             in flat(result.stdout))
-    _edit(golden, by_dtype__u32=8, by_role__rng_key=4, by_role__rng_count=4, entry_params=15)
+    _edit(golden, by_dtype__u32=8, by_role__rng_key=4, by_role__rng_count=4, entry_params=15,
+          **{"by_dtype_role__u32:rng_key": 4, "by_dtype_role__u32:rng_count": 4})
     result = hlo_audit(project, "check")
     out = flat(result.stdout)
     assert result.returncode == 0 and "improvement" in out and "tighten the golden" in out

@@ -394,13 +394,11 @@ def test_damaged_goldens_are_findings_and_update_heals_them(projects, tmp_path):
         "mlp/scan-off/none/L3.json": b'{"cell": ',
         "mlp/scan-on/dropout0/L3.json": ("[" * 100000 + "]" * 100000).encode(),
         "mlp/scan-off/dropout0/L3.json": (gold / "mlp/scan-on/dropout0/L3.json").read_bytes(),
-        "mlp/scan-on/dropout0/L2.json": None,  # written below: its entry_params as a string
     }
-    as_string = json.loads((gold / "mlp/scan-on/dropout0/L2.json").read_text())
-    as_string["entry_params"] = str(as_string["entry_params"])
+    # (A summary of this cell whose entry_params is a string is refused in one line, exit 2, since issue 37: its
+    # marker says it is hlo-audit's, and its claims are checked: tests/test_golden_claims.py.)
     for rel, data in damage.items():
         (gold / rel).unlink() if data is None else (gold / rel).write_bytes(data)
-    (gold / "mlp/scan-on/dropout0/L2.json").write_text(dumps(as_string))
     # The truncated text's environment differs from the golden's: a damaged text is still a failure, not advisory.
     summary = json.loads((gold / "mlp/scan-off/dropout0/L2.json").read_text())
     (gold / "mlp/scan-off/dropout0/L2.json").write_text(dumps(
@@ -416,7 +414,6 @@ def test_damaged_goldens_are_findings_and_update_heals_them(projects, tmp_path):
         "mlp/scan-off/none/L3": "mlp/scan-off/none/L3.json: unreadable golden: ",
         "mlp/scan-on/dropout0/L3": "mlp/scan-on/dropout0/L3.json: unreadable golden: nested too deep",
         "mlp/scan-off/dropout0/L3": "not the golden of mlp/scan-off/dropout0/L3: its \"cell\" is 'mlp/scan-on/dropout0/L3'",
-        "mlp/scan-on/dropout0/L2": "mlp/scan-on/dropout0/L2.json: not a golden summary: 'entry_params' is malformed",
     }
     for cid, why in expected.items():
         damaged = [f for f in found[cid] if f["rule"] == "missing_golden"]
@@ -483,7 +480,9 @@ def test_environment_message_names_every_differing_key_both_ways(projects, tmp_p
     assert result.returncode == 0, result.stdout[-2000:]
     (advisory,) = [f for f in _findings(result)["mlp/scan-on/none/L2"] if f["rule"] == "hlo_text"]
     assert advisory["severity"] == "advisory"
-    assert "(flax (none) -> 0.12.12, jax 0.11.0 -> 0.12.0.1, maxtext 0.2.5 -> (none))" in advisory["message"]
+    # What relaxes the text is the compiler stack alone (issue 37): flax and maxtext are the code under test, whose
+    # versions never make a change advisory (tests/test_golden_claims.py), so the advisory names jax's move only.
+    assert "environment differs from the golden's (jax 0.11.0 -> 0.12.0.1): advisory" in advisory["message"]
     assert environment_change({"a": "1", "b": "2"}, {"b": "2", "c": "3"}) == "a 1 -> (none), c (none) -> 3"
     assert environment_change({"a": "1"}, {"a": "1"}) == ""
 

@@ -35,6 +35,9 @@ def lacking(golden: Golden, result: CellResult, leads: Series | None) -> tuple[G
         (GoldenPart.RNG_INCREMENTS, result.rng is not None and record.rng_increments is None),
         (GoldenPart.PATTERN_ROLES, bool(result.params) and record.groups_by_role is None),
         (GoldenPart.SLOPES, leads is not None and record.slopes is None),
+        # `measure --record` writes the host figure and the timing together: a timing without its figure is a
+        # figure deleted, which would turn host_cost off for the cell (issue 37).
+        (GoldenPart.HOST_FIGURE, record.measured is not None and record.host is None),
     )
     return tuple(part for part, missing in wanted if missing)
 

@@ -23,6 +23,7 @@ one that lacks a part is damaged; an older one may lack parts the rules compare,
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,13 +212,55 @@ def dumps(record: Mapping[str, Any]) -> str:
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice (``json`` keeps the last; a reviewer reads the first)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"key {key!r} appears twice (json keeps the last, a reader sees the first)")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(key)
+        seen[key] = value
+    return seen
+
+
+class NonFinite(ValueError):
+    """NaN or Infinity: ``json`` reads them, hlo-audit never writes them."""
+
+
+def _no_constant(name: str):
+    raise NonFinite(f"{name} is no number a golden holds")
+
+
+def loads(text: str) -> Any:
+    """A golden summary's JSON, strictly: a key twice in one object (``DuplicateKey``) or NaN / Infinity
+    (``NonFinite``) refused; ``loads_lenient`` reads it as ``json`` would (last key wins)."""
+    return json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+
+
+def loads_lenient(text: str) -> Any:
+    return json.loads(text)
+
+
+def _is_int(v, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _is_counts(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+    return isinstance(value, dict) and all(_is_int(v) for v in value.values())
 
 
-def _is_number_table(value) -> bool:
-    return isinstance(value, dict) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                           for v in value.values())
+def _is_number_table(value, low: float | None = None) -> bool:
+    return isinstance(value, dict) and all(_is_number(v) and (low is None or v >= low) for v in value.values())
 
 
 def _constants_ok(value) -> bool:
@@ -228,44 +271,132 @@ def _constants_ok(value) -> bool:
         return False
     keys = value.get("literal_keys")
     captured = value.get("captured")
-    return (isinstance(keys, int) and not isinstance(keys, bool)
-            and (captured is None or (side(captured) and _is_counts(captured.get("groups")))))
+    return _is_int(keys) and (captured is None or (side(captured) and _is_counts(captured.get("groups"))))
 
+
+def _shaped(value, fields: Mapping[str, Any], required: tuple[str, ...] = ()) -> str | None:
+    """Why ``value`` is not an object of exactly ``fields`` (name -> check) with ``required`` among them: the
+    first key that is unknown, missing or malformed, as ``.key`` for the message; None where it is."""
+    if not isinstance(value, dict):
+        return ""
+    unknown = next((k for k in value if k not in fields), None)
+    if unknown is not None:
+        return f".{unknown}"
+    missing = next((k for k in required if k not in value), None)
+    if missing is not None:
+        return f".{missing}"
+    return next((f".{k}" for k, ok in fields.items() if k in value and not ok(value[k])), None)
+
+
+def _spread_ok(v) -> bool:
+    return isinstance(v, list) and len(v) == 3 and all(_is_number(x) and x >= 0 for x in v) and v[0] <= v[1] <= v[2]
+
+
+def _optional_bytes(v) -> bool:
+    return v is None or _is_int(v)
+
+
+def _counts_by_key(v) -> bool:
+    return isinstance(v, dict) and all(_is_counts(x) for x in v.values())
+
+
+_LAUNCH_FIELDS = {"total": _is_int, "scalar": _is_int, "collectives": _is_int, "reading_rng": _is_int,
+                  "by_category": _is_counts, "by_kind": _is_counts, "groups": _is_counts,
+                  "exact": lambda v: isinstance(v, bool), "from_module": lambda v: isinstance(v, bool)}
+_SLOPE_FIELDS = {"depths": lambda v: isinstance(v, list) and bool(v) and all(_is_int(d, 1) for d in v),
+                 "total": _is_number, "by_dtype": _is_number_table, "by_role": _is_number_table,
+                 "launches": lambda v: v is None or _is_number_table(v)}
+_HOST_FIELDS = {"caller": lambda v: v in ("nnx.jit", "jax.jit"), "leaves": _is_int, "per_call_us": _spread_ok,
+                "machine": lambda v: isinstance(v, str)}
+_MEASURED_FIELDS = {"cell": lambda v: isinstance(v, str), "caller": lambda v: isinstance(v, str), "leaves": _is_int,
+                    "compile_s": lambda v: _is_number(v) and v >= 0, "blocked_ms": _spread_ok, "queued_ms": _spread_ok,
+                    "host_ms": _spread_ok, "argument_bytes": _optional_bytes, "temp_bytes": _optional_bytes,
+                    "runtime_peak_bytes": _optional_bytes, "device": lambda v: isinstance(v, str)}
+# Nested objects: their keys and each key's check (``_shaped``), and the keys they must have.
+_NESTED = {
+    "rng_increments": ({"by_verdict": _is_number_table, "by_pattern": _is_number_table}, ("by_verdict", "by_pattern")),
+    "launches": (_LAUNCH_FIELDS, ()),
+    "slopes": (_SLOPE_FIELDS, ("depths", "total", "by_dtype", "by_role")),
+    "host": (_HOST_FIELDS, ("caller", "leaves", "per_call_us")),
+    "measured": (_MEASURED_FIELDS, ("cell", "caller", "leaves", "compile_s", "blocked_ms", "queued_ms", "host_ms")),
+}
 
 # What each key of a summary must be for the gate and the report to read it; optional keys may be absent.
 _SUMMARY_KEYS = {
-    "entry_params": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "entry_params": _is_int,
     "by_dtype": _is_counts, "by_role": _is_counts, "groups": _is_counts,
     "environment": lambda v: isinstance(v, dict) and all(v2 is None or isinstance(v2, str) for v2 in v.values()),
 }
 _OPTIONAL_KEYS = {
-    "opcodes": _is_counts, "by_dtype_role": _is_counts, "memory": _is_number_table, "cost": _is_number_table,
-    "constants": _constants_ok, "slopes": lambda v: isinstance(v, dict),
+    "opcodes": _is_counts, "by_dtype_role": _is_counts, "memory": lambda v: _is_number_table(v, 0),
+    "cost": _is_number_table, "constants": _constants_ok, "groups_by_role": _counts_by_key,
     "kernels": lambda v: isinstance(v, dict) and all(
         isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
-    "format": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= FIRST_FORMAT,
+    "format": lambda v: _is_int(v, FIRST_FORMAT),
     "host": lambda v: figure_problem(v) is None, "measured": lambda v: isinstance(v, dict),
+    "hlo": lambda v: v is None or isinstance(v, str), "cell": lambda v: isinstance(v, str),
 }
+KNOWN_KEYS = frozenset({*_SUMMARY_KEYS, *_OPTIONAL_KEYS, *_NESTED})
+# The most state leaves a host figure may claim per entry parameter of its cell (+ a margin for a few small ones):
+# the leaves are the step's arguments, whose arrays are the entry's parameters (jax prunes only unused ones).
+HOST_LEAVES_PER_PARAM, HOST_LEAVES_MARGIN = 4, 64
+
+
+def is_marked(record, cell_id: str) -> bool:
+    """Whether ``record`` carries hlo-audit's marker for ``cell_id``: an object whose ``"cell"`` is the id its path
+    spells, holding every required key (module doc)."""
+    return isinstance(record, dict) and record.get("cell") == cell_id and all(k in record for k in REQUIRED_KEYS)
+
+
+def claim_problem(record: Mapping[str, Any]) -> str | None:
+    """Why a marked summary is not one hlo-audit could have written (its claims checked, not trusted), naming the
+    key: unknown keys, a malformed value at any depth, or figures that cannot be (counts that do not add up to the
+    entry's parameters, a host figure of more state leaves than the entry could pass); None where it is sound."""
+    unknown = next((k for k in record if k not in KNOWN_KEYS), None)
+    if unknown is not None:
+        return f"unknown key {unknown!r} (hlo-audit writes {', '.join(sorted(KNOWN_KEYS))})"
+    for key, ok in (*_SUMMARY_KEYS.items(), *((k, v) for k, v in _OPTIONAL_KEYS.items() if k in record)):
+        if not ok(record[key]):
+            return f"{key!r} is malformed"
+    for key, (fields, required) in _NESTED.items():
+        where = _shaped(record[key], fields, required) if key in record else None
+        if where is not None:
+            return f"{key + where!r} is malformed"
+    total = record["entry_params"]
+    for key in ("by_dtype", "by_role", "by_dtype_role"):
+        if key in record and sum(record[key].values()) != total:
+            return f"{key!r} adds up to {sum(record[key].values())}, not its entry_params {total}"
+    host = record.get("host")
+    if host is not None and host["leaves"] > HOST_LEAVES_PER_PARAM * total + HOST_LEAVES_MARGIN:
+        return (f"'host.leaves' is {host['leaves']}: no figure of a step whose entry has {total} parameters "
+                "(its leaves are those parameters' arrays)")
+    return None
 
 
 def record_problem(record, cell_id: str) -> str | None:
-    """Why ``record`` is not hlo-audit's golden summary of ``cell_id``, or None: the marker (``"cell"`` equal to
-    the id its path spells, every required key) and the type of every key the gate reads."""
+    """Why ``record`` is not hlo-audit's golden summary of ``cell_id``, or None: the marker (``is_marked``) and every
+    key's claim (``claim_problem``)."""
+    return summary_problem(record, cell_id)[0]
+
+
+def summary_problem(record, cell_id: str) -> tuple[str | None, bool]:
+    """(why ``record`` is not hlo-audit's golden summary of ``cell_id``, or None; whether it carries the marker, so
+    that the problem is in a golden's keys: a claim the check refuses, exit 2, where the rest is damage to report)."""
     if not isinstance(record, dict):
-        return f"not a golden summary: a JSON {type(record).__name__}, not an object"
+        return f"not a golden summary: a JSON {type(record).__name__}, not an object", False
     missing = [k for k in REQUIRED_KEYS if k not in record]
     if missing:
-        return f"not a golden summary: missing {missing[0]!r}"
+        return f"not a golden summary: missing {missing[0]!r}", False
     if record.get("cell") != cell_id:
         return (f"not the golden of {cell_id}: its \"cell\" is {record.get('cell')!r}" if "cell" in record
-                else "not a golden summary: missing 'cell'")
-    for key, ok in (*_SUMMARY_KEYS.items(), *((k, v) for k, v in _OPTIONAL_KEYS.items() if k in record)):
-        if not ok(record[key]):
-            return f"not a golden summary: {key!r} is malformed"
-    if record.get("format", FIRST_FORMAT) > GOLDEN_FORMAT:
+                else "not a golden summary: missing 'cell'"), False
+    if isinstance(record.get("format"), int) and record["format"] > GOLDEN_FORMAT:
         return (f"written by a newer hlo-audit (golden format {record['format']}; this one reads formats up to "
-                f"{GOLDEN_FORMAT})")
+                f"{GOLDEN_FORMAT})"), False
+    problem = claim_problem(record)
+    if problem is not None:
+        return f"not a golden summary: {problem}", True
     hlo = record.get("hlo")
     if hlo is not None and hlo != Path(cell_id + HLO_SUFFIX).name:
-        return f"not a golden summary: 'hlo' must be null or {Path(cell_id + HLO_SUFFIX).name!r}, got {hlo!r}"
-    return None
+        return f"not a golden summary: 'hlo' must be null or {Path(cell_id + HLO_SUFFIX).name!r}, got {hlo!r}", True
+    return None, True

@@ -10,7 +10,6 @@ ever pruned or reported stale.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, record_problem
+from hlo_audit.golden.record import (HLO_SUFFIX, SUMMARY_SUFFIX, DuplicateKey, GoldenRecord, NonFinite, is_marked,
+                                     loads, loads_lenient, summary_problem)
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.matrix import text_problem
 
@@ -76,6 +76,10 @@ class Golden:
     # The summary names a text that is missing or unreadable: why. The counts still gate.
     text_problem: str | None = None
     summary: Path | None = None  # the summary's path, where one was read
+    # The summary carries hlo-audit's marker but its keys claim what hlo-audit never writes (a key twice, an unknown
+    # key, a malformed or impossible value: ``record.claim_problem``): ``damaged`` says why, naming file and key; a
+    # check refuses it (exit 2, ``gate.Gate.judge``), ``golden update`` rewrites it.
+    invalid: bool = False
 
     @property
     def environment(self) -> Mapping[str, str | None]:
@@ -218,18 +222,22 @@ class Snapshot:
             raise found
         return found
 
-    def _record(self, path: Path, cell_id: str) -> tuple[dict | None, str | None]:
-        """(record, None) for hlo-audit's golden summary at ``path``, else (None, why)."""
+    def _record(self, path: Path, cell_id: str) -> tuple[dict | None, str | None, bool]:
+        """(record, None, True) for hlo-audit's golden summary at ``path``, else (None, why, whether it carries the
+        marker: its keys are what is wrong, ``Golden.invalid``)."""
         try:
-            record = json.loads(_decode(self._bytes(path)))
+            text = _decode(self._bytes(path))
+            record = loads(text)
         except OSError as exc:
-            return None, f"{path}: unreadable golden: {exc.strerror or exc}"
+            return None, f"{path}: unreadable golden: {exc.strerror or exc}", False
         except RecursionError:
-            return None, f"{path}: unreadable golden: nested too deep to be a golden summary"
-        except ValueError as exc:  # not UTF-8, not JSON
-            return None, f"{path}: unreadable golden: {exc}"
-        problem = record_problem(record, cell_id)
-        return (record, None) if problem is None else (None, f"{path}: {problem}")
+            return None, f"{path}: unreadable golden: nested too deep to be a golden summary", False
+        except (DuplicateKey, NonFinite) as exc:  # the marker read as json reads it says whose it is
+            return None, f"{path}: not a golden summary: {exc}", is_marked(loads_lenient(text), cell_id)
+        except ValueError as exc:  # not UTF-8, not JSON, NaN or Infinity
+            return None, f"{path}: unreadable golden: {exc}", False
+        problem, marked = summary_problem(record, cell_id)
+        return (record, None, True) if problem is None else (None, f"{path}: {problem}", marked)
 
     def golden(self, cell_id: str) -> Golden | None:
         """The cell's golden, None when it has none; a damaged one is a ``Golden`` that says why (``damaged``)."""
@@ -243,9 +251,9 @@ class Snapshot:
         path = summary_path(self.root, cell_id)
         if not self.lexists(path):
             return None
-        record, problem = self._record(path, cell_id)
+        record, problem, marked = self._record(path, cell_id)
         if record is None:
-            return Golden(cell_id, None, None, damaged=problem)
+            return Golden(cell_id, None, None, damaged=problem, invalid=marked)
         typed = GoldenRecord.from_json(record)
         if typed.hlo is None:
             return Golden(cell_id, typed, None, summary=path)
@@ -262,15 +270,16 @@ class Snapshot:
 
     def stored_ids(self) -> list[str]:
         """Every cell id with one of hlo-audit's golden summaries in the tree (the marker: ``record_problem``)."""
-        return sorted(cid for cid, path in self.summary_files() if self._record(path, cid)[0] is not None)
+        return sorted(cid for cid, path in self.summary_files() if self._record(path, cid)[2])
 
     def owned_files(self, cell_id: str) -> list[Path]:
         """The files hlo-audit wrote for ``cell_id``: its summary when the marker says so, and the text it names."""
         path = summary_path(self.root, cell_id)
-        record, _ = self._record(path, cell_id) if self.lexists(path) else (None, None)
-        if record is None:
+        record, _, marked = self._record(path, cell_id) if self.lexists(path) else (None, None, False)
+        if not marked:
             return []
-        return [path, *([hlo_path(self.root, cell_id)] if record.get("hlo") is not None else [])]
+        names_text = record.get("hlo") is not None if record is not None else True  # an invalid one: its text too
+        return [path, *([hlo_path(self.root, cell_id)] if names_text else [])]
 
     def differs(self, path: Path, content: str | None) -> bool:
         """Whether writing ``content`` (None: deleting) at ``path`` changes the store."""

@@ -9,7 +9,7 @@ killed update's leftovers are settled), so one update reads each golden file onc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hlo_audit.golden import store
@@ -17,6 +17,7 @@ from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, du
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.results import CellResult
+from hlo_audit.stack import is_compiler
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,25 @@ def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:
         if old is not None and (old.damaged or old.text_problem or (
                 old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
             healed.append(cid)
-        record = GoldenRecord.of(r, outcome.recorded_series.get(r.cell.series), hlo is not None)
+        record = _kept_versions(GoldenRecord.of(r, outcome.recorded_series.get(r.cell.series), hlo is not None),
+                                old.record if old is not None and not old.damaged else None)
         wanted[store.summary_path(root, cid)] = dumps(record.to_json())
         # A cell that keeps no text (outside the owners) drops the text its old summary named.
         if hlo is not None or (old is not None and old.names_text):
             wanted[store.hlo_path(root, cid)] = hlo
     return wanted, healed
+
+
+def _kept_versions(record: GoldenRecord, old: GoldenRecord | None) -> GoldenRecord:
+    """``record`` as the golden already says it where the two differ only in the code under test's versions
+    (``stack.is_compiler``: maxtext 0.2.3 -> 0.2.4 with the program the same): a version line alone is no change
+    to write, and a release commit does not rewrite every golden for it."""
+    if old is None:
+        return record
+    environment = {k: v for k, v in record.environment.items() if is_compiler(k)}
+    environment.update({k: v for k, v in old.environment.items() if not is_compiler(k)})
+    kept = replace(record, environment=dict(sorted(environment.items())))
+    return kept if dumps(kept.to_json()) == dumps(old.to_json()) else record
 
 
 def _cell_id(root: Path, path: Path) -> str:

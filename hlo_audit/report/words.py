@@ -10,7 +10,7 @@ from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
 from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, GoldenPart,
                                 IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
                                 MissingGolden, Moved, NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden,
-                                StaleWaiver, TextChange, TextKind, Worded)
+                                StaleWaiver, TextChange, TextKind, Unjudged, Worded)
 from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange, HostFigure
@@ -239,12 +239,20 @@ GOLDEN_PARTS = {
     GoldenPart.RNG_INCREMENTS: ("RNG counter increments", ("count",)),
     GoldenPart.PATTERN_ROLES: ("roles per path pattern", ("count",)),
     GoldenPart.SLOPES: ("per-layer slopes", ("count",)),
+    GoldenPart.HOST_FIGURE: ("its host figure (its `measured` timing is there)", ("host_cost",)),
 }
+
+# What a text rule's advisory under another compiler stack adds: which run keeps it advisory (``stack.stack_mode``).
+LOCAL_STACK = "advisory on this local run (a pinned CI run fails it: CI=true)"
 
 
 def _missing(facts: MissingGolden) -> str:
     if facts.why is None:
         return f"no golden for this cell; create it with: {facts.command}"
+    if facts.stack:
+        return (f"{facts.why}: recorded under another compiler stack ({environment_text(facts.stack)}), and this "
+                f"run's stack is pinned ({facts.pinned_by}: a CI runner's stack is fixed, so the difference is a "
+                f"mistake, never advisory); re-bless it under this stack: {facts.command}")
     if not facts.lacks:
         return f"{facts.why}; regenerate it with: {facts.command}"
     parts = and_list([GOLDEN_PARTS[p][0] for p in facts.lacks])
@@ -346,7 +354,7 @@ def _text(facts: TextChange) -> str:
         what += f"; entry parameters {param_groups_text(facts.params)}"
     if facts.kind is TextKind.MOVED:
         return (f"{what}, but the environment differs from the golden's ({environment_text(facts.environment)}): "
-                "advisory; counts still gate")
+                f"{LOCAL_STACK}; counts still gate")
     if facts.kind is TextKind.RNG_DROPPED:
         return f"{what}; accept it: {facts.command}"
     if facts.kind is TextKind.RENAMED:
@@ -411,7 +419,7 @@ def _named(facts: NamedChange) -> str:
     said = "; ".join(parts)
     if facts.environment:
         return (f"{said}; but the environment differs from the golden's ({environment_text(facts.environment)}), "
-                f"{_MOVED[facts.moved_by]}: advisory")
+                f"{_MOVED[facts.moved_by]}: {LOCAL_STACK}")
     return f"{said}. If intended: {facts.command}" if facts.worse else f"{said}; record it: {facts.command}"
 
 
@@ -498,6 +506,9 @@ def _stale_waiver(facts: StaleWaiver) -> str:
 _MESSAGES: dict[type, Callable] = {
     Matches: lambda facts: "matches its golden",
     LoweringFailure: lambda facts: facts.message,
+    Unjudged: lambda facts: (f"cannot be judged here ({facts.status}: {facts.message}), yet it has a golden "
+                             f"({facts.golden}): a pass would say nothing of it; make it lower here, or waive it "
+                             f"with a reason (rule \"unjudged\")"),
     MissingGolden: _missing,
     StaleGolden: lambda facts: STALE_GOLDEN,
     CountChange: _count,

@@ -1,0 +1,67 @@
+"""Which of a golden's environment is the compiler stack, and whether this run's stack is pinned (issue 37).
+
+A golden records every version its cell's text depends on (``run.environment``): the compiler stack, which turns the
+same program into other text (jax, jaxlib, XLA's plugins, libtpu, the CUDA toolchain and a GPU's target config,
+Transformer Engine's compiled kernels; the platform and stage), and the code under test (MaxText for a MaxText
+contributor, flax or the user's model library, optax, anything else a target records). Only a difference in the
+compiler stack relaxes the text rules (the text, the op mix, the program's size): the same program printed by another
+compiler. A version of the code under test is recorded and never relaxes anything: a pull request that bumps
+maxtext 0.2.3 -> 0.2.4 beside a real change is judged as the change, and ``golden update`` does not rewrite a golden
+for that version line alone.
+
+Pinned or local (``stack_mode``): a CI runner's stack is pinned by its lock file, so there a golden recorded under
+another stack is a mistake to re-bless, and the check fails (``MissingGolden``, naming the command); on a developer's
+machine the stack may legitimately differ and the text rules stay advisory. A run is pinned where ``HLO_AUDIT_STACK``
+says ``pinned``, or, unset, where ``CI`` is set true (GitHub Actions, GitLab, Buildkite and most CI set it) or
+``GITHUB_ACTIONS`` is; ``HLO_AUDIT_STACK=local`` keeps a CI job local on purpose.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from enum import StrEnum
+
+from hlo_audit.usage import InputError
+
+# Environment keys that are the compiler stack (``run.environment``, ``platforms.*.toolchain``, the targets' TE
+# versions): distributions that compile, and what the cell's id already fixes (platform, stage).
+COMPILER_STACK = frozenset({
+    "jax", "jaxlib", "libtpu", "libtpu-nightly", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+    "jax-cuda13-pjrt", "gpu_target_sha256", "transformer-engine-jax", "transformer-engine", "transformer-engine-cu12",
+    "platform", "stage"})
+# Prefixes of compiler distributions with many names (NVIDIA's CUDA toolchain wheels: nvcc, cuDNN, cuBLAS...).
+COMPILER_PREFIXES = ("nvidia-",)
+STACK_VARIABLE = "HLO_AUDIT_STACK"
+_TRUE = ("1", "true", "yes", "on")
+
+
+def is_compiler(key: str) -> bool:
+    """Whether an environment key names part of the compiler stack (else: the code under test)."""
+    return key in COMPILER_STACK or key.startswith(COMPILER_PREFIXES)
+
+
+class StackMode(StrEnum):
+    PINNED = "pinned"  # CI: a golden of another stack fails, re-bless under this one
+    LOCAL = "local"  # a developer's machine: another stack's text differences are advisory
+
+
+def stack_mode(environ: Mapping[str, str] | None = None) -> StackMode:
+    """This run's mode (module doc), read once per check from ``environ`` (``os.environ``)."""
+    environ = os.environ if environ is None else environ
+    said = environ.get(STACK_VARIABLE, "").strip().lower()
+    if said in (StackMode.PINNED, StackMode.LOCAL):
+        return StackMode(said)
+    if said:
+        raise InputError(f"{STACK_VARIABLE}={environ[STACK_VARIABLE]!r}: expected 'pinned' or 'local'")
+    ci = environ.get("CI", "").strip().lower() in _TRUE or environ.get("GITHUB_ACTIONS", "").strip().lower() in _TRUE
+    return StackMode.PINNED if ci else StackMode.LOCAL
+
+
+def why_pinned(environ: Mapping[str, str] | None = None) -> str:
+    """What made this run pinned, in words (``HLO_AUDIT_STACK=pinned``, ``CI=true``)."""
+    environ = os.environ if environ is None else environ
+    for name in (STACK_VARIABLE, "CI", "GITHUB_ACTIONS"):
+        if environ.get(name, "").strip():
+            return f"{name}={environ[name].strip()}"
+    return STACK_VARIABLE + "=pinned"
