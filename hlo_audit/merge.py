@@ -21,7 +21,7 @@ from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.host_cost import HostCostChange
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.outcome import Outcome
-from hlo_audit.plan import Judge, Shard
+from hlo_audit.plan import JUDGE_PARTS, Judge, Shard
 from hlo_audit.report.words import launch_lines, message
 from hlo_audit.results import SEVERITIES, CellResult, Severity, Status
 from hlo_audit.stages import STAGES
@@ -152,9 +152,9 @@ def check_record(outcome: Outcome) -> Json:
 
 
 def _judge_record(judge: Judge | None) -> Json | None:
-    """What judged a shard (``plan.Judge``): config and policy fingerprints, hlo-audit's version, the environment."""
-    return None if judge is None else {"config": judge.config, "policy": judge.policy, "hlo_audit": judge.hlo_audit,
-                                       "environment": judge.environment}
+    """What judged a shard (``plan.Judge``): the project's commit, hlo-audit's version, the environment, config and
+    policy fingerprints, the digest of the goldens judged against."""
+    return None if judge is None else {part: getattr(judge, part) for part in JUDGE_PARTS}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -287,8 +287,7 @@ def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellR
         if judged_by is None:
             raise _Malformed("shard.judged_by: missing (written by an hlo-audit that did not record what judged its "
                              "cells: run check again)")
-        judge = Judge(**{key: _field(judged_by, key, "shard.judged_by", str)
-                         for key in ("config", "policy", "hlo_audit", "environment")})
+        judge = Judge(**{key: _field(judged_by, key, "shard.judged_by", str) for key in JUDGE_PARTS})
         findings = _field(doc, "findings", "report", list)
         cells = _field(doc, "cells", "report", list)
         parsed_findings = [_finding_from_record(f, f"findings[{i}]") for i, f in enumerate(findings)]
@@ -348,17 +347,19 @@ def merge_check_reports(paths: list[str]) -> Outcome:
                                                                   judge=first[1]["judged_by"]))
 
 
-_JUDGE_PARTS = {"hlo_audit": "hlo-audit", "environment": "environment", "config": "config (matrix or golden folder)",
-                "policy": "policy (rule actions, waivers, tolerances)"}
+_JUDGE_PARTS = {"commit": "at another commit", "hlo_audit": "under another hlo-audit",
+                "environment": "under another environment", "config": "under another config (matrix or golden folder)",
+                "goldens": "against other goldens (the golden folder's content differs)",
+                "policy": "under another policy (rule actions, waivers, tolerances)"}
 
 
 def _same_judge(path: str, shard: dict, first_path: str, first: dict) -> None:
-    """A shard judged otherwise than the first (another policy, config, hlo-audit or environment) is refused: merged,
-    its cells' verdicts would read as this run's."""
+    """A shard judged otherwise than the first (at another commit, against other goldens, under another policy,
+    config, hlo-audit or environment) is refused: merged, its cells' verdicts would read as this run's."""
     differences = first["judged_by"].differences(shard["judged_by"])
     if differences:
         what, firsts, this = differences[0]
-        raise InputError(f"{path}: shard {shard['index']}/{shard['count']} was judged under another "
+        raise InputError(f"{path}: shard {shard['index']}/{shard['count']} was judged "
                          f"{_JUDGE_PARTS[what]} than {first_path} (shard {first['index']}/{first['count']}): "
                          f"{this!r}, not {firsts!r}; merge only the shards of one run")
 
