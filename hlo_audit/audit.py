@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from hlo_audit.gate import judged, regenerate_command
-from hlo_audit.golden.update import GoldenUpdate, update
+from hlo_audit.golden.update import GoldenUpdate, update, writable
 from hlo_audit import measure as measuring
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
                               diff, dump_launches, explain_source, explain_trees, launches_diff, load_program)
@@ -44,6 +44,12 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
     (``measure.with_host_figures``), for the host_cost rule."""
     return judged(p, results, regenerate_command(config_path), report_stale,
                   prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden))
+
+
+def goldens_writable(p: Plan) -> None:
+    """One line (``GoldenError``) where the plan's goldens could not be written: a golden folder outside the project
+    (``golden.update.writable``). Asked before lowering, so a refusal costs nothing."""
+    writable(p)
 
 
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
@@ -87,11 +93,13 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
     with ``record``, their figures written beside their goldens."""
     if across not in measuring.ACROSS:
         raise InputError(f"--across {across}: expected one of {', '.join(measuring.ACROSS)}")
+    if record:
+        writable(p)  # before anything is measured
     cells = sorted(p.cells, key=lambda c: getattr(c, across) != _typed(getattr(p.cells[0], across), baseline))
     report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
                                      p.config.rules.host_cost_tolerance, "hlo-audit measure --record", measured)
     if record:
-        report = replace(report, recorded=measuring.record(report, p.config.golden_dir))
+        report = replace(report, recorded=measuring.record(report, p.config.golden_dir, p.config.project))
     return report
 
 

@@ -294,6 +294,7 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
 
 def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
     """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
+    audit.goldens_writable(plan)
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     update = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))

@@ -214,13 +214,16 @@ class Snapshot:
         if self.fd is None:
             return ""
         whole = hashlib.sha256()
-        for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=self.fd):
-            links = [d for d in dirnames if stat.S_ISLNK(os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_mode)]
-            dirnames[:] = sorted(d for d in dirnames if d not in links)
-            for name in sorted([*filenames, *links]):
-                rel = os.path.normpath(os.path.join(dirpath, name))
-                whole.update(f"{len(rel)}:{rel}:".encode())
-                whole.update(_entry_digest(name, dir_fd))
+        try:
+            for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=self.fd):
+                links = [d for d in dirnames if stat.S_ISLNK(os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_mode)]
+                dirnames[:] = sorted(d for d in dirnames if d not in links)
+                for name in sorted([*filenames, *links]):
+                    rel = os.path.normpath(os.path.join(dirpath, name))
+                    whole.update(f"{len(rel)}:{rel}:".encode())
+                    whole.update(_entry_digest(name, dir_fd))
+        except OSError as exc:  # a file gone under the walk (the tree swapped: ``read_snapshot`` reads again)
+            return f"unreadable ({exc.strerror or exc})"
         return whole.hexdigest()[:16]
 
     # -- reading ------------------------------------------------------------------------------------------------
