@@ -287,9 +287,22 @@ app.add_typer(golden_app, name="golden")
 def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
                   no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
                   prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
-                                                      "matrix.")] = False) -> None:
+                                                      "matrix.")] = False,
+                  failing: Annotated[bool, typer.Option("--failing", help="Accept exactly the cells that failed in "
+                                                        "the last `check` (its report, kept in cache_dir).")] = False
+                  ) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
-    raise typer.Exit(_golden_update(audit.plan(config, _only(only), None, layers), jobs, no_cache, prune, refresh))
+    if failing and (only or layers):
+        raise InputError("--failing accepts the cells that failed in the last check: give it, or --only/--layers, "
+                         "not both")
+    if not failing:
+        raise typer.Exit(_golden_update(audit.plan(config, _only(only), None, layers), jobs, no_cache, prune, refresh))
+    plan, accept = audit.failing_plan(config)
+    if accept is None:
+        sys.stdout.write(f"{words.nothing_failing_line()}\n")
+        raise typer.Exit(0)
+    sys.stderr.write(f"hlo-audit: {words.accepting_line(accept)}\n")
+    raise typer.Exit(_golden_update(plan, jobs, no_cache, prune, refresh))
 
 
 def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
@@ -336,6 +349,8 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
     progress.judged_shown(outcome)
+    if (problem := audit.keep_check(plan, outcome)) is not None:
+        warn(f"the check's report was not kept for `golden update --failing`: {problem}")
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)
     raise typer.Exit(outcome.exit_code)

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hlo_audit import platforms
 from hlo_audit.files import read_bounded
-from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
+from hlo_audit.findings import (Accept, CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
                                 MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Worded)
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.host_cost import HostCostChange
@@ -147,6 +148,9 @@ def check_record(outcome: Outcome) -> Json:
                        "findings_by_severity": dict(s.findings_by_severity), "folded_advisories": s.folded,
                        "stale_goldens": s.stale_goldens},
             "verdicts": outcome.verdicts, "stale_goldens": outcome.stale_goldens,
+            # The one golden update that accepts every failing cell (null: none can be), and those cells' ids.
+            "accept": None if outcome.accept is None else {"command": outcome.accept.command,
+                                                           "cells": list(outcome.accept.ids)},
             "findings": [finding_record(f) for f in outcome.findings],
             "cells": [cell_record(r) for r in outcome.results]}
 
@@ -345,6 +349,27 @@ def merge_check_reports(paths: list[str]) -> Outcome:
                          f"(fingerprint {matrix}): a shard lost or gained cells")
     return Outcome.merged(results, list(findings.values()), Shard(index=1, count=1, matrix=matrix, cells=len(results),
                                                                   judge=first[1]["judged_by"]))
+
+
+LAST_CHECK = "last-check.json"  # in cache_dir: the last `check`'s JSON report, what `golden update --failing` reads
+
+
+def last_check_path(cache_dir: Path) -> Path:
+    return Path(cache_dir) / LAST_CHECK
+
+
+def failing_in(path: Path, judge: Judge) -> Accept | None:
+    """The cells that failed in a check's JSON report (``path``: the last check's, kept in cache_dir), as its one
+    accept command names them (``findings.Accept``); None when none failed. A report of another config (``judge``:
+    this one's) is refused: its cells are not this matrix's."""
+    if not path.exists():
+        raise InputError(f"{path}: no check report here: run `hlo-audit check` first (every check keeps its report "
+                         "there), then `hlo-audit golden update --failing`")
+    shard, findings, _ = _parsed_shard(str(path), _read_check_report(str(path)))
+    if shard["judged_by"].config != judge.config:
+        raise InputError(f"{path}: the last check was of another config (matrix or golden folder) than this one: "
+                         "run `hlo-audit check` again, then `hlo-audit golden update --failing`")
+    return Accept.of(findings)
 
 
 _JUDGE_PARTS = {"commit": "at another commit", "hlo_audit": "under another hlo-audit",

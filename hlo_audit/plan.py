@@ -213,6 +213,12 @@ def is_cell_id(spec: str) -> bool:
     return bool(_CELL_ID.match(spec))
 
 
+def id_depth(cell_id: str) -> int | None:
+    """The depth a cell id names (``.../L32...``), None for a string that is no cell id."""
+    m = _CELL_ID.match(cell_id)
+    return int(m.group(1)) if m else None
+
+
 def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = None) -> Plan:
     """The one-cell plan for an id such as ``llama3-8b/scan-off/int8/L32`` (any depth of a configured series)."""
     m = _CELL_ID.match(cell_id)
