@@ -99,7 +99,7 @@ def _named_details(facts: NamedChange) -> Json:
 
 
 _DETAILS: dict[type, Callable[[Any], Json]] = {
-    MissingGolden: lambda f: {} if f.why is None else {"regenerate": f.command, **({
+    MissingGolden: lambda f: {"regenerate": f.command} if f.why is None else {"regenerate": f.command, **({
         "lacks": [str(p) for p in f.lacks], "golden_format": f.golden_format, "damaged": f.damaged}
         if f.lacks else {})},
     CountChange: _count_details,

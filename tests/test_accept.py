@@ -75,9 +75,20 @@ def test_a_check_with_three_failing_cells_prints_one_command_that_accepts_them_a
     markdown = accepted / "summary.md"
     run(accepted, "check", "--markdown", str(markdown), changed="a,b,c")
     assert f"```\n{command}\n```" in markdown.read_text() and markdown.read_text().count("golden update") == 1
+    # CI's merged shards print the same one command (the shards' findings read back from their JSON), a cell
+    # without a golden included.
+    (accepted / "golden/m/scan-off/d/L1.json").unlink()
+    for k in (1, 2):
+        shard = run(accepted, "check", "--shard", f"{k}/2", "--format", "json", changed="a,b,c")
+        (accepted / f"shard{k}.json").write_text(shard.stdout)
+    merged = run(accepted, "merge", "shard1.json", "shard2.json")
+    (merged_command,) = accept_commands(merged.stdout)
+    assert set(merged_command.split("--only ")[1].split(",")) == {
+        *command.split("--only ")[1].split(","), "id=m/scan-off/d/L1"}, merged.stdout
     # Run as printed, it accepts all of them; the unchanged one is not rewritten.
     updated = run(accepted, *shlex.split(command)[1:], changed="a,b,c")
     assert updated.returncode == 0 and "4 written" in updated.stdout, updated.stdout + updated.stderr
+    assert run(accepted, "golden", "update", "--only", "id=m/scan-off/d/L1").returncode == 0
     again = run(accepted, "check", changed="a,b,c")
     assert again.returncode == 0 and accept_commands(again.stdout) == [], again.stdout
 
