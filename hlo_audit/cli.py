@@ -520,16 +520,22 @@ def init(
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="--nnx: its learning rate.")] = 1e-4,
     shards: Annotated[int, typer.Option("--shards", min=1, max=256, help="Check jobs in the CI workflow.")] = 2,
     no_golden: Annotated[bool, typer.Option("--no-golden", help="Write the config and the workflow only.")] = False,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="KEY=VALUE[,...]", help="Leave these cells "
+                                                      "out of the matrix: an [[exclude]] of the config (repeatable), "
+                                                      "e.g. model=gemma4-e2b,scan=on.")] = None,
     jobs: JobsOpt = 1,
 ) -> None:
     """Put this repository under the gate: write hlo-audit.toml for the target, a GitHub Actions workflow
     (.github/workflows/hlo-audit.yml: check in shards, merged), and the first goldens (golden update). Nothing
-    is overwritten: if any of them exists, init says which and exits 2. Exit 1 if a cell fails to lower (the
-    config and workflow stay: fix the config, then `hlo-audit golden update`)."""
+    is overwritten: if any of them exists, init says which and exits 2. A cell the target refuses (unavailable, or
+    its model's configuration rejects it) is written as an [[exclude]] with the reason, and the others' goldens are
+    made. Exit 1 if a cell fails to lower otherwise (the config and workflow stay: fix the config, then `hlo-audit
+    golden update`)."""
     request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
-        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or ())
+        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or (),
+        excludes=exclude or ())
     folder = working_directory("init (it writes there)")
     made = scaffold.init_scaffold(folder, request)
     for path in scaffold.write(folder, made):
@@ -539,10 +545,28 @@ def init(
     if no_golden:
         print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
         raise typer.Exit(EXIT_OK)
-    code = _golden_update(audit.plan(None, cwd=folder), jobs, no_cache=False)
+    code = _init_goldens(folder, jobs)
     if code == EXIT_OK:
         print("next: hlo-audit check (it passes now), then commit hlo-audit.toml, the workflow and golden/")
     raise typer.Exit(code)
+
+
+def _init_goldens(folder, jobs: int) -> int:
+    """init's first golden update: the cells the target refuses excluded in the config it wrote (with the reason),
+    the others' goldens made from the same run; the exit code (1: a cell failed otherwise)."""
+    plan = audit.plan(None, cwd=folder)
+    audit.goldens_writable(plan)
+    results = progress.run_shown(plan, jobs, True, False)
+    excluded = scaffold.exclude_refused(folder, plan.cells, results)
+    if excluded:
+        plan = audit.plan(None, cwd=folder)
+        kept = {c.id for c in plan.cells}
+        results = [r for r in results if r.cell.id in kept]
+    update = audit.update_goldens(plan, results)
+    sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
+    for e in excluded:
+        print(f"note: {words.excluded_line(e)}")
+    return 1 if update.failed else 0
 
 
 def main() -> None:

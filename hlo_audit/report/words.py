@@ -201,6 +201,13 @@ def accepting_line(accept) -> str:
             f"{', '.join(accept.ids)}")
 
 
+def excluded_line(excluded) -> str:
+    """A cell (or depth series) init left out of the matrix: what the target said."""
+    cells = len(excluded.cells)
+    what = excluded.cells[0] if cells == 1 else f"{cells} cells ({', '.join(excluded.cells)})"
+    return f"excluded {what} in hlo-audit.toml ([[exclude]]): {excluded.reason}"
+
+
 def nothing_failing_line() -> str:
     return "nothing to accept: no cell failed in the last check"
 
