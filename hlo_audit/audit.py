@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
@@ -27,6 +28,7 @@ from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
 from hlo_audit.results import CellResult
 from hlo_audit.run import execute
+from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
 
 __all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input",
@@ -60,15 +62,34 @@ def keep_check(p: Plan, outcome: Outcome) -> str | None:
     return None
 
 
-def failing_plan(config: str | None = None) -> tuple[Plan, Accept | None]:
+def failing_plan(config: str | None = None, given: bool = False) -> tuple[Plan, Accept | None]:
     """The plan of `golden update --failing`: the cells that failed in the last check (``merge.failing_in``), at
-    their own depths; (the config's plan, None) when none failed."""
+    their own depths; (the config's plan, None) when none failed. ``given``: --only or --layers given too."""
+    if given:
+        raise InputError("--failing accepts the cells that failed in the last check: give it, or --only/--layers, "
+                         "not both")
     p = plan(config)
     accept = failing_in(last_check_path(p.config.cache_dir), p.shard.judge)
     if accept is None:
         return p, None
     depths = sorted({depth for cell_id in accept.ids if (depth := id_depth(cell_id)) is not None})
     return plan(config, ",".join(f"id={cell_id}" for cell_id in accept.ids), None, ",".join(map(str, depths))), accept
+
+
+def init_goldens(folder: Path, run: Callable[[Plan], list[CellResult]]
+                 ) -> tuple[Plan, list[CellResult], GoldenUpdate, list[Excluded]]:
+    """`init`'s first golden update: the config's cells run (``run``), the ones the target refused written into
+    the config as [[exclude]] with their reason (``scaffold.exclude_refused``), the others' goldens made from the
+    same run."""
+    p = plan(None, cwd=folder)
+    writable(p)
+    results = run(p)
+    excluded = exclude_refused(folder, p.cells, results)
+    if excluded:
+        p = plan(None, cwd=folder)
+        kept = {c.id for c in p.cells}
+        results = [r for r in results if r.cell.id in kept]
+    return p, results, update_goldens(p, results), excluded
 
 
 def goldens_writable(p: Plan) -> None:

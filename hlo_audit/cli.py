@@ -16,7 +16,7 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, working_directory, write_output
-from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
+from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
                               terminal_tree, words)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
@@ -292,16 +292,13 @@ def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: Layers
                                                         "the last `check` (its report, kept in cache_dir).")] = False
                   ) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
-    if failing and (only or layers):
-        raise InputError("--failing accepts the cells that failed in the last check: give it, or --only/--layers, "
-                         "not both")
     if not failing:
         raise typer.Exit(_golden_update(audit.plan(config, _only(only), None, layers), jobs, no_cache, prune, refresh))
-    plan, accept = audit.failing_plan(config)
+    plan, accept = audit.failing_plan(config, given=bool(only or layers))
     if accept is None:
-        sys.stdout.write(f"{words.nothing_failing_line()}\n")
-        raise typer.Exit(0)
-    sys.stderr.write(f"hlo-audit: {words.accepting_line(accept)}\n")
+        print(accepting.nothing_failing_line())
+        raise typer.Exit(EXIT_OK)
+    print(f"hlo-audit: {accepting.accepting_line(accept)}", file=sys.stderr)
     raise typer.Exit(_golden_update(plan, jobs, no_cache, prune, refresh))
 
 
@@ -349,10 +346,10 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
     progress.judged_shown(outcome)
-    if (problem := audit.keep_check(plan, outcome)) is not None:
-        warn(f"the check's report was not kept for `golden update --failing`: {problem}")
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)
+    if (problem := audit.keep_check(plan, outcome)) is not None:
+        warn(f"the check's report was not kept for `golden update --failing`: {problem}")
     raise typer.Exit(outcome.exit_code)
 
 
@@ -552,20 +549,11 @@ def init(
 
 
 def _init_goldens(folder, jobs: int) -> int:
-    """init's first golden update: the cells the target refuses excluded in the config it wrote (with the reason),
-    the others' goldens made from the same run; the exit code (1: a cell failed otherwise)."""
-    plan = audit.plan(None, cwd=folder)
-    audit.goldens_writable(plan)
-    results = progress.run_shown(plan, jobs, True, False)
-    excluded = scaffold.exclude_refused(folder, plan.cells, results)
-    if excluded:
-        plan = audit.plan(None, cwd=folder)
-        kept = {c.id for c in plan.cells}
-        results = [r for r in results if r.cell.id in kept]
-    update = audit.update_goldens(plan, results)
+    """init's first golden update (``audit.init_goldens``: refused cells excluded); the exit code."""
+    plan, results, update, excluded = audit.init_goldens(folder, lambda p: progress.run_shown(p, jobs, True, False))
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
     for e in excluded:
-        print(f"note: {words.excluded_line(e)}")
+        print(f"note: {accepting.excluded_line(e)}")
     return 1 if update.failed else 0
 
 

@@ -17,10 +17,11 @@ from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
-from hlo_audit.report.words import (accept_line, against_golden_text, captured_text, check_summary_text,
+from hlo_audit.report.accepting import accept_line, split_command, without_accept
+from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text,
                                     constants_headline, folded_line, frozen_rng_line, human_bytes, launch_lines,
                                     launches_change_text, launches_headline, lowering_warnings_line, message,
-                                    program_sizes_text, rng_cost, rng_headline, split_command, without_accept)
+                                    program_sizes_text, rng_cost, rng_headline)
 from hlo_audit.results import LoweringWarnings
 
 

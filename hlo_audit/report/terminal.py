@@ -26,14 +26,15 @@ from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.results import LoweringWarnings
+from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
-from hlo_audit.report.words import (accept_line, captured_text, check_summary_text, common_path_prefix,
+from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix,
                                     constants_headline, depth_values, folded_line, frozen_rng_line, launch_lines,
                                     launches_change_text, launches_headline, lowering_warnings_line, message,
                                     nothing_written_line, program_sizes_text, rng_cost, rng_headline,
-                                    scalar_launch_lines, split_command, without_accept)
+                                    scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
