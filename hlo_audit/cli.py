@@ -533,12 +533,7 @@ def init(
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
         scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or (),
         excludes=exclude or ())
-    folder = working_directory("init (it writes there)")
-    made = scaffold.init_scaffold(folder, request)
-    for path in scaffold.write(folder, made):
-        print(f"wrote {path.relative_to(folder)}")
-    for note in scaffold.notes(folder, made, request):
-        print(f"note: {note}")
+    folder = _init_files(request)
     if no_golden:
         print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
         raise typer.Exit(EXIT_OK)
@@ -546,6 +541,17 @@ def init(
     if code == EXIT_OK:
         print("next: hlo-audit check (it passes now), then commit hlo-audit.toml, the workflow and golden/")
     raise typer.Exit(code)
+
+
+def _init_files(request: scaffold.InitRequest):
+    """init's config and workflow written (and said, with the notes); the folder they are in."""
+    folder = working_directory("init (it writes there)")
+    made = scaffold.init_scaffold(folder, request)
+    for path in scaffold.write(folder, made):
+        print(f"wrote {path.relative_to(folder)}")
+    for note in scaffold.notes(folder, made, request):
+        print(f"note: {note}")
+    return folder
 
 
 def _init_goldens(folder, jobs: int) -> int:
