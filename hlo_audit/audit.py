@@ -8,21 +8,27 @@ only chains them, so the CLI parses options and formats, and a library user gets
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
+from hlo_audit.files import write_atomic
+from hlo_audit.findings import Accept
 from hlo_audit.gate import judged, regenerate_command
-from hlo_audit.golden.update import GoldenUpdate, update
+from hlo_audit.golden.update import GoldenUpdate, update, writable
 from hlo_audit import measure as measuring
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
                               diff, dump_launches, explain_source, explain_trees, launches_diff, load_program)
+from hlo_audit.merge import check_record, failing_in, last_check_path
 from hlo_audit.outcome import Outcome
 from hlo_audit.usage import InputError
-from hlo_audit.plan import Plan, is_cell_id, plan, plan_cell
+from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
 from hlo_audit.results import CellResult
 from hlo_audit.run import execute
+from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
 
 __all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input",
@@ -44,6 +50,52 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
     (``measure.with_host_figures``), for the host_cost rule."""
     return judged(p, results, regenerate_command(config_path), report_stale,
                   prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden))
+
+
+def keep_check(p: Plan, outcome: Outcome) -> str | None:
+    """Keep the check's JSON report in cache_dir (``merge.LAST_CHECK``: what `golden update --failing` reads);
+    None when kept, else why not, for a warning (a report that cannot be kept does not change the verdict)."""
+    try:
+        write_atomic(last_check_path(p.config.cache_dir), json.dumps(check_record(outcome)) + "\n")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def failing_plan(config: str | None = None, given: bool = False) -> tuple[Plan, Accept | None]:
+    """The plan of `golden update --failing`: the cells that failed in the last check (``merge.failing_in``), at
+    their own depths; (the config's plan, None) when none failed. ``given``: --only or --layers given too."""
+    if given:
+        raise InputError("--failing accepts the cells that failed in the last check: give it, or --only/--layers, "
+                         "not both")
+    p = plan(config)
+    accept = failing_in(last_check_path(p.config.cache_dir), p.shard.judge)
+    if accept is None:
+        return p, None
+    depths = sorted({depth for cell_id in accept.ids if (depth := id_depth(cell_id)) is not None})
+    return plan(config, ",".join(f"id={cell_id}" for cell_id in accept.ids), None, ",".join(map(str, depths))), accept
+
+
+def init_goldens(folder: Path, run: Callable[[Plan], list[CellResult]]
+                 ) -> tuple[Plan, list[CellResult], GoldenUpdate, list[Excluded]]:
+    """`init`'s first golden update: the config's cells run (``run``), the ones the target refused written into
+    the config as [[exclude]] with their reason (``scaffold.exclude_refused``), the others' goldens made from the
+    same run."""
+    p = plan(None, cwd=folder)
+    writable(p)
+    results = run(p)
+    excluded = exclude_refused(folder, p.cells, results)
+    if excluded:
+        p = plan(None, cwd=folder)
+        kept = {c.id for c in p.cells}
+        results = [r for r in results if r.cell.id in kept]
+    return p, results, update_goldens(p, results), excluded
+
+
+def goldens_writable(p: Plan) -> None:
+    """One line (``GoldenError``) where the plan's goldens could not be written: a golden folder outside the project
+    (``golden.update.writable``). Asked before lowering, so a refusal costs nothing."""
+    writable(p)
 
 
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
@@ -87,11 +139,13 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
     with ``record``, their figures written beside their goldens."""
     if across not in measuring.ACROSS:
         raise InputError(f"--across {across}: expected one of {', '.join(measuring.ACROSS)}")
+    if record:
+        writable(p)  # before anything is measured
     cells = sorted(p.cells, key=lambda c: getattr(c, across) != _typed(getattr(p.cells[0], across), baseline))
     report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
                                      p.config.rules.host_cost_tolerance, "hlo-audit measure --record", measured)
     if record:
-        report = replace(report, recorded=measuring.record(report, p.config.golden_dir))
+        report = replace(report, recorded=measuring.record(report, p.config.golden_dir, p.config.project))
     return report
 
 

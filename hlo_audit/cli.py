@@ -16,7 +16,7 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, working_directory, write_output
-from hlo_audit.report import (frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
+from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
                               terminal_tree, words)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
@@ -287,13 +287,24 @@ app.add_typer(golden_app, name="golden")
 def golden_update(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None, jobs: JobsOpt = 1,
                   no_cache: NoCacheOpt = False, refresh: RefreshOpt = False,
                   prune: Annotated[bool, typer.Option("--prune", help="Delete goldens of cells no longer in the "
-                                                      "matrix.")] = False) -> None:
+                                                      "matrix.")] = False,
+                  failing: Annotated[bool, typer.Option("--failing", help="Accept exactly the cells that failed in "
+                                                        "the last `check` (its report, kept in cache_dir).")] = False
+                  ) -> None:
     """Regenerate goldens atomically: all cells are lowered first; a failing cell writes nothing."""
-    raise typer.Exit(_golden_update(audit.plan(config, _only(only), None, layers), jobs, no_cache, prune, refresh))
+    if not failing:
+        raise typer.Exit(_golden_update(audit.plan(config, _only(only), None, layers), jobs, no_cache, prune, refresh))
+    plan, accept = audit.failing_plan(config, given=bool(only or layers))
+    if accept is None:
+        print(accepting.nothing_failing_line())
+        raise typer.Exit(EXIT_OK)
+    print(f"hlo-audit: {accepting.accepting_line(accept)}", file=sys.stderr)
+    raise typer.Exit(_golden_update(plan, jobs, no_cache, prune, refresh))
 
 
 def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = False, refresh: bool = False) -> int:
     """Lower the plan's cells, write their goldens, print what was written; the exit code (1: a cell failed)."""
+    audit.goldens_writable(plan)
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     update = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
@@ -337,6 +348,8 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     progress.judged_shown(outcome)
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)
+    if (problem := audit.keep_check(plan, outcome)) is not None:
+        warn(f"the check's report was not kept for `golden update --failing`: {problem}")
     raise typer.Exit(outcome.exit_code)
 
 
@@ -504,29 +517,50 @@ def init(
     learning_rate: Annotated[float, typer.Option("--learning-rate", help="--nnx: its learning rate.")] = 1e-4,
     shards: Annotated[int, typer.Option("--shards", min=1, max=256, help="Check jobs in the CI workflow.")] = 2,
     no_golden: Annotated[bool, typer.Option("--no-golden", help="Write the config and the workflow only.")] = False,
+    exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="KEY=VALUE[,...]", help="Leave these cells "
+                                                      "out of the matrix: an [[exclude]] of the config (repeatable), "
+                                                      "e.g. model=gemma4-e2b,scan=on.")] = None,
     jobs: JobsOpt = 1,
 ) -> None:
     """Put this repository under the gate: write hlo-audit.toml for the target, a GitHub Actions workflow
     (.github/workflows/hlo-audit.yml: check in shards, merged), and the first goldens (golden update). Nothing
-    is overwritten: if any of them exists, init says which and exits 2. Exit 1 if a cell fails to lower (the
-    config and workflow stay: fix the config, then `hlo-audit golden update`)."""
+    is overwritten: if any of them exists, init says which and exits 2. A cell the target refuses (unavailable, or
+    its model's configuration rejects it) is written as an [[exclude]] with the reason, and the others' goldens are
+    made. Exit 1 if a cell fails to lower otherwise (the config and workflow stay: fix the config, then `hlo-audit
+    golden update`)."""
     request = scaffold.init_request(
         nnx=nnx, nnx_config=nnx_config, function=function, maxtext=maxtext, models=model or (), quant=quant,
         layers=layers, inputs=inputs or (), args=args or (), labels=labels, layers_field=layers_field,
-        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or ())
+        scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate, shards=shards, sets=sets or (),
+        excludes=exclude or ())
+    folder = _init_files(request)
+    if no_golden:
+        print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
+        raise typer.Exit(EXIT_OK)
+    code = _init_goldens(folder, jobs)
+    if code == EXIT_OK:
+        print("next: hlo-audit check (it passes now), then commit hlo-audit.toml, the workflow and golden/")
+    raise typer.Exit(code)
+
+
+def _init_files(request: scaffold.InitRequest):
+    """init's config and workflow written (and said, with the notes); the folder they are in."""
     folder = working_directory("init (it writes there)")
     made = scaffold.init_scaffold(folder, request)
     for path in scaffold.write(folder, made):
         print(f"wrote {path.relative_to(folder)}")
     for note in scaffold.notes(folder, made, request):
         print(f"note: {note}")
-    if no_golden:
-        print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
-        raise typer.Exit(EXIT_OK)
-    code = _golden_update(audit.plan(None, cwd=folder), jobs, no_cache=False)
-    if code == EXIT_OK:
-        print("next: hlo-audit check (it passes now), then commit hlo-audit.toml, the workflow and golden/")
-    raise typer.Exit(code)
+    return folder
+
+
+def _init_goldens(folder, jobs: int) -> int:
+    """init's first golden update (``audit.init_goldens``: refused cells excluded); the exit code."""
+    plan, results, update, excluded = audit.init_goldens(folder, lambda p: progress.run_shown(p, jobs, True, False))
+    sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
+    for e in excluded:
+        print(f"note: {accepting.excluded_line(e)}")
+    return 1 if update.failed else 0
 
 
 def main() -> None:

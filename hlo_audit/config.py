@@ -54,6 +54,9 @@ class Config:
     resolved: bool = False  # the target imported and checked (``resolve``)
     # The gate's policy: ``policy``'s actions and the ``waivers``, typed (``Policy.of``), built with the config.
     rules: Policy = field(default_factory=Policy.default)
+    # The project folder: where the config's relative paths start (the config file's folder, or the working
+    # directory for a pyproject table or the built-in default). hlo-audit writes goldens only inside it.
+    project: Path | None = None
 
     @property
     def uses_full_depth(self) -> bool:
@@ -202,7 +205,7 @@ def validate(raw: dict, source: str, base: Path) -> Config:
         source=source, target=target, series=series, memory_tolerance=float(tolerance),
         program_size_tolerance=float(size_tolerance),
         cache_dir=cache_dir, golden_dir=golden_dir, exclude=exclude, policy=policy,
-        waivers=waivers, waivers_built_in=built_in, defaulted=defaulted, nnx=specs,
+        waivers=waivers, waivers_built_in=built_in, defaulted=defaulted, nnx=specs, project=base,
         rules=Policy.of(policy, waivers, built_in, source, float(tolerance), float(size_tolerance)),
     )
 

@@ -8,6 +8,8 @@ waived, that names the waivers (``Finding.waived``).
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -346,6 +348,18 @@ class Finding:
     def failing(self) -> bool:
         return self.severity.failing
 
+    @property
+    def accept_command(self) -> str | None:
+        """The golden update that accepts what this finding is about (its cell's whole depth series: the gate's
+        ``command_for``), as its facts hold it or a shard's JSON wrote it (``regenerate``); None for kinds that
+        have none (a lowering failure, a stale waiver)."""
+        if isinstance(self.facts, Worded):
+            details = json.loads(self.facts.details)
+            command = details.get("regenerate") if isinstance(details, dict) else None
+        else:
+            command = getattr(self.facts, "command", None)
+        return command if isinstance(command, str) and command else None
+
     def waived(self, *waivers: Waiver) -> Finding:
         """A new finding: this one, waived by ``waivers``."""
         return replace(self, severity=Severity.WAIVED, waivers=waivers)
@@ -366,3 +380,34 @@ class Finding:
 
 def worst(findings) -> Severity:
     return max((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)
+
+
+@dataclass(frozen=True)
+class Accept:
+    """One golden update that accepts every failing cell of a check (issue 40: a failing pull request printed nine
+    commands, one per cell): the ids each failing finding's own command names (its cell's depth series), in the
+    order the findings come, each once, under the command the gate words (``--config`` when not the default)."""
+
+    prefix: str  # hlo-audit golden update [--config FILE]
+    ids: tuple[str, ...]
+
+    @property
+    def command(self) -> str:
+        return f"{self.prefix} --only {','.join(f'id={cell_id}' for cell_id in self.ids)}"
+
+    @classmethod
+    def of(cls, findings) -> Accept | None:
+        """The failing findings' cells that an accept command names; None when none does (a lowering error is
+        fixed, not accepted)."""
+        prefix, ids = None, {}
+        for finding in findings:
+            command = finding.accept_command if finding.failing else None
+            head, only, spec = (command or "").partition(" --only ")
+            if not only:
+                continue
+            prefix = prefix or head
+            ids.update(dict.fromkeys(_ONLY_ID.findall(spec)))
+        return cls(prefix, tuple(ids)) if prefix and ids else None
+
+
+_ONLY_ID = re.compile(r"(?:^|,)id=([^,\s]+)")

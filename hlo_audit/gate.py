@@ -54,6 +54,7 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hlo_audit.compare import CellDelta
 from hlo_audit.findings import Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver, Unjudged
@@ -77,8 +78,13 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
     """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
     the results completed from that same tree first (``measure.with_host_figures``: each file read once)."""
-    return read_snapshot(plan.config.golden_dir, lambda tree: Gate(plan.config.rules, regenerate).judge(
-        Outcome.of(plan, prepare(tree, results) if prepare else results, tree), report_stale))
+    def judge(tree):
+        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree)
+        # The shard's record names the goldens it was judged against (the whole tree: what `merge` compares).
+        outcome = replace(outcome, shard=outcome.shard.against(tree.digest()) if outcome.shard else None)
+        return Gate(plan.config.rules, regenerate).judge(outcome, report_stale)
+
+    return read_snapshot(plan.config.golden_dir, judge)
 
 
 class Gate:

@@ -547,24 +547,28 @@ def _why(exc: BaseException) -> str:
     return one_line(exc) if isinstance(exc, Unavailable) else f"{type(exc).__name__}: {one_line(exc)}"
 
 
-def record(report: MeasureReport, golden_dir) -> tuple[str, ...]:
-    """Each measured cell's figures written into its golden summary (``host``, ``measured``), atomically; a cell
-    without a golden is skipped (`golden update` writes it first). Returns the ids written."""
+def record(report: MeasureReport, golden_dir, project=None) -> tuple[str, ...]:
+    """Each measured cell's figures written into its golden summary (``host``, ``measured``), in one swap of the
+    golden store as `golden update` writes it (``golden.store``: all or nothing, each rewritten golden keeping its
+    mode, only inside ``project``); a cell without a golden is skipped (`golden update` writes it first). Returns
+    the ids written."""
     from dataclasses import replace  # noqa: PLC0415
 
-    from hlo_audit.files import write_atomic  # noqa: PLC0415
+    from hlo_audit.golden import store  # noqa: PLC0415
     from hlo_audit.golden.record import dumps  # noqa: PLC0415
-    from hlo_audit.golden.snapshot import summary_path  # noqa: PLC0415
 
-    written = []
-    for row in report.cells:
-        golden = _golden(golden_dir, row.cell)
-        if golden is None or row.host is None:
-            continue
-        updated = replace(golden, host=row.host,
-                          measured=row.timing.to_record() if row.timing is not None else golden.measured)
-        write_atomic(summary_path(golden_dir, row.cell), dumps(updated.to_json()))
-        written.append(row.cell)
+    written, wanted = [], {}
+    with store.transaction(golden_dir, within=project) as (snapshot, _):
+        for row in report.cells:
+            stored = snapshot.golden(row.cell)
+            golden = stored.record if stored is not None else None
+            if golden is None or row.host is None:
+                continue
+            updated = replace(golden, host=row.host,
+                              measured=row.timing.to_record() if row.timing is not None else golden.measured)
+            wanted[store.summary_path(snapshot.root, row.cell)] = dumps(updated.to_json())
+            written.append(row.cell)
+        store.commit(snapshot, wanted)
     return tuple(written)
 
 

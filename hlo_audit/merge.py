@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from hlo_audit import platforms
 from hlo_audit.files import read_bounded
-from hlo_audit.findings import (CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
+from hlo_audit.findings import (Accept, CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
                                 MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Unjudged, Worded)
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.host_cost import HostCostChange
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.outcome import Outcome
-from hlo_audit.plan import Judge, Shard
+from hlo_audit.plan import JUDGE_PARTS, Judge, Shard
 from hlo_audit.report.words import launch_lines, message
 from hlo_audit.results import SEVERITIES, CellResult, Severity, Status
 from hlo_audit.stages import STAGES
@@ -98,7 +99,7 @@ def _named_details(facts: NamedChange) -> Json:
 
 
 _DETAILS: dict[type, Callable[[Any], Json]] = {
-    MissingGolden: lambda f: {} if f.why is None else {"regenerate": f.command, **({
+    MissingGolden: lambda f: {"regenerate": f.command} if f.why is None else {"regenerate": f.command, **({
         "lacks": [str(p) for p in f.lacks], "golden_format": f.golden_format, "damaged": f.damaged}
         if f.lacks else {}), **({"stack": {c.key: {"golden": c.golden, "now": c.now} for c in f.stack},
                                  "pinned_by": f.pinned_by} if f.stack else {})},
@@ -149,14 +150,17 @@ def check_record(outcome: Outcome) -> Json:
                        "findings_by_severity": dict(s.findings_by_severity), "folded_advisories": s.folded,
                        "stale_goldens": s.stale_goldens},
             "verdicts": outcome.verdicts, "stale_goldens": outcome.stale_goldens,
+            # The one golden update that accepts every failing cell (null: none can be), and those cells' ids.
+            "accept": None if outcome.accept is None else {"command": outcome.accept.command,
+                                                           "cells": list(outcome.accept.ids)},
             "findings": [finding_record(f) for f in outcome.findings],
             "cells": [cell_record(r) for r in outcome.results]}
 
 
 def _judge_record(judge: Judge | None) -> Json | None:
-    """What judged a shard (``plan.Judge``): config and policy fingerprints, hlo-audit's version, the environment."""
-    return None if judge is None else {"config": judge.config, "policy": judge.policy, "hlo_audit": judge.hlo_audit,
-                                       "environment": judge.environment}
+    """What judged a shard (``plan.Judge``): the project's commit, hlo-audit's version, the environment, config and
+    policy fingerprints, the digest of the goldens judged against."""
+    return None if judge is None else {part: getattr(judge, part) for part in JUDGE_PARTS}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -289,8 +293,7 @@ def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellR
         if judged_by is None:
             raise _Malformed("shard.judged_by: missing (written by an hlo-audit that did not record what judged its "
                              "cells: run check again)")
-        judge = Judge(**{key: _field(judged_by, key, "shard.judged_by", str)
-                         for key in ("config", "policy", "hlo_audit", "environment")})
+        judge = Judge(**{key: _field(judged_by, key, "shard.judged_by", str) for key in JUDGE_PARTS})
         findings = _field(doc, "findings", "report", list)
         cells = _field(doc, "cells", "report", list)
         parsed_findings = [_finding_from_record(f, f"findings[{i}]") for i, f in enumerate(findings)]
@@ -350,17 +353,40 @@ def merge_check_reports(paths: list[str]) -> Outcome:
                                                                   judge=first[1]["judged_by"]))
 
 
-_JUDGE_PARTS = {"hlo_audit": "hlo-audit", "environment": "environment", "config": "config (matrix or golden folder)",
-                "policy": "policy (rule actions, waivers, tolerances)"}
+LAST_CHECK = "last-check.json"  # in cache_dir: the last `check`'s JSON report, what `golden update --failing` reads
+
+
+def last_check_path(cache_dir: Path) -> Path:
+    return Path(cache_dir) / LAST_CHECK
+
+
+def failing_in(path: Path, judge: Judge) -> Accept | None:
+    """The cells that failed in a check's JSON report (``path``: the last check's, kept in cache_dir), as its one
+    accept command names them (``findings.Accept``); None when none failed. A report of another config (``judge``:
+    this one's) is refused: its cells are not this matrix's."""
+    if not path.exists():
+        raise InputError(f"{path}: no check report here: run `hlo-audit check` first (every check keeps its report "
+                         "there), then `hlo-audit golden update --failing`")
+    shard, findings, _ = _parsed_shard(str(path), _read_check_report(str(path)))
+    if shard["judged_by"].config != judge.config:
+        raise InputError(f"{path}: the last check was of another config (matrix or golden folder) than this one: "
+                         "run `hlo-audit check` again, then `hlo-audit golden update --failing`")
+    return Accept.of(findings)
+
+
+_JUDGE_PARTS = {"commit": "at another commit", "hlo_audit": "under another hlo-audit",
+                "environment": "under another environment", "config": "under another config (matrix or golden folder)",
+                "goldens": "against other goldens (the golden folder's content differs)",
+                "policy": "under another policy (rule actions, waivers, tolerances)"}
 
 
 def _same_judge(path: str, shard: dict, first_path: str, first: dict) -> None:
-    """A shard judged otherwise than the first (another policy, config, hlo-audit or environment) is refused: merged,
-    its cells' verdicts would read as this run's."""
+    """A shard judged otherwise than the first (at another commit, against other goldens, under another policy,
+    config, hlo-audit or environment) is refused: merged, its cells' verdicts would read as this run's."""
     differences = first["judged_by"].differences(shard["judged_by"])
     if differences:
         what, firsts, this = differences[0]
-        raise InputError(f"{path}: shard {shard['index']}/{shard['count']} was judged under another "
+        raise InputError(f"{path}: shard {shard['index']}/{shard['count']} was judged "
                          f"{_JUDGE_PARTS[what]} than {first_path} (shard {first['index']}/{first['count']}): "
                          f"{this!r}, not {firsts!r}; merge only the shards of one run")
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from hlo_audit.compare import CellDelta
-from hlo_audit.findings import Finding, worst
+from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
 from hlo_audit.policy import Rule
@@ -119,6 +119,11 @@ class Outcome:
             attention=tuple(f for f in listed if f.severity not in QUIET_SEVERITIES), folded=folded,
             folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,
             rows=_rows(self.results, verdicts), exit_code=exit_code, passed=not exit_code)
+
+    @cached_property
+    def accept(self) -> Accept | None:
+        """The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be."""
+        return Accept.of(self.findings)
 
     # -- the series, decided once ----------------------------------------------------------------------------
 

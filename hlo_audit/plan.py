@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import re
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -29,13 +30,18 @@ from hlo_audit.usage import InputError
 class Judge:
     """What judged a check's cells besides the cells themselves: the config (its matrix's axes and the golden
     folder's name) and its policy (actions, waivers, tolerances), each as a fingerprint; hlo-audit's version with a
-    digest of its source; the environment (the versions that lower, and the Python's). Shards of one run agree on all
-    of it: ``merge`` refuses a shard judged otherwise (one judged with ``hlo_text`` off would merge into "passed")."""
+    digest of its source; the environment (the versions that lower, and the Python's); the project's commit (git's
+    HEAD, "unknown" outside git) and the goldens judged against (a digest of the golden folder's tree, the check's
+    one snapshot: ``golden.snapshot.Snapshot.digest``; "" until a check reads them). Shards of one run agree on all of
+    it: ``merge`` refuses a shard judged otherwise (one judged with ``hlo_text`` off would merge into "passed"; one
+    judged at another commit would pass what the other commit changed)."""
 
     config: str
     policy: str
     hlo_audit: str
     environment: str
+    commit: str = "unknown"
+    goldens: str = ""
 
     @classmethod
     def of(cls, config: Config) -> Judge:
@@ -48,13 +54,32 @@ class Judge:
                   "exclude": [dict(rule) for rule in config.exclude], "nnx": config.nnx,
                   "golden_dir": config.golden_dir.name}
         return cls(config=_digest(matrix), policy=_digest(policy), hlo_audit=_own_version(),
-                   environment=_environment())
+                   environment=_environment(), commit=head_commit(config.project))
+
+    def against(self, goldens: str) -> Judge:
+        """This judge with the digest of the goldens its cells were judged against."""
+        return replace(self, goldens=goldens)
 
     def differences(self, other: Judge) -> tuple[tuple[str, str, str], ...]:
         """(what, this one's, the other's) for each part that differs, in the order a reader checks them."""
         return tuple((what, getattr(self, what), getattr(other, what))
-                     for what in ("hlo_audit", "environment", "config", "policy")
-                     if getattr(self, what) != getattr(other, what))
+                     for what in JUDGE_PARTS if getattr(self, what) != getattr(other, what))
+
+
+# The parts of a ``Judge`` in the order a reader checks them (and the order ``merge`` names the first that differs).
+JUDGE_PARTS = ("commit", "hlo_audit", "environment", "config", "goldens", "policy")
+
+
+def head_commit(project: Path | None) -> str:
+    """The commit checked out in ``project`` (git's HEAD), or "unknown" outside a git work tree (or without git).
+    Asked each time: a process (a test, a pytest plugin) may outlive a commit."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], cwd=project or None,
+                              capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    head = done.stdout.strip()
+    return head if done.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", head) else "unknown"
 
 
 def _digest(value) -> str:
@@ -83,6 +108,10 @@ class Shard:
     matrix: str
     cells: int
     judge: Judge | None = None  # None: a shard record without one (built by hand)
+
+    def against(self, goldens: str) -> Shard:
+        """This shard's record with the digest of the goldens it was judged against (``Judge.against``)."""
+        return self if self.judge is None else replace(self, judge=self.judge.against(goldens))
 
 
 @dataclass(frozen=True)
@@ -182,6 +211,12 @@ _CELL_ID = re.compile(r"^[^/\s]+/scan-(?:on|off)/[^/\s]+/L([0-9]+)(?:/[^/\s]+)*$
 
 def is_cell_id(spec: str) -> bool:
     return bool(_CELL_ID.match(spec))
+
+
+def id_depth(cell_id: str) -> int | None:
+    """The depth a cell id names (``.../L32...``), None for a string that is no cell id."""
+    m = _CELL_ID.match(cell_id)
+    return int(m.group(1)) if m else None
 
 
 def plan_cell(cell_id: str, config_path: str | None = None, cwd: Path | None = None) -> Plan:

@@ -71,6 +71,9 @@ class CellResult:
     # What the lowering warned (jax's "Some donated buffers were not usable", ...), each warning once, as
     # ``warning_text`` shortens it: captured per cell (never printed as it happens), summarized once per run.
     warnings: tuple[str, ...] = ()
+    # An error that is the model's own configuration rejecting the cell (``CellConfigError``: MaxText's gemma4-e2b
+    # refuses scan on), not a crash: with ``unavailable``, what `init` writes as an [[exclude]] (``refused``).
+    config_refused: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.status, Status):  # "ok" as a caller may spell it
@@ -79,6 +82,11 @@ class CellResult:
     @property
     def ok(self) -> bool:
         return self.status is Status.OK
+
+    @property
+    def refused(self) -> bool:
+        """The target refused the cell (``Unavailable``, or its model's configuration rejected it)."""
+        return self.status is Status.UNAVAILABLE or (self.status is Status.ERROR and self.config_refused)
 
     def canonical_text(self) -> str:
         """The cell's canonical text, what its golden keeps. ``run.run_cells`` gives every ok result its own: computed

@@ -98,7 +98,8 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
-        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key, warnings=_warned(caught)), None, None
+        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key, warnings=_warned(caught),
+                          config_refused=isinstance(exc, CellConfigError)), None, None
 
 
 def _warned(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:

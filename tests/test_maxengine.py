@@ -152,7 +152,7 @@ def test_moving_the_rest_state_into_the_arguments_shows_in_the_gate_and_in_diff(
     """As the train step takes its state: fewer captured constants, more entry parameters, with paths."""
     project, _ = engine_cells
     serve_prefill = cell("int8-serve", "prefill")
-    golden = tmp_path / "golden"
+    golden = project / f"golden-{tmp_path.name}"  # written inside the project that writes it (issue 37)
     assert hlo_audit(project, "golden", "update", "--only", f"id={serve_prefill}",
                      "--config", str(_config(project, golden, "maxtext", project / ".hlo-audit-cache"))).returncode == 0
     injected = _config(tmp_path, golden, "injected_maxtext:lower", tmp_path / "cache")

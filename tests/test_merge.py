@@ -207,7 +207,8 @@ def test_every_shard_records_what_judged_it(shards):
     one, two, full = doc(shards, "1of2"), doc(shards, "2of2"), doc(shards, "full")
     judged = one["shard"]["judged_by"]
     assert judged == two["shard"]["judged_by"] == full["shard"]["judged_by"]
-    assert set(judged) == {"config", "policy", "hlo_audit", "environment"}
+    assert set(judged) == {"commit", "config", "policy", "hlo_audit", "environment", "goldens"}
+    assert judged["commit"] == "unknown" and len(judged["goldens"]) == 16  # the project is no git work tree
     assert judged["hlo_audit"].startswith(f"{hlo_audit_version()} (source ") and "python 3." in judged["environment"]
     assert "jax " in judged["environment"] and len(judged["config"]) == len(judged["policy"]) == 16
 
@@ -269,3 +270,88 @@ def test_paths_that_are_not_reports(shards, tmp_path):
     one_line_error(hlo_audit(shards, "merge", tmp_path), "is a folder")
     one_line_error(hlo_audit(shards, "merge", "/dev/zero"), "/dev/zero: not a regular file")
     one_line_error(hlo_audit(shards, "merge", "hlo-audit.toml"), "not a check JSON report")
+
+
+def test_a_shard_judged_against_other_goldens_is_refused(shards):
+    """Issue 37: the same commit and config, but shard 2's golden folder held other content when it was judged (a
+    golden edited, or another checkout's): refused in one line naming both shards and what differs."""
+    path = shards / "golden/mlp/scan-off/dropout0/L3.json"
+    saved = path.read_bytes()
+    try:
+        path.write_bytes(saved.replace(b'"cell"', b'"cell" ', 1))
+        other = swapped_shard(shards, "other-goldens", CONFIG)
+    finally:
+        path.write_bytes(saved)
+    assert doc(shards, "other-goldens")["shard"]["judged_by"]["goldens"] != doc(shards, "1of2")["shard"]["judged_by"][
+        "goldens"]
+    one_line_error(hlo_audit(shards, "merge", "1of2.json", other), f"{other}: shard 2/2 was judged against other "
+                   "goldens (the golden folder's content differs) than 1of2.json (shard 1/2)")
+
+
+# A project of its own under git: its target reads ops.txt at every lowering (checked with --no-cache), so a commit
+# that edits ops.txt changes the program of cell `a` only.
+COMMIT_TARGET = """
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+
+def lower(cell):
+    twice = cell.quant == "a" and Path("ops.txt").read_text().strip() == "twice"
+
+    def step(x):
+        y = jnp.sin(x) * 3.0
+        return jnp.sin(y) * 3.0 if twice else y
+
+    return jax.jit(step).trace(jnp.ones((8,), jnp.float32))
+"""
+
+
+def _git(project: Path, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=project,
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def test_a_shard_judged_at_another_commit_is_refused(tmp_path):
+    """Issue 37: shard 1 judged at the commit before the regression (its cell passes there), shard 2 at the commit
+    with it (its own cell is unchanged): merged, the run passed. Each shard records git's HEAD; the merge refuses
+    them in one line naming both shards and both commits. Both shards at the new commit fail, as they must."""
+    project = tmp_path / "repo"
+    project.mkdir()
+    (project / "merge_commit_target.py").write_text(COMMIT_TARGET)
+    (project / "ops.txt").write_text("once\n")
+    (project / "hlo-audit.toml").write_text(config(target="merge_commit_target:lower", models=["m"],
+                                                   quant=["a", "b"], layers=[1]))
+    _git(project, "init", "-q")
+    assert hlo_audit(project, "golden", "update", "--no-cache").returncode == 0
+    _git(project, "add", "-A")
+    _git(project, "commit", "-qm", "goldens")
+    before = _git(project, "rev-parse", "HEAD")
+
+    def shard(k: int, name: str) -> dict:
+        result = hlo_audit(project, "check", "--no-cache", "--shard", f"{k}/2", "--format", "json")
+        assert result.returncode in (0, 1), result.stderr
+        (project / name).write_text(result.stdout)
+        return json.loads(result.stdout)
+
+    first = shard(1, "old1.json")
+    assert first["shard"]["judged_by"]["commit"] == before
+    # The shard holding cell `a` (dealt by series: one cell each).
+    a_shard = 1 if any(c["quant"] == "a" for c in first["cells"]) else 2
+    other = 3 - a_shard
+    shard(a_shard, "old-a.json")
+    (project / "ops.txt").write_text("twice\n")
+    _git(project, "commit", "-qam", "the step twice")
+    after = _git(project, "rev-parse", "HEAD")
+    assert shard(other, "new-other.json")["exit_code"] == 0
+    line = one_line_error(hlo_audit(project, "merge", "old-a.json", "new-other.json"),
+                          f"new-other.json: shard {other}/2 was judged at another commit than old-a.json "
+                          f"(shard {a_shard}/2)", "merge only the shards of one run")
+    assert repr(after) in line and repr(before) in line, line
+    new_a = shard(a_shard, "new-a.json")
+    assert new_a["exit_code"] == 1 and new_a["verdicts"]["m/scan-off/a/L1"] == "regression"
+    assert hlo_audit(project, "merge", "new-a.json", "new-other.json").returncode == 1

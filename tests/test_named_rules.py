@@ -345,7 +345,7 @@ def test_a_kernel_body_change_fails_check_and_a_venv_elsewhere_passes(tmp_path):
     """A Pallas kernel (Mosaic, one chip of a TPU v6e-4 topology through libtpu): the golden keeps its content
     digest; its block size 128 -> 256 fails check (by the kernels rule, also with hlo_text at warn), the same
     kernel from another path passes although its body embeds that path."""
-    golden = tmp_path / "golden"
+    golden = tmp_path / "checkout/golden"  # inside the project that writes it (issue 37); read from elsewhere
     here = kernel_project(tmp_path / "checkout", "src", "kernel_here", ["block128", "block256"], golden)
     (here / "hlo-audit.toml").write_text((here / "hlo-audit.toml").read_text().replace(
         '["block128", "block256"]', '["block128"]'))

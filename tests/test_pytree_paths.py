@@ -22,11 +22,11 @@ import pytest
 pytest.importorskip("equinox")
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the model module, under any import mode
 
-import eqx_model  # noqa: E402
-from hlo_audit.hlo.analysis import analyze  # noqa: E402
-from hlo_audit.matrix import Cell  # noqa: E402
-from hlo_audit.targets.callable import CallableTarget  # noqa: E402
-from in_process import hlo_audit_here  # noqa: E402
+import eqx_model
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.matrix import Cell
+from hlo_audit.targets.callable import CallableTarget
+from in_process import hlo_audit_here
 
 TARGET = "eqx_model:lower"
 LAYERS = 3

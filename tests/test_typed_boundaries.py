@@ -29,6 +29,7 @@ EDGES = {
     "golden.snapshot": "golden files read (the marker is checked on the JSON)", "merge": "the check JSON, out and in",
     "report.jsonfmt": "every JSON format out", "report.frame": "pandas rows (CSV out)",
     "scaffold": "init's TOML out", "scaffold.base": "init's TOML out", "scaffold.nnx": "init's TOML out",
+    "scaffold.refused": "init's TOML out (the [[exclude]] tables of refused cells)",
 }
 # A record's own schema (to_record / from_record, a golden's to_json / from_json), what hands the HLO core its own
 # records back (golden_summary, CapturedDelta.of), a series' projection as the scaling JSON prints it (projected).

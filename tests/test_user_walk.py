@@ -26,7 +26,7 @@ from in_process import Ran, hlo_audit_here
 from nnx_library import add_layer_dropout, add_layer_weight, write_library
 
 SERIES = ("tiny/scan-off/none", "tiny/scan-on/none")
-ACCEPT = re.compile(r"If intended: (hlo-audit golden update --only \S+)")
+ACCEPT = re.compile(r"cells? at once: (hlo-audit golden update --only \S+)")
 
 
 @pytest.fixture
@@ -72,8 +72,10 @@ def test_an_intended_change_is_accepted_by_the_printed_command_and_an_unintended
     assert failed.returncode == 1, failed.stdout[-3000:]
     assert "improvement" not in failed.stdout
     commands = printed_commands(failed.stdout)
-    # One command per series, naming every depth of it: a depth's golden holds the series' slopes.
-    assert commands == [f"hlo-audit golden update --only id={s}/L2,id={s}/L4" for s in SERIES], commands
+    # One command for the failing check (issue 40), naming every depth of each series: a depth's golden holds the
+    # series' slopes.
+    assert commands == ["hlo-audit golden update --only " + ",".join(f"id={s}/L{d}" for s in SERIES for d in (2, 4))
+                        ], commands
     _review_every_depth(repo, expect=1)
 
     # The user accepts one depth alone (what the tool printed before issue 26): the L2 golden now holds a slope
@@ -84,7 +86,7 @@ def test_an_intended_change_is_accepted_by_the_printed_command_and_an_unintended
     assert partial.returncode == 1 and "improvement" not in out, out
     assert re.search(r"regression tiny/scan-off/none/L2 count entry parameters per layer golden \+12 -> now \+18",
                      out), out
-    assert printed_commands(partial.stdout) == commands[:1]
+    assert printed_commands(partial.stdout) == [f"hlo-audit golden update --only id={SERIES[0]}/L2,id={SERIES[0]}/L4"]
 
     for command in commands:  # exactly what was printed
         accepted = run(repo, *shlex.split(command)[1:])
@@ -99,8 +101,8 @@ def test_an_intended_change_is_accepted_by_the_printed_command_and_an_unintended
         again = run(repo, *shlex.split(command)[1:])
         assert again.returncode == 0
         assert again.stdout.splitlines()[-2:] == [
-            "nothing to write: the goldens of these 2 cells already hold what they lower",
-            f"golden update ({repo / 'golden'}): 0 written, 2 unchanged, 0 skipped, 0 pruned"], again.stdout
+            "nothing to write: the goldens of these 4 cells already hold what they lower",
+            f"golden update ({repo / 'golden'}): 0 written, 4 unchanged, 0 skipped, 0 pruned"], again.stdout
     assert goldens(repo) == accepted
 
     weighted = (library / "tinylm/model.py").read_text()

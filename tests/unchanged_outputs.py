@@ -303,11 +303,12 @@ def scenario_folder():
 
 def clean(text: str, folder: Path) -> str:
     """The output with the scenario's folder (a temporary path) written as ``<folder>``, and in what judged a shard
-    (issue 34) hlo-audit's source digest and the installed versions as ``<this install>``: they are this checkout's
-    and this machine's, not the scenario's (the config's and the policy's fingerprints stay)."""
+    (issue 34) hlo-audit's source digest, the installed versions, the commit and the goldens' digest (the goldens
+    record the installed versions) as ``<this install>``: they are this checkout's and this machine's, not the
+    scenario's (the config's and the policy's fingerprints stay)."""
     text = text.replace(str(folder.resolve()), "<folder>").replace(str(folder), "<folder>")
     return re.sub(r'"judged_by": \{[^{}]*\}', lambda m: re.sub(
-        r'("(?:hlo_audit|environment)": )"[^"]*"', r'\1"<this install>"', m.group()), text)
+        r'("(?:hlo_audit|environment|commit|goldens)": )"[^"]*"', r'\1"<this install>"', m.group()), text)
 
 
 def golden_tree(folder: Path, golden_dir: str) -> dict[str, str]:

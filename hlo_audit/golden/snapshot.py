@@ -10,6 +10,7 @@ ever pruned or reported stale.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterator, Mapping
@@ -209,6 +210,26 @@ class Snapshot:
                     rel = os.path.normpath(os.path.join(dirpath, name))
                     yield rel[: -len(SUMMARY_SUFFIX)], self.root / rel
 
+    def digest(self) -> str:
+        """A digest of the whole tree as this snapshot reads it: every entry's path, kind and content (a link's
+        target), hidden ones included; "" when there is no tree. What a check was judged against: shards of one
+        run judged against the same goldens agree on it, whatever cells each read (``plan.Judge``)."""
+        self._open_tree()
+        if self.fd is None:
+            return ""
+        whole = hashlib.sha256()
+        try:
+            for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=self.fd):
+                links = [d for d in dirnames if stat.S_ISLNK(os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_mode)]
+                dirnames[:] = sorted(d for d in dirnames if d not in links)
+                for name in sorted([*filenames, *links]):
+                    rel = os.path.normpath(os.path.join(dirpath, name))
+                    whole.update(f"{len(rel)}:{rel}:".encode())
+                    whole.update(_entry_digest(name, dir_fd))
+        except OSError as exc:  # a file gone under the walk (the tree swapped: ``read_snapshot`` reads again)
+            return f"unreadable ({exc.strerror or exc})"
+        return whole.hexdigest()[:16]
+
     # -- reading ------------------------------------------------------------------------------------------------
 
     def _bytes(self, path: Path) -> bytes:
@@ -289,6 +310,23 @@ class Snapshot:
             return self._bytes(path) != content.encode("utf-8")
         except OSError:
             return True
+
+
+def _entry_digest(name: str, dir_fd: int) -> bytes:
+    """One entry of a tree: a file's content digest, a link's target, or what else it is."""
+    info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(info.st_mode):
+        return b"link:" + os.fsencode(os.readlink(name, dir_fd=dir_fd))
+    if not stat.S_ISREG(info.st_mode):
+        return f"kind {stat.S_IFMT(info.st_mode)}".encode()
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        content = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            content.update(chunk)
+    finally:
+        os.close(fd)
+    return b"file:" + content.digest()
 
 
 SNAPSHOT_ATTEMPTS = 20

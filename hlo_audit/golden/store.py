@@ -37,15 +37,17 @@ from hlo_audit.golden.snapshot import (_STAGING_MARKER_TEXT, MAX_GOLDEN_BYTES, S
 # What this module hands on of the reading side: callers and tests name the store's layout and reads through it.
 __all__ = ["HLO_SUFFIX", "MAX_GOLDEN_BYTES", "SNAPSHOT_ATTEMPTS", "STAGED_FALLBACK", "STAGED_OLD", "STAGED_READY",
            "STAGED_TREE", "STAGING_MARKER", "SUMMARY_SUFFIX", "Golden", "GoldenError", "Snapshot", "cell_path",
-           "check_published", "commit", "hlo_path", "load", "owned_files", "publish", "read_snapshot", "recover",
-           "staging_prefix", "stored_ids", "summary_path", "transaction"]
+           "check_published", "commit", "hlo_path", "inside", "load", "owned_files", "publish", "read_snapshot",
+           "recover", "staging_prefix", "stored_ids", "summary_path", "transaction"]
 
 
 @contextlib.contextmanager
-def transaction(root: Path) -> Iterator[tuple[Snapshot, list[Path]]]:
+def transaction(root: Path, within: Path | None = None) -> Iterator[tuple[Snapshot, list[Path]]]:
     """Holding the commit lock, after ``recover``: the store as it is now (read through the snapshot yielded, with
-    the stale staging folders removed). ``commit`` within it writes."""
+    the stale staging folders removed). ``commit`` within it writes. ``within``: the project folder the golden folder
+    must lie in, links followed (``inside``), checked before anything is made, locked or removed."""
     root = Path(root)
+    inside(root, within)
     with _commit_lock(root):
         cleaned = recover(root)
         snapshot = Snapshot(root)
@@ -65,11 +67,12 @@ def commit(snapshot: Snapshot, wanted: Mapping[Path, str | None]) -> set[Path]:
     return set(changes)
 
 
-def publish(root: Path, files: Mapping[str, str | None]) -> list[Path]:
+def publish(root: Path, files: Mapping[str, str | None], within: Path | None = None) -> list[Path]:
     """Swap in the tree with ``files`` changed (paths relative to ``root`` -> new text, None: delete), as
     ``update`` does once it knows what changed: under the commit lock, after ``recover``. Returns the stale
-    staging folders removed."""
+    staging folders removed. ``within``: as ``transaction``'s."""
     root = Path(root)
+    inside(root, within)
     for rel in files:
         if Path(rel).is_absolute() or any(part in ("", ".", "..") for part in Path(rel).parts) or not str(rel):
             raise GoldenError(f"{root}: {rel!r} does not name a file inside the golden folder")
@@ -78,6 +81,23 @@ def publish(root: Path, files: Mapping[str, str | None]) -> list[Path]:
         if files:
             _commit(root, {Path(rel): content for rel, content in files.items()})
     return cleaned
+
+
+def inside(root: Path, project: Path | None) -> None:
+    """Refuse, before anything is written, a golden folder that is not inside ``project`` once links are followed
+    (``golden_dir`` itself or a folder above it a symbolic link out of the project, or a path that leads out): a
+    commit stages, swaps and deletes beside the folder it resolves to, which would then be someone else's files.
+    None: no project to hold it to (a caller outside a config)."""
+    if project is None:
+        return
+    try:
+        real, home = Path(root).resolve(), Path(project).resolve()
+    except (OSError, RuntimeError) as exc:  # a symbolic link loop
+        raise GoldenError(f"{root}: cannot resolve the golden folder: {exc}; nothing written") from None
+    if home not in real.parents:
+        how = " through a symbolic link" if os.path.abspath(root).startswith(os.path.join(home, "")) else ""
+        raise GoldenError(f"{root}: the golden folder resolves{how} to {real}, outside the project folder {home}; "
+                          "goldens are written only inside the project: nothing written")
 
 
 def _after_step(step: str) -> None:
@@ -252,8 +272,10 @@ def _build(old: Path, new: Path, changes: dict[Path, str | None], root: Path) ->
                 rel, src = rel_dir / name, here / name
                 if rel in pending:
                     content = pending.pop(rel)
-                    if content is not None:
-                        _write_new(place(rel), content)
+                    if content is not None:  # a rewritten golden keeps its mode (a link becomes a new file)
+                        info = src.lstat()
+                        _write_new(place(rel), content, stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode)
+                                   else None)
                         _after_step(f"wrote {rel}")
                     continue
                 _carry(src, place(rel), root / rel)
@@ -264,10 +286,13 @@ def _build(old: Path, new: Path, changes: dict[Path, str | None], root: Path) ->
             _after_step(f"wrote {rel}")
 
 
-def _write_new(path: Path, content: str) -> None:
-    with open(path, "x", encoding="utf-8", newline="") as handle:  # the umask's mode, as any new file
+def _write_new(path: Path, content: str, mode: int | None = None) -> None:
+    """A new file: ``mode`` (the file it replaces had it), else the umask's, as any new file."""
+    with open(path, "x", encoding="utf-8", newline="") as handle:
         handle.write(content)
         handle.flush()
+        if mode is not None:
+            os.fchmod(handle.fileno(), mode)
         os.fsync(handle.fileno())
 
 

@@ -38,12 +38,17 @@ class GoldenUpdate:
         return any(why.startswith("error") for _, why in self.skipped)
 
 
+def writable(plan: Plan) -> None:
+    """Refuse, before anything is lowered, a golden folder outside the plan's project (``store.inside``)."""
+    store.inside(Path(plan.config.golden_dir), plan.config.project)
+
+
 def update(plan: Plan, results: Sequence[CellResult], prune: bool = False, prepare=None) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix
     (only files hlo-audit wrote: ``Snapshot.owned_files``). ``prepare(snapshot, results)``: the results completed
     from the snapshot being replaced first (``measure.with_host_figures``)."""
     root = Path(plan.config.golden_dir)
-    with store.transaction(root) as (snapshot, cleaned):
+    with store.transaction(root, within=plan.config.project) as (snapshot, cleaned):
         results = prepare(snapshot, results) if prepare else results
         outcome = Outcome.of(plan, results, snapshot)
         wanted, healed = _records(outcome)

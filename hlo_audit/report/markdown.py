@@ -17,10 +17,11 @@ from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
-from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text, constants_headline,
-                                    folded_line, frozen_rng_line, human_bytes, launch_lines, launches_change_text,
-                                    launches_headline, lowering_warnings_line, message, program_sizes_text, rng_cost,
-                                    rng_headline)
+from hlo_audit.report.accepting import accept_line, split_command, without_accept
+from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text,
+                                    constants_headline, folded_line, frozen_rng_line, human_bytes, launch_lines,
+                                    launches_change_text, launches_headline, lowering_warnings_line, message,
+                                    program_sizes_text, rng_cost, rng_headline)
 from hlo_audit.results import LoweringWarnings
 
 
@@ -260,8 +261,12 @@ def format_check(outcome) -> str:
         out += ["", _text(lowering_warnings_line(warned))]
     notable = outcome.attention
     if notable:
+        worded = without_accept if outcome.accept else message
         out += [""] + _table(["", "cell", "rule", "finding"],
-                      [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, message(f)) for f in notable])
+                      [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, worded(f)) for f in notable])
+    if outcome.accept:  # one command for every failing cell, in a block a reviewer copies whole
+        intro, command = split_command(accept_line(outcome.accept))
+        out += ["", _text(intro), "", "```", command, "```"]
     for severity, title in (("waived", "waived"), ("unavailable", "unavailable here")):
         found = outcome.by_severity.get(severity, ())
         if found:

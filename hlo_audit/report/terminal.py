@@ -11,7 +11,6 @@ end with (``hlo-audit golden update --only id=...``) are printed on a line of th
 from __future__ import annotations
 
 import os
-import re
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -27,14 +26,15 @@ from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.results import LoweringWarnings
+from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
-from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix, constants_headline,
-                                    depth_values, folded_line, frozen_rng_line, launch_lines, launches_change_text,
-                                    launches_headline, lowering_warnings_line, message, nothing_written_line,
-                                    program_sizes_text, rng_cost,
-                                    rng_headline, scalar_launch_lines)
+from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix,
+                                    constants_headline, depth_values, folded_line, frozen_rng_line, launch_lines,
+                                    launches_change_text, launches_headline, lowering_warnings_line, message,
+                                    nothing_written_line, program_sizes_text, rng_cost, rng_headline,
+                                    scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -116,30 +116,16 @@ def print_table(console: Console, table: Table) -> None:
     print_whole(console, table)
 
 
-# The commands findings end with: a regenerate command to the end of the message, or one in backticks.
-_COMMAND = re.compile(r"`(hlo-audit [^`]+)`|(hlo-audit golden update \S.*)$")
-
-
 def print_message(console: Console, message: str, indent: int = 4) -> None:
     """A finding's message under its heading: on one line when it fits, else wrapped at spaces (a path pattern
     longer than the line stays whole on a line of its own) with the command it ends with on a line of its own,
-    never wrapped, so it can be copied and grepped."""
+    never wrapped, so it can be copied and grepped (``words.split_command``)."""
     pad, text = " " * indent, visible(message)
     width = max(console.width - indent, 20)
     if len(text) <= width:
         status(console, Text(pad + text))
         return
-    command = None
-    last = None
-    for last in _COMMAND.finditer(text):
-        pass
-    if last is not None and text[last.end():].strip(" .)") == "":
-        command = last.group(1) or last.group(2)
-        text = text[:last.start()].rstrip(" `")
-        # The words that introduce the command ("If intended:", "tighten the golden:") go with it.
-        cut = max(text.rfind(". "), text.rfind("; "))
-        if cut >= 0 and len(text) - cut <= 32:
-            text, command = text[:cut + 1], f"{text[cut + 2:]} {command}"
+    text, command = split_command(text)
     for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False):
         status(console, Text(pad + line))
     if command is not None:
@@ -367,7 +353,9 @@ def print_check(console: Console, outcome, verbose: bool = False) -> None:
     for f in outcome.findings if verbose else outcome.attention:
         status(console, Text.assemble((f.severity, SEVERITY_STYLE.get(f.severity, "")), "  ", esc(f.cell), "  ",
                                       esc(f.rule)))
-        print_message(console, message(f))
+        print_message(console, without_accept(f) if outcome.accept else message(f))
+    if outcome.accept:
+        print_message(console, accept_line(outcome.accept), indent=0)
     if outcome.folded and not verbose:
         status(console, esc(folded_line(outcome), style=SEVERITY_STYLE["advisory"]))
     print_warned(console, LoweringWarnings.of(outcome.results))

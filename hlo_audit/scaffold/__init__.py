@@ -19,6 +19,7 @@ import re
 import sys
 import tomllib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS, ConfigError, validate
@@ -31,20 +32,22 @@ from hlo_audit.scaffold.imports import imported_requirements, recording_imports
 from hlo_audit.scaffold.maxtext import MaxTextScaffold
 from hlo_audit.scaffold.nnx import NnxScaffold
 from hlo_audit.scaffold.provenance import installed
+from hlo_audit.scaffold.refused import Excluded, exclude_refused, named_excludes, parse_excludes
 from hlo_audit.scaffold.workflow import workflow
 from hlo_audit.usage import InputError
 
 # One scaffold per target kind, in the order the usage error names their options.
 KINDS: dict[str, TargetScaffold] = {s.kind: s for s in (NnxScaffold(), CallableScaffold(), MaxTextScaffold())}
 
-__all__ = ["KINDS", "InitRequest", "Scaffold", "existing", "ignores_cache", "init_request", "init_scaffold", "notes",
-           "unwritable", "write"]
+__all__ = ["KINDS", "Excluded", "InitRequest", "Scaffold", "exclude_refused", "existing", "ignores_cache",
+           "init_request", "init_scaffold", "notes", "unwritable", "write"]
 
 
 def init_request(*, nnx: str | None, nnx_config: str | None, function: str | None, maxtext: bool,
                  models: Sequence[str], quant: str | None, layers: str, inputs: Sequence[str], args: Sequence[str],
                  labels: str | None, layers_field: str | None, scan_field: str | None, optimizer: str,
-                 learning_rate: float, shards: int, sets: Sequence[str] = ()) -> InitRequest:
+                 learning_rate: float, shards: int, sets: Sequence[str] = (),
+                 excludes: Sequence[str] = ()) -> InitRequest:
     """`hlo-audit init`'s options as a request: exactly one target kind, depths (no 'full': a scaffold names its
     series), ``NAME=VALUE`` pairs; a bad option is an InputError naming it."""
     given = {"nnx": nnx, "callable": function, "maxtext": maxtext}
@@ -61,7 +64,7 @@ def init_request(*, nnx: str | None, nnx_config: str | None, function: str | Non
         args=tuple((k, _toml_value(v)) for k, v in _pairs(args, "--arg")),
         fields=tuple(_field_values(_pairs(sets, "--set"))), labels=labels,
         layers_field=layers_field, scan_field=scan_field, optimizer=optimizer, learning_rate=learning_rate,
-        shards=shards)
+        shards=shards, excludes=parse_excludes(excludes))
 
 
 def _pairs(values: Sequence[str], option: str) -> list[tuple[str, str]]:
@@ -126,6 +129,8 @@ def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
     # in is what the workflow's runner must install (a target's optax, clu, grain ...), not only jax and flax.
     with recording_imports() as imported:
         config = kind.config(request)
+        if request.excludes:  # what the user left out outright, validated with the rest
+            config = replace(config, text=config.text + named_excludes(request.excludes))
         try:
             cells = resolve(validate(tomllib.loads(config.text), DEFAULT_CONFIG_FILE, folder)).cells()
         except ConfigError as exc:

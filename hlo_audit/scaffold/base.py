@@ -42,6 +42,7 @@ class InitRequest:
     optimizer: str = "adamw"
     learning_rate: float = 1e-4
     shards: int = 2
+    excludes: tuple[tuple[tuple[str, object], ...], ...] = ()  # --exclude: [[exclude]] rules, each its key/values
 
 
 @dataclass(frozen=True)
