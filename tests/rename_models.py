@@ -9,8 +9,9 @@ issue 39 item 4). Plain module (no pytest import); every function returns pre-op
 * ``scanned_nnx(up, extra)``: an NNX stack of blocks (LayerNorm, ``up`` and ``down`` Linear, Dropout drawing from
   its own stream) scanned over 3 layers; ``up="ff_in"`` sorts before ``norm``, reordering the stacked leaves;
 * ``linen_attention(out, extra)``: a linen block (LayerNorm, query/key/value, ``attn_out_proj``, MLP, Dropout),
-  two of them, trained with ``clip_by_global_norm`` and adamw as nanodo does; ``out="out_proj"`` moves the
-  projection's leaves past ``mlp_*``'s in the state's order (and the global norm's sum with them);
+  two of them, trained with ``clip_by_global_norm`` and adamw, returning a norm per gradient, as nanodo does;
+  ``out="out_proj"`` moves the projection's leaves past ``mlp_*``'s in the state's order (and the global norm's sum
+  and the metrics with them);
 * ``dataclass_fields(order, extra)``: attention weights as a dataclass registered as a pytree (what an equinox
   module is underneath), its fields in ``order``: another order is a field reorder.
 """
@@ -136,7 +137,8 @@ def linen_attention(out: str = "attn_out_proj", extra: bool = False) -> str:
         rng = jax.random.fold_in(rng, state.step)
         loss, grads = jax.value_and_grad(lambda p: state.apply_fn({"params": p}, x, rngs={"dropout": rng}))(
             state.params)
-        return state.apply_gradients(grads=grads), loss
+        # nanodo's metrics: a norm per gradient, returned in the state's order (outputs no parameter aliases).
+        return state.apply_gradients(grads=grads), {"loss": loss, "grad_norms": jax.tree.map(jnp.linalg.norm, grads)}
 
     jax.clear_caches()
     lowered = jax.jit(step, donate_argnums=0).lower(jax.eval_shape(create), _x(), jax.random.PRNGKey(1))
