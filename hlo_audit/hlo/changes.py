@@ -162,6 +162,8 @@ def summary(match: ModuleMatch) -> MatchSummary:
 REWIRED = "rewired"
 # A program size change made mostly of jax.random's own computations (dropout turned off or on).
 RANDOM_BITS = "random-bit generation (jax.random's own computations)"
+# RNG derivation (fold_in salts, splits, draws) that differs beside a rename: a change a rename does not explain.
+RNG_DERIVATION = "RNG derivation calls (keys folded, split or drawn)"
 # Subjects of the dataflow kinds' changes (change_flow.py writes them; the gate's rules and the words read them).
 GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "update scaling"
 WEIGHT_DECAY = "weight decay"  # a scaling of each weight itself, added to its update (adamw's add_decayed_weights)

@@ -31,10 +31,10 @@ from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
 from hlo_audit.hlo.locations import Places
-from hlo_audit.hlo.match import ModuleMatch, match_modules
+from hlo_audit.hlo.match import ModuleMatch, match_modules, match_params
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.reorder import same_but_for_order
+from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation, same_program
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Computation, HloModule
@@ -330,12 +330,18 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places)
     added, removed = _without_renames(added, removed, match, old, new)
     computations = (match.computations_inserted, match.computations_deleted)
-    if not kernels_differ and _renamed_only(match, a.canonical, b.module, b.kept):
-        # The same program: its renames (the module's name among them) are all there is to name; what a reordering
-        # of the state's leaves moved is no change.
+    same = Sameness.DIFFERENT if kernels_differ else _renamed_only(match, a.canonical, old, new, has_rng_state)
+    if same is not Sameness.DIFFERENT:
+        # Renamed or reordered, and else the same: its renames (the module's name among them) are all there is to
+        # name, what a reordering of the state's leaves moved is no change; but RNG derivation that only the rename
+        # could hide (salts collapsed, a fold_in more) is a change, named.
         renames = [c for c in named
                    if c.kind is ChangeKind.RENAME or c.kind is ChangeKind.HEADER and c.subject == "name"]
-        return _Verdict("renamed-only", [], added, removed, renames, summary(match), computations)
+        renames += [] if any(c.kind is ChangeKind.RENAME for c in renames) else reorders(match)
+        if same is Sameness.SAME:
+            return _Verdict("renamed-only", [], added, removed, renames, summary(match), computations)
+        return _Verdict("changed", ["rng"], added, removed, [rng_derivation(old.module, new.module), *renames],
+                        summary(match), computations)
     if kernels_differ and a.canonical == b.canonical:
         changes = ["kernels"]  # the canonical text drops kernel bodies: nothing else differs
     else:
@@ -382,20 +388,35 @@ def _kernels(module: HloModule) -> Counter[str]:
     return Counter(kernel_digest(i) for i in module.instructions() if i.opcode == "custom-call" and is_kernel_call(i))
 
 
-def _renamed_only(match: ModuleMatch, old_canonical: str, new_stripped: HloModule,
-                  new_kept: Sequence[EntryParam]) -> bool:
-    """Whether the modules differ only by entry parameters' names: every parameter paired, some renamed, none of
-    another shape, and the new module, its parameters named as their partners, prints the old one's text."""
-    if not any(p.renamed for p in match.params):
-        return False
-    if any(p.old is None or p.new is None or p.reshaped for p in match.params):
-        return False
-    old_path = {p.new.index: p.old.path for p in match.params}
-    relabeled = [replace(p, path=old_path.get(p.index, p.path)) for p in new_kept]
-    # The module's name is the jitted function's: renamed with the parameters, it is a rename too. A rename that
-    # moves leaves in the state's order moves the parameters, outputs and sums over all leaves with them (reorder.py).
-    return normalize(replace(new_stripped, name=match.old.name), relabeled) == old_canonical or \
-        same_but_for_order(match)
+def _renamed_only(match: ModuleMatch, old_canonical: str, old: Analysis, new: Analysis,
+                  has_rng_state: bool) -> Sameness:
+    """Whether the modules differ only by entry parameters' names and order: every parameter paired, some renamed or
+    moved, none of another shape, and the new module, its parameters named as their partners, prints the old one's
+    text or numbers as it does whatever the order of leaves (reorder.py); RNG derivation included (reorder.py: its
+    salts as a rename explains them), so a rename never hides an RNG change: ``Sameness.RNG`` says so."""
+    pairs = match.params
+    if any(p.old is None or p.new is None or p.reshaped for p in pairs):
+        return Sameness.DIFFERENT
+    renamed = any(p.renamed for p in pairs)
+    if not renamed and not reordered(pairs):
+        return Sameness.DIFFERENT
+    old_path = {p.new.index: p.old.path for p in pairs}
+    new_kept = [p.new for p in pairs]
+    relabeled = [replace(p, path=old_path.get(p.index, p.path)) for p in sorted(new_kept, key=lambda p: p.index)]
+    # The module's name is the jitted function's: renamed with the parameters, it is a rename too.
+    if normalize(replace(match.new, name=match.old.name), relabeled) == old_canonical:
+        stripped = Sameness.SAME
+    else:
+        stripped = same_program(match.old, match.new, [(p.old.index, p.new.index) for p in pairs], renamed)
+    if stripped is not Sameness.SAME or not has_rng_state:
+        return stripped
+    # The RNG state set aside above, the whole modules: the kept parameters paired as the match paired them, the
+    # RNG state's among themselves.
+    rng = match_params([p for p in old.params if p.is_rng], [p for p in new.params if p.is_rng])
+    if any(p.old is None or p.new is None or p.reshaped for p in rng):
+        return Sameness.RNG
+    every = [(p.old.index, p.new.index) for p in (*pairs, *rng)]
+    return Sameness.SAME if same_program(old.module, new.module, every, renamed) is Sameness.SAME else Sameness.RNG
 
 
 def _header_summarized(text: str) -> str:

@@ -1,50 +1,189 @@
-"""Whether two matched modules are one program but for the order of their state's leaves: a rename that reorders.
+"""Whether two matched modules are one program but for their parameters' names and the order of their state's leaves:
+what ``renamed-only`` means.
 
-Renaming a weight (``attn_out_proj`` -> ``out_proj``) moves it in the state pytree's sorted order, and jax lowers the
-step in tree order: the entry parameters, the outputs (and ``input_output_alias``, ``entry_computation_layout``)
-and every sum over all leaves (a global gradient norm: ``((a + b) + c) + ...``) come in another order, and so do the
-computations the canonical text prints. Nothing is computed differently but for the order of one associative sum.
-And linen folds a hash of each module's path into the RNG key it draws from (``make_rng``: ``fold_in(key, salt)``
-with the salt a literal), so renaming a module with dropout changes those literals and nothing else: the data a call
-of jax's ``fold_in`` folds in as a literal fingerprints as a salt, whatever its value.
-``same_but_for_order`` holds two modules to that: a Merkle fingerprint of each side's entry (match_passes.py's, an
-entry parameter fingerprinting as its pair in the match), where a chain of ``add`` of one shape is the multiset of
-what it sums and the entry's root is its outputs keyed by the parameter each aliases (its pair), not by position.
+Renaming a weight (``attn_out_proj`` -> ``out_proj``) or reordering a dataclass's fields moves leaves in the state
+pytree's order, and jax lowers the step in tree order: the entry parameters, the outputs (and ``input_output_alias``,
+``entry_computation_layout``), the state a scanned stack's loop carries, and every sum over all leaves (a global
+gradient norm: ``((a + b) + c) + ...``) come in another order, and so do the computations the canonical text prints.
+Nothing is computed differently but for the order of one associative sum. ``same_program`` holds two modules to that
+on a canonical form that no leaf order reaches: a value-numbering of each side's entry (match_passes.py's
+fingerprints, an entry parameter numbering as its pair in the match), where
+
+* routing is followed, not numbered: tuples, their elements, barriers, called and fused computations' parameters and
+  roots, conditional branches;
+* a ``while`` loop's state is numbered element by element from what each element starts as and what the body makes
+  of it (the other elements read by number, refined until the numbering is stable: Weisfeiler-Lehman), never by its
+  position in the loop's tuple;
+* a chain of ``add`` of one shape is the multiset of what it sums;
+* the entry's outputs are keyed by the parameter each aliases (its pair), the others counted as a multiset.
+
+RNG derivation is part of the program (issue 37 item 5): every ``fold_in``, split and draw numbers as what it is.
+Only the literal data folded into a key by jax's ``fold_in`` (a *salt*) may differ, and only as a rename explains
+it: linen folds a hash of each module's path into the key each ``Dropout`` draws from, so a renamed module folds
+other literals. Salts are then compared by what each one reaches (the entry numbered with that salt alone told
+apart): the old and new salts must correspond one to one. Two salts that become one (two layers now drawing one
+mask: ``11, 22 -> 11, 11``), or one that splits, is an RNG change (``Sameness.RNG``), not a rename.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from enum import StrEnum
 
-from hlo_audit.hlo.header import output_aliases
-from hlo_audit.hlo.match import ModuleMatch
+from hlo_audit.hlo.changes import RNG_DERIVATION, Action, Change, ChangeKind
+from hlo_audit.hlo.header import output_aliases, position_entries
+from hlo_audit.hlo.match import ModuleMatch, ParamPair
 from hlo_audit.hlo.match_passes import MatchSide, canonical_shape
-from hlo_audit.hlo.rng_flow import is_fold_in
-from hlo_audit.hlo.text import Computation, HloModule
+from hlo_audit.hlo.rng_flow import is_fold_in, random_computations
+from hlo_audit.hlo.text import Computation, HloModule, Instruction
 
-
-def same_but_for_order(match: ModuleMatch) -> bool:
-    """Every entry parameter paired and of the same shape, and each side's entry fingerprints alike (module doc)."""
-    if any(p.old is None or p.new is None or p.reshaped for p in match.params):
-        return False
-    old_keys = {p.old.index: ("pair", n) for n, p in enumerate(match.params)}
-    new_keys = {p.new.index: ("pair", n) for n, p in enumerate(match.params)}
-    return _entry_print(match.old, old_keys) == _entry_print(match.new, new_keys)
-
-
-# A value as the fingerprints follow it: one array's fingerprint, or a tuple of values (what routing ops carry).
+# A value as the numbering follows it: one array's number, or a tuple of values (what routing ops carry).
 Value = int | tuple
+# A salt: the literal's dtype and text.
+Salt = tuple[str, str]
+# How salts number: one function of the salt (all alike, each by its value, one told apart, by a label).
+SaltNumbers = Callable[[Salt], int]
+
+# A while loop's state is renumbered at most this many times (each round tells apart what the last one could).
+_LOOP_ROUNDS = 6
+_SALT = hash("fold_in salt")
+# What separates the words and numbers of a header attribute that enumerates positions.
+_POSITION_TOKENS = re.compile(r"[\s,;:{}()\[\]=\"]+")
+
+
+class Sameness(StrEnum):
+    """Two modules, their parameters paired: the same program, the same but for salts a rename does not explain,
+    or different."""
+
+    SAME = "same"
+    RNG = "rng"  # the same once RNG derivation is set aside: salts that a rename does not explain, RNG ops moved
+    DIFFERENT = "different"
+
+
+def same_program(old: HloModule, new: HloModule, pairs: Sequence[tuple[int, int]],
+                 salts_may_differ: bool) -> Sameness:
+    """Whether ``old`` and ``new`` are one program when the entry parameters numbered ``pairs`` (old, new) are the
+    same one, whatever the order of leaves (module doc). ``salts_may_differ``: whether the salts folded into keys
+    may differ as a one-to-one correspondence (parameters were renamed); else they must be the same."""
+    old_side = MatchSide(old, {o: ("pair", n) for n, (o, _) in enumerate(pairs)})
+    new_side = MatchSide(new, {q: ("pair", n) for n, (_, q) in enumerate(pairs)})
+
+    def prints(salt: SaltNumbers | tuple[SaltNumbers, SaltNumbers]) -> tuple[tuple, tuple]:
+        a, b = salt if isinstance(salt, tuple) else (salt, salt)
+        return _entry_print(old_side, a), _entry_print(new_side, b)
+
+    before, after = prints(lambda s: _SALT)
+    if before != after:
+        return Sameness.DIFFERENT
+    before, after = prints(lambda s: hash(("salt", s)))
+    if before == after:
+        return Sameness.SAME
+    if not salts_may_differ:
+        return Sameness.RNG
+    old_labels, new_labels = _salt_labels(old_side), _salt_labels(new_side)
+    if old_labels is None or new_labels is None or sorted(old_labels.values()) != sorted(new_labels.values()):
+        return Sameness.RNG
+    before, after = prints((lambda s: old_labels[s], lambda s: new_labels[s]))
+    return Sameness.SAME if before == after else Sameness.RNG
+
+
+def fold_in_salts(module: HloModule) -> list[Salt]:
+    """The salts a module folds into keys, one per ``fold_in`` call reading a literal, in the text's order."""
+    found = []
+    for comp in module.computations.values():
+        for instr in comp.instructions:
+            if _calls_fold_in(module, instr):
+                found += [s for s in (_salt(comp, ref) for ref in instr.operands) if s is not None]
+    return found
+
+
+def rng_derivation(old: HloModule, new: HloModule) -> Change:
+    """The RNG derivation that differs where the rest is a rename (``Sameness.RNG``), in numbers: ``fold_in`` calls
+    and the salts they fold, and the other calls of jax.random's functions (splits, draws)."""
+    return Change(ChangeKind.INSTRUCTIONS, Action.CHANGED, RNG_DERIVATION, count=_random_calls(new)[0],
+                  before=_derivation(old), after=_derivation(new))
+
+
+def reordered(pairs: Sequence[ParamPair]) -> list[ParamPair]:
+    """The paired entry parameters whose place among the pairs differs between the sides (numbers with gaps, as
+    RNG-state stripping leaves them, are places all the same)."""
+    both = [p for p in pairs if p.old is not None and p.new is not None]
+    old_rank = {p.old.index: n for n, p in enumerate(sorted(both, key=lambda p: p.old.index))}
+    new_rank = {p.new.index: n for n, p in enumerate(sorted(both, key=lambda p: p.new.index))}
+    return [p for p in both if old_rank[p.old.index] != new_rank[p.new.index]]
+
+
+def reorders(match: ModuleMatch) -> list[Change]:
+    """Entry parameters paired at another place, none renamed (a field reorder): one change, by path pattern."""
+    moved = Counter(p.new.pattern for p in reordered(match.params))
+    if not moved:
+        return []
+    return [Change(ChangeKind.RENAME, Action.CHANGED, "order", count=sum(moved.values()), before="leaf order",
+                   after="another order", groups=tuple(moved.most_common()))]
+
+
+_SALTS_SHOWN = 8
+
+
+def _derivation(module: HloModule) -> str:
+    """``fold_in x4 (salts 11, 11, 22, 22), other jax.random calls 6``"""
+    calls, others = _random_calls(module)
+    salts = sorted(literal for _, literal in fold_in_salts(module))
+    shown = ", ".join(salts[:_SALTS_SHOWN]) + (f" (+{len(salts) - _SALTS_SHOWN} more)" if len(salts) > _SALTS_SHOWN
+                                                else "")
+    text = f"fold_in x{calls - others}" + (f" (salts {shown}; {len(set(salts))} distinct)" if salts else "")
+    return f"{text}, other jax.random calls {others}"
+
+
+def _random_calls(module: HloModule) -> tuple[int, int]:
+    """Calls of jax.random's functions from outside them, and how many of those are not ``fold_in``."""
+    inside = random_computations(module)
+    calls = others = 0
+    for comp in module.computations.values():
+        if comp.name in inside:
+            continue
+        for instr in comp.instructions:
+            called = [c for c in instr.called_computations() if c in inside]
+            if instr.opcode in ("call", "fusion") and called:
+                calls += 1
+                others += not is_fold_in(called[0])
+    return calls, others
+
+
+def _salt_labels(side: MatchSide) -> dict[Salt, int] | None:
+    """Each salt's label: the entry numbered with that salt alone told apart from the others (what it reaches), or
+    None where two salts reach alike (they could not be told apart on the other side either)."""
+    salts = sorted(set(fold_in_salts(side.module)))
+    labels = {s: hash(_entry_print(side, lambda t, s=s: hash(("marked",)) if t == s else _SALT))
+              for s in salts}
+    return labels if len(set(labels.values())) == len(labels) else None
+
+
+def _calls_fold_in(module: HloModule, instr: Instruction) -> bool:
+    if instr.opcode not in ("call", "fusion"):
+        return False
+    called = instr.called_computations()
+    return len(called) == 1 and called[0] in module.computations and is_fold_in(called[0])
+
+
+def _salt(comp: Computation, ref: str) -> Salt | None:
+    operand = comp.by_name.get(ref)
+    if operand is None or operand.opcode != "constant" or operand.shape.dims:
+        return None
+    return operand.shape.dtype or "", operand.literal or ""
 
 
 class _Values:
-    """Each instruction's value: a fingerprint of what it computes, routing (tuples, their elements, barriers,
-    called and fused computations' parameters and roots) followed rather than fingerprinted, so that leaves carried in
-    another order are the same values."""
+    """Each instruction's value number (module doc): what it computes, routing followed rather than numbered, so
+    that leaves carried in another order are the same values."""
 
-    def __init__(self, module: HloModule, keys: dict[int, object]):
-        self.module = module
-        self.side = MatchSide(module, keys)
-        self.keys = keys
+    def __init__(self, side: MatchSide, salts: SaltNumbers):
+        self.module = side.module
+        self.side = side
+        self.keys = side.param_keys
+        self.salts = salts
 
     def computation(self, comp: Computation, params: list[Value] | None) -> dict[str, Value]:
         users = Counter(ref for instr in comp.instructions for ref in instr.operands)
@@ -54,7 +193,11 @@ class _Values:
             values[instr.name] = self.instruction(comp, instr, operands, params, users, values)
         return values
 
-    def instruction(self, comp: Computation, instr, operands: list[Value], params: list[Value] | None,
+    def called(self, name: str | None, args: list[Value]) -> Value | None:
+        callee = self.module.computations.get(name) if name else None
+        return None if callee is None else self.computation(callee, args)[callee.root.name]
+
+    def instruction(self, comp: Computation, instr: Instruction, operands: list[Value], params: list[Value] | None,
                     users: Counter, values: dict[str, Value]) -> Value:
         op = instr.opcode
         if op == "parameter":
@@ -70,24 +213,61 @@ class _Values:
             index = int(instr.attrs.get("index", -1))
             return operands[0][index] if 0 <= index < len(operands[0]) else 0
         if op in ("call", "fusion") and len(instr.called_computations()) == 1:
-            callee = self.module.computations.get(instr.called_computations()[0])
-            if callee is not None and is_fold_in(callee.name):
-                operands = [_SALT if _literal_scalar(comp, ref) else v for ref, v in zip(instr.operands, operands)]
-            if callee is not None:
-                return self.computation(callee, operands)[callee.root.name]
+            if _calls_fold_in(self.module, instr):
+                operands = [self._salted(comp, ref, v) for ref, v in zip(instr.operands, operands)]
+            value = self.called(instr.called_computations()[0], operands)
+            if value is not None:
+                return value
+        if op == "while" and len(operands) == 1:
+            value = self._loop(instr, operands[0])
+            if value is not None:
+                return value
+        if op == "conditional" and len(operands) >= 2:
+            value = self._branches(instr, operands)
+            if value is not None:
+                return value
         if op == "add":
             summed = sorted(_flat(v) for v in _summed(comp, instr, users, values))
             return hash(("add*", canonical_shape(instr.shape), tuple(summed)))
         callees = tuple(self.side.comp_fp.get(c, 0) for c in instr.called_computations())
         return hash((self.side.own[id(instr)], callees, tuple(_flat(v) for v in operands)))
 
+    def _salted(self, comp: Computation, ref: str, value: Value) -> Value:
+        salt = _salt(comp, ref)
+        return value if salt is None else self.salts(salt)
 
-_SALT = hash("fold_in salt")
+    def _loop(self, instr: Instruction, state: Value) -> Value | None:
+        """A while loop's results, element by element (module doc); None where its state is no tuple."""
+        body, condition = instr.attrs.get("body", "").lstrip("%"), instr.attrs.get("condition", "").lstrip("%")
+        if not isinstance(state, tuple) or body not in self.module.computations:
+            return None
+        starts = [_flat(v) for v in state]
+        labels = [hash(("loop state", s)) for s in starts]
+        for _ in range(_LOOP_ROUNDS):
+            out = self.called(body, [tuple(labels)])
+            if not isinstance(out, tuple) or len(out) != len(labels):
+                return None
+            refined = [hash(("loop state", s, _flat(o))) for s, o in zip(starts, out)]
+            stable = len(set(refined)) == len(set(labels))
+            labels = refined
+            if stable:
+                break
+        test = self.called(condition, [tuple(labels)])
+        loop = (self.side.own[id(instr)][2], _flat(test) if test is not None else 0)
+        return tuple(hash(("while", loop, label)) for label in labels)
 
-
-def _literal_scalar(comp: Computation, ref: str) -> bool:
-    operand = comp.by_name.get(ref)
-    return operand is not None and operand.opcode == "constant" and not operand.shape.dims
+    def _branches(self, instr: Instruction, operands: list[Value]) -> Value | None:
+        """A conditional's results: each branch run on its operand, element by element where they are tuples."""
+        names = instr.called_computations()
+        if len(names) != len(operands) - 1:
+            return None
+        results = [self.called(name, [arg]) for name, arg in zip(names, operands[1:])]
+        if any(r is None for r in results):
+            return None
+        selector = (self.side.own[id(instr)][2], _flat(operands[0]))
+        if all(isinstance(r, tuple) and len(r) == len(results[0]) for r in results):
+            return tuple(hash(("branches", selector, tuple(_flat(e) for e in column))) for column in zip(*results))
+        return hash(("branches", selector, tuple(_flat(r) for r in results)))
 
 
 def _wrapped(value: Value) -> Value:
@@ -100,27 +280,41 @@ def _flat(value: Value) -> int:
     return hash(tuple(_flat(v) for v in value)) if isinstance(value, tuple) else value
 
 
-def _entry_print(module: HloModule, keys: dict[int, object]) -> tuple:
+def _entry_print(side: MatchSide, salts: SaltNumbers) -> tuple:
+    """The entry numbered (``_Values``): its outputs keyed by the parameter each aliases, and what nothing reads."""
+    module, keys = side.module, side.param_keys
     entry = module.entry
-    values = _Values(module, keys).computation(entry, None)
+    values = _Values(side, salts).computation(entry, None)
     root = entry.root
     outputs: list[tuple] = []
     if root.opcode == "tuple":
-        aliased = {output[0]: param for output, param in output_aliases(module.header_attrs) if len(output) == 1}
-        unaliased = 0
+        # The header numbers parameters among those the entry has (RNG-state stripping keeps the others' numbers).
+        numbers = sorted(p.parameter_number for p in entry.parameters)
+        aliased = {output[0]: numbers[param] for output, param in output_aliases(module.header_attrs)
+                   if len(output) == 1 and param < len(numbers)}
         for position, ref in enumerate(root.operands):
-            if position in aliased:
-                key = keys.get(aliased[position], ("unpaired", aliased[position]))
-            else:
-                key, unaliased = ("output", unaliased), unaliased + 1
+            key = keys.get(aliased[position], ("unpaired", aliased[position])) if position in aliased else "output"
             outputs.append((repr(key), _flat(values.get(ref, 0))))
         outputs.sort()
     read = {ref for instr in entry.instructions for ref in instr.operands}
     unread = sorted(_flat(values[i.name]) for i in entry.instructions if i is not root and i.name not in read)
-    return tuple(outputs) or _flat(values[root.name]), tuple(unread)
+    return tuple(outputs) or _flat(values[root.name]), tuple(unread), _header_print(module.header_attrs)
 
 
-def _summed(comp: Computation, instr, users: Counter, values: dict[str, Value]) -> list[Value]:
+def _header_print(header: Mapping[str, str]) -> tuple:
+    """The module's attributes as no order of parameters and outputs reaches them: one that enumerates positions
+    (aliases, layouts, per-argument flags) as the multiset of its words and numbers (a position moved keeps them; an
+    alias made ``must-alias``, a flag turned, a layout changed does not), any other as it is."""
+    printed = []
+    for key, value in sorted(header.items()):
+        if position_entries(key, value) is None:
+            printed.append((key, value))
+        else:
+            printed.append((key, tuple(sorted(t for t in _POSITION_TOKENS.split(value) if t))))
+    return tuple(printed)
+
+
+def _summed(comp: Computation, instr: Instruction, users: Counter, values: dict[str, Value]) -> list[Value]:
     """What a chain of ``add`` of one shape sums: the operands of the adds only it reads, flattened."""
     found, stack = [], list(instr.operands)
     while stack:
