@@ -117,3 +117,13 @@ def test_a_block_frozen_by_a_wrong_filter_is_gradient_reach_lost(project):
     assert lost["subject"].endswith("lost") and lost["count"] == 4  # the first block's two Linear: w and b each
     assert sorted(lost["place"]["paths"]) == ["net.layers.0.lin1.bias", "net.layers.0.lin1.weight",
                                               "net.layers.0.lin2.bias", "net.layers.0.lin2.weight"]
+
+
+def test_a_field_reorder_passes_the_gate_as_renamed_only(project):
+    """The reorder against the base's golden: the same program, its leaves in another order (exit 0, advisory)."""
+    _as_base(project, "reordered")
+    _write_config(project, ["reordered"])
+    ran = hlo_audit_here(project, "check", "--format", "json")
+    assert ran.returncode == 0, ran.stdout[-3000:]
+    (text,) = [f for f in json.loads(ran.stdout)["findings"] if f["rule"] == "hlo_text"]
+    assert text["severity"] == "advisory" and "renamed-only" in text["message"], text
