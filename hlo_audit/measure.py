@@ -54,6 +54,12 @@ class Rounds:
     host_calls: int = 50  # calls per round of the trivial-body twin (the host figure)
 
 
+# The most each of those may ask (docs/commands.md): past them a run is a typo that would run until killed (a
+# thousand calls of a 30 ms step a round take 30 s; --calls 10000 x --rounds 100 of it, over eight hours), not a
+# measurement. (least, most) per ``measure`` option.
+ROUNDS_RANGE, WARMUP_RANGE, CALLS_RANGE, HOST_CALLS_RANGE = (1, 100), (0, 1_000), (1, 10_000), (1, 100_000)
+
+
 # What `check` and `golden update` spend on a host figure (the rule reads its leaves; its time is the words).
 CHECK_ROUNDS = Rounds(rounds=3, warmup=1, calls=1, host_calls=20)
 
@@ -489,7 +495,9 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
     cell that cannot be built or run here is a row saying why; the others still run. ``measured(row)`` is called as
     each group's rows are done (a long run on a chip shows what it has so far)."""
     from hlo_audit.host_cost import host_cost  # noqa: PLC0415
+    from hlo_audit.preflight import check_backend  # noqa: PLC0415
 
+    check_backend("measure")  # no device to run on is the environment's: one line, not a failing row per cell
     rows_done, comparisons, findings = [], [], []
     for group in groups(cells, across):
         steps, rows = [], {}
@@ -520,8 +528,12 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
 
 
 def _timed(steps: list[Step], rounds: Rounds, save_text, rows: dict[str, CellMeasurement]) -> list[StepTiming]:
+    from hlo_audit.files import OutputError  # noqa: PLC0415
+
     try:
         return time_group(steps, rounds, save_text)
+    except OutputError:  # --save-compiled cannot be written: the user's to fix (one line, exit 2), not a cell's
+        raise
     except Exception as exc:  # noqa: BLE001 (out of memory, a step that cannot chain: the group's rows say so)
         why = _why(exc)
         for step in steps:
