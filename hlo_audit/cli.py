@@ -155,7 +155,9 @@ MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write 
                                                  "'-', a device or a FIFO. The summary is appended to "
                                                  "$GITHUB_STEP_SUMMARY whenever that is set (a warning, never "
                                                  "a failure, when it cannot be).")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List every finding, ok cells included.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List every finding, ok cells included, and the "
+                                          "warnings jax gives for what the step chose (a donated buffer it cannot "
+                                          "use), which are left out otherwise.")]
 
 
 @app.command()
