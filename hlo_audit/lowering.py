@@ -35,8 +35,13 @@ class CellConfigError(Exception):
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception as one line: its own message, or its type when it has none."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """An exception as one line: its own message, or its type when it has none (or cannot say one: a ``__str__``
+    that raises is a user's bug too, never a traceback here)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001
+        text = ""
+    return " ".join(text.split()) or type(exc).__name__
 
 
 # The libraries a lowering runs through: a failure raised inside them is the user's call's fault, said first.
@@ -72,7 +77,20 @@ def import_failure(module_name: str, exc: BaseException) -> str:
                                                                module_name.startswith(exc.name + ".")):
         return f"cannot import {module_name!r}: {one_line(exc)}"
     message = exc.msg if isinstance(exc, SyntaxError) and exc.msg else one_line(exc)
+    if isinstance(exc, SyntaxError) and not exc.filename:  # a null byte: Python names no file, the module is it
+        exc.filename = _origin(module_name)
     return f"importing {module_name!r} failed: {type(exc).__name__}: {' '.join(message.split())} ({where_raised(exc)})"
+
+
+def _origin(module_name: str) -> str | None:
+    """The file a module is loaded from, found without running it (its parent packages imported already)."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except Exception:  # noqa: BLE001 (nothing more to name)
+        return None
+    return spec.origin if spec is not None else None
 
 
 def _machinery_roots() -> tuple[str, ...]:
@@ -96,7 +114,7 @@ def _frame_place(frame: traceback.FrameSummary) -> str:
             path = str(Path(filename).resolve().relative_to(Path.cwd().resolve()))
         except (ValueError, OSError):  # outside the working folder, or no working folder any more
             path = Path(filename).name
-    return f"{path}:{frame.lineno}"
+    return f"{path}:{frame.lineno}" if frame.lineno else path
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,27 @@ def test_a_module_the_target_imports_missing_names_the_importing_line(tmp_path):
     assert line.endswith("cannot import 'needs_missing': No module named 'needs_missing'"), line
 
 
+HOSTILE_MODULES = [
+    ("exits_at_import", "import sys\nsys.exit(3)\n", "SystemExit: 3 (exits_at_import.py:2)"),
+    ("null_byte", "x = 1\x00\n", "SyntaxError: source code string cannot contain null bytes (null_byte.py)"),
+    ("not_utf8", 'x = "\udcff"\n', "SyntaxError: (unicode error) 'utf-8' codec can't decode byte 0xff in "
+                                   "position 0: invalid start byte (not_utf8.py:1)"),
+    ("str_raises", "class Odd(Exception):\n    def __str__(self):\n        raise ValueError('no')\n\n\nraise Odd()\n",
+     "Odd: Odd (str_raises.py:6)"),
+    ("says_lines", "raise ValueError('one\\ntwo\\x1b[31m')\n", "ValueError: one two\\x1b[31m (says_lines.py:1)"),
+    ("recurses", "def f(n):\n    return f(n + 1)\n\n\nf(0)\n", "RecursionError: maximum recursion depth exceeded "
+                                                             "(recurses.py:2)"),
+]
+
+
+@pytest.mark.parametrize("module,source,said", HOSTILE_MODULES, ids=[m for m, _, _ in HOSTILE_MODULES])
+def test_a_module_failing_at_import_in_any_way_is_one_line(tmp_path, module, source, said):
+    (tmp_path / f"{module}.py").write_bytes(source.encode("utf-8", "surrogateescape"))
+    (tmp_path / "hlo-audit.toml").write_text(f'target = "{module}:lower"\nmodels = ["m"]\n')
+    line = one_line(hlo_audit_here(tmp_path, "list"))
+    assert line.endswith(f"importing {module!r} failed: {said}"), line
+
+
 # --------------------------------------------------------------------------------------------------------------
 # measure
 # --------------------------------------------------------------------------------------------------------------
