@@ -576,23 +576,27 @@ def _why(exc: BaseException) -> str:
 
 
 def record(report: MeasureReport, golden_dir) -> tuple[str, ...]:
-    """Each measured cell's figures written into its golden summary (``host``, ``measured``), atomically; a cell
+    """Each measured cell's figures written into its golden summary (``host``, ``measured``), all in one swap of the
+    golden store (``golden.store.publish``: atomic, each file keeping its mode, as `golden update` writes); a cell
     without a golden is skipped (`golden update` writes it first). Returns the ids written."""
     from dataclasses import replace  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
 
-    from hlo_audit.files import write_atomic  # noqa: PLC0415
     from hlo_audit.golden.record import dumps  # noqa: PLC0415
     from hlo_audit.golden.snapshot import summary_path  # noqa: PLC0415
+    from hlo_audit.golden.store import publish  # noqa: PLC0415
 
-    written = []
+    root = Path(golden_dir)
+    files, written = {}, []
     for row in report.cells:
         golden = _golden(golden_dir, row.cell)
         if golden is None or row.host is None:
             continue
         updated = replace(golden, host=row.host,
                           measured=row.timing.to_record() if row.timing is not None else golden.measured)
-        write_atomic(summary_path(golden_dir, row.cell), dumps(updated.to_json()))
+        files[str(Path(summary_path(root, row.cell)).relative_to(root))] = dumps(updated.to_json())
         written.append(row.cell)
+    publish(root, files)
     return tuple(written)
 
 

@@ -221,3 +221,25 @@ def test_a_verdict_needs_ranges_apart_and_a_minimum_effect(a, b, verdict, said):
     change = measure.MetricChange("queued_ms", Spread(*a), Spread(*b))
     assert change.beyond_noise is verdict
     assert words.measured_change(change) == said
+
+
+def test_measure_record_writes_goldens_as_golden_update_does(tmp_path):
+    """`measure --record` rewrote golden summaries with mode 600 (mkstemp's), unreadable to a CI user beside the
+    owner (issue 37); it writes them as `golden update` does now: one swap of the golden store, the same mode."""
+    folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    summary = folder / "golden" / "nnxjit" / "scan-off" / "none" / "L2.json"
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    mode = summary.stat().st_mode & 0o777
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--record", "--host-calls", "5", "--rounds", "1")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(summary.read_text())["host"]["leaves"] == 66
+    assert summary.stat().st_mode & 0o777 == mode == 0o666 & ~_umask()
+    assert sorted(p.name for p in summary.parent.iterdir()) == ["L2.hlo.txt", "L2.json"]
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
