@@ -97,10 +97,46 @@ def check_backend(command: str) -> None:
     if failure is None:
         _pass_on(held)
         return
-    asked = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms
+    raise _unstartable(command, os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms, failure)
+
+
+def check_platforms() -> None:
+    """Raise ``EnvironmentProblem`` when ``JAX_PLATFORMS`` (set by the user: hlo-audit sets only ``cpu``) names a
+    backend this host cannot start, asked of a child process before any cell lowers (a worker, or this process,
+    would otherwise fail every cell alike: exit 1, "a failing cell", for the environment's fault)."""
+    asked = os.environ.get("JAX_PLATFORMS", "").strip()
+    if asked and asked != "cpu":
+        failure = _platforms_problem(asked)
+        if failure:
+            raise _unstartable("", asked, failure)
+
+
+_PLATFORMS_PROBE = "import jax; jax.devices()"
+
+
+@functools.cache
+def _platforms_problem(asked: str) -> str | None:
+    """jax's reason for not starting ``asked`` (the last line a child process says), or None when it starts."""
+    env = {**os.environ, "JAX_PLATFORMS": asked}
+    env.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu must not ask a cloud metadata server (host.py)
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PLATFORMS_PROBE], capture_output=True, text=True, env=env,
+                               timeout=300, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None  # could not ask: the lowering will say what it says
+    if probe.returncode == 0:
+        return None
+    last = [line for line in probe.stderr.splitlines() if line.strip()]
+    # "RuntimeError: Unable to initialize backend 'tpu': ...", or a bare "AssertionError" (no backend left)
+    said = last[-1].split(": ", 1)[1] if last and ": " in last[-1] else ""
+    return _UNABLE.sub("", _JAX_ADVICE.sub("", " ".join(said.split()))) or "no device of it"
+
+
+def _unstartable(command: str, asked: str | None, failure: str) -> EnvironmentProblem:
+    """``measure: JAX_PLATFORMS=tpu asks for tpu, which this host cannot start (...); this host has cpu (1 x cpu)``"""
     setting = f"JAX_PLATFORMS={asked} asks for {asked}" if asked else "jax asks for its default backend"
-    raise EnvironmentProblem(f"{command}: {setting}, which this host cannot start ({failure}); this host has "
-                             f"{_host_backends()}")
+    return EnvironmentProblem(f"{command + ': ' if command else ''}{setting}, which this host cannot start "
+                              f"({failure}); this host has {_host_backends()}")
 
 
 @contextlib.contextmanager

@@ -181,6 +181,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
     if not pending:
         return
     preflight.check_xla_flags()  # XLA aborts the process that lowers on a flag it refuses: asked in a child first
+    preflight.check_platforms()  # JAX_PLATFORMS=tpu on a host without one: one line, not every cell failing
     # A worker compiling a TPU cell holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
     workers = host.workers_for([platforms.of(cell).worker_bytes(cell) for cell, _ in pending], jobs)
     if workers <= 1:

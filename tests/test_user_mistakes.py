@@ -187,6 +187,19 @@ def test_measure_on_a_host_without_the_asked_device_is_one_line(tmp_path):
     assert line.endswith("; this host has cpu (1 x cpu)"), line
 
 
+@pytest.mark.skipif(host._has_accelerator_device(), reason="the host has an accelerator: it may start the backend")
+def test_a_backend_the_host_cannot_start_is_one_line_before_any_cell_lowers(tmp_path):
+    """`check` and `run` lowered every cell into the same failure (exit 1, "a failing cell"): now one line, exit 2,
+    asked of a child process before any cell lowers, with workers or without."""
+    folder = target_project(tmp_path, "good_platforms", GOOD)
+    for ran in (shell(folder, "run", "--jobs", "2", env={"JAX_PLATFORMS": "bogus"}),
+                hlo_audit_here(folder, "check", env={"JAX_PLATFORMS": "bogus"})):
+        line = one_line(ran)
+        assert line.startswith("hlo-audit: error: JAX_PLATFORMS=bogus asks for bogus, which this host cannot start "
+                               "(Backend 'bogus' is not in the list of known backends"), line
+        assert line.endswith("; this host has cpu (1 x cpu)"), line
+
+
 @pytest.mark.parametrize("option,value,said", [
     ("--rounds", "1e23", "Input should be a valid integer"),
     ("--rounds", "100000000000000000000000", "less than or equal to 100"),
