@@ -247,14 +247,17 @@ def test_measure_baseline_no_cell_has_is_one_line(tmp_path, args, said):
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Other commands' numbers
+# Other commands' options
 # --------------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("args,said", [
     (("count", "--top", "-1", "x.hlo"), "count: Invalid value for '--top': "),
     (("diff", "--max-lines", "-1", "a.hlo", "b.hlo"), "diff: Invalid value for '--max-lines': "),
+    # A file ignores --module; a broken one was accepted for it, and refused only for a dump folder.
+    (("count", "--module", "(", "x.hlo"), "--module '(': not a regular expression: missing ), unterminated"),
+    (("diff", "--module", "[", "a.hlo", "b.hlo"), "--module '[': not a regular expression: unterminated"),
 ])
-def test_negative_counts_are_refused(tmp_path, args, said):
+def test_options_that_can_mean_nothing_are_refused(tmp_path, args, said):
     line = one_line(hlo_audit_here(tmp_path, *args))
     assert line.startswith(f"hlo-audit: error: {said}"), line
