@@ -252,7 +252,7 @@ def _nothing_to_fit(results: list) -> str:
         reasons: dict[str, int] = {}
         for r in unavailable:
             reasons[r.message] = reasons.get(r.message, 0) + 1
-        why = "; ".join(f"{n} cells: {message}" for message, n in reasons.items())
+        why = "; ".join(f"{n} {words.plural(n, 'cell')}: {message}" for message, n in reasons.items())
         return f"scaling: every selected cell is unavailable here, so there is nothing to fit ({why})"
     depths = sorted({r.cell.layers for r in results if r.status == "ok"})
     return (f"scaling: no depth series to fit: a series needs two or more depths of one cell, and the selected "

@@ -170,7 +170,7 @@ def _gradient(c: Change, kind: str, where: str) -> str:
             f"{'no longer depend' if lost else 'depend'} on the batch; {c.after} of {c.before} now): "
             f"{_common(c.place.paths)}")
     if c.instructions or c.groups:
-        text += f"; {c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+        text += f"; {c.instructions:+,} {_noun(c.instructions, 'instruction')}" + (f" ({_ops(c)})" if c.groups else "")
     return text
 
 
@@ -205,7 +205,7 @@ def _loops(c: Change, kind: str, where: str) -> str:
         verb = "added" if c.action is Action.ADDED else "removed"
         text = f"{kind}: a loop {verb}: {c.before}"
     if c.subject != TRIP_COUNT and c.instructions:
-        text += f"; {c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+        text += f"; {c.instructions:+,} {_noun(c.instructions, 'instruction')}" + (f" ({_ops(c)})" if c.groups else "")
     return f"{text}; {where}".rstrip("; ")
 
 
@@ -216,7 +216,7 @@ def _remat(c: Change, kind: str, where: str) -> str:
     else:
         verb = "added" if c.action is Action.ADDED else "removed"
         text = f"{kind}: rematerialization {verb} at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: " \
-               f"{c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+               f"{c.instructions:+,} {_noun(c.instructions, 'instruction')}" + (f" ({_ops(c)})" if c.groups else "")
         text += f"; {c.after}" if c.after else ""
     return f"{text}; {where}".rstrip("; ")
 

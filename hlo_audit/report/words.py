@@ -61,7 +61,7 @@ def captured_text(captured: CapturedState | None) -> str:
         return "unknown"
     by_dtype = captured.by_dtype_most_first
     detail = f" ({counts_text(by_dtype)})" if by_dtype else ""
-    return f"{captured.arrays} arrays, {human_bytes(captured.bytes)}{detail}"
+    return f"{captured.arrays} {plural(captured.arrays, 'array')}, {human_bytes(captured.bytes)}{detail}"
 
 
 def rng_headline(rng: RngSummary) -> str:
