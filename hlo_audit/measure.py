@@ -16,7 +16,7 @@ typed PRNG keys for key-typed leaves. What is measured, each as min / median / m
 A/B: cells that differ only in one axis (``across``, the variant axis ``quant`` by default) are measured together,
 round by round in turn (A, B, A, B, ...), and each is compared with the group's first; the recorded figures beside a
 cell's golden (``measure --record``) are the other side for a cell measured alone. A difference gets a verdict only
-when the two [min, max] ranges do not overlap and the medians differ by at least ``MIN_EFFECT`` (1%); else it is
+when the two [min, max] ranges do not overlap and the medians differ by at least 1% (``ab_verdicts``); else it is
 within noise. Comparing against another git revision is
 left to two cells of one config (a variant axis): two source trees in one process would share jax's caches and
 flax's global state, and two processes cannot hold one TPU chip at once, so their rounds could not interleave.
@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
@@ -94,49 +95,6 @@ class StepTiming:
                    compile_s=float(record["compile_s"]), argument_bytes=record.get("argument_bytes"),
                    temp_bytes=record.get("temp_bytes"), runtime_peak_bytes=record.get("runtime_peak_bytes"),
                    device=record.get("device", ""), **spreads)
-
-
-# The least difference of medians a verdict is given for, as a fraction of A's: three rounds whose ranges happen
-# not to overlap by microseconds are not "slower" (+0.0%, issue 40). 1%: on the TPU v5e chip (docs/chip-2026-12-05)
-# the leak's queued step time, where the device hides the host's extra work, came out +0.3% to +0.6% with the
-# ranges apart; the differences a reader acts on (host time, blocked steps) were +1.3% to +73%.
-MIN_EFFECT = 0.01
-
-
-@dataclass(frozen=True)
-class MetricChange:
-    """One metric of B against A: both spreads, the ratio of medians, and whether that is a difference: the ranges
-    apart and the medians at least ``MIN_EFFECT`` apart."""
-
-    metric: str
-    a: Spread
-    b: Spread
-    min_effect: float = MIN_EFFECT
-
-    @property
-    def ratio(self) -> float:
-        return self.b.median / self.a.median if self.a.median else math.inf
-
-    @property
-    def separated(self) -> bool:
-        """The two [min, max] ranges do not overlap."""
-        return not self.a.overlaps(self.b)
-
-    @property
-    def beyond_noise(self) -> bool:
-        """A verdict: the ranges apart, and an effect of at least ``min_effect``."""
-        return self.separated and abs(self.ratio - 1) >= self.min_effect
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """B (``cell``) against A (``baseline``: the group's first cell, or the golden's recorded figures)."""
-
-    baseline: str
-    cell: str
-    recorded: bool  # A is the golden's record (measured another time, maybe elsewhere), not interleaved rounds
-    leaves: tuple[int, int]
-    changes: tuple[MetricChange, ...]
 
 
 @dataclass(frozen=True)
@@ -465,15 +423,8 @@ def host_figure(step: Step, rounds: Rounds) -> HostFigure:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# A against B
+# A against B (each metric's verdict: ``ab_verdicts``)
 # --------------------------------------------------------------------------------------------------------------
-
-METRICS = ("blocked_ms", "queued_ms", "host_ms")
-
-
-def compare(a: StepTiming, b: StepTiming, recorded: bool = False) -> Comparison:
-    return Comparison(baseline=a.cell, cell=b.cell, recorded=recorded, leaves=(a.leaves, b.leaves),
-                      changes=tuple(MetricChange(m, getattr(a, m), getattr(b, m)) for m in METRICS))
 
 
 def groups(cells: Sequence[Cell], across: str) -> list[list[Cell]]:

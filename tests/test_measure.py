@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_audit import measure
+from hlo_audit import ab_verdicts, measure
 from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.host_cost import HostFigure, Spread, host_cost
@@ -115,7 +115,7 @@ def test_measure_times_the_pair_interleaved(tmp_path):
         assert parse_module(saved[row.cell], row.cell).entry.name
     (compared,) = report.comparisons  # the jax.jit cell is a group of one, with no recorded timing
     assert (compared.baseline, compared.cell) == (cells[0].id, cells[1].id)
-    assert compared.leaves == (66, 102) and [m.metric for m in compared.changes] == list(measure.METRICS)
+    assert compared.leaves == (66, 102) and [m.metric for m in compared.changes] == list(ab_verdicts.METRICS)
     assert report.host_findings == ()  # nothing recorded beside goldens: the rule compares nothing
 
 
@@ -218,7 +218,7 @@ def test_golden_update_accepts_the_leak_and_its_figure(tmp_path):
     ((100.0, 100.0, 100.0), (101.0, 101.0, 101.0), True, "+1.0% (slower, beyond noise)"),  # the floor: a verdict
 ])
 def test_a_verdict_needs_ranges_apart_and_a_minimum_effect(a, b, verdict, said):
-    change = measure.MetricChange("queued_ms", Spread(*a), Spread(*b))
+    change = ab_verdicts.MetricChange("queued_ms", Spread(*a), Spread(*b))
     assert change.beyond_noise is verdict
     assert words.measured_change(change) == said
 

@@ -531,7 +531,7 @@ _MESSAGES: dict[type, Callable] = {
 # `hlo-audit measure`: a step timed here, A against B, and what the figures recorded beside goldens say.
 
 def measured_change(change) -> str:
-    """One metric of B against A (``measure.MetricChange``): ``+26.1% (slower, beyond noise)``, ``+0.4% (within
+    """One metric of B against A (``ab_verdicts.MetricChange``): ``+26.1% (slower, beyond noise)``, ``+0.4% (within
     noise)`` (the ranges overlap), or ``+0.3% (under the 1% minimum effect)`` (apart, but too little to call)."""
     ratio = change.ratio - 1
     if change.beyond_noise:
