@@ -132,16 +132,21 @@ def params_frame(config: str | None = None, only: str | None = None, layers: str
     return tidy_frame(report(p, list(execute(p, jobs=jobs, use_cache=use_cache, refresh=refresh))))
 
 
-def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: str = "none", timing: bool = True,
-            record: bool = False, save_text: Callable[[str, str], None] | None = None,
+def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: str | None = None,
+            timing: bool = True, record: bool = False, save_text: Callable[[str, str], None] | None = None,
             measured: Callable[[measuring.CellMeasurement], None] | None = None) -> measuring.MeasureReport:
-    """The plan's cells run here (``measure.measure_cells``), each group's ``baseline`` value of ``across`` first;
-    with ``record``, their figures written beside their goldens."""
+    """The plan's cells run here (``measure.measure_cells``), each group's ``baseline`` value of ``across`` first
+    (default ``none``, where a cell has it); with ``record``, their figures written beside their goldens."""
     if across not in measuring.ACROSS:
         raise InputError(f"--across {across}: expected one of {', '.join(measuring.ACROSS)}")
     if record:
         writable(p)  # before anything is measured
-    cells = sorted(p.cells, key=lambda c: getattr(c, across) != _typed(getattr(p.cells[0], across), baseline))
+    labels = {c: _axis_label(c, across) for c in p.cells}
+    if baseline is not None and baseline not in labels.values():
+        raise InputError(f"--baseline {baseline}: no selected cell has {across} {baseline!r} (they have "
+                         f"{', '.join(sorted(set(labels.values())))})")
+    first = "none" if baseline is None else baseline
+    cells = sorted(p.cells, key=lambda c: labels[c] != first)
     report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
                                      p.config.rules.host_cost_tolerance, "hlo-audit measure --record", measured)
     if record:
@@ -149,8 +154,6 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
     return report
 
 
-def _typed(example, value: str):
-    """``value`` as the axis holds it (scan: a bool; layers: an int)."""
-    if isinstance(example, bool):
-        return value in ("on", "true", "1")
-    return type(example)(value)
+def _axis_label(cell, axis: str) -> str:
+    """The cell's value of ``axis`` as its id and ``--baseline`` write it (scan: on / off; layers: 4)."""
+    return cell.scan_label if axis == "scan" else str(getattr(cell, axis))

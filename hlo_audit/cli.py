@@ -15,7 +15,7 @@ from hlo_audit import merge as merge_reader
 from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, OneLineUsageErrors,
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
-from hlo_audit.files import append_output, check_output, working_directory, write_output
+from hlo_audit.files import append_output, check_output, check_output_folder, working_directory, write_output
 from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
                               terminal_tree, words)
 
@@ -155,7 +155,9 @@ MarkdownOpt = Annotated[str | None, typer.Option("--markdown", help="Also write 
                                                  "'-', a device or a FIFO. The summary is appended to "
                                                  "$GITHUB_STEP_SUMMARY whenever that is set (a warning, never "
                                                  "a failure, when it cannot be).")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List every finding, ok cells included.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", "-v", help="List every finding, ok cells included, and the "
+                                          "warnings jax gives for what the step chose (a donated buffer it cannot "
+                                          "use), which are left out otherwise.")]
 
 
 @app.command()
@@ -165,7 +167,7 @@ def count(
     module: ModuleOpt = None,
     stage: DumpStageOpt = DumpStage.before,
     fmt: FormatOpt = Format.table,
-    top: Annotated[int, typer.Option(help="Groups to show in table/markdown (0: all).")] = 20,
+    top: Annotated[int, typer.Option(min=0, help="Groups to show in table/markdown (0: all).")] = 20,
     params: Annotated[bool, typer.Option("--params", help="JSON: list every entry parameter.")] = False,
 ) -> None:
     """Count entry parameters by dtype, role and state-path group. Exit 2 if any input could not be read."""
@@ -187,7 +189,7 @@ def diff(
     stage: DumpStageOpt = DumpStage.before,
     fmt: FormatOpt = Format.table,
     text: Annotated[bool, typer.Option("--text", help="Also show the normalized text diff (--max-lines).")] = False,
-    max_lines: Annotated[int, typer.Option(help="Lines of normalized text diff --text shows.")] = 200,
+    max_lines: Annotated[int, typer.Option(min=0, help="Lines of normalized text diff --text shows.")] = 200,
 ) -> None:
     """Diff two modules: the verdict, every change named with its place, parameters, op histogram; the normalized text
     on request (--text). Exit 1 if the programs differ (renamed-only is the same program: exit 0)."""
@@ -250,7 +252,7 @@ def _nothing_to_fit(results: list) -> str:
         reasons: dict[str, int] = {}
         for r in unavailable:
             reasons[r.message] = reasons.get(r.message, 0) + 1
-        why = "; ".join(f"{n} cells: {message}" for message, n in reasons.items())
+        why = "; ".join(f"{n} {words.plural(n, 'cell')}: {message}" for message, n in reasons.items())
         return f"scaling: every selected cell is unavailable here, so there is nothing to fit ({why})"
     depths = sorted({r.cell.layers for r in results if r.status == "ok"})
     return (f"scaling: no depth series to fit: a series needs two or more depths of one cell, and the selected "
@@ -406,20 +408,28 @@ def explain(
     emit("explain", fmt, tree=tree, captured=captured, launches=loaded.launches, against=loaded.against)
 
 
+_ROUNDS, _CALLS = audit.measuring.ROUNDS_RANGE, audit.measuring.CALLS_RANGE
+_WARMUP, _HOST_CALLS = audit.measuring.WARMUP_RANGE, audit.measuring.HOST_CALLS_RANGE
+
+
 @app.command("measure")
 @exit_on_input_error
 def measure_cmd(
     cells: Annotated[list[str] | None, typer.Argument(metavar="[CELL]...", help="Cell ids to measure (default: "
                                                       "every cell --only selects).")] = None,
     config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = None,
-    rounds: Annotated[int, typer.Option(min=1, help="Rounds, interleaved across the cells compared.")] = 3,
-    calls: Annotated[int, typer.Option(min=1, help="Timed calls per loop (blocked, then queued) per round.")] = 20,
-    warmup: Annotated[int, typer.Option(min=0, help="Untimed calls before each round.")] = 3,
-    host_calls: Annotated[int, typer.Option(min=1, help="Calls per round of the trivial-body twin that times the "
-                                            "host's work per call.")] = 50,
+    rounds: Annotated[int, typer.Option(min=_ROUNDS[0], max=_ROUNDS[1], help="Rounds, interleaved across the "
+                                        "cells compared.")] = 3,
+    calls: Annotated[int, typer.Option(min=_CALLS[0], max=_CALLS[1], help="Timed calls per loop (blocked, then "
+                                       "queued) per round.")] = 20,
+    warmup: Annotated[int, typer.Option(min=_WARMUP[0], max=_WARMUP[1], help="Untimed calls before each round.")]
+    = 3,
+    host_calls: Annotated[int, typer.Option(min=_HOST_CALLS[0], max=_HOST_CALLS[1], help="Calls per round of the "
+                                            "trivial-body twin that times the host's work per call.")] = 50,
     across: Annotated[str, typer.Option(help="The axis A/B compares across: cells equal but in it are measured "
                                         "together, each against the group's baseline.")] = "quant",
-    baseline: Annotated[str, typer.Option(help="The value of --across each group is compared with.")] = "none",
+    baseline: Annotated[str | None, typer.Option(help="The value of --across each group is compared with "
+                                                 "(default: none, where a group has it).")] = None,
     host_only: Annotated[bool, typer.Option("--host-only", help="Only the host figure (no step run at the "
                                             "cell's sizes): what the host_cost rule gates, on any machine.")] = False,
     record: Annotated[bool, typer.Option("--record", help="Write each cell's host figure (and timing) into its "
@@ -437,7 +447,7 @@ def measure_cmd(
     plan = audit.plan(config, _only(selection or None), None, layers)
     report = audit.measure(plan, audit.measuring.Rounds(rounds, warmup, calls, host_calls), across, baseline,
                            timing=not host_only, record=record,
-                           save_text=_compiled_writer(save_compiled) if save_compiled else None,
+                           save_text=_compiled_writer(save_compiled) if save_compiled is not None else None,
                            measured=lambda row: print(words.measured_line(row), file=sys.stderr, flush=True))
     emit("measure", fmt, report=report)
     failed = any(row.problem for row in report.cells) or any(f.worse for _, f in report.host_findings)
@@ -447,8 +457,8 @@ def measure_cmd(
 def _compiled_writer(folder: str):
     import pathlib  # noqa: PLC0415
 
+    check_output_folder(folder, "--save-compiled")  # before any cell runs; the folder is made at the first write
     root = pathlib.Path(folder)
-    root.mkdir(parents=True, exist_ok=True)
     return lambda cell_id, text: write_output(root / (cell_id.replace("/", "__") + ".hlo.txt"), text,
                                               "--save-compiled", "compiled")
 

@@ -134,6 +134,25 @@ def check_output(path: Path | str, option: str, suggested_name: str = "report.tx
         raise OutputError(f"{option} {path}: cannot write: permission denied in {parent}")
 
 
+def check_output_folder(path: Path | str, option: str) -> None:
+    """Refuse, before any work is done, a folder to write files into that can never be one: empty, a file or
+    anything else that is not a folder, a path below a file, a folder nobody may write in (the nearest one that
+    exists, for a path still to be made)."""
+    if not str(path):
+        raise OutputError(f"{option}: expected a folder, got an empty path")
+    path = absolute(path, f"{option} {path}")
+    info = _stat(path, option)
+    if info is not None and not stat.S_ISDIR(info.st_mode):
+        raise OutputError(f"{option} {path}: not a folder")
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"{option} {path}: cannot write: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: cannot write: permission denied in {folder}")
+
+
 def write_output(path: Path | str, text: str, option: str, suggested_name: str = "report.txt") -> None:
     """Write a report where the user asked for it, as asked.
 

@@ -4,6 +4,7 @@ folder, parsed now; or a cell id, its result from the cache (else lowered now). 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,12 +55,24 @@ class CellNotLowered(Exception):
 
 def analyze_input(spec: str, module: str | None = None, stage: str = "before") -> Analysis:
     """One HLO file, '-' or dump folder, parsed and analysed."""
+    check_module_regex(module)
     text, source = read_input(spec, module, stage)
     return analyze(text, source)
 
 
+def check_module_regex(module: str | None) -> None:
+    """``--module`` refused as the usage error it is, whatever the inputs (a file ignores it; a folder would fail
+    there alone, as if the folder were unreadable)."""
+    if module is not None:
+        try:
+            re.compile(module)
+        except re.error as exc:
+            raise InputError(f"--module {module!r}: not a regular expression: {exc}") from None
+
+
 def analyze_each(specs: list[str], module: str | None = None, stage: str = "before") -> list[Analysis | Unreadable]:
     """Each input analysed on its own, so one bad file costs only its own report."""
+    check_module_regex(module)
     results: list[Analysis | Unreadable] = []
     for spec in specs:
         try:

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("targets", ("targets", "targets.*")),
     # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
     # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
-    ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack")),
+    ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
     # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.

@@ -6,7 +6,12 @@ a formatter can all name these without importing each other's behaviour.
 
 from __future__ import annotations
 
+import os
+import sys
+import sysconfig
+import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.hlo.locations import Metadata
@@ -30,8 +35,86 @@ class CellConfigError(Exception):
 
 
 def one_line(exc: BaseException) -> str:
-    """An exception as one line: its own message, or its type when it has none."""
-    return " ".join(str(exc).split()) or type(exc).__name__
+    """An exception as one line: its own message, or its type when it has none (or cannot say one: a ``__str__``
+    that raises is a user's bug too, never a traceback here)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001
+        text = ""
+    return " ".join(text.split()) or type(exc).__name__
+
+
+# The libraries a lowering runs through: a failure raised inside them is the user's call's fault, said first.
+_MACHINERY = ("jax", "jaxlib", "flax", "hlo_audit")
+
+
+def where_raised(exc: BaseException) -> str:
+    """Where a failure happened, for a user to act on: the innermost frame that is the user's (not Python's own
+    machinery: ``<frozen importlib.util>``, the standard library; not jax, jaxlib, flax or hlo-audit), then, when
+    the failure was raised deeper, the innermost frame of all: ``trainer.py:7, raised in
+    jax/_src/numpy/tensor_contractions.py:124``. A syntax error is placed at its own file and line (its traceback
+    ends in the import machinery, never in the file that does not compile)."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return _frame_place(traceback.FrameSummary(exc.filename, exc.lineno, ""))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(("<", sysconfig.get_paths()["stdlib"]))] or \
+        traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "no traceback"
+    machinery = _machinery_roots()
+    user = [f for f in frames if not f.filename.startswith(machinery)]
+    innermost = frames[-1]
+    if not user or user[-1] is innermost:
+        return _frame_place(innermost)
+    return f"{_frame_place(user[-1])}, raised in {_frame_place(innermost)}"
+
+
+def import_failure(module_name: str, exc: BaseException) -> str:
+    """Why importing a user's module failed, in one line: the module not found (``cannot import 'x': No module
+    named 'x'``), else what its own code raised and where (``importing 'model' failed: SyntaxError: expected ':'
+    (model.py:3)``; ``... KeyError: 'missing' (model.py:4)``), a module it imports that is missing included."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name and (module_name == exc.name or
+                                                               module_name.startswith(exc.name + ".")):
+        return f"cannot import {module_name!r}: {one_line(exc)}"
+    message = exc.msg if isinstance(exc, SyntaxError) and exc.msg else one_line(exc)
+    if isinstance(exc, SyntaxError) and not exc.filename:  # a null byte: Python names no file, the module is it
+        exc.filename = _origin(module_name)
+    return f"importing {module_name!r} failed: {type(exc).__name__}: {' '.join(message.split())} ({where_raised(exc)})"
+
+
+def _origin(module_name: str) -> str | None:
+    """The file a module is loaded from, found without running it (its parent packages imported already)."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except Exception:  # noqa: BLE001 (nothing more to name)
+        return None
+    return spec.origin if spec is not None else None
+
+
+def _machinery_roots() -> tuple[str, ...]:
+    """The folders of jax, jaxlib, flax and hlo-audit as loaded here (each with a trailing separator)."""
+    roots = []
+    for name in _MACHINERY:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            roots.append(os.path.join(os.path.dirname(module.__file__), ""))
+    return tuple(roots)
+
+
+def _frame_place(frame: traceback.FrameSummary) -> str:
+    """``file:line``: below its installed package (``jax/_src/api.py``), else below the working folder, else the
+    file's name."""
+    filename = frame.filename
+    if "site-packages/" in filename:
+        path = filename.split("site-packages/", 1)[-1]
+    else:
+        try:
+            path = str(Path(filename).resolve().relative_to(Path.cwd().resolve()))
+        except (ValueError, OSError):  # outside the working folder, or no working folder any more
+            path = Path(filename).name
+    return f"{path}:{frame.lineno}" if frame.lineno else path
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ typed PRNG keys for key-typed leaves. What is measured, each as min / median / m
 A/B: cells that differ only in one axis (``across``, the variant axis ``quant`` by default) are measured together,
 round by round in turn (A, B, A, B, ...), and each is compared with the group's first; the recorded figures beside a
 cell's golden (``measure --record``) are the other side for a cell measured alone. A difference gets a verdict only
-when the two [min, max] ranges do not overlap; else it is within noise. Comparing against another git revision is
+when the two [min, max] ranges do not overlap and the medians differ by at least 1% (``ab_verdicts``); else it is
+within noise. Comparing against another git revision is
 left to two cells of one config (a variant axis): two source trees in one process would share jax's caches and
 flax's global state, and two processes cannot hold one TPU chip at once, so their rounds could not interleave.
 
@@ -34,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
@@ -52,6 +54,12 @@ class Rounds:
     warmup: int = 3
     calls: int = 20
     host_calls: int = 50  # calls per round of the trivial-body twin (the host figure)
+
+
+# The most each of those may ask (docs/commands.md): past them a run is a typo that would run until killed (a
+# thousand calls of a 30 ms step a round take 30 s; --calls 10000 x --rounds 100 of it, over eight hours), not a
+# measurement. (least, most) per ``measure`` option.
+ROUNDS_RANGE, WARMUP_RANGE, CALLS_RANGE, HOST_CALLS_RANGE = (1, 100), (0, 1_000), (1, 10_000), (1, 100_000)
 
 
 # What `check` and `golden update` spend on a host figure (the rule reads its leaves; its time is the words).
@@ -87,34 +95,6 @@ class StepTiming:
                    compile_s=float(record["compile_s"]), argument_bytes=record.get("argument_bytes"),
                    temp_bytes=record.get("temp_bytes"), runtime_peak_bytes=record.get("runtime_peak_bytes"),
                    device=record.get("device", ""), **spreads)
-
-
-@dataclass(frozen=True)
-class MetricChange:
-    """One metric of B against A: both spreads, the ratio of medians, and whether the ranges are apart."""
-
-    metric: str
-    a: Spread
-    b: Spread
-
-    @property
-    def ratio(self) -> float:
-        return self.b.median / self.a.median if self.a.median else math.inf
-
-    @property
-    def beyond_noise(self) -> bool:
-        return not self.a.overlaps(self.b)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """B (``cell``) against A (``baseline``: the group's first cell, or the golden's recorded figures)."""
-
-    baseline: str
-    cell: str
-    recorded: bool  # A is the golden's record (measured another time, maybe elsewhere), not interleaved rounds
-    leaves: tuple[int, int]
-    changes: tuple[MetricChange, ...]
 
 
 @dataclass(frozen=True)
@@ -443,15 +423,8 @@ def host_figure(step: Step, rounds: Rounds) -> HostFigure:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# A against B
+# A against B (each metric's verdict: ``ab_verdicts``)
 # --------------------------------------------------------------------------------------------------------------
-
-METRICS = ("blocked_ms", "queued_ms", "host_ms")
-
-
-def compare(a: StepTiming, b: StepTiming, recorded: bool = False) -> Comparison:
-    return Comparison(baseline=a.cell, cell=b.cell, recorded=recorded, leaves=(a.leaves, b.leaves),
-                      changes=tuple(MetricChange(m, getattr(a, m), getattr(b, m)) for m in METRICS))
 
 
 def groups(cells: Sequence[Cell], across: str) -> list[list[Cell]]:
@@ -489,7 +462,9 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
     cell that cannot be built or run here is a row saying why; the others still run. ``measured(row)`` is called as
     each group's rows are done (a long run on a chip shows what it has so far)."""
     from hlo_audit.host_cost import host_cost  # noqa: PLC0415
+    from hlo_audit.preflight import check_backend  # noqa: PLC0415
 
+    check_backend("measure")  # no device to run on is the environment's: one line, not a failing row per cell
     rows_done, comparisons, findings = [], [], []
     for group in groups(cells, across):
         steps, rows = [], {}
@@ -520,8 +495,12 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
 
 
 def _timed(steps: list[Step], rounds: Rounds, save_text, rows: dict[str, CellMeasurement]) -> list[StepTiming]:
+    from hlo_audit.files import OutputError  # noqa: PLC0415
+
     try:
         return time_group(steps, rounds, save_text)
+    except OutputError:  # --save-compiled cannot be written: the user's to fix (one line, exit 2), not a cell's
+        raise
     except Exception as exc:  # noqa: BLE001 (out of memory, a step that cannot chain: the group's rows say so)
         why = _why(exc)
         for step in steps:

@@ -119,7 +119,8 @@ class CellLog:
             named = ", ".join(f"{visible(cid)} ({duration(now - since)})" for cid, since in flight[:IN_FLIGHT_SHOWN])
             more = f" and {len(flight) - IN_FLIGHT_SHOWN} more" if len(flight) > IN_FLIGHT_SHOWN else ""
             waiting = f"in flight: {named}{more}" if flight else "preparing"
-            self._write(f"running {duration(now - self._started_at)}: {self._done} of {self._total} cells done; "
+            cells = "cell" if self._total == 1 else "cells"
+            self._write(f"running {duration(now - self._started_at)}: {self._done} of {self._total} {cells} done; "
                         f"{waiting}")
 
     def _beat(self) -> None:

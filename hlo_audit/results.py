@@ -196,24 +196,33 @@ def warning_text(message: object) -> str:
     return line.rstrip(".")[:160]
 
 
+# Warnings jax gives for what the user chose, not for a problem they did not know of: a donated buffer no output
+# can reuse (jax cannot alias it on this backend; on the CPU, where the cells lower, any donation of a batch or of
+# state the step does not return). Said once under `check --verbose`, never on every run (issue 40).
+CHOSEN_WARNINGS = frozenset({"Some donated buffers were not usable"})
+
+
 @dataclass(frozen=True)
 class LoweringWarnings:
     """What the lowerings of a run warned: the cells that warned, and each warning with the cells it came from,
-    most first (``of``: None when none did)."""
+    most first (``of``: None when none did). Only the warnings a reader needs on every run, unless ``chosen``:
+    then those of ``CHOSEN_WARNINGS`` too."""
 
     cells: int
     by_warning: tuple[tuple[str, int], ...]
 
     @classmethod
-    def of(cls, results) -> LoweringWarnings | None:
-        warned = [r for r in results if r.warnings]
-        if not warned:
-            return None
+    def of(cls, results, chosen: bool = False) -> LoweringWarnings | None:
         counts: dict[str, int] = {}
-        for r in warned:
-            for text in r.warnings:
+        cells = 0
+        for r in results:
+            said = [text for text in r.warnings if chosen or text not in CHOSEN_WARNINGS]
+            cells += bool(said)
+            for text in said:
                 counts[text] = counts.get(text, 0) + 1
-        return cls(cells=len(warned), by_warning=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
+        if not cells:
+            return None
+        return cls(cells=cells, by_warning=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 class Severity(StrEnum):

@@ -10,15 +10,10 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import multiprocessing
-import os
-import sys
-import sysconfig
 import time
-import traceback
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
-from pathlib import Path
 
 from hlo_audit import host, platforms, preflight, termination
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
@@ -30,7 +25,7 @@ from hlo_audit.hlo.kernels import kernel_digests
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.hlo.launch_model import step_launches
-from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line
+from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line, where_raised
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult, Status, warning_text
@@ -97,7 +92,7 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
-            detail = f"{type(exc).__name__}: {detail} ({_where(exc)})"
+            detail = f"{type(exc).__name__}: {detail} ({where_raised(exc)})"
         return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key, warnings=_warned(caught),
                           config_refused=isinstance(exc, CellConfigError)), None, None
 
@@ -105,51 +100,6 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
 def _warned(caught: list[warnings.WarningMessage]) -> tuple[str, ...]:
     """Each warning once, in the order first raised (the filters in force decide which count, as printed)."""
     return tuple(dict.fromkeys(warning_text(w.message) for w in caught))
-
-
-# The libraries a lowering runs through: a failure raised inside them is the user's call's fault, said first.
-_MACHINERY = ("jax", "jaxlib", "flax", "hlo_audit")
-
-
-def _where(exc: BaseException) -> str:
-    """Where a cell failed: the innermost frame that is the user's (not Python's own machinery: ``<frozen
-    importlib.util>``, the standard library; not jax, jaxlib, flax or hlo-audit), then, when the failure was raised
-    deeper, the innermost frame of all: ``trainer.py:7, raised in jax/_src/numpy/tensor_contractions.py:124``."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(("<", sysconfig.get_paths()["stdlib"]))] or \
-        traceback.extract_tb(exc.__traceback__)
-    if not frames:
-        return "no traceback"
-    machinery = _machinery_roots()
-    user = [f for f in frames if not f.filename.startswith(machinery)]
-    innermost = frames[-1]
-    if not user or user[-1] is innermost:
-        return _frame_place(innermost)
-    return f"{_frame_place(user[-1])}, raised in {_frame_place(innermost)}"
-
-
-def _machinery_roots() -> tuple[str, ...]:
-    """The folders of jax, jaxlib, flax and hlo-audit as loaded here (each with a trailing separator)."""
-    roots = []
-    for name in _MACHINERY:
-        module = sys.modules.get(name)
-        if module is not None and getattr(module, "__file__", None):
-            roots.append(os.path.join(os.path.dirname(module.__file__), ""))
-    return tuple(roots)
-
-
-def _frame_place(frame: traceback.FrameSummary) -> str:
-    """``file:line``: below its installed package (``jax/_src/api.py``), else below the working folder, else the
-    file's name."""
-    filename = frame.filename
-    if "site-packages/" in filename:
-        path = filename.split("site-packages/", 1)[-1]
-    else:
-        try:
-            path = str(Path(filename).resolve().relative_to(Path.cwd().resolve()))
-        except (ValueError, OSError):  # outside the working folder, or no working folder any more
-            path = Path(filename).name
-    return f"{path}:{frame.lineno}"
 
 
 _TARGETS: dict[str, object] = {}
@@ -232,6 +182,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
     if not pending:
         return
     preflight.check_xla_flags()  # XLA aborts the process that lowers on a flag it refuses: asked in a child first
+    preflight.check_platforms()  # JAX_PLATFORMS=tpu on a host without one: one line, not every cell failing
     # A worker compiling a TPU cell holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
     workers = host.workers_for([platforms.of(cell).worker_bytes(cell) for cell, _ in pending], jobs)
     if workers <= 1:

@@ -586,10 +586,13 @@ def test_bad_input_among_good_paths_reports_each(write_hlo, tmp_path, fmt):
             assert f"{path}" in result.stdout and f"{total} entry parameters" in result.stdout
 
 
-def test_bad_module_regex(dump_folder):
-    result = cli("count", dump_folder, "--module", "([unclosed")
-    assert result.exit_code == 2 and result.stdout == ""
-    assert_one_line_error(result.stderr, str(dump_folder), "([unclosed")
+def test_bad_module_regex(dump_folder, tmp_path):
+    """The option's mistake, said as one before any input is read: the same for a dump folder and for a file (which
+    ignored it)."""
+    for given in (dump_folder, tmp_path / "module.hlo"):
+        result = cli("count", given, "--module", "([unclosed")
+        assert result.exit_code == 2 and result.stdout == ""
+        assert_one_line_error(result.stderr, "--module '([unclosed': not a regular expression")
 
 
 def test_module_regex_matching_nothing(dump_folder):

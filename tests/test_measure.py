@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_audit import measure
+from hlo_audit import ab_verdicts, measure
 from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.host_cost import HostFigure, Spread, host_cost
@@ -115,7 +115,7 @@ def test_measure_times_the_pair_interleaved(tmp_path):
         assert parse_module(saved[row.cell], row.cell).entry.name
     (compared,) = report.comparisons  # the jax.jit cell is a group of one, with no recorded timing
     assert (compared.baseline, compared.cell) == (cells[0].id, cells[1].id)
-    assert compared.leaves == (66, 102) and [m.metric for m in compared.changes] == list(measure.METRICS)
+    assert compared.leaves == (66, 102) and [m.metric for m in compared.changes] == list(ab_verdicts.METRICS)
     assert report.host_findings == ()  # nothing recorded beside goldens: the rule compares nothing
 
 
@@ -174,7 +174,7 @@ def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path, monke
     monkeypatch.syspath_prepend(str(folder))  # the target's module, as a project run from its folder imports it
     ran = in_project(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
     assert ran.exit_code == 0
-    assert "1 of 1 cells have no host figure beside their golden, so the host_cost rule compares nothing" in \
+    assert "1 of 1 cell has no host figure beside its golden, so the host_cost rule compares nothing" in \
         ran.stdout.replace("\n", " ")
 
 
@@ -200,3 +200,46 @@ def test_golden_update_accepts_the_leak_and_its_figure(tmp_path):
     assert json.loads(summary.read_text())["host"]["leaves"] == 102
     out = _check(folder, "leak")
     assert out["code"] == 0 and not [f for f in out["findings"] if f["rule"] == "host_cost"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# A verdict needs an effect, not only ranges apart (issue 40, item 6)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("a,b,verdict,said", [
+    # Three rounds whose ranges miss each other by microseconds: +0.0% was "slower, beyond noise".
+    ((40.496, 40.497, 40.499), (40.500, 40.501, 40.503), False, "+0.0% (under the 1% minimum effect)"),
+    # The chip's queued time of the leak (docs/chip-2026-12-05, L8 nnxjit scan-on): +0.3%, ranges apart.
+    ((40.609, 40.612, 40.626), (40.72, 40.722, 40.725), False, "+0.3% (under the 1% minimum effect)"),
+    ((41.893, 41.974, 42.105), (42.074, 42.106, 42.155), False, "+0.3% (within noise)"),  # ranges overlap
+    ((80.564, 80.797, 80.935), (81.432, 81.811, 81.851), True, "+1.3% (slower, beyond noise)"),
+    ((18.381, 19.4, 19.689), (10.0, 10.5, 11.0), True, "-45.9% (faster, beyond noise)"),
+    ((100.0, 100.0, 100.0), (101.0, 101.0, 101.0), True, "+1.0% (slower, beyond noise)"),  # the floor: a verdict
+])
+def test_a_verdict_needs_ranges_apart_and_a_minimum_effect(a, b, verdict, said):
+    change = ab_verdicts.MetricChange("queued_ms", Spread(*a), Spread(*b))
+    assert change.beyond_noise is verdict
+    assert words.measured_change(change) == said
+
+
+def test_measure_record_writes_goldens_as_golden_update_does(tmp_path):
+    """`measure --record` rewrote golden summaries with mode 600 (mkstemp's), unreadable to a CI user beside the
+    owner (issue 37); it writes them as `golden update` does now: one swap of the golden store, the same mode."""
+    folder = project(tmp_path, {"step.py": STEP_MODULE}, target="step:lower", models=["nnxjit"], scan=["off"])
+    summary = folder / "golden" / "nnxjit" / "scan-off" / "none" / "L2.json"
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    mode = summary.stat().st_mode & 0o777
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--record", "--host-calls", "5", "--rounds", "1")
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(summary.read_text())["host"]["leaves"] == 66
+    assert summary.stat().st_mode & 0o777 == mode == 0o666 & ~_umask()
+    assert sorted(p.name for p in summary.parent.iterdir()) == ["L2.hlo.txt", "L2.json"]
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -144,14 +144,14 @@ def test_a_callable_targets_key_is_rng_state_in_count_rng_and_check(tmp_path):
     assert json.loads(counted.stdout)["modules"][0]["by_role"]["rng_key"] == 1
     wide = {"COLUMNS": "200"}
     drawn = hlo_audit_here(tmp_path, "rng", "split/scan-off/none/L1", "--streams", env=wide)
-    assert drawn.returncode == 0 and "1 RNG streams: 1 drawn, 0 carried" in drawn.stdout
+    assert drawn.returncode == 0 and "1 RNG stream: 1 drawn, 0 carried" in drawn.stdout
     # Split every step, fed to rate-0 dropouts only: dead state, named, and the gate's dead_rng says so.
     carried = hlo_audit_here(tmp_path, "rng", "carried/scan-off/none/L1", "--streams", env=wide)
-    assert carried.returncode == 1 and "1 RNG streams: 0 drawn, 1 carried (dead state)" in carried.stdout
+    assert carried.returncode == 1 and "1 RNG stream: 0 drawn, 1 carried (dead state)" in carried.stdout
     assert "carried  state.key" in carried.stdout
     checked = hlo_audit_here(tmp_path, "check", env=wide)
     assert checked.returncode == 0, checked.stdout
-    assert "1 cells carry never-drawn RNG streams (dead_rng: warn, 1 dead params)" in checked.stdout
+    assert "1 cell carries never-drawn RNG streams (dead_rng: warn, 1 dead param)" in checked.stdout
 
 
 def test_a_key_shaped_leaf_used_as_data_is_not_a_key():

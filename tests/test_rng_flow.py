@@ -259,7 +259,7 @@ def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
 
     finding = dead(Gate(Policy({"dead_rng": "warn"}, waivers), "hlo-audit golden update"))
     assert finding.severity == severity
-    assert "1 RNG streams never drawn: 2 entry parameters and 4 counter increments per step" in message(finding)
+    assert "1 RNG stream never drawn: 2 entry parameters and 4 counter increments per step" in message(finding)
     assert dead(Gate(Policy({"dead_rng": "fail"}, waivers), "x")).severity == (
         "waived" if severity == "waived" else "regression")
     assert dead(Gate(Policy({"dead_rng": "off"}), "x")) is None

@@ -52,7 +52,11 @@ def _paths(paths: Sequence[str]) -> str:
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n:,} {one if abs(n) == 1 else many or one + 's'}"
+    return f"{n:,} {_noun(n, one, many)}"
+
+
+def _noun(n: int, one: str, many: str | None = None) -> str:
+    return one if abs(n) == 1 else many or one + "s"
 
 
 def _per_layer(c: Change) -> str:
@@ -137,11 +141,12 @@ def _program_size(c: Change, kind: str, where: str) -> str:
     if before is not None and after is not None and after - before != c.instructions:
         whole = after - before
         share = f", {whole / before:+.1%}" if before else ""
-        text = (f"{kind}: {c.subject}: {c.instructions:+,} instructions besides the changes named above; the program "
-                f"{c.before} -> {c.after} ({whole:+,}{share})")
+        text = (f"{kind}: {c.subject}: {c.instructions:+,} {_noun(c.instructions, 'instruction')} besides the changes "
+                f"named above; the program {c.before} -> {c.after} ({whole:+,}{share})")
     else:
         share = f" ({c.instructions / before:+.1%})" if before else ""
-        text = f"{kind}: {c.subject}: {c.instructions:+,} instructions{share}, {c.before} -> {c.after}"
+        text = (f"{kind}: {c.subject}: {c.instructions:+,} {_noun(c.instructions, 'instruction')}{share}, "
+                f"{c.before} -> {c.after}")
     if c.layers > 1:
         text += f" ({c.instructions / c.layers:+,.0f} per layer, {c.layers} layers)"
     text += f"; {ops}" if ops else ""
@@ -165,7 +170,7 @@ def _gradient(c: Change, kind: str, where: str) -> str:
             f"{'no longer depend' if lost else 'depend'} on the batch; {c.after} of {c.before} now): "
             f"{_common(c.place.paths)}")
     if c.instructions or c.groups:
-        text += f"; {c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+        text += f"; {c.instructions:+,} {_noun(c.instructions, 'instruction')}" + (f" ({_ops(c)})" if c.groups else "")
     return text
 
 
@@ -182,7 +187,7 @@ def _common(paths: Sequence[str]) -> str:
 
 def _transform(c: Change, kind: str, where: str) -> str:
     verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
-    text = f"{kind}: {c.subject} {verb} ({c.before}): {c.instructions:+,} instructions"
+    text = f"{kind}: {c.subject} {verb} ({c.before}): {c.instructions:+,} {_noun(c.instructions, 'instruction')}"
     return f"{text}; {_ops(c)}" if c.groups else text
 
 
@@ -200,7 +205,7 @@ def _loops(c: Change, kind: str, where: str) -> str:
         verb = "added" if c.action is Action.ADDED else "removed"
         text = f"{kind}: a loop {verb}: {c.before}"
     if c.subject != TRIP_COUNT and c.instructions:
-        text += f"; {c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+        text += f"; {c.instructions:+,} {_noun(c.instructions, 'instruction')}" + (f" ({_ops(c)})" if c.groups else "")
     return f"{text}; {where}".rstrip("; ")
 
 
@@ -211,7 +216,7 @@ def _remat(c: Change, kind: str, where: str) -> str:
     else:
         verb = "added" if c.action is Action.ADDED else "removed"
         text = f"{kind}: rematerialization {verb} at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: " \
-               f"{c.instructions:+,} instructions" + (f" ({_ops(c)})" if c.groups else "")
+               f"{c.instructions:+,} {_noun(c.instructions, 'instruction')}" + (f" ({_ops(c)})" if c.groups else "")
         text += f"; {c.after}" if c.after else ""
     return f"{text}; {where}".rstrip("; ")
 
@@ -281,7 +286,7 @@ def match_line(m: MatchSummary) -> str:
     """The matched remainder in one line: ``1,234 of 1,240 instructions unchanged; 4 changed, 6 inserted, 2
     deleted; 24 of 24 computations matched``."""
     old, new = m.instructions
-    text = f"{m.unchanged:,} of {old:,} instructions unchanged"
+    text = f"{m.unchanged:,} of {_plural(old, 'instruction')} unchanged"
     text += f" ({new:,} now)" if new != old else ""
     edits = [f"{n:,} {word}" for n, word in ((m.changed, "changed"), (m.inserted, "inserted"), (m.deleted, "deleted"))
              if n]
@@ -289,7 +294,7 @@ def match_line(m: MatchSummary) -> str:
         text += "; " + ", ".join(edits)
     comps_old, comps_new = m.computations
     matched = comps_old - m.computations_deleted
-    text += f"; {matched} of {comps_old} computations matched"
+    text += f"; {matched} of {_plural(comps_old, 'computation')} matched"
     extra = [f"{m.computations_inserted} added" if m.computations_inserted else "",
              f"{m.computations_deleted} removed" if m.computations_deleted else ""]
     extra = [e for e in extra if e]

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import html as escape
-from hlo_audit.report.words import human_bytes
+from hlo_audit.report.words import human_bytes, plural
 from hlo_audit.scaling import rng_slope
 
 
@@ -277,7 +277,7 @@ def format_html(view) -> str:
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>hlo-audit report</title>",
         f"<style>{STYLE}</style>", f"<script>{SCRIPT}</script>", "</head><body>",
         "<h1>hlo-audit report</h1>",
-        f'<p id="summary">{len(view.cells)} cells, {ok} lowered; '
+        f'<p id="summary">{len(view.cells)} {plural(len(view.cells), "cell")}, {ok} lowered; '
         f"{len(view.series)} depth series.</p>",
         "<h2>Entry parameters per cell, by role</h2>", roles_chart(view),
         "<h2>Depth scaling (line: intercept + slope x layers, to full depth; dots: measured)</h2>",

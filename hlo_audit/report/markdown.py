@@ -18,6 +18,7 @@ from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
+from hlo_audit.report.words import plural
 from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text,
                                     constants_headline, folded_line, frozen_rng_line, human_bytes, launch_lines,
                                     launches_change_text, launches_headline, lowering_warnings_line, message,
@@ -271,7 +272,8 @@ def format_check(outcome) -> str:
         found = outcome.by_severity.get(severity, ())
         if found:
             cells = len({f.cell for f in found})
-            out += ["", f"<details><summary>{SEVERITY_ICON[severity]} {cells} cells {title}</summary>", ""]
+            summary = f"{SEVERITY_ICON[severity]} {cells} {plural(cells, 'cell')} {title}"
+            out += ["", f"<details><summary>{summary}</summary>", ""]
             out += [f"- {_code(f.cell, False)} {_text(f.rule)}: {_text(message(f))}" for f in found]
             out += ["", "</details>"]
     folded = outcome.folded

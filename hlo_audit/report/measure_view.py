@@ -29,7 +29,7 @@ def _comparison_row(c) -> tuple:
 
 
 def print_measure(console: Console, report) -> None:
-    status(console, f"measured on {report.device}: {report.rounds.rounds} rounds of {report.rounds.calls} calls")
+    status(console, words.measured_on(report))
     table = make_table(console, None, [(c, "left" if i < 2 else "right") for i, c in enumerate(CELL_COLUMNS)])
     for row in report.cells:
         add_row(table, *_cell_row(row))
@@ -51,7 +51,7 @@ def format_markdown(report) -> str:
         return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
                 *("| " + " | ".join(str(v) for v in r) + " |" for r in rows)]
 
-    lines = [f"measured on {report.device}: {report.rounds.rounds} rounds of {report.rounds.calls} calls", "",
+    lines = [words.measured_on(report), "",
              *table(CELL_COLUMNS, [_cell_row(r) for r in report.cells])]
     if report.comparisons:
         lines += ["", *table(COMPARISON_COLUMNS, [_comparison_row(c) for c in report.comparisons])]

@@ -30,6 +30,7 @@ from hlo_audit.report.accepting import accept_line, split_command, without_accep
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
+from hlo_audit.report.words import plural
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix,
                                     constants_headline, depth_values, folded_line, frozen_rng_line, launch_lines,
                                     launches_change_text, launches_headline, lowering_warnings_line, message,
@@ -284,8 +285,8 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
             status(console, Text.assemble(("error", STATUS_STYLE["error"]), "  ", esc(r.cell.id)))
             print_message(console, r.message)
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
-    status(console, f"{len(results)} cells: {counts['ok']} ok, {counts['unavailable']} unavailable, "
-                    f"{counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
+    status(console, f"{len(results)} {plural(len(results), 'cell')}: {counts['ok']} ok, {counts['unavailable']} "
+                    f"unavailable, {counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
 
 
 def print_unavailable(console: Console, results) -> None:
@@ -296,7 +297,7 @@ def print_unavailable(console: Console, results) -> None:
             if r.status == kind and r.message:
                 messages[r.message] = messages.get(r.message, 0) + 1
         for said, n in messages.items():
-            status(console, esc(f"{n} cells {label}: {said}", style="dim"))
+            status(console, esc(f"{n} {plural(n, 'cell')} {label}: {said}", style="dim"))
 
 
 def print_scaling(console: Console, series) -> None:
@@ -329,7 +330,7 @@ def print_cells(console: Console, cells) -> None:
     for c in cells:
         add_row(table, c.id, c.model, c.scan_label, c.quant_label, c.layers, c.platform)
     print_table(console, table)
-    status(console, f"{len(cells)} cells")
+    status(console, f"{len(cells)} {plural(len(cells), 'cell')}")
 
 
 SEVERITY_STYLE = {"regression": "bold red", "error": "bold red", "improvement": "green", "advisory": "yellow",
@@ -358,7 +359,7 @@ def print_check(console: Console, outcome, verbose: bool = False) -> None:
         print_message(console, accept_line(outcome.accept), indent=0)
     if outcome.folded and not verbose:
         status(console, esc(folded_line(outcome), style=SEVERITY_STYLE["advisory"]))
-    print_warned(console, LoweringWarnings.of(outcome.results))
+    print_warned(console, LoweringWarnings.of(outcome.results, chosen=verbose))
     status(console, summary_line(outcome))
 
 

@@ -16,7 +16,7 @@ from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.terminal import (STATUS_STYLE, add_row, dtype_counts, make_table, print_scaling, print_table,
                                        status)
-from hlo_audit.report.words import ROLE_SHORT, human_bytes
+from hlo_audit.report.words import ROLE_SHORT, human_bytes, plural
 
 
 def _with_delta(value: int, delta: int | None) -> Text:
@@ -55,7 +55,7 @@ def print_matrix(console: Console, view) -> None:
             key = f"{v.result.status}: {v.result.message}"
             unavailable[key] = unavailable.get(key, 0) + 1
     for message, n in unavailable.items():
-        status(console, esc(f"{n} cells {message}", style="dim"))
+        status(console, esc(f"{n} {plural(n, 'cell')} {message}", style="dim"))
 
 
 def print_scan_pairs(console: Console, view) -> None:

@@ -28,6 +28,12 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def plural(n: float, one: str, many: str | None = None) -> str:
+    """The noun for ``n`` of it: ``cell`` for 1, ``cells`` otherwise (``many``: an irregular plural, ``leaves``).
+    Callers write the number as they format it: ``f"{n:,} {plural(n, 'cell')}"``."""
+    return one if abs(n) == 1 else many or one + "s"
+
+
 def counts_text(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{k} {v}" for k, v in counts.items())
 
@@ -55,18 +61,19 @@ def captured_text(captured: CapturedState | None) -> str:
         return "unknown"
     by_dtype = captured.by_dtype_most_first
     detail = f" ({counts_text(by_dtype)})" if by_dtype else ""
-    return f"{captured.arrays} arrays, {human_bytes(captured.bytes)}{detail}"
+    return f"{captured.arrays} {plural(captured.arrays, 'array')}, {human_bytes(captured.bytes)}{detail}"
 
 
 def rng_headline(rng: RngSummary) -> str:
-    return (f"{rng.streams} RNG streams: {rng.drawn} drawn, {rng.carried} carried (dead state), "
-            f"{rng.unknown} unknown")
+    return (f"{rng.streams} RNG {plural(rng.streams, 'stream')}: {rng.drawn} drawn, {rng.carried} carried (dead "
+            f"state), {rng.unknown} unknown")
 
 
 def rng_cost(rng: RngSummary) -> str:
     per_step = "" if rng.increments_exact else " (at least: a loop's trip count is unknown)"
-    return (f"dead state: {rng.dead_params} entry parameters ({rng.dead_bytes:,} bytes), "
-            f"{rng.dead_increments} counter increments per step{per_step}")
+    return (f"dead state: {rng.dead_params} entry {plural(rng.dead_params, 'parameter')} ({rng.dead_bytes:,} "
+            f"{plural(rng.dead_bytes, 'byte')}), {rng.dead_increments} counter "
+            f"{plural(rng.dead_increments, 'increment')} per step{per_step}")
 
 
 def common_path_prefix(paths: Sequence[str]) -> str:
@@ -162,7 +169,7 @@ def check_summary_text(summary) -> str:
     ``12 cells: 7 ok, 1 waived, 4 unavailable; findings: 4 advisory (4 folded), 1 waived, 4 unavailable``,
     then ``; 1 stale golden`` when there are any."""
     cells = ", ".join(f"{n} {verdict}" for verdict, n in summary.cells_by_verdict.items())
-    text = f"{summary.cells} cells" + (f": {cells}" if cells else "")
+    text = f"{summary.cells} {plural(summary.cells, 'cell')}" + (f": {cells}" if cells else "")
     findings = []
     for severity, n in summary.findings_by_severity.items():
         folded = f" ({summary.folded} folded)" if severity == "advisory" and summary.folded else ""
@@ -181,8 +188,10 @@ def check_line(summary) -> str:
 def folded_line(outcome) -> str:
     """The folded advisories (dead RNG state in most cells of a real model) in one line."""
     rules = sorted({f.rule for f in outcome.folded})
-    return (f"{len({f.cell for f in outcome.folded})} cells carry never-drawn RNG streams ({', '.join(rules)}: "
-            f"warn, {outcome.folded_dead_params} dead params); see `hlo-audit rng CELL`")
+    cells = len({f.cell for f in outcome.folded})
+    return (f"{cells} {plural(cells, 'cell')} {'carry' if cells != 1 else 'carries'} never-drawn RNG streams "
+            f"({', '.join(rules)}: warn, {outcome.folded_dead_params} dead "
+            f"{plural(outcome.folded_dead_params, 'param')}); see `hlo-audit rng CELL`")
 
 
 def nothing_written_line(cells: int) -> str:
@@ -299,7 +308,8 @@ def patterns_text(patterns: PatternChanges) -> str:
     parts = [f"{kind}: {', '.join(entry(c) for c in getattr(patterns, kind))}" for kind in ("grown", "shrunk")
              if getattr(patterns, kind)]
     if patterns.renamed:
-        parts.append("renamed: " + ", ".join(f"{r.before} -> {r.after} ({r.params} params)" for r in patterns.renamed))
+        parts.append("renamed: " + ", ".join(f"{r.before} -> {r.after} ({r.params} {plural(r.params, 'param')})"
+                                             for r in patterns.renamed))
     if patterns.retyped:
         parts.append("retyped: " + ", ".join(f"{r.pattern} ({signed_counts({**r.dtypes, **r.roles})})"
                                              for r in patterns.retyped))
@@ -345,11 +355,13 @@ def slopes_text(slopes: SlopeChange) -> str:
 def _text(facts: TextChange) -> str:
     if facts.verdict == "rng-state-only":
         rng = facts.rng_params
-        amount = f"{abs(rng)} {'fewer' if rng < 0 else 'more'} RNG parameters" if rng else "RNG bookkeeping"
+        amount = (f"{abs(rng)} {'fewer' if rng < 0 else 'more'} RNG {plural(rng, 'parameter')}" if rng
+                  else "RNG bookkeeping")
         what = f"normalized HLO differs from the golden by RNG state only ({amount}; rng-state-only)"
     else:
         kinds = f" ({', '.join(facts.changes)})" if facts.changes else ""
-        what = f"normalized HLO differs from the golden in {facts.changed_lines} lines: {facts.verdict}{kinds}"
+        what = (f"normalized HLO differs from the golden in {facts.changed_lines} "
+                f"{plural(facts.changed_lines, 'line')}: {facts.verdict}{kinds}")
     if facts.params:
         what += f"; entry parameters {param_groups_text(facts.params)}"
     if facts.kind is TextKind.MOVED:
@@ -489,15 +501,18 @@ def _launch_scaling(facts: LaunchScaling) -> str:
 
 
 def _dead_rng(facts: DeadRng) -> str:
-    more = f" and {len(facts.patterns) - 1} more patterns" if len(facts.patterns) > 1 else ""
-    return (f"{facts.streams} RNG streams never drawn: {facts.params} entry parameters and "
-            f"{facts.increments:g} counter increments per step of dead state (largest: {facts.largest} "
+    more = (f" and {len(facts.patterns) - 1} more {plural(len(facts.patterns) - 1, 'pattern')}"
+            if len(facts.patterns) > 1 else "")
+    return (f"{facts.streams} RNG {plural(facts.streams, 'stream')} never drawn: {facts.params} entry "
+            f"{plural(facts.params, 'parameter')} and {facts.increments:g} counter "
+            f"{plural(facts.increments, 'increment')} per step of dead state (largest: {facts.largest} "
             f"x{facts.largest_streams}{more}); see `hlo-audit rng {facts.cell}`")
 
 
 def _stale_waiver(facts: StaleWaiver) -> str:
     w = facts.waiver
-    what = (f"covers {facts.covered} cells, none of which has a {w.rule} finding to waive" if facts.covered
+    what = (f"covers {facts.covered} {plural(facts.covered, 'cell')}, none of which has a {w.rule} finding to waive"
+            if facts.covered
             else "matches no cell of the matrix")
     return (f"waiver for {w.rule} {dict(w.match)} {what}: drop it, or it will hide that regression coming back "
             f"(reason given: {w.reason})")
@@ -527,12 +542,14 @@ _MESSAGES: dict[type, Callable] = {
 # `hlo-audit measure`: a step timed here, A against B, and what the figures recorded beside goldens say.
 
 def measured_change(change) -> str:
-    """One metric of B against A (``measure.MetricChange``): ``+26.1% (slower, beyond noise)`` or
-    ``+0.4% (within noise)``."""
+    """One metric of B against A (``ab_verdicts.MetricChange``): ``+26.1% (slower, beyond noise)``, ``+0.4% (within
+    noise)`` (the ranges overlap), or ``+0.3% (under the 1% minimum effect)`` (apart, but too little to call)."""
     ratio = change.ratio - 1
-    if not change.beyond_noise:
-        return f"{ratio:+.1%} (within noise)"
-    return f"{ratio:+.1%} ({'slower' if ratio > 0 else 'faster'}, beyond noise)"
+    if change.beyond_noise:
+        return f"{ratio:+.1%} ({'slower' if ratio > 0 else 'faster'}, beyond noise)"
+    if change.separated:
+        return f"{ratio:+.1%} (under the {change.min_effect:.0%} minimum effect)"
+    return f"{ratio:+.1%} (within noise)"
 
 
 def spread_text(spread, unit: str = "ms") -> str:
@@ -553,8 +570,11 @@ def measure_notes(report) -> list[str]:
     lines = [f"{row.cell}: not measured: {row.problem}" for row in report.cells if row.problem]
     unrecorded = [row.cell for row in report.cells if row.host is not None and row.golden_host is None]
     if unrecorded and not report.recorded:
-        lines.append(f"{len(unrecorded)} of {len(report.cells)} cells have no host figure beside their golden, so the "
-                     "host_cost rule compares nothing for them (`hlo-audit measure --record` writes one)")
+        one = len(unrecorded) == 1
+        lines.append(f"{len(unrecorded)} of {len(report.cells)} {plural(len(report.cells), 'cell')} "
+                     f"{'has' if one else 'have'} no host figure beside {'its' if one else 'their'} golden, so the "
+                     f"host_cost rule compares nothing for {'it' if one else 'them'} (`hlo-audit measure --record` "
+                     "writes one)")
     if report.recorded:
         lines.append(f"recorded the host figure{'s' if len(report.recorded) > 1 else ''} of "
                      f"{len(report.recorded)} cell{'s' if len(report.recorded) > 1 else ''} beside the golden")
@@ -565,11 +585,18 @@ def host_cost_line(cell_id: str, facts: HostCostChange) -> str:
     return f"{cell_id}: {'regression' if facts.worse else 'improvement'}: {_host_cost(facts)}"
 
 
+def measured_on(report) -> str:
+    """``measured on tpu: TPU v5 lite: 3 rounds of 20 calls``"""
+    rounds, calls = report.rounds.rounds, report.rounds.calls
+    return f"measured on {report.device}: {rounds} {plural(rounds, 'round')} of {calls} {plural(calls, 'call')}"
+
+
 def measured_line(row) -> str:
     """A cell as soon as it is measured (stderr, while the run goes on)."""
     if row.problem:
         return f"hlo-audit: measured {row.cell}: not measured: {row.problem}"
-    parts = [f"host figure {host_time(row.host.per_call_us.median)} per call ({row.host.leaves} leaves)"]
+    parts = [f"host figure {host_time(row.host.per_call_us.median)} per call ({row.host.leaves} "
+             f"{plural(row.host.leaves, 'leaf', 'leaves')})"]
     if row.timing is not None:
         t = row.timing
         parts.append(f"blocked {t.blocked_ms.median:.1f} ms, queued {t.queued_ms.median:.1f} ms, host "

@@ -26,7 +26,7 @@ import jax
 
 from hlo_audit import platforms, wrapped_args
 from hlo_audit.capture import captured_arrays
-from hlo_audit.lowering import Lowering, TargetError
+from hlo_audit.lowering import Lowering, TargetError, import_failure
 from hlo_audit.matrix import Cell
 from hlo_audit.stages import to_stage
 from hlo_audit.files import current_directory
@@ -42,8 +42,8 @@ class CallableTarget:
             sys.path.insert(0, str(here))  # a project's own module, run from its root
         try:
             self.module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise TargetError(f"target {spec!r}: cannot import {module_name!r}: {exc}") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 (the user's module failing at import: one line)
+            raise TargetError(f"target {spec!r}: {import_failure(module_name, exc)}") from None
         function = self.module
         for part in attribute.split("."):
             function = getattr(function, part, None)

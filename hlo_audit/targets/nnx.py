@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hlo_audit import host, platforms
-from hlo_audit.lowering import Lowering, TargetError
+from hlo_audit.lowering import Lowering, TargetError, import_failure
 from hlo_audit.matrix import Cell
 from hlo_audit.targets import nnx_spec
 from hlo_audit.targets.nnx_spec import Array, Constant, SpecError, parse_input
@@ -48,11 +48,8 @@ def import_attribute(path: str, key: str):
         sys.path.insert(0, str(here))  # a project's own package, run from its root
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(key, f"{path!r}: cannot import {module_name!r}: {' '.join(str(exc).split())}") from None
-    except Exception as exc:  # noqa: BLE001 (the library's own import failing: one line naming it)
-        raise SpecError(key, f"{path!r}: importing {module_name!r} failed: {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (the library's own import failing: one line naming it)
+        raise SpecError(key, f"{path!r}: {import_failure(module_name, exc)}") from None
     found = module
     for i, part in enumerate(attribute.split(".")):
         if not hasattr(found, part):

@@ -15,6 +15,7 @@ source digest of the library the plan adds, is part of the cell's cache key.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -177,8 +178,8 @@ def _check_keys(table: dict, key: str) -> dict:
         elif name == "optimizer":
             checked[name] = _identifier(value, where, "an optax optimizer's name, e.g. 'adamw' or 'sgd'")
         elif name == "learning_rate":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise SpecError(where, f"expected a number > 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise SpecError(where, f"expected a finite number > 0, got {value!r}")
             checked[name] = float(value)
         elif name == "full_depth":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
