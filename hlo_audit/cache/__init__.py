@@ -44,7 +44,8 @@ never makes one), code loaded other than as a module (``exec`` of a file) or fil
 ``open`` (``mmap`` of an already open descriptor, C code), a new module that would shadow a recorded one (a
 ``pkg/model/`` folder beside ``pkg/model.py``), a data-only module another cell loaded, reached through a reference
 to ``importlib.import_module`` taken before the lowering began, and environment read as a whole (iterating
-``os.environ``, as wsgiref's and tqdm's imports do: not a dependency on every variable) or read in C (hence the prefixes in the primary key). ``--refresh`` lowers again and rewrites.
+``os.environ``, as wsgiref's and tqdm's imports do: not a dependency on every variable) or read in C (hence the
+prefixes in the primary key). ``--refresh`` lowers again and rewrites.
 
 JSON and text only, never pickle.
 """
