@@ -1,17 +1,16 @@
 """A cell is lowered again only when something its own lowering read changed (issue 40, item 1).
 
 A small project with a git history of its own, replayed commit by commit as a contributor's CI does: two models,
-each cell reading the target, a helper module both import lazily, its own model module (model ``a``'s through a
-module-level import of a helper of its own; model ``b``'s through ``from stack import``) and, for ``b``, a JSON
-file it opens. Each commit touches some of them, or files no cell reads. At every commit the cells lowered again are
+each cell reading the target, a helper module both import lazily, its own model module (model ``a``'s found once
+through a memoized ``import_module``, importing a helper of its own that imports a constants module; model ``b``'s
+through ``from stack import``) and, for ``b``, a JSON file it opens. Each commit touches some of them, or files no cell reads. At every commit the cells lowered again are
 exactly those whose read files changed (``git diff``), and the others are served from the cache. The cells run
 in one process, ``a``'s first: ``b``'s cells must not inherit what ``a``'s loaded, and ``a``'s second cell, which
-finds its model already loaded, must still read it and its helper.
+imports nothing (the memo has its model), must still read the model, its helper and the constants the helper took.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -19,6 +18,8 @@ from projects import config
 from test_cache import cells_of, hlo_audit
 
 TARGET = '''
+import functools
+import importlib
 import json
 from pathlib import Path
 
@@ -29,9 +30,14 @@ from flax import nnx
 from hlo_audit.examples.nnx_mlp import make_step
 
 
+@functools.cache  # a later cell of model a imports nothing: it only runs the model's code
+def _model_a():
+    return importlib.import_module("stack.model_a").Model
+
+
 def lower(cell):
     if cell.model == "a":
-        from stack.model_a import Model
+        Model = _model_a()
         width = 8
     else:
         from stack import model_b
@@ -56,10 +62,12 @@ def activation(x):
 HELPERS_A = '''
 from flax import nnx
 
+from stack.sizes_a import BIAS
+
 
 class Block(nnx.Module):
     def __init__(self, width, rngs):
-        self.linear = nnx.Linear(width, width, rngs=rngs)
+        self.linear = nnx.Linear(width, width, use_bias=BIAS, rngs=rngs)
 
     def __call__(self, x):
         from stack.shared import activation
@@ -99,11 +107,12 @@ class Model(nnx.Module):
 
 # What each model's cells read, by construction: the expected count at each commit comes from these and git's diff.
 READS = {
-    "a": {"stack/__init__.py", "stack/target.py", "stack/shared.py", "stack/model_a.py", "stack/helpers_a.py"},
+    "a": {"stack/__init__.py", "stack/target.py", "stack/shared.py", "stack/model_a.py", "stack/helpers_a.py",
+          "stack/sizes_a.py"},
     "b": {"stack/__init__.py", "stack/target.py", "stack/shared.py", "stack/model_b.py", "stack/b.json"},
 }
 FILES = {"stack/__init__.py": "", "stack/target.py": TARGET, "stack/shared.py": SHARED, "stack/model_a.py": MODEL_A,
-         "stack/helpers_a.py": HELPERS_A, "stack/model_b.py": MODEL_B, "stack/b.json": '{"width": 8}\n',
+         "stack/helpers_a.py": HELPERS_A, "stack/sizes_a.py": "BIAS = True\n", "stack/model_b.py": MODEL_B, "stack/b.json": '{"width": 8}\n',
          "stack/unused.py": "VALUE = 1\n", "NOTES.md": "notes\n",
          "hlo-audit.toml": config(target="stack.target:lower", models=["a", "b"], scan=["off"], layers=[2, 3]),
          ".gitignore": ".hlo-audit-cache/\n"}
@@ -118,6 +127,7 @@ def _edit(project: Path, path: str, old: str | None = None, new: str = "") -> No
 COMMITS = [
     ("notes and an unused module", [("NOTES.md", None, ""), ("stack/unused.py", None, "")]),
     ("a helper only model a's module imports", [("stack/helpers_a.py", None, "")]),
+    ("constants only that helper imports: no bias", [("stack/sizes_a.py", "True", "False")]),
     ("the JSON only model b's cells open: wider", [("stack/b.json", "8", "16")]),
     ("the helper every cell imports lazily", [("stack/shared.py", "nnx.relu", "nnx.silu")]),
     ("model b's module", [("stack/model_b.py", None, "")]),
@@ -153,15 +163,16 @@ def test_each_commit_lowers_again_only_the_cells_whose_reads_changed(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "home")}
     _git(project, "checkout", "-q", commits[0])
     first = cells_of(hlo_audit(project, "run", "--format", "json", env=env))
-    assert len(first) == 4 and not any(c["cached"] for c in first.values())
+    assert len(first) == 4 and not any(c["cached"] or c["status"] != "ok" for c in first.values()), first
     seen = []
     for before, commit in zip(commits, commits[1:], strict=False):
         _git(project, "checkout", "-q", commit)
         changed = set(_git(project, "diff", "--name-only", before, commit).split())
         expected = sorted(cid for cid in first if READS[cid.split("/")[0]] & changed)
         cells = cells_of(hlo_audit(project, "run", "--format", "json", env=env))
+        assert all(c["status"] == "ok" for c in cells.values()), cells
         lowered = sorted(cid for cid, c in cells.items() if not c["cached"])
         seen.append((sorted(changed), lowered, expected))
         assert lowered == expected, seen
     # Every kind of change was seen, and something was served from the cache at each commit but one.
-    assert [len(lowered) for _, lowered, _ in seen] == [0, 2, 2, 4, 2, 2]
+    assert [len(lowered) for _, lowered, _ in seen] == [0, 2, 2, 2, 4, 2, 2]

@@ -3,11 +3,14 @@ already loaded by an earlier cell of the same process) and the files it opened, 
 that cell read and not everything the process had loaded by then (``hlo_audit.cache``'s doc).
 
 Modules loaded before any lowering (building the target, jax, hlo-audit itself) or between lowerings are every
-cell's. A module an earlier cell's lowering loaded is this cell's only if this cell asked for it: an ``import``
-statement (``builtins.__import__``, wrapped while a lowering runs) or ``importlib.import_module`` naming it, or one
-naming a module whose own loading asked for it (``_LOAD_DEPS``, followed to the end). A module loaded in a lowering
-some other way (a reference to ``import_module`` taken before the wrapper, C) keeps everything its lowering loaded
-and asked for as its dependencies: coarser, never less. Files come from the ``open`` audit event (``builtins.open``,
+cell's. A module an earlier cell's lowering loaded is this cell's if this cell asked for it (an ``import`` statement,
+``builtins.__import__`` wrapped while a lowering runs, or ``importlib.import_module``) or ran any of its code (the
+``PY_START`` event of ``sys.monitoring``, each code object once per lowering: a memoized ``load_maxtext()`` imports
+nothing in the second cell, but the second cell runs MaxText's code), and so is every module such a module's own
+loading asked for (``_LOAD_DEPS``, followed to the end: the constants it took at import). A module loaded in a
+lowering some other way (a reference to ``import_module`` taken before the wrapper, C) keeps everything its lowering
+loaded and asked for as its dependencies: coarser, never less. Where no ``sys.monitoring`` tool id is free, every
+module loaded counts for every cell. Files come from the ``open`` audit event (``builtins.open``,
 ``io.open_code``, ``os.open``): those opened for reading, less those the lowering wrote or created itself.
 """
 
@@ -35,6 +38,7 @@ class Used:
         self.opened: set[str] = set()
         self.written: set[str] = set()
         self.imported: set[str] = set()
+        self.ran: set[str] = set()  # files whose code ran (co_filename)
         self.before: frozenset[str] = frozenset()
         self.loaded: frozenset[str] = frozenset()
         self.started_ns = time.time_ns()
@@ -47,6 +51,38 @@ _stack = threading.local()  # per thread: the name sets of the import calls that
 # Modules first loaded inside some cell's lowering, and for each, the names its loading asked for and loaded.
 _LOADED_IN_LOWERINGS: set[str] = set()
 _LOAD_DEPS: dict[str, frozenset[str]] = {}
+
+
+_MONITORING = getattr(sys, "monitoring", None)
+_tool: int | None = None  # this module's sys.monitoring tool id, once taken; None: none free (every module counts)
+
+
+def _started(code, offset) -> object:
+    """PY_START: note the code's file in every open lowering, then stop hearing about this code until the next
+    lowering begins (``restart_events``)."""
+    for window in list(_windows):
+        if window.lowering:
+            window.ran.add(code.co_filename)
+    return _MONITORING.DISABLE
+
+
+def _take_tool() -> int | None:
+    for tool in (4, 3):  # the ids sys.monitoring leaves unnamed (0-2 and 5: debugger, coverage, profiler, optimizer)
+        try:
+            _MONITORING.use_tool_id(tool, "hlo-audit cache")
+        except ValueError:
+            continue
+        _MONITORING.register_callback(tool, _MONITORING.events.PY_START, _started)
+        return tool
+    return None
+
+
+def _hear_code(on: bool) -> None:
+    if _tool is None:
+        return
+    _MONITORING.set_events(_tool, _MONITORING.events.PY_START if on else 0)
+    if on:
+        _MONITORING.restart_events()
 
 
 def _audit(event: str, args: tuple) -> None:
@@ -134,14 +170,16 @@ def _import_module(name, package=None):
 
 def open_window(lowering: bool) -> Used:
     """Start recording (``close_window`` ends it); the audit hook is added once per process and stays."""
-    global _hooked  # one hook per process: audit hooks cannot be removed
+    global _hooked, _tool  # one hook per process: audit hooks cannot be removed
     window = Used(lowering)
     with _lock:
         if not _hooked:
             sys.addaudithook(_audit)
+            _tool = _take_tool() if _MONITORING is not None else None
             _hooked = True
         if lowering and not any(w.lowering for w in _windows):
             builtins.__import__, importlib.import_module = _import, _import_module
+            _hear_code(True)
         window.before = frozenset(sys.modules)
         _windows.append(window)
     return window
@@ -152,6 +190,7 @@ def close_window(window: Used) -> None:
         _windows.remove(window)
         if window.lowering and not any(w.lowering for w in _windows):
             builtins.__import__, importlib.import_module = _ORIGINAL_IMPORT, _ORIGINAL_IMPORT_MODULE
+            _hear_code(False)
         if window.lowering:
             window.loaded = frozenset(sys.modules) - window.before
             coarse = frozenset(window.loaded | window.imported)
@@ -162,10 +201,12 @@ def close_window(window: Used) -> None:
 
 def modules_used(window: Used) -> set[str]:
     """The module names a cell's lowering used: every module loaded now, less those other cells' lowerings loaded
-    that this one did not ask for, directly or through what loading an asked-for module asked for."""
+    that this one neither asked for nor ran code of, directly or through what loading such a module asked for."""
+    if _tool is None:
+        return set(sys.modules)
     others = _LOADED_IN_LOWERINGS - window.loaded
     names = set(sys.modules) - others
-    pending = list(window.imported)
+    pending = [*window.imported, *(name for name in others if _file_of(name) in window.ran)]
     while pending:
         name = pending.pop()
         parts = name.split(".")
@@ -174,6 +215,12 @@ def modules_used(window: Used) -> set[str]:
                 names.add(candidate)
                 pending.append(candidate)
     return {name for name in names if name in sys.modules}
+
+
+def _file_of(name: str) -> str | None:
+    module = sys.modules.get(name)
+    file = _namespace(module).get("__file__") if module is not None else None
+    return file if isinstance(file, str) else None
 
 
 def files_opened(window: Used) -> set[str]:
