@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 from hlo_audit.cache import store as cache_store
@@ -121,3 +122,26 @@ def test_a_cache_key_others_can_read_is_refused_in_one_line(tmp_path):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert str(key) in result.stderr and "--no-cache" in result.stderr
     assert _run(project, home, "run", "--no-cache").returncode == 0
+
+
+def test_a_committed_cache_is_not_used_even_with_a_leaked_key(tmp_path, monkeypatch):
+    """A CI runner may keep its key between runs (docs/ci.md): if a forger learned it, their entries carry valid
+    marks. A cache folder git tracks is never used all the same, nor rewritten."""
+    home = tmp_path / "home"
+    project = _project(tmp_path / "project")
+    assert _run(project, home, "golden", "update").returncode == 0
+    (project / "stack/model.py").write_text(MODEL_WITH_DROPOUT)
+    assert _run(project, home, "run").returncode == 0
+    _forge(project / ".hlo-audit-cache", home, monkeypatch)  # marked with the victim's own key
+    assert _run(project, home, "check").returncode == 0  # untracked, the forgery would pass: what the test guards
+    git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "a pull request with its cache"]):
+        subprocess.run(["git", *args], cwd=project, env=git, check=True, capture_output=True)
+    tracked = sorted(p for p in (project / ".hlo-audit-cache").rglob("*") if p.is_file())
+    before = {p: p.read_bytes() for p in tracked}
+    result = _run(project, home, "check", "--format", "json")
+    assert result.returncode == 1 and not any(c["cached"] for c in cells_of(result).values())
+    said = [line for line in result.stderr.splitlines() if "git tracks" in line]
+    assert len(said) == 1 and "never used" in said[0], result.stderr
+    assert {p: p.read_bytes() for p in tracked} == before

@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -146,6 +147,16 @@ def _parse_json_entry(raw: str, expected: dict) -> object:
     return doc["body"]
 
 
+def _tracked_by_git(folder: Path) -> bool:
+    """Whether git tracks any file under ``folder`` (False outside a repository, or without git)."""
+    try:
+        listed = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--", "."], capture_output=True,
+                                timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and bool(listed.stdout)
+
+
 def _warn_on_stderr(message: str) -> None:
     print(f"hlo-audit: warning: {message}", file=sys.stderr)
 
@@ -192,6 +203,10 @@ class Cache:
         if enabled:
             self._check_usable()
             _key_at(key_path())
+            if _tracked_by_git(self.folder):  # a committed cache: never read, and its files never rewritten
+                self._warn(f"cache_dir {self.folder} holds files git tracks: a committed cache is never used (untrack "
+                           f"it: git rm -r --cached {self.folder}); this run lowers without it")
+                self.enabled = False
 
     def _check_usable(self) -> None:
         """A cache folder that is a file, or that cannot be created, read or written, is the user's to fix: one
