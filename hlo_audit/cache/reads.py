@@ -1,6 +1,7 @@
 """What a lowering read, recorded in the process that lowered it (``hlo_audit.cache``'s doc): the environment
-variables it read (while it runs) and the modules loaded (``sys.modules`` afterwards), and what this machine holds
-now to check a recording against (``Now``)."""
+variables it read (while it runs), the modules it used and the files it opened (``cache.used``), and what this
+machine holds now to check a recording against (``Now``), the project's files relative to the project
+(``portable``)."""
 
 from __future__ import annotations
 
@@ -149,9 +150,9 @@ def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
 
 @dataclass(frozen=True)
 class Reads:
-    """What one lowering read: every file of its modules by content (``[size, mtime_ns, sha256, ctime_ns, inode]``,
-    None: gone) or
-    by the distribution that installed it, and the environment variables it (and this process's imports) read.
+    """What one lowering read: every file of the modules it used and of the files it opened, by content
+    (``[size, mtime_ns, sha256, ctime_ns, inode]``, None: gone) or by the distribution that installed it, and the
+    environment variables it (and this process's imports) read.
     A manifest variant keeps its record (``to_record``)."""
 
     files: Mapping[str, list | None]
