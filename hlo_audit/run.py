@@ -81,7 +81,8 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
             with recording_environment() as window, warnings.catch_warnings(record=True) as caught:
                 lowering = target.lower(cell)
         seconds = time.perf_counter() - started
-        reads = reads_after(window)
+        # The code under test keyed by content even where it is installed (MaxText from a wheel, edited in place).
+        reads = reads_after(window, frozenset(getattr(target, "code_under_test", ())))
         result = analyze_lowering(cell, lowering, seconds, key, environment(target, cell))
         return replace(result, warnings=_warned(caught)), lowering, reads
     except Unavailable as exc:
@@ -221,5 +222,12 @@ def execute(plan: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = F
     """Every planned cell's result (``run_cells``). ``use_cache=False``: the cache is neither read nor written;
     ``refresh``: every cell is lowered again and its entry rewritten; ``started(cell)``: called when a cell's
     lowering begins."""
-    cache = Cache(plan.config.cache_dir, enabled=use_cache, refresh=refresh)
+    cache = Cache(plan.config.cache_dir, enabled=use_cache, refresh=refresh, project=project_folder(plan.config))
     yield from run_cells(plan.cells, cache, jobs=jobs, started=started)
+
+
+def project_folder(config) -> Path:
+    """The folder the project's files are named relative to in the cache (``Cache``'s ``project``): the config's,
+    or the working folder where the built-in default is in force."""
+    source = Path(config.source)
+    return source.resolve().parent if source.is_file() else Path.cwd()

@@ -109,7 +109,7 @@ def _workflow_is_sharded_and_merged(path: Path, shards: int) -> dict:
     runs = [s.get("run", "") for s in check["steps"]]
     assert any(f"hlo-audit check --shard ${{{{ matrix.shard }}}}/{shards} --format json" in r for r in runs), runs
     cache = next(s for s in check["steps"] if s.get("uses", "").startswith("actions/cache"))["with"]
-    assert cache["path"] == ".hlo-audit-cache"
+    assert cache["path"].split() == [".hlo-audit-cache", "~/.cache/hlo-audit"]  # the entries and the key marking them
     # Per shard, per commit (it rotates), restored from any earlier run of the shard (entries verify themselves).
     assert "${{ matrix.shard }}" in cache["key"] and cache["key"].endswith("${{ github.sha }}")
     assert cache["restore-keys"].strip() == cache["key"].removesuffix("${{ github.sha }}")

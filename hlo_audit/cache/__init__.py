@@ -3,36 +3,49 @@
 A cell's lowering is looked up in two steps, as ccache's direct mode or a build system's depfile does:
 
 * its **primary key**: what is known before lowering: the cell (every axis, overrides, batch, seq, the target's
-  spec), the target's own fingerprint (MaxText's installed sources and configs; a callable's module), the versions of
+  spec), the target's own fingerprint (MaxText's version; a callable's module), the versions of
   jax/jaxlib/flax/maxtext/TE, the cell's compiler (libtpu for a TPU topology), every ``XLA_*``/``JAX_*``/``LIBTPU_*``
   variable, the Python, hlo-audit's lowering side (every module of the layers up to ``targets``, by
   ``hlo_audit.layers``: no list) and this file (it decides what a manifest records). It names a **manifest**;
 * the manifest's **variants**: what each earlier lowering of the cell read, recorded in the process that lowered it
-  (``recording_environment`` around building the target and lowering; ``reads_after``): every Python module in
-  ``sys.modules`` afterwards, not only the ones it imported (a model module imported by an earlier cell of the same
-  worker is used all the same): files of an installed distribution by the distribution's name and version, stdlib
-  by the Python's version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by
-  SHA-256 and the stamp a ``stat`` gives (size, mtime, ctime, inode: ``reads.stamp``); and the environment variables
-  it read, with their values (one it found unset and then set itself, as MaxText's import does DECOUPLE_GCLOUD in
-  the first cell a process lowers, holds unset or at the value it set: a process that imported MaxText before its
-  lookup still hits the cell). A variant is reused only if all of it still holds: environment and versions first,
-  then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored file: then the stamps
-  are refreshed in the manifest). Size and mtime alone would serve a file restored with its old mtime (``cp -p``,
-  ``rsync -a``, a cache-restore step) or edited to the same size and ``touch``-ed back; its ctime is new. Several
-  variants per cell, so switching a variable back and forth is a hit both ways.
+  (``recording_environment`` around building the target and lowering; ``reads_after``; ``cache.used``): the
+  Python modules that cell's lowering used (every module loaded before any cell's lowering, or between them, and of
+  those other cells' lowerings loaded only the ones this lowering's imports asked for, with what their own loading
+  asked for: a model module a second cell imports again is its read too, one only the first cell imported is not)
+  and the files it opened for reading (the ``open`` audit event: a config, a YAML MaxText's pyconfig reads), with
+  those opened while building the target. Files of an installed distribution count by the distribution's name and
+  version (the target's ``code_under_test``, MaxText, by content wherever it is installed), stdlib by the Python's
+  version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by SHA-256 and the
+  stamp a ``stat`` gives (size, mtime, ctime, inode: ``reads.stamp``). The project's files are named relative to the
+  project (``reads.portable``): a copy of it, a second worktree, a workspace restored elsewhere or another project
+  sharing the cache_dir checks its own files, never the ones a recording was made from. The environment variables
+  it read are recorded with their values (one it found unset and then set itself, as MaxText's import does
+  DECOUPLE_GCLOUD in the first cell a process lowers, holds unset or at the value it set: a process that imported
+  MaxText before its lookup still hits the cell). A variant is reused only if all of it still holds: environment
+  and versions first, then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored
+  file: then the stamps are refreshed in the manifest). Size and mtime alone would serve a file restored with its
+  old mtime (``cp -p``, ``rsync -a``, a cache-restore step) or edited to the same size and ``touch``-ed back; its
+  ctime is new. Several variants per cell, so switching a variable back and forth is a hit both ways.
 
 Each variant's **entry** (``<entry>.hlo.txt``, ``.lowering.json``, ``.<analysis>.result.json``,
 ``.<analysis>.normalized.txt``; ``<analysis>`` is hlo-audit's own source) carries a header: what kind of entry it
-is, the entry key and cell it was made for, and the SHA-256 of its content. Anything that does not verify on read
+is, the entry key and cell it was made for, the SHA-256 of its content, and this user's **mark**: an HMAC of the
+header under a key made once per user outside every working tree (``$XDG_CACHE_HOME/hlo-audit/cache-key``, else
+``~/.cache/hlo-audit/cache-key``, mode 0600; ``store.key_path``). An entry without a valid mark (committed with a
+pull request, copied from another machine, another user's in a shared folder) is never taken on its word, whatever
+its checksums say: the run says so in one line and lowers its cell again. Anything that does not verify on read
 (a changed digit, a truncated text, two cells' files swapped or copied over each other, JSON of another shape) is a
 miss, said in one line on stderr, and the cell is computed again: the cache is a miss or right, never wrong. A
 manifest is written last, so it only ever names whole entries; every write goes to a temporary file in the same
 folder and is renamed into place, so concurrent runs (or one killed midway) never leave a torn entry.
 
-What it does not see: edits made in place inside an installed distribution (pip never makes one; MaxText's are in
-its target fingerprint), code loaded other than as a module (``exec`` of a file), files a lowering opens, and
-environment read as a whole (iterating ``os.environ``, as wsgiref's and tqdm's imports do: not a dependency on
-every variable) or read in C (hence the prefixes in the primary key). ``--refresh`` lowers again and rewrites.
+What it does not see: edits made in place inside an installed distribution other than the code under test (pip
+never makes one), code loaded other than as a module (``exec`` of a file) or files read other than through
+``open`` (``mmap`` of an already open descriptor, C code), a new module that would shadow a recorded one (a
+``pkg/model/`` folder beside ``pkg/model.py``), a data-only module another cell loaded, reached through a reference
+to ``importlib.import_module`` taken before the lowering began, and environment read as a whole (iterating
+``os.environ``, as wsgiref's and tqdm's imports do: not a dependency on every variable) or read in C (hence the
+prefixes in the primary key). ``--refresh`` lowers again and rewrites.
 
 JSON and text only, never pickle.
 """

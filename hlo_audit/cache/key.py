@@ -14,7 +14,9 @@ from hlo_audit import host, layers, platforms
 from hlo_audit.matrix import Cell
 
 # v3: manifests of what each lowering read; every entry carries its key, cell and checksum.
-LAYOUT_VERSION = "v3"
+# v4: the project's files named relative to it; each cell's own modules and opened files; every entry marked with
+# this user's key (entries of v3 carry no mark: a v4 cache starts empty rather than warn about each).
+LAYOUT_VERSION = "v4"
 _VERSIONED_PACKAGES = ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax")
 FLAG_PREFIXES = ("XLA_", "JAX_", "LIBTPU_")
 HLO_AUDIT_ROOT = Path(__file__).resolve().parent.parent

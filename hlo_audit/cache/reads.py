@@ -1,6 +1,7 @@
 """What a lowering read, recorded in the process that lowered it (``hlo_audit.cache``'s doc): the environment
-variables it read (while it runs) and the modules loaded (``sys.modules`` afterwards), and what this machine holds
-now to check a recording against (``Now``)."""
+variables it read (while it runs), the modules it used and the files it opened (``cache.used``), and what this
+machine holds now to check a recording against (``Now``), the project's files relative to the project
+(``portable``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from hlo_audit import host, layers
 from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
-
+from hlo_audit.cache.used import Used, close_window, files_opened, modules_used, open_window
 
 
 class _EnvironmentReads:
@@ -32,6 +33,7 @@ class _EnvironmentReads:
         self.read: dict[str, str | None] = {}
         self.written: set[str] = set()
         self.set_itself: dict[str, str] = {}
+        self.used: Used | None = None  # the modules and files the window used (``cache.used``)
 
 
 _ENVIRON = type(os.environ)
@@ -42,6 +44,8 @@ _bulk = threading.local()
 # Reads made while building targets in this process (imports: jax's config, a user's module-level os.environ.get):
 # the values a module keeps from its import hold for every cell lowered after it.
 _PROCESS_READS = _EnvironmentReads()
+# Files opened while building targets in this process (a config a user's module reads at import): every cell's.
+_PROCESS_OPENED: set[str] = set()
 
 
 def _note(environ, key, value) -> None:
@@ -103,6 +107,7 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
     later lookup, made after building the same target (or after importing jax some other way), compares with. A
     value set from outside is kept all the same, so it still keys the cell."""
     reads = _PROCESS_READS if process_wide else _EnvironmentReads()
+    used = open_window(lowering=not process_wide)
     with _recorders_lock:
         if not _recorders:
             for name, function in _PATCHED.items():
@@ -122,6 +127,11 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
             if not _recorders:
                 for name, function in _ORIGINAL.items():
                     setattr(_ENVIRON, name, function)
+        close_window(used)
+        if process_wide:
+            _PROCESS_OPENED.update(files_opened(used))
+        else:
+            reads.used = used
 
 
 @contextlib.contextmanager
@@ -140,9 +150,9 @@ def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
 
 @dataclass(frozen=True)
 class Reads:
-    """What one lowering read: every file of its modules by content (``[size, mtime_ns, sha256, ctime_ns, inode]``,
-    None: gone) or
-    by the distribution that installed it, and the environment variables it (and this process's imports) read.
+    """What one lowering read: every file of the modules it used and of the files it opened, by content
+    (``[size, mtime_ns, sha256, ctime_ns, inode]``, None: gone) or by the distribution that installed it, and the
+    environment variables it (and this process's imports) read.
     A manifest variant keeps its record (``to_record``)."""
 
     files: Mapping[str, list | None]
@@ -157,20 +167,27 @@ class Reads:
                 "imported_environment": dict(self.imported_environment)}
 
 
-def reads_after(window: _EnvironmentReads) -> Reads:
-    """What a lowering that just ran in this process read: the modules loaded now, the variables ``window`` read
-    (``environment``) and those read while this process built its targets (``imported_environment``: the values
-    its imports saw, which later writes, libtpu's TPU_LIBRARY_PATH say, do not change for the module that kept
-    them). Picklable, so a worker can hand it to the parent."""
+def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozenset()) -> Reads:
+    """What a lowering that just ran in this process read: the modules it used (``used.modules_used``: those loaded
+    before any cell's lowering, and those it asked for) and the files it opened, with those this process opened
+    while building its targets; the variables ``window`` read (``environment``) and those read while this process
+    built its targets (``imported_environment``: the values its imports saw, which later writes, libtpu's
+    TPU_LIBRARY_PATH say, do not change for the module that kept them). ``by_content``: distributions whose files
+    are keyed by content, not version (the code under test: MaxText installed from a wheel and edited in place).
+    Picklable, so a worker can hand it to the parent."""
     files, distributions = {}, {}
     search_path = tuple(sys.path)
     kinds = _kinds(search_path)  # what a path is does not change while the process runs: classified once
-    for path in sorted(_module_files()):
+    used = window.used
+    paths = _module_files(modules_used(used) if used else set(sys.modules))
+    paths |= (files_opened(used) if used else set()) | _PROCESS_OPENED
+    for path in sorted(paths):
         if path not in kinds:
             kinds[path] = _file_kind(path, _installed_files(search_path))
         kind = kinds[path]
-        if kind == "content":
-            files[path] = _file_state(path)
+        if kind == "content" or (isinstance(kind, tuple) and kind[0] in by_content):
+            if (state := _file_state(path)) is not None or path.endswith(".py"):
+                files[path] = state  # a module's file gone since it loaded is recorded gone; an opened one is not
         elif kind is not None:
             distributions[kind[0]] = kind[1]
     set_itself = {name: value for name, value in window.set_itself.items()
@@ -179,9 +196,10 @@ def reads_after(window: _EnvironmentReads) -> Reads:
                  set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS))
 
 
-def _module_files() -> set[str]:
+def _module_files(names: set[str]) -> set[str]:
     files = set()
-    for module in list(sys.modules.values()):
+    for name in names:
+        module = sys.modules.get(name)
         try:
             file = vars(module).get("__file__")  # vars(): a lazy module's __getattr__ would import
         except TypeError:
@@ -308,6 +326,25 @@ def _file_state(path: str) -> list | None:
     return [*stamped[:2], _HASHED[memo], *stamped[2:]]
 
 
+def project_roots(root: Path | str | None) -> tuple[str, ...]:
+    """The project's folder as given and as resolved, each ending in a separator (none: no project)."""
+    if root is None:
+        return ()
+    return tuple(dict.fromkeys(os.path.join(p, "") for p in (os.path.abspath(root), os.path.realpath(root))))
+
+
+def portable(reads: dict, roots: tuple[str, ...]) -> dict:
+    """A manifest variant's reads with the project's files named relative to the project: a copy of it, a second
+    worktree, a workspace restored at another path checks its own files, and two projects sharing a cache_dir each
+    theirs (issue 37). Files outside it (another folder on PYTHONPATH, an editable install elsewhere) keep their
+    absolute path: they are the same files wherever the project is."""
+    files = {}
+    for path, state in reads["files"].items():
+        under = next((root for root in roots if path.startswith(root)), None)
+        files[path[len(under):] if under else path] = state
+    return {**reads, "files": files}
+
+
 def identity(reads: dict) -> dict:
     """What a manifest's variant stands for, without the stamps (a fresh checkout of the same files is the same)."""
     return {"files": {path: state[2] if state else None for path, state in reads["files"].items()},
@@ -318,7 +355,8 @@ def identity(reads: dict) -> dict:
 class Now:
     """What this machine holds now, each thing looked at once per cache (a run's lookups share it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = os.path.abspath(root) if root is not None else None  # the project relative paths are under
         self._versions: dict[str, str] | None = None
         self._stats: dict[str, os.stat_result | None] = {}
         self._hashes: dict[str, str | None] = {}
@@ -340,6 +378,12 @@ class Now:
             except metadata.PackageNotFoundError:
                 self._versions[name] = "absent"
         return self._versions[name]
+
+    def locate(self, path: str) -> str | None:
+        """A recorded path as a file here: a relative one is the project's (None: this run has no project)."""
+        if os.path.isabs(path):
+            return path
+        return os.path.join(self.root, path) if self.root is not None else None
 
     def stat(self, path: str) -> os.stat_result | None:
         if path not in self._stats:
@@ -373,7 +417,10 @@ class Now:
             if self.version(name) != version:
                 return f"{name} {version} -> {self.version(name)}", False
         retouched = False
-        for path, state in reads["files"].items():
+        for recorded, state in reads["files"].items():
+            path = self.locate(recorded)
+            if path is None:
+                return f"{recorded} is a project's file, and this run names no project", False
             info = self.stat(path)
             if state is None or info is None:
                 if (state is None) != (info is None):

@@ -4,10 +4,14 @@ them, and ``Cache``, one run's view of the folder (``hlo_audit.cache``'s doc).""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
+import hmac
 import json
 import os
+import secrets
 import stat
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -15,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
-from hlo_audit.cache.reads import Now, Reads, identity, stamp
+from hlo_audit.cache.reads import Now, Reads, identity, portable, project_roots, stamp
 from hlo_audit.files import write_atomic
 from hlo_audit.lowering import Lowering
 from hlo_audit.results import CellResult
@@ -33,12 +37,68 @@ class _Damaged(Exception):
     """An entry that does not verify; its message says how."""
 
 
+class _Untrusted(_Damaged):
+    """An entry without this user's mark: made elsewhere (committed, copied, another user's), never taken on its
+    word, whatever its checksums say."""
+
+
+# The per-user key that marks every entry this user writes (an HMAC of its header, checksum included). It lives
+# outside every working tree, readable by its owner only, so a cache entry in a pull request, a copied or restored
+# cache folder, or another user's shared cache_dir carries no mark this machine accepts.
+KEY_VARIABLE = "XDG_CACHE_HOME"
+_KEY_FILE = ("hlo-audit", "cache-key")
+
+
+def key_path() -> Path:
+    base = os.environ.get(KEY_VARIABLE) or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base, *_KEY_FILE)
+
+
+@functools.cache
+def _key_at(path: Path) -> bytes:
+    """The key at ``path``, made (0600, in a 0700 folder) if there is none; CacheError if it cannot be made or read,
+    or if others than its owner could read or replace it."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32) + "\n")
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise CacheError(f"the cache's key {path} is not a file only you can read (mode "
+                             f"{stat.S_IMODE(info.st_mode):o}): remove it (a new one is made), or run with --no-cache")
+        key = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CacheError(f"the cache's key {path} cannot be made or read: {getattr(exc, 'strerror', None) or exc} "
+                         f"(set ${KEY_VARIABLE} to a folder of yours, or run with --no-cache)") from None
+    if len(key) < 32:
+        raise CacheError(f"the cache's key {path} is not one hlo-audit made: remove it (a new one is made), or run "
+                         "with --no-cache")
+    return key.encode()
+
+
+def _mark(header: dict) -> str:
+    """This user's mark on an entry's header (the header holds its content's checksum)."""
+    unmarked = {k: v for k, v in header.items() if k != "mark"}
+    return hmac.new(_key_at(key_path()), canonical_json(unmarked).encode(), hashlib.sha256).hexdigest()
+
+
+def _marked(header: dict, content: str) -> dict:
+    header = {k: v for k, v in header.items() if k not in ("mark", "sha256")}
+    header["sha256"] = _sha256(content)
+    return {**header, "mark": _mark(header)}
+
+
 def _text_entry(header: dict, text: str) -> str:
-    return f"{_HEADER_TAG} {canonical_json({**header, 'sha256': _sha256(text)})}\n{text}"
+    return f"{_HEADER_TAG} {canonical_json(_marked(header, text))}\n{text}"
 
 
 def _json_entry(header: dict, body: object) -> str:
-    return canonical_json({_HEADER_TAG: {**header, "sha256": _sha256(canonical_json(body))}, "body": body})
+    return canonical_json({_HEADER_TAG: _marked(header, canonical_json(body)), "body": body})
 
 
 def _sha256(text: str) -> str:
@@ -54,6 +114,10 @@ def _checked_header(header: object, expected: dict) -> str:
     digest = header.get("sha256")
     if not isinstance(digest, str):
         raise _Damaged("no checksum in its header")
+    # Whole and made for this cell: whether this user made it is asked before its content is believed.
+    mark = header.get("mark")
+    if not isinstance(mark, str) or not hmac.compare_digest(mark, _mark(header)):
+        raise _Untrusted("no mark of this user's")
     return digest
 
 
@@ -81,6 +145,16 @@ def _parse_json_entry(raw: str, expected: dict) -> object:
     if _checked_header(doc[_HEADER_TAG], expected) != _sha256(canonical_json(doc["body"])):
         raise _Damaged("checksum does not match its content")
     return doc["body"]
+
+
+def _tracked_by_git(folder: Path) -> bool:
+    """Whether git tracks any file under ``folder`` (False outside a repository, or without git)."""
+    try:
+        listed = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--", "."], capture_output=True,
+                                timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return listed.returncode == 0 and bool(listed.stdout)
 
 
 def _warn_on_stderr(message: str) -> None:
@@ -111,20 +185,28 @@ def _log_lowering(result: CellResult, key: str, reads: dict) -> None:
 class Cache:
     """One run's view of the cache folder. ``enabled=False`` (``--no-cache``): nothing is read or written;
     ``refresh`` (``--refresh``): nothing is read, everything computed is written. ``warn`` says, in one line, each
-    entry that did not verify (default: stderr)."""
+    entry that did not verify (default: stderr). ``project``: the folder the project's files are named relative to
+    in manifests (``reads.portable``; None: every file by its absolute path)."""
 
     def __init__(self, root: Path, enabled: bool = True, refresh: bool = False,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None, project: Path | None = None):
         self.folder = Path(root)
         self.root = self.folder / LAYOUT_VERSION
         self.enabled = enabled
         self.refresh = refresh
         self._warn = warn or _warn_on_stderr
         self._analysis = analysis_fingerprint()
-        self._now = Now()
+        self._roots = project_roots(project)
+        self._now = Now(project)
         self._write_failed = False
+        self._untrusted_said = False
         if enabled:
             self._check_usable()
+            _key_at(key_path())
+            if _tracked_by_git(self.folder):  # a committed cache: never read, and its files never rewritten
+                self._warn(f"cache_dir {self.folder} holds files git tracks: a committed cache is never used (untrack "
+                           f"it: git rm -r --cached {self.folder}); this run lowers without it")
+                self.enabled = False
 
     def _check_usable(self) -> None:
         """A cache folder that is a file, or that cannot be created, read or written, is the user's to fix: one
@@ -177,12 +259,21 @@ class Cache:
             return parse(raw.decode("utf-8"), expected)
         except UnicodeDecodeError:
             return self._damaged(path, cell, "not UTF-8")
+        except _Untrusted:
+            return self._untrusted()
         except _Damaged as exc:
             return self._damaged(path, cell, str(exc))
 
     def _damaged(self, path: Path, cell: str | None, why: str) -> None:
         """Say, in one line, an entry that does not verify (its callers return this None: a miss)."""
         self._warn(f"cache entry {path} does not verify ({why}); {cell or 'its cell'} is computed again")
+
+    def _untrusted(self) -> None:
+        """Say once a run that entries here carry no mark of this user's, and are lowered again (a miss)."""
+        if not self._untrusted_said:
+            self._warn(f"cache entries in {self.folder} were not written by this user on this machine (no valid mark: "
+                       f"a committed, copied or shared cache); not trusted, their cells are lowered again")
+        self._untrusted_said = True
 
     def lookup(self, key: str, cell: str | None = None) -> str | None:
         """The entry of the manifest's first variant whose reads all still hold, or None."""
@@ -209,8 +300,9 @@ class Cache:
         """The files held by their hashes (a fresh checkout): store their stamps now, so the next run only stats."""
         for variant in manifest["variants"]:
             if variant["entry"] == entry:
-                for path, state in variant["reads"]["files"].items():
-                    info = self._now.stat(path)
+                for recorded, state in variant["reads"]["files"].items():
+                    path = self._now.locate(recorded)
+                    info = self._now.stat(path) if path is not None else None
                     if state is not None and info is not None:
                         stamped = stamp(info)
                         state[:] = [*stamped[:2], state[2], *stamped[2:]]
@@ -278,7 +370,7 @@ class Cache:
     def put(self, key: str, result: CellResult, lowering: Lowering, read: Reads) -> CellResult:
         """Store a cell just lowered: its entry (text, lowering record, result, canonical text), then the manifest
         variant naming it. Returns the result keyed by its entry (``key``)."""
-        reads = read.to_record()  # the manifest variant's record
+        reads = portable(read.to_record(), self._roots)  # the manifest variant's record
         entry = material_digest({"primary": key, "reads": identity(reads)})
         result = replace(result, key=entry)
         _log_lowering(result, key, reads)

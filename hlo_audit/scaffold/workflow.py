@@ -50,10 +50,13 @@ jobs:
           python -m pip install --upgrade pip
 {steps}
       # Entries verify themselves (a damaged or stale one is a miss, never a wrong answer), so any earlier cache of
-      # this shard is safe to start from; the key names the commit, so each run saves what it lowered.
+      # this shard is safe to start from; the key names the commit, so each run saves what it lowered. The runner's
+      # cache key (~/.cache/hlo-audit) marks the entries it wrote: kept with them, or a fresh runner trusts none.
       - uses: actions/cache@v4
         with:
-          path: .hlo-audit-cache
+          path: |
+            .hlo-audit-cache
+            ~/.cache/hlo-audit
           key: hlo-audit-${{{{ runner.os }}}}-py{python}-shard${{{{ matrix.shard }}}}-${{{{ github.sha }}}}
           restore-keys: |
             hlo-audit-${{{{ runner.os }}}}-py{python}-shard${{{{ matrix.shard }}}}-

@@ -1,0 +1,239 @@
+"""What one lowering used besides the environment: the modules its import statements asked for (newly loaded or
+already loaded by an earlier cell of the same process) and the files it opened, so that a cell's manifest names what
+that cell read and not everything the process had loaded by then (``hlo_audit.cache``'s doc).
+
+Modules loaded before any lowering (building the target, jax, hlo-audit itself) or between lowerings are every
+cell's. A module an earlier cell's lowering loaded is this cell's if this cell asked for it (an ``import`` statement,
+``builtins.__import__`` wrapped while a lowering runs, or ``importlib.import_module``) or ran any of its code (the
+``PY_START`` event of ``sys.monitoring``, each code object once per lowering: a memoized ``load_maxtext()`` imports
+nothing in the second cell, but the second cell runs MaxText's code), and so is every module such a module's own
+loading asked for (``_LOAD_DEPS``, followed to the end: the constants it took at import). A module loaded in a
+lowering some other way (a reference to ``import_module`` taken before the wrapper, C) keeps everything its lowering
+loaded and asked for as its dependencies: coarser, never less. Where no ``sys.monitoring`` tool id is free, every
+module loaded counts for every cell. Files come from the ``open`` audit event (``builtins.open``,
+``io.open_code``, ``os.open``): those opened for reading, less those the lowering wrote or created itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import importlib.util
+import os
+import sys
+import threading
+import time
+
+_ORIGINAL_IMPORT = builtins.__import__
+_ORIGINAL_IMPORT_MODULE = importlib.import_module
+# Not inputs: the kernel's views (a /proc file reads differently every time) and Python's bytecode (the source is).
+_NOT_FILES = ("/proc/", "/sys/", "/dev/")
+
+
+class Used:
+    """One window's record: files opened for reading and for writing, module names asked for, modules loaded."""
+
+    def __init__(self, lowering: bool) -> None:
+        self.lowering = lowering  # a cell's lowering (imports tracked), or building a target (files only)
+        self.opened: set[str] = set()
+        self.written: set[str] = set()
+        self.imported: set[str] = set()
+        self.ran: set[str] = set()  # files whose code ran (co_filename)
+        self.before: frozenset[str] = frozenset()
+        self.loaded: frozenset[str] = frozenset()
+        self.started_ns = time.time_ns()
+
+
+_windows: list[Used] = []
+_lock = threading.Lock()
+_hooked = False
+_stack = threading.local()  # per thread: the name sets of the import calls that are loading something
+# Modules first loaded inside some cell's lowering, and for each, the names its loading asked for and loaded.
+_LOADED_IN_LOWERINGS: set[str] = set()
+_LOAD_DEPS: dict[str, frozenset[str]] = {}
+
+
+_MONITORING = getattr(sys, "monitoring", None)
+_tool: int | None = None  # this module's sys.monitoring tool id, once taken; None: none free (every module counts)
+
+
+def _started(code, offset) -> object:
+    """PY_START: note the code's file in every open lowering, then stop hearing about this code until the next
+    lowering begins (``restart_events``)."""
+    for window in list(_windows):
+        if window.lowering:
+            window.ran.add(code.co_filename)
+    return _MONITORING.DISABLE
+
+
+def _take_tool() -> int | None:
+    for tool in (4, 3):  # the ids sys.monitoring leaves unnamed (0-2 and 5: debugger, coverage, profiler, optimizer)
+        try:
+            _MONITORING.use_tool_id(tool, "hlo-audit cache")
+        except ValueError:
+            continue
+        _MONITORING.register_callback(tool, _MONITORING.events.PY_START, _started)
+        return tool
+    return None
+
+
+def _hear_code(on: bool) -> None:
+    if _tool is None:
+        return
+    _MONITORING.set_events(_tool, _MONITORING.events.PY_START if on else 0)
+    if on:
+        _MONITORING.restart_events()
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event != "open" or not _windows:
+        return
+    path, mode, flags = args
+    if isinstance(path, int) or path is None:
+        return
+    try:
+        path = os.path.abspath(os.fsdecode(path))
+    except (TypeError, ValueError, OSError):
+        return
+    writing = any(c in mode for c in "wax+") if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_RDONLY
+    for window in list(_windows):
+        (window.written if writing else window.opened).add(path)
+
+
+def _absolute(name: str, globals_: dict | None, level: int) -> str | None:
+    if level == 0:
+        return name
+    try:
+        package = (globals_ or {}).get("__package__") or ""
+        return importlib.util.resolve_name("." * level + name, package)
+    except (ImportError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def _namespace(module) -> dict:
+    return getattr(module, "__dict__", None) or {}  # not getattr(module, name): a lazy module's __getattr__ imports
+
+
+def _asked(names: set[str]) -> None:
+    for window in list(_windows):
+        if window.lowering:
+            window.imported |= names
+    for outer in getattr(_stack, "calls", ()):
+        outer |= names
+
+
+def _tracked(load, absolute: str | None, fromlist) -> object:
+    """Run ``load`` (the real import), recording the names it asked for; if it loads anything, what its loading
+    asked for and loaded is each new name's dependencies."""
+    wanted = {absolute} if absolute else set()
+    items = [item for item in fromlist or () if absolute and isinstance(item, str) and item != "*"]
+    subs = [f"{absolute}.{item}" for item in items]
+    parent = sys.modules.get(absolute) if absolute else None
+    # Loading: the module is new, or a package's name in the fromlist is not yet its attribute (a submodule to load).
+    loading = absolute is not None and (parent is None or (
+        items and "__path__" in _namespace(parent) and any(item not in _namespace(parent) for item in items)))
+    if not loading:
+        _asked(wanted | {s for s in subs if s in sys.modules})
+        return load()
+    before = set(sys.modules)
+    calls = _stack.__dict__.setdefault("calls", [])
+    inner: set[str] = set()
+    calls.append(inner)
+    try:
+        return load()
+    finally:
+        calls.pop()
+        new = set(sys.modules) - before
+        wanted |= {s for s in subs if s in sys.modules}
+        deps = frozenset(inner | new)
+        for name in wanted | new:
+            _LOAD_DEPS.setdefault(name, deps)
+        _asked(wanted)
+
+
+def _import(name, globals=None, locals=None, fromlist=(), level=0):  # builtins.__import__'s own signature
+    if not _windows:
+        return _ORIGINAL_IMPORT(name, globals, locals, fromlist, level)
+    return _tracked(lambda: _ORIGINAL_IMPORT(name, globals, locals, fromlist, level),
+                    _absolute(name, globals, level), fromlist)
+
+
+def _import_module(name, package=None):
+    if not _windows:
+        return _ORIGINAL_IMPORT_MODULE(name, package)
+    try:
+        absolute = importlib.util.resolve_name(name, package) if name.startswith(".") else name
+    except (ImportError, ValueError, TypeError, AttributeError):
+        absolute = None
+    return _tracked(lambda: _ORIGINAL_IMPORT_MODULE(name, package), absolute, ())
+
+
+def open_window(lowering: bool) -> Used:
+    """Start recording (``close_window`` ends it); the audit hook is added once per process and stays."""
+    global _hooked, _tool  # one hook per process: audit hooks cannot be removed
+    window = Used(lowering)
+    with _lock:
+        if not _hooked:
+            sys.addaudithook(_audit)
+            _tool = _take_tool() if _MONITORING is not None else None
+            _hooked = True
+        if lowering and not any(w.lowering for w in _windows):
+            builtins.__import__, importlib.import_module = _import, _import_module
+            _hear_code(True)
+        window.before = frozenset(sys.modules)
+        _windows.append(window)
+    return window
+
+
+def close_window(window: Used) -> None:
+    with _lock:
+        _windows.remove(window)
+        if window.lowering and not any(w.lowering for w in _windows):
+            builtins.__import__, importlib.import_module = _ORIGINAL_IMPORT, _ORIGINAL_IMPORT_MODULE
+            _hear_code(False)
+        if window.lowering:
+            window.loaded = frozenset(sys.modules) - window.before
+            coarse = frozenset(window.loaded | window.imported)
+            for name in window.loaded:  # loaded other than through the wrappers: all its lowering touched
+                _LOAD_DEPS.setdefault(name, coarse)
+            _LOADED_IN_LOWERINGS.update(window.loaded)
+
+
+def modules_used(window: Used) -> set[str]:
+    """The module names a cell's lowering used: every module loaded now, less those other cells' lowerings loaded
+    that this one neither asked for nor ran code of, directly or through what loading such a module asked for."""
+    if _tool is None:
+        return set(sys.modules)
+    others = _LOADED_IN_LOWERINGS - window.loaded
+    names = set(sys.modules) - others
+    pending = [*window.imported, *(name for name in others if _file_of(name) in window.ran)]
+    while pending:
+        name = pending.pop()
+        parts = name.split(".")
+        for candidate in (*(".".join(parts[:n]) for n in range(1, len(parts) + 1)), *_LOAD_DEPS.get(name, ())):
+            if candidate in others and candidate not in names:
+                names.add(candidate)
+                pending.append(candidate)
+    return {name for name in names if name in sys.modules}
+
+
+def _file_of(name: str) -> str | None:
+    module = sys.modules.get(name)
+    file = _namespace(module).get("__file__") if module is not None else None
+    return file if isinstance(file, str) else None
+
+
+def files_opened(window: Used) -> set[str]:
+    """Regular files the window opened for reading and did not write or create itself (a dump the lowering wrote
+    and read back is its output, not an input), Python's bytecode and the kernel's views aside."""
+    found = set()
+    for path in window.opened - window.written:
+        if path.startswith(_NOT_FILES) or path.endswith((".pyc", ".pyo")):
+            continue
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if os.path.isfile(path) and info.st_ctime_ns < window.started_ns:
+            found.add(path)
+    return found
