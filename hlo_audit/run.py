@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from pathlib import Path
 
 from hlo_audit import host, platforms, preflight, termination
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
