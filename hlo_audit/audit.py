@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from hlo_audit.cache.store import tracked_by_git
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
 from hlo_audit.gate import judged, regenerate_command
@@ -54,7 +55,11 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
 
 def keep_check(p: Plan, outcome: Outcome) -> str | None:
     """Keep the check's JSON report in cache_dir (``merge.LAST_CHECK``: what `golden update --failing` reads);
-    None when kept, else why not, for a warning (a report that cannot be kept does not change the verdict)."""
+    None when kept, else why not, for a warning (a report that cannot be kept does not change the verdict). A
+    cache_dir git tracks is never written (``cache.store.tracked_by_git``: a committed cache is not the run's; the
+    cache has said so)."""
+    if tracked_by_git(Path(p.config.cache_dir)):
+        return None
     try:
         write_atomic(last_check_path(p.config.cache_dir), json.dumps(check_record(outcome)) + "\n")
     except OSError as exc:
@@ -69,6 +74,9 @@ def failing_plan(config: str | None = None, given: bool = False) -> tuple[Plan, 
         raise InputError("--failing accepts the cells that failed in the last check: give it, or --only/--layers, "
                          "not both")
     p = plan(config)
+    if tracked_by_git(Path(p.config.cache_dir)):
+        raise InputError(f"--failing reads the last check's report from cache_dir {p.config.cache_dir}, which holds "
+                         "files git tracks: a committed cache is never read (untrack it, or use --only)")
     accept = failing_in(last_check_path(p.config.cache_dir), p.shard.judge)
     if accept is None:
         return p, None

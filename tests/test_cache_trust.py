@@ -145,3 +145,7 @@ def test_a_committed_cache_is_not_used_even_with_a_leaked_key(tmp_path, monkeypa
     said = [line for line in result.stderr.splitlines() if "git tracks" in line]
     assert len(said) == 1 and "never used" in said[0], result.stderr
     assert {p: p.read_bytes() for p in tracked} == before
+    # Nor is the last check's report read back from it: `golden update --failing` names why, exit 2, nothing written.
+    refused = _run(project, home, "golden", "update", "--failing")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1 and "git tracks" in refused.stderr
+    assert {p: p.read_bytes() for p in tracked} == before

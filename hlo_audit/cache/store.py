@@ -147,7 +147,7 @@ def _parse_json_entry(raw: str, expected: dict) -> object:
     return doc["body"]
 
 
-def _tracked_by_git(folder: Path) -> bool:
+def tracked_by_git(folder: Path) -> bool:
     """Whether git tracks any file under ``folder`` (False outside a repository, or without git)."""
     try:
         listed = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--", "."], capture_output=True,
@@ -203,7 +203,7 @@ class Cache:
         if enabled:
             self._check_usable()
             _key_at(key_path())
-            if _tracked_by_git(self.folder):  # a committed cache: never read, and its files never rewritten
+            if tracked_by_git(self.folder):  # a committed cache: never read, and its files never rewritten
                 self._warn(f"cache_dir {self.folder} holds files git tracks: a committed cache is never used (untrack "
                            f"it: git rm -r --cached {self.folder}); this run lowers without it")
                 self.enabled = False
