@@ -42,6 +42,7 @@ class Rule(StrEnum):
     COLLECTIVES = "collectives"
     SHAPES = "shapes"
     OPS = "ops"
+    RNG_KEYS = "rng_keys"  # random bits from a literal key, or one key drawn from twice (``hlo.rng_keys``)
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
@@ -50,7 +51,7 @@ DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fai
                   "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn",
                   "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
                   "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail", "host_cost": "fail",
-                  "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail"}
+                  "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail", "rng_keys": "fail"}
 
 
 @dataclass(frozen=True)
