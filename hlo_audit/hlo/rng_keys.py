@@ -195,7 +195,6 @@ class _Keys:
         self.tokens = _Tokens()
         self.random = random_computations(module)
         self.memo: dict[tuple, tuple[object, Draws]] = {}
-        self.loop_sites: dict[int, Site] = {}  # loop-varying state's token -> its loop
         self.in_loop: set[int] = set()  # keys drawn again on every iteration of a loop
         self.outside_bit = 1 << max((p.parameter_number for p in module.entry.parameters), default=-1) + 1
 
@@ -337,8 +336,12 @@ class _Keys:
                     self.in_loop.add(token)
                 _add(draws, {token: sites}, times)
         exits = iter(range(len(init_leaves)))
-        return self.rebuild(init, lambda t: t if next(exits) in invariant else self.tokens.intern(
-            ("loop exit", loop_id), [t], self.tokens.key[t] == t))
+
+        def leaf(token: int) -> int:  # what the loop leaves in a varying element: a value of its own
+            i = next(exits)
+            t = self.tokens
+            return token if i in invariant else t.new(deps[i], t.loops[token], t.key[token] == token)
+        return self.rebuild(init, leaf)
 
     def loop_state(self, init, init_leaves: list[int], deps: list[int], loop_id: int, invariant: set[int]):
         position = iter(range(len(init_leaves)))
