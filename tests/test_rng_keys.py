@@ -173,3 +173,23 @@ def test_calls_nested_past_recursion_are_incomplete_not_a_crash():
     report = analyze("\n".join(lines)).keys
     assert report.hazards == () and report.complete is False
     assert parse_module("\n".join(lines))  # the module itself is valid
+
+
+def test_the_new_literal_key_is_the_one_named_when_a_change_elsewhere_renames_the_old_ones():
+    """A step that already draws from a literal key (a closed-over one, as MaxEngine's inference steps do) gains a
+    second, a ``normal`` draw for router noise, while its output is scaled (every canonical name after it moves):
+    the change names the new draw, not the old one."""
+    from hlo_audit.compare import Structural
+    from hlo_audit.hlo.changes import ChangeKind
+
+    def before(x):
+        return jax.numpy.where(jax.random.bernoulli(jax.random.PRNGKey(0), 0.5, x.shape), x, 0.0).sum()
+
+    def after(x):
+        noise = jax.random.normal(jax.random.PRNGKey(5), x.shape)
+        return 2.0 * jax.numpy.where(jax.random.bernoulli(jax.random.PRNGKey(0), 0.5, x.shape), x + noise, 0.0).sum()
+
+    old, new = (analyze(jax.jit(f).lower(steps.batch()).as_text(dialect="hlo", debug_info=True)) for f in (before, after))
+    changes = Structural.of_inputs(old, new).named(ChangeKind.RNG_KEYS)
+    assert [(c.subject, c.before, c.after) for c in changes] == [("literal key", "1", "2")]
+    assert "normal" in changes[0].place.op_name

@@ -35,6 +35,7 @@ reported there, never a false alarm.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -53,6 +54,14 @@ LITERAL, REUSED = "literal", "reused"
 # the GPU kernel's custom call); rng-bit-generator reads its key (state) as operand 0.
 _THREEFRY = re.compile(r"_*(threefry2x32|philox\w*)(\.[0-9a-f]+)*", re.IGNORECASE)
 _THREEFRY_CUSTOM_CALL = re.compile(r"threefry2x32|philox", re.IGNORECASE)
+# jax.random's samplers beyond the ones rng_flow names (its list serves other readers): each a call of its own whose
+# draws are one draw of the sampler's, placed where the model calls it. Whole names only (``_normal``, not a model's
+# ``_normalize``).
+_SAMPLERS = re.compile(r"_*(normal|normal_real|normal_complex|exponential|gamma\w*|beta|poisson\w*|dirichlet|laplace"
+                       r"|logistic|cauchy|pareto|weibull_min|rademacher|maxwell|double_sided_maxwell|choice|permutation"
+                       r"|shuffle|chisquare|generalized_normal|loggamma|lognormal|binomial|geometric|multinomial"
+                       r"|multivariate_normal|orthogonal|ball|triangular)", re.IGNORECASE)
+_NAME_SUFFIX = re.compile(r"(\.[0-9a-f]+)+$")
 # Values from outside the program's inputs: each a value of its own, never a literal.
 _OUTSIDE = frozenset({"rng-get-and-update-state", "rng", "infeed", "recv", "recv-done"})
 _FORWARD = frozenset({"copy", "domain", "add-dependency", "async-update"})
@@ -75,6 +84,9 @@ class KeyHazard:
     draws: int  # draws per step from the key (a loop's trips counted)
     in_loop: bool  # drawn again on every iteration of a loop that carries it unchanged
     paths: tuple[int, ...]  # entry parameter numbers the key is computed from (none: a literal)
+    # What the draws are whatever the module's names: each draw's computation and jax.random function (``main``,
+    # ``bernoulli``): how two modules' hazards pair where renumbering or a digest renamed the instructions.
+    signature: tuple[tuple[str, str], ...] = ()
 
     @property
     def site(self) -> Site:
@@ -189,11 +201,25 @@ def _most(branches: Sequence[Draws]) -> Draws:
     return out
 
 
+def _random(module: HloModule) -> frozenset[str]:
+    """jax.random's computations (``rng_flow.random_computations``), its samplers (``_SAMPLERS``) and all they call."""
+    found = set(random_computations(module))
+    stack = [n for n in module.computations if _SAMPLERS.fullmatch(_NAME_SUFFIX.sub("", n.lstrip("%")))]
+    found.update(stack)
+    while stack:
+        for instr in module.computations[stack.pop()].instructions:
+            for called in instr.called_computations():
+                if called in module.computations and called not in found:
+                    found.add(called)
+                    stack.append(called)
+    return frozenset(found)
+
+
 class _Keys:
     def __init__(self, module: HloModule):
         self.module = module
         self.tokens = _Tokens()
-        self.random = random_computations(module)
+        self.random = _random(module)
         self.memo: dict[tuple, tuple[object, Draws]] = {}
         self.in_loop: set[int] = set()  # keys drawn again on every iteration of a loop
         self.outside_bit = 1 << max((p.parameter_number for p in module.entry.parameters), default=-1) + 1
@@ -386,6 +412,16 @@ class _Keys:
                                                                     key_shaped(s)))
 
 
+def _site_words(module: HloModule, site: Site) -> tuple[str, str]:
+    """A draw's computation and what it calls (``("main", "bernoulli")``), counters and digests dropped."""
+    computation, name = site
+    comp = module.computations.get(computation)
+    instr = comp.by_name.get(name) if comp is not None else None
+    called = instr.called_computations() if instr is not None else []
+    what = computation_words(called[0]).lstrip("_") if called else instr.opcode if instr is not None else ""
+    return ("main" if comp is not None and comp.is_entry else computation_words(computation), what)
+
+
 def key_report(module: HloModule) -> KeyReport:
     """The literal keys a module draws from and the keys it draws from twice (module doc)."""
     keys = _Keys(module)
@@ -400,10 +436,11 @@ def key_report(module: HloModule) -> KeyReport:
         total = sum(n for _, n in sites)
         deps = keys.tokens.deps[token]
         params = tuple(n for n in range(deps.bit_length()) if deps >> n & 1 and 1 << n != keys.outside_bit)
+        signature = tuple(_site_words(module, site) for site in ordered)
         if not deps:
-            hazards.append(KeyHazard(LITERAL, ordered, total, token in keys.in_loop, ()))
+            hazards.append(KeyHazard(LITERAL, ordered, total, token in keys.in_loop, (), signature))
         if total > 1:
-            hazards.append(KeyHazard(REUSED, ordered, total, token in keys.in_loop, params))
+            hazards.append(KeyHazard(REUSED, ordered, total, token in keys.in_loop, params, signature))
     hazards.sort(key=lambda h: (h.kind, order.get(h.site[0], 0), h.site[1]))
     return KeyReport(tuple(hazards))
 
@@ -460,14 +497,29 @@ def key_changes(old: KeyReport, new: tuple[PlacedHazard, ...]) -> list[Change]:
         after = [p for p in new if p.hazard.kind == kind]
         grown = len(after) - len(before)
         if grown > 0:
-            known = {h.sites for h in before}
-            fresh = [p for p in after if p.hazard.sites not in known] or after
-            for p in fresh[:grown]:
+            for p in _fresh(before, after)[:grown]:
                 changes.append(_added(p, len(before), len(after)))
         elif grown < 0:
             changes.append(Change(ChangeKind.RNG_KEYS, Action.REMOVED, LITERAL_KEY if kind == LITERAL else REUSED_KEY,
                                   count=-grown, before=str(len(before)), after=str(len(after))))
     return changes
+
+
+def _fresh(before: Sequence[KeyHazard], after: Sequence[PlacedHazard]) -> list[PlacedHazard]:
+    """``after``'s hazards, those ``before`` has no counterpart of first: by the draws' names, else by what they draw
+    with where (``KeyHazard.signature``: a change elsewhere renames instructions in a canonical text)."""
+    by_sites = {h.sites for h in before}
+    by_signature = Counter(h.signature for h in before)
+    fresh, known = [], []
+    for p in after:
+        if p.hazard.sites in by_sites:
+            known.append(p)
+        elif by_signature[p.hazard.signature] > 0:
+            by_signature[p.hazard.signature] -= 1
+            known.append(p)
+        else:
+            fresh.append(p)
+    return fresh + known
 
 
 def _added(p: PlacedHazard, before: int, after: int) -> Change:
