@@ -193,3 +193,21 @@ def test_the_new_literal_key_is_the_one_named_when_a_change_elsewhere_renames_th
     changes = Structural.of_inputs(old, new).named(ChangeKind.RNG_KEYS)
     assert [(c.subject, c.before, c.after) for c in changes] == [("literal key", "1", "2")]
     assert "normal" in changes[0].place.op_name
+
+
+def test_each_hazard_in_words():
+    from hlo_audit.hlo.changes import LITERAL_KEY, LOOP_KEY, REUSED_KEY, Action, Change, ChangeKind, Place
+    from hlo_audit.report.change_words import change_line
+
+    at = Place("region", "jit(step)/jit(_bernoulli)", "model.py:4", ("state.key",))
+    loop = Change(ChangeKind.RNG_KEYS, Action.ADDED, LOOP_KEY, at, per_step=3, before="0", after="1")
+    assert change_line(loop) == (
+        "rng keys: one key drawn from on every loop iteration, unchanged (3 draws per step) at model.py:4 "
+        "(jit(step)/jit(_bernoulli)) in region reading state.key: every iteration draws the same bits (fold_in the "
+        "iteration or split per layer); reused keys 0 -> 1")
+    twice = Change(ChangeKind.RNG_KEYS, Action.ADDED, REUSED_KEY, at, per_step=2, before="1", after="2",
+                   groups=(("model.py:5", 1),))
+    assert "one key drawn from 2 times without a split or fold_in between at model.py:4" in change_line(twice)
+    assert "again at model.py:5" in change_line(twice) and change_line(twice).endswith("reused keys 1 -> 2")
+    fewer = Change(ChangeKind.RNG_KEYS, Action.REMOVED, LITERAL_KEY, count=2, before="3", after="1")
+    assert change_line(fewer) == "rng keys: 2 literal keys fewer (3 -> 1)"

@@ -223,7 +223,7 @@ def _rng_keys(c: Change, kind: str, where: str) -> str:
     if c.action is Action.REMOVED:
         return f"{kind}: {_plural(c.count, c.subject, c.subject.replace('key', 'keys', 1))} fewer ({c.before} -> " \
                f"{c.after})"
-    tally = f"{c.subject}s {c.before} -> {c.after}"
+    tally = f"{'literal' if c.subject == LITERAL_KEY else 'reused'} keys {c.before} -> {c.after}"
     if c.subject == LITERAL_KEY:
         return f"{kind}: a literal key drawn from {where}: every call draws the same bits (no entry parameter " \
                f"upstream: pass the key in and split it per step); {tally}"
