@@ -245,6 +245,15 @@ def _key_operands(comp: Computation, instr: Instruction) -> range | list[int]:
     return keyed or everything
 
 
+def _read(op: str, operands: list, bits: int) -> int:
+    """The bits an operation computes with: all its operands' (``bits``), or, for one that moves values (``_MOVES``),
+    those of the operands past the moved ones (indices); concatenate reads none."""
+    moved = _MOVES.get(op, 0)
+    if moved == 0:
+        return bits
+    return _collapse(Tup(operands[moved:]))[0] if moved else 0
+
+
 def first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
     return next((site for mask, site in sites if mask & bits), None)
 
@@ -359,8 +368,7 @@ class _Dataflow:
         if op == "custom-call" and (known := custom_calls.flow(instr)) is not None:
             return self.known_custom_call(instr, operands, known, site, events)
         leaf = _collapse(Tup(operands))
-        moved = _MOVES.get(op, 0)
-        events.reads |= leaf[0] if moved == 0 else _collapse(Tup(operands[moved:]))[0] if moved else 0
+        events.reads |= _read(op, operands, leaf[0])
         if op == "custom-call" or op in SIDE_EFFECTS:
             if leaf[0]:
                 events.opaque.append((leaf[0], f"{site} ({instr.custom_call_target or op})"))
