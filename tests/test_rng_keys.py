@@ -211,3 +211,24 @@ def test_each_hazard_in_words():
     assert "again at model.py:5" in change_line(twice) and change_line(twice).endswith("reused keys 1 -> 2")
     fewer = Change(ChangeKind.RNG_KEYS, Action.REMOVED, LITERAL_KEY, count=2, before="3", after="1")
     assert change_line(fewer) == "rng keys: 2 literal keys fewer (3 -> 1)"
+
+
+def test_a_per_layer_key_a_scan_carries_through_unread_is_dead_whatever_its_name():
+    """Stacked per-layer keys under a neutral name, sliced per iteration and stacked back by a scan that never draws
+    from them: moved, never computed with, so dead RNG state."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def step(state, x):
+        def loss(w):
+            h, seeds = lax.scan(lambda h, xs: (jnp.tanh(h @ xs[0]), xs[1]), x, (w, state["layer_seed"]))
+            return h.sum(), seeds
+
+        (value, seeds), grads = jax.value_and_grad(loss, has_aux=True)(state["w"])
+        return {"w": state["w"] - 0.1 * grads, "layer_seed": seeds}, value
+
+    state = {"w": steps.jax_state("split")["w"], "layer_seed": jax.random.split(jax.random.PRNGKey(0), steps.LAYERS)}
+    lowered = jax.jit(step, donate_argnums=0).trace(state, steps.batch()).lower()
+    analysis = analyze(lowered.as_text(dialect="hlo"), "<step>", arg_keys(lowered), None, arg_leaves(lowered))
+    assert {p.path: p.role for p in analysis.params}["state.layer_seed"] == "rng_key"
+    assert {s.path: s.verdict for s in analysis.rng.streams} == {"state.layer_seed": "carried"}
