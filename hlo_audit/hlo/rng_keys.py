@@ -221,6 +221,8 @@ class _Keys:
         self.tokens = _Tokens()
         self.random = _random(module)
         self.memo: dict[tuple, tuple[object, Draws]] = {}
+        self.descriptors: dict[tuple, int] = {}
+        self.by_instruction: dict[tuple[int, int], int] = {}  # (id of an instruction, leaf) -> its descriptor
         self.in_loop: set[int] = set()  # keys drawn again on every iteration of a loop
         self.outside_bit = 1 << max((p.parameter_number for p in module.entry.parameters), default=-1) + 1
 
@@ -310,10 +312,27 @@ class _Keys:
         return _shaped(instr.shape, lambda i, s: self.tokens.new(0, frozenset(), key_shaped(s)))
 
     def generic(self, instr: Instruction, operands: list):
-        flat = [t for o in operands for t in _leaves(o)]
+        flat: list[int] = []
+        for o in operands:
+            if isinstance(o, int):
+                flat.append(o)
+            else:
+                flat.extend(_leaves(o))
         view = instr.opcode in _KEY_VIEWS
-        return _shaped(instr.shape, lambda i, s: self.tokens.intern(_descriptor(instr, i), flat, key_shaped(s),
+        if not instr.shape.is_tuple:  # most values: no tuple to build
+            return self.tokens.intern(self.descriptor(instr, 0), flat, key_shaped(instr.shape), view=view)
+        return _shaped(instr.shape, lambda i, s: self.tokens.intern(self.descriptor(instr, i), flat, key_shaped(s),
                                                                     view=view))
+
+    def descriptor(self, instr: Instruction, index: int) -> int:
+        """What an instruction computes (``_descriptor``) as a number, once per instruction: equal descriptors of
+        two instructions are one number, and interning hashes a small tuple."""
+        ident = (id(instr), index)
+        number = self.by_instruction.get(ident)
+        if number is None:
+            number = self.by_instruction[ident] = self.descriptors.setdefault(_descriptor(instr, index),
+                                                                              len(self.descriptors))
+        return number
 
     def barrier(self, value):
         def own(token: int) -> int:
