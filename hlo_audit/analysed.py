@@ -19,6 +19,7 @@ from hlo_audit.hlo.constants import ConstantReport, frozen_rng, golden_summary
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_counts
 from hlo_audit.hlo.launches import LaunchReport
 from hlo_audit.hlo.params import RNG_ROLES, ROLES, EntryParam
+from hlo_audit.hlo.rng_keys import PlacedHazard
 from hlo_audit.hlo.rng_streams import VERDICTS, PatternCount, RngReport, Stream
 
 Record = dict[str, Any]  # a record of the results cache's schema (an edge: JSON in and out)
@@ -191,6 +192,34 @@ class RngPattern:
 
 
 @dataclass(frozen=True)
+class RngKeyHazard:
+    """A key drawn from as a literal, or drawn from twice (``hlo.rng_keys``): what it is (``literal key``, ``reused
+    key``, ``key reused across loop iterations``), its draws per step, where each draw is (``model.py:12`` and jax's
+    op_name, else its computation and instruction) and the state paths its key comes from."""
+
+    kind: str  # literal | reused
+    subject: str
+    draws: int
+    places: tuple[str, ...]
+    paths: tuple[str, ...]
+
+    @classmethod
+    def of(cls, p: PlacedHazard) -> RngKeyHazard:
+        places = tuple(" ".join(x for x in (place.source, f"({place.op_name})" if place.op_name else "") if x)
+                       or f"{place.computation}/{name}" for place, (_, name) in zip(p.places, p.hazard.sites))
+        return cls(kind=p.hazard.kind, subject=p.subject, draws=p.hazard.draws, places=places, paths=p.paths)
+
+    def to_record(self) -> Record:
+        return {"kind": self.kind, "subject": self.subject, "draws": self.draws, "places": list(self.places),
+                "paths": list(self.paths)}
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> RngKeyHazard:
+        return cls(kind=r["kind"], subject=r["subject"], draws=r["draws"], places=tuple(r["places"]),
+                   paths=tuple(r["paths"]))
+
+
+@dataclass(frozen=True)
 class RngSummary:
     """Every RNG stream of a module by verdict, per pattern and (when kept) one by one (``hlo.rng_streams``)."""
 
@@ -206,6 +235,11 @@ class RngSummary:
     increments_exact: bool  # False when a loop's trip count was unknown
     patterns: tuple[RngPattern, ...]
     stream_list: tuple[RngStream, ...] = ()
+    # Literal keys drawn from and keys drawn from twice (``hlo.rng_keys``); the record has them only where there are.
+    key_hazards: tuple[RngKeyHazard, ...] = ()
+
+    def of_kind(self, kind: str) -> tuple[RngKeyHazard, ...]:
+        return tuple(h for h in self.key_hazards if h.kind == kind)
 
     def increments(self, verdict: StreamVerdict) -> int | float:
         return {StreamVerdict.DRAWN: self.drawn_increments, StreamVerdict.CARRIED: self.dead_increments,
@@ -220,7 +254,7 @@ class RngSummary:
         return {n: s.verdict for s in self.stream_list for n in (s.key, s.count) if n is not None}
 
     @classmethod
-    def of(cls, report: RngReport) -> RngSummary:
+    def of(cls, report: RngReport, keys: tuple[PlacedHazard, ...] = ()) -> RngSummary:
         counts = report.counts()
         return cls(streams=len(report.streams), drawn=counts["drawn"], carried=counts["carried"],
                    unknown=counts["unknown"], dead_params=report.dead_params,
@@ -229,7 +263,8 @@ class RngSummary:
                    unknown_increments=_number(report.increments_of("unknown")),
                    increments_exact=report.increments_exact,
                    patterns=tuple(RngPattern.of(p) for p in report.patterns()),
-                   stream_list=tuple(RngStream.of(s) for s in report.streams))
+                   stream_list=tuple(RngStream.of(s) for s in report.streams),
+                   key_hazards=tuple(RngKeyHazard.of(k) for k in keys))
 
     def to_record(self, with_streams: bool = True) -> Record:
         record = {"streams": self.streams, "drawn": self.drawn, "carried": self.carried, "unknown": self.unknown,
@@ -239,6 +274,8 @@ class RngSummary:
                   "patterns": [p.to_record() for p in self.patterns]}
         if with_streams:
             record["stream_list"] = [s.to_record() for s in self.stream_list]
+        if self.key_hazards:
+            record["key_hazards"] = [k.to_record() for k in self.key_hazards]
         return record
 
     @classmethod
@@ -248,7 +285,8 @@ class RngSummary:
                    drawn_increments=r.get("drawn_increments", 0), unknown_increments=r.get("unknown_increments", 0),
                    increments_exact=r["increments_exact"],
                    patterns=tuple(RngPattern.from_record(p) for p in r["patterns"]),
-                   stream_list=tuple(RngStream.from_record(s) for s in r.get("stream_list", ())))
+                   stream_list=tuple(RngStream.from_record(s) for s in r.get("stream_list", ())),
+                   key_hazards=tuple(RngKeyHazard.from_record(k) for k in r.get("key_hazards", ())))
 
 
 # --------------------------------------------------------------------------------------------------------------

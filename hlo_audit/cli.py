@@ -272,12 +272,12 @@ def rng(
     no_cache: NoCacheOpt = False,
     refresh: RefreshOpt = False,
 ) -> None:
-    """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, and RNG keys
-    written into the program as literals (they never advance). Exit 1 when any stream is carried (dead RNG
-    state), 0 when none is, 2 on bad input."""
+    """RNG streams drawn, carried (dead state: never drawn, still marshalled and counted) or unknown, RNG keys
+    written into the program as literals (they never advance), and keys drawn from twice without a split. Exit 1
+    when any stream is carried (dead RNG state) or any key is literal or reused, 0 when none is, 2 on bad input."""
     program = audit.load_program(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     emit("rng", fmt, label=program.label, rng=program.rng, streams=streams, constants=program.constants)
-    raise typer.Exit(EXIT_DIFFERENCE if program.rng.carried else EXIT_OK)
+    raise typer.Exit(EXIT_DIFFERENCE if program.rng.carried or program.rng.key_hazards else EXIT_OK)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")

@@ -16,6 +16,7 @@ from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.analysis import Analysis, analyze
 
 from hlo_audit.hlo.params import entry_params
+from hlo_audit.hlo.rng_keys import placed
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.launches import launch_report
@@ -148,7 +149,8 @@ def load_program(spec: str, config_path: str | None = None, module: str | None =
     """An HLO file, '-' or dump folder (parsed now), or a cell id (its analysed result: cached, else lowered)."""
     if spec == "-" or os.path.exists(spec) or not is_cell_id(spec):
         analysis = analyze_input(spec, module, stage)
-        return Program(analysis.source, tuple(Param.of(p) for p in analysis.params), RngSummary.of(analysis.rng),
+        keys = placed(analysis.keys, analysis.module, analysis.params)
+        return Program(analysis.source, tuple(Param.of(p) for p in analysis.params), RngSummary.of(analysis.rng, keys),
                        Constants.of(analysis.constants), dump_launches(analysis))
     p = plan_cell(spec, config_path)
     result = next(execute(p, use_cache=use_cache, refresh=refresh))

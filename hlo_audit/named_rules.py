@@ -25,6 +25,9 @@ changes (``ModuleDiff.named``):
   (``hlo.change_flow``); ``remat``: rematerialization removed or added, or its policy changed; ``gradient``: weights
   the loss no longer reaches (or newly does), optimizer transforms (clipping) added or removed. Each is a change to
   judge, a regression until accepted, whatever it does to the program's size.
+* ``rng_keys``: random bits drawn from a literal key (``PRNGKey(0)`` inside the step: every call draws the same bits)
+  or one key drawn from twice without a split or fold_in between (two dropouts drop the same units), beyond the
+  golden's (``hlo.rng_keys``), placed at the draws; fewer is an improvement.
 * ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
   value's sharding changed or a sharding constraint added or removed; collectives added, removed or changed (a
   removed one is a change to judge, not an improvement); inputs or activations of other dims; ops added, removed or
@@ -142,6 +145,16 @@ def gradient(structural: Structural | None, command: str) -> NamedChange | None:
     changes = (*structural.named(ChangeKind.GRADIENT), *structural.named(ChangeKind.TRANSFORM)) \
         if _changed(structural) else ()
     return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
+
+
+def rng_keys(structural: Structural | None, command: str) -> NamedChange | None:
+    """Random bits drawn from a literal key, or one key drawn from twice, that the golden's text does not have: a
+    regression whatever the text's verdict (a key drawn twice instead of split is RNG state only once stripped);
+    fewer, an improvement."""
+    changes = structural.named(ChangeKind.RNG_KEYS) if structural is not None else ()
+    if not changes:
+        return None
+    return NamedChange(Rule.RNG_KEYS, any(c.action is Action.ADDED for c in changes), changes, command=command)
 
 
 def _changed(structural: Structural | None) -> bool:

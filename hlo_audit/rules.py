@@ -180,6 +180,10 @@ def shapes(d: CellDelta, ctx: Context) -> NamedChange | None:
     return named_rules.shapes(d.structural, ctx.command(d.cell), d.environment)
 
 
+def rng_keys(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.rng_keys(d.structural, ctx.command(d.cell))
+
+
 def ops(d: CellDelta, ctx: Context) -> NamedChange | None:
     return named_rules.ops(d.structural, ctx.command(d.cell), d.environment)
 
@@ -309,6 +313,7 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(Rule.COUNT, count),
     RuleEntry(Rule.DONATION, _named(donation)),
     RuleEntry(Rule.HOST_TRANSFER, _named(host_transfer)),
+    RuleEntry(Rule.RNG_KEYS, _named(rng_keys)),
     RuleEntry(Rule.PRECISION, _named(precision)),
     RuleEntry(Rule.PROGRAM_SIZE, _named(program_size)),
     RuleEntry(Rule.KERNELS, _named(kernels)),

@@ -12,7 +12,7 @@ import hashlib
 import multiprocessing
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,10 +20,12 @@ from hlo_audit import host, platforms, preflight, termination
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache, importing_target, lowering_key, reads_after, recording_environment
 from hlo_audit.cache.reads import Reads
-from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
+from hlo_audit.hlo.locations import Places
 from hlo_audit.hlo.normalize import normalize_with_names
+from hlo_audit.hlo.rng_keys import PlacedHazard, placed
 from hlo_audit.hlo.text import HloParseError
 from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line, where_raised
@@ -53,16 +55,28 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
     launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
     # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
     normalized, _, names = normalize_with_names(analysis.module)
+    places = lowering.metadata.places(names) if lowering.metadata is not None else None
     return CellResult(
         cell=cell, status=Status.OK, message=lowering.note, summary=analysis.summary,
         params=tuple(Param.of(p) for p in analysis.params),
-        opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())), rng=RngSummary.of(analysis.rng),
+        opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())),
+        rng=RngSummary.of(analysis.rng, _key_hazards(analysis, names, places)),
         memory=lowering.memory, cost=lowering.cost, constants=Constants.of(analysis.constants), environment=env,
         launches=Launches.of(launches) if launches is not None else None,
         kernels_by_name=kernel_digests(analysis.module) or None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
-        normalized=normalized, places=lowering.metadata.places(names) if lowering.metadata is not None else None,
+        normalized=normalized, places=places,
     )
+
+
+def _key_hazards(analysis: Analysis, names: Mapping[tuple[str, str], tuple[str, str]],
+                 places: Places | None) -> tuple[PlacedHazard, ...]:
+    """Literal and reused keys placed: a text printed without metadata by the places its stage kept, by the canonical
+    names ``names`` gives the module's own."""
+    if not analysis.keys.hazards:
+        return ()
+    raw = {name: places[canonical] for name, canonical in names.items() if canonical in places} if places else None
+    return placed(analysis.keys, analysis.module, analysis.params, raw)
 
 
 def _sha256(text: str) -> str:

@@ -33,6 +33,7 @@ from hlo_audit.files import write_atomic
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.constants import constant_report
 from hlo_audit.hlo.normalize import normalize
+from hlo_audit.hlo.rng_keys import key_report
 from hlo_audit.hlo.rng_streams import classify_streams
 from hlo_audit.hlo.text import HloParseError, read_text
 
@@ -165,6 +166,8 @@ def _cases(path: pathlib.Path, analysis: Analysis) -> dict[str, Callable[[], obj
         "(f) rng streams (parsed)": lambda: classify_streams(module, params),
         # Constants by dtype, large ones, literal RNG keys (the captured-state view), on the parsed module.
         "(g) constants (parsed)": lambda: constant_report(module),
+        # Literal and reused keys by value (`rng`, the gate's rng_keys), on the parsed module.
+        "(h) rng keys (parsed)": lambda: key_report(module),
     }
 
 

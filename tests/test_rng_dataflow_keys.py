@@ -95,14 +95,17 @@ def test_renaming_the_key_keeps_roles_and_verdicts(spec):
     assert seen("key")[0]["rng_key"] == 1
 
 
-def test_a_key_only_handed_back_is_rng_state_by_its_name_alone():
-    """A key the step never touches does nothing a u32[2] would not: only its name (or its type) says what it is.
-    Named as a key, it is a carried stream; under a name no rule knows, raw, it is not found (the limit of both)."""
+def test_a_key_only_handed_back_is_dead_rng_state_whatever_its_name():
+    """A key-shaped leaf the step carries through unread is the state a never-drawn key is (issue 39, item 3): a
+    carried stream by its name, its type, or, under a name no rule knows and raw, by the dataflow alone; from the
+    text alone too (the mangled name says nothing)."""
     for field in ("key", "rng"):
         assert verdicts(analysed(TrainerSpec("linen", "kept", "raw", field))) == {f"state.{field}": "carried"}
     assert verdicts(analysed(TrainerSpec("linen", "kept", "typed", "noise"))) == {"state.noise": "carried"}  # type
     unnamed = analysed(TrainerSpec("linen", "kept", "raw", "noise"))
-    assert analysis_roles(unnamed)["state.noise"] == "other" and verdicts(unnamed) == {}
+    assert analysis_roles(unnamed)["state.noise"] == "rng_key" and verdicts(unnamed) == {"state.noise": "carried"}
+    assert list(verdicts(analysed(TrainerSpec("linen", "kept", "raw", "noise"), with_leaves=False)).values()) == [
+        "carried"]
 
 
 def analysis_roles(analysis) -> dict[str, str]:

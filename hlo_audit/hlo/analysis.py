@@ -13,6 +13,7 @@ from functools import cached_property
 from hlo_audit.hlo.constants import CapturedArray, ConstantReport, add_literal_digests, constant_report
 from hlo_audit.hlo.normalize import normalize_with_printed
 from hlo_audit.hlo.params import ArgLeaf, EntryParam, ParamSummary, entry_params
+from hlo_audit.hlo.rng_keys import KeyReport, key_report
 from hlo_audit.hlo.rng_streams import RngReport, classify_streams
 from hlo_audit.hlo.text import HloModule, parse_module
 
@@ -35,6 +36,11 @@ class Analysis:
     def rng(self) -> RngReport:
         """Each RNG stream drawn, carried (dead state) or unknown."""
         return classify_streams(self.module, self.params)
+
+    @cached_property
+    def keys(self) -> KeyReport:
+        """Literal keys drawn from and keys drawn from twice (rng_keys.py)."""
+        return key_report(self.module)
 
     @cached_property
     def constants(self) -> ConstantReport:

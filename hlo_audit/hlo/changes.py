@@ -7,6 +7,8 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   what ``donate_argnums`` becomes), with their bytes: each is a buffer the step now keeps besides its output;
 * ``host_transfer``: host callbacks (``jax.debug.print``, ``pure_callback``, ``io_callback``), infeed / outfeed,
   send / recv to the host, added or removed, each with how often a step runs it (effects.py);
+* ``rng_keys``: random bits drawn from a literal key (no entry parameter upstream: every call draws the same bits)
+  or one key drawn from twice without a split or fold_in between (rng_keys.py), placed at the draws;
 * ``precision``: dots and convolutions whose operand or result types or ``precision_config`` changed, with the
   converts added or removed beside them and the FLOPs that moved (from the module's own shapes); the same dot (its
   dims and its operands' dims: a dot of other dims paired is another dot), its operand types compared in either
@@ -52,6 +54,7 @@ class ChangeKind(StrEnum):
 
     DONATION = "donation"
     HOST_TRANSFER = "host_transfer"
+    RNG_KEYS = "rng_keys"
     PRECISION = "precision"
     KERNEL = "kernel"
     GRADIENT = "gradient"
@@ -169,3 +172,5 @@ GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "upda
 WEIGHT_DECAY = "weight decay"  # a scaling of each weight itself, added to its update (adamw's add_decayed_weights)
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
+# Subjects of rng_keys' changes (rng_keys.py writes them).
+LITERAL_KEY, REUSED_KEY, LOOP_KEY = "literal key", "reused key", "key reused across loop iterations"

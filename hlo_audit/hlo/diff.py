@@ -36,6 +36,7 @@ from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation, same_program
 from hlo_audit.hlo.rng import strip_rng_state
+from hlo_audit.hlo.rng_keys import key_changes, placed
 from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Computation, HloModule
 
@@ -306,8 +307,16 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
                               else sorted((old_comps - new_comps).elements())),
         text_diff=text_diff, text_diff_omitted=omitted,
         constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
-        named=judged.named, match=judged.match,
+        named=_with_key_changes(old, new, judged, new_places), match=judged.match,
     )
+
+
+def _with_key_changes(old: Analysis, new: Analysis, judged: _Verdict, new_places: Places | None) -> list[Change]:
+    """The named changes, literal and reused RNG keys first (rng_keys.py): whatever the verdict, RNG state only
+    included (a key drawn twice instead of split strips to the same program), where the texts differ at all."""
+    if judged.verdict in ("identical", "identical-after-normalization"):
+        return judged.named
+    return [*key_changes(old.keys, placed(new.keys, new.module, new.params, new_places)), *judged.named]
 
 
 def _stripped(side: Analysis, text: str, has_rng_state: bool) -> _Stripped:

@@ -216,10 +216,11 @@ def name_role(path: str, shape: Shape) -> str:
 
 
 def key_by_name(path: str, shape: Shape) -> bool:
-    """A key-shaped ``u32`` (rng_flow.key_shaped) named as a key, or under an owner named ``rngs``: the fallback
-    for a key the step only hands back, which does nothing a value of its shape would not (``keys_by_dataflow``
-    finds the others). Apart from ``name_role``, whose verdicts the text the tool stores is told against
-    (``attribution.name_parameters``) and which names captured arrays (``constants``)."""
+    """A key-shaped ``u32`` (rng_flow.key_shaped) named as a key, or under an owner named ``rngs``: names confirm
+    what the dataflow finds whatever the name (``keys_by_dataflow``: a key drawn from, or one the step carries
+    through unread), and say it where the step computes with a key-shaped leaf without drawing. Apart from
+    ``name_role``, whose verdicts the text the tool stores is told against (``attribution.name_parameters``) and which
+    names captured arrays (``constants``)."""
     parts = path.split(".")
     owner = rng_owner(parts)
     return key_shaped(shape) and (owner is not None and owner < len(parts) - 1 or bool(_KEY_NAME.match(parts[-1])))

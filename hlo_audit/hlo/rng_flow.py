@@ -84,6 +84,10 @@ IDENTITY_OPCODES = frozenset({"opt-barrier", "copy", "domain", "add-dependency",
 # Values that leave the program: where RNG state goes through one of these, the analysis cannot follow.
 SIDE_EFFECTS = frozenset({"outfeed", "send", "send-done", "infeed", "recv", "recv-done"})
 NO_DATA = frozenset({"constant", "iota", "partition-id", "replica-id", "after-all", "rng-get-and-update-state"})
+# Operations that move a value's elements without computing with them (their operand 0; dynamic-update-slice's
+# update too): a scan slices a stacked leaf per iteration and stacks it back. Their other operands (indices) are read.
+_MOVES = {"slice": 1, "dynamic-slice": 1, "reshape": 1, "bitcast": 1, "transpose": 1, "broadcast": 1,
+          "concatenate": None, "dynamic-update-slice": 2, "pad": 1}
 _INTEGRAL = re.compile(r"^[us]\d+$")
 
 ZERO = (0, 0, 0)  # (k, b, u) of a value that depends on no RNG parameter
@@ -214,9 +218,11 @@ class FlowEvents:
     increments: dict[int, float] = field(default_factory=dict)    # count bit -> elements incremented
     unknown_trips: bool = False  # some loop's trip count could not be read: increments are per iteration
     keys: int = 0  # bits that entered random-bit generation as its key (_key_operands)
+    reads: int = 0  # bits some operation computed with: anything but moving a value whole or in parts (_MOVES)
 
     def merge(self, other: "FlowEvents", times: float = 1) -> None:
         self.keys |= other.keys
+        self.reads |= other.reads
         self.draws.extend(other.draws)
         self.opaque.extend(other.opaque)
         for bit, n in other.increments.items():
@@ -237,6 +243,15 @@ def _key_operands(comp: Computation, instr: Instruction) -> range | list[int]:
         return [0, 1]
     keyed = [i for i, ref in enumerate(instr.operands) if key_shaped(comp.by_name[ref].shape)]
     return keyed or everything
+
+
+def _read(op: str, operands: list, bits: int) -> int:
+    """The bits an operation computes with: all its operands' (``bits``), or, for one that moves values (``_MOVES``),
+    those of the operands past the moved ones (indices); concatenate reads none."""
+    moved = _MOVES.get(op, 0)
+    if moved == 0:
+        return bits
+    return _collapse(Tup(operands[moved:]))[0] if moved else 0
 
 
 def first_site(sites: Iterable[tuple[int, str]], bits: int) -> str | None:
@@ -323,6 +338,7 @@ class _Dataflow:
             return whole[int(instr.attrs["index"])] if isinstance(whole, Tup) else _fill(instr.shape, whole)
         if self.is_random_bits(instr):
             k, b, u = _collapse(Tup(operands))
+            events.reads |= k
             if k:
                 events.draws.append((k, site))
                 keyed = _collapse(Tup([operands[i] for i in _key_operands(comp, instr)]))[0]
@@ -352,6 +368,7 @@ class _Dataflow:
         if op == "custom-call" and (known := custom_calls.flow(instr)) is not None:
             return self.known_custom_call(instr, operands, known, site, events)
         leaf = _collapse(Tup(operands))
+        events.reads |= _read(op, operands, leaf[0])
         if op == "custom-call" or op in SIDE_EFFECTS:
             if leaf[0]:
                 events.opaque.append((leaf[0], f"{site} ({instr.custom_call_target or op})"))
@@ -366,6 +383,8 @@ class _Dataflow:
                           events: FlowEvents):
         """A custom call whose semantics custom_calls.py states: data and random-bit seeds, result by result."""
         leaves = [_collapse(o) for o in operands]
+        for k, _, _ in leaves:
+            events.reads |= k
         shapes = instr.shape.elements if instr.shape.is_tuple else (instr.shape,)
         results = []
         for index, shape in enumerate(shapes):
@@ -437,6 +456,7 @@ class _Dataflow:
             result = out if result is None else _join(result, out)
         if result is None:
             result = _fill(instr.shape, ZERO)
+        events.reads |= _collapse(operands[0])[0]
         return _add_control(result, _collapse(operands[0]))
 
 
@@ -466,16 +486,24 @@ def key_shaped(shape: Shape) -> bool:
 
 
 def keys_by_dataflow(module: HloModule, candidates: Iterable[int]) -> frozenset[int]:
-    """The entry parameters among ``candidates`` (parameter numbers) whose value reaches random-bit generation as
-    its key (a threefry call as jax lowers ``split``, ``fold_in`` and ``random_bits``; ``rng-bit-generator`` for rbg
-    keys; ``FlowEvents.keys``):
-    RNG keys by what the step does with them, whatever they are called. A key that is only handed back, never
-    split, folded or drawn from, does nothing a value of its shape would not do, and is not found here."""
+    """The entry parameters among ``candidates`` (parameter numbers of key-shaped leaves) that are RNG keys by what
+    the step does with them, whatever they are called:
+
+    * drawn from: the value reaches random-bit generation as its key (a threefry call as jax lowers ``split``,
+      ``fold_in`` and ``random_bits``; ``rng-bit-generator`` for rbg keys; ``FlowEvents.keys``);
+    * carried through unread: the value reaches the step's outputs and nothing computes with it on the way (it is
+      only handed back, moved, sliced or stacked: ``FlowEvents.reads``). A key-shaped leaf the step keeps without
+      using is the state a never-drawn key is (a per-layer key no layer draws from, under any name): dead state
+      the host marshals every call. A leaf computed with (a token counter ``+ 1``, ids folded into a key) is not."""
     bit_of = {number: 1 << i for i, number in enumerate(candidates)}
     if not bit_of:
         return frozenset()
-    _, events = entry_flow(module, bit_of, count_bits=0, lineage=True)
-    return frozenset(number for number, bit in bit_of.items() if events.keys & bit)
+    leaves, events = entry_flow(module, bit_of, count_bits=0, lineage=True)
+    returned = 0
+    for k, _, _ in leaves:
+        returned |= k
+    return frozenset(number for number, bit in bit_of.items()
+                     if events.keys & bit or (returned & bit and not events.reads & bit))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hlo_audit.hlo.changes import (REMAT_POLICY, REWIRED, ROLLED, TRIP_COUNT, UNROLLED, Action, Change, ChangeKind,
-                                   MatchSummary, Place)
+from hlo_audit.hlo.changes import (LITERAL_KEY, LOOP_KEY, REMAT_POLICY, REWIRED, ROLLED, TRIP_COUNT, UNROLLED, Action,
+                                   Change, ChangeKind, MatchSummary, Place)
 
 SHOWN = 12  # named changes a diff prints before "... N more"
 _PATHS_SHOWN = 2
@@ -19,6 +19,7 @@ _OP_NAME_SHOWN = 60
 
 _KIND_WORDS = {
     ChangeKind.DONATION: "donation", ChangeKind.HOST_TRANSFER: "host transfer", ChangeKind.PRECISION: "precision",
+    ChangeKind.RNG_KEYS: "rng keys",
     ChangeKind.KERNEL: "kernel", ChangeKind.GRADIENT: "gradient", ChangeKind.TRANSFORM: "optimizer",
     ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
     ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
@@ -221,6 +222,24 @@ def _remat(c: Change, kind: str, where: str) -> str:
     return f"{text}; {where}".rstrip("; ")
 
 
+def _rng_keys(c: Change, kind: str, where: str) -> str:
+    """``rng keys: a literal key drawn from at model.py:12 (…): every call draws the same bits (no entry parameter
+    upstream; literal keys 0 -> 1)``; a key drawn from twice with its draws; fewer, in numbers."""
+    if c.action is Action.REMOVED:
+        return f"{kind}: {_plural(c.count, c.subject, c.subject.replace('key', 'keys', 1))} fewer ({c.before} -> " \
+               f"{c.after})"
+    tally = f"{'literal' if c.subject == LITERAL_KEY else 'reused'} keys {c.before} -> {c.after}"
+    if c.subject == LITERAL_KEY:
+        return f"{kind}: a literal key drawn from {where}: every call draws the same bits (no entry parameter " \
+               f"upstream: pass the key in and split it per step); {tally}"
+    also = f", again at {', '.join(p for p, _ in c.groups[:3])}" if c.groups else ""
+    if c.subject == LOOP_KEY:
+        return f"{kind}: one key drawn from on every loop iteration, unchanged ({c.per_step} draws per step) " \
+               f"{where}: every iteration draws the same bits (fold_in the iteration or split per layer); {tally}"
+    return f"{kind}: one key drawn from {c.per_step} times without a split or fold_in between {where}{also}: the " \
+           f"draws are the same bits (split the key or fold_in per draw); {tally}"
+
+
 def _collectives(c: Change, kind: str, where: str) -> str:
     verb = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}[c.action]
     text = f"{kind}: {c.subject} {verb} x{c.count}{_per_layer(c)}"
@@ -267,7 +286,8 @@ def _op_mix(c: Change, kind: str, where: str) -> str:
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
            ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
-           ChangeKind.COLLECTIVES: _collectives, ChangeKind.SHARDING: _sharding, ChangeKind.SHAPES: _shapes,
+           ChangeKind.COLLECTIVES: _collectives, ChangeKind.RNG_KEYS: _rng_keys, ChangeKind.SHARDING: _sharding,
+           ChangeKind.SHAPES: _shapes,
            ChangeKind.OPS: _op_mix}
 
 

@@ -20,8 +20,8 @@ from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdow
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.words import plural
 from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text,
-                                    constants_headline, folded_line, frozen_rng_line, human_bytes, launch_lines,
-                                    launches_change_text, launches_headline, lowering_warnings_line, message,
+                                    constants_headline, folded_line, frozen_rng_line, human_bytes, key_hazard_lines,
+                                    launch_lines, launches_change_text, launches_headline, lowering_warnings_line, message,
                                     program_sizes_text, rng_cost, rng_headline)
 from hlo_audit.results import LoweringWarnings
 
@@ -286,6 +286,7 @@ def format_check(outcome) -> str:
 
 def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Constants | None = None) -> str:
     out = [f"### RNG streams of {_code(label, False)}", "", _text(f"{rng_headline(rng)}; {rng_cost(rng)}."), ""]
+    out += [f"- **{_text(line)}**" for line in key_hazard_lines(rng)] + ([""] if rng.key_hazards else [])
     frozen = frozen_rng_line(constants)
     if frozen:
         out += [f"**{_text(frozen)}.**", ""]

@@ -34,7 +34,7 @@ from hlo_audit.report.words import plural
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix,
                                     constants_headline, depth_values, folded_line, frozen_rng_line, launch_lines,
                                     launches_change_text, launches_headline, lowering_warnings_line, message,
-                                    nothing_written_line, program_sizes_text, rng_cost, rng_headline,
+                                    nothing_written_line, program_sizes_text, rng_cost, key_hazard_lines, rng_headline,
                                     scalar_launch_lines)
 
 
@@ -414,6 +414,8 @@ def print_rng(console: Console, label: str, rng: RngSummary, streams: bool = Fal
               constants: Constants | None = None) -> None:
     status(console, esc(f"{label}: {rng_headline(rng)}", style="bold"))
     status(console, rng_cost(rng))
+    for line in key_hazard_lines(rng):
+        status(console, esc(line, style="bold red"))
     frozen = frozen_rng_line(constants)
     if frozen:
         status(console, esc(frozen, style="bold yellow"))

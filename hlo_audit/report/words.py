@@ -69,6 +69,32 @@ def rng_headline(rng: RngSummary) -> str:
             f"state), {rng.unknown} unknown")
 
 
+def key_hazard_lines(rng: RngSummary) -> list[str]:
+    """Each literal key drawn from and each key drawn from twice, one line: ``reused: one key drawn from 2 times at
+    model.py:20 (jit(step)/jit(_bernoulli)), model.py:21 (...); reading state.key``."""
+    lines = []
+    for h in rng.key_hazards[:KEY_HAZARDS_SHOWN]:
+        where = ", ".join(h.places[:3]) + (f" (+{len(h.places) - 3} more)" if len(h.places) > 3 else "")
+        reading = f"; reading {', '.join(h.paths[:2])}" if h.paths else ""
+        if h.kind == "literal":
+            lines.append(f"literal: a key computed from constants alone, drawn from at {where}: every call draws the "
+                         f"same bits")
+        elif len(h.places) == 1 and h.draws > 1 and h.subject != "reused key":
+            lines.append(f"reused: one key drawn from on every loop iteration, unchanged ({h.draws} draws per step) "
+                         f"at {where}{reading}")
+        else:
+            lines.append(f"reused: one key drawn from {h.draws} times without a split or fold_in between, at "
+                         f"{where}{reading}")
+    more = rng.key_hazards[KEY_HAZARDS_SHOWN:]
+    if more:
+        kinds = ", ".join(f"{n} {kind}" for kind in ("literal", "reused") if (n := sum(h.kind == kind for h in more)))
+        lines.append(f"... and {len(more)} more keys ({kinds}): --format json lists every one")
+    return lines
+
+
+KEY_HAZARDS_SHOWN = 4
+
+
 def rng_cost(rng: RngSummary) -> str:
     per_step = "" if rng.increments_exact else " (at least: a loop's trip count is unknown)"
     return (f"dead state: {rng.dead_params} entry {plural(rng.dead_params, 'parameter')} ({rng.dead_bytes:,} "
