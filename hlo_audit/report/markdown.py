@@ -21,8 +21,8 @@ from hlo_audit.report.accepting import accept_line, split_command, without_accep
 from hlo_audit.report.words import plural
 from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text,
                                     constants_headline, folded_line, frozen_rng_line, human_bytes, key_hazard_lines,
-                                    launch_lines, launches_change_text, launches_headline, lowering_warnings_line, message,
-                                    program_sizes_text, rng_cost, rng_headline)
+                                    launch_lines, launches_change_text, launches_headline, lowering_warnings_line,
+                                    message, program_sizes_text, rng_cost, rng_headline)
 from hlo_audit.results import LoweringWarnings
 
 
