@@ -58,7 +58,7 @@ class ParamGroupDelta:
 @dataclass
 class ModuleDiff:
     verdict: str
-    changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, attributes
+    changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, constants, attributes
     entry_params: tuple[int, int]
     by_dtype_delta: dict[str, int]
     by_role_delta: dict[str, int]
@@ -211,7 +211,16 @@ def _kinds_of_change(old: _Side, new: _Side, params_differ: bool) -> list[str]:
         before, after = _aspects_of_the_same(old, aspect), _aspects_of_the_same(new, aspect)
         if any(before[key] != after[key] for key in before.keys() & after.keys()):
             kinds.append(kind)
+    if _literals(old) != _literals(new):
+        kinds.append("constants")
     return kinds or ["attributes"]
+
+
+def _literals(side: _Side) -> Counter:
+    """The constants' values (a learning rate changed is ``constants``, not ``attributes``); their types are the
+    shapes'."""
+    return Counter((i.literal, i.attrs.get("frontend_attributes", "")) for i in side.instructions()
+                   if i.opcode == "constant")
 
 
 def _histogram_of(side: _Side, key) -> Counter:
