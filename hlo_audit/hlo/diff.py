@@ -37,7 +37,7 @@ from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.reorder import same_but_for_order
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.shapes import split_top_level
-from hlo_audit.hlo.text import Computation, HloModule
+from hlo_audit.hlo.text import Computation, HloModule, cyclic_gc_paused
 
 VERDICTS = ("identical", "identical-after-normalization", "rng-state-only", "renamed-only", "changed")
 # Verdicts that are no difference in the program: `diff` exits 0 for them.
@@ -294,7 +294,8 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     elif old_text == new_text and not kernels_differ:
         judged = _Verdict("identical-after-normalization", [], added, removed)
     else:
-        judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, new_places)
+        with cyclic_gc_paused():  # the match and its kinds build millions of objects, none in a cycle (text.py)
+            judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, new_places)
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     return ModuleDiff(
         verdict=judged.verdict, changes=judged.changes,
