@@ -96,7 +96,7 @@ def diff_inputs(old_spec: str, new_spec: str, module: str | None = None, stage: 
         launches.append(dump_launches(raw))
         sides.append(CanonicalInput.of(raw))
         del raw
-    del old_text, new_text
+    del old_text, new_text, text
     return InputDiff(Structural.of_canonical(*sides, max_text_lines), old_source, new_source,
                      launches_diff(*launches))
 
