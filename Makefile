@@ -96,6 +96,7 @@ compat-py313:
 bench: setup
 	$(PY) scripts/bench_hlo.py
 	$(PY) scripts/bench_diff.py
+	$(PY) scripts/bench_diff_large.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_cache_digest.py
 	$(PY) scripts/bench_tpu.py

@@ -20,7 +20,8 @@ from hlo_audit.gate import judged, regenerate_command
 from hlo_audit.golden.update import GoldenUpdate, update, writable
 from hlo_audit import measure as measuring
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
-                              diff, dump_launches, explain_source, explain_trees, launches_diff, load_program)
+                              diff, diff_inputs, dump_launches, explain_source, explain_trees, launches_diff,
+                              load_program)
 from hlo_audit.merge import check_record, failing_in, last_check_path
 from hlo_audit.outcome import Outcome
 from hlo_audit.usage import InputError
@@ -33,7 +34,8 @@ from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
 
 __all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input",
-           "cell_result", "cell_text", "check", "diff", "dump_launches", "execute", "explain_source", "explain_trees",
+           "cell_result", "cell_text", "check", "diff", "diff_inputs", "dump_launches", "execute", "explain_source",
+           "explain_trees",
            "is_cell_id", "launches_diff", "load_program", "normalized_text", "params_frame", "plan", "plan_cell",
            "report", "scaling", "slopes_by_cell", "update_goldens"]
 

@@ -195,11 +195,9 @@ def diff(
     on request (--text). Exit 1 if the programs differ (renamed-only is the same program: exit 0)."""
     if old == "-" and new == "-":
         raise InputError("only one of OLD and NEW can be '-' (stdin)")
-    a, b = audit.analyze_input(old, module, stage.value), audit.analyze_input(new, module, stage.value)
-    d = audit.diff(a, b, max_lines if text else 0)
-    emit("diff", fmt, diff=d, old=a.source, new=b.source,
-         launches=audit.launches_diff(audit.dump_launches(a), audit.dump_launches(b)))
-    raise typer.Exit(1 if d.diff.differs else 0)
+    d = audit.diff_inputs(old, new, module, stage.value, max_lines if text else 0)
+    emit("diff", fmt, diff=d.structural, old=d.old, new=d.new, launches=d.launches)
+    raise typer.Exit(1 if d.structural.diff.differs else 0)
 
 
 def _only(only: list[str] | None) -> str | None:

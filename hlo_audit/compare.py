@@ -16,6 +16,7 @@ an enum (``TextVerdict``).
 from __future__ import annotations
 
 import difflib
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -26,7 +27,7 @@ from hlo_audit.findings import (CapturedDelta, EnvironmentChange, IncrementChang
                                 PatternMove, PatternRename, PatternRetype, SlopeChange)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden
-from hlo_audit.hlo.analysis import Analysis, analyze
+from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
 from hlo_audit.hlo.change_places import instructions_per_step
 from hlo_audit.hlo.changes import Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, captured_delta, count_delta, diff_modules
@@ -90,10 +91,13 @@ class Structural:
         raw, its instructions would count the repeats, and `diff` would disagree with `check` about one change."""
         if before.text == after.text and before.literal_digests == after.literal_digests:
             return cls.of_analyses(before, after, max_text_lines=max_text_lines)
-        old, _ = _canonical_side(before)
-        new, places = _canonical_side(after)
-        made = cls.of_analyses(old, new, places, max_text_lines)
-        if made.diff.verdict == "identical":  # the raw texts differ: the same after normalization
+        return cls.of_canonical(CanonicalInput.of(before), CanonicalInput.of(after), max_text_lines)
+
+    @classmethod
+    def of_canonical(cls, before: CanonicalInput, after: CanonicalInput, max_text_lines: int = 0) -> Structural:
+        """``of_inputs`` of two inputs already made canonical (`diff` drops each raw parse once it has made it so)."""
+        made = cls.of_analyses(before.analysis(), after.analysis(), after.places, max_text_lines)
+        if made.diff.verdict == "identical" and before.raw != after.raw:  # the same after normalization only
             made = replace(made, diff=replace(made.diff, verdict="identical-after-normalization"))
         return made
 
@@ -112,10 +116,27 @@ class Structural:
         return count_delta(*self.per_step)
 
 
-def _canonical_side(side: Analysis) -> tuple[Analysis, Places]:
-    """A module as its canonical text reads (what a golden keeps), and the places its text's metadata gives."""
-    text, _, names = normalize_with_names(side.module, side.params)
-    return analyze(text, side.source), text_places(side.module, names)
+@dataclass(frozen=True)
+class CanonicalInput:
+    """One module as `diff` compares it, what a golden keeps: its canonical text, the places its own text's metadata
+    gives (op_name, source), and a digest of its raw text and the literals behind it (`identical` is the same raw
+    text). Small beside the parsed module it was made from, which its maker can drop: the two raw parses held
+    beside the two canonical ones were a third of `diff`'s peak memory."""
+
+    source: str
+    text: str
+    places: Places
+    raw: str
+
+    @classmethod
+    def of(cls, side: Analysis) -> CanonicalInput:
+        text, _, names = normalize_with_names(side.module, side.params)
+        raw = hashlib.sha256(side.text.encode())
+        raw.update(repr(side.literal_digests).encode())
+        return cls(side.source, text, text_places(side.module, names), raw.hexdigest())
+
+    def analysis(self) -> Analysis:
+        return analyze_canonical(self.text, self.source)
 
 
 def _printed(analysis: Analysis) -> int:

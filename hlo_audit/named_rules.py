@@ -35,6 +35,9 @@ changes (``ModuleDiff.named``):
   instruction order and fusion names are none of these kinds. Under another environment than the golden's, ops and
   the values' shapes are advisory (another jax and XLA move them in an unchanged step); shardings, collectives and
   the inputs' shapes still gate.
+* ``constants``: literals whose value changed (a learning rate, a dropout rate, a loss scale, an epsilon), both values
+  with their type and place: a change to judge. Advisory under another environment, as ops are (another jax lowers
+  an op with other constants).
 """
 
 from __future__ import annotations
@@ -190,3 +193,9 @@ def shapes(structural: Structural | None, command: str,
 def ops(structural: Structural | None, command: str, moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
     """Ops added, removed or changed at equal shapes; advisory where ``moved`` (``shapes``)."""
     return _structural(Rule.OPS, ChangeKind.OPS, structural, command, moved)
+
+
+def constants(structural: Structural | None, command: str,
+              moved: tuple[EnvironmentChange, ...] = ()) -> NamedChange | None:
+    """Literals whose value changed; advisory where ``moved`` (``ops``)."""
+    return _structural(Rule.CONSTANTS, ChangeKind.CONSTANTS, structural, command, moved)

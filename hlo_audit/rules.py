@@ -188,6 +188,10 @@ def ops(d: CellDelta, ctx: Context) -> NamedChange | None:
     return named_rules.ops(d.structural, ctx.command(d.cell), d.environment)
 
 
+def constants(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.constants(d.structural, ctx.command(d.cell), d.environment)
+
+
 def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
     """The canonical text against the golden's, judged by `diff`'s verdict: a text that differs only by RNG state it
     dropped is an improvement to accept, not a regression; one whose entry parameters are renamed and whose program
@@ -315,6 +319,7 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(Rule.HOST_TRANSFER, _named(host_transfer)),
     RuleEntry(Rule.RNG_KEYS, _named(rng_keys)),
     RuleEntry(Rule.PRECISION, _named(precision)),
+    RuleEntry(Rule.CONSTANTS, _named(constants)),
     RuleEntry(Rule.PROGRAM_SIZE, _named(program_size)),
     RuleEntry(Rule.KERNELS, _named(kernels)),
     RuleEntry(Rule.LOOPS, _named(loops)),

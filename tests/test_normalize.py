@@ -12,7 +12,7 @@ from jax._src.lib import hlo  # XLA's own parser: the judge of what is valid HLO
 
 import nnx_models
 from nnx_models import ModelSpec
-from hlo_audit.hlo.analysis import analyze
+from hlo_audit.hlo.analysis import analyze, analyze_canonical
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.source import pick_dump_module
 from hlo_audit.hlo.text import parse_file, parse_module
@@ -192,3 +192,14 @@ def test_control_predecessors_are_renamed_with_the_instructions():
     text = normalize(parse_module(CONTROL_PREDECESSOR))
     assert normalize(parse_module(renamed)) == text
     assert "control-predecessors={%all-gather." in text and "control-predecessors={%p0}" in text
+
+
+def test_a_canonical_text_is_its_own_canonical_text():
+    """Normalizing is idempotent, every computation of a canonical text printed once: `diff` reads each side's
+    canonical text without normalizing it again (``analysis.analyze_canonical``)."""
+    for spec in (ModelSpec(layers=2, dropout_rate=0.5), ModelSpec(layers=2, bridge="draws")):
+        canonical = analyze(nnx_models.hlo_text(spec)).normalized
+        again = analyze(canonical)
+        assert again.normalized == canonical
+        assert again.printed_computations == frozenset(again.module.computations)
+        assert analyze_canonical(canonical).normalized is canonical

@@ -6,14 +6,16 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_of
 from hlo_audit.hlo import change_flow
-from hlo_audit.hlo.change_structure import collectives, ops, shapes, shardings
+from hlo_audit.hlo.change_structure import collectives, ops, rewrite_story, shapes, shardings
 from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
+from hlo_audit.hlo.literals import literal_change
 from hlo_audit.hlo.locations import Places
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.normalize import header_attr_says_nothing
@@ -44,6 +46,7 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += shapes(match, sides, claimed, changes)
     changes += _renames(match.params)
     changes += _parameters(match.params)
+    changes += _constants(match.edits, sides, claimed, changes)
     changes += ops(match, sides, claimed, changes)
     changes += _program_size(match, sides, claimed)
     # The stripped headers (RNG state's entries gone), and what stripping removed whole (a mesh declaration only
@@ -267,6 +270,62 @@ def _kernels(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) 
     return [Change(ChangeKind.KERNEL, action, name if name == target else f"{name} ({target})", place,
                    count=g["count"], per_step=g["runs"], layers=len(g["layers"]))
             for (action, name, target, _), g, place in groups.items()]
+
+
+# Aspects of a paired constant that its value changing explains: the literal, the digest of an elided one.
+_LITERAL = frozenset({"literal", "frontend_attributes", "dtype"})
+
+
+def _constants(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int], found: Sequence[Change]
+               ) -> list[Change]:
+    """Constants paired whose value changed, both values with their type and place (literals.py), repeats of one
+    change folded. None where a loop, remat or sharding story is the change: its rewrite moves constants too."""
+    if rewrite_story(found):
+        return []
+    groups = Groups()
+    users: dict[str, dict[str, list[Instruction]]] = {}
+    for e in edits:
+        if id(e) in claimed or e.edit is not Edit.CHANGED or not set(e.aspects) <= _LITERAL or \
+                e.old.opcode != "constant" or e.new.opcode != "constant":
+            continue
+        values = literal_change(e.old, e.new)
+        if values is None:
+            continue
+        claimed.add(id(e))
+        place = _used_at(e, sides, users)
+        groups.add((values.shape, values.before, values.after, place.computation, place.op_name, place.source),
+                   place, sides.runs(e), sides.layers(e))
+    return [Change(ChangeKind.CONSTANTS, Action.CHANGED, shape, place, count=g["count"], per_step=g["runs"],
+                   before=before, after=after, layers=len(g["layers"]))
+            for (shape, before, after, *_), g, place in groups.items()]
+
+
+def _used_at(e: InstructionEdit, sides: Sides, users: dict[str, dict[str, list[Instruction]]]) -> Place:
+    """A changed constant's place: its own metadata's, else where it is used. jax writes a constant without any (a
+    learning rate's ``constant(-0.001)``): its op_name and source line are those of the first users, a few steps
+    down (a broadcast, then the multiply by it), that have them. Users are indexed per computation asked."""
+    place = sides.place(e)
+    if place.op_name or place.source:
+        return place
+    comp = sides.new.module.computations[e.new_computation]
+    by_operand = users.get(comp.name)
+    if by_operand is None:
+        by_operand = users[comp.name] = defaultdict(list)
+        for instr in comp.instructions:
+            for ref in instr.operands:
+                by_operand[ref].append(instr)
+    frontier = [e.new.name]
+    for _ in range(_USE_DEPTH):
+        frontier = [u for name in frontier for u in by_operand.get(name, ())]
+        for user in frontier:
+            op_name, source = sides.new.origin(user, comp.name)
+            if op_name or source:
+                return replace(place, op_name=op_name, source=source)
+        frontier = [u.name for u in frontier]
+    return place
+
+
+_USE_DEPTH = 3  # steps from a constant to the user that places it (broadcast, reshape, then the op)
 
 
 def _renames(pairs: Sequence[ParamPair]) -> list[Change]:

@@ -368,14 +368,20 @@ def _ordered(counts) -> tuple[tuple[str, int], ...]:
 _FLOW_STORIES = frozenset({ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM})
 
 
+def rewrite_story(found: Sequence[Change]) -> bool:
+    """Whether a change named so far rewrites the program around it, so that ops and constants changed in place are
+    that story's: after SPMD partitioning, state resharded makes the partitioner rewrite its indexing (its slices,
+    partition ids and constants); a loop rolled or unrolled, remat, lost gradient work."""
+    return any(c.kind is ChangeKind.SHARDING and c.subject.endswith("(per-device shape)") or c.kind in _FLOW_STORIES
+               for c in found)
+
+
 def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Change]) -> list[Change]:
     """Instructions added, removed or changed in place at equal shapes, per region (module doc). ``found``: the
     changes named so far; after SPMD partitioning, state resharded makes the partitioner rewrite its indexing (its
     slices, partition ids and constants): that is the sharding change, left to the program size."""
-    if any(c.kind is ChangeKind.SHARDING and c.subject.endswith("(per-device shape)") for c in found):
+    if rewrite_story(found):
         return []
-    if any(c.kind in _FLOW_STORIES for c in found):
-        return []  # a loop rolled or unrolled, remat, lost gradient work: what is left is that story's rewrite
     changed = [e for e in match.edits if id(e) not in claimed and e.edit is Edit.CHANGED and
                not set(e.aspects) <= _NOT_OPS]
     alone = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED]

@@ -15,6 +15,9 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   order (a transpose that swaps a dot's operands changes no precision);
 * ``kernel``: Pallas / Mosaic / Triton kernels whose content changed (kernels.py: locations and install paths do
   not count), added or removed;
+* ``constants``: literals whose value changed (a learning rate, a dropout rate, a loss scale, an epsilon), each with
+  both values, its type and place; a large literal summarized: its elements, a digest, the first that differ
+  (literals.py);
 * ``gradient``: trainable parameters whose update no longer depends on the batch (gradient reach lost), or newly
   does (change_flow.py says how it is read);
 * ``transform``: an optimizer transform added or removed: gradient clipping (a global norm over the gradients);
@@ -57,6 +60,7 @@ class ChangeKind(StrEnum):
     RNG_KEYS = "rng_keys"
     PRECISION = "precision"
     KERNEL = "kernel"
+    CONSTANTS = "constants"
     GRADIENT = "gradient"
     TRANSFORM = "transform"
     LOOPS = "loops"

@@ -38,7 +38,7 @@ from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation,
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.rng_keys import key_changes, placed
 from hlo_audit.hlo.shapes import split_top_level
-from hlo_audit.hlo.text import Computation, HloModule
+from hlo_audit.hlo.text import Computation, HloModule, cyclic_gc_paused
 
 VERDICTS = ("identical", "identical-after-normalization", "rng-state-only", "renamed-only", "changed")
 # Verdicts that are no difference in the program: `diff` exits 0 for them.
@@ -59,7 +59,7 @@ class ParamGroupDelta:
 @dataclass
 class ModuleDiff:
     verdict: str
-    changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, attributes
+    changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, constants, attributes
     entry_params: tuple[int, int]
     by_dtype_delta: dict[str, int]
     by_role_delta: dict[str, int]
@@ -212,7 +212,21 @@ def _kinds_of_change(old: _Side, new: _Side, params_differ: bool) -> list[str]:
         before, after = _aspects_of_the_same(old, aspect), _aspects_of_the_same(new, aspect)
         if any(before[key] != after[key] for key in before.keys() & after.keys()):
             kinds.append(kind)
+    before, after = _literals(old), _literals(new)
+    if any(before[k] != after[k] and before[k].total() == after[k].total() for k in before.keys() & after.keys()):
+        kinds.append("constants")
     return kinds or ["attributes"]
+
+
+def _literals(side: _Side) -> dict[tuple, Counter]:
+    """The constants' values by type (a learning rate changed is ``constants``, not ``attributes``): as many
+    constants of a type on both sides with other values. Constants added or removed are the ops'."""
+    found: dict[tuple, Counter] = {}
+    for i in side.instructions():
+        if i.opcode == "constant":
+            found.setdefault((i.shape.dtype, i.shape.dims), Counter())[
+                (i.literal, i.attrs.get("frontend_attributes", ""))] += 1
+    return found
 
 
 def _histogram_of(side: _Side, key) -> Counter:
@@ -279,15 +293,16 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
     old_text, new_text = ("", "") if same_text else (old.normalized, new.normalized)
-    old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
     kernels_differ = not same_text and _kernels(old.module) != _kernels(new.module)
     if same_text:
         judged = _Verdict("identical", [], added, removed)
     elif old_text == new_text and not kernels_differ:
         judged = _Verdict("identical-after-normalization", [], added, removed)
     else:
-        judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, new_places)
+        with cyclic_gc_paused():  # the match and its kinds build millions of objects, none in a cycle (text.py)
+            judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, new_places)
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
+    moved = _computations_moved(judged, old_text, new_text)
     return ModuleDiff(
         verdict=judged.verdict, changes=judged.changes,
         entry_params=(len(old.params), len(new.params)),
@@ -299,12 +314,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         opcode_dtype_delta={} if old.text == new.text else count_delta(
             opcode_dtype_histogram(old.module, old.printed_computations),
             opcode_dtype_histogram(new.module, new.printed_computations)),
-        # The match's where there is one (a computation whose body changed is the same computation, changed, though
-        # its canonical name, a digest of the body, is new); else by canonical name.
-        computations_added=(sorted(judged.computations[0]) if judged.computations is not None
-                            else sorted((new_comps - old_comps).elements())),
-        computations_removed=(sorted(judged.computations[1]) if judged.computations is not None
-                              else sorted((old_comps - new_comps).elements())),
+        computations_added=moved[0], computations_removed=moved[1],
         text_diff=text_diff, text_diff_omitted=omitted,
         constants=captured_delta(golden_summary(old.constants.to_record()), golden_summary(new.constants.to_record())),
         named=_with_key_changes(old, new, judged, new_places), match=judged.match,
@@ -317,6 +327,18 @@ def _with_key_changes(old: Analysis, new: Analysis, judged: _Verdict, new_places
     if judged.verdict in ("identical", "identical-after-normalization"):
         return judged.named
     return [*key_changes(old.keys, placed(new.keys, new.module, new.params, new_places)), *judged.named]
+
+
+def _computations_moved(judged: _Verdict, old_text: str, new_text: str) -> tuple[list[str], list[str]]:
+    """The computations added and removed: the match's where there is one (a computation whose body changed is the
+    same computation, changed, though its canonical name, a digest of the body, is new); else by canonical name
+    (read off the texts only then: 400,000 lines each on a module of 100,000 computations)."""
+    if judged.computations is not None:
+        return sorted(judged.computations[0]), sorted(judged.computations[1])
+    if old_text == new_text:
+        return [], []
+    old_comps, new_comps = _computation_names(old_text), _computation_names(new_text)
+    return sorted((new_comps - old_comps).elements()), sorted((old_comps - new_comps).elements())
 
 
 def _stripped(side: Analysis, text: str, has_rng_state: bool) -> _Stripped:

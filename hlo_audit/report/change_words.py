@@ -20,7 +20,8 @@ _OP_NAME_SHOWN = 60
 _KIND_WORDS = {
     ChangeKind.DONATION: "donation", ChangeKind.HOST_TRANSFER: "host transfer", ChangeKind.PRECISION: "precision",
     ChangeKind.RNG_KEYS: "rng keys",
-    ChangeKind.KERNEL: "kernel", ChangeKind.GRADIENT: "gradient", ChangeKind.TRANSFORM: "optimizer",
+    ChangeKind.KERNEL: "kernel", ChangeKind.CONSTANTS: "constants", ChangeKind.GRADIENT: "gradient",
+    ChangeKind.TRANSFORM: "optimizer",
     ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
     ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
     ChangeKind.PARAMETERS: "parameters",
@@ -282,13 +283,19 @@ def _op_mix(c: Change, kind: str, where: str) -> str:
            f"{_plural(c.per_step, 'run')} per step; {where or 'in ' + (c.place.computation or 'main')}"
 
 
+def _constants(c: Change, kind: str, where: str) -> str:
+    """``constants: f32[] literal 0.001 -> 0.002 at train.py:12 (jit(step)/mul)``: both values, the type, the place."""
+    what = f"{c.subject} literal" if c.count == 1 else f"{c.count:,} {c.subject} literals{_per_layer(c)}"
+    return f"{kind}: {what} {c.before} -> {c.after} {where or 'in ' + (c.place.computation or 'main')}"
+
+
 # The kinds whose sentence is longest, each its own function (the rest are a line or two in change_line).
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
            ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
            ChangeKind.COLLECTIVES: _collectives, ChangeKind.RNG_KEYS: _rng_keys, ChangeKind.SHARDING: _sharding,
            ChangeKind.SHAPES: _shapes,
-           ChangeKind.OPS: _op_mix}
+           ChangeKind.OPS: _op_mix, ChangeKind.CONSTANTS: _constants}
 
 
 def named_lines(changes: Sequence[Change], shown: int = SHOWN) -> list[str]:

@@ -1,5 +1,5 @@
 """``hlo-audit init --nnx package.module:Factory``: the stock NNX target for one model of a library, described
-from its signatures and a forward pass (``targets.nnx.describe``)."""
+from its signatures and a forward pass (``targets.nnx_describe.describe``)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ class NnxScaffold(TargetScaffold):
         if problem := missing_stack(self.kind):  # describing the model runs flax
             raise InputError(f"init --nnx: {problem}")
         preflight.check_jax_variables()
-        from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax and the model's library)
+        from hlo_audit.targets import nnx, nnx_describe  # noqa: PLC0415 (imports jax and the model's library)
         from hlo_audit.targets.nnx_spec import SpecError  # noqa: PLC0415
 
         try:
-            spec = nnx.describe(request.factory, request.factory_config, dict(request.inputs), request.layers_field,
-                                request.scan_field, request.labels, dict(request.args) or None,
-                                dict(request.fields) or None)
+            spec = nnx_describe.describe(request.factory, request.factory_config, dict(request.inputs),
+                                         request.layers_field, request.scan_field, request.labels,
+                                         dict(request.args) or None, dict(request.fields) or None)
         except SpecError as exc:
             raise InputError(f"init {exc.key}: {' '.join(str(exc).split())}") from None
         name = request.models[0] if request.models else model_name(request)
@@ -40,7 +40,7 @@ class NnxScaffold(TargetScaffold):
 
 
 def config_text(name: str, spec: Mapping, layers, optimizer: str, learning_rate: float) -> str:
-    """The stock NNX target for one model of a library (``spec``: ``targets.nnx.describe``'s)."""
+    """The stock NNX target for one model of a library (``spec``: ``targets.nnx_describe.describe``'s)."""
     scan = ("# scan: on and off (the model's config has the switch below)" if "scan" in spec
             else "# scan: off only (the model names no layer-scan switch)")
     lines = [HEADER, f'target = "{TARGET}"  # a Flax NNX model in a standard train step: docs/nnx.md',
