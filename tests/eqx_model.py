@@ -4,7 +4,8 @@ is called ``net``, a name nothing in hlo-audit knows: its leaves are weights onl
 
 ``cell.quant`` picks a variant: ``base``; ``reordered``, the blocks' fields declared in another order (the same
 program); ``frozen``, the first block left out of the gradient by a wrong ``eqx.partition`` filter; ``pmap``, the
-base step under ``filter_pmap``; ``dict``, a haiku-style step: ``jax.jit`` over a dict of dicts of params.
+base step under ``filter_pmap``; ``dict``, a haiku-style step: ``jax.jit`` over a dict of dicts of params, with
+a dropout key (a raw ``u32[2]`` argument called ``rng``) folded per layer.
 """
 
 from __future__ import annotations
@@ -96,15 +97,16 @@ def _dict_params(layers: int) -> dict:
     return params
 
 
-def _dict_forward(p, x):
+def _dict_forward(p, x, rng):
     h = x @ p["embed"]["w"] + p["embed"]["b"]
-    for name in sorted(k for k in p if k.startswith("layer_")):
-        h = h + jax.nn.relu(h @ p[name]["w"] + p[name]["b"])
+    for i, name in enumerate(sorted(k for k in p if k.startswith("layer_"))):
+        keep = jax.random.bernoulli(jax.random.fold_in(rng, i), 0.9, h.shape)  # dropout, a mask per layer
+        h = h + jnp.where(keep, jax.nn.relu(h @ p[name]["w"] + p[name]["b"]) / 0.9, 0)
     return h
 
 
-def dict_step(p, opt_state, x, y):
-    value, grads = jax.value_and_grad(lambda p: jnp.mean((_dict_forward(p, x)[:, :OUT] - y) ** 2))(p)
+def dict_step(p, opt_state, x, y, rng):
+    value, grads = jax.value_and_grad(lambda p: jnp.mean((_dict_forward(p, x, rng)[:, :OUT] - y) ** 2))(p)
     updates, opt_state = optim.update(grads, opt_state, p)
     return optax.apply_updates(p, updates), opt_state, value
 
@@ -118,7 +120,8 @@ def lower(cell):
     x, y = jnp.ones((BATCH, IN)), jnp.ones((BATCH, OUT))
     if cell.quant == "dict":
         params = _dict_params(layers)
-        return jax.jit(dict_step, donate_argnums=(0, 1)).lower(params, optim.init(params), x, y)
+        return jax.jit(dict_step, donate_argnums=(0, 1)).lower(params, optim.init(params), x, y,
+                                                               jax.random.PRNGKey(1))
     net = build(layers, ReorderedBlock if cell.quant == "reordered" else Block)
     # The optimizer's state is for what the step trains (the frozen variant's filter leaves a block out of both).
     opt_state = optim.init(eqx.partition(net, _trainable(net))[0] if cell.quant == "frozen" else

@@ -68,9 +68,12 @@ def test_roles_by_what_the_step_writes_back(variant, base):
     analysis = base if variant == "base" else analysed(variant)
     roles = Counter(p.role for p in analysis.params)
     weights = 2 * LAYERS + 2 if variant == "dict" else WEIGHTS  # the dict model: w and b per layer, and embed's
-    assert roles == {"weight": weights, "optimizer_state": 2 * weights + 1, "input": 2}, roles
+    keys = {"rng_key": 1} if variant == "dict" else {}  # its dropout key: a u32[2] that random bits are drawn from
+    assert roles == {"weight": weights, "optimizer_state": 2 * weights + 1, "input": 2, **keys}, roles
     weight_roots = {p.path.split(".")[0] for p in analysis.params if p.role == "weight"}
     assert weight_roots == ({"p"} if variant == "dict" else {"net"})
+    streams = [(s.path, s.verdict) for s in analysis.rng.streams]
+    assert streams == ([("rng", "drawn")] if variant == "dict" else []), streams
 
 
 def test_a_field_reorder_keeps_every_path(base):
