@@ -11,7 +11,8 @@ changes (``ModuleDiff.named``):
 * ``donation``: entry parameters that stop being donated (``input_output_alias``, ``buffer_donor``), with their bytes;
   at a compiled stage the record's ``alias_bytes`` too, so that a step that lost its donation is not a memory
   "improvement" (its temp bytes fall while every donated buffer is now kept beside the outputs). Donation gained is
-  an improvement to record.
+  an improvement to record; alias bytes that grew because the donated buffers grew (no parameter newly donated) are
+  no donation change: the shapes and memory rules judge them.
 * ``host_transfer``: host callbacks, infeed / outfeed, send / recv to the host added (removed: an improvement).
 * ``precision``: dots and convolutions whose operand or result types or precision config changed, with the converts
   around them and the FLOPs that moved: a regression either way (an upcast costs time, a downcast numerics).
@@ -62,9 +63,24 @@ def donation(structural: Structural | None, golden_memory: Mapping[str, int] | N
                      if k in golden_memory and k in memory and golden_memory[k] != memory[k]}
     if not changes and "alias_bytes" not in sizes:
         return None
+    if not changes and _buffers_grew(structural, sizes):
+        return None
     lost = any(c.action is Action.REMOVED for c in changes) or (
         "alias_bytes" in sizes and sizes["alias_bytes"][1] < sizes["alias_bytes"][0])
     return NamedChange(Rule.DONATION, lost, changes, sizes=sizes, command=command)
+
+
+def _buffers_grew(structural: Structural | None, sizes: Mapping[str, tuple[int, int]]) -> bool:
+    """Alias bytes that grew with no parameter newly donated: the donated buffers grew (a KV cache of twice the
+    length), a change of shapes the shapes and memory rules judge, never a donation gained. Without a text compared,
+    the arguments grew by as much."""
+    before, after = sizes["alias_bytes"]
+    if after <= before:
+        return False
+    if structural is not None:
+        return True
+    arguments = sizes.get("argument_bytes", (0, 0))
+    return arguments[1] - arguments[0] >= after - before
 
 
 def host_transfer(structural: Structural | None, command: str) -> NamedChange | None:
