@@ -19,7 +19,8 @@ changes (``ModuleDiff.named``):
 * ``program_size``: instructions in the text and executed per step, against the golden's, beyond
   ``program_size_tolerance``, either way: a program that shrinks is no improvement by itself (lost gradient work, a
   removed transform or collective shrink it too), a change to judge as growth is, unless the loops, remat or
-  gradient rules name what went (they judge it).
+  gradient rules name what went (they judge it); nor where only the instructions per step moved with the loops
+  the loops rule names (a trip count: the same program run more times, not a program of another size).
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
 * ``loops``: loops unrolled, layers rolled into a loop (``nn.scan``), loops added or removed, trip counts changed
@@ -112,6 +113,9 @@ def program_size(structural: Structural | None, tolerance: float, command: str,
     shrank = not grew and any(b < a * (1 - tolerance) for a, b in sizes.values())
     if not (grew or shrank) or shrank and any(structural.named(kind) for kind in _JUDGED_ELSEWHERE):
         return None
+    before, after = sizes["instructions"]
+    if before * (1 - tolerance) <= after <= before * (1 + tolerance) and structural.named(ChangeKind.LOOPS):
+        return None  # the same program run more (or less) per step: the loops' trip counts, the loops rule's words
     # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
     # shrink it too): a change to judge, as growth is.
     return NamedChange(Rule.PROGRAM_SIZE, grew or shrank, changes, sizes=sizes,

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 
 import moe_steps as ms
+from hlo_audit.compare import Structural
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.report.change_words import change_line
 from in_process import hlo_audit_here
 
 pytestmark = pytest.mark.xdist_group("model_terms")
@@ -80,3 +83,65 @@ def test_a_donated_kv_cache_that_doubled_is_no_donation_improvement(tmp_path):
             (shapes,) = [f for f in mine if f["rule"] == "shapes"]
             inputs = [c for c in shapes["details"]["changes"] if c["subject"] == "inputs"]
             assert inputs and set(inputs[0]["place"]["paths"]) == {"cache.k", "cache.v"}, shapes
+
+
+MOE_VARIANTS = ("scan", "micro_8", "aux_dropped", "no_loss_scale", "where_update")
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory) -> tuple[int, dict]:
+    """`check` of each MoE change against the base step's golden (2 layers; the text rule at warn)."""
+    project = tmp_path_factory.mktemp("moe")
+    shutil.copy(ms.__file__, project / "moe_steps.py")
+    write_config(project, "moe", ["base"], 2)
+    assert hlo_audit_here(project, "golden", "update").returncode == 0
+    for variant in MOE_VARIANTS:
+        golden_of_base_for(project / "golden", cell("moe", "base", 2), cell("moe", variant, 2))
+    write_config(project, "moe", ["base", *MOE_VARIANTS], 2, '[policy]\nhlo_text = "warn"\n')
+    return check(project)
+
+
+def moe_findings(report: dict, variant: str, rule: str | None = None) -> list[dict]:
+    return [f for f in report["findings"] if f["cell"] == cell("moe", variant, 2) and f["severity"] != "ok"
+            and rule in (None, f["rule"])]
+
+
+def test_a_two_layer_model_rolled_into_a_scan_says_two_layers(moe):
+    """The 2 blocks stacked and scanned: 2 layers rolled into the forward and backward loops, and no finding of the
+    cell counts a third layer (the stack's name beside the unrolled layers' indices once made 3)."""
+    code, report = moe
+    (loops,) = moe_findings(report, "scan", "loops")
+    rolled = loops["details"]["changes"][0]
+    assert (rolled["subject"], rolled["layers"]) == ("rolled", 2), rolled
+    assert loops["message"].startswith("loops: 2 layers rolled into 2 loops of 2 iterations"), loops["message"]
+    changes = [c for f in moe_findings(report, "scan") for c in f["details"].get("changes", [])
+               if isinstance(c, dict)]
+    assert changes and max(c["layers"] for c in changes) == 2, [(c["kind"], c["layers"]) for c in changes]
+    assert not [f for f in moe_findings(report, "scan") if "3 layers" in f["message"]]
+
+
+def test_a_trip_count_is_the_loops_finding_not_a_program_size_one(moe):
+    """8 microbatches instead of 2: the same program, its accumulation loop run 8 times. The loops rule names the
+    trip count; no program-size finding says "instructions 897 -> 897, per step 1,320 -> 4,068" beside it."""
+    code, report = moe
+    (loops,) = moe_findings(report, "micro_8", "loops")
+    (trips,) = loops["details"]["changes"]
+    assert (trips["subject"], trips["before"], trips["after"]) == ("trip count", "2 iterations", "8 iterations")
+    assert loops["severity"] == "regression" and not moe_findings(report, "micro_8", "program_size")
+
+
+def diff_of(base: str, variant: str) -> Structural:
+    """The two lowerings compared as `hlo-audit diff` compares two files (no leaf types: state paths from the
+    texts' own names, ``state_1.0__mu__layers_0.router`` for an optimizer moment)."""
+    return Structural.of_inputs(analyze(ms.lower(base), base), analyze(ms.lower(variant), variant))
+
+
+def test_diffed_from_texts_a_two_layer_model_spans_two_layers():
+    """From the texts alone, the unrolled side's layers (``layers_0``, ``layers_1`` and each optimizer moment's
+    ``0__mu__layers_1``) and the scanned side's stack (``layers``) are 2 layers: no "3 layers" (the stack's name
+    counted beside the indices) nor "6 layers" (each moment's name a layer of its own)."""
+    for a, b in (("base", "scan"), ("scan", "base")):
+        named = diff_of(a, b).diff.named
+        assert named and max(c.layers for c in named) == 2, [(c.kind.value, c.subject, c.layers) for c in named]
+        assert not [line for c in named if " layers" in (line := change_line(c)) and "2 layers" not in line
+                    and ("per layer" in line or "rolled" in line)], [change_line(c) for c in named]
