@@ -27,6 +27,8 @@ changes (``ModuleDiff.named``):
   (``hlo.change_flow``); ``remat``: rematerialization removed or added, or its policy changed; ``gradient``: weights
   the loss no longer reaches (or newly does), optimizer transforms (clipping) added or removed. Each is a change to
   judge, a regression until accepted, whatever it does to the program's size.
+* ``conditional``: a ``conditional`` removed or added with its branches' sizes, replaced by computing both branches
+  and selecting (``jnp.where``): a change to judge, either way.
 * ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
   value's sharding changed or a sharding constraint added or removed; collectives added, removed or changed (a
   removed one is a change to judge, not an improvement); inputs or activations of other dims; ops added, removed or
@@ -124,7 +126,8 @@ def program_size(structural: Structural | None, tolerance: float, command: str,
 
 
 # The kinds whose rules judge a program that shrank with them (program_size).
-_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM)
+_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
+                     ChangeKind.CONDITIONAL)
 
 
 def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]] | None,
@@ -162,6 +165,13 @@ def gradient(structural: Structural | None, command: str) -> NamedChange | None:
     changes = (*structural.named(ChangeKind.GRADIENT), *structural.named(ChangeKind.TRANSFORM)) \
         if _changed(structural) else ()
     return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
+
+
+def conditional(structural: Structural | None, command: str) -> NamedChange | None:
+    """A conditional removed or added (``lax.cond`` against ``jnp.where`` of both branches): the step now always
+    computes (or skips) a branch's work, a change to judge either way."""
+    changes = structural.named(ChangeKind.CONDITIONAL) if _changed(structural) else ()
+    return NamedChange(Rule.CONDITIONAL, True, changes, command=command) if changes else None
 
 
 def _changed(structural: Structural | None) -> bool:

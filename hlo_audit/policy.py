@@ -42,6 +42,7 @@ class Rule(StrEnum):
     COLLECTIVES = "collectives"
     SHAPES = "shapes"
     OPS = "ops"
+    CONDITIONAL = "conditional"  # a lax.cond removed or added, replaced by computing both branches (change_terms)
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
@@ -50,7 +51,8 @@ DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fai
                   "missing_golden": "fail", "dead_rng": "warn", "memory": "warn", "stale_waiver": "warn",
                   "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
                   "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail", "host_cost": "fail",
-                  "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail"}
+                  "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail",
+                  "conditional": "fail"}
 
 
 @dataclass(frozen=True)

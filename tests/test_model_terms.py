@@ -145,3 +145,31 @@ def test_diffed_from_texts_a_two_layer_model_spans_two_layers():
         assert named and max(c.layers for c in named) == 2, [(c.kind.value, c.subject, c.layers) for c in named]
         assert not [line for c in named if " layers" in (line := change_line(c)) and "2 layers" not in line
                     and ("per layer" in line or "rolled" in line)], [change_line(c) for c in named]
+
+
+def test_a_cond_replaced_by_computing_both_branches_is_named_a_conditional(moe):
+    """The update under ``lax.cond`` (skipped where a gradient is not finite) computed always and selected by
+    ``jnp.where``: the conditional removed with its branches' sizes, its branches' work now inline and the 25
+    leaves of the state selected, placed at the model's ``jnp.where``; nothing else fails (no "program size -5%", no ops)."""
+    code, report = moe
+    (finding,) = moe_findings(report, "where_update", "conditional")
+    (change,) = finding["details"]["changes"]
+    assert (change["kind"], change["action"], change["per_step"]) == ("conditional", "removed", 1), change
+    # The update (adam's moments, the bias correction, the new weights) and the branch that keeps the state.
+    assert change["before"].startswith("2 branches: ") and change["after"] == "both branches computed, " \
+        "25 values selected", change  # every leaf of the state: 8 weights, adam's count and 2 moments of each
+    assert change["place"]["source"].startswith("moe_steps.py:"), change["place"]
+    assert finding["message"].startswith("conditional: a conditional removed (2 branches: "), finding["message"]
+    regressions = {f["rule"] for f in moe_findings(report, "where_update") if f["severity"] == "regression"}
+    assert regressions == {"conditional"}, moe_findings(report, "where_update")
+
+
+def test_a_conditional_added_back_from_the_texts():
+    """`hlo-audit diff` the other way: ``jnp.where`` of both branches replaced by the ``lax.cond``, a conditional
+    added, its instructions the program's whole difference (nothing left to program size)."""
+    structural = diff_of("where_update", "base")
+    named = [c for c in structural.diff.named if c.kind.value not in ("instructions", "header")]
+    (added,) = named
+    before, after = structural.sizes["instructions"]
+    assert (added.kind.value, added.action.value, added.instructions) == ("conditional", "added", after - before)
+    assert change_line(added).startswith("conditional: a conditional added (2 branches: ")

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_count, layer_of
-from hlo_audit.hlo import change_flow
+from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_structure import collectives, ops, shapes, shardings
 from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
@@ -41,6 +41,7 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += change_flow.gradient(match, sides, claimed)
     changes += change_flow.loops(match, sides, claimed)
     changes += change_flow.remat(match, sides, claimed)
+    changes += change_terms.conditionals(match, sides, claimed)
     changes += shapes(match, sides, claimed, changes)
     changes += _renames(match.params)
     changes += _parameters(match.params)

@@ -18,6 +18,8 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
 * ``transform``: an optimizer transform added or removed: gradient clipping (a global norm over the gradients);
 * ``loops``: ``while`` loops added or removed with their trip counts and bodies' size, unrolled (a loop's body
   inline), rolled (layers into a loop of as many iterations: ``nn.scan``), a trip count changed;
+* ``conditional``: a ``conditional`` (``lax.cond``) removed or added, with its branches' sizes; replaced by
+  computing both branches and selecting (``jnp.where``), the values selected (change_terms.py);
 * ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
   (the barriers stay, what they keep and what the backward pass recomputes changes);
 * ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
@@ -57,6 +59,7 @@ class ChangeKind(StrEnum):
     GRADIENT = "gradient"
     TRANSFORM = "transform"
     LOOPS = "loops"
+    CONDITIONAL = "conditional"
     REMAT = "remat"
     COLLECTIVES = "collectives"
     SHARDING = "sharding"
@@ -167,3 +170,4 @@ GRADIENT_REACH, CLIPPING, SCALING = "gradient reach", "gradient clipping", "upda
 WEIGHT_DECAY = "weight decay"  # a scaling of each weight itself, added to its update (adamw's add_decayed_weights)
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
+CONDITIONAL, BOTH_BRANCHES = "conditional", "both branches computed"

@@ -22,7 +22,7 @@ _KIND_WORDS = {
     ChangeKind.KERNEL: "kernel", ChangeKind.GRADIENT: "gradient", ChangeKind.TRANSFORM: "optimizer",
     ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
     ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
-    ChangeKind.PARAMETERS: "parameters",
+    ChangeKind.PARAMETERS: "parameters", ChangeKind.CONDITIONAL: "conditional",
     ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
 }
 
@@ -204,6 +204,15 @@ def _loops(c: Change, kind: str, where: str) -> str:
     return f"{text}; {where}".rstrip("; ")
 
 
+def _conditional(c: Change, kind: str, where: str) -> str:
+    """``conditional: a conditional removed (2 branches: 271 and 27 instructions), both branches computed, 26 values
+    selected; -41 instructions; at train.py:125``."""
+    verb = "added" if c.action is Action.ADDED else "removed"
+    text = f"{kind}: a conditional {verb} ({c.before}, {_plural(c.per_step, 'run')} per step)"
+    text += f", {'replaced by ' if c.action is Action.REMOVED else 'replacing '}{c.after}" if c.after else ""
+    return f"{text}; {c.instructions:+,} instructions; {where}".rstrip("; ")
+
+
 def _remat(c: Change, kind: str, where: str) -> str:
     if c.subject == REMAT_POLICY:
         text = (f"{kind}: policy changed at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: {c.before} -> "
@@ -262,6 +271,7 @@ def _op_mix(c: Change, kind: str, where: str) -> str:
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
            ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
+           ChangeKind.CONDITIONAL: _conditional,
            ChangeKind.COLLECTIVES: _collectives, ChangeKind.SHARDING: _sharding, ChangeKind.SHAPES: _shapes,
            ChangeKind.OPS: _op_mix}
 

@@ -1,0 +1,122 @@
+"""Kinds of change said in the model's terms, read from the program's structure (changes.py's module doc lists what
+each carries); ``explain`` runs them after the dataflow kinds and before the structural ones, so that the edits
+they explain are not counted again as ops, shapes or program size:
+
+* ``conditional``: a ``conditional`` instruction removed (or added) with its branches (``lax.cond``), and where the
+  other side computes the branches' work inline and selects among the results (``jnp.where`` of both branches), the
+  values it selects: "replaced by computing both branches", not "program size -5%".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from hlo_audit.hlo.change_places import Sides
+from hlo_audit.hlo.changes import BOTH_BRANCHES, CONDITIONAL, Action, Change, ChangeKind
+from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
+from hlo_audit.hlo.text import HloModule
+
+
+def _unclaimed(match: ModuleMatch, claimed: set[int], edit: Edit) -> list[InstructionEdit]:
+    return [e for e in match.edits if id(e) not in claimed and e.edit is edit]
+
+
+def _called(module: HloModule, names: Sequence[str]) -> set[str]:
+    """The computations ``names`` are, with every computation they call."""
+    found, stack = set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in found or name not in module.computations:
+            continue
+        found.add(name)
+        stack.extend(c for instr in module.computations[name].instructions for c in instr.called_computations())
+    return found
+
+
+def _size(module: HloModule, name: str) -> int:
+    return sum(len(module.computations[c].instructions) for c in _called(module, [name]))
+
+
+def conditionals(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Conditionals removed or added, each with its branches' sizes, the edits in its branches and the values that
+    only unpack its result; where the other side gained selects, the branches' work it now computes inline (as many
+    instructions of each opcode as the branches held) and the selects: both branches computed."""
+    changes = []
+    for edit, action, other in ((Edit.DELETED, Action.REMOVED, Edit.INSERTED), (Edit.INSERTED, Action.ADDED,
+                                                                                 Edit.DELETED)):
+        view, facing = (sides.old, sides.new) if edit is Edit.DELETED else (sides.new, sides.old)
+        for cond in [e for e in _unclaimed(match, claimed, edit) if e.instruction.opcode == "conditional"]:
+            branches = cond.instruction.called_computations()
+            inside = _called(view.module, branches)
+            mine = [cond, *(e for e in _unclaimed(match, claimed, edit) if e is not cond and (
+                e.computation in inside or e.computation == cond.computation and _unpacks(view, e, cond)))]
+            selects = _selects(match, claimed, other, facing.module)
+            claimed.update(id(e) for e in (*mine, *selects))
+            inline = _inline(match, claimed, other, cond.computation, Counter(
+                e.instruction.opcode for e in mine if e.computation in inside)) if selects else []
+            claimed.update(id(e) for e in inline)
+            # Placed where the model writes it: the side that has the source (the cell's; a golden's has none).
+            shown = selects[0] if selects and action is Action.REMOVED else cond
+            sign = 1 if edit is Edit.INSERTED else -1
+            net = sign * (len(mine) - len(inline) - len(selects))
+            # The values the step now selects: its selects, less those the branches held (their own work, inline).
+            own = Counter(_selecting(view.module, e) for e in mine if e.computation in inside)
+            found = Counter(_selecting(facing.module, e) for e in selects)
+            values = (found["call"] - own["call"]) or (found["select"] - own["select"])
+            changes.append(Change(
+                ChangeKind.CONDITIONAL, action, CONDITIONAL, sides.place(shown), count=1, per_step=sides.runs(cond),
+                before=f"{len(branches)} branches: " + " and ".join(
+                    f"{_size(view.module, b):,}" for b in branches) + " instructions",
+                after=f"{BOTH_BRANCHES}, {values:,} values selected" if selects else "", instructions=net))
+    return changes
+
+
+def _unpacks(view, e: InstructionEdit, cond: InstructionEdit) -> bool:
+    """The edit only takes its value from the conditional (a get-tuple-element of its result, a tuple of those) or
+    feeds it its predicate (a convert)."""
+    reads = view.operands(e.instruction, e.computation)
+    if e.instruction.opcode == "get-tuple-element":
+        return any(r is cond.instruction for r in reads)
+    if e.instruction.opcode == "tuple" and any(u is cond.instruction for u in view.users(e.instruction)):
+        return True  # the operands packed for its branches
+    if e.instruction.opcode == "tuple":
+        return bool(reads) and all(r.opcode == "get-tuple-element" and any(
+            o is cond.instruction for o in view.operands(r, e.computation)) for r in reads)
+    return e.instruction.opcode == "convert" and any(u is cond.instruction for u in view.users(e.instruction))
+
+
+def _selects(match: ModuleMatch, claimed: set[int], edit: Edit, module: HloModule) -> list[InstructionEdit]:
+    """Selects of the other side (``jnp.where``), inline or in computations of their own (``_where``), with the
+    calls to those."""
+    alone = _unclaimed(match, claimed, edit)
+    holding = {e.computation for e in alone if e.instruction.opcode == "select"}
+    holding |= {name for name, comp in module.computations.items()
+                if any(i.opcode == "select" for i in comp.instructions) and len(comp.instructions) <= _WHERE_SIZE}
+    return [e for e in alone if e.instruction.opcode == "select" or e.computation in holding or
+            e.instruction.opcode == "call" and set(e.instruction.called_computations()) & holding]
+
+
+_WHERE_SIZE = 8  # a jnp.where's own computation: its parameters, broadcasts and the select
+
+
+def _selecting(module: HloModule, e: InstructionEdit) -> str:
+    """``select`` for a select, ``call`` for a call of a ``jnp.where``'s computation, else ``""``."""
+    instr = e.instruction
+    if instr.opcode == "call" and any(i.opcode == "select" for c in instr.called_computations()
+                                      if c in module.computations for i in module.computations[c].instructions):
+        return "call"
+    return "select" if instr.opcode == "select" else ""
+
+
+def _inline(match: ModuleMatch, claimed: set[int], edit: Edit, computation: str,
+            budget: Counter) -> list[InstructionEdit]:
+    """The other side's edits in the conditional's computation that are the branches' work inline: of each opcode,
+    at most as many as the branches held."""
+    found = []
+    for e in _unclaimed(match, claimed, edit):
+        opcode = e.instruction.opcode
+        if e.computation == computation and budget[opcode] > 0:
+            budget[opcode] -= 1
+            found.append(e)
+    return found
