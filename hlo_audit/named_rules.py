@@ -127,7 +127,7 @@ def program_size(structural: Structural | None, tolerance: float, command: str,
 
 # The kinds whose rules judge a program that shrank with them (program_size).
 _JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
-                     ChangeKind.CONDITIONAL)
+                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING)
 
 
 def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]] | None,
@@ -162,8 +162,8 @@ def remat(structural: Structural | None, command: str) -> NamedChange | None:
 def gradient(structural: Structural | None, command: str) -> NamedChange | None:
     """Weights the loss no longer reaches (or newly does) and optimizer transforms added or removed (clipping): a
     regression, never an improvement, whatever it does to the program's size."""
-    changes = (*structural.named(ChangeKind.GRADIENT), *structural.named(ChangeKind.TRANSFORM)) \
-        if _changed(structural) else ()
+    changes = tuple(c for kind in (ChangeKind.GRADIENT, ChangeKind.TRANSFORM, ChangeKind.LOSS_SCALING)
+                    for c in structural.named(kind)) if _changed(structural) else ()
     return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
 
 

@@ -173,3 +173,23 @@ def test_a_conditional_added_back_from_the_texts():
     before, after = structural.sizes["instructions"]
     assert (added.kind.value, added.action.value, added.instructions) == ("conditional", "added", after - before)
     assert change_line(added).startswith("conditional: a conditional added (2 branches: ")
+
+
+def test_loss_scaling_removed_is_named_not_ops_at_equal_shapes(moe):
+    """No more static loss scaling (the loss x1024 before the gradients, each gradient /1024 after): named loss
+    scaling by the gradient rule, with its factor and the 9 values it divided (8 weights' gradients and the loss
+    reported), and the backward pass's seeds jax had folded the factor into; not "ops: 24 instructions at equal
+    shapes". The other way from the texts: added, the program's whole difference."""
+    code, report = moe
+    (finding,) = moe_findings(report, "no_loss_scale", "gradient")
+    (change,) = finding["details"]["changes"]
+    assert (change["kind"], change["action"], change["before"], change["count"]) == (
+        "loss_scaling", "removed", "loss x1024, 9 values /1024", 9), change
+    assert change["place"]["computation"], change["place"]  # the golden's side: no source to place it at
+    assert finding["message"].startswith("loss scaling: removed (loss x1024, 9 values /1024"), finding["message"]
+    regressions = {f["rule"] for f in moe_findings(report, "no_loss_scale") if f["severity"] == "regression"}
+    assert regressions == {"gradient"}, moe_findings(report, "no_loss_scale")
+    structural = diff_of("no_loss_scale", "base")
+    (added,) = [c for c in structural.diff.named if c.kind.value not in ("instructions", "header")]
+    before, after = structural.sizes["instructions"]
+    assert (added.kind.value, added.action.value, added.instructions) == ("loss_scaling", "added", after - before)

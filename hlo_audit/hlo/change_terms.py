@@ -5,6 +5,9 @@ they explain are not counted again as ops, shapes or program size:
 * ``conditional``: a ``conditional`` instruction removed (or added) with its branches (``lax.cond``), and where the
   other side computes the branches' work inline and selects among the results (``jnp.where`` of both branches), the
   values it selects: "replaced by computing both branches", not "program size -5%".
+* ``loss_scaling``: the loss multiplied by a constant and the gradients divided by the same constant after (static
+  loss scaling for low precision), removed or added: a scalar multiply by F and divides by F (the gradients', the
+  loss's), with the constants jax folded F into (the backward pass's seeds, whose literals change by F).
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from collections import Counter
 from collections.abc import Sequence
 
 from hlo_audit.hlo.change_places import Sides
-from hlo_audit.hlo.changes import BOTH_BRANCHES, CONDITIONAL, Action, Change, ChangeKind
+from hlo_audit.hlo.changes import BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, Action, Change, ChangeKind
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
-from hlo_audit.hlo.text import HloModule
+from hlo_audit.hlo.text import HloModule, Instruction
 
 
 def _unclaimed(match: ModuleMatch, claimed: set[int], edit: Edit) -> list[InstructionEdit]:
@@ -120,3 +123,72 @@ def _inline(match: ModuleMatch, claimed: set[int], edit: Edit, computation: str,
             budget[opcode] -= 1
             found.append(e)
     return found
+
+
+def loss_scaling(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Static loss scaling removed or added (module doc): a scalar multiply by a constant F and at least two divides
+    by F, inserted or deleted together."""
+    changes = []
+    for edit, action in ((Edit.DELETED, Action.REMOVED), (Edit.INSERTED, Action.ADDED)):
+        view = sides.old if edit is Edit.DELETED else sides.new
+        alone = _unclaimed(match, claimed, edit)
+        by = {id(e): f for e in alone if e.instruction.opcode in ("multiply", "divide")
+              and (f := _constant_operand(view, e.instruction, e.computation, e.instruction.opcode == "divide"))}
+        scale = [e for e in alone
+                 if e.instruction.opcode == "multiply" and id(e) in by and not e.instruction.shape.dims]
+        for factor in dict.fromkeys(by[id(e)] for e in scale):
+            divides = [e for e in alone if e.instruction.opcode == "divide" and by.get(id(e)) == factor]
+            if len(divides) < 2:
+                continue
+            multiplies = [e for e in scale if by[id(e)] == factor]
+            mine = [*multiplies, *divides]
+            fed = {id(o) for e in mine for o in view.operands(e.instruction, e.computation)}
+            carriers = [e for e in alone if e.instruction.opcode in ("constant", "broadcast", "convert")
+                        and id(e.instruction) in fed]
+            fed |= {id(o) for e in carriers for o in view.operands(e.instruction, e.computation)}
+            carriers += [e for e in alone if e.instruction.opcode == "constant" and id(e.instruction) in fed
+                         and e not in carriers]
+            seeds = _folded(match, claimed, factor, edit)
+            claimed.update(id(e) for e in (*mine, *carriers, *seeds))
+            changes.append(Change(
+                ChangeKind.LOSS_SCALING, action, LOSS_SCALING, sides.place(multiplies[0]), count=len(divides),
+                before=f"loss x{factor}, {len(divides)} values /{factor}",
+                after=f"{len(seeds)} constants x{factor} folded" if seeds else "",
+                instructions=(1 if edit is Edit.INSERTED else -1) * (len(mine) + len(carriers))))
+    return changes
+
+
+def _constant_operand(view, instr: Instruction, computation: str, second: bool) -> str | None:
+    """The scalar constant (through broadcasts and converts) an operand of ``instr`` is, as its literal (a divide's
+    divisor only: ``second``)."""
+    operands = view.operands(instr, computation)
+    for operand in operands[1:] if second else operands:
+        while operand.opcode in ("broadcast", "convert", "reshape") and view.operands(operand, computation):
+            operand = view.operands(operand, computation)[0]
+        if operand.opcode == "constant" and not operand.shape.dims and _number(operand.literal) not in (None, 0.0):
+            return operand.literal
+    return None
+
+
+def _folded(match: ModuleMatch, claimed: set[int], factor: str, edit: Edit) -> list[InstructionEdit]:
+    """Scalar constants whose literal changed by ``factor`` (scaling removed: divided by it; added: multiplied): the
+    backward pass's seeds jax folded the scale into."""
+    scale = _number(factor)
+    found = []
+    for e in match.edits:
+        if id(e) in claimed or e.edit is not Edit.CHANGED or e.new.opcode != "constant" or e.new.shape.dims:
+            continue
+        old, new = _number(e.old.literal), _number(e.new.literal)
+        if old is None or new is None or not (old and new):
+            continue
+        ratio = old / new if edit is Edit.DELETED else new / old
+        if abs(ratio - scale) <= 1e-6 * abs(scale):
+            found.append(e)
+    return found
+
+
+def _number(literal: str | None) -> float | None:
+    try:
+        return float(literal) if literal is not None else None
+    except ValueError:
+        return None

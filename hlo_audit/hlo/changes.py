@@ -20,6 +20,8 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   inline), rolled (layers into a loop of as many iterations: ``nn.scan``), a trip count changed;
 * ``conditional``: a ``conditional`` (``lax.cond``) removed or added, with its branches' sizes; replaced by
   computing both branches and selecting (``jnp.where``), the values selected (change_terms.py);
+* ``loss_scaling``: static loss scaling removed or added: the loss times a constant, the gradients divided by it
+  (change_terms.py);
 * ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
   (the barriers stay, what they keep and what the backward pass recomputes changes);
 * ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
@@ -60,6 +62,7 @@ class ChangeKind(StrEnum):
     TRANSFORM = "transform"
     LOOPS = "loops"
     CONDITIONAL = "conditional"
+    LOSS_SCALING = "loss_scaling"
     REMAT = "remat"
     COLLECTIVES = "collectives"
     SHARDING = "sharding"
@@ -171,3 +174,4 @@ WEIGHT_DECAY = "weight decay"  # a scaling of each weight itself, added to its u
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
 CONDITIONAL, BOTH_BRANCHES = "conditional", "both branches computed"
+LOSS_SCALING = "loss scaling"

@@ -23,6 +23,7 @@ _KIND_WORDS = {
     ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
     ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
     ChangeKind.PARAMETERS: "parameters", ChangeKind.CONDITIONAL: "conditional",
+    ChangeKind.LOSS_SCALING: "loss scaling",
     ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
 }
 
@@ -213,6 +214,13 @@ def _conditional(c: Change, kind: str, where: str) -> str:
     return f"{text}; {c.instructions:+,} instructions; {where}".rstrip("; ")
 
 
+def _loss_scaling(c: Change, kind: str, where: str) -> str:
+    """``loss scaling: removed (loss x1024, 9 values /1024; 3 constants x1024 folded); -18 instructions``."""
+    verb = "added" if c.action is Action.ADDED else "removed"
+    folded = f"; {c.after}" if c.after else ""
+    return f"{kind}: {verb} ({c.before}{folded}); {c.instructions:+,} instructions; {where}".rstrip("; ")
+
+
 def _remat(c: Change, kind: str, where: str) -> str:
     if c.subject == REMAT_POLICY:
         text = (f"{kind}: policy changed at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: {c.before} -> "
@@ -271,7 +279,7 @@ def _op_mix(c: Change, kind: str, where: str) -> str:
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
            ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
-           ChangeKind.CONDITIONAL: _conditional,
+           ChangeKind.CONDITIONAL: _conditional, ChangeKind.LOSS_SCALING: _loss_scaling,
            ChangeKind.COLLECTIVES: _collectives, ChangeKind.SHARDING: _sharding, ChangeKind.SHAPES: _shapes,
            ChangeKind.OPS: _op_mix}
 
