@@ -127,7 +127,7 @@ def program_size(structural: Structural | None, tolerance: float, command: str,
 
 # The kinds whose rules judge a program that shrank with them (program_size).
 _JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
-                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING)
+                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM)
 
 
 def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]] | None,
@@ -162,7 +162,8 @@ def remat(structural: Structural | None, command: str) -> NamedChange | None:
 def gradient(structural: Structural | None, command: str) -> NamedChange | None:
     """Weights the loss no longer reaches (or newly does) and optimizer transforms added or removed (clipping): a
     regression, never an improvement, whatever it does to the program's size."""
-    changes = tuple(c for kind in (ChangeKind.GRADIENT, ChangeKind.TRANSFORM, ChangeKind.LOSS_SCALING)
+    changes = tuple(c for kind in (ChangeKind.GRADIENT, ChangeKind.TRANSFORM, ChangeKind.LOSS_SCALING,
+                                                 ChangeKind.LOSS_TERM)
                     for c in structural.named(kind)) if _changed(structural) else ()
     return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
 

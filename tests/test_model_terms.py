@@ -193,3 +193,19 @@ def test_loss_scaling_removed_is_named_not_ops_at_equal_shapes(moe):
     (added,) = [c for c in structural.diff.named if c.kind.value not in ("instructions", "header")]
     before, after = structural.sizes["instructions"]
     assert (added.kind.value, added.action.value, added.instructions) == ("loss_scaling", "added", after - before)
+
+
+def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
+    """The load-balancing aux loss dropped: a term removed from the loss, what reduced into it (the experts' token
+    fractions and mean router probabilities of both layers: 6 reductions), its weight (x0.01) and its backward
+    pass, by the gradient rule; no "shapes: values reshaped" nor "ops" besides. The other way, added."""
+    code, report = moe
+    (finding,) = moe_findings(report, "aux_dropped", "gradient")
+    (change,) = finding["details"]["changes"]
+    assert (change["kind"], change["action"], change["before"]) == ("loss_term", "removed", "6 reductions, x0.01")
+    assert change["instructions"] < 0 and change["place"]["computation"], change
+    assert finding["message"].startswith("loss: a term removed (6 reductions, x0.01; "), finding["message"]
+    regressions = {f["rule"] for f in moe_findings(report, "aux_dropped") if f["severity"] == "regression"}
+    assert regressions == {"gradient"}, moe_findings(report, "aux_dropped")
+    (added,) = [c for c in diff_of("aux_dropped", "base").diff.named if c.kind.value not in ("instructions", "header")]
+    assert (added.kind.value, added.action.value, added.before) == ("loss_term", "added", "6 reductions, x0.01")

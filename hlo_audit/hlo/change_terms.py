@@ -8,6 +8,9 @@ they explain are not counted again as ops, shapes or program size:
 * ``loss_scaling``: the loss multiplied by a constant and the gradients divided by the same constant after (static
   loss scaling for low precision), removed or added: a scalar multiply by F and divides by F (the gradients', the
   loss's), with the constants jax folded F into (the backward pass's seeds, whose literals change by F).
+* ``loss_term``: a term of the loss removed or added (an MoE load-balancing aux loss): a scalar ``add`` of a value
+  both sides compute (the rest of the loss) and a value only one side computes from reductions (what reduced into
+  the loss), with the term's backward pass, connected to it by edits of the same side.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from hlo_audit.hlo.change_places import Sides
-from hlo_audit.hlo.changes import BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, Action, Change, ChangeKind
+from hlo_audit.hlo.changes import (BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, LOSS_TERM, Action, Change,
+                                   ChangeKind)
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
 from hlo_audit.hlo.text import HloModule, Instruction
 
@@ -192,3 +196,65 @@ def _number(literal: str | None) -> float | None:
         return float(literal) if literal is not None else None
     except ValueError:
         return None
+
+
+def loss_terms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Loss terms removed or added (module doc), each with the reductions that fed it, its scalar weight where it is
+    multiplied by a constant last, and the edits connected to it in its computation (its backward pass)."""
+    changes = []
+    for edit, action in ((Edit.DELETED, Action.REMOVED), (Edit.INSERTED, Action.ADDED)):
+        view = sides.old if edit is Edit.DELETED else sides.new
+        for total in [e for e in _unclaimed(match, claimed, edit) if e.instruction.opcode in ("add", "subtract")
+                      and not e.instruction.shape.dims and not e.instruction.shape.is_tuple]:
+            if id(total) in claimed:
+                continue
+            alone = {id(e.instruction): e for e in _unclaimed(match, claimed, edit)
+                     if e.computation == total.computation}
+            operands = view.operands(total.instruction, total.computation)
+            term = [o for o in operands if id(o) in alone]
+            if len(operands) != 2 or len(term) != 1:
+                continue  # a term is added to what both sides compute: one operand kept, one of this side alone
+            feeding = _closure(view, alone, [alone[id(term[0])]], users=False, edit=edit)
+            reductions = sum(1 for e in feeding if e.instruction.opcode == "reduce")
+            if not reductions:
+                continue
+            # Its backward pass: the edits connected to it, through the paired ones it rewired (the cotangent
+            # it added to each gradient gone: an add paired with what is left of the sum).
+            rewired = {id(e.old if edit is Edit.DELETED else e.new): e for e in match.edits if id(e) not in claimed
+                       and e.edit is Edit.CHANGED and _on(e, edit) == total.computation
+                       and set(e.aspects) <= {"operands", "opcode"}}
+            mine = _closure(view, {**alone, **rewired}, [total], users=True, edit=edit)
+            backward = sum(1 for e in mine if e.edit is edit and e not in feeding and e is not total)
+            claimed.update(id(e) for e in mine)
+            weight = _constant_operand(view, term[0], total.computation, False) if term[0].opcode == "multiply" \
+                else None
+            reduce = next(e for e in feeding if e.instruction.opcode == "reduce")
+            place = sides.place(reduce)
+            changes.append(Change(
+                ChangeKind.LOSS_TERM, action, LOSS_TERM, place, count=1, per_step=sides.runs(total),
+                before=f"{reductions} reductions" + (f", x{weight}" if weight else ""),
+                after=f"{backward} instructions of its backward pass",
+                instructions=(1 if edit is Edit.INSERTED else -1) * sum(1 for e in mine if e.edit is edit)))
+    return changes
+
+
+def _on(e: InstructionEdit, edit: Edit) -> str:
+    """The edit's computation on the side of ``edit`` (a paired instruction's computations are named apart)."""
+    return e.old_computation if edit is Edit.DELETED else e.new_computation
+
+
+def _closure(view, alone: dict[int, InstructionEdit], start: list[InstructionEdit], users: bool,
+             edit: Edit = Edit.DELETED) -> list[InstructionEdit]:
+    """The edits of ``alone`` (keyed by their instruction on ``edit``'s side) reachable from ``start`` through
+    operands (and users, with ``users``)."""
+    found = {id(e.instruction): e for e in start}
+    stack = [e.instruction for e in start]
+    while stack:
+        instr = stack.pop()
+        e = found[id(instr)]
+        near = [*view.operands(instr, _on(e, edit)), *(view.users(instr) if users else ())]
+        for other in near:
+            if id(other) in alone and id(other) not in found:
+                found[id(other)] = alone[id(other)]
+                stack.append(other)
+    return list(found.values())

@@ -22,6 +22,8 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   computing both branches and selecting (``jnp.where``), the values selected (change_terms.py);
 * ``loss_scaling``: static loss scaling removed or added: the loss times a constant, the gradients divided by it
   (change_terms.py);
+* ``loss_term``: a term of the loss removed or added (an MoE aux loss): what reduced into it, its weight, its
+  backward pass (change_terms.py);
 * ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
   (the barriers stay, what they keep and what the backward pass recomputes changes);
 * ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
@@ -63,6 +65,7 @@ class ChangeKind(StrEnum):
     LOOPS = "loops"
     CONDITIONAL = "conditional"
     LOSS_SCALING = "loss_scaling"
+    LOSS_TERM = "loss_term"
     REMAT = "remat"
     COLLECTIVES = "collectives"
     SHARDING = "sharding"
@@ -174,4 +177,4 @@ WEIGHT_DECAY = "weight decay"  # a scaling of each weight itself, added to its u
 UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
 CONDITIONAL, BOTH_BRANCHES = "conditional", "both branches computed"
-LOSS_SCALING = "loss scaling"
+LOSS_SCALING, LOSS_TERM = "loss scaling", "loss term"
