@@ -48,6 +48,13 @@ def golden_of_base_for(golden: Path, base: str, variant: str, suffix: str = "") 
     shutil.copy(golden / f"{base}{suffix}.hlo.txt", golden / f"{variant}{suffix}.hlo.txt")
 
 
+def ms_line(code: str) -> str:
+    """``moe_steps.py:N``: the line of the model's source that holds ``code`` (once)."""
+    lines = [n for n, line in enumerate(Path(ms.__file__).read_text().splitlines(), 1) if code in line]
+    assert len(lines) == 1, (code, lines)
+    return f"moe_steps.py:{lines[0]}"
+
+
 def check(project: Path) -> tuple[int, dict]:
     ran = hlo_audit_here(project, "check", "--format", "json")
     assert ran.returncode in (0, 1), ran.stderr[-3000:]
@@ -158,7 +165,7 @@ def test_a_cond_replaced_by_computing_both_branches_is_named_a_conditional(moe):
     # The update (adam's moments, the bias correction, the new weights) and the branch that keeps the state.
     assert change["before"].startswith("2 branches: ") and change["after"] == "both branches computed, " \
         "25 values selected", change  # every leaf of the state: 8 weights, adam's count and 2 moments of each
-    assert change["place"]["source"].startswith("moe_steps.py:"), change["place"]
+    assert change["place"]["source"] == ms_line("jnp.where(finite, new, old)"), change["place"]
     assert finding["message"].startswith("conditional: a conditional removed (2 branches: "), finding["message"]
     regressions = {f["rule"] for f in moe_findings(report, "where_update") if f["severity"] == "regression"}
     assert regressions == {"conditional"}, moe_findings(report, "where_update")
@@ -185,7 +192,8 @@ def test_loss_scaling_removed_is_named_not_ops_at_equal_shapes(moe):
     (change,) = finding["details"]["changes"]
     assert (change["kind"], change["action"], change["before"], change["count"]) == (
         "loss_scaling", "removed", "loss x1024, 9 values /1024", 9), change
-    assert change["place"]["computation"], change["place"]  # the golden's side: no source to place it at
+    # At the kept instruction that read what went (the golden's text keeps no source): the gradients' accumulation.
+    assert change["place"]["source"] == ms_line("jax.tree.map(jnp.add, acc, grads)"), change["place"]
     assert finding["message"].startswith("loss scaling: removed (loss x1024, 9 values /1024"), finding["message"]
     regressions = {f["rule"] for f in moe_findings(report, "no_loss_scale") if f["severity"] == "regression"}
     assert regressions == {"gradient"}, moe_findings(report, "no_loss_scale")
@@ -203,7 +211,9 @@ def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
     (finding,) = moe_findings(report, "aux_dropped", "gradient")
     (change,) = finding["details"]["changes"]
     assert (change["kind"], change["action"], change["before"]) == ("loss_term", "removed", "6 reductions, x0.01")
-    assert change["instructions"] < 0 and change["place"]["computation"], change
+    # At the loss now computed without it (the scaled loss: the kept instruction that read the sum).
+    assert change["place"]["source"] == ms_line("_loss(variant, p, tokens, targets) * variant.loss_scale"), change
+    assert change["instructions"] < 0, change
     assert finding["message"].startswith("loss: a term removed (6 reductions, x0.01; "), finding["message"]
     regressions = {f["rule"] for f in moe_findings(report, "aux_dropped") if f["severity"] == "regression"}
     assert regressions == {"gradient"}, moe_findings(report, "aux_dropped")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from hlo_audit.hlo.change_places import Sides
 from hlo_audit.hlo.changes import (BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, LOSS_TERM, Action, Change,
-                                   ChangeKind)
+                                   ChangeKind, Place)
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
 from hlo_audit.hlo.text import HloModule, Instruction
 
@@ -64,7 +64,9 @@ def conditionals(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Ch
                 e.instruction.opcode for e in mine if e.computation in inside)) if selects else []
             claimed.update(id(e) for e in inline)
             # Placed where the model writes it: the side that has the source (the cell's; a golden's has none).
-            shown = selects[0] if selects and action is Action.REMOVED else cond
+            places = Counter(p for e in selects if (p := sides.place(e)).source) if action is Action.REMOVED \
+                else Counter()
+            place = places.most_common(1)[0][0] if places else sides.place(cond)  # most selects' (the model's where)
             sign = 1 if edit is Edit.INSERTED else -1
             net = sign * (len(mine) - len(inline) - len(selects))
             # The values the step now selects: its selects, less those the branches held (their own work, inline).
@@ -72,7 +74,7 @@ def conditionals(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Ch
             found = Counter(_selecting(facing.module, e) for e in selects)
             values = (found["call"] - own["call"]) or (found["select"] - own["select"])
             changes.append(Change(
-                ChangeKind.CONDITIONAL, action, CONDITIONAL, sides.place(shown), count=1, per_step=sides.runs(cond),
+                ChangeKind.CONDITIONAL, action, CONDITIONAL, place, count=1, per_step=sides.runs(cond),
                 before=f"{len(branches)} branches: " + " and ".join(
                     f"{_size(view.module, b):,}" for b in branches) + " instructions",
                 after=f"{BOTH_BRANCHES}, {values:,} values selected" if selects else "", instructions=net))
@@ -155,7 +157,7 @@ def loss_scaling(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Ch
             seeds = _folded(match, claimed, factor, edit)
             claimed.update(id(e) for e in (*mine, *carriers, *seeds))
             changes.append(Change(
-                ChangeKind.LOSS_SCALING, action, LOSS_SCALING, sides.place(multiplies[0]), count=len(divides),
+                ChangeKind.LOSS_SCALING, action, LOSS_SCALING, _placed(match, sides, mine, edit), count=len(divides),
                 before=f"loss x{factor}, {len(divides)} values /{factor}",
                 after=f"{len(seeds)} constants x{factor} folded" if seeds else "",
                 instructions=(1 if edit is Edit.INSERTED else -1) * (len(mine) + len(carriers))))
@@ -228,8 +230,7 @@ def loss_terms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chan
             claimed.update(id(e) for e in mine)
             weight = _constant_operand(view, term[0], total.computation, False) if term[0].opcode == "multiply" \
                 else None
-            reduce = next(e for e in feeding if e.instruction.opcode == "reduce")
-            place = sides.place(reduce)
+            place = _placed(match, sides, [total], edit)
             changes.append(Change(
                 ChangeKind.LOSS_TERM, action, LOSS_TERM, place, count=1, per_step=sides.runs(total),
                 before=f"{reductions} reductions" + (f", x{weight}" if weight else ""),
@@ -258,3 +259,15 @@ def _closure(view, alone: dict[int, InstructionEdit], start: list[InstructionEdi
                 found[id(other)] = alone[id(other)]
                 stack.append(other)
     return list(found.values())
+
+
+def _placed(match: ModuleMatch, sides: Sides, edits: Sequence[InstructionEdit], edit: Edit) -> Place:
+    """Where a change is: removed (the golden's side, whose text keeps no source), at the kept instruction that read
+    what was removed, placed in the cell's module (the loss now computed without a term, the gradients without the
+    divide); added, at the first of its own instructions."""
+    if edit is Edit.DELETED:
+        gone = {id(e.instruction) for e in edits}
+        for e in match.edits:
+            if e.edit is Edit.CHANGED and any(id(o) in gone for o in sides.old.operands(e.old, e.old_computation)):
+                return sides.place(e)
+    return sides.place(edits[0])
