@@ -11,14 +11,16 @@ changes (``ModuleDiff.named``):
 * ``donation``: entry parameters that stop being donated (``input_output_alias``, ``buffer_donor``), with their bytes;
   at a compiled stage the record's ``alias_bytes`` too, so that a step that lost its donation is not a memory
   "improvement" (its temp bytes fall while every donated buffer is now kept beside the outputs). Donation gained is
-  an improvement to record.
+  an improvement to record; alias bytes that grew because the donated buffers grew (no parameter newly donated) are
+  no donation change: the shapes and memory rules judge them.
 * ``host_transfer``: host callbacks, infeed / outfeed, send / recv to the host added (removed: an improvement).
 * ``precision``: dots and convolutions whose operand or result types or precision config changed, with the converts
   around them and the FLOPs that moved: a regression either way (an upcast costs time, a downcast numerics).
 * ``program_size``: instructions in the text and executed per step, against the golden's, beyond
   ``program_size_tolerance``, either way: a program that shrinks is no improvement by itself (lost gradient work, a
   removed transform or collective shrink it too), a change to judge as growth is, unless the loops, remat or
-  gradient rules name what went (they judge it).
+  gradient rules name what went (they judge it); nor where only the instructions per step moved with the loops
+  the loops rule names (a trip count: the same program run more times, not a program of another size).
 * ``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
   record's; a kernel added or removed from the diff. A golden written before digests were kept compares none.
 * ``loops``: loops unrolled, layers rolled into a loop (``nn.scan``), loops added or removed, trip counts changed
@@ -28,6 +30,8 @@ changes (``ModuleDiff.named``):
 * ``rng_keys``: random bits drawn from a literal key (``PRNGKey(0)`` inside the step: every call draws the same bits)
   or one key drawn from twice without a split or fold_in between (two dropouts drop the same units), beyond the
   golden's (``hlo.rng_keys``), placed at the draws; fewer is an improvement.
+* ``conditional``: a ``conditional`` removed or added with its branches' sizes, replaced by computing both branches
+  and selecting (``jnp.where``): a change to judge, either way.
 * ``sharding``, ``collectives``, ``shapes``, ``ops``: the structural kinds (``hlo.change_structure``): a parameter's or
   value's sharding changed or a sharding constraint added or removed; collectives added, removed or changed (a
   removed one is a change to judge, not an improvement); inputs or activations of other dims; ops added, removed or
@@ -68,9 +72,24 @@ def donation(structural: Structural | None, golden_memory: Mapping[str, int] | N
                      if k in golden_memory and k in memory and golden_memory[k] != memory[k]}
     if not changes and "alias_bytes" not in sizes:
         return None
+    if not changes and _buffers_grew(structural, sizes):
+        return None
     lost = any(c.action is Action.REMOVED for c in changes) or (
         "alias_bytes" in sizes and sizes["alias_bytes"][1] < sizes["alias_bytes"][0])
     return NamedChange(Rule.DONATION, lost, changes, sizes=sizes, command=command)
+
+
+def _buffers_grew(structural: Structural | None, sizes: Mapping[str, tuple[int, int]]) -> bool:
+    """Alias bytes that grew with no parameter newly donated: the donated buffers grew (a KV cache of twice the
+    length), a change of shapes the shapes and memory rules judge, never a donation gained. Without a text compared,
+    the arguments grew by as much."""
+    before, after = sizes["alias_bytes"]
+    if after <= before:
+        return False
+    if structural is not None:
+        return True
+    arguments = sizes.get("argument_bytes", (0, 0))
+    return arguments[1] - arguments[0] >= after - before
 
 
 def host_transfer(structural: Structural | None, command: str) -> NamedChange | None:
@@ -102,6 +121,9 @@ def program_size(structural: Structural | None, tolerance: float, command: str,
     shrank = not grew and any(b < a * (1 - tolerance) for a, b in sizes.values())
     if not (grew or shrank) or shrank and any(structural.named(kind) for kind in _JUDGED_ELSEWHERE):
         return None
+    before, after = sizes["instructions"]
+    if before * (1 - tolerance) <= after <= before * (1 + tolerance) and structural.named(ChangeKind.LOOPS):
+        return None  # the same program run more (or less) per step: the loops' trip counts, the loops rule's words
     # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
     # shrink it too): a change to judge, as growth is.
     return NamedChange(Rule.PROGRAM_SIZE, grew or shrank, changes, sizes=sizes,
@@ -110,7 +132,8 @@ def program_size(structural: Structural | None, tolerance: float, command: str,
 
 
 # The kinds whose rules judge a program that shrank with them (program_size).
-_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM)
+_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
+                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM)
 
 
 def kernels(structural: Structural | None, golden: Mapping[str, tuple[str, ...]] | None,
@@ -145,8 +168,9 @@ def remat(structural: Structural | None, command: str) -> NamedChange | None:
 def gradient(structural: Structural | None, command: str) -> NamedChange | None:
     """Weights the loss no longer reaches (or newly does) and optimizer transforms added or removed (clipping): a
     regression, never an improvement, whatever it does to the program's size."""
-    changes = (*structural.named(ChangeKind.GRADIENT), *structural.named(ChangeKind.TRANSFORM)) \
-        if _changed(structural) else ()
+    changes = tuple(c for kind in (ChangeKind.GRADIENT, ChangeKind.TRANSFORM, ChangeKind.LOSS_SCALING,
+                                                 ChangeKind.LOSS_TERM)
+                    for c in structural.named(kind)) if _changed(structural) else ()
     return NamedChange(Rule.GRADIENT, True, changes, command=command) if changes else None
 
 
@@ -158,6 +182,13 @@ def rng_keys(structural: Structural | None, command: str) -> NamedChange | None:
     if not changes:
         return None
     return NamedChange(Rule.RNG_KEYS, any(c.action is Action.ADDED for c in changes), changes, command=command)
+
+
+def conditional(structural: Structural | None, command: str) -> NamedChange | None:
+    """A conditional removed or added (``lax.cond`` against ``jnp.where`` of both branches): the step now always
+    computes (or skips) a branch's work, a change to judge either way."""
+    changes = structural.named(ChangeKind.CONDITIONAL) if _changed(structural) else ()
+    return NamedChange(Rule.CONDITIONAL, True, changes, command=command) if changes else None
 
 
 def _changed(structural: Structural | None) -> bool:

@@ -45,6 +45,7 @@ class Rule(StrEnum):
     UNJUDGED = "unjudged"  # a cell with a golden that could not be judged here (unavailable): fails unless waived
     RNG_KEYS = "rng_keys"  # random bits from a literal key, or one key drawn from twice (``hlo.rng_keys``)
     CONSTANTS = "constants"
+    CONDITIONAL = "conditional"  # a lax.cond removed or added, replaced by computing both branches (change_terms)
     LOWERING = "lowering"  # a cell that failed or is unavailable: not a rule, no action
     ALL = "all"  # the one finding of a cell that matches its golden
 
@@ -54,7 +55,7 @@ DEFAULT_POLICY = {"count": "fail", "rng_scaling": "fail", "launch_scaling": "fai
                   "donation": "fail", "host_transfer": "fail", "precision": "fail", "program_size": "fail",
                   "kernels": "fail", "loops": "fail", "remat": "fail", "gradient": "fail", "host_cost": "fail",
                   "sharding": "fail", "collectives": "fail", "shapes": "fail", "ops": "fail",
-                  "unjudged": "fail", "rng_keys": "fail", "constants": "fail"}
+                  "unjudged": "fail", "rng_keys": "fail", "constants": "fail", "conditional": "fail"}
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,10 @@ def gradient(d: CellDelta, ctx: Context) -> NamedChange | None:
     return named_rules.gradient(d.structural, ctx.command(d.cell))
 
 
+def conditional(d: CellDelta, ctx: Context) -> NamedChange | None:
+    return named_rules.conditional(d.structural, ctx.command(d.cell))
+
+
 def kernels(d: CellDelta, ctx: Context) -> NamedChange | None:
     golden, now = d.kernels
     return named_rules.kernels(d.structural, golden, now, ctx.command(d.cell))
@@ -324,6 +328,7 @@ RULES: tuple[RuleEntry, ...] = (
     RuleEntry(Rule.KERNELS, _named(kernels)),
     RuleEntry(Rule.LOOPS, _named(loops)),
     RuleEntry(Rule.REMAT, _named(remat)),
+    RuleEntry(Rule.CONDITIONAL, _named(conditional)),
     RuleEntry(Rule.GRADIENT, _named(gradient)),
     RuleEntry(Rule.SHARDING, _named(sharding)),
     RuleEntry(Rule.COLLECTIVES, _named(collectives)),

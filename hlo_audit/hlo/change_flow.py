@@ -21,12 +21,11 @@ before program size, so that the edits they explain are theirs, not a size tally
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hlo_audit.hlo.change_places import Sides
+from hlo_audit.hlo.change_places import Sides, layer_count, layer_of
 from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING, WEIGHT_DECAY,
                                    TRIP_COUNT, UNROLLED, Action, Change, ChangeKind, Place)
 from hlo_audit.hlo.header import output_aliases
@@ -68,13 +67,8 @@ def _net(edits: Sequence[InstructionEdit]) -> int:
 
 
 def _layers(edits: Sequence[InstructionEdit], sides: Sides) -> int:
-    """The layers the edits' instructions read state of, by index (``block_3`` of the weights and of each
-    optimizer moment of them is one layer)."""
-    found = set().union(*(sides.layers(e) for e in edits)) if edits else set()
-    return len({m.group(0) if (m := _INDEX.search(layer)) else layer for layer in found})
-
-
-_INDEX = re.compile(r"\d+$")
+    """The layers the edits' instructions read state of (``change_places.layer_count``)."""
+    return layer_count(layer for e in edits for layer in sides.layers(e))
 
 
 # --- gradient reach -------------------------------------------------------------------------------------------
@@ -100,8 +94,7 @@ def gradient(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change
         changes.append(Change(ChangeKind.GRADIENT, action, f"{GRADIENT_REACH} {subject}",
                               Place("main", "", "", paths), count=len(params), bytes=sum(p.bytes for p in params),
                               before=f"{len(new)} weights", after=f"{reached} reached",
-                              layers=len({p.path.split('.')[p.layer_prefix.count('.')] for p in params
-                                          if p.layer_prefix})))
+                              layers=layer_count(layer_of(p) for p in params if p.layer_prefix)))
     if changes:
         # The work that went with the reach lost (deleted instructions), or came with the reach gained (inserted).
         kept = Edit.DELETED if changes[0].action is Action.REMOVED else Edit.INSERTED
@@ -360,7 +353,7 @@ def loops(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
             _claim(match, sides, claimed, mine)
             changes.append(Change(ChangeKind.LOOPS, action, LOOP, sides.place(e), per_step=_trips(view, e) or 0,
                                   before=_body(view, e), instructions=_net(mine), groups=_opcodes(mine),
-                                  layers=len(sides.layers(e))))
+                                  layers=layer_count(sides.layers(e))))
     return changes
 
 

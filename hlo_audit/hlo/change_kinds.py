@@ -8,8 +8,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from hlo_audit.hlo.change_places import Groups, Sides, layer_of
-from hlo_audit.hlo import change_flow
+from hlo_audit.hlo.change_places import Groups, Sides, layer_count, layer_of
+from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_structure import collectives, ops, rewrite_story, shapes, shardings
 from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
@@ -43,6 +43,9 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += change_flow.gradient(match, sides, claimed)
     changes += change_flow.loops(match, sides, claimed)
     changes += change_flow.remat(match, sides, claimed)
+    changes += change_terms.conditionals(match, sides, claimed)
+    changes += change_terms.loss_scaling(match, sides, claimed)
+    changes += change_terms.loss_terms(match, sides, claimed)
     changes += shapes(match, sides, claimed, changes)
     changes += _renames(match.params)
     changes += _parameters(match.params)
@@ -111,7 +114,7 @@ def _host_transfers(edits: Sequence[InstructionEdit], sides: Sides, claimed: set
         groups.add((action, host_transfer_name(instr), place.op_name, place.source), place, sides.runs(e),
                    sides.layers(e))
     return [Change(ChangeKind.HOST_TRANSFER, action, name, place, count=g["count"], per_step=g["runs"],
-                   layers=len(g["layers"]))
+                   layers=layer_count(g["layers"]))
             for (action, name, _, _), g, place in groups.items()]
 
 
@@ -206,7 +209,7 @@ def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]
                               key=lambda kv: (-kv[1], kv[0])))
         changes.append(Change(ChangeKind.PRECISION, Action.CHANGED, opcode, place, count=g["count"],
                               per_step=g["runs"], before=before, after=after, flops=sums["flops"],
-                              instructions=sums["converts"], groups=follow, layers=len(g["layers"])))
+                              instructions=sums["converts"], groups=follow, layers=layer_count(g["layers"])))
     return changes
 
 
@@ -268,7 +271,7 @@ def _kernels(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) 
         groups.add((action, kernel_name(instr), instr.custom_call_target, place.source), place, sides.runs(e),
                    sides.layers(e))
     return [Change(ChangeKind.KERNEL, action, name if name == target else f"{name} ({target})", place,
-                   count=g["count"], per_step=g["runs"], layers=len(g["layers"]))
+                   count=g["count"], per_step=g["runs"], layers=layer_count(g["layers"]))
             for (action, name, target, _), g, place in groups.items()]
 
 
@@ -369,7 +372,7 @@ def _parameters(pairs: Sequence[ParamPair]) -> list[Change]:
                                   count=len(params), bytes=sum(p.bytes for p in params),
                                   before=dtype if action is Action.REMOVED else "",
                                   after=dtype if action is Action.ADDED else "", groups=_grouped_patterns(params),
-                                  layers=len({layer_of(p) for p in params if p.layer_prefix})))
+                                  layers=layer_count({layer_of(p) for p in params if p.layer_prefix})))
     reshaped: dict[tuple, list[ParamPair]] = defaultdict(list)
     for pair in pairs:
         if pair.reshaped and not pair.new.is_rng:
@@ -454,11 +457,11 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
     if times > 1 and times * kinds * 2 >= len(side) and any(key[1] or key[2] for key in copies):
         sample = next(e for e, key in keyed if copies[key] == times)
         return (f"{times} copies of the same {kinds}-instruction subgraph", sides.place(sample), times,
-                len(sides.layers(sample)))
+                layer_count(sides.layers(sample)))
     sources = Counter(key[2] for _, key in keyed)
     source = sources.most_common(1)[0][0]
     sample = next(e for e, key in keyed if key[2] == source)
-    return "instructions", sides.place(sample), len(side), len(set().union(*(sides.layers(e) for e in side)))
+    return "instructions", sides.place(sample), len(side), layer_count(n for e in side for n in sides.layers(e))
 
 
 def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: HloModule,
@@ -530,13 +533,14 @@ def _instructions(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[i
                    sides.layers(e))
     sign = {Action.ADDED: 1, Action.REMOVED: -1, Action.CHANGED: 0}
     changes = [Change(ChangeKind.INSTRUCTIONS, action, subject, place, count=g["count"], per_step=g["runs"],
-                      before=before, after=after, instructions=sign[action] * g["count"], layers=len(g["layers"]))
+                      before=before, after=after, instructions=sign[action] * g["count"],
+                      layers=layer_count(g["layers"]))
                for (action, subject, before, after, _, _), g, place in groups.items()]
     changes.sort(key=lambda c: (-c.count, c.subject))
     for _, g, place in rewired.items():
         by_opcode = tuple(sorted(g["sums"].items(), key=lambda kv: (-kv[1], kv[0])))
         changes.append(Change(ChangeKind.INSTRUCTIONS, Action.CHANGED, REWIRED, place, count=g["count"],
-                              per_step=g["runs"], groups=by_opcode, layers=len(g["layers"])))
+                              per_step=g["runs"], groups=by_opcode, layers=layer_count(g["layers"])))
     return changes
 
 

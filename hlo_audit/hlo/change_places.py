@@ -207,6 +207,20 @@ class Groups:
             yield key, group, place
 
 
+def layer_count(layers: Iterable[str]) -> int:
+    """How many layers the names ``layer_of`` gives span: their distinct indices (``block_3`` of a weight and
+    ``0__mu__block_3`` of its optimizer moment are one layer, ``3``); a stack's name (a scanned stack, its layers one
+    value) counts only where no index does, its moments' names as its own (``0__mu__layers`` is ``layers``). A step
+    whose unrolled layers and scanned stack both appear (a scan rolled or unrolled) spans its indexed layers, not one
+    more for the stack."""
+    found = set(layers)
+    indices = {m.group(0) for layer in found if (m := _INDEX.search(layer))}
+    return len(indices) if indices else len({layer.rsplit("__", 1)[-1] for layer in found})
+
+
+_INDEX = re.compile(r"\d+$")
+
+
 def layer_of(p: EntryParam) -> str:
     """Which layer a parameter is in: its index (``3`` of ``layers_3`` or ``blocks.3``), the stack's name for a
     stacked (scanned) one."""

@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from fractions import Fraction
 
-from hlo_audit.hlo.change_places import Groups, Sides
+from hlo_audit.hlo.change_places import Groups, Sides, layer_count
 from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.params import EntryParam
@@ -96,7 +96,7 @@ def collectives(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int
             claimed.add(id(e))
             _add_collective(groups, Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED, e, instr, sides)
     changes = [Change(ChangeKind.COLLECTIVES, action, op, place, count=g["count"], per_step=g["runs"],
-                      before=before, after=after, bytes=g["sums"]["bytes"], layers=len(g["layers"]))
+                      before=before, after=after, bytes=g["sums"]["bytes"], layers=layer_count(g["layers"]))
                for (action, op, before, after, _, _), g, place in groups.items()]
     return _per_step_moved(changes)
 
@@ -165,7 +165,7 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
                         sharding if action is Action.ADDED else "", place.computation), place, sides.runs(e),
                        sides.layers(e))
     changes += [Change(ChangeKind.SHARDING, action, subject, place, count=g["count"], per_step=g["runs"],
-                       before=before, after=after, layers=len(g["layers"]))
+                       before=before, after=after, layers=layer_count(g["layers"]))
                 for (action, subject, before, after, _), g, place in values.items()]
     return changes
 
@@ -304,7 +304,7 @@ def shapes(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[
     for _, g, place in groups.items():
         changes.append(Change(ChangeKind.SHAPES, Action.CHANGED, what, place, count=g["count"],
                               per_step=g["runs"], before=before, after=after, groups=_ordered(g["sums"]),
-                              layers=len(g["layers"])))
+                              layers=layer_count(g["layers"])))
     return changes
 
 
@@ -412,7 +412,7 @@ def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Cha
         action = Action.CHANGED if in_place or (added and removed) else Action.ADDED if added else Action.REMOVED
         changes.append(Change(ChangeKind.OPS, action, place.op_name or place.computation or "main", place,
                               count=sum(abs(n) for _, n in mix), per_step=g["runs"], instructions=added - removed,
-                              groups=mix, layers=len(g["layers"])))
+                              groups=mix, layers=layer_count(g["layers"])))
     changes.sort(key=lambda c: -c.count)
     return changes
 

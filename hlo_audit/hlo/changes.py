@@ -23,6 +23,12 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
 * ``transform``: an optimizer transform added or removed: gradient clipping (a global norm over the gradients);
 * ``loops``: ``while`` loops added or removed with their trip counts and bodies' size, unrolled (a loop's body
   inline), rolled (layers into a loop of as many iterations: ``nn.scan``), a trip count changed;
+* ``conditional``: a ``conditional`` (``lax.cond``) removed or added, with its branches' sizes; replaced by
+  computing both branches and selecting (``jnp.where``), the values selected (change_terms.py);
+* ``loss_scaling``: static loss scaling removed or added: the loss times a constant, the gradients divided by it
+  (change_terms.py);
+* ``loss_term``: a term of the loss removed or added (an MoE aux loss): what reduced into it, its weight, its
+  backward pass (change_terms.py);
 * ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
   (the barriers stay, what they keep and what the backward pass recomputes changes);
 * ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
@@ -64,6 +70,9 @@ class ChangeKind(StrEnum):
     GRADIENT = "gradient"
     TRANSFORM = "transform"
     LOOPS = "loops"
+    CONDITIONAL = "conditional"
+    LOSS_SCALING = "loss_scaling"
+    LOSS_TERM = "loss_term"
     REMAT = "remat"
     COLLECTIVES = "collectives"
     SHARDING = "sharding"
@@ -178,3 +187,5 @@ UNROLLED, ROLLED, LOOP, TRIP_COUNT = "unrolled", "rolled", "loop", "trip count"
 REMAT, REMAT_POLICY = "rematerialization", "remat policy"
 # Subjects of rng_keys' changes (rng_keys.py writes them).
 LITERAL_KEY, REUSED_KEY, LOOP_KEY = "literal key", "reused key", "key reused across loop iterations"
+CONDITIONAL, BOTH_BRANCHES = "conditional", "both branches computed"
+LOSS_SCALING, LOSS_TERM = "loss scaling", "loss term"

@@ -24,7 +24,8 @@ _KIND_WORDS = {
     ChangeKind.TRANSFORM: "optimizer",
     ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
     ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
-    ChangeKind.PARAMETERS: "parameters",
+    ChangeKind.PARAMETERS: "parameters", ChangeKind.CONDITIONAL: "conditional",
+    ChangeKind.LOSS_SCALING: "loss scaling", ChangeKind.LOSS_TERM: "loss",
     ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
 }
 
@@ -211,6 +212,29 @@ def _loops(c: Change, kind: str, where: str) -> str:
     return f"{text}; {where}".rstrip("; ")
 
 
+def _conditional(c: Change, kind: str, where: str) -> str:
+    """``conditional: a conditional removed (2 branches: 271 and 27 instructions), both branches computed, 26 values
+    selected; -41 instructions; at train.py:125``."""
+    verb = "added" if c.action is Action.ADDED else "removed"
+    text = f"{kind}: a conditional {verb} ({c.before}, {_plural(c.per_step, 'run')} per step)"
+    text += f", {'replaced by ' if c.action is Action.REMOVED else 'replacing '}{c.after}" if c.after else ""
+    return f"{text}; {c.instructions:+,} instructions; {where}".rstrip("; ")
+
+
+def _loss_scaling(c: Change, kind: str, where: str) -> str:
+    """``loss scaling: removed (loss x1024, 9 values /1024; 3 constants x1024 folded); -18 instructions``."""
+    verb = "added" if c.action is Action.ADDED else "removed"
+    folded = f"; {c.after}" if c.after else ""
+    return f"{kind}: {verb} ({c.before}{folded}); {c.instructions:+,} instructions; {where}".rstrip("; ")
+
+
+def _loss_term(c: Change, kind: str, where: str) -> str:
+    """``loss: a term removed (6 reductions, x0.01; 22 instructions of its backward pass); -33 instructions; reading
+    state.0.layers_*.router``."""
+    verb = "added" if c.action is Action.ADDED else "removed"
+    return f"{kind}: a term {verb} ({c.before}; {c.after}); {c.instructions:+,} instructions; {where}".rstrip("; ")
+
+
 def _remat(c: Change, kind: str, where: str) -> str:
     if c.subject == REMAT_POLICY:
         text = (f"{kind}: policy changed at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: {c.before} -> "
@@ -293,6 +317,8 @@ def _constants(c: Change, kind: str, where: str) -> str:
 _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, ChangeKind.PARAMETERS: _parameters,
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
            ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
+           ChangeKind.CONDITIONAL: _conditional, ChangeKind.LOSS_SCALING: _loss_scaling,
+           ChangeKind.LOSS_TERM: _loss_term,
            ChangeKind.COLLECTIVES: _collectives, ChangeKind.RNG_KEYS: _rng_keys, ChangeKind.SHARDING: _sharding,
            ChangeKind.SHAPES: _shapes,
            ChangeKind.OPS: _op_mix, ChangeKind.CONSTANTS: _constants}

@@ -1,0 +1,273 @@
+"""Kinds of change said in the model's terms, read from the program's structure (changes.py's module doc lists what
+each carries); ``explain`` runs them after the dataflow kinds and before the structural ones, so that the edits
+they explain are not counted again as ops, shapes or program size:
+
+* ``conditional``: a ``conditional`` instruction removed (or added) with its branches (``lax.cond``), and where the
+  other side computes the branches' work inline and selects among the results (``jnp.where`` of both branches), the
+  values it selects: "replaced by computing both branches", not "program size -5%".
+* ``loss_scaling``: the loss multiplied by a constant and the gradients divided by the same constant after (static
+  loss scaling for low precision), removed or added: a scalar multiply by F and divides by F (the gradients', the
+  loss's), with the constants jax folded F into (the backward pass's seeds, whose literals change by F).
+* ``loss_term``: a term of the loss removed or added (an MoE load-balancing aux loss): a scalar ``add`` of a value
+  both sides compute (the rest of the loss) and a value only one side computes from reductions (what reduced into
+  the loss), with the term's backward pass, connected to it by edits of the same side.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from hlo_audit.hlo.change_places import Sides
+from hlo_audit.hlo.changes import (BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, LOSS_TERM, Action, Change,
+                                   ChangeKind, Place)
+from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
+from hlo_audit.hlo.text import HloModule, Instruction
+
+
+def _unclaimed(match: ModuleMatch, claimed: set[int], edit: Edit) -> list[InstructionEdit]:
+    return [e for e in match.edits if id(e) not in claimed and e.edit is edit]
+
+
+def _called(module: HloModule, names: Sequence[str]) -> set[str]:
+    """The computations ``names`` are, with every computation they call."""
+    found, stack = set(), list(names)
+    while stack:
+        name = stack.pop()
+        if name in found or name not in module.computations:
+            continue
+        found.add(name)
+        stack.extend(c for instr in module.computations[name].instructions for c in instr.called_computations())
+    return found
+
+
+def _size(module: HloModule, name: str) -> int:
+    return sum(len(module.computations[c].instructions) for c in _called(module, [name]))
+
+
+def conditionals(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Conditionals removed or added, each with its branches' sizes, the edits in its branches and the values that
+    only unpack its result; where the other side gained selects, the branches' work it now computes inline (as many
+    instructions of each opcode as the branches held) and the selects: both branches computed."""
+    changes = []
+    for edit, action, other in ((Edit.DELETED, Action.REMOVED, Edit.INSERTED), (Edit.INSERTED, Action.ADDED,
+                                                                                 Edit.DELETED)):
+        view, facing = (sides.old, sides.new) if edit is Edit.DELETED else (sides.new, sides.old)
+        for cond in [e for e in _unclaimed(match, claimed, edit) if e.instruction.opcode == "conditional"]:
+            branches = cond.instruction.called_computations()
+            inside = _called(view.module, branches)
+            mine = [cond, *(e for e in _unclaimed(match, claimed, edit) if e is not cond and (
+                e.computation in inside or e.computation == cond.computation and _unpacks(view, e, cond)))]
+            selects = _selects(match, claimed, other, facing.module)
+            claimed.update(id(e) for e in (*mine, *selects))
+            inline = _inline(match, claimed, other, cond.computation, Counter(
+                e.instruction.opcode for e in mine if e.computation in inside)) if selects else []
+            claimed.update(id(e) for e in inline)
+            # Placed where the model writes it: the side that has the source (the cell's; a golden's has none).
+            places = Counter(p for e in selects if (p := sides.place(e)).source) if action is Action.REMOVED \
+                else Counter()
+            place = places.most_common(1)[0][0] if places else sides.place(cond)  # most selects' (the model's where)
+            sign = 1 if edit is Edit.INSERTED else -1
+            net = sign * (len(mine) - len(inline) - len(selects))
+            # The values the step now selects: its selects, less those the branches held (their own work, inline).
+            own = Counter(_selecting(view.module, e) for e in mine if e.computation in inside)
+            found = Counter(_selecting(facing.module, e) for e in selects)
+            values = (found["call"] - own["call"]) or (found["select"] - own["select"])
+            changes.append(Change(
+                ChangeKind.CONDITIONAL, action, CONDITIONAL, place, count=1, per_step=sides.runs(cond),
+                before=f"{len(branches)} branches: " + " and ".join(
+                    f"{_size(view.module, b):,}" for b in branches) + " instructions",
+                after=f"{BOTH_BRANCHES}, {values:,} values selected" if selects else "", instructions=net))
+    return changes
+
+
+def _unpacks(view, e: InstructionEdit, cond: InstructionEdit) -> bool:
+    """The edit only takes its value from the conditional (a get-tuple-element of its result, a tuple of those) or
+    feeds it its predicate (a convert)."""
+    reads = view.operands(e.instruction, e.computation)
+    if e.instruction.opcode == "get-tuple-element":
+        return any(r is cond.instruction for r in reads)
+    if e.instruction.opcode == "tuple" and any(u is cond.instruction for u in view.users(e.instruction)):
+        return True  # the operands packed for its branches
+    if e.instruction.opcode == "tuple":
+        return bool(reads) and all(r.opcode == "get-tuple-element" and any(
+            o is cond.instruction for o in view.operands(r, e.computation)) for r in reads)
+    return e.instruction.opcode == "convert" and any(u is cond.instruction for u in view.users(e.instruction))
+
+
+def _selects(match: ModuleMatch, claimed: set[int], edit: Edit, module: HloModule) -> list[InstructionEdit]:
+    """Selects of the other side (``jnp.where``), inline or in computations of their own (``_where``), with the
+    calls to those."""
+    alone = _unclaimed(match, claimed, edit)
+    holding = {e.computation for e in alone if e.instruction.opcode == "select"}
+    holding |= {name for name, comp in module.computations.items()
+                if any(i.opcode == "select" for i in comp.instructions) and len(comp.instructions) <= _WHERE_SIZE}
+    return [e for e in alone if e.instruction.opcode == "select" or e.computation in holding or
+            e.instruction.opcode == "call" and set(e.instruction.called_computations()) & holding]
+
+
+_WHERE_SIZE = 8  # a jnp.where's own computation: its parameters, broadcasts and the select
+
+
+def _selecting(module: HloModule, e: InstructionEdit) -> str:
+    """``select`` for a select, ``call`` for a call of a ``jnp.where``'s computation, else ``""``."""
+    instr = e.instruction
+    if instr.opcode == "call" and any(i.opcode == "select" for c in instr.called_computations()
+                                      if c in module.computations for i in module.computations[c].instructions):
+        return "call"
+    return "select" if instr.opcode == "select" else ""
+
+
+def _inline(match: ModuleMatch, claimed: set[int], edit: Edit, computation: str,
+            budget: Counter) -> list[InstructionEdit]:
+    """The other side's edits in the conditional's computation that are the branches' work inline: of each opcode,
+    at most as many as the branches held."""
+    found = []
+    for e in _unclaimed(match, claimed, edit):
+        opcode = e.instruction.opcode
+        if e.computation == computation and budget[opcode] > 0:
+            budget[opcode] -= 1
+            found.append(e)
+    return found
+
+
+def loss_scaling(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Static loss scaling removed or added (module doc): a scalar multiply by a constant F and at least two divides
+    by F, inserted or deleted together."""
+    changes = []
+    for edit, action in ((Edit.DELETED, Action.REMOVED), (Edit.INSERTED, Action.ADDED)):
+        view = sides.old if edit is Edit.DELETED else sides.new
+        alone = _unclaimed(match, claimed, edit)
+        by = {id(e): f for e in alone if e.instruction.opcode in ("multiply", "divide")
+              and (f := _constant_operand(view, e.instruction, e.computation, e.instruction.opcode == "divide"))}
+        scale = [e for e in alone
+                 if e.instruction.opcode == "multiply" and id(e) in by and not e.instruction.shape.dims]
+        for factor in dict.fromkeys(by[id(e)] for e in scale):
+            divides = [e for e in alone if e.instruction.opcode == "divide" and by.get(id(e)) == factor]
+            if len(divides) < 2:
+                continue
+            multiplies = [e for e in scale if by[id(e)] == factor]
+            mine = [*multiplies, *divides]
+            fed = {id(o) for e in mine for o in view.operands(e.instruction, e.computation)}
+            carriers = [e for e in alone if e.instruction.opcode in ("constant", "broadcast", "convert")
+                        and id(e.instruction) in fed]
+            fed |= {id(o) for e in carriers for o in view.operands(e.instruction, e.computation)}
+            carriers += [e for e in alone if e.instruction.opcode == "constant" and id(e.instruction) in fed
+                         and e not in carriers]
+            seeds = _folded(match, claimed, factor, edit)
+            claimed.update(id(e) for e in (*mine, *carriers, *seeds))
+            changes.append(Change(
+                ChangeKind.LOSS_SCALING, action, LOSS_SCALING, _placed(match, sides, mine, edit), count=len(divides),
+                before=f"loss x{factor}, {len(divides)} values /{factor}",
+                after=f"{len(seeds)} constants x{factor} folded" if seeds else "",
+                instructions=(1 if edit is Edit.INSERTED else -1) * (len(mine) + len(carriers))))
+    return changes
+
+
+def _constant_operand(view, instr: Instruction, computation: str, second: bool) -> str | None:
+    """The scalar constant (through broadcasts and converts) an operand of ``instr`` is, as its literal (a divide's
+    divisor only: ``second``)."""
+    operands = view.operands(instr, computation)
+    for operand in operands[1:] if second else operands:
+        while operand.opcode in ("broadcast", "convert", "reshape") and view.operands(operand, computation):
+            operand = view.operands(operand, computation)[0]
+        if operand.opcode == "constant" and not operand.shape.dims and _number(operand.literal) not in (None, 0.0):
+            return operand.literal
+    return None
+
+
+def _folded(match: ModuleMatch, claimed: set[int], factor: str, edit: Edit) -> list[InstructionEdit]:
+    """Scalar constants whose literal changed by ``factor`` (scaling removed: divided by it; added: multiplied): the
+    backward pass's seeds jax folded the scale into."""
+    scale = _number(factor)
+    found = []
+    for e in match.edits:
+        if id(e) in claimed or e.edit is not Edit.CHANGED or e.new.opcode != "constant" or e.new.shape.dims:
+            continue
+        old, new = _number(e.old.literal), _number(e.new.literal)
+        if old is None or new is None or not (old and new):
+            continue
+        ratio = old / new if edit is Edit.DELETED else new / old
+        if abs(ratio - scale) <= 1e-6 * abs(scale):
+            found.append(e)
+    return found
+
+
+def _number(literal: str | None) -> float | None:
+    try:
+        return float(literal) if literal is not None else None
+    except ValueError:
+        return None
+
+
+def loss_terms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """Loss terms removed or added (module doc), each with the reductions that fed it, its scalar weight where it is
+    multiplied by a constant last, and the edits connected to it in its computation (its backward pass)."""
+    changes = []
+    for edit, action in ((Edit.DELETED, Action.REMOVED), (Edit.INSERTED, Action.ADDED)):
+        view = sides.old if edit is Edit.DELETED else sides.new
+        for total in [e for e in _unclaimed(match, claimed, edit) if e.instruction.opcode in ("add", "subtract")
+                      and not e.instruction.shape.dims and not e.instruction.shape.is_tuple]:
+            if id(total) in claimed:
+                continue
+            alone = {id(e.instruction): e for e in _unclaimed(match, claimed, edit)
+                     if e.computation == total.computation}
+            operands = view.operands(total.instruction, total.computation)
+            term = [o for o in operands if id(o) in alone]
+            if len(operands) != 2 or len(term) != 1:
+                continue  # a term is added to what both sides compute: one operand kept, one of this side alone
+            feeding = _closure(view, alone, [alone[id(term[0])]], users=False, edit=edit)
+            reductions = sum(1 for e in feeding if e.instruction.opcode == "reduce")
+            if not reductions:
+                continue
+            # Its backward pass: the edits connected to it, through the paired ones it rewired (the cotangent
+            # it added to each gradient gone: an add paired with what is left of the sum).
+            rewired = {id(e.old if edit is Edit.DELETED else e.new): e for e in match.edits if id(e) not in claimed
+                       and e.edit is Edit.CHANGED and _on(e, edit) == total.computation
+                       and set(e.aspects) <= {"operands", "opcode"}}
+            mine = _closure(view, {**alone, **rewired}, [total], users=True, edit=edit)
+            backward = sum(1 for e in mine if e.edit is edit and e not in feeding and e is not total)
+            claimed.update(id(e) for e in mine)
+            weight = _constant_operand(view, term[0], total.computation, False) if term[0].opcode == "multiply" \
+                else None
+            place = _placed(match, sides, [total], edit)
+            changes.append(Change(
+                ChangeKind.LOSS_TERM, action, LOSS_TERM, place, count=1, per_step=sides.runs(total),
+                before=f"{reductions} reductions" + (f", x{weight}" if weight else ""),
+                after=f"{backward} instructions of its backward pass",
+                instructions=(1 if edit is Edit.INSERTED else -1) * sum(1 for e in mine if e.edit is edit)))
+    return changes
+
+
+def _on(e: InstructionEdit, edit: Edit) -> str:
+    """The edit's computation on the side of ``edit`` (a paired instruction's computations are named apart)."""
+    return e.old_computation if edit is Edit.DELETED else e.new_computation
+
+
+def _closure(view, alone: dict[int, InstructionEdit], start: list[InstructionEdit], users: bool,
+             edit: Edit = Edit.DELETED) -> list[InstructionEdit]:
+    """The edits of ``alone`` (keyed by their instruction on ``edit``'s side) reachable from ``start`` through
+    operands (and users, with ``users``)."""
+    found = {id(e.instruction): e for e in start}
+    stack = [e.instruction for e in start]
+    while stack:
+        instr = stack.pop()
+        e = found[id(instr)]
+        near = [*view.operands(instr, _on(e, edit)), *(view.users(instr) if users else ())]
+        for other in near:
+            if id(other) in alone and id(other) not in found:
+                found[id(other)] = alone[id(other)]
+                stack.append(other)
+    return list(found.values())
+
+
+def _placed(match: ModuleMatch, sides: Sides, edits: Sequence[InstructionEdit], edit: Edit) -> Place:
+    """Where a change is: removed (the golden's side, whose text keeps no source), at the kept instruction that read
+    what was removed, placed in the cell's module (the loss now computed without a term, the gradients without the
+    divide); added, at the first of its own instructions."""
+    if edit is Edit.DELETED:
+        gone = {id(e.instruction) for e in edits}
+        for e in match.edits:
+            if e.edit is Edit.CHANGED and any(id(o) in gone for o in sides.old.operands(e.old, e.old_computation)):
+                return sides.place(e)
+    return sides.place(edits[0])

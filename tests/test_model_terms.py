@@ -1,0 +1,221 @@
+"""Findings that say what happened, in the model's terms (issue 38): a small MoE train step (microbatch scan, loss
+scaling, a cond-skipped update, a load-balancing aux loss) and a KV-cache decode step (tests/moe_steps.py) as a
+callable target, each change checked against its base's golden through `hlo-audit check` (or the diff of the two
+lowerings, as `hlo-audit diff` reads them): growth is never an improvement, a finding's numbers agree with the
+model (2 layers are 2 layers), and each change is named as its own kind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import moe_steps as ms
+from hlo_audit.compare import Structural
+from hlo_audit.hlo.analysis import analyze
+from hlo_audit.report.change_words import change_line
+from in_process import hlo_audit_here
+
+pytestmark = pytest.mark.xdist_group("model_terms")
+
+CONFIG = """target = "moe_steps:target"
+models = ["{model}"]
+scan = ["off"]
+quant = {quants}
+layers = [{layers}]
+{extra}"""
+
+
+def cell(model: str, variant: str, layers: int) -> str:
+    return f"{model}/scan-off/{variant}/L{layers}"
+
+
+def write_config(project: Path, model: str, quants, layers: int, extra: str = "") -> None:
+    (project / "hlo-audit.toml").write_text(CONFIG.format(model=model, quants=json.dumps(list(quants)),
+                                                          layers=layers, extra=extra))
+
+
+def golden_of_base_for(golden: Path, base: str, variant: str, suffix: str = "") -> None:
+    """The base cell's golden (record and text) as the variant's: the change checked against what its base accepted.
+    ``suffix``: ``/compiled`` for a compiled stage's golden."""
+    record = json.loads((golden / f"{base}{suffix}.json").read_text())
+    mine = golden / f"{variant}{suffix}.json"
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    mine.write_text(json.dumps({**record, "cell": f"{variant}{suffix}"}, indent=1) + "\n")
+    shutil.copy(golden / f"{base}{suffix}.hlo.txt", golden / f"{variant}{suffix}.hlo.txt")
+
+
+def ms_line(code: str) -> str:
+    """``moe_steps.py:N``: the line of the model's source that holds ``code`` (once)."""
+    lines = [n for n, line in enumerate(Path(ms.__file__).read_text().splitlines(), 1) if code in line]
+    assert len(lines) == 1, (code, lines)
+    return f"moe_steps.py:{lines[0]}"
+
+
+def check(project: Path) -> tuple[int, dict]:
+    ran = hlo_audit_here(project, "check", "--format", "json")
+    assert ran.returncode in (0, 1), ran.stderr[-3000:]
+    return ran.returncode, json.loads(ran.stdout)
+
+
+def test_a_donated_kv_cache_that_doubled_is_no_donation_improvement(tmp_path):
+    """The decode step's donated KV cache of twice the length, compiled: alias bytes double because the donated
+    buffers did (no parameter newly donated). That is the cache's shapes and the memory that grew, regressions;
+    never "[improvement donation]". Without a text compared, the arguments that grew by as much say the same."""
+    shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
+    extra = 'stage = "compiled"\n[policy]\nmemory = "fail"\n'
+    write_config(tmp_path, "decode", ["base"], 1, extra)
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    golden, base, doubled = tmp_path / "golden", cell("decode", "base", 1), cell("decode", "cache_doubled", 1)
+    golden_of_base_for(golden, base, doubled, "/compiled")
+    alias = json.loads((golden / f"{base}/compiled.json").read_text())["memory"]["alias_bytes"]
+    assert alias >= 2 * 16 * 2 * 8 * 4  # the two donated caches, f32[16,2,8] each
+    write_config(tmp_path, "decode", ["base", "cache_doubled"], 1, extra)
+    for with_text in (True, False):
+        if not with_text:
+            record = json.loads((golden / f"{doubled}/compiled.json").read_text())
+            (golden / f"{doubled}/compiled.json").write_text(json.dumps({**record, "hlo": None}))
+            (golden / f"{doubled}/compiled.hlo.txt").unlink()
+        code, report = check(tmp_path)
+        mine = [f for f in report["findings"] if f["cell"] == f"{doubled}/compiled" and f["severity"] != "ok"]
+        assert code == 1 and report["verdicts"][f"{doubled}/compiled"] == "regression", mine
+        assert not [f for f in mine if f["severity"] == "improvement"], mine
+        assert not [f for f in mine if f["rule"] == "donation"], mine
+        (memory,) = [f for f in mine if f["rule"] == "memory"]
+        assert memory["severity"] == "regression", memory
+        if with_text:
+            (shapes,) = [f for f in mine if f["rule"] == "shapes"]
+            inputs = [c for c in shapes["details"]["changes"] if c["subject"] == "inputs"]
+            assert inputs and set(inputs[0]["place"]["paths"]) == {"cache.k", "cache.v"}, shapes
+
+
+MOE_VARIANTS = ("scan", "micro_8", "aux_dropped", "no_loss_scale", "where_update")
+
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory) -> tuple[int, dict]:
+    """`check` of each MoE change against the base step's golden (2 layers; the text rule at warn)."""
+    project = tmp_path_factory.mktemp("moe")
+    shutil.copy(ms.__file__, project / "moe_steps.py")
+    write_config(project, "moe", ["base"], 2)
+    assert hlo_audit_here(project, "golden", "update").returncode == 0
+    for variant in MOE_VARIANTS:
+        golden_of_base_for(project / "golden", cell("moe", "base", 2), cell("moe", variant, 2))
+    write_config(project, "moe", ["base", *MOE_VARIANTS], 2, '[policy]\nhlo_text = "warn"\n')
+    return check(project)
+
+
+def moe_findings(report: dict, variant: str, rule: str | None = None) -> list[dict]:
+    return [f for f in report["findings"] if f["cell"] == cell("moe", variant, 2) and f["severity"] != "ok"
+            and rule in (None, f["rule"])]
+
+
+def test_a_two_layer_model_rolled_into_a_scan_says_two_layers(moe):
+    """The 2 blocks stacked and scanned: 2 layers rolled into the forward and backward loops, and no finding of the
+    cell counts a third layer (the stack's name beside the unrolled layers' indices once made 3)."""
+    code, report = moe
+    (loops,) = moe_findings(report, "scan", "loops")
+    rolled = loops["details"]["changes"][0]
+    assert (rolled["subject"], rolled["layers"]) == ("rolled", 2), rolled
+    assert loops["message"].startswith("loops: 2 layers rolled into 2 loops of 2 iterations"), loops["message"]
+    changes = [c for f in moe_findings(report, "scan") for c in f["details"].get("changes", [])
+               if isinstance(c, dict)]
+    assert changes and max(c["layers"] for c in changes) == 2, [(c["kind"], c["layers"]) for c in changes]
+    assert not [f for f in moe_findings(report, "scan") if "3 layers" in f["message"]]
+
+
+def test_a_trip_count_is_the_loops_finding_not_a_program_size_one(moe):
+    """8 microbatches instead of 2: the same program, its accumulation loop run 8 times. The loops rule names the
+    trip count; no program-size finding says "instructions 897 -> 897, per step 1,320 -> 4,068" beside it."""
+    code, report = moe
+    (loops,) = moe_findings(report, "micro_8", "loops")
+    (trips,) = loops["details"]["changes"]
+    assert (trips["subject"], trips["before"], trips["after"]) == ("trip count", "2 iterations", "8 iterations")
+    assert loops["severity"] == "regression" and not moe_findings(report, "micro_8", "program_size")
+
+
+def diff_of(base: str, variant: str) -> Structural:
+    """The two lowerings compared as `hlo-audit diff` compares two files (no leaf types: state paths from the
+    texts' own names, ``state_1.0__mu__layers_0.router`` for an optimizer moment)."""
+    return Structural.of_inputs(analyze(ms.lower(base), base), analyze(ms.lower(variant), variant))
+
+
+def test_diffed_from_texts_a_two_layer_model_spans_two_layers():
+    """From the texts alone, the unrolled side's layers (``layers_0``, ``layers_1`` and each optimizer moment's
+    ``0__mu__layers_1``) and the scanned side's stack (``layers``) are 2 layers: no "3 layers" (the stack's name
+    counted beside the indices) nor "6 layers" (each moment's name a layer of its own)."""
+    for a, b in (("base", "scan"), ("scan", "base")):
+        named = diff_of(a, b).diff.named
+        assert named and max(c.layers for c in named) == 2, [(c.kind.value, c.subject, c.layers) for c in named]
+        assert not [line for c in named if " layers" in (line := change_line(c)) and "2 layers" not in line
+                    and ("per layer" in line or "rolled" in line)], [change_line(c) for c in named]
+
+
+def test_a_cond_replaced_by_computing_both_branches_is_named_a_conditional(moe):
+    """The update under ``lax.cond`` (skipped where a gradient is not finite) computed always and selected by
+    ``jnp.where``: the conditional removed with its branches' sizes, its branches' work now inline and the 25
+    leaves of the state selected, placed at the model's ``jnp.where``; nothing else fails (no "program size -5%", no ops)."""
+    code, report = moe
+    (finding,) = moe_findings(report, "where_update", "conditional")
+    (change,) = finding["details"]["changes"]
+    assert (change["kind"], change["action"], change["per_step"]) == ("conditional", "removed", 1), change
+    # The update (adam's moments, the bias correction, the new weights) and the branch that keeps the state.
+    assert change["before"].startswith("2 branches: ") and change["after"] == "both branches computed, " \
+        "25 values selected", change  # every leaf of the state: 8 weights, adam's count and 2 moments of each
+    assert change["place"]["source"] == ms_line("jnp.where(finite, new, old)"), change["place"]
+    assert finding["message"].startswith("conditional: a conditional removed (2 branches: "), finding["message"]
+    regressions = {f["rule"] for f in moe_findings(report, "where_update") if f["severity"] == "regression"}
+    assert regressions == {"conditional"}, moe_findings(report, "where_update")
+
+
+def test_a_conditional_added_back_from_the_texts():
+    """`hlo-audit diff` the other way: ``jnp.where`` of both branches replaced by the ``lax.cond``, a conditional
+    added, its instructions the program's whole difference (nothing left to program size)."""
+    structural = diff_of("where_update", "base")
+    named = [c for c in structural.diff.named if c.kind.value not in ("instructions", "header")]
+    (added,) = named
+    before, after = structural.sizes["instructions"]
+    assert (added.kind.value, added.action.value, added.instructions) == ("conditional", "added", after - before)
+    assert change_line(added).startswith("conditional: a conditional added (2 branches: ")
+
+
+def test_loss_scaling_removed_is_named_not_ops_at_equal_shapes(moe):
+    """No more static loss scaling (the loss x1024 before the gradients, each gradient /1024 after): named loss
+    scaling by the gradient rule, with its factor and the 9 values it divided (8 weights' gradients and the loss
+    reported), and the backward pass's seeds jax had folded the factor into; not "ops: 24 instructions at equal
+    shapes". The other way from the texts: added, the program's whole difference."""
+    code, report = moe
+    (finding,) = moe_findings(report, "no_loss_scale", "gradient")
+    (change,) = finding["details"]["changes"]
+    assert (change["kind"], change["action"], change["before"], change["count"]) == (
+        "loss_scaling", "removed", "loss x1024, 9 values /1024", 9), change
+    # At the kept instruction that read what went (the golden's text keeps no source): the gradients' accumulation.
+    assert change["place"]["source"] == ms_line("jax.tree.map(jnp.add, acc, grads)"), change["place"]
+    assert finding["message"].startswith("loss scaling: removed (loss x1024, 9 values /1024"), finding["message"]
+    regressions = {f["rule"] for f in moe_findings(report, "no_loss_scale") if f["severity"] == "regression"}
+    assert regressions == {"gradient"}, moe_findings(report, "no_loss_scale")
+    structural = diff_of("no_loss_scale", "base")
+    (added,) = [c for c in structural.diff.named if c.kind.value not in ("instructions", "header")]
+    before, after = structural.sizes["instructions"]
+    assert (added.kind.value, added.action.value, added.instructions) == ("loss_scaling", "added", after - before)
+
+
+def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
+    """The load-balancing aux loss dropped: a term removed from the loss, what reduced into it (the experts' token
+    fractions and mean router probabilities of both layers: 6 reductions), its weight (x0.01) and its backward
+    pass, by the gradient rule; no "shapes: values reshaped" nor "ops" besides. The other way, added."""
+    code, report = moe
+    (finding,) = moe_findings(report, "aux_dropped", "gradient")
+    (change,) = finding["details"]["changes"]
+    assert (change["kind"], change["action"], change["before"]) == ("loss_term", "removed", "6 reductions, x0.01")
+    # At the loss now computed without it (the scaled loss: the kept instruction that read the sum).
+    assert change["place"]["source"] == ms_line("_loss(variant, p, tokens, targets) * variant.loss_scale"), change
+    assert change["instructions"] < 0, change
+    assert finding["message"].startswith("loss: a term removed (6 reductions, x0.01; "), finding["message"]
+    regressions = {f["rule"] for f in moe_findings(report, "aux_dropped") if f["severity"] == "regression"}
+    assert regressions == {"gradient"}, moe_findings(report, "aux_dropped")
+    (added,) = [c for c in diff_of("aux_dropped", "base").diff.named if c.kind.value not in ("instructions", "header")]
+    assert (added.kind.value, added.action.value, added.before) == ("loss_term", "added", "6 reductions, x0.01")
