@@ -16,8 +16,8 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, check_output_folder, working_directory, write_output
-from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, terminal, terminal_report,
-                              terminal_tree, words)
+from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, measure_words, terminal,
+                              terminal_report, terminal_tree, words)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -238,23 +238,9 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     series = audit.scaling(plan, results)
     failed = any(r.status == "error" for r in results)
     if not series and not failed:
-        raise InputError(_nothing_to_fit(results))
+        raise InputError(words.nothing_to_fit_line(results))
     emit("scaling", fmt, series=series)
     raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)
-
-
-def _nothing_to_fit(results: list) -> str:
-    """Why `scaling` has no series, in one line."""
-    unavailable = [r for r in results if r.status == "unavailable"]
-    if results and len(unavailable) == len(results):
-        reasons: dict[str, int] = {}
-        for r in unavailable:
-            reasons[r.message] = reasons.get(r.message, 0) + 1
-        why = "; ".join(f"{n} {words.plural(n, 'cell')}: {message}" for message, n in reasons.items())
-        return f"scaling: every selected cell is unavailable here, so there is nothing to fit ({why})"
-    depths = sorted({r.cell.layers for r in results if r.status == "ok"})
-    return (f"scaling: no depth series to fit: a series needs two or more depths of one cell, and the selected "
-            f"cells have layers {', '.join(map(str, depths)) or 'none'} (try --layers 2,4)")
 
 
 @app.command()
@@ -446,7 +432,7 @@ def measure_cmd(
     report = audit.measure(plan, audit.measuring.Rounds(rounds, warmup, calls, host_calls), across, baseline,
                            timing=not host_only, record=record,
                            save_text=_compiled_writer(save_compiled) if save_compiled is not None else None,
-                           measured=lambda row: print(words.measured_line(row), file=sys.stderr, flush=True))
+                           measured=lambda row: print(measure_words.measured_line(row), file=sys.stderr, flush=True))
     emit("measure", fmt, report=report)
     failed = any(row.problem for row in report.cells) or any(f.worse for _, f in report.host_findings)
     raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from hlo_audit.report import words
+from hlo_audit.report import measure_words, words
 from hlo_audit.report.terminal import add_row, make_table, print_table, status
 
 def _cell_row(row) -> tuple:
     t, h = row.timing, row.host
     memory = "" if t is None or t.argument_bytes is None else words.human_bytes(t.argument_bytes + t.temp_bytes)
     peak = "" if t is None or t.runtime_peak_bytes is None else words.human_bytes(t.runtime_peak_bytes)
+    spread = measure_words.spread_text
     return (row.cell, h.caller if h else "", h.leaves if h else "",
-            words.spread_text(h.per_call_us, "us") if h else "", words.spread_text(t.blocked_ms) if t else "",
-            words.spread_text(t.queued_ms) if t else "", words.spread_text(t.host_ms) if t else "",
+            spread(h.per_call_us, "us") if h else "", spread(t.blocked_ms) if t else "",
+            spread(t.queued_ms) if t else "", spread(t.host_ms) if t else "",
             f"{t.compile_s:.1f}" if t else "", memory, peak)
 
 
@@ -24,12 +25,12 @@ COMPARISON_COLUMNS = ("cell against baseline", "blocked", "queued", "host/call")
 
 
 def _comparison_row(c) -> tuple:
-    by = {m.metric: words.measured_change(m) for m in c.changes}
-    return (words.comparison_headline(c), by["blocked_ms"], by["queued_ms"], by["host_ms"])
+    by = {m.metric: measure_words.measured_change(m) for m in c.changes}
+    return (measure_words.comparison_headline(c), by["blocked_ms"], by["queued_ms"], by["host_ms"])
 
 
 def print_measure(console: Console, report) -> None:
-    status(console, words.measured_on(report))
+    status(console, measure_words.measured_on(report))
     table = make_table(console, None, [(c, "left" if i < 2 else "right") for i, c in enumerate(CELL_COLUMNS)])
     for row in report.cells:
         add_row(table, *_cell_row(row))
@@ -41,8 +42,8 @@ def print_measure(console: Console, report) -> None:
             add_row(compared, *_comparison_row(c))
         print_table(console, compared)
     for cell, facts in report.host_findings:
-        status(console, words.host_cost_line(cell, facts))
-    for line in words.measure_notes(report):
+        status(console, measure_words.host_cost_line(cell, facts))
+    for line in measure_words.measure_notes(report):
         status(console, line)
 
 
@@ -51,10 +52,10 @@ def format_markdown(report) -> str:
         return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
                 *("| " + " | ".join(str(v) for v in r) + " |" for r in rows)]
 
-    lines = [words.measured_on(report), "",
+    lines = [measure_words.measured_on(report), "",
              *table(CELL_COLUMNS, [_cell_row(r) for r in report.cells])]
     if report.comparisons:
         lines += ["", *table(COMPARISON_COLUMNS, [_comparison_row(c) for c in report.comparisons])]
-    lines += [""] + [f"- {words.host_cost_line(cell, f)}" for cell, f in report.host_findings]
-    lines += [f"- {line}" for line in words.measure_notes(report)]
+    lines += [""] + [f"- {measure_words.host_cost_line(cell, f)}" for cell, f in report.host_findings]
+    lines += [f"- {line}" for line in measure_words.measure_notes(report)]
     return "\n".join(lines).rstrip() + "\n"
