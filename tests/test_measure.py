@@ -19,7 +19,7 @@ from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.host_cost import HostFigure, Spread, host_cost
 from hlo_audit.matrix import Cell
-from hlo_audit.report import words
+from hlo_audit.report import measure_words, words
 from hlo_audit.targets import get_target
 from in_process import hlo_audit_here, in_project
 from projects import project
@@ -47,11 +47,11 @@ def test_host_cost_gates_on_state_leaves_and_words_the_time():
     # The chip's figures (issue 33): nnx.jit 33.4 -> 59.1 ms per call for +288 state leaves.
     found = host_cost(figure(443, 33_400), figure(731, 59_100), 0.0, "hlo-audit golden update --only id=x")
     assert found is not None and found.worse and found.leaves_delta == 288
-    text = words._host_cost(found)
+    text = words.host_cost_text(found)
     assert text.startswith("host work per call +25.7 ms (+288 state leaves) through nnx.jit: 33.4 ms -> 59.1 ms")
     assert "another machine" not in text and text.endswith("If intended: hlo-audit golden update --only id=x")
     fewer = host_cost(figure(731, 59_100), figure(443, 33_400), 0.0, "cmd")
-    assert fewer is not None and not fewer.worse and "record the smaller figure" in words._host_cost(fewer)
+    assert fewer is not None and not fewer.worse and "record the smaller figure" in words.host_cost_text(fewer)
 
 
 def test_host_cost_compares_nothing_without_a_figure_or_within_tolerance():
@@ -61,7 +61,7 @@ def test_host_cost_compares_nothing_without_a_figure_or_within_tolerance():
     assert host_cost(figure(443, 33_400), figure(443, 70_000), 0.0, "cmd") is None
     assert host_cost(figure(443, 33_400), figure(450, 34_000), 0.02, "cmd") is None  # +7 within 2% of 443
     other = host_cost(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 0.0, "cmd")
-    assert "measured on another machine (a workstation)" in words._host_cost(other)
+    assert "measured on another machine (a workstation)" in words.host_cost_text(other)
 
 
 def test_golden_record_keeps_the_figure_and_reads_older_records():
@@ -220,7 +220,7 @@ def test_golden_update_accepts_the_leak_and_its_figure(tmp_path):
 def test_a_verdict_needs_ranges_apart_and_a_minimum_effect(a, b, verdict, said):
     change = ab_verdicts.MetricChange("queued_ms", Spread(*a), Spread(*b))
     assert change.beyond_noise is verdict
-    assert words.measured_change(change) == said
+    assert measure_words.measured_change(change) == said
 
 
 def test_measure_record_writes_goldens_as_golden_update_does(tmp_path):

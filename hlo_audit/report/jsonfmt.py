@@ -10,7 +10,7 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.merge import cell_record, check_record, launch_change_record
-from hlo_audit.report import words
+from hlo_audit.report import measure_words, words
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
 DIFF_SCHEMA = "hlo-audit/diff/v2"
@@ -181,7 +181,7 @@ def measure_record(report) -> dict:
     def comparison(c) -> dict:
         return {"baseline": c.baseline, "cell": c.cell, "recorded": c.recorded, "leaves": list(c.leaves),
                 "metrics": {m.metric: {"a": m.a.to_record(), "b": m.b.to_record(), "ratio": round(m.ratio, 4),
-                                       "beyond_noise": m.beyond_noise, "verdict": words.measured_change(m)}
+                                       "beyond_noise": m.beyond_noise, "verdict": measure_words.measured_change(m)}
                             for m in c.changes}}
 
     return {"schema": MEASURE_SCHEMA, "device": report.device,
@@ -196,7 +196,7 @@ def measure_record(report) -> dict:
             "host_cost": [{"cell": cell, "worse": f.worse, "leaves_delta": f.leaves_delta,
                            "median_delta_us": round(f.median_delta_us, 1), "message": words.host_cost_line(cell, f)}
                           for cell, f in report.host_findings],
-            "recorded": list(report.recorded), "notes": words.measure_notes(report)}
+            "recorded": list(report.recorded), "notes": measure_words.measure_notes(report)}
 
 
 def format_measure(report) -> str:
