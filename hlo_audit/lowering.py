@@ -48,6 +48,11 @@ def one_line(exc: BaseException) -> str:
 _MACHINERY = ("jax", "jaxlib", "flax", "hlo_audit")
 
 
+# The cache's import hook (cache/used.py, which records what a lowering imports) wraps ``__import__``: a failure
+# passes through it as through the import machinery, and is never "raised in" it.
+_IMPORT_HOOK = str(Path(__file__).resolve().parent / "cache" / "used.py")
+
+
 def where_raised(exc: BaseException) -> str:
     """Where a failure happened, for a user to act on: the innermost frame that is the user's (not Python's own
     machinery: ``<frozen importlib.util>``, the standard library; not jax, jaxlib, flax or hlo-audit), then, when
@@ -57,7 +62,7 @@ def where_raised(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         return _frame_place(traceback.FrameSummary(exc.filename, exc.lineno, ""))
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
-              if not f.filename.startswith(("<", sysconfig.get_paths()["stdlib"]))] or \
+              if not f.filename.startswith(("<", sysconfig.get_paths()["stdlib"])) and f.filename != _IMPORT_HOOK] or \
         traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "no traceback"
