@@ -113,8 +113,8 @@ READ = {
     "an operand chain 20000 long": (operand_chain, 20000),
     "operands nested 400 deep": (nested_operands, 400),
     "computations calling 1000 deep": (call_chain, 1000),
-    # Known gap, left open: rng's key-hazard analysis (hlo/rng_keys.py) re-runs nested loop bodies and does not end
-    # in time on 300 nested loops; skipped below until it memoizes per loop.
+    # rng's key-hazard analysis reaches a nested loop on each of the outer loop's passes: it ends here only
+    # because it evaluates a loop once per initial state (hlo/rng_keys.py, _Keys.while_loop).
     "while loops nested 300 deep": (while_chain, 300),
     "inline computations nested 300 deep": (inline_bodies, 300),
 }
@@ -138,8 +138,6 @@ def inputs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", READ)
 def test_deep_valid_hlo_is_read_by_every_command(inputs, name):
-    if name == "while loops nested 300 deep":
-        pytest.skip("rng_keys does not end in time on 300 nested loops (known gap, closing note)")
     path = inputs[name]
     expected = xla_counts(path.read_text())
     for command in COMMANDS:

@@ -221,6 +221,8 @@ class _Keys:
         self.tokens = _Tokens()
         self.random = _random(module)
         self.memo: dict[tuple, tuple[object, Draws]] = {}
+        self.loop_memo: dict[tuple, tuple[object, Draws]] = {}  # (id of a while, its initial state) -> once
+        self.loop_ids: dict[int, int] = {}  # id of a while -> the token marking what varies across its passes
         self.descriptors: dict[tuple, int] = {}
         self.by_instruction: dict[tuple[int, int], int] = {}  # (id of an instruction, leaf) -> its descriptor
         self.in_loop: set[int] = set()  # keys drawn again on every iteration of a loop
@@ -355,9 +357,25 @@ class _Keys:
         return result
 
     def while_loop(self, comp: Computation, instr: Instruction, init, draws: Draws):
+        """The loop's result and draws, once per loop and initial state: a loop nested in another's body is reached
+        on each of the outer loop's passes (its fixed point and its last pass), and without this memo 300 nested
+        loops cost 2**300 passes. The loop's identity and the values it leaves are functions of the instruction and
+        its initial state, so equal inputs give equal tokens and the outer body's memo hits."""
+        memo_key = (id(instr), init)
+        hit = self.loop_memo.get(memo_key)
+        if hit is None:
+            mine: Draws = {}
+            hit = self.loop_memo[memo_key] = (self._loop(comp, instr, init, mine), mine)
+        result, mine = hit
+        _add(draws, mine)
+        return result
+
+    def _loop(self, comp: Computation, instr: Instruction, init, draws: Draws):
         body = self.module.computations[instr.attrs["body"].strip().lstrip("%")]
         condition = self.module.computations[instr.attrs["condition"].strip().lstrip("%")]
-        loop_id = self.tokens.new(0, frozenset(), False)
+        loop_id = self.loop_ids.get(id(instr))
+        if loop_id is None:
+            loop_id = self.loop_ids[id(instr)] = self.tokens.new(0, frozenset(), False)
         init_leaves = _leaves(init)
         deps = [self.tokens.deps[t] for t in init_leaves]
         for _ in range(4):  # the loop-varying state's dependencies, to a fixed point
@@ -381,11 +399,17 @@ class _Keys:
                     self.in_loop.add(token)
                 _add(draws, {token: sites}, times)
         exits = iter(range(len(init_leaves)))
+        whole = tuple(init_leaves)
 
         def leaf(token: int) -> int:  # what the loop leaves in a varying element: a value of its own
             i = next(exits)
+            if i in invariant:
+                return token
             t = self.tokens
-            return token if i in invariant else t.new(deps[i], t.loops[token], t.key[token] == token)
+            ident = (("loop exit", loop_id, i, whole), ())
+            if ident not in t.ids:
+                t.ids[ident] = t.new(deps[i], t.loops[token], t.key[token] == token)
+            return t.ids[ident]
         return self.rebuild(init, leaf)
 
     def loop_state(self, init, init_leaves: list[int], deps: list[int], loop_id: int, invariant: set[int]):
