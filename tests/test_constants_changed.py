@@ -148,7 +148,7 @@ def lr_project(tmp_path_factory) -> Path:
 
 
 def test_a_learning_rate_changed_fails_check_named_with_both_values_and_its_line(lr_project):
-    ran = hlo_audit_here(lr_project, "check")
+    ran = hlo_audit_here(lr_project, "check", env={"COLUMNS": "200"})  # the line whole, whatever the terminal
     assert ran.returncode == 1, ran.stdout[-3000:] + ran.stderr[-3000:]
     line = "constants: 2 f32[] literals -0.001 -> -0.002 at lr_step.py:16 (jit(step)/mul)"
     assert line in ran.stdout, ran.stdout

@@ -55,7 +55,9 @@ class Installed:
     def comment(self) -> list[str]:
         """``advice`` as the workflow's comment lines (none when the install line works on a runner)."""
         advice = self.advice()
-        return [f"# {line}" for line in textwrap.wrap(advice, 106, break_on_hyphens=False)] if advice else []
+        if not advice:
+            return []
+        return [f"# {line}" for line in textwrap.wrap(advice, 106, break_long_words=False, break_on_hyphens=False)]
 
 
 @functools.cache
