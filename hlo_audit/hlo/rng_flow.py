@@ -61,7 +61,12 @@ def is_fold_in(computation: str) -> bool:
 def random_computations(module: HloModule) -> frozenset[str]:
     """The computations of jax.random's own functions (``_RANDOM_COMPUTATION``) and all they call (threefry's
     rounds loop, its bodies): the RNG's implementation, not the model's program."""
-    found = {name for name in module.computations if _RANDOM_COMPUTATION.fullmatch(_function_name(name))}
+    return called_closure(module, (n for n in module.computations if _RANDOM_COMPUTATION.fullmatch(_function_name(n))))
+
+
+def called_closure(module: HloModule, roots: Iterable[str]) -> frozenset[str]:
+    """``roots`` and every computation they call, at any depth."""
+    found = set(roots)
     stack = list(found)
     while stack:
         for instr in module.computations[stack.pop()].instructions:

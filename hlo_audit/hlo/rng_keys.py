@@ -44,7 +44,8 @@ from hlo_audit.hlo.locations import Locations, Places
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.normalize import computation_words
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.rng_flow import PASS_THROUGH_CUSTOM_CALLS, is_fold_in, key_shaped, random_computations
+from hlo_audit.hlo.rng_flow import (PASS_THROUGH_CUSTOM_CALLS, called_closure, is_fold_in, key_shaped,
+                                    random_computations)
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
 
@@ -203,16 +204,8 @@ def _most(branches: Sequence[Draws]) -> Draws:
 
 def _random(module: HloModule) -> frozenset[str]:
     """jax.random's computations (``rng_flow.random_computations``), its samplers (``_SAMPLERS``) and all they call."""
-    found = set(random_computations(module))
-    stack = [n for n in module.computations if _SAMPLERS.fullmatch(_NAME_SUFFIX.sub("", n.lstrip("%")))]
-    found.update(stack)
-    while stack:
-        for instr in module.computations[stack.pop()].instructions:
-            for called in instr.called_computations():
-                if called in module.computations and called not in found:
-                    found.add(called)
-                    stack.append(called)
-    return frozenset(found)
+    samplers = [n for n in module.computations if _SAMPLERS.fullmatch(_NAME_SUFFIX.sub("", n.lstrip("%")))]
+    return random_computations(module) | called_closure(module, samplers)
 
 
 class _Keys:
