@@ -125,13 +125,18 @@ def check_output(path: Path | str, option: str, suggested_name: str = "report.tx
         raise OutputError(f"{option} {path}: cannot write: permission denied")
     # Absent: the nearest folder that exists must be a folder we may create entries in.
     path = absolute(path, f"{option} {path}")
-    parent = path.resolve().parent if path.is_symlink() else path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise OutputError(f"{option} {path}: cannot write: {parent} is not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: cannot write: permission denied in {parent}")
+    _check_nearest_folder(path, path.resolve().parent if path.is_symlink() else path.parent, option)
+
+
+def _check_nearest_folder(path: Path, start: Path, option: str) -> None:
+    """The nearest of ``start`` and its parents that exists must be a folder we may create entries in."""
+    folder = start
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputError(f"{option} {path}: cannot write: {folder} is not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: cannot write: permission denied in {folder}")
 
 
 def check_output_folder(path: Path | str, option: str) -> None:
@@ -144,13 +149,7 @@ def check_output_folder(path: Path | str, option: str) -> None:
     info = _stat(path, option)
     if info is not None and not stat.S_ISDIR(info.st_mode):
         raise OutputError(f"{option} {path}: not a folder")
-    folder = path
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        raise OutputError(f"{option} {path}: cannot write: {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: cannot write: permission denied in {folder}")
+    _check_nearest_folder(path, path, option)
 
 
 def write_output(path: Path | str, text: str, option: str, suggested_name: str = "report.txt") -> None:

@@ -54,16 +54,23 @@ _XLA_PROBE = "from jax._src.lib import _jax; _jax.CompileOptions()"
 _GLOG = re.compile(r"^([EF])\d{4} [\d:.]+\s+\d+ [^\]]+\] (.*)$")
 
 
+def _failed_probe(script: str, settings: dict[str, str], timeout: int) -> subprocess.CompletedProcess | None:
+    """``script`` run by a child Python under this environment with ``settings``: the finished process when it
+    failed; None when it succeeded or could not be asked (the lowering will then say what it says)."""
+    try:
+        probe = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               env={**os.environ, **settings}, timeout=timeout, check=False,
+                               stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return None if probe.returncode == 0 else probe
+
+
 @functools.cache
 def _xla_flags_problem(flags: str) -> str | None:
     """XLA's own words for what it refuses in ``flags``, or None when a child process parses them fine."""
-    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
-    try:
-        probe = subprocess.run([sys.executable, "-c", _XLA_PROBE], capture_output=True, text=True, env=env,
-                               timeout=120, check=False, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None  # could not ask: the lowering will say what it says
-    if probe.returncode == 0:
+    probe = _failed_probe(_XLA_PROBE, {"XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}, timeout=120)
+    if probe is None:
         return None
     said = [m for m in map(_GLOG.match, probe.stderr.splitlines()) if m]
     errors = [m.group(2) for m in said if m.group(1) == "E"] or [m.group(2) for m in said]
@@ -117,14 +124,10 @@ _PLATFORMS_PROBE = "import jax; jax.devices()"
 @functools.cache
 def _platforms_problem(asked: str) -> str | None:
     """jax's reason for not starting ``asked`` (the last line a child process says), or None when it starts."""
-    env = {**os.environ, "JAX_PLATFORMS": asked}
-    env.setdefault("TPU_SKIP_MDS_QUERY", "1")  # libtpu must not ask a cloud metadata server (host.py)
-    try:
-        probe = subprocess.run([sys.executable, "-c", _PLATFORMS_PROBE], capture_output=True, text=True, env=env,
-                               timeout=300, check=False, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None  # could not ask: the lowering will say what it says
-    if probe.returncode == 0:
+    # libtpu must not ask a cloud metadata server (host.py)
+    settings = {"TPU_SKIP_MDS_QUERY": os.environ.get("TPU_SKIP_MDS_QUERY", "1"), "JAX_PLATFORMS": asked}
+    probe = _failed_probe(_PLATFORMS_PROBE, settings, timeout=300)
+    if probe is None:
         return None
     last = [line for line in probe.stderr.splitlines() if line.strip()]
     # "RuntimeError: Unable to initialize backend 'tpu': ...", or a bare "AssertionError" (no backend left)
