@@ -226,6 +226,7 @@ def loss_terms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chan
                        and e.edit is Edit.CHANGED and _on(e, edit) == total.computation
                        and set(e.aspects) <= {"operands", "opcode"}}
             mine = _closure(view, {**alone, **rewired}, [total], users=True, edit=edit)
+            mine += _gradient_of_inputs(view, alone, mine, feeding, edit)
             backward = sum(1 for e in mine if e.edit is edit and e not in feeding and e is not total)
             claimed.update(id(e) for e in mine)
             weight = _constant_operand(view, term[0], total.computation, False) if term[0].opcode == "multiply" \
@@ -237,6 +238,20 @@ def loss_terms(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chan
                 after=f"{backward} instructions of its backward pass",
                 instructions=(1 if edit is Edit.INSERTED else -1) * sum(1 for e in mine if e.edit is edit)))
     return changes
+
+
+def _gradient_of_inputs(view, alone: dict[int, InstructionEdit], mine: list[InstructionEdit],
+                        feeding: list[InstructionEdit], edit: Edit) -> list[InstructionEdit]:
+    """The term's gradient with respect to what it read: the edits of this side alone that read the values the
+    term's reductions read (an L2 penalty's ``2c * w`` per weight, added to each weight's gradient), with what they
+    connect to. jax folds the loss's cotangent into their constants, so no dataflow edge joins them to the term's
+    sum: they are found from the inputs the two share. Constants are no such input (every reduction reads one)."""
+    taken = {id(e.instruction) for e in mine}
+    inputs = {id(o) for e in feeding for o in view.operands(e.instruction, _on(e, edit))
+              if id(o) not in alone and o.opcode not in ("constant", "iota")}
+    rest = {key: e for key, e in alone.items() if key not in taken}
+    starts = [e for e in rest.values() if any(id(o) in inputs for o in view.operands(e.instruction, _on(e, edit)))]
+    return _closure(view, rest, starts, users=True, edit=edit) if starts else []
 
 
 def _on(e: InstructionEdit, edit: Edit) -> str:
