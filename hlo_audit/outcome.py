@@ -18,7 +18,7 @@ from hlo_audit.compare import CellDelta
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
-from hlo_audit.policy import Rule
+from hlo_audit.rules.registry import Rule
 from hlo_audit.results import CellResult, Severity
 from hlo_audit.scaling import Series, fit_series
 
