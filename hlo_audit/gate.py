@@ -173,7 +173,7 @@ def stale_waivers(policy: Policy, used: set[int], judged: Sequence[CellResult],
     """Waivers that waived nothing (``used``: the indexes of those that did), although every cell of the matrix they
     cover was judged here: a fix landed (or the waiver never matched), and a waiver left behind would hide the
     regression coming back. Policy ``stale_waiver`` (default warn) says what that is."""
-    action = policy.action(Rule.STALE_WAIVER, Action.WARN)
+    action = policy.action(Rule.STALE_WAIVER, registry.spec_of(Rule.STALE_WAIVER).action)
     if action is Action.OFF:
         return []
     judged_ids = {r.cell.id for r in judged if r.ok}

@@ -16,6 +16,7 @@ from hlo_audit.config import ConfigError, load_config
 from hlo_audit.findings import Finding, NamedChange
 from hlo_audit.gate import Gate
 from hlo_audit.matrix import Cell
+from hlo_audit.outcome import _folds
 from hlo_audit.merge import _DETAILS, finding_record
 from hlo_audit.plan import Judge
 from hlo_audit.policy import Action, Policy
@@ -115,6 +116,10 @@ def test_a_spec_added_to_the_registry_alone_is_judged_worded_and_configurable(tm
     assert message(found).endswith("If intended: hlo-audit golden update --only id=" + RESULT.cell.id)
     record = finding_record(found)
     assert json.loads(json.dumps(record))["details"]["tolerance"] == 0.3
+
+    assert not _folds(found)  # a warned finding of its own, unless its spec folds its advisories into one line
+    monkeypatch.setattr(registry, "SPECS", (*registry.SPECS[:-1], dataclasses.replace(ALWAYS, folds=True)))
+    assert _folds(found)
 
     default = Gate(Policy(registry.default_policy()), "x").check(RESULT, None, None, None)
     assert [(f.severity, f.facts.tolerance) for f in default if f.rule == "always"] == [(Severity.REGRESSION, 0.1)]

@@ -66,6 +66,10 @@ Rule = _rule_names(SPECS)
 
 # The tables derived from ``SPECS``, each read when used (a test adds a spec to ``SPECS`` and nothing else).
 
+def spec_of(name: str) -> RuleSpec:
+    return next(spec for spec in SPECS if spec.name == name)
+
+
 def default_policy() -> dict[str, str]:
     """Each rule's default action, by ``[policy]`` key, in the registry's order."""
     return {spec.name: spec.action.value for spec in SPECS}
@@ -74,6 +78,11 @@ def default_policy() -> dict[str, str]:
 def judged() -> tuple[RuleSpec, ...]:
     """The table the gate applies to each cell, in order: every spec with a judge."""
     return tuple(spec for spec in SPECS if spec.judge is not None)
+
+
+def folded() -> frozenset[str]:
+    """The rules whose advisories reports fold into one line (``RuleSpec.folds``)."""
+    return frozenset(spec.name for spec in SPECS if spec.folds)
 
 
 def tolerance_keys() -> dict[str, RuleSpec]:

@@ -76,8 +76,9 @@ class Tolerance:
 class RuleSpec:
     """One rule, in one place: its ``[policy]`` key, its default action, its tolerance (None: it has none), the kinds
     of the structural diff it reads, its judge (None: the gate makes its findings itself, ``gate.Gate``), whether it
-    compares with a golden (the gate runs it only where a readable golden is there), and the typed facts its findings
-    carry: what selects their words (``report.words.message``) and their JSON details (``merge.details_record``)."""
+    compares with a golden (the gate runs it only where a readable golden is there), the typed facts its findings
+    carry (what selects their words, ``report.words.message``, and their JSON details, ``merge.details_record``) and
+    whether its advisories fold into one line."""
 
     name: str
     action: Action
@@ -87,6 +88,9 @@ class RuleSpec:
     tolerance: Tolerance | None = None
     needs_golden: bool = True
     doc: str = ""  # what it gates, in one line
+    # Its advisories hold for most cells of a real model (MaxText carries dead RNG state in every cell today): reports
+    # fold them into one line unless asked for every finding (``outcome``).
+    folds: bool = False
 
     @property
     def tolerance_key(self) -> str | None:
