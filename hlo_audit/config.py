@@ -368,7 +368,7 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
             fail(f"waive[{i}].rule", f"expected one of {', '.join(rules)}, got {waiver.get('rule')!r}")
         if not isinstance(waiver.get("reason"), str) or not waiver["reason"].strip():
             fail(f"waive[{i}].reason", "every waiver needs a reason")
-        allowed = _WAIVER_MATCH_KEYS | ({"pattern"} if waiver["rule"] == "dead_rng" else set())
+        allowed = _WAIVER_MATCH_KEYS | ({"pattern"} if registry.spec_of(waiver["rule"]).pattern_waivers else set())
         bad = sorted(set(waiver) - allowed - {"rule", "reason"})
         if "pattern" in waiver and (not isinstance(waiver["pattern"], str) or not waiver["pattern"].strip()):
             fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")

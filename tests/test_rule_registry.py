@@ -75,6 +75,13 @@ def test_every_policy_key_config_accepts_is_a_spec(tmp_path):
         else:
             with pytest.raises(ConfigError, match=f"unknown key '{key}'"):
                 load(at_top)
+    for spec in registry.SPECS:
+        waiver = f'[[waive]]\nrule = "{spec.name}"\nreason = "r"\npattern = "a.*"\n'
+        if spec.pattern_waivers:
+            assert load(waiver).waivers[0].pattern == "a.*"
+        else:
+            with pytest.raises(ConfigError, match=r"waive\[0\].pattern: unknown key"):
+                load(waiver)
     with pytest.raises(ConfigError, match="policy.vibes: unknown rule") as refused:
         load('[policy]\nvibes = "off"\n')
     assert "\n" not in str(refused.value)

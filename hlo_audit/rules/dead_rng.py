@@ -30,5 +30,5 @@ def dead_rng(subject: Subject, ctx: Context) -> Finding | None:
     return finding if open_ else finding.waived(*{w.index: w for w in waived.values()}.values())
 
 
-SPEC = RuleSpec(NAME, Action.WARN, dead_rng, (DeadRng,), needs_golden=False, folds=True,
+SPEC = RuleSpec(NAME, Action.WARN, dead_rng, (DeadRng,), needs_golden=False, folds=True, pattern_waivers=True,
                 doc="RNG streams carried and never drawn from (a waiver may name patterns)")

@@ -77,8 +77,8 @@ class RuleSpec:
     """One rule, in one place: its ``[policy]`` key, its default action, its tolerance (None: it has none), the kinds
     of the structural diff it reads, its judge (None: the gate makes its findings itself, ``gate.Gate``), whether it
     compares with a golden (the gate runs it only where a readable golden is there), the typed facts its findings
-    carry (what selects their words, ``report.words.message``, and their JSON details, ``merge.details_record``) and
-    whether its advisories fold into one line."""
+    carry (what selects their words, ``report.words.message``, and their JSON details, ``merge.details_record``),
+    whether its advisories fold into one line and whether a waiver of it may name a pattern."""
 
     name: str
     action: Action
@@ -91,6 +91,9 @@ class RuleSpec:
     # Its advisories hold for most cells of a real model (MaxText carries dead RNG state in every cell today): reports
     # fold them into one line unless asked for every finding (``outcome``).
     folds: bool = False
+    # A waiver of it may name a ``pattern`` (a glob over what its findings list: dead_rng's stream patterns), which
+    # its judge sets apart (``Policy.pattern_waiver``); the config accepts the key for these rules only.
+    pattern_waivers: bool = False
 
     @property
     def tolerance_key(self) -> str | None:
