@@ -8,6 +8,7 @@ import dataclasses
 import importlib
 import json
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +132,12 @@ def test_a_spec_added_to_the_registry_alone_is_judged_worded_and_configurable(tm
     default = Gate(Policy(registry.default_policy()), "x").check(RESULT, None, None, None)
     assert [(f.severity, f.facts.tolerance) for f in default if f.rule == "always"] == [(Severity.REGRESSION, 0.1)]
     assert not [f for f in Gate(Policy({"always": "off"}), "x").check(RESULT, None, None, None) if f.rule == "always"]
+
+
+def test_the_configuration_docs_list_every_policy_key():
+    """docs/configuration.md's ``[policy]`` block names every rule's action and every tolerance [policy] takes."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    block = text[text.index("[tool.hlo-audit.policy]"):]
+    block = block[:block.index("\n\n")]
+    keys = {line.split("=")[0].strip() for line in block.splitlines()[1:] if "=" in line and not line.startswith(" ")}
+    assert keys == {*registry.default_policy(), *registry.tolerance_keys()}
