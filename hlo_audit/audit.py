@@ -29,6 +29,8 @@ from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
 from hlo_audit.results import CellResult
+from hlo_audit.rules import host_cost as host_cost_rule
+from hlo_audit.rules.registry import tolerances
 from hlo_audit.run import execute
 from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
@@ -157,8 +159,9 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
                          f"{', '.join(sorted(set(labels.values())))})")
     first = "none" if baseline is None else baseline
     cells = sorted(p.cells, key=lambda c: labels[c] != first)
-    report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
-                                     p.config.rules.host_cost_tolerance, "hlo-audit measure --record", measured)
+    tolerance = tolerances(p.config.rules)[host_cost_rule.NAME]
+    report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text, tolerance,
+                                     "hlo-audit measure --record", measured)
     if record:
         report = replace(report, recorded=measuring.record(report, p.config.golden_dir, p.config.project))
     return report

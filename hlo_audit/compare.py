@@ -10,7 +10,7 @@ A ``CellDelta`` holds typed deltas for the entry parameters (by dtype, role and 
 moved within a pattern), state captured as constants, RNG counter increments, GPU launches, compiled memory, the
 series' slopes, the environment, and the structural account of the two canonical texts (computed only where they
 differ, and only when first read: a report that prints counts never pays for a graph match). The text's verdict is
-an enum (``TextVerdict``).
+an enum (``findings.TextVerdict``).
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import difflib
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from functools import cached_property
 
 from hlo_audit.analysed import Launches, RngSummary
 from hlo_audit.findings import (CapturedDelta, EnvironmentChange, IncrementChange, LaunchChange, PatternChanges,
-                                PatternMove, PatternRename, PatternRetype, SlopeChange)
+                                PatternMove, PatternRename, PatternRetype, SlopeChange, TextVerdict)
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden
 from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
@@ -39,8 +38,6 @@ from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series, rng_slope
 from hlo_audit.stack import is_compiler
 
-# The verdicts of RNG streams whose counter increments per step the count ratchet fails on.
-GATED_INCREMENTS = ("carried", "unknown")
 # The launch counts the ratchet holds a GPU cell to.
 GATED_LAUNCHES = ("total", "scalar", "collectives")
 # The memory kinds the memory rule gates (alias bytes are the donation rule's).
@@ -148,17 +145,6 @@ def _printed(analysis: Analysis) -> int:
 # --------------------------------------------------------------------------------------------------------------
 # The deltas
 # --------------------------------------------------------------------------------------------------------------
-
-
-class TextVerdict(StrEnum):
-    """The canonical text against the golden's."""
-
-    NOT_COMPARED = "not_compared"  # no text on one side (or the golden's cannot be read: the gate says so)
-    SAME = "same"
-    RNG_DROPPED = "rng_dropped"  # RNG state only, dropped: the fix seed 001 is
-    RNG_ONLY = "rng_only"  # RNG state only, added
-    RENAMED = "renamed"  # entry parameters renamed, the program the same (renamed-only)
-    CHANGED = "changed"
 
 
 @dataclass(frozen=True)

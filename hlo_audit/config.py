@@ -17,14 +17,14 @@ from hlo_audit.files import absolute, read_bounded, working_directory
 from hlo_audit.defaults import AXIS_KEYS, DEFAULT_CONFIG_FILE, DEFAULTS, DEVICE_KEYS
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
-from hlo_audit.policy import DEFAULT_POLICY, Policy
+from hlo_audit.policy import Policy
+from hlo_audit.rules import registry
 from hlo_audit.stages import STAGES
 from hlo_audit.targets import nnx_spec
 from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS, TRAIN_STEP,
                                      is_transformer_engine)
 
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
-_KNOWN_KEYS = frozenset(DEFAULTS)
 # A config is a few kilobytes; anything near this is not one (``--config /dev/zero`` must not fill the memory).
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -41,19 +41,18 @@ class Config:
     cache_dir: Path
     golden_dir: Path
     exclude: tuple[Mapping[str, str], ...] = ()
-    policy: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_POLICY))
+    policy: Mapping[str, str] = field(default_factory=registry.default_policy)
     waivers: tuple[Mapping[str, str], ...] = ()  # each: rule, reason, and cell attributes to match
     waivers_built_in: bool = False  # the config wrote no waive list: the waivers are DEFAULTS'
-    memory_tolerance: float = DEFAULTS["memory_tolerance"]
-    program_size_tolerance: float = DEFAULTS["program_size_tolerance"]
     # Per series: the axes (scan, quant) the config left to their default, which a callable target's function may
     # declare (its `scan` / `quant` attribute) once the plan imports it (``resolve``).
     defaulted: tuple[frozenset[str], ...] = ()
     # target "nnx": model -> its description (targets.nnx_spec), with the library's source digest once resolved.
     nnx: Mapping[str, Mapping] = field(default_factory=dict)
     resolved: bool = False  # the target imported and checked (``resolve``)
-    # The gate's policy: ``policy``'s actions and the ``waivers``, typed (``Policy.of``), built with the config.
-    rules: Policy = field(default_factory=Policy.default)
+    # The gate's policy: ``policy``'s actions, the tolerances set and the ``waivers``, typed (``Policy.of``), built
+    # with the config.
+    rules: Policy = field(default_factory=lambda: Policy(registry.default_policy()))
     # The project folder: where the config's relative paths start (the config file's folder, or the working
     # directory for a pyproject table or the built-in default). hlo-audit writes goldens only inside it.
     project: Path | None = None
@@ -150,9 +149,11 @@ def load_config(explicit: str | None = None, cwd: Path | None = None) -> Config:
 
 
 def validate(raw: dict, source: str, base: Path) -> Config:
-    unknown = sorted(set(raw) - _KNOWN_KEYS)
+    # The top-level keys: the defaults', and the tolerances a config sets there as well as in [policy].
+    known = frozenset(DEFAULTS) | registry.top_level_tolerance_keys()
+    unknown = sorted(set(raw) - known)
     if unknown:
-        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KNOWN_KEYS))})")
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
     merged = {**DEFAULTS, **raw}
     if "matrix" not in raw and any(key in raw for key in AXIS_KEYS):
         merged["matrix"] = []  # the default's further series belong to the default's models and quants
@@ -185,11 +186,8 @@ def validate(raw: dict, source: str, base: Path) -> Config:
                        "by [nnx] and [nnx.models.NAME]")
     if raw.get("nnx") and target != nnx_spec.TARGET:
         fail("nnx", f"only target = 'nnx' reads the [nnx] table (target is {target!r})")
-    tolerance, size_tolerance = merged["memory_tolerance"], merged["program_size_tolerance"]
-    for key, value, example in (("memory_tolerance", tolerance, "0.02 for 2%"),
-                                ("program_size_tolerance", size_tolerance, "0.05 for 5%")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            fail(key, f"expected a fraction in [0, 1), e.g. {example}, got {value!r}")
+    top_level = {key: _fraction(key, raw[key], fail) for key in sorted(registry.top_level_tolerance_keys())
+                 if key in raw}
     golden_dir, cache_dir = _folders(merged, base, fail)
     series = _series(merged, target, base, fail)
     entries = merged["matrix"]
@@ -199,14 +197,14 @@ def validate(raw: dict, source: str, base: Path) -> Config:
     if target == nnx_spec.TARGET:
         series, defaulted, specs = _nnx_series(merged, series, defaulted, fail)
     exclude = _exclude(merged["exclude"], fail)
-    policy = {**DEFAULT_POLICY, **_policy(merged["policy"], fail)}
+    actions, tolerances = _policy(merged["policy"], top_level, fail)
+    policy = {**registry.default_policy(), **actions}
     waivers, built_in = _waivers(merged["waive"], fail), "waive" not in raw and bool(merged["waive"])
     return Config(
-        source=source, target=target, series=series, memory_tolerance=float(tolerance),
-        program_size_tolerance=float(size_tolerance),
+        source=source, target=target, series=series,
         cache_dir=cache_dir, golden_dir=golden_dir, exclude=exclude, policy=policy,
         waivers=waivers, waivers_built_in=built_in, defaulted=defaulted, nnx=specs, project=base,
-        rules=Policy.of(policy, waivers, built_in, source, float(tolerance), float(size_tolerance)),
+        rules=Policy.of(policy, waivers, built_in, source, tolerances),
     )
 
 
@@ -330,26 +328,47 @@ def _match_values(rule: Mapping, prefix: str, fail) -> None:
                 fail(prefix + key, f"expected {want} (or a list of them), got {value!r}")
 
 
-def _policy(policy, fail) -> dict[str, str]:
+def _policy(policy, top_level: Mapping[str, float], fail) -> tuple[dict[str, str], dict[str, float]]:
+    """``[policy]``: each rule's action (``rule = 'fail' | 'warn' | 'off'``) and tolerance (``rule_tolerance =
+    0.05``), every key a rule's spec declares (``rules.registry``); with the tolerances set at the top level, as
+    (actions, rule -> tolerance)."""
     if not isinstance(policy, dict):
         fail("policy", "expected a table of rule = 'fail' | 'warn' | 'off'")
-    for rule, action in policy.items():
-        if rule not in DEFAULT_POLICY:
-            fail(f"policy.{rule}", f"unknown rule (known: {', '.join(DEFAULT_POLICY)})")
-        if not isinstance(action, str) or action not in ("fail", "warn", "off"):
-            fail(f"policy.{rule}", f"expected 'fail', 'warn' or 'off', got {action!r}")
-    return policy
+    rules, tolerance_keys = registry.default_policy(), registry.tolerance_keys()
+    actions, tolerances = {}, {}
+    for key, value in policy.items():
+        if key in tolerance_keys:
+            if key in top_level:
+                fail(f"policy.{key}", f"set at the top level too ({key} = {top_level[key]!r}): set it once")
+            tolerances[tolerance_keys[key].name] = _fraction(f"policy.{key}", value, fail)
+            continue
+        if key not in rules:
+            fail(f"policy.{key}", f"unknown rule (known: {', '.join(rules)}; tolerances: {', '.join(tolerance_keys)})")
+        if not isinstance(value, str) or value not in ("fail", "warn", "off"):
+            fail(f"policy.{key}", f"expected 'fail', 'warn' or 'off', got {value!r}")
+        actions[key] = value
+    tolerances.update({tolerance_keys[key].name: value for key, value in top_level.items()})
+    return actions, tolerances
+
+
+def _fraction(key: str, value, fail) -> float:
+    """A rule's tolerance: a fraction in [0, 1) (its spec says what a good one looks like)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        example = registry.tolerance_keys()[key.removeprefix("policy.")].tolerance.example
+        fail(key, f"expected a fraction in [0, 1), e.g. {example}, got {value!r}")
+    return float(value)
 
 
 def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
     if not isinstance(waivers, list) or not all(isinstance(w, dict) for w in waivers):
         fail("waive", "expected an array of tables: [[tool.hlo-audit.waive]] rule = ..., reason = ...")
     for i, waiver in enumerate(waivers):
-        if not isinstance(waiver.get("rule"), str) or waiver["rule"] not in DEFAULT_POLICY:
-            fail(f"waive[{i}].rule", f"expected one of {', '.join(DEFAULT_POLICY)}, got {waiver.get('rule')!r}")
+        rules = registry.default_policy()
+        if not isinstance(waiver.get("rule"), str) or waiver["rule"] not in rules:
+            fail(f"waive[{i}].rule", f"expected one of {', '.join(rules)}, got {waiver.get('rule')!r}")
         if not isinstance(waiver.get("reason"), str) or not waiver["reason"].strip():
             fail(f"waive[{i}].reason", "every waiver needs a reason")
-        allowed = _WAIVER_MATCH_KEYS | ({"pattern"} if waiver["rule"] == "dead_rng" else set())
+        allowed = _WAIVER_MATCH_KEYS | ({"pattern"} if registry.spec_of(waiver["rule"]).pattern_waivers else set())
         bad = sorted(set(waiver) - allowed - {"rule", "reason"})
         if "pattern" in waiver and (not isinstance(waiver["pattern"], str) or not waiver["pattern"].strip()):
             fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")

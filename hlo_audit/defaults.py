@@ -30,12 +30,6 @@ DEFAULTS: dict = {
     "stage": "lowered",
     "cache_dir": ".hlo-audit-cache",
     "golden_dir": "golden",
-    # The memory rule's ratchet: a compiled cell's bytes of one kind may exceed its golden's by this fraction.
-    "memory_tolerance": 0.02,
-    # The program_size rule's ratchet: a cell's instructions (in its text, and executed per step) may exceed its
-    # golden's by this fraction. Wider than memory's: a jax release moves a module's instruction count by a few
-    # percent, and under another environment than the golden's this rule still gates.
-    "program_size_tolerance": 0.05,
     # deepseek3-test keeps its first 3 layers dense; at the matrix's shallow depths that would leave no MoE
     # layer (MaxText fails on a negative MoE count when scanned), so the default matrix keeps one dense.
     # Quantized, its MoE layer's megablox Pallas kernel asserts on the test model's small dims

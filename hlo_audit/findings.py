@@ -22,6 +22,17 @@ from hlo_audit.policy import Waiver
 from hlo_audit.results import Severity
 
 
+class TextVerdict(StrEnum):
+    """The canonical text against the golden's (``compare.CellDelta.text``; the text and memory rules read it)."""
+
+    NOT_COMPARED = "not_compared"  # no text on one side (or the golden's cannot be read: the gate says so)
+    SAME = "same"
+    RNG_DROPPED = "rng_dropped"  # RNG state only, dropped: the fix seed 001 is
+    RNG_ONLY = "rng_only"  # RNG state only, added
+    RENAMED = "renamed"  # entry parameters renamed, the program the same (renamed-only)
+    CHANGED = "changed"
+
+
 @dataclass(frozen=True)
 class Matches:
     """The cell matches its golden: the one finding of a cell the gate found nothing about."""
@@ -253,9 +264,9 @@ class KernelBody:
 
 @dataclass(frozen=True)
 class NamedChange:
-    """What a named rule (donation, host_transfer, precision, program_size, kernels, loops, remat, gradient:
-    ``named_rules``) found against the golden: the structural diff's records of its kind (``hlo.changes.Change``:
-    kind, place, counts, bytes) and the numbers it judged by.
+    """What a named rule (donation, host_transfer, precision, program_size, kernels, loops, remat, gradient...: each a
+    module of ``rules`` whose spec ``rules.spec.named_spec`` builds) found against the golden: the structural diff's
+    records of its kind (``hlo.changes.Change``: kind, place, counts, bytes) and the numbers it judged by.
 
     ``worse``: a regression (else an improvement to accept). ``sizes``: name -> (golden, now): program_size's
     ``instructions`` (in the text) and ``instructions_per_step``; donation's compiled ``alias_bytes`` and the memory

@@ -1,52 +1,13 @@
 """Policies -> findings: what `hlo-audit check` decides about each cell against its golden.
 
-Rules (each ``fail``, ``warn`` or ``off`` in the config's ``[policy]``; a waiver must carry a reason):
-
-* ``count``: a ratchet. More entry parameters of any dtype or role than the golden is a regression; fewer
-  is an improvement that asks to tighten the golden. State captured as constants counts the same way, in
-  arrays and bytes per dtype: a step that starts baking state into its program fails like one that grows
-  its entry parameters (``hlo_audit.hlo.constants``). So do RNG counter increments per step (dead, drawn or
-  unknown, from the RNG analysis): each is a kernel on a GPU, and seed 000's 672 dead ones came with no new
-  parameter where streams were shared. A finding lists the path patterns that grew, shrank or were renamed
-  (with their roles), the streams whose increments grew, and the series' per-layer slopes against the golden's: a
-  slope steeper than the golden's is growth, a regression (never an improvement), and every finding's accept
-  command names the cell's whole depth series, since each depth's golden holds the series' slopes.
-  A GPU cell's launches per step count the same way:
-  more kernels (in all, or scalar ones) or collectives per step than the golden is a regression, and the
-  finding says which launches came, and what they read (``+42 scalar kernels loop_add_fusion, each reading
-  state.model.decoder.layers_*.*.to_nnx__rngs.*.count``).
-* ``rng_scaling``: in an unrolled (scan off) series, RNG parameters must not grow with depth. That growth
-  is the seed-000 bug: per-layer RNG state the host marshals every step.
-* ``launch_scaling``: in an unrolled series of GPU cells, the kernels that read RNG state must not grow with
-  depth either: each is a launch in the step's dependency chain (seed 000 measured 673 such counter kernels per
-  step on 8xH100 as 8% of step time), and a stream shared across layers adds them without a parameter.
-* ``hlo_text``: the normalized module must equal the golden's when the compiler stack the golden records (jax,
-  jaxlib, libtpu, CUDA, TE, platform, stage: ``stack.is_compiler``) equals this run's; otherwise, on a local run,
-  the difference is advisory and the counts and the named rules still gate. On a pinned run (CI,
-  ``stack.stack_mode``) a golden of another stack is a ``missing_golden`` regression and nothing is relaxed. The
-  code under test's versions (maxtext, flax, a user's library) never relax anything. A difference carries `diff`'s
-  verdict and kinds: one that is RNG state only,
-  dropped, is an improvement to accept (a fix like seed 001's), not a regression; one that only renames entry
-  parameters (``renamed-only``) is an advisory listing the renames, which ``golden update`` records.
-* The named rules (``named_rules``; each ``fail`` by default): ``donation``, ``host_transfer``, ``precision``,
-  ``program_size`` (a ratchet within ``program_size_tolerance``) and ``kernels`` (kernel bodies by content), read
-  from the structural diff of the cell's text against the golden's (run once, where they differ) and the golden
-  record's kernel digests. They gate whether or not ``hlo_text`` is advisory.
-* ``missing_golden``: a cell without a golden fails; a golden without a cell is reported as stale.
-* ``unjudged``: a cell with a golden that is unavailable here fails unless a waiver with a reason accepts it.
-* ``dead_rng`` (default ``warn``): RNG streams the step carries but never draws from (``hlo-audit rng``): each
-  costs two entry parameters per step and a counter increment per call. A ``dead_rng`` waiver may name a
-  ``pattern`` (a glob over stream patterns) to accept known dead state and still catch new dead streams.
-* ``stale_waiver`` (default ``warn``): a waiver that waived nothing although every cell it covers was judged: the
-  fix landed, and a waiver left behind would hide the regression coming back.
-* ``memory`` (default ``warn``): a ratchet on a compiled cell's memory analysis, as ``count`` is on entry
-  parameters: argument, output, temp or generated-code bytes above the golden's by more than
-  ``memory_tolerance`` (a fraction, default 2%) is a regression; below it by as much, an improvement that asks
-  to tighten the golden. Alias bytes are not gated here: more of them means less memory, and fewer is a lost
-  donation (the ``donation`` rule), whose smaller temp buffers are no improvement.
-
-Each rule is a pure function of the cell's one comparison with its golden (``compare.CellDelta``, which the reports
-and `diff` read too) in one table (``rules.RULES``); the gate applies the table and the policy and keeps no state.
+Each rule is one module of ``rules`` (its spec: name, default action, tolerance, the kinds of change it reads, its
+judge, the facts its findings carry), listed once in ``rules.registry.SPECS``; a config's ``[policy]`` sets each
+rule's action (``fail``, ``warn`` or ``off``) and tolerance, and a waiver must carry a reason. Each judge is a pure
+function of the cell's one comparison with its golden (``compare.CellDelta``, which the reports and `diff` read too);
+the gate applies the registry's judges (``rules.registry.judged``) and the policy and keeps no state. It makes the
+findings no judge of one compared cell can itself: a golden that is missing, unreadable or of another compiler stack
+on a pinned run (``missing_golden``), a cell that cannot be judged here (``unjudged``), a golden without a cell, and
+waivers that waived nothing (``stale_waiver``).
 Every finding is a typed record (``findings``): its place, rule, severity and the numbers behind it. The gate words
 nothing (``report.words`` does); a waiver makes a new finding, of severity waived, that names the waiver.
 """
@@ -57,14 +18,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.compare import CellDelta
-from hlo_audit.findings import Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver, Unjudged
+from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver,
+                                Unjudged)
 from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
-from hlo_audit.policy import Action, Policy, Rule
+from hlo_audit.policy import Action, Policy
 from hlo_audit.results import CellResult, Severity, Status
-from hlo_audit.rules import RULES, Context, Subject, used_waivers
+from hlo_audit.rules import registry
+from hlo_audit.rules.registry import Rule
+from hlo_audit.rules.spec import Context, Subject
 from hlo_audit.scaling import Series
 from hlo_audit.stack import StackMode, stack_mode, why_pinned
 
@@ -88,9 +52,9 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
 
 
 class Gate:
-    """Applies the rules' table (``rules.RULES``) under a policy: what each rule found, then the policy's action and
-    the waivers, each making a new finding. Holds nothing between cells: the waivers used are read off the findings
-    (``rules.used_waivers``)."""
+    """Applies the registry's judges (``rules.registry.judged``) under a policy: what each rule found, then the
+    policy's action and the waivers, each making a new finding. Holds nothing between cells: the waivers used are read
+    off the findings (``used_waivers``)."""
 
     def __init__(self, policy: Policy, regenerate: str, pinned_by: str | None = ""):
         self.policy = policy
@@ -117,7 +81,7 @@ class Gate:
         """The outcome with every finding about it and each cell's comparison with its golden (``compare.CellDelta``,
         built once: the formats read it): each cell against its golden (its text where it keeps one), the goldens
         without a cell (``report_stale``: one shard of a sharded run reports them) and waivers left over."""
-        context = Context(self.policy, self.command_for(series_ids(outcome.plan)))
+        context = registry.context(self.policy, self.command_for(series_ids(outcome.plan)))
         findings: list[Finding] = []
         used: set[int] = set()
         deltas: dict[str, CellDelta] = {}
@@ -157,7 +121,7 @@ class Gate:
 
     def check(self, result: CellResult, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
               context: Context | None = None) -> list[Finding]:
-        """Every finding about one cell: the rules' table applied to it (``rules.RULES``)."""
+        """Every finding about one cell: the registry's judges applied to it (``rules.registry.judged``)."""
         return self.judge_cell(result, golden, delta, leads, context)[0]
 
     def judge_cell(self, result: CellResult, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
@@ -165,7 +129,7 @@ class Gate:
         """The cell's findings after the policy, and before it (what the rules found: waivers a rule matched count as
         used whatever the policy's action)."""
         cid = result.cell.id
-        context = context or Context(self.policy, self.command)
+        context = context or registry.context(self.policy, self.command)
         if result.status is not Status.OK:
             return self._not_lowered(result, golden)
         found: list[Finding] = []
@@ -175,9 +139,7 @@ class Gate:
         elif delta.pinned and delta.stack_moved:  # CI's stack is pinned: another stack's golden is a mistake
             found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
                 str(golden.summary or cid), context.command(cid), stack=delta.stack_moved, pinned_by=self.pinned_by)))
-        subject = Subject(result, golden, delta, leads)
-        found += [f for entry in RULES if delta is not None or not entry.needs_golden
-                  if (f := entry.judge(subject, context)) is not None]
+        found += registry.judge(Subject(result, golden, delta, leads), context)
         kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())], found
 
@@ -211,7 +173,7 @@ def stale_waivers(policy: Policy, used: set[int], judged: Sequence[CellResult],
     """Waivers that waived nothing (``used``: the indexes of those that did), although every cell of the matrix they
     cover was judged here: a fix landed (or the waiver never matched), and a waiver left behind would hide the
     regression coming back. Policy ``stale_waiver`` (default warn) says what that is."""
-    action = policy.action(Rule.STALE_WAIVER, Action.WARN)
+    action = policy.action(Rule.STALE_WAIVER, registry.spec_of(Rule.STALE_WAIVER).action)
     if action is Action.OFF:
         return []
     judged_ids = {r.cell.id for r in judged if r.ok}
@@ -228,3 +190,11 @@ def stale_waivers(policy: Policy, used: set[int], judged: Sequence[CellResult],
 def stale(golden_ids: Sequence[str], matrix_ids: set[str]) -> list[Finding]:
     return [Finding(cid, Severity.STALE, Rule.MISSING_GOLDEN, StaleGolden()) for cid in golden_ids
             if cid not in matrix_ids]
+
+
+def used_waivers(findings: Sequence[Finding]) -> set[int]:
+    """The indexes of the waivers that waived something among ``findings``: a waived finding's, and the patterns a
+    dead-RNG finding set apart."""
+    used = {w.index for f in findings for w in f.waivers}
+    used.update(w.index for f in findings if isinstance(f.facts, DeadRng) for w in f.facts.waived_patterns.values())
+    return used

@@ -21,13 +21,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("stages", ("stages", "stages.*")),
     ("targets", ("targets", "targets.*")),
     # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
-    # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower).
-    ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts")),
+    # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower). The rules are one spec
+    # each, a pure function of a cell's comparison (``rules.registry``); with them what their judges read of a golden
+    # (its record, what it lacks) and of a depth series (``scaling``): below the config, which validates a
+    # ``[policy]`` against the specs.
+    ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts", "rules", "rules.*",
+                 "scaling", "golden.record", "golden.completeness")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
-    # Results -> an outcome: goldens, depth series, the gate; what `rng`, `explain` and `lower` read.
-    ("judging", ("golden", "golden.*", "scaling", "compare", "outcome", "named_rules", "rules", "gate", "explain",
-                 "inputs", "measure")),
+    # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.
+    ("judging", ("golden", "golden.*", "compare", "outcome", "gate", "explain", "inputs", "measure")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",

@@ -18,13 +18,10 @@ from hlo_audit.compare import CellDelta
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
-from hlo_audit.policy import Rule
+from hlo_audit.rules import registry
 from hlo_audit.results import CellResult, Severity
 from hlo_audit.scaling import Series, fit_series
 
-# Advisories that hold for most cells of a real model (MaxText carries dead RNG state in every cell today):
-# reports fold them into one line unless asked for every finding.
-FOLDED_ADVISORIES = frozenset({Rule.DEAD_RNG})
 # What a human need not read one by one in the summary view: a cell that matches its golden (the "ok"
 # placeholder), one this host cannot lower (listed in a line per reason), a waived finding (its waiver says why).
 QUIET_SEVERITIES = frozenset({Severity.OK, Severity.UNAVAILABLE, Severity.WAIVED})
@@ -35,7 +32,7 @@ class CheckSummary:
     """The numbers every format of a check prints, decided once (``Outcome.summary``).
 
     ``cells``: the cells checked (stale goldens are not cells: they are counted apart). Each cell has one verdict,
-    its worst finding once advisories are folded (``FOLDED_ADVISORIES``: dead RNG state, which has its own column
+    its worst finding once advisories are folded (a spec's ``folds``: dead RNG state, which has its own column
     and line); ``cells_by_verdict`` counts cells and sums to ``cells``. ``findings_by_severity`` counts findings
     (what the gate said, several per cell at most), the "matches its golden" placeholders left out; ``folded``
     of the advisories among them are folded into one line.
@@ -163,7 +160,7 @@ class Outcome:
 
 
 def _folds(finding: Finding) -> bool:
-    return finding.severity is Severity.ADVISORY and finding.rule in FOLDED_ADVISORIES
+    return finding.severity is Severity.ADVISORY and finding.rule in registry.folded()
 
 
 def _verdicts(cell_ids: Sequence[str], listed: Sequence[Finding]) -> dict[str, Severity]:

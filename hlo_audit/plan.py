@@ -22,6 +22,7 @@ from hlo_audit.cache.key import analysis_fingerprint, package_versions
 from hlo_audit.config import Config, load_config
 from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, parse_shard, selection, shard_of
 from hlo_audit.resolve import resolve
+from hlo_audit.rules.registry import fingerprinted_tolerances
 from hlo_audit.targets import get_target
 from hlo_audit.usage import InputError
 
@@ -49,7 +50,7 @@ class Judge:
         policy = {"actions": dict(sorted(rules.actions.items())),
                   "waivers": [[w.rule, w.reason, dict(sorted(w.match.items())), w.pattern, w.built_in]
                               for w in rules.waivers],
-                  "memory_tolerance": rules.memory_tolerance, "program_size_tolerance": rules.program_size_tolerance}
+                  **fingerprinted_tolerances(rules)}
         matrix = {"target": config.target, "series": [asdict(axes) for axes in config.series],
                   "exclude": [dict(rule) for rule in config.exclude], "nnx": config.nnx,
                   "golden_dir": config.golden_dir.name}

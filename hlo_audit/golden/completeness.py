@@ -6,17 +6,20 @@ donation and an added ``jax.debug.print`` then passed, issue 34), one without ke
 Pallas kernel's block size change passed). Here each part is wanted where this version would write it for the cell
 (``GoldenRecord.of``), and a golden that lacks one is a ``missing_golden`` finding naming the parts and the golden
 update that writes them: damaged where the summary says the current format (which writes them all), written by an
-older hlo-audit where it says an older one (``record.GOLDEN_FORMAT``).
+older hlo-audit where it says an older one (``record.GOLDEN_FORMAT``; the finding is the ``missing_golden`` rule's:
+``rules.missing_golden``).
 """
 
 from __future__ import annotations
 
-from hlo_audit.findings import Finding, GoldenPart, MissingGolden
-from hlo_audit.golden.record import GOLDEN_FORMAT
-from hlo_audit.golden.snapshot import Golden
-from hlo_audit.policy import Rule
-from hlo_audit.results import CellResult, Severity
-from hlo_audit.scaling import Series
+from typing import TYPE_CHECKING
+
+from hlo_audit.findings import GoldenPart
+
+if TYPE_CHECKING:
+    from hlo_audit.golden.snapshot import Golden
+    from hlo_audit.results import CellResult
+    from hlo_audit.scaling import Series
 
 
 def lacking(golden: Golden, result: CellResult, leads: Series | None) -> tuple[GoldenPart, ...]:
@@ -40,15 +43,3 @@ def lacking(golden: Golden, result: CellResult, leads: Series | None) -> tuple[G
         (GoldenPart.HOST_FIGURE, record.measured is not None and record.host is None),
     )
     return tuple(part for part, missing in wanted if missing)
-
-
-def incomplete(golden: Golden, result: CellResult, leads: Series | None, command: str) -> Finding | None:
-    """A ``missing_golden`` regression where ``golden`` lacks parts the rules compare for ``result``, naming them,
-    the format its summary says and ``command`` (the golden update that writes them); None where it lacks none."""
-    lacks = lacking(golden, result, leads)
-    if not lacks:
-        return None
-    cid = result.cell.id
-    return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
-        why=str(golden.summary) if golden.summary is not None else cid, command=command, lacks=lacks,
-        golden_format=golden.record.format, damaged=golden.record.format >= GOLDEN_FORMAT))

@@ -14,7 +14,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
 from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange, HostFigure
-from hlo_audit.policy import Rule
+from hlo_audit.rules.registry import Rule
 from hlo_audit.report.change_words import change_line
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}

@@ -1,0 +1,58 @@
+"""``hlo_text``: the normalized module must equal the golden's when the compiler stack the golden records (jax,
+jaxlib, libtpu, CUDA, TE, platform, stage: ``stack.is_compiler``) equals this run's; otherwise, on a local run, the
+difference is advisory and the counts and the named rules still gate. On a pinned run (CI, ``stack.stack_mode``) a
+golden of another stack is a ``missing_golden`` regression (the gate's) and nothing is relaxed. The code under
+test's versions (maxtext, flax, a user's library) never relax anything. A difference carries `diff`'s verdict and
+kinds: one that is RNG state only, dropped, is an improvement to accept (a fix like seed 001's), not a regression;
+one that only renames entry parameters (``renamed-only``) is an advisory listing the renames."""
+
+from __future__ import annotations
+
+from hlo_audit.findings import Finding, MissingGolden, TextChange, TextKind, TextVerdict
+from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.policy import Action
+from hlo_audit.results import Severity
+from hlo_audit.rules import missing_golden
+from hlo_audit.rules.spec import Context, RuleSpec, Subject
+
+NAME = "hlo_text"
+
+
+def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
+    """A text that differs only by RNG state it dropped is an improvement to accept, not a regression; one whose entry
+    parameters are renamed and whose program is the same (renamed-only) an advisory listing the renames; under another
+    environment than the golden's, advisory (the counts and the named rules still gate). A golden text that is
+    missing, not UTF-8 or (where it differs) not a module is a missing golden: a deleted or damaged text never turns
+    the text rule off."""
+    problem = _text_problem(subject, ctx)
+    if problem is not None:
+        return problem
+    d = subject.delta
+    verdict = d.text
+    if verdict in (TextVerdict.NOT_COMPARED, TextVerdict.SAME):
+        return None
+    structural = d.structural
+    kind = (TextKind.MOVED if d.environment else TextKind.RNG_DROPPED if verdict is TextVerdict.RNG_DROPPED
+            else TextKind.RENAMED if verdict is TextVerdict.RENAMED else TextKind.CHANGED)
+    severity = {TextKind.MOVED: Severity.ADVISORY, TextKind.RNG_DROPPED: Severity.IMPROVEMENT,
+                TextKind.RENAMED: Severity.ADVISORY, TextKind.CHANGED: Severity.REGRESSION}[kind]
+    changed, diff = d.text_lines
+    renames = structural.named(ChangeKind.RENAME) if verdict is TextVerdict.RENAMED else ()
+    return Finding(subject.cell, severity, NAME, TextChange(
+        kind=kind, changed_lines=changed, diff=diff, verdict=structural.diff.verdict,
+        changes=tuple(structural.diff.changes), rng_params=structural.rng_params, environment=d.environment,
+        command=ctx.command(subject.cell), renames=renames,
+        params=(*structural.diff.params_added, *structural.diff.params_removed)))
+
+
+def _text_problem(subject: Subject, ctx: Context) -> Finding | None:
+    """A compared cell whose golden text is missing, not UTF-8 or, when it differs, not a module."""
+    why = subject.delta.text_problem
+    if why is None:
+        return None
+    return Finding(subject.cell, Severity.REGRESSION, missing_golden.NAME,
+                   MissingGolden(why, ctx.command(subject.cell)))
+
+
+SPEC = RuleSpec(NAME, Action.FAIL, hlo_text, (TextChange,), (ChangeKind.RENAME,),
+                doc="the canonical text against the golden's (advisory under another environment)")

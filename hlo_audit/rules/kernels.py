@@ -1,0 +1,34 @@
+"""``kernels``: Pallas / Mosaic / Triton kernel bodies by content digest (``hlo.kernels``) against the golden
+record's; a kernel added or removed from the diff. A golden written before digests were kept compares none."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from hlo_audit.findings import KernelBody, NamedChange
+from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.rules.spec import Context, named_spec, of_kind
+
+if TYPE_CHECKING:
+    from hlo_audit.compare import CellDelta
+
+NAME = "kernels"
+
+
+def kernels(d: CellDelta, ctx: Context) -> NamedChange | None:
+    """Kernel bodies against the golden record's digests (both sides must have them: a golden from before they were
+    kept compares none), and kernels added or removed as the diff names them."""
+    golden, now = d.kernels
+    bodies: list[KernelBody] = []
+    if golden is not None and now is not None:
+        bodies = [KernelBody(name, tuple(golden.get(name, ())), tuple(now.get(name, ())))
+                  for name in sorted(golden.keys() | now.keys())
+                  if Counter(golden.get(name, ())) != Counter(now.get(name, ()))]
+    changes = of_kind(d, ChangeKind.KERNEL)
+    if not bodies and not changes:
+        return None
+    return NamedChange(NAME, True, changes, kernels=tuple(bodies), command=ctx.command(d.cell))
+
+
+SPEC = named_spec(NAME, kernels, (ChangeKind.KERNEL,), "kernel bodies by content digest, kernels added or removed")

@@ -1,0 +1,143 @@
+"""The registry is the one place a rule is listed (issue 38 item 1): every ``[policy]`` key a config accepts, every
+default action, every judge the gate runs and every tolerance a policy's fingerprint reads comes from
+``rules.registry.SPECS``, and a spec added there alone is judged, worded, detailed and configurable."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+from hlo_audit import rules as rules_package
+from hlo_audit.config import ConfigError, load_config
+from hlo_audit.findings import Finding, NamedChange
+from hlo_audit.gate import Gate
+from hlo_audit.matrix import Cell
+from hlo_audit.outcome import _folds
+from hlo_audit.merge import _DETAILS, finding_record
+from hlo_audit.plan import Judge
+from hlo_audit.policy import Action, Policy
+from hlo_audit.report.words import _MESSAGES, message
+from hlo_audit.results import CellResult, Severity
+from hlo_audit.rules import registry
+from hlo_audit.rules.spec import Context, RuleSpec, Subject, Tolerance
+
+RESULT = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={})
+
+
+def _specs_in_modules() -> list[RuleSpec]:
+    """Every spec any module of the rules package defines."""
+    found = []
+    for info in pkgutil.iter_modules(rules_package.__path__):
+        module = importlib.import_module(f"hlo_audit.rules.{info.name}")
+        found += [value for value in vars(module).values() if isinstance(value, RuleSpec)]
+    return found
+
+
+def test_every_spec_is_registered_once_and_names_every_rule():
+    names = [spec.name for spec in registry.SPECS]
+    assert len(names) == len(set(names))
+    assert {id(s) for s in _specs_in_modules()} == {id(s) for s in registry.SPECS}  # none defined and left out
+    assert list(registry.default_policy()) == names
+    assert {r.value for r in registry.Rule} == {*names, *registry.NOT_RULES.values()}
+    assert [s.name for s in registry.judged()] == [s.name for s in registry.SPECS if s.judge is not None]
+
+
+def test_every_finding_a_spec_declares_is_worded_and_detailed():
+    """A rule's facts select its words and its JSON details: each kind a spec says its findings carry has words, and
+    details unless it carries no numbers (a stale golden: ``{}``)."""
+    for spec in registry.SPECS:
+        for facts in spec.facts:
+            assert facts in _MESSAGES and (facts in _DETAILS or not dataclasses.fields(facts)), (spec.name, facts)
+
+
+def test_every_policy_key_config_accepts_is_a_spec(tmp_path):
+    """Each rule's action, each rule's tolerance in [policy] (and the top-level ones where the spec says so); any
+    other key is one line naming it."""
+    def load(text: str):
+        (tmp_path / "hlo-audit.toml").write_text(text)
+        return load_config(cwd=tmp_path).rules
+
+    for spec in registry.SPECS:
+        assert load(f'[policy]\n{spec.name} = "off"\n').action(spec.name) is Action.OFF
+    for key, spec in registry.tolerance_keys().items():
+        assert registry.tolerances(load(f"[policy]\n{key} = 0.25\n"))[spec.name] == 0.25
+        with pytest.raises(ConfigError, match=rf"^hlo-audit.toml: policy.{key}: expected a fraction in \[0, 1\)"):
+            load(f'[policy]\n{key} = "5%"\n')
+        at_top = f"{key} = 0.25\n"
+        if spec.tolerance.top_level:
+            assert registry.tolerances(load(at_top))[spec.name] == 0.25
+            with pytest.raises(ConfigError, match=f"policy.{key}: set at the top level too"):
+                load(f"{at_top}[policy]\n{key} = 0.1\n")
+        else:
+            with pytest.raises(ConfigError, match=f"unknown key '{key}'"):
+                load(at_top)
+    for spec in registry.SPECS:
+        waiver = f'[[waive]]\nrule = "{spec.name}"\nreason = "r"\npattern = "a.*"\n'
+        if spec.pattern_waivers:
+            assert load(waiver).waivers[0].pattern == "a.*"
+        else:
+            with pytest.raises(ConfigError, match=r"waive\[0\].pattern: unknown key"):
+                load(waiver)
+    with pytest.raises(ConfigError, match="policy.vibes: unknown rule") as refused:
+        load('[policy]\nvibes = "off"\n')
+    assert "\n" not in str(refused.value)
+
+
+def test_a_default_policy_fingerprints_the_tolerances_it_always_did(tmp_path):
+    """memory's and program_size's tolerance are always in the policy's fingerprint (a default policy's digest is the
+    one shards already wrote); host_cost's only where a config sets it otherwise than its default."""
+    default = Policy(registry.default_policy())
+    assert registry.fingerprinted_tolerances(default) == {"memory_tolerance": 0.02, "program_size_tolerance": 0.05}
+    set_host = Policy(registry.default_policy(), tolerances={"host_cost": 0.5})
+    assert registry.fingerprinted_tolerances(set_host)["host_cost_tolerance"] == 0.5
+    (tmp_path / "hlo-audit.toml").write_text('[policy]\nhost_cost_tolerance = 0.5\n')
+    other = Judge.of(load_config(cwd=tmp_path))
+    (tmp_path / "hlo-audit.toml").write_text('[policy]\nhost_cost_tolerance = 0.0\n')
+    assert Judge.of(load_config(cwd=tmp_path)).policy != other.policy
+
+
+def _always(subject: Subject, ctx: Context) -> Finding | None:
+    """A test rule: every cell, with its tolerance in the facts."""
+    return Finding(subject.cell, Severity.REGRESSION, "always", NamedChange(
+        "always", True, (), tolerance=ctx.tolerance("always"), command=ctx.command(subject.cell)))
+
+
+ALWAYS = RuleSpec("always", Action.FAIL, _always, (NamedChange,), tolerance=Tolerance(0.1, "0.1 for 10%"),
+                  needs_golden=False, doc="every cell (a test's rule)")
+
+
+def test_a_spec_added_to_the_registry_alone_is_judged_worded_and_configurable(tmp_path, monkeypatch):
+    monkeypatch.setattr(registry, "SPECS", (*registry.SPECS, ALWAYS))
+    (tmp_path / "hlo-audit.toml").write_text('[policy]\nalways = "warn"\nalways_tolerance = 0.3\n')
+    policy = load_config(cwd=tmp_path).rules
+    assert policy.actions["always"] == "warn" and policy.tolerances == {"always": 0.3}
+
+    [found] = [f for f in Gate(policy, "hlo-audit golden update").check(RESULT, None, None, None)
+               if f.rule == "always"]
+    assert found.severity is Severity.ADVISORY  # warned: the policy's action applied
+    assert found.facts.tolerance == 0.3
+    assert message(found).endswith("If intended: hlo-audit golden update --only id=" + RESULT.cell.id)
+    record = finding_record(found)
+    assert json.loads(json.dumps(record))["details"]["tolerance"] == 0.3
+
+    assert not _folds(found)  # a warned finding of its own, unless its spec folds its advisories into one line
+    monkeypatch.setattr(registry, "SPECS", (*registry.SPECS[:-1], dataclasses.replace(ALWAYS, folds=True)))
+    assert _folds(found)
+
+    default = Gate(Policy(registry.default_policy()), "x").check(RESULT, None, None, None)
+    assert [(f.severity, f.facts.tolerance) for f in default if f.rule == "always"] == [(Severity.REGRESSION, 0.1)]
+    assert not [f for f in Gate(Policy({"always": "off"}), "x").check(RESULT, None, None, None) if f.rule == "always"]
+
+
+def test_the_configuration_docs_list_every_policy_key():
+    """docs/configuration.md's ``[policy]`` block names every rule's action and every tolerance [policy] takes."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    block = text[text.index("[tool.hlo-audit.policy]"):]
+    block = block[:block.index("\n\n")]
+    keys = {line.split("=")[0].strip() for line in block.splitlines()[1:] if "=" in line and not line.startswith(" ")}
+    assert keys == {*registry.default_policy(), *registry.tolerance_keys()}
