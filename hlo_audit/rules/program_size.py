@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import Moved, NamedChange
-from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.hlo.changes import RANDOM_BITS, Action, ChangeKind
 from hlo_audit.rules.spec import Context, Tolerance, named_spec
 
 if TYPE_CHECKING:
@@ -37,6 +37,8 @@ def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
     if not (grew or shrank) or shrank and any(structural.named(kind) for kind in _JUDGED_ELSEWHERE):
         return None
     before, after = sizes["instructions"]
+    if _explained(structural, changes, before, after, tolerance):
+        return None
     if before * (1 - tolerance) <= after <= before * (1 + tolerance) and structural.named(ChangeKind.LOOPS):
         return None  # the same program run more (or less) per step: the loops' trip counts, the loops rule's words
     # A program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
@@ -44,6 +46,19 @@ def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, grew or shrank, changes, sizes=sizes,
                        by_opcode=structural.per_step_by_opcode, tolerance=tolerance, command=ctx.command(d.cell),
                        environment=d.closed_calls_moved, moved_by=Moved.CLOSED_CALLS)
+
+
+def _explained(structural, changes, before: int, after: int, tolerance: float) -> bool:
+    """Whether the instructions the rules judging elsewhere name (remat's checkpoints and recomputation, a loss term,
+    clipping; the random-bit computations a literal or reused key brings, where the rng_keys rule names one) account
+    for the program's growth but for its tolerance: a program that grew by what another finding says is not
+    counted again (the per-step count moves with them: those are the instructions it runs)."""
+    named = [c.instructions for kind in _JUDGED_ELSEWHERE for c in structural.named(kind)]
+    if structural.named(ChangeKind.RNG_KEYS):  # a program-size record's instructions are the whole difference:
+        # of the random bits, the instructions that are theirs (its count), with their sign
+        named += [c.count if c.action is Action.ADDED else -c.count for c in changes if c.subject == RANDOM_BITS]
+    left = after - before - sum(named)
+    return bool(named) and abs(left) <= before * tolerance
 
 
 # A jax release moves a module's instruction count by a few percent, and under another environment than the
