@@ -21,6 +21,7 @@ before program size, so that the edits they explain are theirs, not a size tally
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -450,7 +451,7 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
         # Layers or weights added, removed or reshaped: their checkpoints come and go with them, and what a
         # checkpoint keeps changes with what it computes; the parameters and sizes say so, not a remat story.
         return []
-    rest = _unclaimed(match, claimed)
+    rest = _remat_work(_unclaimed(match, claimed), sides)
     barriers = [e for e in rest if e.instruction.opcode in _BARRIERS]
     net = _net(barriers)
     if net:
@@ -475,6 +476,23 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
                        f", {recomputed}" if recomputed else ""),
                    instructions=_net(work), groups=_opcodes(work),
                    layers=_layers([*changed, *(e for e in barriers if e.edit is Edit.INSERTED)], sides))]
+
+
+# jax's name stack for what a checkpoint keeps or recomputes: ``.../checkpoint/rematted_computation/...`` forward,
+# ``transpose(jvp(...))/remat2`` backward (flax's nn.remat and equinox's filter_checkpoint alike).
+_REMAT_NAME = re.compile(r"(?:^|[/(])(?:remat\d*|checkpoint|rematted_computation)(?:[/)]|$)")
+
+
+def _remat_work(rest: list[InstructionEdit], sides: Sides) -> list[InstructionEdit]:
+    """What of ``rest`` is remat's: where the edits' side names their ops (a cell's lowering, a dump with metadata),
+    the barriers and the instructions jax's name stack puts under a checkpoint, and those it names nothing (the
+    calls' tuples); other work beside it (layers added in the same edit) is left to the kinds that say it. Where the
+    side names no op (a golden's text keeps no metadata: remat removed), every edit left, as before."""
+    names = [sides.origin(e)[0] for e in rest]
+    if not any(names):
+        return rest
+    return [e for e, name in zip(rest, names)
+            if e.instruction.opcode in _BARRIERS or not name or _REMAT_NAME.search(name)]
 
 
 def _barriers_changed(match: ModuleMatch, claimed: set[int]) -> list[InstructionEdit]:
