@@ -27,8 +27,11 @@ from pathlib import PurePosixPath
 from hlo_audit.hlo.text import HloModule, Instruction
 
 # Packages whose frames are the machinery, not the model: skipped while an outer frame is the user's.
+# equinox's filter_checkpoint and filter_jit, haiku's and penzai's modules are wrappers over jax as flax's are: an
+# equinox remat placed at equinox/_ad.py said nothing of where the model asked for it.
 FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "numpy", "chex", "orbax", "qwix", "aqt", "tokamax",
-                        "transformer_engine", "functools", "contextlib", "typing"})
+                        "transformer_engine", "equinox", "haiku", "penzai", "einops", "functools", "contextlib",
+                        "typing"})
 # (computation, instruction) -> (jax's op_name, source file:line), by the names of a module's canonical text.
 Places = Mapping[tuple[str, str], tuple[str, str]]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
