@@ -8,6 +8,7 @@ them and says how many more there are (``--format json`` has every one).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from hlo_audit.hlo.changes import (LITERAL_KEY, LOOP_KEY, REMAT_POLICY, REWIRED, ROLLED, TRIP_COUNT, UNROLLED, Action,
@@ -178,14 +179,28 @@ def _gradient(c: Change, kind: str, where: str) -> str:
 
 
 def _common(paths: Sequence[str]) -> str:
-    """``state.params.block_0.* (16)``: the paths' common prefix, or the first of them."""
+    """``state.params.block_0.* (16)``: the paths' common prefix, or the first of them. A prefix that is only the
+    argument's root (``model.* (8)`` says nothing) is split at its next part, a layer's index kept with it:
+    ``model.blocks.0.* (6), model.embed.* (2)``."""
     parts = [p.split(".") for p in paths]
     head = 0
     while parts and all(len(p) > head + 1 and p[head] == parts[0][head] for p in parts):
         head += 1
-    if len(paths) > 1 and head:
+    if len(paths) > 1 and head > 1:
         return f"{'.'.join(parts[0][:head])}.* ({len(paths)})"
+    if len(paths) > 1 and head == 1:
+        return _paths([f"{key}.* ({n})" if n > 1 else key for key, n in _under(parts, head).items()])
     return _paths(list(paths))
+
+
+def _under(parts: Sequence[Sequence[str]], head: int) -> dict[str, int]:
+    """Paths counted by their first ``head + 1`` parts (with the part after, where that is a layer's index), the
+    largest group first."""
+    groups: Counter = Counter()
+    for p in parts:
+        depth = head + 2 if len(p) > head + 2 and p[head + 1].isdigit() else head + 1
+        groups[".".join(p[:depth]) if len(p) > depth else ".".join(p)] += 1
+    return dict(sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _transform(c: Change, kind: str, where: str) -> str:
