@@ -5,7 +5,9 @@ is called ``net``, a name nothing in hlo-audit knows: its leaves are weights onl
 ``cell.quant`` picks a variant: ``base``; ``reordered``, the blocks' fields declared in another order (the same
 program); ``frozen``, the first block left out of the gradient by a wrong ``eqx.partition`` filter; ``pmap``, the
 base step under ``filter_pmap``; ``dict``, a haiku-style step: ``jax.jit`` over a dict of dicts of params, with
-a dropout key (a raw ``u32[2]`` argument called ``rng``) folded per layer.
+a dropout key (a raw ``u32[2]`` argument called ``rng``) folded per layer; ``remat``, each block checkpointed;
+``remat_wide``, that and 12 elementwise layers besides; ``l2``, an L2 penalty added to the loss; ``cut``, a
+``stop_gradient`` after the first block.
 """
 
 from __future__ import annotations
@@ -65,6 +67,48 @@ def make_step(net, opt_state, x, y):
     value, grads = eqx.filter_value_and_grad(loss)(net, x, y)
     updates, opt_state = optim.update(grads, opt_state, eqx.filter(net, eqx.is_array))
     return eqx.apply_updates(net, updates), opt_state, value
+
+
+def remat_loss(net, x, y, extra: int = 0):
+    """``loss`` with each block checkpointed (``eqx.filter_checkpoint``) and, with ``extra``, that many elementwise
+    layers of the model's own beside it (work no other rule names)."""
+    def forward(x):
+        h = net.embed(x)
+        for block in net.layers:
+            h = eqx.filter_checkpoint(lambda b, h: b(h))(block, h)
+        for _ in range(extra):
+            h = jnp.sin(h) * 1.01
+        return net.head(h)
+    return jnp.mean((jax.vmap(forward)(x) - y) ** 2)
+
+
+def l2_loss(net, x, y):
+    """``loss`` with an L2 penalty on every weight."""
+    return loss(net, x, y) + 1e-4 * sum(jnp.sum(w ** 2) for w in jax.tree.leaves(eqx.filter(net, eqx.is_array)))
+
+
+def step_of(loss_fn):
+    """``make_step`` over another loss."""
+    @eqx.filter_jit(donate="all-except-first")
+    def step(net, opt_state, x, y):
+        value, grads = eqx.filter_value_and_grad(loss_fn)(net, x, y)
+        updates, opt_state = optim.update(grads, opt_state, eqx.filter(net, eqx.is_array))
+        return eqx.apply_updates(net, updates), opt_state, value
+    return step
+
+
+def cut_loss(net, x, y):
+    """``loss`` with ``stop_gradient`` after the first block: the embedding and that block train no more."""
+    def forward(x):
+        h = jax.lax.stop_gradient(net.layers[0](net.embed(x)))
+        for block in net.layers[1:]:
+            h = block(h)
+        return net.head(h)
+    return jnp.mean((jax.vmap(forward)(x) - y) ** 2)
+
+
+STEPS = {"remat": step_of(remat_loss), "remat_wide": step_of(lambda net, x, y: remat_loss(net, x, y, extra=12)),
+         "l2": step_of(l2_loss), "cut": step_of(cut_loss)}
 
 
 def _trainable(net: Model):
@@ -128,7 +172,7 @@ def lower(cell):
                            eqx.filter(net, eqx.is_array))
     if cell.quant == "pmap":
         return pmap_step.lower(_replicated(net), _replicated(opt_state), x[None], y[None])
-    step = frozen_step if cell.quant == "frozen" else make_step
+    step = frozen_step if cell.quant == "frozen" else STEPS.get(cell.quant, make_step)
     return step.lower(net, opt_state, x, y)
 
 

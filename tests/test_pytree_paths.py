@@ -17,6 +17,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 pytest.importorskip("equinox")
@@ -130,3 +132,58 @@ def test_a_field_reorder_passes_the_gate_as_renamed_only(project):
     assert ran.returncode == 0, ran.stdout[-3000:]
     (text,) = [f for f in json.loads(ran.stdout)["findings"] if f["rule"] == "hlo_text"]
     assert text["severity"] == "advisory" and "renamed-only" in text["message"], text
+
+
+def test_a_change_made_through_equinox_is_placed_at_the_model_s_line():
+    """``eqx.filter_checkpoint`` wraps ``jax.checkpoint`` in equinox's own ``_ad.py``: the remat the model asked for
+    is placed at the model's call, the first frame outside equinox and jax, not inside equinox."""
+    import equinox as eqx
+
+    from hlo_audit.hlo.locations import Locations
+    from hlo_audit.hlo.text import parse_module
+
+    net = eqx_model.build(2)
+
+    def forward(net, x):
+        h = net.embed(x)
+        for block in net.layers:
+            h = eqx.filter_checkpoint(lambda b, h: b(h))(block, h)  # the model's line
+        return jnp.sum(net.head(h))
+
+    x = jnp.ones((eqx_model.IN,))
+    text = jax.jit(jax.grad(forward, argnums=1)).lower(net, x).as_text(dialect="hlo", debug_info=True)
+    module = parse_module(text)
+    places = Locations(module)
+    line = next(n for n, src in enumerate(Path(__file__).read_text().splitlines(), 1) if "# the model's line" in src)
+    remat = Counter(places.of(i) for c in module.computations.values() for i in c.instructions
+                    if i.op_name.endswith("remat2"))
+    # The checkpoint at the model's call; what it recomputes at the block's own lines (eqx_model.py): none in equinox.
+    assert remat and set(remat) == {f"{Path(__file__).name}:{line}"}, remat
+
+
+@pytest.mark.parametrize("variant,rules", [
+    ("remat", {"remat"}),  # remat's checkpoints and recomputation: the growth is remat's, not program size's too
+    ("remat_wide", {"remat", "program_size"}),  # work beside it that no rule names: program size says it
+    ("l2", {"gradient"}),  # a loss term with its backward pass (2c * w per weight), not ops beside it
+])
+def test_what_one_finding_explains_is_not_counted_again(project, variant, rules):
+    _as_base(project, variant)
+    _write_config(project, [variant], '[policy]\nhlo_text = "warn"\n')
+    ran = hlo_audit_here(project, "check", "--format", "json")
+    assert ran.returncode == 1, ran.stderr[-3000:]
+    findings = json.loads(ran.stdout)["findings"]
+    assert {f["rule"] for f in findings if f["severity"] == "regression"} == rules, findings
+    if variant == "l2":
+        (change,) = [c for f in findings if f["rule"] == "gradient" for c in f["details"]["changes"]]
+        assert (change["kind"], change["action"]) == ("loss_term", "added"), change
+        assert change["after"] != "0 instructions of its backward pass", change
+
+
+def test_gradient_reach_lost_names_the_blocks_not_the_argument_s_root(project):
+    """A stop_gradient after the first block cuts the embedding and that block off the loss: named as such
+    (``net.layers.0.* (4), net.embed.* (2)``), not as ``net.* (6)``."""
+    _as_base(project, "cut")
+    _write_config(project, ["cut"], '[policy]\nhlo_text = "warn"\n')
+    ran = hlo_audit_here(project, "check", env={"COLUMNS": "300"})
+    assert "reach lost: 6 weights no longer updated" in ran.stdout, ran.stdout
+    assert "net.layers.0.* (4), net.embed.* (2)" in ran.stdout, ran.stdout
