@@ -7,7 +7,7 @@ program); ``frozen``, the first block left out of the gradient by a wrong ``eqx.
 base step under ``filter_pmap``; ``dict``, a haiku-style step: ``jax.jit`` over a dict of dicts of params, with
 a dropout key (a raw ``u32[2]`` argument called ``rng``) folded per layer; ``remat``, each block checkpointed;
 ``remat_wide``, that and 12 elementwise layers besides; ``l2``, an L2 penalty added to the loss; ``cut``, a
-``stop_gradient`` after the first block.
+``stop_gradient`` after the first block; ``print``, a ``jax.debug.print`` of each block's sum.
 """
 
 from __future__ import annotations
@@ -107,8 +107,21 @@ def cut_loss(net, x, y):
     return jnp.mean((jax.vmap(forward)(x) - y) ** 2)
 
 
+def printing_loss(net, x, y):
+    """``loss`` printing each block's output sum (per example, under vmap): what it computes to print is the
+    callback's."""
+    def forward(x):
+        h = net.embed(x)
+        for block in net.layers:
+            h = block(h)
+            jax.debug.print("block {}", h.sum())
+        return net.head(h)
+    return jnp.mean((jax.vmap(forward)(x) - y) ** 2)
+
+
 STEPS = {"remat": step_of(remat_loss), "remat_wide": step_of(lambda net, x, y: remat_loss(net, x, y, extra=12)),
-         "l2": step_of(l2_loss), "cut": step_of(cut_loss)}
+         "l2": step_of(l2_loss), "cut": step_of(cut_loss),
+         "print": step_of(printing_loss)}
 
 
 def _trainable(net: Model):

@@ -165,6 +165,7 @@ def test_a_change_made_through_equinox_is_placed_at_the_model_s_line():
     ("remat", {"remat"}),  # remat's checkpoints and recomputation: the growth is remat's, not program size's too
     ("remat_wide", {"remat", "program_size"}),  # work beside it that no rule names: program size says it
     ("l2", {"gradient"}),  # a loss term with its backward pass (2c * w per weight), not ops beside it
+    ("print", {"host_transfer"}),  # the callbacks with what they print (sums, sliced per example), not ops
 ])
 def test_what_one_finding_explains_is_not_counted_again(project, variant, rules):
     _as_base(project, variant)

@@ -98,6 +98,7 @@ def _role_counts(params: Iterable[EntryParam]) -> str:
 
 def _host_transfers(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
     groups = Groups()
+    transfers: list[InstructionEdit] = []
     for e in edits:
         if e.edit is Edit.CHANGED:
             was, now = is_host_transfer(e.old), is_host_transfer(e.new)
@@ -110,12 +111,38 @@ def _host_transfers(edits: Sequence[InstructionEdit], sides: Sides, claimed: set
                 continue
             action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
         claimed.add(id(e))
+        if e.edit is not Edit.CHANGED:
+            transfers.append(e)
         place = sides.place(e)
         groups.add((action, host_transfer_name(instr), place.op_name, place.source), place, sides.runs(e),
                    sides.layers(e))
+    for edit in (Edit.INSERTED, Edit.DELETED):
+        claimed.update(id(f) for f in _feeding_only([e for e in transfers if e.edit is edit], edits, sides, claimed))
     return [Change(ChangeKind.HOST_TRANSFER, action, name, place, count=g["count"], per_step=g["runs"],
                    layers=layer_count(g["layers"]))
             for (action, name, _, _), g, place in groups.items()]
+
+
+def _feeding_only(starts: Sequence[InstructionEdit], edits: Sequence[InstructionEdit], sides: Sides,
+                  claimed: set[int]) -> list[InstructionEdit]:
+    """The edits of the starts' side (inserted with them, or deleted with them) that compute values only they read,
+    at any depth: what ``jax.debug.print`` computes to print (``h.sum()``, sliced per example under vmap) came and
+    goes with its callbacks, not as ops beside them."""
+    if not starts:
+        return []
+    view = sides.new if starts[0].edit is Edit.INSERTED else sides.old
+    alone = {id(f.instruction): f for f in edits if f.edit is starts[0].edit and id(f) not in claimed}
+    taken = {id(e.instruction) for e in starts}
+    found: list[InstructionEdit] = []
+    frontier = [(e.instruction, e.computation) for e in starts]
+    while frontier:
+        instr, computation = frontier.pop()
+        for o in view.operands(instr, computation):
+            if id(o) in alone and id(o) not in taken and all(id(u) in taken for u in view.users(o)):
+                taken.add(id(o))
+                found.append(alone[id(o)])
+                frontier.append((o, alone[id(o)].computation))
+    return found
 
 
 _PRECISION_OPS = frozenset({"dot", "convolution", "ragged-dot"})
