@@ -141,3 +141,12 @@ def test_the_configuration_docs_list_every_policy_key():
     block = block[:block.index("\n\n")]
     keys = {line.split("=")[0].strip() for line in block.splitlines()[1:] if "=" in line and not line.startswith(" ")}
     assert keys == {*registry.default_policy(), *registry.tolerance_keys()}
+
+
+def test_the_readme_rules_table_lists_every_rule():
+    """README's table of rules (its first column) is the registry's rules, each once."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = text[text.index("| rule | fails when |"):]
+    table = table[:table.index("\n\n")]
+    named = [line.split("|")[1].strip().strip("`") for line in table.splitlines()[2:]]
+    assert sorted(named) == sorted(registry.default_policy()), set(named) ^ set(registry.default_policy())
