@@ -1,8 +1,8 @@
 """Replay MaxText's history through `hlo-audit check`: how many commits re-lower cells with the per-cell cache key,
 side by side with the key it replaced (a fingerprint of MaxText's whole package), in one run.
 
-Run by hand (30-60 minutes on a 2-core machine; not part of `make bench`), with the hlo-audit of this checkout and
-a MaxText git repository (a clone, or the bare mirror the `fetch` tool gives)::
+Run by hand (48 minutes for the 37 commits on the shared 2-core machine: not part of `make bench`), with the
+hlo-audit of this checkout and a MaxText git repository (a clone, or the bare mirror the `fetch` tool gives)::
 
     nice -n 10 .venv/bin/python scripts/replay_maxtext_history.py /path/to/maxtext.git \\
         --range f347a2173..538fe7a3f --workdir /tmp/hlo-audit-replay
@@ -30,7 +30,7 @@ What it does, all under ``--workdir`` (its ``maxtext/`` and ``project/`` are mad
 Prints a table per commit (commit, files changed in the repository and in the package, cells lowered again by the
 new key and the old, check seconds new and old, verdict) and a summary: commits that lower any cell again, cells
 lowered again, median and total check seconds, new against old. Writes the same as JSON to
-``<workdir>/replay.json``.
+``<workdir>/replay.json``. The figure this printed is in docs/commands.md (the cache) and docs/development.md.
 """
 
 from __future__ import annotations
