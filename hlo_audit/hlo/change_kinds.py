@@ -46,6 +46,7 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += change_terms.conditionals(match, sides, claimed)
     changes += change_terms.loss_scaling(match, sides, claimed)
     changes += change_terms.loss_terms(match, sides, claimed)
+    changes += change_terms.routing(match, sides, claimed)
     changes += shapes(match, sides, claimed, changes)
     changes += _renames(match.params)
     changes += _parameters(match.params)

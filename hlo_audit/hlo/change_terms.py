@@ -8,6 +8,10 @@ they explain are not counted again as ops, shapes or program size:
 * ``loss_scaling``: the loss multiplied by a constant and the gradients divided by the same constant after (static
   loss scaling for low precision), removed or added: a scalar multiply by F and divides by F (the gradients', the
   loss's), with the constants jax folded F into (the backward pass's seeds, whose literals change by F).
+* ``routing``: the selection a step makes (an MoE router's experts, a sampler's tokens) by another op: ``argmax``
+  (a call of jax's ``argmax`` computation), ``topk`` of another ``k``, a ``sort``, with the computations those call
+  and the instructions at the same source line that turn the selection into gates (``one_hot``, a sum): "routing:
+  argmax x2 -> top_k (k=2) x2", not ops and computations added and removed.
 * ``loss_term``: a term of the loss removed or added (an MoE load-balancing aux loss): a scalar ``add`` of a value
   both sides compute (the rest of the loss) and a value only one side computes from reductions (what reduced into
   the loss), with the term's backward pass, connected to it by edits of the same side.
@@ -19,9 +23,11 @@ from collections import Counter
 from collections.abc import Sequence
 
 from hlo_audit.hlo.change_places import Sides
-from hlo_audit.hlo.changes import (BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, LOSS_TERM, Action, Change,
+from hlo_audit.hlo.changes import (BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, LOSS_TERM, ROUTING, Action, Change,
                                    ChangeKind, Place)
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
+from hlo_audit.hlo.normalize import computation_words
+from hlo_audit.hlo.rng_flow import called_closure
 from hlo_audit.hlo.text import HloModule, Instruction
 
 
@@ -286,3 +292,68 @@ def _placed(match: ModuleMatch, sides: Sides, edits: Sequence[InstructionEdit], 
             if e.edit is Edit.CHANGED and any(id(o) in gone for o in sides.old.operands(e.old, e.old_computation)):
                 return sides.place(e)
     return sides.place(edits[0])
+
+
+def _selection(instr: Instruction) -> str | None:
+    """What an instruction selects by (``argmax``, ``top_k (k=2)``, ``sort``), or None."""
+    if instr.opcode == "topk" or instr.opcode == "custom-call" and instr.custom_call_target == "TopK":
+        k = instr.attrs.get("k", "").strip()
+        return f"top_k (k={k})" if k else "top_k"
+    if instr.opcode == "sort":
+        return "sort"
+    if instr.opcode == "call":
+        called = [computation_words(c.lstrip("%")) for c in instr.called_computations()]
+        if called and called[0] in ("argmax", "argmin"):
+            return called[0]
+    return None
+
+
+def routing(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
+    """The step's selection by another op (module doc): the selections removed and added, each side's with the
+    computations they call and, on the cell's side (the golden's text keeps no source), the edits at their source
+    lines that connect to them."""
+    chosen = {edit: [e for e in _unclaimed(match, claimed, edit) if _selection(e.instruction)]
+              for edit in (Edit.DELETED, Edit.INSERTED)}
+    if not any(chosen.values()):
+        return []
+    mine: list[InstructionEdit] = []
+    for edit, starts in chosen.items():
+        if not starts:
+            continue
+        view = sides.old if edit is Edit.DELETED else sides.new
+        alone = {id(e.instruction): e for e in _unclaimed(match, claimed, edit)}
+        gates = _users_of(view, alone, starts)  # what turns the selection into gates (one_hot of it)
+        called = called_closure(view.module, [c for e in (*starts, *gates) for c in e.instruction.called_computations()
+                                              if c in view.module.computations])
+        mine += gates + [e for e in alone.values() if _on(e, edit) in called and e not in gates]
+        lines = {sides.origin(e)[1] for e in starts} - {""}
+        near = {key: e for key, e in alone.items() if lines and sides.origin(e)[1] in lines}
+        mine += [e for e in _closure(view, near, [e for e in starts if id(e.instruction) in near], users=True,
+                                     edit=edit) if e not in mine]
+        mine += [e for e in starts if e not in mine]
+    claimed.update(id(e) for e in mine)
+    words = {edit: _counted([_selection(e.instruction) or "" for e in starts]) for edit, starts in chosen.items()}
+    action = Action.CHANGED if all(chosen.values()) else Action.ADDED if chosen[Edit.INSERTED] else Action.REMOVED
+    sample = (chosen[Edit.INSERTED] or chosen[Edit.DELETED])[0]
+    net = sum(1 if e.edit is Edit.INSERTED else -1 for e in mine)
+    return [Change(ChangeKind.ROUTING, action, ROUTING, sides.place(sample), count=len(sample and
+                                                                                      chosen[sample.edit]),
+                   per_step=sum(sides.runs(e) for e in chosen[sample.edit]), before=words[Edit.DELETED],
+                   after=words[Edit.INSERTED], instructions=net)]
+
+
+def _users_of(view, alone: dict[int, InstructionEdit], starts: Sequence[InstructionEdit]) -> list[InstructionEdit]:
+    """The edits of ``alone`` that read the starts' values, at any depth, through edits of ``alone`` only."""
+    found: dict[int, InstructionEdit] = {}
+    stack = [e.instruction for e in starts]
+    while stack:
+        for user in view.users(stack.pop()):
+            if id(user) in alone and id(user) not in found and alone[id(user)] not in starts:
+                found[id(user)] = alone[id(user)]
+                stack.append(user)
+    return list(found.values())
+
+
+def _counted(names: Sequence[str]) -> str:
+    """``argmax x2``, ``top_k (k=2) x2, sort``: each selection op with how many there are."""
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in Counter(names).items())

@@ -29,6 +29,8 @@ pay for, each a typed record (``Change``, here) the report prints and the gate's
   (change_terms.py);
 * ``loss_term``: a term of the loss removed or added (an MoE aux loss): what reduced into it, its weight, its
   backward pass (change_terms.py);
+* ``routing``: how the step selects (an MoE router's experts, a sampler's tokens): argmax, ``top_k`` of another k,
+  a sort, added, removed or one for another, with what computes the selection (change_terms.py);
 * ``remat``: rematerialization removed or added (``opt-barrier`` and its recomputation), or its policy changed
   (the barriers stay, what they keep and what the backward pass recomputes changes);
 * ``collectives``, ``sharding``, ``shapes``: collectives added, removed or changed (kind, count, runs and bytes per
@@ -73,6 +75,7 @@ class ChangeKind(StrEnum):
     CONDITIONAL = "conditional"
     LOSS_SCALING = "loss_scaling"
     LOSS_TERM = "loss_term"
+    ROUTING = "routing"
     REMAT = "remat"
     COLLECTIVES = "collectives"
     SHARDING = "sharding"
@@ -189,3 +192,4 @@ REMAT, REMAT_POLICY = "rematerialization", "remat policy"
 LITERAL_KEY, REUSED_KEY, LOOP_KEY = "literal key", "reused key", "key reused across loop iterations"
 CONDITIONAL, BOTH_BRANCHES = "conditional", "both branches computed"
 LOSS_SCALING, LOSS_TERM = "loss scaling", "loss term"
+ROUTING = "routing"  # which values a step selects: argmax (top-1), top_k, sort (change_terms.routing)

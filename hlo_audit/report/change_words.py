@@ -26,7 +26,7 @@ _KIND_WORDS = {
     ChangeKind.LOOPS: "loops", ChangeKind.REMAT: "remat", ChangeKind.COLLECTIVES: "collectives",
     ChangeKind.SHARDING: "sharding", ChangeKind.SHAPES: "shapes", ChangeKind.OPS: "ops", ChangeKind.RENAME: "rename",
     ChangeKind.PARAMETERS: "parameters", ChangeKind.CONDITIONAL: "conditional",
-    ChangeKind.LOSS_SCALING: "loss scaling", ChangeKind.LOSS_TERM: "loss",
+    ChangeKind.LOSS_SCALING: "loss scaling", ChangeKind.LOSS_TERM: "loss", ChangeKind.ROUTING: "routing",
     ChangeKind.PROGRAM_SIZE: "program size", ChangeKind.HEADER: "header", ChangeKind.INSTRUCTIONS: "instructions",
 }
 
@@ -250,6 +250,13 @@ def _loss_term(c: Change, kind: str, where: str) -> str:
     return f"{kind}: a term {verb} ({c.before}; {c.after}); {c.instructions:+,} instructions; {where}".rstrip("; ")
 
 
+def _routing(c: Change, kind: str, where: str) -> str:
+    """``routing: argmax x2 -> top_k (k=2) x2, 8 runs per step; -12 instructions; at moe.py:89``."""
+    before, after = c.before or "none", c.after or "none"
+    text = f"{kind}: {before} -> {after}, {_plural(c.per_step, 'run')} per step"
+    return f"{text}; {c.instructions:+,} {_noun(c.instructions, 'instruction')}; {where}".rstrip("; ")
+
+
 def _remat(c: Change, kind: str, where: str) -> str:
     if c.subject == REMAT_POLICY:
         text = (f"{kind}: policy changed at {_plural(c.count, 'checkpoint')}{_per_layer(c)}: {c.before} -> "
@@ -333,7 +340,7 @@ _WORDED = {ChangeKind.DONATION: _donation, ChangeKind.PRECISION: _precision, Cha
            ChangeKind.PROGRAM_SIZE: _program_size, ChangeKind.GRADIENT: _gradient,
            ChangeKind.TRANSFORM: _transform, ChangeKind.LOOPS: _loops, ChangeKind.REMAT: _remat,
            ChangeKind.CONDITIONAL: _conditional, ChangeKind.LOSS_SCALING: _loss_scaling,
-           ChangeKind.LOSS_TERM: _loss_term,
+           ChangeKind.LOSS_TERM: _loss_term, ChangeKind.ROUTING: _routing,
            ChangeKind.COLLECTIVES: _collectives, ChangeKind.RNG_KEYS: _rng_keys, ChangeKind.SHARDING: _sharding,
            ChangeKind.SHAPES: _shapes,
            ChangeKind.OPS: _op_mix, ChangeKind.CONSTANTS: _constants}
