@@ -17,7 +17,7 @@ from hlo_audit.findings import Finding
 from hlo_audit.policy import Policy
 from hlo_audit.rules import (conditional, count, dead_rng, donation, gate_made, gradient, hlo_text, host_cost,
                              host_transfer, kernels, loops, memory, missing_golden, precision, program_size, remat,
-                             rng_keys, series, structure)
+                             rng_keys, routing, series, structure)
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
 
 SPECS: tuple[RuleSpec, ...] = (
@@ -32,6 +32,7 @@ SPECS: tuple[RuleSpec, ...] = (
     loops.SPEC,
     remat.SPEC,
     conditional.SPEC,
+    routing.SPEC,
     gradient.SPEC,
     structure.SHARDING,
     structure.COLLECTIVES,
