@@ -43,6 +43,9 @@ class Variant:
     where_update: bool = False
     micro: int = MICRO
     cache: int = CACHE
+    router_bf16: bool = False
+    top_k: int = 1
+    one_hot_embed: bool = False
 
 
 VARIANTS = {
@@ -52,6 +55,9 @@ VARIANTS = {
     "where_update": Variant(where_update=True),
     "micro_8": Variant(micro=8),
     "cache_doubled": Variant(cache=2 * CACHE),
+    "router_bf16": Variant(router_bf16=True),
+    "top_2": Variant(top_k=2),
+    "one_hot_embed": Variant(one_hot_embed=True),
 }
 
 
@@ -70,10 +76,17 @@ def abstract_params(variant: Variant) -> dict:
     return params
 
 
-def _moe(block: dict, x):
+def _moe(block: dict, x, variant: Variant = Variant()):
     """(Output, aux loss) of one MoE block on ``x`` [tokens, width]."""
-    probs = jax.nn.softmax(x @ block["router"], axis=-1)
-    chosen = jax.nn.one_hot(jnp.argmax(probs, axis=-1), EXPERTS)
+    if variant.router_bf16:
+        logits = (x.astype(jnp.bfloat16) @ block["router"].astype(jnp.bfloat16)).astype(jnp.float32)
+    else:
+        logits = x @ block["router"]
+    probs = jax.nn.softmax(logits, axis=-1)
+    if variant.top_k == 1:
+        chosen = jax.nn.one_hot(jnp.argmax(probs, axis=-1), EXPERTS)
+    else:
+        chosen = jnp.sum(jax.nn.one_hot(jax.lax.top_k(probs, variant.top_k)[1], EXPERTS), axis=1)
     h = jax.nn.gelu(jnp.einsum("td,edh->teh", x, block["w_in"]))
     out = jnp.einsum("teh,ehd->ted", h, block["w_out"])
     y = x + jnp.einsum("ted,te->td", out, probs * chosen)
@@ -82,17 +95,17 @@ def _moe(block: dict, x):
 
 
 def _loss(variant: Variant, params: dict, tokens, targets):
-    x = params["embed"][tokens]
+    x = jax.nn.one_hot(tokens, VOCAB) @ params["embed"] if variant.one_hot_embed else params["embed"][tokens]
     if variant.scan:
         def layer(h, block):
-            h, aux = _moe(block, h)
+            h, aux = _moe(block, h, variant)
             return h, aux
         x, auxes = jax.lax.scan(layer, x, params["layers"])
         aux = jnp.sum(auxes)
     else:
         aux = 0.0
         for i in range(variant.layers):
-            x, a = _moe(params[f"layers_{i}"], x)
+            x, a = _moe(params[f"layers_{i}"], x, variant)
             aux = aux + a
     logits = x @ params["head"]
     loss = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, targets))

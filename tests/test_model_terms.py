@@ -15,6 +15,7 @@ import pytest
 
 import moe_steps as ms
 from hlo_audit.compare import Structural
+from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.report.change_words import change_line
 from in_process import hlo_audit_here
@@ -92,7 +93,7 @@ def test_a_donated_kv_cache_that_doubled_is_no_donation_improvement(tmp_path):
             assert inputs and set(inputs[0]["place"]["paths"]) == {"cache.k", "cache.v"}, shapes
 
 
-MOE_VARIANTS = ("scan", "micro_8", "aux_dropped", "no_loss_scale", "where_update")
+MOE_VARIANTS = ("scan", "micro_8", "aux_dropped", "no_loss_scale", "where_update", "top_2", "router_bf16")
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +220,29 @@ def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
     assert regressions == {"gradient"}, moe_findings(report, "aux_dropped")
     (added,) = [c for c in diff_of("aux_dropped", "base").diff.named if c.kind.value not in ("instructions", "header")]
     assert (added.kind.value, added.action.value, added.before) == ("loss_term", "added", "6 reductions, x0.01")
+
+
+def test_top_1_routing_made_top_2_is_a_routing_change_not_ops(moe):
+    """The router's experts chosen by ``top_k`` with k=2 instead of ``argmax``: "routing: argmax x2 -> top_k (k=2)
+    x2" at the model's line, by the routing rule; argmax's computations and the one_hot of its index are the
+    routing's, no ops or program size beside it. The other way, from the texts: top_k back to argmax."""
+    _, report = moe
+    (finding,) = moe_findings(report, "top_2", "routing")
+    assert finding["severity"] == "regression", finding
+    (change,) = finding["details"]["changes"]
+    assert (change["action"], change["before"], change["after"]) == ("changed", "argmax x2", "top_k (k=2) x2")
+    assert change["place"]["source"] == ms_line("jax.lax.top_k(probs, variant.top_k)"), change
+    assert finding["message"].startswith("routing: argmax x2 -> top_k (k=2) x2, "), finding["message"]
+    assert {f["rule"] for f in moe_findings(report, "top_2") if f["severity"] == "regression"} == {"routing"}
+    (back,) = diff_of("top_2", "base").named(ChangeKind.ROUTING)
+    assert (back.before, back.after) == ("top_k (k=2) x2", "argmax x2"), back
+
+
+def test_the_router_in_bf16_is_a_precision_change_reading_the_router(moe):
+    """The router's logits computed in bf16: the router's dots named by the precision rule, reading the router's
+    weights; no shapes, ops or routing finding."""
+    _, report = moe
+    (finding,) = moe_findings(report, "router_bf16", "precision")
+    (change,) = finding["details"]["changes"]
+    assert change["after"].startswith("bf16 x bf16") and change["place"]["paths"] == ["state.0.layers_*.router"]
+    assert {f["rule"] for f in moe_findings(report, "router_bf16") if f["severity"] == "regression"} == {"precision"}
