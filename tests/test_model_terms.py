@@ -246,3 +246,12 @@ def test_the_router_in_bf16_is_a_precision_change_reading_the_router(moe):
     (change,) = finding["details"]["changes"]
     assert change["after"].startswith("bf16 x bf16") and change["place"]["paths"] == ["state.0.layers_*.router"]
     assert {f["rule"] for f in moe_findings(report, "router_bf16") if f["severity"] == "regression"} == {"precision"}
+
+
+def test_a_one_hot_embedding_says_the_flops_its_dots_add():
+    """The embedding as ``one_hot(tokens) @ embed`` instead of a gather: the ops it adds carry their FLOPs, the
+    forward dot's and the embedding gradient's, 2 x tokens x vocab x width each per microbatch: 32,768 per step."""
+    ops = diff_of("base", "one_hot_embed").named(ChangeKind.OPS)
+    expected = 2 * ms.MICRO * (2 * ms.TOKENS * ms.VOCAB * ms.WIDTH)
+    assert sum(c.flops for c in ops) == expected, [(change_line(c), c.flops) for c in ops]
+    assert any("FLOPs per step" in change_line(c) for c in ops)

@@ -3,7 +3,6 @@ kind (changes.py's module doc lists them and what each carries)."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
@@ -13,6 +12,7 @@ from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_structure import collectives, ops, rewrite_story, shapes, shardings
 from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
+from hlo_audit.hlo.flops import flops
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
 from hlo_audit.hlo.literals import literal_change
@@ -148,7 +148,6 @@ def _feeding_only(starts: Sequence[InstructionEdit], edits: Sequence[Instruction
 
 _PRECISION_OPS = frozenset({"dot", "convolution", "ragged-dot"})
 _PRECISION_ATTRS = ("precision_config", "algorithm", "operand_precision", "preferred_element_type")
-_KERNEL_LABELS = re.compile(r"_(\w+)->")  # convolution dim_labels: input_kernel->output
 # Aspects of an instruction that only follows a precision change: its dtype (and so its operands' names).
 _FOLLOWS_DTYPE = frozenset({"dtype", "operands", "literal"})
 # Between a dot and the converts around it: ops that pass the value on.
@@ -180,27 +179,6 @@ def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple
     types = sorted(o.shape.dtype or "tuple" for o in operands[:2])
     attrs = (f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs)
     return (*types, instr.shape.dtype or "tuple", *attrs)
-
-
-def flops(instr: Instruction, operands: Sequence[Instruction]) -> int:
-    """2 x multiply-adds of one dot or convolution, from its shapes: the result's elements times what each
-    contracts (a dot: the lhs contracting dims; a convolution: the kernel's window and input features)."""
-    result = instr.shape.num_elements if not instr.shape.is_tuple else 0
-    if len(operands) < 2:
-        return 0
-    if instr.opcode in ("dot", "ragged-dot"):
-        lhs = operands[0].shape.dims
-        contracted = 1
-        for d in (int(d) for d in re.findall(r"\d+", instr.attrs.get("lhs_contracting_dims", ""))):
-            contracted *= lhs[d] if d < len(lhs) else 1
-        return 2 * result * contracted
-    kernel = operands[1].shape
-    labels = _KERNEL_LABELS.search(instr.attrs.get("dim_labels", ""))
-    output_feature = labels.group(1).find("o") if labels else -1
-    if 0 <= output_feature < len(kernel.dims) and kernel.dims[output_feature]:
-        # The kernel's input features are per feature group already: window x input features per output.
-        return 2 * result * (kernel.num_elements // kernel.dims[output_feature])
-    return 2 * result * kernel.num_elements
 
 
 def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:

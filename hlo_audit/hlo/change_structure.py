@@ -29,6 +29,7 @@ from fractions import Fraction
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_count
 from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
+from hlo_audit.hlo.flops import FLOP_OPS, flops
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.shapes import split_top_level
@@ -393,17 +394,28 @@ def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Cha
     if not changed and not alone:
         return []
     groups = Groups()
+    moved: Counter = Counter()  # FLOPs per step of the dots and convolutions added (removed: negative), per group
     for e in (*changed, *alone):
         place = sides.place(e)
+        key = (place.computation, place.op_name)
         if e.edit is Edit.CHANGED:
             mix = {f"{e.old.opcode} -> {e.new.opcode}" if e.old.opcode != e.new.opcode else
                    f"{e.new.opcode} ({', '.join(a for a in e.aspects if a not in _NOT_OPS)})": 1}
+            if e.old.opcode in FLOP_OPS or e.new.opcode in FLOP_OPS:  # a dot of other dims: its FLOPs moved
+                moved[key] += sides.runs(e) * (
+                    (flops(e.new, sides.new.operands(e.new, e.new_computation)) if e.new.opcode in FLOP_OPS else 0)
+                    - (flops(e.old, sides.old.operands(e.old, e.old_computation)) if e.old.opcode in FLOP_OPS
+                       else 0))
         else:
             mix = {e.instruction.opcode: 1 if e.edit is Edit.INSERTED else -1}
-        groups.add((place.computation, place.op_name), place, sides.runs(e), sides.layers(e), **mix)
+            if e.instruction.opcode in FLOP_OPS:
+                view = sides.new if e.edit is Edit.INSERTED else sides.old
+                moved[key] += mix[e.instruction.opcode] * sides.runs(e) * flops(
+                    e.instruction, view.operands(e.instruction, e.computation))
+        groups.add(key, place, sides.runs(e), sides.layers(e), **mix)
     claimed.update(id(e) for e in (*changed, *alone))
     changes = []
-    for _, g, place in groups.items():
+    for key, g, place in groups.items():
         mix = _ordered_signed(g["sums"])  # an op removed here and added there in one region: moved, no change
         if not mix:
             continue
@@ -412,7 +424,7 @@ def ops(match: ModuleMatch, sides: Sides, claimed: set[int], found: Sequence[Cha
         action = Action.CHANGED if in_place or (added and removed) else Action.ADDED if added else Action.REMOVED
         changes.append(Change(ChangeKind.OPS, action, place.op_name or place.computation or "main", place,
                               count=sum(abs(n) for _, n in mix), per_step=g["runs"], instructions=added - removed,
-                              groups=mix, layers=layer_count(g["layers"])))
+                              groups=mix, layers=layer_count(g["layers"]), flops=moved[key]))
     changes.sort(key=lambda c: -c.count)
     return changes
 

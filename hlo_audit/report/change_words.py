@@ -325,8 +325,9 @@ def _shapes(c: Change, kind: str, where: str) -> str:
 def _op_mix(c: Change, kind: str, where: str) -> str:
     mix = ", ".join(f"{op} {n:+d}" if " -> " not in op and "(" not in op else f"{op} x{n}" for op, n in c.groups[:6])
     more = f" and {len(c.groups) - 6} more" if len(c.groups) > 6 else ""
+    work = f", {c.flops:+,} FLOPs per step" if c.flops else ""
     return f"{kind}: {_plural(c.count, 'instruction')}{_per_layer(c)} at equal shapes: {mix}{more}, " \
-           f"{_plural(c.per_step, 'run')} per step; {where or 'in ' + (c.place.computation or 'main')}"
+           f"{_plural(c.per_step, 'run')} per step{work}; {where or 'in ' + (c.place.computation or 'main')}"
 
 
 def _constants(c: Change, kind: str, where: str) -> str:
