@@ -266,3 +266,37 @@ def test_the_new_rules_are_policy_keys(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text('[policy]\nsharding = "warn"\nops = "off"\n')
     rules = load_config(cwd=tmp_path).rules
     assert [rules.action(r) for r in RULES] == ["warn", "fail", "fail", "off"]
+
+
+def test_remat_s_copies_of_a_sharding_constraint_are_remat_not_constraints_added():
+    """Remat added around a block whose output is constrained: the backward pass recomputes the block and with it a
+    copy of its ``with_sharding_constraint`` (MaxText's remat PR: "sharding: 24 constraints added"). The copy is
+    remat's (under the checkpoint in jax's name stack): one remat change, no sharding change."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from hlo_audit.compare import Structural
+    from hlo_audit.hlo.analysis import analyze
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("x",))
+
+    def block(w, h):
+        h = jax.lax.with_sharding_constraint(h @ w, NamedSharding(mesh, P("x", None)))
+        return jnp.tanh(h) * h
+
+    def text(remat: bool) -> str:
+        def loss(ws, h):
+            for w in ws:
+                h = (jax.checkpoint(block) if remat else block)(w, h)
+            return jnp.sum(h)
+        ws, h = [jnp.ones((8, 8))] * 2, jnp.ones((4, 8))
+        return jax.jit(jax.grad(loss)).lower(ws, h).as_text(dialect="hlo", debug_info=True)
+
+    before, after = text(False), text(True)
+    assert after.count("custom_call_target=\"Sharding\"") > before.count("custom_call_target=\"Sharding\"")
+    named = Structural.of_inputs(analyze(before, "a"), analyze(after, "b")).diff.named
+    kinds = [c.kind.value for c in named if c.kind.value not in ("header", "instructions")]
+    assert kinds == ["remat"], [(c.kind.value, c.subject) for c in named]

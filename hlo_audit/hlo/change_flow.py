@@ -21,12 +21,11 @@ before program size, so that the edits they explain are theirs, not a size tally
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hlo_audit.hlo.change_places import Sides, layer_count, layer_of
+from hlo_audit.hlo.change_places import Sides, layer_count, layer_of, under_checkpoint
 from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING, WEIGHT_DECAY,
                                    TRIP_COUNT, UNROLLED, Action, Change, ChangeKind, Place)
 from hlo_audit.hlo.header import output_aliases
@@ -478,11 +477,6 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
                    layers=_layers([*changed, *(e for e in barriers if e.edit is Edit.INSERTED)], sides))]
 
 
-# jax's name stack for what a checkpoint keeps or recomputes: ``.../checkpoint/rematted_computation/...`` forward,
-# ``transpose(jvp(...))/remat2`` backward (flax's nn.remat and equinox's filter_checkpoint alike).
-_REMAT_NAME = re.compile(r"(?:^|[/(])(?:remat\d*|checkpoint|rematted_computation)(?:[/)]|$)")
-
-
 def _remat_work(rest: list[InstructionEdit], sides: Sides) -> list[InstructionEdit]:
     """What of ``rest`` is remat's: where the edits' side names their ops (a cell's lowering, a dump with metadata),
     the barriers and the instructions jax's name stack puts under a checkpoint, and those it names nothing (the
@@ -492,7 +486,7 @@ def _remat_work(rest: list[InstructionEdit], sides: Sides) -> list[InstructionEd
     if not any(names):
         return rest
     return [e for e, name in zip(rest, names)
-            if e.instruction.opcode in _BARRIERS or not name or _REMAT_NAME.search(name)]
+            if e.instruction.opcode in _BARRIERS or not name or under_checkpoint(name)]
 
 
 def _barriers_changed(match: ModuleMatch, claimed: set[int]) -> list[InstructionEdit]:

@@ -5,9 +5,9 @@ module doc says what a place is)."""
 from __future__ import annotations
 
 import re
-from functools import cached_property
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 
 from hlo_audit.hlo.changes import Place
 from hlo_audit.hlo.locations import Locations, Places
@@ -26,6 +26,15 @@ _ATTRIBUTION_PASS_THROUGH = frozenset({
     "transpose", "broadcast", "slice", "dynamic-slice", "reduce-precision", "bitcast-convert", "all-gather",
     "copy-start",
 })
+
+# jax's name stack for what a checkpoint keeps or recomputes: ``.../checkpoint/rematted_computation/...`` forward,
+# ``transpose(jvp(...))/remat2`` backward (flax's nn.remat and equinox's filter_checkpoint alike).
+_UNDER_CHECKPOINT = re.compile(r"(?:^|[/(])(?:remat\d*|checkpoint|rematted_computation)(?:[/)]|$)")
+
+
+def under_checkpoint(op_name: str) -> bool:
+    """Whether jax's ``op_name`` puts an instruction under a checkpoint (remat's own, or its recomputation)."""
+    return _UNDER_CHECKPOINT.search(op_name) is not None
 
 
 def passes_value(instr: Instruction) -> bool:

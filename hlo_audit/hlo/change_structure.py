@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from fractions import Fraction
 
-from hlo_audit.hlo.change_places import Groups, Sides, layer_count
+from hlo_audit.hlo.change_places import Groups, Sides, layer_count, under_checkpoint
 from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
 from hlo_audit.hlo.flops import FLOP_OPS, flops
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
@@ -137,8 +137,13 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
     """Shardings of parameters, values and outputs that changed; sharding constraints added or removed."""
     changes = _parameter_shardings(match.params)
     values = Groups()
+    remat_added = any(e.edit is Edit.INSERTED and e.instruction.opcode in ("opt-barrier", "optimization-barrier")
+                      for e in match.edits if id(e) not in claimed)
+    # Remat added copies the constraints its checkpoints recompute: those are remat's (it claims what jax's name
+    # stack puts under a checkpoint), not sharding constraints added.
     constraints = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED and
-                   e.instruction.custom_call_target in SHARDING_TARGETS]
+                   e.instruction.custom_call_target in SHARDING_TARGETS and
+                   not (remat_added and e.edit is Edit.INSERTED and under_checkpoint(sides.origin(e)[0]))]
     claimed.update(id(e) for e in constraints)
     # A constraint removed here and one of the same sharding added there (the match paired neither in a program
     # rewritten around them) is none removed.
@@ -157,8 +162,7 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
             for before, after in pairs:
                 values.add((Action.CHANGED, subject, before, after, place.computation), place, sides.runs(e),
                            sides.layers(e))
-        elif e.instruction.custom_call_target in SHARDING_TARGETS:
-            claimed.add(id(e))
+        elif id(e) in claimed and e.instruction.custom_call_target in SHARDING_TARGETS:
             action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
             sharding = _sharding_of(e.instruction)
             place = sides.place(e)
