@@ -32,6 +32,15 @@ from hlo_audit.hlo.text import HloModule, Instruction
 FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "numpy", "chex", "orbax", "qwix", "aqt", "tokamax",
                         "transformer_engine", "equinox", "haiku", "penzai", "einops", "functools", "contextlib",
                         "typing"})
+# Modules that replace jax's own functions process-wide once imported (MaxText's tunix adapter swaps
+# jax.lax.with_sharding_constraint and jax.lax.top_k for compat shims): their frames are jax's, whoever calls.
+SHIMS = ("maxtext/integration/tunix/tunix_adapter.py",)
+# A frame outside the frameworks reached in this many ways (chains of callers out of it) is a wrapper, not the
+# model's place: a global with_sharding_constraint shim (MaxText's tunix_adapter.py, where every constraint
+# passed, through its sharding helpers), a sharding helper every layer calls. The place is then the first frame out
+# of it (the layer's call). A block's line reached from one loop, or a helper called from two or three places, stays
+# the place (a line calling itself, a lambda on the line that passes it on, is no other way).
+WRAPPER_CALLERS = 4
 # (computation, instruction) -> (jax's op_name, source file:line), by the names of a module's canonical text.
 Places = Mapping[tuple[str, str], tuple[str, str]]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
@@ -49,6 +58,7 @@ class Locations:
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
         self._resolved: dict[int, str] = {}
+        self._caller_sets: dict[tuple[str, int], set[tuple]] | None = None
 
     @classmethod
     def of_tables(cls, files: Mapping[int, str], locations: Mapping[int, dict[str, int]],
@@ -77,6 +87,20 @@ class Locations:
         return hit
 
     def _walk(self, frame_id: int) -> str:
+        """The innermost frame outside the frameworks and outside a wrapper (``WRAPPER_CALLERS``); else the
+        innermost frame there is."""
+        users, innermost = self._chain(frame_id)
+        callers = self._callers()
+        for i, (key, here) in enumerate(users):
+            if i + 1 < len(users) and len(callers.get(key, ())) >= WRAPPER_CALLERS:
+                continue  # a wrapper every call site shares: its caller is the place
+            return here
+        return innermost
+
+    def _chain(self, frame_id: int) -> tuple[list[tuple[tuple[str, int], str]], str]:
+        """The frames outside the frameworks from ``frame_id`` outwards, each as ((path, line), ``file:line``), and
+        the innermost frame of any kind."""
+        users: list[tuple[tuple[str, int], str]] = []
         innermost = ""
         seen: set[int] = set()
         while frame_id and frame_id in self._frames and frame_id not in seen:
@@ -85,12 +109,29 @@ class Locations:
             location = self._locations.get(frame.get("file_location_id", 0), {})
             path = self._files.get(location.get("file_name_id", 0), "")
             if path:
-                here = f"{PurePosixPath(path).name}:{location.get('line', 0)}"
+                line = location.get("line", 0)
+                here = f"{PurePosixPath(path).name}:{line}"
                 innermost = innermost or here
                 if not _in_framework(path):
-                    return here
+                    users.append(((path, line), here))
             frame_id = frame.get("parent_frame_id", 0) - 1
-        return innermost
+        return users, innermost
+
+    def _callers(self) -> dict[tuple[str, int], set[tuple]]:
+        """Each frame outside the frameworks -> the ways it is reached: the chains of frames outside them that
+        call it (each the whole chain out, so that a shim one helper calls, and every layer calls that helper, is
+        reached in as many ways as the helper), over the module's stack frames (computed once)."""
+        if self._caller_sets is None:
+            found: dict[tuple[str, int], set[tuple]] = {}
+            callees = {frame.get("parent_frame_id", 0) - 1 for frame in self._frames.values()}
+            for frame_id in self._frames:
+                if frame_id in callees:
+                    continue  # an outer frame: the chains of the frames it calls walk it
+                keys = [key for key, _ in self._chain(frame_id)[0]]
+                for i, key in enumerate(keys[:-1]):
+                    found.setdefault(key, set()).add(tuple(k for k in keys[i + 1:] if k != key))
+            self._caller_sets = found
+        return self._caller_sets
 
 
 def source_text(path: str, line: int) -> str:
@@ -100,8 +141,11 @@ def source_text(path: str, line: int) -> str:
 
 
 def _in_framework(path: str) -> bool:
-    """A frame of jax, flax, optax... (a directory named after one), or of Python's own library (a ``python3.*``
-    directory with no ``site-packages`` below it)."""
+    """A frame of jax, flax, optax... (a directory named after one), of a shim that replaces jax's own functions
+    for every caller (``SHIMS``), or of Python's own library (a ``python3.*`` directory with no ``site-packages``
+    below it)."""
+    if path.replace("\\", "/").endswith(SHIMS):
+        return True
     folders = PurePosixPath(path).parts[:-1]
     if any(part in FRAMEWORKS for part in folders):
         return True
