@@ -119,6 +119,16 @@ def named_spec(name: str, judge: Callable[[CellDelta, Context], NamedChange | No
     return RuleSpec(name, Action.FAIL, named(judge), (NamedChange,), reads, tolerance, doc=doc)
 
 
+def change_spec(name: str, kind: ChangeKind, doc: str) -> RuleSpec:
+    """The spec of a named rule that fails on any change of one ``kind`` the program's diff names, either way (a
+    change to judge, never an improvement): remat, conditional, routing."""
+    def judge(d: CellDelta, ctx: Context) -> NamedChange | None:
+        changes = of_kind(d, kind, program_changed=True)
+        return NamedChange(name, True, changes, command=ctx.command(d.cell)) if changes else None
+    judge.__name__ = judge.__qualname__ = name
+    return named_spec(name, judge, (kind,), doc)
+
+
 def changed(delta: CellDelta) -> bool:
     """Whether the structural diff says the program changed (not RNG state or renames alone)."""
     return delta.structural is not None and delta.structural.diff.verdict == "changed"
