@@ -25,7 +25,7 @@ from hlo_audit.findings import LaunchChange
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import CellResult
 from hlo_audit.run import execute
-from hlo_audit.usage import InputError
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class Unreadable:
 
 class CellNotLowered(Exception):
     """`lower`: the cell is unavailable here or failed to lower; the message says which and why."""
+
+    exit_code = EXIT_DIFFERENCE
 
 
 def analyze_input(spec: str, module: str | None = None, stage: str = "before") -> Analysis:
@@ -91,6 +93,34 @@ class InputDiff:
     old: str
     new: str
     launches: LaunchChange | None
+
+    @property
+    def exit_code(self) -> int:
+        """`diff`'s exit code: a difference when the programs differ (renamed-only is the same program)."""
+        return EXIT_DIFFERENCE if self.structural.diff.differs else EXIT_OK
+
+
+@dataclass(frozen=True)
+class Counted:
+    """`count` of its inputs: each one's analysis, or why it could not be read, and a GPU dump's launches."""
+
+    analyses: tuple[Analysis | Unreadable, ...]
+    launches: tuple[Launches | None, ...]
+
+    @property
+    def unreadable(self) -> list[Unreadable]:
+        return [a for a in self.analyses if isinstance(a, Unreadable)]
+
+    @property
+    def exit_code(self) -> int:
+        """`count`'s exit code: an input that could not be read is an input error (the others are still counted)."""
+        return EXIT_INPUT_ERROR if self.unreadable else EXIT_OK
+
+
+def count_inputs(specs: list[str], module: str | None = None, stage: str = "before") -> Counted:
+    """`count`: each input analysed on its own (``analyze_each``), with its launches where it is a GPU dump."""
+    analyses = tuple(analyze_each(specs, module, stage))
+    return Counted(analyses, tuple(None if isinstance(a, Unreadable) else dump_launches(a) for a in analyses))
 
 
 def diff_inputs(old_spec: str, new_spec: str, module: str | None = None, stage: str = "before",

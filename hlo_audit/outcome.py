@@ -21,6 +21,7 @@ from hlo_audit.plan import Plan, Shard
 from hlo_audit.rules import registry
 from hlo_audit.results import CellResult, Severity
 from hlo_audit.scaling import Series, fit_series
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 # What a human need not read one by one in the summary view: a cell that matches its golden (the "ok"
 # placeholder), one this host cannot lower (listed in a line per reason), a waived finding (its waiver says why).
@@ -157,6 +158,29 @@ class Outcome:
                 if stored is not None and stored.record is not None:
                     others.append(stored.record.as_result(cell))
         return {s.cell.series: s for s in fit_series([*self.results, *others], self.plan.full_depth)}
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What `run` and `scaling` print and exit by (no golden is read): every cell's result, each planned cell's
+    series' slope per layer, the depth series fitted (``Outcome.series``)."""
+
+    results: list[CellResult]
+    slopes: Mapping[str, float]
+    series: list[Series]
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Lowered:
+        return cls(list(outcome.results), outcome.slopes_by_cell, outcome.series)
+
+    @property
+    def failed(self) -> bool:
+        """A cell failed (an unavailable one is not a failure)."""
+        return any(r.status == "error" for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DIFFERENCE if self.failed else EXIT_OK
 
 
 def _folds(finding: Finding) -> bool:

@@ -25,6 +25,7 @@ from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 CELL_COLUMNS = ("id", *AXES)
 TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
@@ -143,6 +144,11 @@ class MatrixView:
     @property
     def results(self) -> list[CellResult]:
         return [v.result for v in self.cells]
+
+    @property
+    def exit_code(self) -> int:
+        """`report`'s exit code: a cell that failed (an unavailable one is not a failure)."""
+        return EXIT_DIFFERENCE if any(r.status == "error" for r in self.results) else EXIT_OK
 
     @property
     def lowered(self) -> list[CellView]:
