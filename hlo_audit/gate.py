@@ -89,8 +89,7 @@ class Gate:
             stored = outcome.goldens.golden(r.cell.id)
             if stored is not None and stored.invalid:  # a claim hlo-audit never writes: refused, not judged
                 raise GoldenError(f"{stored.damaged}; rewrite it with: {context.command(r.cell.id)}")
-            delta = CellDelta.for_cell(r, stored, outcome.leads(r), r.cell.id in outcome.plan.owners,
-                                       pinned=self.pinned_by is not None)
+            delta = outcome.delta(r, texts=True, pinned=self.pinned_by is not None)
             if delta is not None:
                 deltas[r.cell.id] = delta
             kept, found = self.judge_cell(r, stored, delta, outcome.leads(r), context)

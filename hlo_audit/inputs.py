@@ -22,6 +22,7 @@ from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.launches import launch_report
 from hlo_audit.hlo.thunks import thunk_dumps
 from hlo_audit.findings import LaunchChange
+from hlo_audit.outcome import Outcome
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import CellResult
 from hlo_audit.run import execute
@@ -218,9 +219,14 @@ def load_program(spec: str, config_path: str | None = None, module: str | None =
     result = next(execute(p, use_cache=use_cache, refresh=refresh))
     if not result.ok:
         raise InputError(f"{spec}: {result.status}: {result.message}")
-    golden = read_snapshot(p.config.golden_dir, lambda tree: tree.golden(spec))
-    return Program(spec, result.params, result.rng, result.constants, result.launches,
-                   CellDelta.for_cell(result, golden, owns_text=True))
+    return read_snapshot(p.config.golden_dir, lambda tree: cell_program(result, Outcome.of(p, [result], tree)))
+
+
+def cell_program(result: CellResult, outcome: Outcome) -> Program:
+    """A lowered cell as `rng` and `explain` read it, against its golden as ``outcome`` compares it
+    (``Outcome.delta``: a checked outcome's is the comparison the gate judged by, the same object)."""
+    return Program(result.cell.id, result.params, result.rng, result.constants, result.launches,
+                   outcome.delta(result, texts=True))
 
 
 def explain_trees(program: Program, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:

@@ -118,6 +118,27 @@ class Outcome:
             folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,
             rows=_rows(self.results, verdicts), exit_code=exit_code, passed=not exit_code)
 
+    # -- each cell's comparison with its golden, built here only ---------------------------------------------
+
+    @cached_property
+    def _compared(self) -> dict[tuple[str, bool, bool], CellDelta | None]:
+        return {}
+
+    def delta(self, result: CellResult, texts: bool = False, pinned: bool = False) -> CellDelta | None:
+        """The cell's comparison with its golden (``compare.CellDelta``; None: the cell did not lower, or has no
+        readable golden), built here and nowhere else, once per cell: once judged, the one the gate judged by
+        (``deltas``); before, built now and kept. ``texts``: the cell's canonical text is compared with its golden's
+        where the plan says the cell owns it (the gate, `explain`; `report` reads counts only and never pays for a
+        text); ``pinned``: the run's compiler stack is pinned (the gate's, ``compare.CellDelta.environment``)."""
+        if self.summary is not None or self.goldens is None:
+            return self.deltas.get(result.cell.id)
+        key = (result.cell.id, texts, pinned)
+        if key not in self._compared:
+            owns_text = texts and self.plan is not None and result.cell.id in self.plan.owners
+            self._compared[key] = CellDelta.for_cell(result, self.goldens.golden(result.cell.id), self.leads(result),
+                                                     owns_text, pinned)
+        return self._compared[key]
+
     @cached_property
     def accept(self) -> Accept | None:
         """The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be."""

@@ -224,6 +224,5 @@ def matrix_view(outcome: Outcome) -> MatrixView:
     views = []
     for r in results:
         stored = outcome.goldens.golden(r.cell.id)
-        compared = outcome.deltas.get(r.cell.id) or CellDelta.for_cell(r, stored)
-        views.append(CellView(r, stored.record if stored is not None else None, compared))
+        views.append(CellView(r, stored.record if stored is not None else None, outcome.delta(r)))
     return MatrixView(cells=views, scan_pairs=scan_pairs(results), series=list(outcome.series))
