@@ -53,8 +53,7 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
     (``measure.with_host_figures``), for the host_cost rule."""
-    return judged(p, results, regenerate_command(config_path), report_stale,
-                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden))
+    return judged(p, results, regenerate_command(config_path), report_stale, prepare=measuring.prepared_for_check)
 
 
 def keep_check(p: Plan, outcome: Outcome) -> str | None:
@@ -62,10 +61,12 @@ def keep_check(p: Plan, outcome: Outcome) -> str | None:
     None when kept, else why not, for a warning (a report that cannot be kept does not change the verdict). A
     cache_dir git tracks is never written (``cache.store.tracked_by_git``: a committed cache is not the run's; the
     cache has said so)."""
+    # The record and its path made first, then the cache asked: the flow goes down from the formats to the cache.
+    kept, path = json.dumps(check_record(outcome)) + "\n", last_check_path(p.config.cache_dir)
     if tracked_by_git(Path(p.config.cache_dir)):
         return None
     try:
-        write_atomic(last_check_path(p.config.cache_dir), json.dumps(check_record(outcome)) + "\n")
+        write_atomic(path, kept)
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
@@ -113,8 +114,7 @@ def goldens_writable(p: Plan) -> None:
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix. A
     golden that records a host figure keeps one: measured again now, and rewritten where its leaves moved."""
-    return update(p, results, prune,
-                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden, keep_held=True))
+    return update(p, results, prune, prepare=measuring.prepared_for_update)
 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:

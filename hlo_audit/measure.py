@@ -559,6 +559,18 @@ def record(report: MeasureReport, golden_dir, project=None) -> tuple[str, ...]:
     return tuple(written)
 
 
+def prepared_for_check(tree, results: Sequence) -> list:
+    """`check`'s results completed from its snapshot of the goldens (``gate.judged``'s ``prepare``): each cell whose
+    golden records a host figure with its own measured now (``with_host_figures``)."""
+    return with_host_figures(results, tree.golden)
+
+
+def prepared_for_update(tree, results: Sequence) -> list:
+    """`golden update`'s results completed from the snapshot being replaced (``golden.update.update``'s ``prepare``):
+    a golden's host figure measured again, its own kept where the leaves held (``with_host_figures``)."""
+    return with_host_figures(results, tree.golden, keep_held=True)
+
+
 def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None = None,
                       keep_held: bool = False) -> list:
     """``results`` with the host figure measured now for each ok cell whose golden (``golden(cell_id)``: the

@@ -80,6 +80,8 @@ class Outcome:
     folded_dead_params: int = 0
     stale_goldens: tuple[str, ...] = ()  # goldens without a cell in the matrix (not cells: counted apart)
     rows: tuple[SeriesRow, ...] = ()
+    # The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be.
+    accept: Accept | None = None
     exit_code: int = 0
     passed: bool = True
 
@@ -93,6 +95,13 @@ class Outcome:
     def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None) -> Outcome:
         """Shards' outcomes as one: their results and findings as each shard judged them."""
         return cls(plan=None, results=tuple(results), shard=shard).judged(findings)
+
+    def against(self, goldens: str) -> Outcome:
+        """This outcome with its shard's record naming the goldens it is judged against (the digest of the whole
+        tree: what `merge` compares); as it is where the record has no judge (built by hand)."""
+        if self.shard is None or self.shard.judge is None:
+            return self
+        return replace(self, shard=replace(self.shard, judge=replace(self.shard.judge, goldens=goldens)))
 
     def judged(self, findings: Sequence[Finding], deltas: Mapping[str, CellDelta] | None = None) -> Outcome:
         """This outcome with the gate's findings (and its comparisons with the goldens), and everything the formats
@@ -116,7 +125,8 @@ class Outcome:
             finding_counts=_counts(findings), by_severity=_by_severity(findings),
             attention=tuple(f for f in listed if f.severity not in QUIET_SEVERITIES), folded=folded,
             folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,
-            rows=_rows(self.results, verdicts), exit_code=exit_code, passed=not exit_code)
+            rows=_rows(self.results, verdicts), accept=Accept.of(findings), exit_code=exit_code,
+            passed=not exit_code)
 
     # -- each cell's comparison with its golden, built here only ---------------------------------------------
 
@@ -138,11 +148,6 @@ class Outcome:
             self._compared[key] = CellDelta.for_cell(result, self.goldens.golden(result.cell.id), self.leads(result),
                                                      owns_text, pinned)
         return self._compared[key]
-
-    @cached_property
-    def accept(self) -> Accept | None:
-        """The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be."""
-        return Accept.of(self.findings)
 
     # -- the series, decided once ----------------------------------------------------------------------------
 
