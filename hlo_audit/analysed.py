@@ -21,6 +21,7 @@ from hlo_audit.hlo.launches import LaunchReport
 from hlo_audit.hlo.params import RNG_ROLES, ROLES, EntryParam
 from hlo_audit.hlo.rng_keys import PlacedHazard
 from hlo_audit.hlo.rng_streams import VERDICTS, PatternCount, RngReport, Stream
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 Record = dict[str, Any]  # a record of the results cache's schema (an edge: JSON in and out)
 
@@ -237,6 +238,11 @@ class RngSummary:
     stream_list: tuple[RngStream, ...] = ()
     # Literal keys drawn from and keys drawn from twice (``hlo.rng_keys``); the record has them only where there are.
     key_hazards: tuple[RngKeyHazard, ...] = ()
+
+    @property
+    def exit_code(self) -> int:
+        """`rng`'s verdict: a difference when any stream is carried (dead RNG state) or any key is literal or reused."""
+        return EXIT_DIFFERENCE if self.carried or self.key_hazards else EXIT_OK
 
     def of_kind(self, kind: str) -> tuple[RngKeyHazard, ...]:
         return tuple(h for h in self.key_hazards if h.kind == kind)

@@ -20,14 +20,15 @@ from hlo_audit.gate import judged, regenerate_command
 from hlo_audit.golden.update import GoldenUpdate, update, writable
 from hlo_audit import measure as measuring
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
-                              diff, diff_inputs, dump_launches, explain_source, explain_trees, launches_diff,
-                              load_program)
+                              count_inputs, diff, diff_inputs, dump_launches, explain_source, explain_trees,
+                              launches_diff, load_program)
 from hlo_audit.merge import check_record, failing_in, last_check_path
-from hlo_audit.outcome import Outcome
+from hlo_audit.outcome import Lowered, Outcome
 from hlo_audit.usage import InputError
 from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
+from hlo_audit.report.words import nothing_to_fit_line
 from hlo_audit.results import CellResult
 from hlo_audit.rules import host_cost as host_cost_rule
 from hlo_audit.rules.registry import tolerances
@@ -35,11 +36,10 @@ from hlo_audit.run import execute
 from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
 
-__all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input",
-           "cell_result", "cell_text", "check", "diff", "diff_inputs", "dump_launches", "execute", "explain_source",
-           "explain_trees",
-           "is_cell_id", "launches_diff", "load_program", "normalized_text", "params_frame", "plan", "plan_cell",
-           "report", "scaling", "slopes_by_cell", "update_goldens"]
+__all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input", "cell_result",
+           "cell_text", "check", "count_inputs", "diff", "diff_inputs", "dump_launches", "execute", "explain_source",
+           "explain_trees", "is_cell_id", "launches_diff", "load_program", "lowered", "normalized_text",
+           "params_frame", "plan", "plan_cell", "report", "scaling", "scaling_of", "slopes_by_cell", "update_goldens"]
 
 
 
@@ -53,8 +53,7 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
     (``measure.with_host_figures``), for the host_cost rule."""
-    return judged(p, results, regenerate_command(config_path), report_stale,
-                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden))
+    return judged(p, results, regenerate_command(config_path), report_stale, prepare=measuring.prepared_for_check)
 
 
 def keep_check(p: Plan, outcome: Outcome) -> str | None:
@@ -62,10 +61,12 @@ def keep_check(p: Plan, outcome: Outcome) -> str | None:
     None when kept, else why not, for a warning (a report that cannot be kept does not change the verdict). A
     cache_dir git tracks is never written (``cache.store.tracked_by_git``: a committed cache is not the run's; the
     cache has said so)."""
+    # The record and its path made first, then the cache asked: the flow goes down from the formats to the cache.
+    kept, path = json.dumps(check_record(outcome)) + "\n", last_check_path(p.config.cache_dir)
     if tracked_by_git(Path(p.config.cache_dir)):
         return None
     try:
-        write_atomic(last_check_path(p.config.cache_dir), json.dumps(check_record(outcome)) + "\n")
+        write_atomic(path, kept)
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
@@ -113,8 +114,7 @@ def goldens_writable(p: Plan) -> None:
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix. A
     golden that records a host figure keeps one: measured again now, and rewritten where its leaves moved."""
-    return update(p, results, prune,
-                  prepare=lambda tree, ok: measuring.with_host_figures(ok, tree.golden, keep_held=True))
+    return update(p, results, prune, prepare=measuring.prepared_for_update)
 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:
@@ -124,6 +124,20 @@ def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:
 
 def scaling(p: Plan, results: Sequence[CellResult]) -> list[Series]:
     return Outcome.of(p, results).series
+
+
+def lowered(p: Plan, results: Sequence[CellResult]) -> Lowered:
+    """`run`'s and `scaling`'s view of the plan's results (``outcome.Lowered``), its exit code with it."""
+    return Lowered.of(Outcome.of(p, results))
+
+
+def scaling_of(p: Plan, results: Sequence[CellResult]) -> Lowered:
+    """`scaling`'s view; nothing to fit (every cell unavailable here, or no series of two or more depths), with no
+    cell failed, is the user's to fix (``InputError``)."""
+    view = lowered(p, results)
+    if not view.series and not view.failed:
+        raise InputError(nothing_to_fit_line(view.results))
+    return view
 
 
 def slopes_by_cell(p: Plan, results: Sequence[CellResult]) -> dict[str, float]:

@@ -17,7 +17,7 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, check_output_folder, working_directory, write_output
 from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, measure_words, terminal,
-                              terminal_report, terminal_tree, words)
+                              terminal_report, terminal_tree)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -171,13 +171,11 @@ def count(
     params: Annotated[bool, typer.Option("--params", help="JSON: list every entry parameter.")] = False,
 ) -> None:
     """Count entry parameters by dtype, role and state-path group. Exit 2 if any input could not be read."""
-    analyses = audit.analyze_each(paths, module, stage.value)
-    launches = [None if isinstance(a, audit.Unreadable) else audit.dump_launches(a) for a in analyses]
-    emit("count", fmt, analyses=analyses, top=top, params=params, launches=launches)
-    unreadable = [a for a in analyses if isinstance(a, audit.Unreadable)]
-    for a in unreadable:
+    counted = audit.count_inputs(paths, module, stage.value)
+    emit("count", fmt, analyses=list(counted.analyses), top=top, params=params, launches=list(counted.launches))
+    for a in counted.unreadable:
         print_error(a.error)
-    raise typer.Exit(EXIT_INPUT_ERROR if unreadable else 0)
+    raise typer.Exit(counted.exit_code)
 
 
 @app.command()
@@ -197,7 +195,7 @@ def diff(
         raise InputError("only one of OLD and NEW can be '-' (stdin)")
     d = audit.diff_inputs(old, new, module, stage.value, max_lines if text else 0)
     emit("diff", fmt, diff=d.structural, old=d.old, new=d.new, launches=d.launches)
-    raise typer.Exit(1 if d.structural.diff.differs else 0)
+    raise typer.Exit(d.exit_code)
 
 
 def _only(only: list[str] | None) -> str | None:
@@ -221,9 +219,9 @@ def run(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, 
         fmt: Annotated[RunFormat, typer.Option("--format", "-f", help="Output format.")] = RunFormat.table) -> None:
     """Lower every cell and report its entry parameters. Exit 1 if any cell errors."""
     plan = audit.plan(config, _only(only), shard, layers)
-    results = progress.run_shown(plan, jobs, not no_cache, refresh)
-    emit("run", fmt, results=results, slopes=audit.slopes_by_cell(plan, results), source=plan.config.source)
-    raise typer.Exit(1 if any(r.status == "error" for r in results) else 0)
+    ran = audit.lowered(plan, progress.run_shown(plan, jobs, not no_cache, refresh))
+    emit("run", fmt, results=ran.results, slopes=ran.slopes, source=plan.config.source)
+    raise typer.Exit(ran.exit_code)
 
 
 @app.command("scaling")
@@ -234,13 +232,9 @@ def scaling_cmd(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOp
     cell errors; 2 when there is nothing to fit (every cell unavailable here, or no series of two or more
     depths)."""
     plan = audit.plan(config, _only(only), None, layers)
-    results = progress.run_shown(plan, jobs, not no_cache, refresh)
-    series = audit.scaling(plan, results)
-    failed = any(r.status == "error" for r in results)
-    if not series and not failed:
-        raise InputError(words.nothing_to_fit_line(results))
-    emit("scaling", fmt, series=series)
-    raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)
+    fitted = audit.scaling_of(plan, progress.run_shown(plan, jobs, not no_cache, refresh))
+    emit("scaling", fmt, series=fitted.series)
+    raise typer.Exit(fitted.exit_code)
 
 
 @app.command()
@@ -261,7 +255,7 @@ def rng(
     when any stream is carried (dead RNG state) or any key is literal or reused, 0 when none is, 2 on bad input."""
     program = audit.load_program(spec, config, module, stage.value, use_cache=not no_cache, refresh=refresh)
     emit("rng", fmt, label=program.label, rng=program.rng, streams=streams, constants=program.constants)
-    raise typer.Exit(EXIT_DIFFERENCE if program.rng.carried or program.rng.key_hazards else EXIT_OK)
+    raise typer.Exit(program.rng.exit_code)
 
 
 golden_app = typer.Typer(no_args_is_help=True, help="Golden HLO: regenerate what `check` compares against.")
@@ -294,7 +288,7 @@ def _golden_update(plan: audit.Plan, jobs: int, no_cache: bool, prune: bool = Fa
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
     update = audit.update_goldens(plan, results, prune=prune)
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
-    return 1 if update.failed else 0
+    return update.exit_code
 
 
 # The report files check and merge write besides stdout: option, and what a path names (for messages).
@@ -370,7 +364,7 @@ def report(config: ConfigOpt = None, only: OnlyOpt = None, layers: LayersOpt = N
     emit("report", fmt, view=view)
     if html_path:
         write_output(html_path, html.format_html(view), "--html", "report.html")
-    raise typer.Exit(1 if any(r.status == "error" for r in view.results) else 0)
+    raise typer.Exit(view.exit_code)
 
 
 @app.command()
@@ -434,8 +428,7 @@ def measure_cmd(
                            save_text=_compiled_writer(save_compiled) if save_compiled is not None else None,
                            measured=lambda row: print(measure_words.measured_line(row), file=sys.stderr, flush=True))
     emit("measure", fmt, report=report)
-    failed = any(row.problem for row in report.cells) or any(f.worse for _, f in report.host_findings)
-    raise typer.Exit(EXIT_DIFFERENCE if failed else EXIT_OK)
+    raise typer.Exit(report.exit_code)
 
 
 def _compiled_writer(folder: str):
@@ -467,7 +460,7 @@ def lower(
         text = audit.cell_text(cell, config, normalized=normalized, use_cache=not no_cache)
     except audit.CellNotLowered as exc:
         print_error(exc)
-        raise typer.Exit(EXIT_DIFFERENCE) from None
+        raise typer.Exit(exc.exit_code) from None
     if output:
         write_output(output, text, "--output", "module.hlo.txt")
     else:
@@ -554,7 +547,7 @@ def _init_goldens(folder, jobs: int) -> int:
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
     for e in excluded:
         print(f"note: {accepting.excluded_line(e)}")
-    return 1 if update.failed else 0
+    return update.exit_code
 
 
 def main() -> None:

@@ -1,6 +1,8 @@
-"""One comparison per cell: a cell's result against its golden, worked out once (``CellDelta.of``) and read by
-everyone who says anything about the difference: the gate's rules (``rules``), the report's views
-(``report.matrix``), ``diff`` (the structural account of two texts, ``Structural``) and the formats.
+"""One comparison per cell: a cell's result against its golden, worked out once (``CellDelta.of``, built by the
+command's ``outcome.Outcome.delta`` and nowhere else) and read by everyone who says anything about the difference:
+the gate's rules (``rules``), the report's views (``report.matrix``), `explain` (``inputs.cell_program``), ``diff``
+(the structural account of two texts, ``Structural``: the same ``of_analyses`` a cell's comparison runs) and the
+formats.
 
 As XLA's ``hlo_diff`` computes one ``DiffResult`` that its summary and every renderer read, and syrupy classifies
 each assertion once, nothing downstream subtracts a golden's count from a cell's again: ``check``, ``diff`` and

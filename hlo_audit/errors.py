@@ -22,9 +22,7 @@ from hlo_audit.hlo.text import HloParseError
 from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MatrixError
 from hlo_audit.preflight import EnvironmentProblem
-from hlo_audit.usage import InputError
-
-EXIT_OK, EXIT_DIFFERENCE, EXIT_INPUT_ERROR = 0, 1, 2
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError  # noqa: F401 (usage's codes)
 
 # click 8.2 raises this once it has printed a bare command's help; click 8.1 (typer 0.15, the low end of the range
 # users get) has no such class and exits by itself: nothing to catch there.

@@ -15,7 +15,6 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from hlo_audit.compare import CellDelta
 from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver,
@@ -43,9 +42,7 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
     the results completed from that same tree first (``measure.with_host_figures``: each file read once)."""
     def judge(tree):
-        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree)
-        # The shard's record names the goldens it was judged against (the whole tree: what `merge` compares).
-        outcome = replace(outcome, shard=outcome.shard.against(tree.digest()) if outcome.shard else None)
+        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest())
         return Gate(plan.config.rules, regenerate).judge(outcome, report_stale)
 
     return read_snapshot(plan.config.golden_dir, judge)
@@ -89,8 +86,7 @@ class Gate:
             stored = outcome.goldens.golden(r.cell.id)
             if stored is not None and stored.invalid:  # a claim hlo-audit never writes: refused, not judged
                 raise GoldenError(f"{stored.damaged}; rewrite it with: {context.command(r.cell.id)}")
-            delta = CellDelta.for_cell(r, stored, outcome.leads(r), r.cell.id in outcome.plan.owners,
-                                       pinned=self.pinned_by is not None)
+            delta = outcome.delta(r, texts=True, pinned=self.pinned_by is not None)
             if delta is not None:
                 deltas[r.cell.id] = delta
             kept, found = self.judge_cell(r, stored, delta, outcome.leads(r), context)

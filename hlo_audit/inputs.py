@@ -22,10 +22,11 @@ from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.launches import launch_report
 from hlo_audit.hlo.thunks import thunk_dumps
 from hlo_audit.findings import LaunchChange
+from hlo_audit.outcome import Outcome
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import CellResult
 from hlo_audit.run import execute
-from hlo_audit.usage import InputError
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class Unreadable:
 
 class CellNotLowered(Exception):
     """`lower`: the cell is unavailable here or failed to lower; the message says which and why."""
+
+    exit_code = EXIT_DIFFERENCE
 
 
 def analyze_input(spec: str, module: str | None = None, stage: str = "before") -> Analysis:
@@ -91,6 +94,34 @@ class InputDiff:
     old: str
     new: str
     launches: LaunchChange | None
+
+    @property
+    def exit_code(self) -> int:
+        """`diff`'s exit code: a difference when the programs differ (renamed-only is the same program)."""
+        return EXIT_DIFFERENCE if self.structural.diff.differs else EXIT_OK
+
+
+@dataclass(frozen=True)
+class Counted:
+    """`count` of its inputs: each one's analysis, or why it could not be read, and a GPU dump's launches."""
+
+    analyses: tuple[Analysis | Unreadable, ...]
+    launches: tuple[Launches | None, ...]
+
+    @property
+    def unreadable(self) -> list[Unreadable]:
+        return [a for a in self.analyses if isinstance(a, Unreadable)]
+
+    @property
+    def exit_code(self) -> int:
+        """`count`'s exit code: an input that could not be read is an input error (the others are still counted)."""
+        return EXIT_INPUT_ERROR if self.unreadable else EXIT_OK
+
+
+def count_inputs(specs: list[str], module: str | None = None, stage: str = "before") -> Counted:
+    """`count`: each input analysed on its own (``analyze_each``), with its launches where it is a GPU dump."""
+    analyses = tuple(analyze_each(specs, module, stage))
+    return Counted(analyses, tuple(None if isinstance(a, Unreadable) else dump_launches(a) for a in analyses))
 
 
 def diff_inputs(old_spec: str, new_spec: str, module: str | None = None, stage: str = "before",
@@ -188,9 +219,14 @@ def load_program(spec: str, config_path: str | None = None, module: str | None =
     result = next(execute(p, use_cache=use_cache, refresh=refresh))
     if not result.ok:
         raise InputError(f"{spec}: {result.status}: {result.message}")
-    golden = read_snapshot(p.config.golden_dir, lambda tree: tree.golden(spec))
-    return Program(spec, result.params, result.rng, result.constants, result.launches,
-                   CellDelta.for_cell(result, golden, owns_text=True))
+    return read_snapshot(p.config.golden_dir, lambda tree: cell_program(result, Outcome.of(p, [result], tree)))
+
+
+def cell_program(result: CellResult, outcome: Outcome) -> Program:
+    """A lowered cell as `rng` and `explain` read it, against its golden as ``outcome`` compares it
+    (``Outcome.delta``: a checked outcome's is the comparison the gate judged by, the same object)."""
+    return Program(result.cell.id, result.params, result.rng, result.constants, result.launches,
+                   outcome.delta(result, texts=True))
 
 
 def explain_trees(program: Program, depth: int = 3, top: int = 8) -> tuple[Node, Node | None]:

@@ -39,6 +39,7 @@ from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 # The axes A/B can compare across (cells equal in every other one are measured together).
 ACROSS = ("quant", "scan", "model", "layers", "quant_mode", "step")
@@ -115,6 +116,13 @@ class MeasureReport:
     host_findings: tuple = ()  # host_cost.HostCostChange per cell whose golden records a figure
     recorded: tuple[str, ...] = ()  # the goldens `--record` wrote
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def exit_code(self) -> int:
+        """`measure`'s exit code: a difference when a cell could not be measured or the host_cost rule finds more
+        state leaves per call than its golden's recorded figure."""
+        failed = any(row.problem for row in self.cells) or any(f.worse for _, f in self.host_findings)
+        return EXIT_DIFFERENCE if failed else EXIT_OK
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -549,6 +557,18 @@ def record(report: MeasureReport, golden_dir, project=None) -> tuple[str, ...]:
             written.append(row.cell)
         store.commit(snapshot, wanted)
     return tuple(written)
+
+
+def prepared_for_check(tree, results: Sequence) -> list:
+    """`check`'s results completed from its snapshot of the goldens (``gate.judged``'s ``prepare``): each cell whose
+    golden records a host figure with its own measured now (``with_host_figures``)."""
+    return with_host_figures(results, tree.golden)
+
+
+def prepared_for_update(tree, results: Sequence) -> list:
+    """`golden update`'s results completed from the snapshot being replaced (``golden.update.update``'s ``prepare``):
+    a golden's host figure measured again, its own kept where the leaves held (``with_host_figures``)."""
+    return with_host_figures(results, tree.golden, keep_held=True)
 
 
 def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None = None,

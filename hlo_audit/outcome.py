@@ -21,6 +21,7 @@ from hlo_audit.plan import Plan, Shard
 from hlo_audit.rules import registry
 from hlo_audit.results import CellResult, Severity
 from hlo_audit.scaling import Series, fit_series
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 # What a human need not read one by one in the summary view: a cell that matches its golden (the "ok"
 # placeholder), one this host cannot lower (listed in a line per reason), a waived finding (its waiver says why).
@@ -79,6 +80,8 @@ class Outcome:
     folded_dead_params: int = 0
     stale_goldens: tuple[str, ...] = ()  # goldens without a cell in the matrix (not cells: counted apart)
     rows: tuple[SeriesRow, ...] = ()
+    # The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be.
+    accept: Accept | None = None
     exit_code: int = 0
     passed: bool = True
 
@@ -92,6 +95,13 @@ class Outcome:
     def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None) -> Outcome:
         """Shards' outcomes as one: their results and findings as each shard judged them."""
         return cls(plan=None, results=tuple(results), shard=shard).judged(findings)
+
+    def against(self, goldens: str) -> Outcome:
+        """This outcome with its shard's record naming the goldens it is judged against (the digest of the whole
+        tree: what `merge` compares); as it is where the record has no judge (built by hand)."""
+        if self.shard is None or self.shard.judge is None:
+            return self
+        return replace(self, shard=replace(self.shard, judge=replace(self.shard.judge, goldens=goldens)))
 
     def judged(self, findings: Sequence[Finding], deltas: Mapping[str, CellDelta] | None = None) -> Outcome:
         """This outcome with the gate's findings (and its comparisons with the goldens), and everything the formats
@@ -115,12 +125,29 @@ class Outcome:
             finding_counts=_counts(findings), by_severity=_by_severity(findings),
             attention=tuple(f for f in listed if f.severity not in QUIET_SEVERITIES), folded=folded,
             folded_dead_params=sum(f.dead_params for f in folded), stale_goldens=stale,
-            rows=_rows(self.results, verdicts), exit_code=exit_code, passed=not exit_code)
+            rows=_rows(self.results, verdicts), accept=Accept.of(findings), exit_code=exit_code,
+            passed=not exit_code)
+
+    # -- each cell's comparison with its golden, built here only ---------------------------------------------
 
     @cached_property
-    def accept(self) -> Accept | None:
-        """The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be."""
-        return Accept.of(self.findings)
+    def _compared(self) -> dict[tuple[str, bool, bool], CellDelta | None]:
+        return {}
+
+    def delta(self, result: CellResult, texts: bool = False, pinned: bool = False) -> CellDelta | None:
+        """The cell's comparison with its golden (``compare.CellDelta``; None: the cell did not lower, or has no
+        readable golden), built here and nowhere else, once per cell: once judged, the one the gate judged by
+        (``deltas``); before, built now and kept. ``texts``: the cell's canonical text is compared with its golden's
+        where the plan says the cell owns it (the gate, `explain`; `report` reads counts only and never pays for a
+        text); ``pinned``: the run's compiler stack is pinned (the gate's, ``compare.CellDelta.environment``)."""
+        if self.summary is not None or self.goldens is None:
+            return self.deltas.get(result.cell.id)
+        key = (result.cell.id, texts, pinned)
+        if key not in self._compared:
+            owns_text = texts and self.plan is not None and result.cell.id in self.plan.owners
+            self._compared[key] = CellDelta.for_cell(result, self.goldens.golden(result.cell.id), self.leads(result),
+                                                     owns_text, pinned)
+        return self._compared[key]
 
     # -- the series, decided once ----------------------------------------------------------------------------
 
@@ -157,6 +184,29 @@ class Outcome:
                 if stored is not None and stored.record is not None:
                     others.append(stored.record.as_result(cell))
         return {s.cell.series: s for s in fit_series([*self.results, *others], self.plan.full_depth)}
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What `run` and `scaling` print and exit by (no golden is read): every cell's result, each planned cell's
+    series' slope per layer, the depth series fitted (``Outcome.series``)."""
+
+    results: list[CellResult]
+    slopes: Mapping[str, float]
+    series: list[Series]
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Lowered:
+        return cls(list(outcome.results), outcome.slopes_by_cell, outcome.series)
+
+    @property
+    def failed(self) -> bool:
+        """A cell failed (an unavailable one is not a failure)."""
+        return any(r.status == "error" for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_DIFFERENCE if self.failed else EXIT_OK
 
 
 def _folds(finding: Finding) -> bool:

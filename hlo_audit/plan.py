@@ -57,10 +57,6 @@ class Judge:
         return cls(config=_digest(matrix), policy=_digest(policy), hlo_audit=_own_version(),
                    environment=_environment(), commit=head_commit(config.project))
 
-    def against(self, goldens: str) -> Judge:
-        """This judge with the digest of the goldens its cells were judged against."""
-        return replace(self, goldens=goldens)
-
     def differences(self, other: Judge) -> tuple[tuple[str, str, str], ...]:
         """(what, this one's, the other's) for each part that differs, in the order a reader checks them."""
         return tuple((what, getattr(self, what), getattr(other, what))
@@ -109,10 +105,6 @@ class Shard:
     matrix: str
     cells: int
     judge: Judge | None = None  # None: a shard record without one (built by hand)
-
-    def against(self, goldens: str) -> Shard:
-        """This shard's record with the digest of the goldens it was judged against (``Judge.against``)."""
-        return self if self.judge is None else replace(self, judge=self.judge.against(goldens))
 
 
 @dataclass(frozen=True)

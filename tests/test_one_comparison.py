@@ -9,14 +9,17 @@ fewer RNG parameters an improvement; and the program-size sentence that once rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 import team_model as tm
-from hlo_audit.compare import CellDelta, TextVerdict
+from hlo_audit import audit
+from hlo_audit.compare import CellDelta, Structural, TextVerdict
 from hlo_audit.findings import CountKind
 from hlo_audit.gate import Gate
 from hlo_audit.golden.record import GoldenRecord
@@ -24,7 +27,9 @@ from hlo_audit.golden.snapshot import Golden
 from hlo_audit.hlo.changes import Action, Change, ChangeKind
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
+from hlo_audit.inputs import cell_program
 from hlo_audit.policy import Policy
+from hlo_audit.report.matrix import matrix_view
 from hlo_audit.report.change_words import change_line
 from hlo_audit.results import CellResult, Severity
 from in_process import hlo_audit_here
@@ -94,6 +99,46 @@ def test_check_diff_report_and_explain_say_the_same_numbers(project, checked, re
     # An unrolled loop's growth is the loops rule's, remat's shrink the remat rule's: no size finding counts them
     # again; biases added are work no other rule names, and the size finding's numbers are the others'.
     assert bool(judged) is (variant == "bias")
+
+
+def test_one_changed_cell_is_one_comparison_object_in_check_report_explain_and_diff(project, monkeypatch):
+    """Through the library in one process, a changed cell's comparison is built once, by its outcome: the report's
+    view and explain's program hold the very object the gate judged by (``is``, not equal numbers), the program-size
+    finding's sizes are its structural account's, and `diff`'s numbers come out of the same code path
+    (``Structural.of_analyses``), equal to it."""
+    built: list[Structural] = []
+    of_analyses = Structural.of_analyses.__func__
+
+    def spied(cls, *args, **kwargs):
+        made = of_analyses(cls, *args, **kwargs)
+        built.append(made)
+        return made
+
+    monkeypatch.setattr(Structural, "of_analyses", classmethod(spied))
+    cid = cell("bias")
+    search_path = list(sys.path)
+    try:
+        with contextlib.chdir(project):
+            plan = audit.plan(None, f"id={cid}")
+            results = list(audit.execute(plan))
+            outcome = audit.check(plan, results)
+            result = next(r for r in results if r.cell.id == cid)
+            delta = outcome.deltas[cid]
+            view = next(v for v in matrix_view(outcome).cells if v.result.cell.id == cid)
+            program = cell_program(result, outcome)
+            raw = project / "bias.library.hlo.txt"
+            raw.write_text(audit.cell_text(cid))
+            diffed = audit.diff_inputs(str(project / "golden" / f"{cid}.hlo.txt"), str(raw))
+    finally:
+        sys.path[:] = search_path
+    assert delta is not None and delta.text is TextVerdict.CHANGED
+    assert outcome.delta(result) is delta and view.compared is delta and program.against is delta
+    structural = delta.structural
+    finding = next(f for f in outcome.findings if f.cell == cid and f.rule == "program_size")
+    assert finding.facts.sizes["instructions"] is structural.instructions
+    assert any(made is structural for made in built) and any(made is diffed.structural for made in built)
+    assert diffed.structural.sizes == structural.sizes
+    assert diffed.structural.per_step_by_opcode == structural.per_step_by_opcode
 
 
 def test_the_raw_lowering_and_the_canonical_text_diff_alike(project):

@@ -18,6 +18,7 @@ from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.results import CellResult
 from hlo_audit.stack import is_compiler
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,11 @@ class GoldenUpdate:
     def failed(self) -> bool:
         """A cell failed to lower (an unavailable one is not a failure)."""
         return any(why.startswith("error") for _, why in self.skipped)
+
+    @property
+    def exit_code(self) -> int:
+        """`golden update`'s (and `init`'s) exit code: a cell that failed to lower is a failure."""
+        return EXIT_DIFFERENCE if self.failed else EXIT_OK
 
 
 def writable(plan: Plan) -> None:

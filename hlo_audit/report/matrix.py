@@ -25,6 +25,7 @@ from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult
 from hlo_audit.scaling import Series
+from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 CELL_COLUMNS = ("id", *AXES)
 TIDY_COLUMNS = (*CELL_COLUMNS, "dtype", "role", "count", "bytes", "golden_count", "golden_delta")
@@ -145,6 +146,11 @@ class MatrixView:
         return [v.result for v in self.cells]
 
     @property
+    def exit_code(self) -> int:
+        """`report`'s exit code: a cell that failed (an unavailable one is not a failure)."""
+        return EXIT_DIFFERENCE if any(r.status == "error" for r in self.results) else EXIT_OK
+
+    @property
     def lowered(self) -> list[CellView]:
         return [v for v in self.cells if v.result.summary]
 
@@ -218,6 +224,5 @@ def matrix_view(outcome: Outcome) -> MatrixView:
     views = []
     for r in results:
         stored = outcome.goldens.golden(r.cell.id)
-        compared = outcome.deltas.get(r.cell.id) or CellDelta.for_cell(r, stored)
-        views.append(CellView(r, stored.record if stored is not None else None, compared))
+        views.append(CellView(r, stored.record if stored is not None else None, outcome.delta(r)))
     return MatrixView(cells=views, scan_pairs=scan_pairs(results), series=list(outcome.series))
