@@ -302,45 +302,19 @@ def test_remat_s_copies_of_a_sharding_constraint_are_remat_not_constraints_added
     assert kinds == ["remat"], [(c.kind.value, c.subject) for c in named]
 
 
-def _wsc_shim(x, sharding):  # a global shim every constraint passes through, as MaxText's tunix_adapter.py has
-    import jax
-    return jax.lax.with_sharding_constraint(x, sharding)
-
-
-def test_a_place_is_the_call_site_not_a_wrapper_every_call_shares():
-    """Four layers constrain their outputs through one shim (MaxText's tunix_adapter.py wraps
-    with_sharding_constraint for every caller): each constraint is placed at its layer's line, not the shim's; a
-    helper two places call stays the place of what it computes."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding
-    from jax.sharding import PartitionSpec as P
-
+def test_a_place_is_past_maxtext_s_tunix_shims():
+    """MaxText's tunix adapter, once imported, replaces jax.lax.with_sharding_constraint (and top_k) for every caller
+    with a shim (``tunix_adapter.py:43``): a constraint's frames are the shim's, then the model's call. The place is
+    the model's line, as if the shim were jax's own (MaxText's remat PR was placed at tunix_adapter.py:43)."""
     from hlo_audit.hlo.locations import Locations
-    from hlo_audit.hlo.text import parse_module
 
-    rows = NamedSharding(Mesh(np.array(jax.devices("cpu")[:1]), ("x",)), P("x", None))
-
-    def twice(h):
-        return jnp.sin(h) * 2.0  # the helper's line
-
-    def step(h):
-        h = _wsc_shim(h * 2.0, rows)  # layer 1
-        h = _wsc_shim(twice(h), rows)  # layer 2
-        h = _wsc_shim(twice(h) + 1.0, rows)  # layer 3
-        h = _wsc_shim(h - 1.0, rows)  # layer 4
-        return h
-
-    module = parse_module(jax.jit(step).lower(jnp.ones((4, 8))).as_text(dialect="hlo", debug_info=True))
-    places = Locations(module)
-    source = Path(__file__).read_text().splitlines()
-
-    def line(tag: str) -> str:
-        return f"{Path(__file__).name}:{next(n for n, text in enumerate(source, 1) if text.endswith(tag))}"
-
-    instructions = [i for c in module.computations.values() for i in c.instructions]
-    constraints = sorted((places.of(i) for i in instructions if i.custom_call_target == "Sharding"),
-                         key=lambda s: int(s.split(":")[1]))
-    assert constraints == [line(f"# layer {n}") for n in (1, 2, 3, 4)], constraints
-    assert {places.of(i) for i in instructions if i.opcode == "sine"} == {line("# the helper's line")}
+    files = {1: "/site-packages/maxtext/integration/tunix/tunix_adapter.py", 2: "/site-packages/jax/_src/lax.py",
+             3: "/work/repo/maxtext/layers/attentions.py"}
+    locations = {1: {"file_name_id": 2, "line": 900}, 2: {"file_name_id": 1, "line": 43},
+                 3: {"file_name_id": 3, "line": 512}}
+    # Innermost first: jax's own frame, the shim, the model's call (a parent is its caller's number plus one).
+    frames = {1: {"file_location_id": 1, "parent_frame_id": 3}, 2: {"file_location_id": 2, "parent_frame_id": 4},
+              3: {"file_location_id": 3, "parent_frame_id": 0}}
+    assert Locations.of_tables(files, locations, frames).frame(1) == "attentions.py:512"
+    files[1] = "/work/repo/my_shims.py"  # a project's own wrapper stays its place
+    assert Locations.of_tables(files, locations, frames).frame(1) == "my_shims.py:43"

@@ -479,14 +479,21 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
 
 def _remat_work(rest: list[InstructionEdit], sides: Sides) -> list[InstructionEdit]:
     """What of ``rest`` is remat's: where the edits' side names their ops (a cell's lowering, a dump with metadata),
-    the barriers and the instructions jax's name stack puts under a checkpoint, and those it names nothing (the
-    calls' tuples); other work beside it (layers added in the same edit) is left to the kinds that say it. Where the
-    side names no op (a golden's text keeps no metadata: remat removed), every edit left, as before."""
+    the barriers, the instructions jax's name stack puts under a checkpoint, the recomputation (an op of the same
+    opcode and name as one the program keeps: the forward op it copies) and those it names nothing (the calls'
+    tuples); other work added beside it (layers added in the same edit) is left to the kinds that say it. Where no
+    edit names its op (a golden's text keeps no metadata), every edit left, as before."""
     names = [sides.origin(e)[0] for e in rest]
     if not any(names):
         return rest
+    mine = {id(e.instruction) for e in rest}
+    kept = {Edit.INSERTED: {(i.opcode, sides.new.origin(i, c.name)[0]) for c in sides.new.module.computations.values()
+                            for i in c.instructions if id(i) not in mine}}
+    # Of what went, all (remat removed takes its recomputation's loops and computations along, named as the forward
+    # ones they copied were): what the cell's side added is where work beside remat shows.
     return [e for e, name in zip(rest, names)
-            if e.instruction.opcode in _BARRIERS or not name or under_checkpoint(name)]
+            if e.edit is Edit.DELETED or e.instruction.opcode in _BARRIERS or not name or under_checkpoint(name)
+            or (e.instruction.opcode, name) in kept[Edit.INSERTED]]
 
 
 def _barriers_changed(match: ModuleMatch, claimed: set[int]) -> list[InstructionEdit]:

@@ -35,12 +35,6 @@ FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "numpy", "chex", "orba
 # Modules that replace jax's own functions process-wide once imported (MaxText's tunix adapter swaps
 # jax.lax.with_sharding_constraint and jax.lax.top_k for compat shims): their frames are jax's, whoever calls.
 SHIMS = ("maxtext/integration/tunix/tunix_adapter.py",)
-# A frame outside the frameworks that this many call sites reach is a wrapper, not the model's place: a sharding
-# helper every layer calls (MaxText's maybe_shard_with_logical), a with_sharding_constraint shim of the project's.
-# The place is then the first frame out of it (the layer's call). A block's line reached from one loop, or a helper
-# called from two or three places, stays the place. (Callers counted one frame out: through a chain of single
-# callers the backward pass's frames, which jax records with the forward's, made a model's own lines wrappers.)
-WRAPPER_CALLERS = 4
 # (computation, instruction) -> (jax's op_name, source file:line), by the names of a module's canonical text.
 Places = Mapping[tuple[str, str], tuple[str, str]]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
@@ -58,7 +52,6 @@ class Locations:
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
         self._resolved: dict[int, str] = {}
-        self._caller_sets: dict[tuple[str, int], set[tuple[str, int]]] | None = None
 
     @classmethod
     def of_tables(cls, files: Mapping[int, str], locations: Mapping[int, dict[str, int]],
@@ -87,19 +80,6 @@ class Locations:
         return hit
 
     def _walk(self, frame_id: int) -> str:
-        """The innermost frame outside the frameworks and outside a wrapper (``WRAPPER_CALLERS``); else the
-        innermost frame there is."""
-        users, innermost = self._chain(frame_id)
-        for i, (key, here) in enumerate(users):
-            if i + 1 < len(users) and self._fan(key) >= WRAPPER_CALLERS:
-                continue  # a wrapper every call site shares: its caller is the place
-            return here
-        return innermost
-
-    def _chain(self, frame_id: int) -> tuple[list[tuple[tuple[str, int], str]], str]:
-        """The frames outside the frameworks from ``frame_id`` outwards, each as ((path, line), ``file:line``), and
-        the innermost frame of any kind."""
-        users: list[tuple[tuple[str, int], str]] = []
         innermost = ""
         seen: set[int] = set()
         while frame_id and frame_id in self._frames and frame_id not in seen:
@@ -108,33 +88,12 @@ class Locations:
             location = self._locations.get(frame.get("file_location_id", 0), {})
             path = self._files.get(location.get("file_name_id", 0), "")
             if path:
-                line = location.get("line", 0)
-                here = f"{PurePosixPath(path).name}:{line}"
+                here = f"{PurePosixPath(path).name}:{location.get('line', 0)}"
                 innermost = innermost or here
                 if not _in_framework(path):
-                    users.append(((path, line), here))
+                    return here
             frame_id = frame.get("parent_frame_id", 0) - 1
-        return users, innermost
-
-    def _fan(self, key: tuple[str, int]) -> int:
-        """How many call sites reach a frame: its callers."""
-        return len(self._callers().get(key, ()))
-
-    def _callers(self) -> dict[tuple[str, int], set[tuple[str, int]]]:
-        """Each frame outside the frameworks -> the frames outside them that call it (a line calling itself, a
-        lambda on the line that passes it on, is no caller), over the module's stack frames (computed once)."""
-        if self._caller_sets is None:
-            found: dict[tuple[str, int], set[tuple[str, int]]] = {}
-            callees = {frame.get("parent_frame_id", 0) - 1 for frame in self._frames.values()}
-            for frame_id in self._frames:
-                if frame_id in callees:
-                    continue  # an outer frame: the chains of the frames it calls walk it
-                keys = [key for key, _ in self._chain(frame_id)[0]]
-                for key, caller in zip(keys, keys[1:]):
-                    if caller != key:
-                        found.setdefault(key, set()).add(caller)
-            self._caller_sets = found
-        return self._caller_sets
+        return innermost
 
 
 def source_text(path: str, line: int) -> str:
