@@ -450,7 +450,10 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
         # Layers or weights added, removed or reshaped: their checkpoints come and go with them, and what a
         # checkpoint keeps changes with what it computes; the parameters and sizes say so, not a remat story.
         return []
-    rest = _remat_work(_unclaimed(match, claimed), sides)
+    rest = _unclaimed(match, claimed)
+    if not any(e.instruction.opcode in _BARRIERS for e in rest) and not _barriers_changed(match, claimed):
+        return []  # no barrier came, went or changed: no remat story (and no reading every op's name for one)
+    rest = _remat_work(rest, sides)
     barriers = [e for e in rest if e.instruction.opcode in _BARRIERS]
     net = _net(barriers)
     if net:
@@ -486,14 +489,16 @@ def _remat_work(rest: list[InstructionEdit], sides: Sides) -> list[InstructionEd
     names = [sides.origin(e)[0] for e in rest]
     if not any(names):
         return rest
-    mine = {id(e.instruction) for e in rest}
-    kept = {Edit.INSERTED: {(i.opcode, sides.new.origin(i, c.name)[0]) for c in sides.new.module.computations.values()
-                            for i in c.instructions if id(i) not in mine}}
     # Of what went, all (remat removed takes its recomputation's loops and computations along, named as the forward
     # ones they copied were): what the cell's side added is where work beside remat shows.
-    return [e for e, name in zip(rest, names)
-            if e.edit is Edit.DELETED or e.instruction.opcode in _BARRIERS or not name or under_checkpoint(name)
-            or (e.instruction.opcode, name) in kept[Edit.INSERTED]]
+    plain = {id(e) for e, name in zip(rest, names) if e.edit is Edit.DELETED or e.instruction.opcode in _BARRIERS
+             or not name or under_checkpoint(name)}
+    if len(plain) == len(rest):
+        return rest
+    mine = {id(e.instruction) for e in rest}
+    kept = {(i.opcode, sides.new.origin(i, c.name)[0]) for c in sides.new.module.computations.values()
+            for i in c.instructions if id(i) not in mine}
+    return [e for e, name in zip(rest, names) if id(e) in plain or (e.instruction.opcode, name) in kept]
 
 
 def _barriers_changed(match: ModuleMatch, claimed: set[int]) -> list[InstructionEdit]:

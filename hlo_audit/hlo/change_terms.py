@@ -265,16 +265,16 @@ def _on(e: InstructionEdit, edit: Edit) -> str:
     return e.old_computation if edit is Edit.DELETED else e.new_computation
 
 
-def _closure(view, alone: dict[int, InstructionEdit], start: list[InstructionEdit], users: bool,
-             edit: Edit = Edit.DELETED) -> list[InstructionEdit]:
+def _closure(view, alone: dict[int, InstructionEdit], start: Sequence[InstructionEdit], users: bool,
+             edit: Edit = Edit.DELETED, operands: bool = True) -> list[InstructionEdit]:
     """The edits of ``alone`` (keyed by their instruction on ``edit``'s side) reachable from ``start`` through
-    operands (and users, with ``users``)."""
+    operands (unless not ``operands``) and users (with ``users``), ``start`` first."""
     found = {id(e.instruction): e for e in start}
     stack = [e.instruction for e in start]
     while stack:
         instr = stack.pop()
         e = found[id(instr)]
-        near = [*view.operands(instr, _on(e, edit)), *(view.users(instr) if users else ())]
+        near = [*(view.operands(instr, _on(e, edit)) if operands else ()), *(view.users(instr) if users else ())]
         for other in near:
             if id(other) in alone and id(other) not in found:
                 found[id(other)] = alone[id(other)]
@@ -322,36 +322,23 @@ def routing(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]
             continue
         view = sides.old if edit is Edit.DELETED else sides.new
         alone = {id(e.instruction): e for e in _unclaimed(match, claimed, edit)}
-        gates = _users_of(view, alone, starts)  # what turns the selection into gates (one_hot of it)
-        called = called_closure(view.module, [c for e in (*starts, *gates) for c in e.instruction.called_computations()
+        # What turns the selection into gates (one_hot of its index), with the computations they all call.
+        taken = _closure(view, alone, starts, users=True, edit=edit, operands=False)
+        called = called_closure(view.module, [c for e in taken for c in e.instruction.called_computations()
                                               if c in view.module.computations])
-        mine += gates + [e for e in alone.values() if _on(e, edit) in called and e not in gates]
+        taken += [e for e in alone.values() if _on(e, edit) in called]
         lines = {sides.origin(e)[1] for e in starts} - {""}
         near = {key: e for key, e in alone.items() if lines and sides.origin(e)[1] in lines}
-        mine += [e for e in _closure(view, near, [e for e in starts if id(e.instruction) in near], users=True,
-                                     edit=edit) if e not in mine]
-        mine += [e for e in starts if e not in mine]
+        taken += _closure(view, near, [e for e in starts if id(e.instruction) in near], users=True, edit=edit)
+        mine += {id(e): e for e in taken}.values()
     claimed.update(id(e) for e in mine)
     words = {edit: _counted([_selection(e.instruction) or "" for e in starts]) for edit, starts in chosen.items()}
     action = Action.CHANGED if all(chosen.values()) else Action.ADDED if chosen[Edit.INSERTED] else Action.REMOVED
     sample = (chosen[Edit.INSERTED] or chosen[Edit.DELETED])[0]
     net = sum(1 if e.edit is Edit.INSERTED else -1 for e in mine)
-    return [Change(ChangeKind.ROUTING, action, ROUTING, sides.place(sample), count=len(sample and
-                                                                                      chosen[sample.edit]),
+    return [Change(ChangeKind.ROUTING, action, ROUTING, sides.place(sample), count=len(chosen[sample.edit]),
                    per_step=sum(sides.runs(e) for e in chosen[sample.edit]), before=words[Edit.DELETED],
                    after=words[Edit.INSERTED], instructions=net)]
-
-
-def _users_of(view, alone: dict[int, InstructionEdit], starts: Sequence[InstructionEdit]) -> list[InstructionEdit]:
-    """The edits of ``alone`` that read the starts' values, at any depth, through edits of ``alone`` only."""
-    found: dict[int, InstructionEdit] = {}
-    stack = [e.instruction for e in starts]
-    while stack:
-        for user in view.users(stack.pop()):
-            if id(user) in alone and id(user) not in found and alone[id(user)] not in starts:
-                found[id(user)] = alone[id(user)]
-                stack.append(user)
-    return list(found.values())
 
 
 def _counted(names: Sequence[str]) -> str:
