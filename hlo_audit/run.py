@@ -211,7 +211,8 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                   initializer=termination.worker_init)
     try:
-        futures = {pool.submit(_worker, cell.target, cell, key): (cell, key) for cell, key in pending}
+        with termination.starting_workers():  # submitting starts the workers
+            futures = {pool.submit(_worker, cell.target, cell, key): (cell, key) for cell, key in pending}
         # The pool takes work in submission order: the first `workers` cells start now, the next as each ends.
         for cell, _ in pending[:workers]:
             started(cell)

@@ -10,6 +10,11 @@ SIGKILL after a grace period), SIGHUP (the terminal or SSH session went away). A
   clean-up below is never cut short by the CI runner's second signal;
 * the worker pool is abandoned, not waited for (``abandon_pool``: its workers ignore SIGINT, so a Ctrl-C that
   reaches the whole process group does not print a traceback per worker, and are ended by the main process);
+* while workers are being started (``starting_workers``) a signal waits until they have: multiprocessing writes
+  what a worker runs into a pipe after its exec, and a stop between the two left it reading an empty pipe, its
+  EOFError's traceback printed after the command's line (seen once in CI). Workers start with SIGINT blocked, which
+  they keep until ``worker_init`` has set it to ignored: a Ctrl-C to the group while a worker's Python is still
+  importing printed a KeyboardInterrupt traceback of its own. SIGTERM and SIGHUP end a starting worker silently;
 * before the command exits, every process it started and its descendants (workers, a compiler's child process)
   get SIGTERM, and SIGKILL after ``GRACE_SECONDS`` (``end_descendants``). multiprocessing's resource tracker is
   left to end by itself: it ignores both signals and leaves as soon as the last process holding its pipe (the
@@ -41,6 +46,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing import resource_tracker
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 GRACE_SECONDS = 2.0
@@ -85,6 +91,14 @@ def announce(stop: KeyboardInterrupt) -> None:
         print(f"hlo-audit: {message(stop)}", file=sys.stderr, flush=True)
 
 
+def _stop(signum: int) -> KeyboardInterrupt:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+_holding: list[bool] = []  # inside ``starting_workers``: the signal is raised where the block ends
+_held: list[int] = []
+
+
 def _handler(signum: int, frame) -> None:
     if _received:  # the first one is being handled: its clean-up must not be cut short
         return
@@ -93,14 +107,34 @@ def _handler(signum: int, frame) -> None:
     timer.daemon = True
     timer.start()
     _deadline.append(timer)
-    raise KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    if _holding:
+        _held.append(signum)
+        return
+    raise _stop(signum)
+
+
+@contextlib.contextmanager
+def starting_workers() -> Iterator[None]:
+    """Around the code that starts worker processes: a signal that comes meanwhile stops the command when the block
+    ends, not halfway through a worker's start; and the workers start with SIGINT blocked (the module doc says why).
+    multiprocessing's resource tracker is started first: its own start unblocks SIGINT and SIGTERM."""
+    resource_tracker.ensure_running()
+    _holding.append(True)
+    kept = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, kept)
+        _holding.pop()
+    if _held and not _holding:
+        raise _stop(_held.pop())
 
 
 def _end_now(signum: int) -> None:
     """The clean-up outlived ``CLEANUP_SECONDS``: end as a SIGKILL would, children first, with the command's line."""
     with contextlib.suppress(Exception):
         _end([pid for pid in descendants(os.getpid()) if pid != _resource_tracker_pid()])
-    announce(Terminated(signum) if signum != signal.SIGINT else KeyboardInterrupt())
+    announce(_stop(signum))
     _flush()
     os._exit(128 + signum)
 
@@ -125,6 +159,7 @@ def ending_on_signals() -> Iterator[None]:
     did, every process it started is ended before the block is left. Handlers are put back afterwards."""
     _received.clear()
     _announced.clear()
+    _held.clear()
     previous = {}
     for signum in SIGNALS:
         current = signal.getsignal(signum)
@@ -168,8 +203,10 @@ def stopped_exit_code() -> int | None:
 
 def worker_init() -> None:
     """First thing in a worker process: a Ctrl-C reaching the whole process group leaves the worker to the main
-    process, which ends it (``abandon_pool``)."""
+    process, which ends it (``abandon_pool``). Ignored before it is unblocked: one that came while the worker's
+    Python started (``starting_workers``) is dropped, not raised."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def abandon_pool(pool) -> None:

@@ -139,6 +139,60 @@ def test_a_signal_ends_the_command_and_every_process_it_started(project, command
         "hlo-audit.toml", "sleepy.py"]
 
 
+# The race the "workers starting" trial hit once in CI: a signal between a worker's exec and multiprocessing's write
+# of what it is to run. The worker read an empty pipe and printed EOFError's traceback after the command's line; a
+# Ctrl-C reaching the whole group while a worker's Python starts printed its KeyboardInterrupt. Made certain here: the
+# command runs with multiprocessing's spawn wrapped to signal right after starting a worker (not the resource tracker).
+SIGNAL_AT_SPAWN = """
+import os, runpy, signal, sys, time
+import multiprocessing.util as util
+
+spawn = util.spawnv_passfds
+
+
+def spawned_then_signalled(path, args, passfds):
+    pid = spawn(path, args, passfds)
+    if any("spawn_main" in os.fsdecode(arg) for arg in args):
+        time.sleep(float(os.environ["SIGNAL_AFTER"]))
+        if os.environ["SIGNAL_TO"] == "group":
+            os.killpg(0, signal.SIGINT)
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
+    return pid
+
+
+util.spawnv_passfds = spawned_then_signalled
+if __name__ == "__main__":
+    runpy.run_module("hlo_audit", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("to,after", [("command", 0.0), ("command", 0.5), ("group", 0.4), ("group", 1.5)],
+                         ids=["command-at-exec", "command-before-the-write", "group-while-python-starts",
+                              "group-while-importing"])
+def test_a_signal_while_a_worker_starts_ends_with_the_commands_line_alone(project, to, after):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(project)]), "HLO_AUDIT_HEARTBEAT": "600",
+           "SIGNAL_AFTER": str(after), "SIGNAL_TO": to}
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-c", SIGNAL_AT_SPAWN, "run", "--jobs", "2", "--no-cache"],
+                            cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    stderr = Stderr(proc.stderr)
+    stderr.start()
+    try:
+        code = proc.wait(timeout=120)
+        stderr.join(timeout=10)
+        assert not stderr.is_alive(), "stderr never reached its end: a process still holds it"
+        wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert code == 128 + signal.SIGINT, (code, stderr.lines)
+    assert stderr.lines[-1] == "hlo-audit: interrupted (SIGINT)", stderr.lines
+    assert not [line for line in stderr.lines if "Traceback" in line or "Error" in line], stderr.lines
+
+
 STUBBORN = """
 import time
 from pathlib import Path
