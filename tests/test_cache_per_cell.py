@@ -14,6 +14,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from projects import config
 from test_cache import cells_of, hlo_audit
 
@@ -156,6 +158,7 @@ def _history(project: Path) -> list[str]:
     return _git(project, "rev-list", "--reverse", "HEAD").split()
 
 
+@pytest.mark.long  # a git history of commits, each checked in a fresh process: make test's 15 minutes
 def test_each_commit_lowers_again_only_the_cells_whose_reads_changed(tmp_path):
     project = tmp_path / "project"
     project.mkdir()

@@ -37,6 +37,9 @@ from hlo_audit.targets.maxtext import MaxTextTarget
 from in_process import Ran, hlo_audit_here
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
+# make test (15 minutes) holds seed 000's revert failing the gate (fp8) and the flags test; the matrix run and its
+# projections, the TE rows, seed 001 against the unfixed goldens and the committed goldens are `long` tests
+# (make test-long, which .ci/run runs after make test).
 
 CONFIG = """
 models = ["llama3-8b", "llama9"]
@@ -134,6 +137,7 @@ def _projected(cells, cell: Cell) -> dict:
     return series.projected()
 
 
+@pytest.mark.long
 def test_two_shallow_depths_project_to_the_seeds_full_depth(matrix):
     """887 and 2231 entry parameters at 32 layers (seed 000's table), from the 2- and 4-layer lowerings alone."""
     _, _, cells = matrix
@@ -159,6 +163,7 @@ def test_projection_from_two_shallow_depths_equals_the_real_lowering(full_depth)
     assert cells["llama3-8b/scan-off/int8/L2"]["slope_per_layer"] == 27 + 42
 
 
+@pytest.mark.long
 def test_scanned_u32_does_not_grow_with_depth(matrix):
     _, _, cells = matrix
     for quant, u32 in (("none", 13), ("int8", 55)):
@@ -205,6 +210,7 @@ TE_AT_L2 = {
 }
 
 
+@pytest.mark.long
 @pytest.mark.te
 def test_transformer_engine_cells_cross_lower_for_sm_90_with_the_measured_numbers(matrix):
     _, _, cells = matrix
@@ -221,6 +227,7 @@ def test_transformer_engine_cells_cross_lower_for_sm_90_with_the_measured_number
     assert "capability 10.0 or higher required for NVFP4" in notes["te_nvfp4_no_rht"]
 
 
+@pytest.mark.long
 @pytest.mark.te
 def test_seed_001_row_projects_to_2231_and_its_rng_streams_are_drawn_or_dead(matrix):
     """llama3-8b unrolled te_nvfp4_no_rht: MaxText 0.2.5 has seed 000's fix, not seed 001's shared RNGs."""
@@ -240,6 +247,7 @@ def test_seed_001_row_projects_to_2231_and_its_rng_streams_are_drawn_or_dead(mat
         assert (p["drawn"], p["carried"], p["unknown"]) == (*expected, 0), p["pattern"]
 
 
+@pytest.mark.long
 def test_unknown_model_is_an_error_row_and_the_run_exits_nonzero(matrix):
     _, proc, cells = matrix
     assert proc.returncode == 1
@@ -291,6 +299,7 @@ def test_rng_says_which_aqt_streams_are_drawn_and_what_dead_state_costs(full_dep
     assert (run_record["drawn"], run_record["carried"], run_record["dead_params"]) == (224, 451, 902)
 
 
+@pytest.mark.long
 def test_args_info_paths_agree_with_the_text(matrix, session_lowerings):
     """jax's own args_info (used for attribution) and the decoded text names tell one story."""
     cell = Cell("llama3-8b", False, "int8", 2)
@@ -316,7 +325,7 @@ CUDA_SM_90 = 'platform = "cuda"\ncuda_arch = "sm_90"'
     ("fp8", "fp8-keeps-rngs", "", "Fp8DirectDotGeneralOp_0"),
     # The same revert for a TE recipe, cross-lowered (its own xdist group: it need not wait for the matrix).
     pytest.param("te_fp8_currentscaling", "te-keeps-rngs", CUDA_SM_90, "TEWrapper_dot_general_0",
-                 marks=[pytest.mark.te, pytest.mark.xdist_group("te")]),
+                 marks=[pytest.mark.te, pytest.mark.xdist_group("te"), pytest.mark.long]),
 ])
 def test_reverted_rng_fix_fails_the_gate(tmp_path, session_lowerings, quant, inject, platform, wrapper):
     """Revert seed 000's quantization-bridge fix at run time: `check` must fail and say what leaked where (the
@@ -358,6 +367,7 @@ reason = "MaxText 0.2.5's TE bridge keeps a forked Rngs per NVFP4 dot; drop this
 """
 
 
+@pytest.mark.long
 @pytest.mark.te
 @pytest.mark.xdist_group("te")
 def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its_waiver_stale(
@@ -394,6 +404,7 @@ def test_seed_001_against_the_unfixed_goldens_is_an_rng_only_improvement_and_its
     assert "drop it" in stale["message"]
 
 
+@pytest.mark.long
 def test_committed_goldens_pass_the_gate(tmp_path, session_lowerings):
     """The repository's own golden/ against fresh lowerings: what `make audit` gates on, for a slice.
 

@@ -73,7 +73,13 @@ ORACLE_SPECS = [
 ]
 
 
-@pytest.mark.parametrize("spec", ORACLE_SPECS, ids=lambda s: s.name)
+# The three slowest linen cases are `long` (make test's 15 minutes); a linen fold_in, a kept typed key and every
+# plain-JAX case stay in make test.
+LONG_ORACLE = ("linen_split_raw_key", "linen_carried_raw_key", "linen_rngs_raw_key")
+
+
+@pytest.mark.parametrize("spec", [pytest.param(s, id=s.name, marks=[pytest.mark.long] if s.name in LONG_ORACLE else [])
+                                  for s in ORACLE_SPECS])
 def test_verdicts_agree_with_the_numerical_oracle(spec):
     case = rng_oracle.trainer_case(spec)  # also checks that analyze() finds exactly the oracle's keys
     assert case.truth == {path: verdict == "drawn" for path, verdict in linen_trainer.expected(spec).items()}

@@ -79,10 +79,13 @@ def _rng_params(path: Path) -> int:
     return sum(p.is_rng for p in analyze(path.read_text(), str(path)).params)
 
 
-# The 4-layer pairs (16 lowerings, ~2.5 minutes of one worker) are `long` tests (make test-long, run by .ci/run):
-# make test holds every quantization, scanned and unrolled, at 2 layers.
+# make test holds two 2-layer pairs, fp8 unrolled (the seed's own cell) and int8 scanned; every other pair, the
+# 4-layer ones among them, is a `long` test (make test-long, run by .ci/run): make test's 15 minutes.
+IN_MAKE_TEST = {("fp8", False, 2), ("int8", True, 2)}
+
+
 @pytest.mark.parametrize("quant,scan,layers", [
-    pytest.param(*p, id=_pair_id(*p), marks=[pytest.mark.long] if p[2] > 2 else []) for p in PAIRS])
+    pytest.param(*p, id=_pair_id(*p), marks=[] if tuple(p) in IN_MAKE_TEST else [pytest.mark.long]) for p in PAIRS])
 def test_fix_reverted_is_rng_state_only(lowered, quant, scan, layers):
     """`hlo-audit diff BEFORE AFTER` on MaxText without and with seed 000's fix: rng-state-only, exit 1."""
     before, after = lowered(quant, scan, layers, ("prefix",)), lowered(quant, scan, layers)
@@ -96,6 +99,7 @@ def test_fix_reverted_is_rng_state_only(lowered, quant, scan, layers):
     assert report["by_role_delta"] == {"rng_count": -dropped // 2, "rng_key": -dropped // 2}
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("part", injected_maxtext.SEED_000)
 @pytest.mark.parametrize("quant", ["fp8", "nanoo_fp8"])
 def test_each_part_of_the_fix_is_rng_state_only(lowered, quant, part):
@@ -107,6 +111,7 @@ def test_each_part_of_the_fix_is_rng_state_only(lowered, quant, part):
     assert all(g.role.startswith("rng_") for g in d.params_added + d.params_removed)
 
 
+@pytest.mark.long
 def test_another_mlp_width_changes_parameters_and_shapes(lowered):
     """Half the MLP width on the fp8 unrolled step: the same parameters and ops, other shapes."""
     before, after = lowered("fp8", False, 2), lowered("fp8", False, 2, overrides={"base_mlp_dim": "7168"})
@@ -117,6 +122,7 @@ def test_another_mlp_width_changes_parameters_and_shapes(lowered):
     assert sum(g.count for g in d.params_added) == -sum(g.count for g in d.params_removed) == 2 * 3 * 3
 
 
+@pytest.mark.long
 def test_another_activation_dtype_changes_ops_and_shapes(lowered):
     """float32 activations instead of bfloat16: converts go, shapes change dtype; the parameters stay."""
     before, after = lowered("fp8", False, 2), lowered("fp8", False, 2, overrides={"dtype": "float32"})
@@ -141,6 +147,7 @@ for result, path in zip(run_cells(cells, cache), sys.argv[2:]):
 """
 
 
+@pytest.mark.long
 def test_another_mesh_split_is_a_change_of_shardings(session_lowerings, tmp_path):
     """On 4 (host) devices, the fp8 step with its weights split fsdp-wise and tensor-wise: shardings only."""
     fsdp, tensor = tmp_path / "fp8_unrolled_L2_fsdp4.hlo.txt", tmp_path / "fp8_unrolled_L2_tensor4.hlo.txt"
@@ -206,7 +213,8 @@ SEED_001_TABLE = {2: ((161, 91), (77, 7)), 32: ((2231, 1351), (887, 7))}
 
 
 @pytest.mark.te
-@pytest.mark.parametrize("layers", [2, pytest.param(32, marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("layers", [2, 32])
 def test_seed_001_shares_one_stream_and_diff_says_rng_state_only(te_lowered, layers):
     """Seed 001's fix, applied as a forward patch: the seed's entry parameters, and `hlo-audit diff` says the only
     change is RNG state (exit 1), though every rematerialized layer hands its streams through an opt-barrier.
@@ -229,6 +237,7 @@ def test_seed_001_shares_one_stream_and_diff_says_rng_state_only(te_lowered, lay
     assert len(sides[0].rng.by_verdict("drawn")) == 7 * layers  # each quantized dot's own params stream
 
 
+@pytest.mark.long
 @pytest.mark.te
 def test_te_fp8_forced_onto_a_shared_stream_adds_dead_increments_only(te_lowered):
     """te_fp8_currentscaling never draws; forcing it onto seed 001's shared stream (seed 000's TE revert makes the
