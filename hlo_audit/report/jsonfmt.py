@@ -48,15 +48,16 @@ def format_count(analyses: Sequence, with_params: bool = False, launches: Sequen
 
 
 def diff_record(structural: Structural, old: str, new: str, launches=None) -> dict:
-    d = structural.diff
+    d, params = structural.diff, structural.params
     return {
         "old": old,
         "new": new,
         "verdict": d.verdict,
         "changes": d.changes,
-        "entry_params": {"old": d.entry_params[0], "new": d.entry_params[1]},
-        "by_dtype_delta": d.by_dtype_delta,
-        "by_role_delta": d.by_role_delta,
+        # The entry parameters as `check` compares them (compare.ParamDelta): in all, and the deltas by dtype and role.
+        "entry_params": {"old": params.golden, "new": params.now},
+        "by_dtype_delta": dict(params.by_dtype),
+        "by_role_delta": dict(params.by_role),
         "params_added": [asdict(g) for g in d.params_added],
         "params_removed": [asdict(g) for g in d.params_removed],
         "opcode_dtype_delta": d.opcode_dtype_delta,
