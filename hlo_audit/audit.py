@@ -17,7 +17,7 @@ from hlo_audit.cache.store import tracked_by_git
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
 from hlo_audit.gate import judged, regenerate_command
-from hlo_audit.golden.update import GoldenUpdate, update, writable
+from hlo_audit.golden.update import GoldenUpdate, record_figures, update, writable
 from hlo_audit import measure as measuring
 from hlo_audit.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result, cell_text,
                               count_inputs, diff, diff_inputs, dump_launches, explain_source, explain_trees,
@@ -31,7 +31,6 @@ from hlo_audit.report.matrix import MatrixView, matrix_view_of
 from hlo_audit.report.words import nothing_to_fit_line
 from hlo_audit.results import CellResult
 from hlo_audit.rules import host_cost as host_cost_rule
-from hlo_audit.rules.registry import tolerances
 from hlo_audit.run import execute
 from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
@@ -160,9 +159,11 @@ def params_frame(config: str | None = None, only: str | None = None, layers: str
 
 def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: str | None = None,
             timing: bool = True, record: bool = False, save_text: Callable[[str, str], None] | None = None,
-            measured: Callable[[measuring.CellMeasurement], None] | None = None) -> measuring.MeasureReport:
+            measured: Callable[[measuring.CellMeasurement], None] | None = None,
+            config_path: str | None = None) -> measuring.MeasureReport:
     """The plan's cells run here (``measure.measure_cells``), each group's ``baseline`` value of ``across`` first
-    (default ``none``, where a cell has it); with ``record``, their figures written beside their goldens."""
+    (default ``none``, where a cell has it), then judged (``judge_measured``); with ``record``, their figures written
+    beside their goldens once judged."""
     if across not in measuring.ACROSS:
         raise InputError(f"--across {across}: expected one of {', '.join(measuring.ACROSS)}")
     if record:
@@ -173,12 +174,26 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
                          f"{', '.join(sorted(set(labels.values())))})")
     first = "none" if baseline is None else baseline
     cells = sorted(p.cells, key=lambda c: labels[c] != first)
-    tolerance = tolerances(p.config.rules)[host_cost_rule.NAME]
-    report = measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text, tolerance,
-                                     "hlo-audit measure --record", measured)
+    report = judge_measured(p, measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
+                                                       measured), config_path)
     if record:
-        report = replace(report, recorded=measuring.record(report, p.config.golden_dir, p.config.project))
+        report = replace(report, recorded=record_figures(report.cells, p.config.golden_dir, p.config.project))
     return report
+
+
+def judge_measured(p: Plan, report: measuring.MeasureReport,
+                   config_path: str | None = None) -> measuring.MeasureReport:
+    """``report`` with its outcome: the cells whose golden records a host figure (``measure.judgeable``), lowered as
+    `check` lowers them (the cache's results), each with the figure measured now, judged by the gate as `check`
+    judges them (``gate.judged``: the config's ``[policy]``, host_cost's action and tolerance, and its waivers), the
+    host_cost rule alone: a cell without a golden is no failure of a measurement."""
+    figures = measuring.judgeable(report)
+    if not figures:
+        return report
+    judged_plan = p.of_cells([c for c in p.cells if c.id in figures])
+    outcome = judged(judged_plan, list(execute(judged_plan)), regenerate_command(config_path), report_stale=False,
+                     prepare=measuring.with_measured_figures(figures), rules=(host_cost_rule.NAME,))
+    return replace(report, outcome=outcome)
 
 
 def _axis_label(cell, axis: str) -> str:

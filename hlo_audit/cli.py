@@ -419,14 +419,16 @@ def measure_cmd(
 ) -> None:
     """Run cells' steps here (TPU, GPU or CPU) and time them: step time blocked and queued, host time per call of the
     function the user calls, compile time, memory; A/B across a variant axis in interleaved rounds, with a verdict
-    only beyond the rounds' spread. Exit 1 when the host_cost rule finds more state leaves per call than a golden's
-    recorded figure, or a cell could not be measured."""
+    only beyond the rounds' spread. The host figures are judged as `check` judges them (the config's policy and
+    waivers): exit 1 when the host_cost rule fails a cell (more state leaves per call than its golden's recorded
+    figure), or a cell could not be measured."""
     selection = [*(only or []), *([",".join(f"id={c}" for c in cells)] if cells else [])]
     plan = audit.plan(config, _only(selection or None), None, layers)
     report = audit.measure(plan, audit.measuring.Rounds(rounds, warmup, calls, host_calls), across, baseline,
                            timing=not host_only, record=record,
                            save_text=_compiled_writer(save_compiled) if save_compiled is not None else None,
-                           measured=lambda row: print(measure_words.measured_line(row), file=sys.stderr, flush=True))
+                           measured=lambda row: print(measure_words.measured_line(row), file=sys.stderr, flush=True),
+                           config_path=config)
     emit("measure", fmt, report=report)
     raise typer.Exit(report.exit_code)
 

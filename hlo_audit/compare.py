@@ -32,6 +32,7 @@ from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
 from hlo_audit.hlo.change_places import instructions_per_step
 from hlo_audit.hlo.changes import Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, captured_delta, count_delta, diff_modules
+from hlo_audit.hlo.params import roles_by_pattern
 from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.normalize import normalize_with_names
@@ -56,30 +57,39 @@ TEXT_DIFF_LINES = 40
 
 @dataclass(frozen=True)
 class Structural:
-    """Two canonical texts diffed once: the diff (its verdict, its named changes, the match's numbers), the RNG
-    parameters gained, and each side's instructions (as the match counts them; executed per step, by opcode).
+    """Two canonical texts diffed once: the diff (its verdict, its named changes, the match's numbers), the entry
+    parameters against each other (``ParamDelta``: `check`'s, a cell's comparison's own), the RNG parameters gained,
+    and each side's instructions (as the match counts them; executed per step, by opcode).
 
     ``check`` builds it from a golden's text and the cell's; ``diff`` from any two modules, made canonical first
     (``of_analyses``): the same texts give the same numbers whichever command asks."""
 
     diff: ModuleDiff
+    params: ParamDelta
     rng_params: int
     instructions: tuple[int, int]
     per_step: tuple[Mapping[str, int], Mapping[str, int]]
 
     @classmethod
-    def of(cls, golden_text: str, text: str, places: Places | None = None, max_text_lines: int = 0) -> Structural:
-        """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``)."""
-        return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines)
+    def of(cls, golden_text: str, text: str, places: Places | None = None, max_text_lines: int = 0,
+           params: ParamDelta | None = None) -> Structural:
+        """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``); ``params``:
+        the cell's comparison's (``CellDelta.params``: one object for the cell, not a second count of the texts)."""
+        return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines, params)
 
     @classmethod
     def of_analyses(cls, before: Analysis, after: Analysis, places: Places | None = None,
-                    max_text_lines: int = 0) -> Structural:
+                    max_text_lines: int = 0, params: ParamDelta | None = None) -> Structural:
+        """``params``: the entry parameters' comparison where the caller has it; else the two modules' own
+        (``ParamDelta.between``, as a cell's comparison makes its own)."""
         diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places)
+        if params is None:
+            params = ParamDelta.between(before.summary, after.summary, roles_by_pattern(before.params),
+                                        roles_by_pattern(after.params))
         rng = sum(p.is_rng for p in after.params) - sum(p.is_rng for p in before.params)
         # The match's own count where there is one (the program, RNG state stripped); else the printed text's.
         instructions = diff.match.instructions if diff.match is not None else (_printed(before), _printed(after))
-        return cls(diff, rng, instructions,
+        return cls(diff, params, rng, instructions,
                    (instructions_per_step(before.module), instructions_per_step(after.module)))
 
     @classmethod
@@ -160,6 +170,17 @@ class ParamDelta:
     groups: Mapping[str, int]
     patterns: PatternChanges
 
+    @classmethod
+    def between(cls, old, new, old_roles: Mapping[str, Mapping[str, int]],
+                new_roles: Mapping[str, Mapping[str, int]]) -> ParamDelta:
+        """``new``'s entry parameters against ``old``'s, each a golden's record or a module's ``ParamSummary`` (their
+        counts in all, by dtype, role and path pattern), with each side's roles by pattern (empty where a golden
+        keeps none). The one place these numbers are worked out: a cell against its golden (``CellDelta.of``) and
+        any two modules (``Structural``: what `diff` prints)."""
+        return cls(old.entry_params, new.entry_params, count_delta(old.by_dtype, new.by_dtype),
+                   count_delta(old.by_role, new.by_role), count_delta(old.groups, new.groups),
+                   pattern_changes(old.groups, new.groups, old_roles, new_roles))
+
     @property
     def delta(self) -> int:
         return self.now - self.golden
@@ -225,10 +246,7 @@ class CellDelta:
         compared = normalized is not None and (golden.hlo is not None or golden.text_problem is not None)
         return cls(
             cell=result.cell.id, result=result, stored=golden,
-            params=ParamDelta(old.entry_params, new.entry_params, count_delta(old.by_dtype, new.by_dtype),
-                              count_delta(old.by_role, new.by_role), count_delta(old.groups, new.groups),
-                              pattern_changes(old.groups, new.groups, old.groups_by_role or {},
-                                              result.groups_by_role())),
+            params=ParamDelta.between(old, new, old.groups_by_role or {}, result.groups_by_role()),
             captured=(CapturedDelta.of(captured_delta(old.constants, result.constants.golden_summary()))
                       if old.constants is not None and result.constants is not None else None),
             increments=increment_changes(old.rng_increments, result.rng),
@@ -308,7 +326,7 @@ class CellDelta:
         """The structural account of the two texts, where they differ."""
         if not self.texts_differ:
             return None
-        return Structural.of(*self.texts, self.result.places)
+        return Structural.of(*self.texts, self.result.places, params=self.params)
 
     @property
     def text(self) -> TextVerdict:

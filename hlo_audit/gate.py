@@ -7,14 +7,15 @@ function of the cell's one comparison with its golden (``compare.CellDelta``, wh
 the gate applies the registry's judges (``rules.registry.judged``) and the policy and keeps no state. It makes the
 findings no judge of one compared cell can itself: a golden that is missing, unreadable or of another compiler stack
 on a pinned run (``missing_golden``), a cell that cannot be judged here (``unjudged``), a golden without a cell, and
-waivers that waived nothing (``stale_waiver``).
+waivers that waived nothing (``stale_waiver``). A gate may judge a selection of rules (``Gate.rules``): `measure`
+judges ``host_cost`` alone, under the same policy and waivers.
 Every finding is a typed record (``findings``): its place, rule, severity and the numbers behind it. The gate words
 nothing (``report.words`` does); a waiver makes a new finding, of severity waived, that names the waiver.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from hlo_audit.compare import CellDelta
 from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver,
@@ -37,13 +38,14 @@ def regenerate_command(config_path: str | None) -> str:
 
 
 def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_stale: bool = True,
-           prepare=None) -> Outcome:
+           prepare=None, rules: Collection[str] | None = None) -> Outcome:
     """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
-    the results completed from that same tree first (``measure.with_host_figures``: each file read once)."""
+    the results completed from that same tree first (``measure.with_host_figures``: each file read once).
+    ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``)."""
     def judge(tree):
         outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest())
-        return Gate(plan.config.rules, regenerate).judge(outcome, report_stale)
+        return Gate(plan.config.rules, regenerate, rules=rules).judge(outcome, report_stale)
 
     return read_snapshot(plan.config.golden_dir, judge)
 
@@ -53,14 +55,22 @@ class Gate:
     policy's action and the waivers, each making a new finding. Holds nothing between cells: the waivers used are read
     off the findings (``used_waivers``)."""
 
-    def __init__(self, policy: Policy, regenerate: str, pinned_by: str | None = ""):
+    def __init__(self, policy: Policy, regenerate: str, pinned_by: str | None = "",
+                 rules: Collection[str] | None = None):
         self.policy = policy
         self.regenerate = regenerate  # "hlo-audit golden update" (+ --config when not the default)
+        # The rules this gate judges, those it makes itself included (missing_golden, unjudged, stale_waiver); None:
+        # every rule (`check`). `measure` judges what it measured, host_cost, under the same policy and waivers: a
+        # cell without a golden, or another stack's, is no failure of a measurement.
+        self.rules = frozenset(rules) if rules is not None else None
         # What made this run's stack pinned (``CI=true``; ``stack.stack_mode``, read here once), None for a local
         # run: pinned, a golden of another compiler stack fails and relaxes nothing.
         if pinned_by == "":
             pinned_by = why_pinned() if stack_mode() is StackMode.PINNED else None
         self.pinned_by = pinned_by
+
+    def judges(self, rule: str) -> bool:
+        return self.rules is None or rule in self.rules
 
     def command_for(self, series: dict[str, tuple[str, ...]]):
         """The golden update that accepts what is found at a cell: its whole depth series, since each depth's golden
@@ -94,9 +104,10 @@ class Gate:
             used |= used_waivers(kept) | used_waivers(found)
         plan = outcome.plan
         matrix = plan.full_matrix if plan.full_matrix is not None else full_matrix_of(plan)
-        if report_stale:
+        if report_stale and self.judges(Rule.MISSING_GOLDEN):
             findings.extend(stale(outcome.goldens.stored_ids(), {c.id for c in matrix}))
-        findings.extend(stale_waivers(self.policy, used, outcome.results, matrix))
+        if self.judges(Rule.STALE_WAIVER):
+            findings.extend(stale_waivers(self.policy, used, outcome.results, matrix))
         return outcome.judged(findings, deltas)
 
     def _apply(self, finding: Finding | None, cell: Cell) -> Finding | None:
@@ -128,23 +139,31 @@ class Gate:
         context = context or registry.context(self.policy, self.command)
         if result.status is not Status.OK:
             return self._not_lowered(result, golden)
-        found: list[Finding] = []
-        if delta is None:  # a golden that cannot be read gates nothing: as if missing, said why
-            found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
-                                 MissingGolden(golden.damaged if golden else None, context.command(cid))))
-        elif delta.pinned and delta.stack_moved:  # CI's stack is pinned: another stack's golden is a mistake
-            found.append(Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
-                str(golden.summary or cid), context.command(cid), stack=delta.stack_moved, pinned_by=self.pinned_by)))
-        found += registry.judge(Subject(result, golden, delta, leads), context)
+        missing = self._missing_golden(cid, golden, delta, context)
+        found = [*([missing] if missing is not None else []),
+                 *registry.judge(Subject(result, golden, delta, leads), context, self.rules)]
         kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())], found
 
+    def _missing_golden(self, cid: str, golden: Golden | None, delta: CellDelta | None,
+                        context: Context) -> Finding | None:
+        """A golden that cannot be read gates nothing: as if missing, said why; on a pinned stack (CI), another
+        stack's golden is a mistake. None where the golden is usable, or this gate does not judge it."""
+        if not self.judges(Rule.MISSING_GOLDEN):
+            return None
+        if delta is None:
+            return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
+                           MissingGolden(golden.damaged if golden else None, context.command(cid)))
+        if delta.pinned and delta.stack_moved:
+            return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
+                str(golden.summary or cid), context.command(cid), stack=delta.stack_moved, pinned_by=self.pinned_by))
+        return None
 
     def _not_lowered(self, result: CellResult, golden: Golden | None) -> tuple[list[Finding], list[Finding]]:
         """A cell that did not lower: an error fails; an unavailable one with a golden is a cell the check cannot
         judge (``unjudged``: it fails unless a waiver with a reason accepts it), one without a golden is said."""
         cid = result.cell.id
-        if result.status is Status.UNAVAILABLE and golden is not None:
+        if result.status is Status.UNAVAILABLE and golden is not None and self.judges(Rule.UNJUDGED):
             found = [Finding(cid, Severity.REGRESSION, Rule.UNJUDGED, Unjudged(
                 str(result.status), result.message, str(golden.summary or golden.cell_id)))]
             kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]

@@ -11,7 +11,9 @@ typed PRNG keys for key-typed leaves. What is measured, each as min / median / m
 * memory: the executable's argument + temp bytes (``memory_analysis``) and the runtime's peak where the device
   reports one (``memory_stats``);
 * the host-cost figure (``host_cost.HostFigure``): the same caller with a trivial body over scalar stand-ins of the
-  arguments, so only the host's per-call work is timed, on any machine; what the ``host_cost`` rule gates.
+  arguments, so only the host's per-call work is timed, on any machine; what the ``host_cost`` rule gates. Measure
+  judges nothing itself: ``audit.measure`` hands the figures to the gate as `check` does (``with_measured_figures``),
+  under the config's policy and waivers, and the judged ``outcome.Outcome`` is the report's verdict.
 
 A/B: cells that differ only in one axis (``across``, the variant axis ``quant`` by default) are measured together,
 round by round in turn (A, B, A, B, ...), and each is compared with the group's first; the recorded figures beside a
@@ -39,6 +41,8 @@ from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
+from hlo_audit.outcome import Outcome
+from hlo_audit.results import Severity
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 # The axes A/B can compare across (cells equal in every other one are measured together).
@@ -113,15 +117,22 @@ class MeasureReport:
     rounds: Rounds
     cells: tuple[CellMeasurement, ...]
     comparisons: tuple[Comparison, ...] = ()
-    host_findings: tuple = ()  # host_cost.HostCostChange per cell whose golden records a figure
+    # The gate's outcome of the cells whose golden records a host figure, judged as `check` judges them (the host_cost
+    # rule under the config's policy and waivers: ``audit.measure``); None where no cell has one.
+    outcome: Outcome | None = None
     recorded: tuple[str, ...] = ()  # the goldens `--record` wrote
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def findings(self) -> tuple:
+        """What the gate found of the measured cells (``findings.Finding``; "matches its golden" left out)."""
+        return () if self.outcome is None else tuple(f for f in self.outcome.findings if f.severity is not Severity.OK)
+
+    @property
     def exit_code(self) -> int:
-        """`measure`'s exit code: a difference when a cell could not be measured or the host_cost rule finds more
-        state leaves per call than its golden's recorded figure."""
-        failed = any(row.problem for row in self.cells) or any(f.worse for _, f in self.host_findings)
+        """`measure`'s exit code: a difference when a cell could not be measured, or its outcome fails (the host_cost
+        rule found more state leaves per call than a golden's recorded figure, its action fail and no waiver)."""
+        failed = any(row.problem for row in self.cells) or (self.outcome is not None and self.outcome.exit_code)
         return EXIT_DIFFERENCE if failed else EXIT_OK
 
 
@@ -462,18 +473,16 @@ def _step(cell: Cell) -> Step:
 
 
 def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str = "quant", timing: bool = True,
-                  save_text: Callable[[str, str], None] | None = None, tolerance: float = 0.0,
-                  command: str = "hlo-audit measure --record",
+                  save_text: Callable[[str, str], None] | None = None,
                   measured: Callable[[CellMeasurement], None] | None = None) -> MeasureReport:
     """Every cell's host figure, and (``timing``) its step timed here, group by group (cells that differ only in
     ``across``); each compared with its group's first, or with its golden's recorded timing when it is alone. A
     cell that cannot be built or run here is a row saying why; the others still run. ``measured(row)`` is called as
-    each group's rows are done (a long run on a chip shows what it has so far)."""
-    from hlo_audit.host_cost import host_cost  # noqa: PLC0415
+    each group's rows are done (a long run on a chip shows what it has so far). Judges nothing (module doc)."""
     from hlo_audit.preflight import check_backend  # noqa: PLC0415
 
     check_backend("measure")  # no device to run on is the environment's: one line, not a failing row per cell
-    rows_done, comparisons, findings = [], [], []
+    rows_done, comparisons = [], []
     for group in groups(cells, across):
         steps, rows = [], {}
         for cell in group:
@@ -486,9 +495,6 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
                 continue
             steps.append(step)
             rows[cell.id] = CellMeasurement(cell.id, None, figure, golden.host if golden else None)
-            found = host_cost(golden.host if golden else None, figure, tolerance, f"{command} {cell.id}")
-            if found is not None:
-                findings.append((cell.id, found))
         timings = _timed(steps, rounds, save_text, rows) if timing and steps else []
         for t in timings:
             rows[t.cell] = CellMeasurement(t.cell, t, rows[t.cell].host, rows[t.cell].golden_host)
@@ -498,8 +504,7 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
         comparisons.extend(_comparisons(timings, golden_dir))
         del steps
         gc.collect()
-    return MeasureReport(device=device_name(), rounds=rounds, cells=tuple(rows_done), comparisons=tuple(comparisons),
-                         host_findings=tuple(findings))
+    return MeasureReport(device=device_name(), rounds=rounds, cells=tuple(rows_done), comparisons=tuple(comparisons))
 
 
 def _timed(steps: list[Step], rounds: Rounds, save_text, rows: dict[str, CellMeasurement]) -> list[StepTiming]:
@@ -534,29 +539,18 @@ def _why(exc: BaseException) -> str:
     return one_line(exc) if isinstance(exc, Unavailable) else f"{type(exc).__name__}: {one_line(exc)}"
 
 
-def record(report: MeasureReport, golden_dir, project=None) -> tuple[str, ...]:
-    """Each measured cell's figures written into its golden summary (``host``, ``measured``), in one swap of the
-    golden store as `golden update` writes it (``golden.store``: all or nothing, each rewritten golden keeping its
-    mode, only inside ``project``); a cell without a golden is skipped (`golden update` writes it first). Returns
-    the ids written."""
+def judgeable(report: MeasureReport) -> dict[str, HostFigure]:
+    """The host figures measured of the cells whose golden records one: what the host_cost rule can compare (a
+    golden without a figure compares nothing, and its cell need not be lowered to be judged)."""
+    return {row.cell: row.host for row in report.cells if row.host is not None and row.golden_host is not None}
+
+
+def with_measured_figures(figures: dict[str, HostFigure]) -> Callable:
+    """`measure`'s ``prepare`` for ``gate.judged``: each lowered cell with the host figure measured of it now."""
     from dataclasses import replace  # noqa: PLC0415
 
-    from hlo_audit.golden import store  # noqa: PLC0415
-    from hlo_audit.golden.record import dumps  # noqa: PLC0415
-
-    written, wanted = [], {}
-    with store.transaction(golden_dir, within=project) as (snapshot, _):
-        for row in report.cells:
-            stored = snapshot.golden(row.cell)
-            golden = stored.record if stored is not None else None
-            if golden is None or row.host is None:
-                continue
-            updated = replace(golden, host=row.host,
-                              measured=row.timing.to_record() if row.timing is not None else golden.measured)
-            wanted[store.summary_path(snapshot.root, row.cell)] = dumps(updated.to_json())
-            written.append(row.cell)
-        store.commit(snapshot, wanted)
-    return tuple(written)
+    return lambda tree, results: [replace(r, host=figures[r.cell.id]) if r.ok and r.cell.id in figures else r
+                                  for r in results]
 
 
 def prepared_for_check(tree, results: Sequence) -> list:

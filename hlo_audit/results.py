@@ -15,7 +15,7 @@ from typing import Any
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
-from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.hlo.params import ParamSummary, roles_by_pattern
 from hlo_audit.host_cost import HostFigure
 from hlo_audit.matrix import Cell
 from hlo_audit.usage import InputError
@@ -118,11 +118,7 @@ class CellResult:
 
     def groups_by_role(self) -> dict[str, dict[str, int]]:
         """Each path pattern's parameters by role (``...to_nnx__rngs.*``: rng_key 42, rng_count 42)."""
-        groups: dict[str, dict[str, int]] = {}
-        for p in self.params:
-            roles = groups.setdefault(p.pattern, {})
-            roles[p.role.value] = roles.get(p.role.value, 0) + 1
-        return {pattern: dict(sorted(roles.items())) for pattern, roles in sorted(groups.items())}
+        return roles_by_pattern(self.params)
 
     @property
     def captured(self):

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 from hlo_audit import audit
 from hlo_audit.cache import Cache
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.compare import Structural
 
 MODELS = ("llama3-8b", "deepseek3-test", "qwen3-1.7b")
 SEED_000 = {"llama3-8b": 30, "deepseek3-test": 54, "qwen3-1.7b": 18}  # "dropped u32 RNG arrays"
@@ -86,10 +86,11 @@ def _parser() -> argparse.ArgumentParser:
 def row(model: str, released: str, reverted: str) -> dict:
     """hlo-audit's diff of the reverted module against the released one, and the seed's header count."""
     old, new = analyze(reverted, f"{model} reverted"), analyze(released, f"{model} released")
-    d = diff_modules(old, new, max_text_lines=0)
+    compared = Structural.of_analyses(old, new)
+    d, params = compared.diff, compared.params
     return {"model": model, "verdict": d.verdict, "u32": (old.summary.by_dtype.get("u32", 0),
                                                            new.summary.by_dtype.get("u32", 0)),
-            "dropped": -d.by_dtype_delta.get("u32", 0), "entry_params": d.entry_params,
+            "dropped": -params.by_dtype.get("u32", 0), "entry_params": (params.golden, params.now),
             "changes": d.changes, "removed": _by_pattern(d.params_removed),
             "header_arrays": header_u32_arrays(old) - header_u32_arrays(new)}
 

@@ -10,6 +10,7 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 import nnx_models
 from nnx_models import ModelSpec
 from xla_oracle import our_counts, xla_counts
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.diff import diff_modules
@@ -23,16 +24,23 @@ def _diff(old_spec: ModelSpec, new_spec: ModelSpec, **kw):
                         **kw)
 
 
+def _compared(old_spec: ModelSpec, new_spec: ModelSpec) -> Structural:
+    """The two lowerings as `diff` compares them: the program's diff and the entry parameters' (``ParamDelta``)."""
+    return Structural.of_analyses(analyze(nnx_models.hlo_text(old_spec), "old"),
+                                  analyze(nnx_models.hlo_text(new_spec), "new"))
+
+
 @pytest.mark.parametrize("old,new,pattern,count", [
     (ModelSpec(layers=4), ModelSpec(layers=4, dropout_rate=0.0), "state.layers_*.dropout.rngs.*", 8),
     (ModelSpec(scan=True), ModelSpec(scan=True, dropout_rate=0.0), "state.layers.dropout.rngs.*", 2),
     (ModelSpec(rngs=False), ModelSpec(), "state.rngs.*", 4),
 ], ids=["unrolled-dropout0", "scanned-dropout0", "model-rngs"])
 def test_leaked_rng_state_is_rng_state_only(old, new, pattern, count):
-    d = _diff(old, new)
+    compared = _compared(old, new)
+    d = compared.diff
     assert d.verdict == "rng-state-only" and d.differs
-    assert d.by_dtype_delta == {"u32": count}
-    assert d.by_role_delta == {"rng_count": count // 2, "rng_key": count // 2}
+    assert compared.params.by_dtype == {"u32": count}
+    assert compared.params.by_role == {"rng_count": count // 2, "rng_key": count // 2}
     assert {(g.role, g.dtype, g.pattern, g.count) for g in d.params_added} == {
         ("rng_key", "u32", pattern, count // 2), ("rng_count", "u32", pattern, count // 2)}
     assert d.params_removed == []
@@ -43,11 +51,12 @@ def test_leaked_rng_state_is_rng_state_only(old, new, pattern, count):
 
 
 def test_drawing_dropout_is_a_real_change():
-    d = _diff(ModelSpec(dropout_rate=0.0), ModelSpec(dropout_rate=0.5))
+    compared = _compared(ModelSpec(dropout_rate=0.0), ModelSpec(dropout_rate=0.5))
+    d = compared.diff
     assert d.verdict == "changed"
     assert "ops" in d.changes
     assert d.opcode_dtype_delta["select:f32"] > 0  # the dropout mask is applied
-    assert d.entry_params == (13, 13)
+    assert (compared.params.golden, compared.params.now) == (13, 13)
 
 
 def test_more_layers_change_parameters_and_ops():
@@ -213,10 +222,11 @@ def test_compiled_rng_state_leaves_no_trace_in_header_or_root():
     assert [p.path for p in kept] == ["state.model.w", "state.model.b", "state.step"]
     assert stripped.header_attrs == released.module.header_attrs
     assert stripped.entry.root.attrs["sharding"] == released.module.entry.root.attrs["sharding"]
-    d = diff_modules(reverted, released)
-    assert (d.verdict, d.changes) == ("rng-state-only", [])
-    assert d.by_dtype_delta == {"u32": -4} and d.by_role_delta == {"rng_count": -2, "rng_key": -2}
-    assert d.entry_params == (7, 3)
+    compared = Structural.of_analyses(reverted, released)
+    params = compared.params
+    assert (compared.diff.verdict, compared.diff.changes) == ("rng-state-only", [])
+    assert params.by_dtype == {"u32": -4} and params.by_role == {"rng_count": -2, "rng_key": -2}
+    assert (params.golden, params.now) == (7, 3)
     assert diff_modules(released, reverted).verdict == "rng-state-only"
 
 

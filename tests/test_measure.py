@@ -9,6 +9,7 @@ checked to exist and to be the kind of number they are (positive, min <= median 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from hlo_audit.matrix import Cell
 from hlo_audit.report import measure_words, words
 from hlo_audit.targets import get_target
 from in_process import hlo_audit_here, in_project
-from projects import project
+from projects import config, project
 
 DECODER = "hlo_audit.examples.decoder:lower"
 QUICK = measure.Rounds(rounds=2, warmup=1, calls=2, host_calls=5)
@@ -116,7 +117,8 @@ def test_measure_times_the_pair_interleaved(tmp_path):
     (compared,) = report.comparisons  # the jax.jit cell is a group of one, with no recorded timing
     assert (compared.baseline, compared.cell) == (cells[0].id, cells[1].id)
     assert compared.leaves == (66, 102) and [m.metric for m in compared.changes] == list(ab_verdicts.METRICS)
-    assert report.host_findings == ()  # nothing recorded beside goldens: the rule compares nothing
+    # Nothing recorded beside goldens: no figure for the rule to compare, and measuring judged nothing itself.
+    assert measure.judgeable(report) == {} and report.outcome is None and report.findings == ()
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -167,6 +169,52 @@ def test_check_fails_the_leak_on_host_work_per_call(recorded):
 def test_check_passes_the_same_step_against_its_figure(recorded):
     out = _check(recorded, "none")
     assert out["code"] == 0 and not [f for f in out["findings"] if f["rule"] == "host_cost"]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The rule in measure: judged by the gate as check judges it, the config's policy and waivers included
+# --------------------------------------------------------------------------------------------------------------
+
+LEAK_WAIVER = {"rule": "host_cost", "model": "nnxjit", "reason": "the leak is measured on purpose"}
+
+
+@pytest.mark.parametrize("settings, code, severity", [
+    ({}, 1, "regression"),  # the default policy: host_cost fails
+    ({"policy": {"host_cost": "warn"}}, 0, "advisory"),
+    ({"waive": [LEAK_WAIVER]}, 0, "waived"),
+    ({"policy": {"host_cost_tolerance": 0.6}}, 0, None),  # +36 leaves on 66: within 60%
+    ({"policy": {"host_cost": "off"}}, 0, None),
+], ids=["default", "warn", "waived", "tolerance", "off"])
+def test_measure_judges_the_leak_under_the_configs_policy(recorded, tmp_path, settings, code, severity):
+    """The step grew 36 state leaves per call against the figure recorded beside its golden: `measure` fails it as
+    `check` does, and the config's [policy] (host_cost's action and tolerance) and waivers decide as they do for
+    `check` (measure once judged by itself, and failed whatever the config said)."""
+    folder = tmp_path / "project"
+    shutil.copytree(recorded, folder)
+    (folder / "hlo-audit.toml").write_text(config(target="step:lower", models=["nnxjit"], scan=["off"], **settings))
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2", "--format", "json",
+                         env={"STEP_VARIANT": "leak"})
+    assert ran.returncode == code, ran.stderr[-3000:]
+    out = json.loads(ran.stdout)
+    found = [f for f in out["findings"] if f["rule"] == "host_cost"]
+    assert [f["severity"] for f in found] == ([severity] if severity else [])
+    assert [f["severity"] for f in out["host_cost"]] == [f["severity"] for f in found]
+    if not found:
+        return
+    (finding,) = found
+    assert finding["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
+    assert finding["details"]["golden"]["leaves"] == 66 and finding["details"]["now"]["leaves"] == 102
+    assert "(+36 state leaves) through nnx.jit" in finding["message"]
+    assert finding["message"].split(". If intended: ")[1].startswith("hlo-audit golden update --only id=")
+    if severity == "waived":
+        assert finding["message"].endswith("[waived: the leak is measured on purpose]")
+    # What check says of the same step, under the same config: the same finding.
+    checked = _check(folder, "leak")
+    (same,) = [f for f in checked["findings"] if f["rule"] == "host_cost"]
+    assert (same["severity"], same["details"]["leaves_delta"]) == (severity, finding["details"]["leaves_delta"])
+    table = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "1",
+                           env={"STEP_VARIANT": "leak"})
+    assert f"nnxjit/scan-off/none/L2: {severity}: host work per call" in table.stdout.replace("\n", " ")
 
 
 def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path, monkeypatch):

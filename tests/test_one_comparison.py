@@ -139,6 +139,68 @@ def test_one_changed_cell_is_one_comparison_object_in_check_report_explain_and_d
     assert any(made is structural for made in built) and any(made is diffed.structural for made in built)
     assert diffed.structural.sizes == structural.sizes
     assert diffed.structural.per_step_by_opcode == structural.per_step_by_opcode
+    # The entry parameters: the structural account holds the cell's comparison's own (one object), and `diff`'s come
+    # out of the same ``ParamDelta.between``, equal to it.
+    assert structural.params is delta.params and diffed.structural.params == delta.params
+
+
+@pytest.mark.parametrize("variant, grows_leaves", [("bias", True), ("f32_up", False)])
+def test_every_number_of_one_changed_cell_is_the_same_in_every_command(project, tmp_path, variant, grows_leaves):
+    """A changed cell against a golden of its base step that records the base's host figure (`measure --record`),
+    each command run on its own through the library call the CLI makes: `check`, `report`, `explain` (the cell),
+    `diff` (its raw lowering against its golden's text) and `measure` (its host figure, judged through the gate).
+    Every number each shows of the cell is read from that command's result, and they are the same: the entry
+    parameters in all, by dtype and by role; the instruction counts, the sizes and what moved per opcode; the named
+    changes' FLOPs and instructions; the host figure's state leaves. Biases add state leaves (a host_cost finding in
+    both commands that measure it); f32 up-projections move FLOPs (precision) and keep the leaves (none in either)."""
+    folder = tmp_path / "project"
+    shutil.copytree(project, folder)
+    cid, base = cell(variant), "team/scan-off/base/L2"
+    rounds = audit.measuring.Rounds(rounds=1, warmup=0, calls=1, host_calls=3)
+    search_path = list(sys.path)
+    try:
+        with contextlib.chdir(folder):
+            recorded = audit.measure(audit.plan(None, f"id={base}"), rounds, timing=False, record=True)
+            assert recorded.recorded == (base,)
+            golden_of_base_for(folder / "golden", [variant])  # the base's record, its host figure with it
+            plan = audit.plan(None, f"id={cid}")
+            results = list(audit.execute(plan))
+            checked = audit.check(plan, results)
+            reported = next(v for v in audit.report(plan, results).cells if v.result.cell.id == cid)
+            explained = audit.load_program(cid)
+            raw = folder / f"{variant}.raw.hlo.txt"
+            raw.write_text(audit.cell_text(cid))
+            diffed = audit.diff_inputs(str(folder / "golden" / f"{cid}.hlo.txt"), str(raw)).structural
+            measured = audit.measure(plan, rounds, timing=False)
+    finally:
+        sys.path[:] = search_path
+    check, explain, measure = checked.deltas[cid], explained.against, measured.outcome.deltas[cid]
+    report = reported.compared
+    # Entry parameters: in all, by dtype and role (report reads counts only: no text compared there).
+    params = [d.params for d in (check, report, explain, measure)] + [diffed.params]
+    assert all((p.golden, p.now, p.by_dtype, p.by_role) == (params[0].golden, params[0].now, params[0].by_dtype,
+                                                            params[0].by_role) for p in params)
+    # Biases (and their optimizer moments) are parameters more; f32 up-projections compute in f32 on the same ones.
+    assert bool(params[0].by_dtype) is (params[0].now > params[0].golden) is grows_leaves
+    # The programs: instructions as the match counts them, sizes, per opcode, and each named change's numbers.
+    accounts = [check.structural, explain.structural, measure.structural, diffed]
+    assert report.structural is None  # report compares no text (it prints counts only)
+
+    def numbers(s):
+        return (s.instructions, s.sizes, s.per_step_by_opcode, [(c.kind, c.flops, c.instructions, c.count)
+                                                                 for c in s.diff.named])
+
+    assert all(numbers(s) == numbers(accounts[0]) for s in accounts)
+    assert any(c.flops for c in accounts[0].diff.named) is not grows_leaves  # f32_up's FLOPs moved to f32
+    # The host figure: check's host_cost finding and measure's, the same leaves (their times are each run's own).
+    in_check = [f for f in checked.findings if f.cell == cid and f.rule == "host_cost"]
+    in_measure = [f for f in measured.findings if f.rule == "host_cost"]
+    assert len(in_check) == len(in_measure) == int(grows_leaves)
+    assert [f.severity for f in in_check] == [f.severity for f in in_measure]
+    leaves = [[(f.facts.golden.leaves, f.facts.now.leaves, f.facts.leaves_delta) for f in found]
+              for found in (in_check, in_measure)]
+    assert leaves[0] == leaves[1] and all(delta > 0 for _, _, delta in leaves[0])
+    assert checked.exit_code == 1 and measured.exit_code == int(grows_leaves)
 
 
 def test_the_raw_lowering_and_the_canonical_text_diff_alike(project):

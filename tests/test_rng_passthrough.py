@@ -19,6 +19,7 @@ import pytest
 import rng_constructs
 from rng_constructs import CONSTRUCTS, RNG_STATES, StepSpec
 from xla_oracle import xla_counts
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.normalize import normalize
@@ -73,9 +74,9 @@ def test_steps_that_differ_by_rng_state_only_strip_to_one_text(construct, other,
     private, changed = _analysis(StepSpec(construct)), _analysis(StepSpec(construct, other))
     assert private.normalized != changed.normalized
     assert _stripped(private)[1] == _stripped(changed)[1]
-    d = diff_modules(private, changed)
-    assert (d.verdict, d.changes) == ("rng-state-only", [])
-    assert d.by_dtype_delta == {"u32": _rng_params(changed) - _rng_params(private)}
+    compared = Structural.of_analyses(private, changed)
+    assert (compared.diff.verdict, compared.diff.changes) == ("rng-state-only", [])
+    assert compared.params.by_dtype == {"u32": _rng_params(changed) - _rng_params(private)}
     assert diff_modules(changed, private).verdict == "rng-state-only"
 
 

@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 
 import injected_maxtext
 from hlo_audit.cli import app
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.matrix import Cell
@@ -105,9 +106,10 @@ def test_fix_reverted_is_rng_state_only(lowered, quant, scan, layers):
 def test_each_part_of_the_fix_is_rng_state_only(lowered, quant, part):
     """Each part reverted alone (fp8 and nanoo_fp8 unrolled at two layers, where all three show)."""
     before, after = lowered(quant, False, 2, (part,)), lowered(quant, False, 2)
-    d = diff_modules(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    compared = Structural.of_analyses(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    d = compared.diff
     assert d.verdict == "rng-state-only"
-    assert d.by_dtype_delta.get("u32", 0) == _rng_params(after) - _rng_params(before)
+    assert compared.params.by_dtype.get("u32", 0) == _rng_params(after) - _rng_params(before)
     assert all(g.role.startswith("rng_") for g in d.params_added + d.params_removed)
 
 
@@ -115,9 +117,10 @@ def test_each_part_of_the_fix_is_rng_state_only(lowered, quant, part):
 def test_another_mlp_width_changes_parameters_and_shapes(lowered):
     """Half the MLP width on the fp8 unrolled step: the same parameters and ops, other shapes."""
     before, after = lowered("fp8", False, 2), lowered("fp8", False, 2, overrides={"base_mlp_dim": "7168"})
-    d = diff_modules(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    compared = Structural.of_analyses(analyze(before.read_text(), "before"), analyze(after.read_text(), "after"))
+    d = compared.diff
     assert (d.verdict, d.changes) == ("changed", ["parameters", "shapes"])
-    assert d.entry_params[0] == d.entry_params[1] and d.by_dtype_delta == {}
+    assert compared.params.golden == compared.params.now and compared.params.by_dtype == {}
     # wi_0, wi_1 and wo of both layers change shape, their Adam mu and nu with them: removed + added.
     assert sum(g.count for g in d.params_added) == -sum(g.count for g in d.params_removed) == 2 * 3 * 3
 
@@ -154,10 +157,10 @@ def test_another_mesh_split_is_a_change_of_shardings(session_lowerings, tmp_path
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     subprocess.run([sys.executable, "-c", SHARDED, str(session_lowerings.folder), str(fsdp), str(tensor)], env=env,
                    check=True, capture_output=True, timeout=900)
-    d = diff_modules(analyze(fsdp.read_text(), "fsdp"), analyze(tensor.read_text(), "tensor"))
-    assert d.verdict == "changed"
-    assert d.changes == ["shardings"]
-    assert d.entry_params[0] == d.entry_params[1]
+    compared = Structural.of_analyses(analyze(fsdp.read_text(), "fsdp"), analyze(tensor.read_text(), "tensor"))
+    assert compared.diff.verdict == "changed"
+    assert compared.diff.changes == ["shardings"]
+    assert compared.params.golden == compared.params.now
 
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "llama3-8b" / "scan-off"

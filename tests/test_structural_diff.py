@@ -21,6 +21,7 @@ import pallas_kernel
 import team_model as tm
 from cuda_probe import needs_cuda
 from hlo_audit.cli import app
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import REMAT, UNROLLED, Action, ChangeKind
 from hlo_audit.hlo.diff import diff_modules
@@ -251,9 +252,10 @@ def test_one_dots_precision_changed_prints_a_few_lines(tmp_path):
 
 
 def test_forked_rngs_in_a_donated_jax_jit_step_is_rng_state_only():
-    d = diff(BASE, tm.VARIANTS["forked_rngs"])
+    compared = Structural.of_analyses(analysis(BASE, "old"), analysis(tm.VARIANTS["forked_rngs"], "new"))
+    d = compared.diff
     assert d.verdict == "rng-state-only", (d.changes, [c.subject for c in d.named])
-    assert d.by_role_delta == {"rng_count": BASE.layers, "rng_key": BASE.layers}
+    assert compared.params.by_role == {"rng_count": BASE.layers, "rng_key": BASE.layers}
     assert diff(tm.VARIANTS["forked_rngs"], BASE).verdict == "rng-state-only"
 
 
@@ -290,9 +292,10 @@ def test_forked_rngs_through_the_nnx_target_is_rng_state_only(scan, tmp_path):
                            pythonpath=(root,))
         assert result.returncode == 0, result.stderr[-3000:]
         texts[name] = out.read_text()
-    d = diff_modules(analyze(texts["base"], "base"), analyze(texts["forked"], "forked"), max_text_lines=0)
+    compared = Structural.of_analyses(analyze(texts["base"], "base"), analyze(texts["forked"], "forked"))
+    d = compared.diff
     assert d.verdict == "rng-state-only", (d.changes, [c.subject for c in d.named])
-    assert d.by_dtype_delta == {"u32": 4 if scan == "off" else 2}
+    assert compared.params.by_dtype == {"u32": 4 if scan == "off" else 2}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 What is written is the outcome's, decided once there: each ok cell's record with its depth series as a golden records
 it (``Outcome.recorded_series``: stored depths a partial run did not lower included) and, at the cells that keep it
 (``Plan.owners``), its canonical text. Everything is read through the one snapshot the transaction holds (after a
-killed update's leftovers are settled), so one update reads each golden file once.
+killed update's leftovers are settled), so one update reads each golden file once. `measure --record` writes its
+host figures into goldens the same way (``record_figures``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hlo_audit.golden import store
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, dumps
@@ -19,6 +21,9 @@ from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.results import CellResult
 from hlo_audit.stack import is_compiler
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
+
+if TYPE_CHECKING:  # measure's rows (measure reads the goldens; this writes its figures into them)
+    from hlo_audit.measure import CellMeasurement
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,26 @@ def update(plan: Plan, results: Sequence[CellResult], prune: bool = False, prepa
         written=[cid for cid in lowered if cid in changed], unchanged=[cid for cid in lowered if cid not in changed],
         skipped=[(r.cell.id, f"{r.status}: {r.message}") for r in results if not r.ok], pruned=pruned,
         pruned_files=pruned_files, healed=[cid for cid in healed if cid in changed], cleaned=[str(p) for p in cleaned])
+
+
+def record_figures(rows: Sequence[CellMeasurement], golden_dir, project=None) -> tuple[str, ...]:
+    """`measure --record`: each measured cell's figures written into its golden summary (``host``, ``measured``), in
+    one swap of the golden store as an update writes it (``golden.store``: all or nothing, each rewritten golden
+    keeping its mode, only inside ``project``); a cell without a golden is skipped (`golden update` writes it first).
+    Returns the ids written."""
+    written, wanted = [], {}
+    with store.transaction(golden_dir, within=project) as (snapshot, _):
+        for row in rows:
+            stored = snapshot.golden(row.cell)
+            golden = stored.record if stored is not None else None
+            if golden is None or row.host is None:
+                continue
+            updated = replace(golden, host=row.host,
+                              measured=row.timing.to_record() if row.timing is not None else golden.measured)
+            wanted[store.summary_path(snapshot.root, row.cell)] = dumps(updated.to_json())
+            written.append(row.cell)
+        store.commit(snapshot, wanted)
+    return tuple(written)
 
 
 def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:

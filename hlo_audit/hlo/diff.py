@@ -58,11 +58,13 @@ class ParamGroupDelta:
 
 @dataclass
 class ModuleDiff:
+    """What differs between two modules: the verdict, its kinds, the parameter groups the match found added and
+    removed (renames taken out), the op deltas, every change named. The entry parameters' counts against each other
+    (in all, by dtype and role) are not here: ``compare.ParamDelta`` works them out once, for `check` and `diff` alike
+    (``compare.Structural`` holds both)."""
+
     verdict: str
     changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, constants, attributes
-    entry_params: tuple[int, int]
-    by_dtype_delta: dict[str, int]
-    by_role_delta: dict[str, int]
     params_added: list[ParamGroupDelta]
     params_removed: list[ParamGroupDelta]
     opcode_dtype_delta: dict[str, int]
@@ -304,11 +306,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     moved = _computations_moved(judged, old_text, new_text)
     return ModuleDiff(
-        verdict=judged.verdict, changes=judged.changes,
-        entry_params=(len(old.params), len(new.params)),
-        by_dtype_delta=count_delta(old.summary.by_dtype, new.summary.by_dtype),
-        by_role_delta=count_delta(old.summary.by_role, new.summary.by_role),
-        params_added=judged.added, params_removed=judged.removed,
+        verdict=judged.verdict, changes=judged.changes, params_added=judged.added, params_removed=judged.removed,
         # Over the computations the canonical text prints, on both sides: a golden's text holds one of each set
         # of identical computations, and a raw lowering beside it must not count its repeats as new ops.
         opcode_dtype_delta={} if old.text == new.text else count_delta(

@@ -561,6 +561,17 @@ class ParamSummary:
         return self.by_role.get("rng_key", 0) + self.by_role.get("rng_count", 0)
 
 
+def roles_by_pattern(params: Sequence) -> dict[str, dict[str, int]]:
+    """Each path pattern's parameters by role (``...to_nnx__rngs.*``: rng_key 42, rng_count 42): what a golden keeps
+    (``groups_by_role``) and what the comparison reads to tell a pattern renamed from one retyped."""
+    groups: dict[str, dict[str, int]] = {}
+    for p in params:
+        roles = groups.setdefault(p.pattern, {})
+        role = str(p.role)
+        roles[role] = roles.get(role, 0) + 1
+    return {pattern: dict(sorted(roles.items())) for pattern, roles in sorted(groups.items())}
+
+
 def _sorted_counts(counter: Counter[str]) -> dict[str, int]:
     """Largest first, then by name: stable across runs and readable."""
     return dict(sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))

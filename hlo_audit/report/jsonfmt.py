@@ -9,8 +9,9 @@ from dataclasses import asdict
 from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.merge import cell_record, check_record, launch_change_record
-from hlo_audit.report import measure_words, words
+from hlo_audit.host_cost import HostCostChange
+from hlo_audit.merge import cell_record, check_record, finding_record, launch_change_record
+from hlo_audit.report import measure_words
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
 DIFF_SCHEMA = "hlo-audit/diff/v2"
@@ -47,15 +48,16 @@ def format_count(analyses: Sequence, with_params: bool = False, launches: Sequen
 
 
 def diff_record(structural: Structural, old: str, new: str, launches=None) -> dict:
-    d = structural.diff
+    d, params = structural.diff, structural.params
     return {
         "old": old,
         "new": new,
         "verdict": d.verdict,
         "changes": d.changes,
-        "entry_params": {"old": d.entry_params[0], "new": d.entry_params[1]},
-        "by_dtype_delta": d.by_dtype_delta,
-        "by_role_delta": d.by_role_delta,
+        # The entry parameters as `check` compares them (compare.ParamDelta): in all, and the deltas by dtype and role.
+        "entry_params": {"old": params.golden, "new": params.now},
+        "by_dtype_delta": dict(params.by_dtype),
+        "by_role_delta": dict(params.by_role),
         "params_added": [asdict(g) for g in d.params_added],
         "params_removed": [asdict(g) for g in d.params_removed],
         "opcode_dtype_delta": d.opcode_dtype_delta,
@@ -193,9 +195,13 @@ def measure_record(report) -> dict:
                        "golden_host": row.golden_host.to_record() if row.golden_host else None}
                       for row in report.cells],
             "comparisons": [comparison(c) for c in report.comparisons],
-            "host_cost": [{"cell": cell, "worse": f.worse, "leaves_delta": f.leaves_delta,
-                           "median_delta_us": round(f.median_delta_us, 1), "message": words.host_cost_line(cell, f)}
-                          for cell, f in report.host_findings],
+            # What the gate found of the measured cells, as `check` writes its findings; the host_cost ones also
+            # in brief (``severity``: regression, or advisory where the policy warns, waived where a waiver holds).
+            "findings": [finding_record(f) for f in report.findings],
+            "host_cost": [{"cell": f.cell, "severity": f.severity, "worse": f.facts.worse,
+                           "leaves_delta": f.facts.leaves_delta, "median_delta_us": round(f.facts.median_delta_us, 1),
+                           "message": measure_words.finding_line(f)}
+                          for f in report.findings if isinstance(f.facts, HostCostChange)],
             "recorded": list(report.recorded), "notes": measure_words.measure_notes(report)}
 
 

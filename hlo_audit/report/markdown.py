@@ -76,9 +76,9 @@ def _constants_line(constants: Constants) -> str:
 
 
 def format_diff(structural: Structural, old: str, new: str, launches=None) -> str:
-    d = structural.diff
+    d, params = structural.diff, structural.params
     out = [f"### HLO diff: **{d.verdict}**" + (f" ({', '.join(d.changes)})" if d.changes else ""), ""]
-    out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {d.entry_params[0]} → {d.entry_params[1]}")
+    out.append(f"{_code(old, False)} → {_code(new, False)}: entry parameters {params.golden} → {params.now}")
     out.append("")
     if d.named:
         out += [f"- {_text(line)}" for line in named_lines(d.named)]
@@ -88,9 +88,9 @@ def format_diff(structural: Structural, old: str, new: str, launches=None) -> st
                 f"Sizes: {_text(program_sizes_text(structural.sizes, structural.per_step_by_opcode))}.", ""]
     if launches:
         out += [f"{launches_change_text(launches)}.", "", *(f"- {line}" for line in launch_lines(launches)[:8]), ""]
-    if d.by_dtype_delta or d.by_role_delta:
-        rows = [("dtype", k, f"{v:+d}") for k, v in d.by_dtype_delta.items()]
-        rows += [("role", k, f"{v:+d}") for k, v in d.by_role_delta.items()]
+    if params.by_dtype or params.by_role:
+        rows = [("dtype", k, f"{v:+d}") for k, v in params.by_dtype.items()]
+        rows += [("role", k, f"{v:+d}") for k, v in params.by_role.items()]
         out += _table(["by", "key", "delta"], rows)
         out.append("")
     groups = d.params_added + d.params_removed

@@ -1,4 +1,4 @@
-"""`hlo-audit measure` as a table and as Markdown: the cells measured, A against B, and the host_cost rule's findings
+"""`hlo-audit measure` as a table and as Markdown: the cells measured, A against B, and what the gate found of them
 (``measure.MeasureReport``; sentences from ``report.words``; the JSON is ``report.jsonfmt.format_measure``)."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ def print_measure(console: Console, report) -> None:
         for c in report.comparisons:
             add_row(compared, *_comparison_row(c))
         print_table(console, compared)
-    for cell, facts in report.host_findings:
-        status(console, measure_words.host_cost_line(cell, facts))
+    for finding in report.findings:
+        status(console, measure_words.finding_line(finding))
     for line in measure_words.measure_notes(report):
         status(console, line)
 
@@ -56,6 +56,6 @@ def format_markdown(report) -> str:
              *table(CELL_COLUMNS, [_cell_row(r) for r in report.cells])]
     if report.comparisons:
         lines += ["", *table(COMPARISON_COLUMNS, [_comparison_row(c) for c in report.comparisons])]
-    lines += [""] + [f"- {measure_words.host_cost_line(cell, f)}" for cell, f in report.host_findings]
+    lines += [""] + [f"- {measure_words.finding_line(f)}" for f in report.findings]
     lines += [f"- {line}" for line in measure_words.measure_notes(report)]
     return "\n".join(lines).rstrip() + "\n"

@@ -3,8 +3,8 @@ say (report/words.py holds every other sentence; these share its host-time and h
 
 from __future__ import annotations
 
-from hlo_audit.host_cost import HostCostChange
-from hlo_audit.report.words import host_cost_text, host_time, plural
+from hlo_audit.findings import Finding
+from hlo_audit.report.words import host_time, message, plural
 
 def measured_change(change) -> str:
     """One metric of B against A (``ab_verdicts.MetricChange``): ``+26.1% (slower, beyond noise)``, ``+0.4% (within
@@ -46,8 +46,10 @@ def measure_notes(report) -> list[str]:
     return lines
 
 
-def host_cost_line(cell_id: str, facts: HostCostChange) -> str:
-    return f"{cell_id}: {'regression' if facts.worse else 'improvement'}: {host_cost_text(facts)}"
+def finding_line(finding: Finding) -> str:
+    """What the gate said of a measured cell, as `check` says it: ``CELL: regression: host work per call ...``
+    (``advisory`` where the policy warns, ``waived`` with the waiver's reason)."""
+    return f"{finding.cell}: {finding.severity}: {message(finding)}"
 
 
 def measured_on(report) -> str:

@@ -200,7 +200,8 @@ def print_diff(console: Console, structural: Structural, old: str, new: str, lau
     if d.changes:
         verdict.append(f" ({', '.join(d.changes)})")
     status(console, verdict)
-    status(console, esc(f"entry parameters: {d.entry_params[0]} -> {d.entry_params[1]}  ({old} -> {new})"))
+    params = structural.params
+    status(console, esc(f"entry parameters: {params.golden} -> {params.now}  ({old} -> {new})"))
     if d.named:
         status(console, Text("changes:", style="bold"))
         for line in named_lines(d.named):
@@ -212,11 +213,11 @@ def print_diff(console: Console, structural: Structural, old: str, new: str, lau
         status(console, esc(launches_change_text(launches)))
         for line in launch_lines(launches)[:8]:
             status(console, esc(f"  {line}", style="red" if line.startswith("+") else "green"))
-    if d.by_dtype_delta or d.by_role_delta:
+    if params.by_dtype or params.by_role:
         deltas = make_table(console, "parameter deltas", [("by", "left"), ("key", "left"), ("delta", "right")])
-        for k, v in d.by_dtype_delta.items():
+        for k, v in params.by_dtype.items():
             add_row(deltas, "dtype", k, _signed(v))
-        for k, v in d.by_role_delta.items():
+        for k, v in params.by_role.items():
             add_row(deltas, "role", k, _signed(v))
         print_table(console, deltas)
     groups = d.params_added + d.params_removed

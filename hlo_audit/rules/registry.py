@@ -10,7 +10,7 @@ Adding a rule is one module beside this one (its ``RuleSpec``) and one line in `
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from enum import StrEnum
 
 from hlo_audit.findings import Finding
@@ -101,10 +101,12 @@ def tolerances(policy: Policy) -> dict[str, float]:
     return {spec.name: policy.tolerances.get(spec.name, spec.tolerance.default) for spec in tolerance_keys().values()}
 
 
-def judge(subject: Subject, context: Context) -> list[Finding]:
+def judge(subject: Subject, context: Context, rules: Collection[str] | None = None) -> list[Finding]:
     """What the judges find of one ok cell, in the registry's order, before the policy's actions and waivers; where
-    no readable golden is there, only the rules of the cell alone run."""
-    return [finding for spec in judged() if subject.delta is not None or not spec.needs_golden
+    no readable golden is there, only the rules of the cell alone run. ``rules``: only these rules' judges (None:
+    every rule; `measure` judges ``host_cost`` alone)."""
+    return [finding for spec in judged() if (subject.delta is not None or not spec.needs_golden)
+            and (rules is None or spec.name in rules)
             if (finding := spec.judge(subject, context)) is not None]
 
 
