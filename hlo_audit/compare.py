@@ -26,6 +26,7 @@ from functools import cached_property
 from hlo_audit.analysed import Launches, RngSummary
 from hlo_audit.findings import (CapturedDelta, EnvironmentChange, IncrementChange, LaunchChange, PatternChanges,
                                 PatternMove, PatternRename, PatternRetype, SlopeChange, TextVerdict)
+from hlo_audit.golden.health import text_damage
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden
 from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
@@ -304,10 +305,7 @@ class CellDelta:
     def text_problem(self) -> str | None:
         """Why the golden's text cannot be compared (missing, not UTF-8, or, where it differs from the cell's, not a
         module hlo-audit reads), where it is compared; None where it can."""
-        if self.now_text is None:
-            return None
-        stored = self.stored
-        return stored.text_problem or (stored.text_parse_problem() if stored.hlo != self.now_text else None)
+        return text_damage(self.stored, self.now_text) if self.now_text is not None else None
 
     @property
     def texts(self) -> tuple[str, str] | None:

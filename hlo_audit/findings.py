@@ -46,7 +46,7 @@ class LoweringFailure:
 
 
 class GoldenPart(StrEnum):
-    """A part of a golden summary that a rule compares, by its key in the summary (``golden.completeness``)."""
+    """A part of a golden summary that a rule compares, by its key in the summary (``golden.health``)."""
 
     TEXT = "hlo"
     KERNEL_DIGESTS = "kernels"

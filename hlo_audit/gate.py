@@ -4,10 +4,11 @@ Each rule is one module of ``rules`` (its spec: name, default action, tolerance,
 judge, the facts its findings carry), listed once in ``rules.registry.SPECS``; a config's ``[policy]`` sets each
 rule's action (``fail``, ``warn`` or ``off``) and tolerance, and a waiver must carry a reason. Each judge is a pure
 function of the cell's one comparison with its golden (``compare.CellDelta``, which the reports and `diff` read too);
-the gate applies the registry's judges (``rules.registry.judged``) and the policy and keeps no state. It makes the
-findings no judge of one compared cell can itself: a golden that is missing, unreadable or of another compiler stack
-on a pinned run (``missing_golden``), a cell that cannot be judged here (``unjudged``), a golden without a cell, and
-waivers that waived nothing (``stale_waiver``). A gate may judge a selection of rules (``Gate.rules``): `measure`
+the gate applies the registry's judges (``rules.registry.judged``) and the policy and keeps no state. What a cell's
+golden wants (none, unreadable, another compiler stack's on a pinned run, its text unusable, parts lacking) is
+decided once, in ``golden.health``, and is the ``missing_golden`` rule's finding. The gate makes the findings no judge
+of one cell can: a cell that cannot be judged here (``unjudged``), a golden without a cell (``missing_golden``'s
+``stale_goldens``), and waivers that waived nothing (``stale_waiver``). A gate may judge a selection of rules (``Gate.rules``): `measure`
 judges ``host_cost`` alone, under the same policy and waivers.
 Every finding is a typed record (``findings``): its place, rule, severity and the numbers behind it. The gate words
 nothing (``report.words`` does); a waiver makes a new finding, of severity waived, that names the waiver.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from hlo_audit.compare import CellDelta
-from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, MissingGolden, StaleGolden, StaleWaiver,
+from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, StaleWaiver,
                                 Unjudged)
 from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
 from hlo_audit.matrix import Cell, matches_rule
@@ -26,7 +27,7 @@ from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy
 from hlo_audit.results import CellResult, Severity, Status
-from hlo_audit.rules import registry
+from hlo_audit.rules import missing_golden, registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.rules.spec import Context, Subject
 from hlo_audit.scaling import Series
@@ -88,7 +89,7 @@ class Gate:
         """The outcome with every finding about it and each cell's comparison with its golden (``compare.CellDelta``,
         built once: the formats read it): each cell against its golden (its text where it keeps one), the goldens
         without a cell (``report_stale``: one shard of a sharded run reports them) and waivers left over."""
-        context = registry.context(self.policy, self.command_for(series_ids(outcome.plan)))
+        context = registry.context(self.policy, self.command_for(series_ids(outcome.plan)), self.pinned_by)
         findings: list[Finding] = []
         used: set[int] = set()
         deltas: dict[str, CellDelta] = {}
@@ -105,7 +106,7 @@ class Gate:
         plan = outcome.plan
         matrix = plan.full_matrix if plan.full_matrix is not None else full_matrix_of(plan)
         if report_stale and self.judges(Rule.MISSING_GOLDEN):
-            findings.extend(stale(outcome.goldens.stored_ids(), {c.id for c in matrix}))
+            findings.extend(missing_golden.stale_goldens(outcome.goldens.stored_ids(), {c.id for c in matrix}))
         if self.judges(Rule.STALE_WAIVER):
             findings.extend(stale_waivers(self.policy, used, outcome.results, matrix))
         return outcome.judged(findings, deltas)
@@ -136,28 +137,12 @@ class Gate:
         """The cell's findings after the policy, and before it (what the rules found: waivers a rule matched count as
         used whatever the policy's action)."""
         cid = result.cell.id
-        context = context or registry.context(self.policy, self.command)
+        context = context or registry.context(self.policy, self.command, self.pinned_by)
         if result.status is not Status.OK:
             return self._not_lowered(result, golden)
-        missing = self._missing_golden(cid, golden, delta, context)
-        found = [*([missing] if missing is not None else []),
-                 *registry.judge(Subject(result, golden, delta, leads), context, self.rules)]
+        found = registry.judge(Subject(result, golden, delta, leads), context, self.rules)
         kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
         return kept or [Finding(cid, Severity.OK, Rule.ALL, Matches())], found
-
-    def _missing_golden(self, cid: str, golden: Golden | None, delta: CellDelta | None,
-                        context: Context) -> Finding | None:
-        """A golden that cannot be read gates nothing: as if missing, said why; on a pinned stack (CI), another
-        stack's golden is a mistake. None where the golden is usable, or this gate does not judge it."""
-        if not self.judges(Rule.MISSING_GOLDEN):
-            return None
-        if delta is None:
-            return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN,
-                           MissingGolden(golden.damaged if golden else None, context.command(cid)))
-        if delta.pinned and delta.stack_moved:
-            return Finding(cid, Severity.REGRESSION, Rule.MISSING_GOLDEN, MissingGolden(
-                str(golden.summary or cid), context.command(cid), stack=delta.stack_moved, pinned_by=self.pinned_by))
-        return None
 
     def _not_lowered(self, result: CellResult, golden: Golden | None) -> tuple[list[Finding], list[Finding]]:
         """A cell that did not lower: an error fails; an unavailable one with a golden is a cell the check cannot
@@ -200,11 +185,6 @@ def stale_waivers(policy: Policy, used: set[int], judged: Sequence[CellResult],
         findings.append(Finding(waiver.source, Severity.REGRESSION if action is Action.FAIL else Severity.ADVISORY,
                                 Rule.STALE_WAIVER, StaleWaiver(waiver, len(covered))))
     return findings
-
-
-def stale(golden_ids: Sequence[str], matrix_ids: set[str]) -> list[Finding]:
-    return [Finding(cid, Severity.STALE, Rule.MISSING_GOLDEN, StaleGolden()) for cid in golden_ids
-            if cid not in matrix_ids]
 
 
 def used_waivers(findings: Sequence[Finding]) -> set[int]:

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # (its record, what it lacks) and of a depth series (``scaling``): below the config, which validates a
     # ``[policy]`` against the specs.
     ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts", "rules", "rules.*",
-                 "scaling", "golden.record", "golden.completeness")),
+                 "scaling", "golden.record", "golden.health")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
     # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.

@@ -17,7 +17,7 @@ conflict over a shared list. The JSON is read into a ``GoldenRecord`` and writte
 Each summary says which format wrote it (``"format"``, ``GOLDEN_FORMAT``; a summary without one is format 1, written
 before formats were recorded): a record of the current format holds everything this version writes for its cell, so
 one that lacks a part is damaged; an older one may lack parts the rules compare, and says so
-(``golden.completeness``) until ``golden update`` rewrites it.
+(``golden.health``) until ``golden update`` rewrites it.
 """
 
 from __future__ import annotations

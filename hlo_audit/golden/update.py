@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hlo_audit.golden import store
+from hlo_audit.golden.health import needs_healing
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, dumps
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
@@ -108,8 +109,7 @@ def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:
         cid = r.cell.id
         old = outcome.goldens.golden(cid)
         hlo = r.canonical_text() if cid in outcome.plan.owners else None
-        if old is not None and (old.damaged or old.text_problem or (
-                old.hlo is not None and old.hlo != hlo and old.text_parse_problem())):
+        if old is not None and needs_healing(old, hlo):
             healed.append(cid)
         record = _kept_versions(GoldenRecord.of(r, outcome.recorded_series.get(r.cell.series), hlo is not None),
                                 old.record if old is not None and not old.damaged else None)

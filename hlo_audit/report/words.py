@@ -278,7 +278,7 @@ def message(finding: Finding) -> str:
     return text
 
 
-# Each part of a golden a rule compares (``golden.completeness``): what it is called, and which rules compare it.
+# Each part of a golden a rule compares (``golden.health``): what it is called, and which rules compare it.
 GOLDEN_PARTS = {
     GoldenPart.TEXT: ("its text", ("hlo_text", "donation", "host_transfer", "precision", "program_size")),
     GoldenPart.KERNEL_DIGESTS: ("kernel digests", ("kernels",)),

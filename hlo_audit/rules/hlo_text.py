@@ -8,11 +8,10 @@ one that only renames entry parameters (``renamed-only``) is an advisory listing
 
 from __future__ import annotations
 
-from hlo_audit.findings import Finding, MissingGolden, TextChange, TextKind, TextVerdict
+from hlo_audit.findings import Finding, TextChange, TextKind, TextVerdict
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
-from hlo_audit.rules import missing_golden
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
 
 NAME = "hlo_text"
@@ -24,10 +23,9 @@ def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
     environment than the golden's, advisory (the counts and the named rules still gate). A golden text that is
     missing, not UTF-8 or (where it differs) not a module is a missing golden: a deleted or damaged text never turns
     the text rule off."""
-    problem = _text_problem(subject, ctx)
-    if problem is not None:
-        return problem
     d = subject.delta
+    if d.text_problem is not None:  # the golden's text is unusable: a missing golden's (``golden.health``)
+        return None
     verdict = d.text
     if verdict in (TextVerdict.NOT_COMPARED, TextVerdict.SAME):
         return None
@@ -43,15 +41,6 @@ def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
         changes=tuple(structural.diff.changes), rng_params=structural.rng_params, environment=d.environment,
         command=ctx.command(subject.cell), renames=renames,
         params=(*structural.diff.params_added, *structural.diff.params_removed)))
-
-
-def _text_problem(subject: Subject, ctx: Context) -> Finding | None:
-    """A compared cell whose golden text is missing, not UTF-8 or, when it differs, not a module."""
-    why = subject.delta.text_problem
-    if why is None:
-        return None
-    return Finding(subject.cell, Severity.REGRESSION, missing_golden.NAME,
-                   MissingGolden(why, ctx.command(subject.cell)))
 
 
 SPEC = RuleSpec(NAME, Action.FAIL, hlo_text, (TextChange,), (ChangeKind.RENAME,),

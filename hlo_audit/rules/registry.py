@@ -110,9 +110,10 @@ def judge(subject: Subject, context: Context, rules: Collection[str] | None = No
             if (finding := spec.judge(subject, context)) is not None]
 
 
-def context(policy: Policy, command: Callable[[str], str]) -> Context:
-    """What every judge reads besides its subject: the policy, its tolerances resolved, the accept command."""
-    return Context(policy, command, tolerances(policy))
+def context(policy: Policy, command: Callable[[str], str], pinned_by: str | None = None) -> Context:
+    """What every judge reads besides its subject: the policy, its tolerances resolved, the accept command, what
+    pinned the run's stack (None: a local run)."""
+    return Context(policy, command, tolerances(policy), pinned_by)
 
 
 def fingerprinted_tolerances(policy: Policy) -> dict[str, float]:

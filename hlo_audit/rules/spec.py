@@ -52,6 +52,9 @@ class Context:
     policy: Policy
     command: Callable[[str], str]
     tolerances: Mapping[str, float] = field(default_factory=dict)
+    # What pinned this run's compiler stack (``CI=true``; ``stack.why_pinned``), None on a local run: a golden of
+    # another stack is then a missing golden (``golden.health``).
+    pinned_by: str | None = None
 
     def tolerance(self, rule: str) -> float:
         return self.tolerances[rule]
