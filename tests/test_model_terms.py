@@ -255,3 +255,46 @@ def test_a_one_hot_embedding_says_the_flops_its_dots_add():
     expected = 2 * ms.MICRO * (2 * ms.TOKENS * ms.VOCAB * ms.WIDTH)
     assert sum(c.flops for c in ops) == expected, [(change_line(c), c.flops) for c in ops]
     assert any("FLOPs per step" in change_line(c) for c in ops)
+
+
+@pytest.mark.parametrize("stage", ["lowered", "compiled"])
+def test_the_router_in_bf16_at_decode_is_a_precision_change_at_the_router(tmp_path, stage):
+    """The decode step's MoE router in bf16, lowered and compiled: the router's dot named by the precision rule,
+    reading the router's weights, and nothing else fails (no program size for the converts it names). Compiled for
+    the CPU, the dot keeps its f32 types and reads operands rounded to bf16 (converts to bf16 and back, in fusions of
+    their own): that is the precision change, not "ops: fusion +2" beside a rewired dot. Lowered, it is placed at
+    the model's line (the compiled stage keeps no places: ``test_compiled_dumps_place_the_rounding_at_the_router``)."""
+    shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
+    extra = f'stage = "{stage}"\n'
+    write_config(tmp_path, "decode", ["base"], 1, extra)
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    suffix = "" if stage == "lowered" else f"/{stage}"
+    base, bf16 = cell("decode", "base", 1), cell("decode", "router_bf16", 1)
+    golden_of_base_for(tmp_path / "golden", base, bf16, suffix)
+    write_config(tmp_path, "decode", ["base", "router_bf16"], 1, extra + '[policy]\nhlo_text = "warn"\n')
+    code, report = check(tmp_path)
+    mine = [f for f in report["findings"] if f["cell"] == f"{bf16}{suffix}" and f["severity"] != "ok"]
+    assert code == 1 and {f["rule"] for f in mine if f["severity"] == "regression"} == {"precision"}, mine
+    (finding,) = [f for f in mine if f["rule"] == "precision"]
+    (change,) = finding["details"]["changes"]
+    assert (change["before"], change["count"]) == ("f32 x f32 -> f32", 1), change
+    rounded = "bf16 x bf16 -> f32 (f32 rounded to bf16)"
+    assert change["after"] == ("bf16 x bf16 -> bf16" if stage == "lowered" else rounded), change
+    assert finding["message"].startswith(f"precision: 1 dot: f32 x f32 -> f32 now {change['after']}; converts +")
+    assert change["place"]["paths"] == ["params.moe.router"], change["place"]
+    if stage == "lowered":
+        assert change["place"]["source"] == ms_line("x.astype(jnp.bfloat16) @ block"), change["place"]
+
+
+def test_compiled_dumps_place_the_rounding_at_the_router():
+    """Two compiled modules diffed as `hlo-audit diff` reads dumps (their metadata printed): the compiled dot has none,
+    and is placed at the converts that round its operands, the model's router line; the fusions that round them
+    and the dot rewired to read them are the precision change's, nothing is left to ops or program size."""
+    texts = [ms.decode_traced(ms.VARIANTS.get(name, ms.Variant())).lower(lowering_platforms=("cpu",)).compile()
+             .as_text() for name in ("base", "router_bf16")]
+    structural = Structural.of_inputs(analyze(texts[0], "base"), analyze(texts[1], "router_bf16"))
+    (change,) = structural.diff.named
+    assert (change.kind, change.before, change.after) == (ChangeKind.PRECISION, "f32 x f32 -> f32",
+                                                         "bf16 x bf16 -> f32 (f32 rounded to bf16)"), change
+    assert (change.instructions, change.place.paths) == (4, ("params.moe.router",)), change
+    assert change.place.source == ms_line("x.astype(jnp.bfloat16) @ block"), change.place

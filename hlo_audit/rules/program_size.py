@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 NAME = "program_size"
 # The kinds whose rules judge a program that shrank with them.
 _JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
-                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM)
+                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM, ChangeKind.PRECISION)
 
 
 def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
