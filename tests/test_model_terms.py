@@ -222,6 +222,19 @@ def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
     assert (added.kind.value, added.action.value, added.before) == ("loss_term", "added", "6 reductions, x0.01")
 
 
+def test_the_text_rule_says_the_instructions_that_differ_not_the_lines(moe):
+    """The text rule's headline is the program's change: the aux loss dropped is 31 instructions removed (the loss
+    term's -31) and 4 changed, the lines of the text that moved with their renumbering only beside it."""
+    _, report = moe
+    (text,) = moe_findings(report, "aux_dropped", "hlo_text")
+    (term,) = moe_findings(report, "aux_dropped", "gradient")[0]["details"]["changes"]
+    assert term["instructions"] == -31, term
+    head = "normalized HLO differs from the golden in 35 instructions (31 removed, 4 changed; "
+    assert text["message"].startswith(head), text["message"]
+    lines = int(text["message"][len(head):].split(" text lines)")[0].replace(",", ""))
+    assert lines == text["details"]["changed_lines"] > 35, text
+
+
 def test_top_1_routing_made_top_2_is_a_routing_change_not_ops(moe):
     """The router's experts chosen by ``top_k`` with k=2 instead of ``argmax``: "routing: argmax x2 -> top_k (k=2)
     x2" at the model's line, by the routing rule; argmax's computations and the one_hot of its index are the
