@@ -311,3 +311,21 @@ def test_compiled_dumps_place_the_rounding_at_the_router():
                                                          "bf16 x bf16 -> f32 (f32 rounded to bf16)"), change
     assert (change.instructions, change.place.paths) == (4, ("params.moe.router",)), change
     assert change.place.source == ms_line("x.astype(jnp.bfloat16) @ block"), change.place
+
+
+def test_routing_that_shrank_a_small_step_is_not_counted_again_as_program_size(tmp_path):
+    """The decode step's router made top-2: 16 of its 133 instructions go with argmax (-12%, beyond program size's
+    5%). The routing rule names them; program size does not judge the same instructions again."""
+    shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
+    write_config(tmp_path, "decode", ["base"], 1)
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    top_2 = cell("decode", "top_2", 1)
+    golden_of_base_for(tmp_path / "golden", cell("decode", "base", 1), top_2)
+    write_config(tmp_path, "decode", ["base", "top_2"], 1, '[policy]\nhlo_text = "warn"\n')
+    _, report = check(tmp_path)
+    mine = [f for f in report["findings"] if f["cell"] == top_2 and f["severity"] != "ok"]
+    (routing,) = [f for f in mine if f["rule"] == "routing"]
+    (change,) = routing["details"]["changes"]
+    assert (change["after"], change["instructions"]) == ("top_k (k=2)", -16), change
+    assert {f["rule"] for f in mine if f["severity"] == "regression"} == {"routing"}, mine
+    assert not [f for f in mine if f["rule"] == "program_size"], mine
