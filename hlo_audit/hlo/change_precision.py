@@ -69,6 +69,13 @@ def _width(dtype: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _narrows(wide: str | None, narrow: str | None) -> bool:
+    """Whether a float of type ``wide`` made ``narrow`` is rounded: both floats, ``narrow`` of fewer bits (an integer
+    or a predicate is no rounding of a float)."""
+    bits = _width(wide), _width(narrow)
+    return None not in bits and bits[1] < bits[0]
+
+
 @dataclass(frozen=True)
 class _Rounding:
     """How one operand of a dot reached it: the instructions it passed through on its way (ops that pass a value on,
@@ -94,12 +101,12 @@ def _rounding(view: ModuleView, operand: Instruction, computation: str) -> _Roun
         operands = view.operands(instr, comp) if instr.opcode in _BESIDE else []
         if len(operands) != 1:
             break
-        if instr.opcode == "convert" and (_width(instr.shape.dtype) or 0) < (_width(operands[0].shape.dtype) or 0):
+        if instr.opcode == "convert" and _narrows(operands[0].shape.dtype, instr.shape.dtype):
             narrowing.append((instr, comp))
         instr = operands[0]
     narrowest = min((i.shape.dtype for i, _ in narrowing), key=_width, default=None)
-    own = _width(operand.shape.dtype) or 0
-    return _Rounding(tuple(walked), tuple(narrowing), narrowest if narrowest and _width(narrowest) < own else None)
+    return _Rounding(tuple(walked), tuple(narrowing),
+                     narrowest if narrowest and _narrows(operand.shape.dtype, narrowest) else None)
 
 
 def _roundings(view: ModuleView, instr: Instruction, computation: str) -> tuple[_Rounding, ...]:
