@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from hlo_audit.hlo.changes import Change
+from hlo_audit.hlo.changes import Change, MatchSummary
 from hlo_audit.hlo.diff import ParamGroupDelta
 from hlo_audit.hlo.launch_groups import LaunchGroup
 from hlo_audit.policy import Waiver
@@ -251,6 +251,7 @@ class TextChange:
     command: str
     renames: tuple[Change, ...] = ()  # renamed-only: the renames (hlo.changes, kind rename)
     params: tuple[ParamGroupDelta, ...] = ()  # entry parameters added (count > 0) and removed, by path pattern
+    match: MatchSummary | None = None  # the structural match's numbers: instructions added, removed, changed
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ cross-entropy plus the load-balancing aux loss (experts' token fractions times t
 the gradients are accumulated over ``MICRO`` microbatches in a ``lax.scan``, computed on the loss times a loss scale
 and divided by it after, and the adam update is skipped by a ``lax.cond`` where a gradient is not finite. The step
 is ``jax.jit(train_step, donate_argnums=0)``. The decode step writes one token's keys and values into a donated KV
-cache at a position and attends over the cache.
+cache at a position, attends over the cache and passes what it read through one MoE block (the train step's).
 
 ``Variant`` is one change:
 
@@ -16,7 +16,10 @@ cache at a position and attends over the cache.
 * ``loss_scale=None``: no loss scaling (the loss not multiplied, the gradients not divided);
 * ``where_update=True``: the update computed always and selected by ``jnp.where`` (both branches of the cond);
 * ``micro=8``: another microbatch count (the accumulation loop's trip count);
-* ``cache=32``: the decode step's KV cache of another length.
+* ``cache=32``: the decode step's KV cache of another length;
+* ``router_bf16=True``: the router's logits computed in bf16 (the train step's blocks and the decode step's);
+* ``top_k=2``: each token routed to its 2 best experts (``top_k``) instead of the best (``argmax``);
+* ``one_hot_embed=True``: the embedding as ``one_hot(tokens) @ embed`` instead of a gather.
 
 ``target(cell)``: the callable target (``cell.model`` ``moe`` or ``decode``; ``cell.quant`` a name of
 ``VARIANTS`` or ``base``; ``cell.layers`` the depth).
@@ -154,7 +157,8 @@ def decode_traced(variant: Variant):
     """One decode step over a donated KV cache of ``variant.cache`` positions."""
     f32 = jnp.float32
     params = {"wq": jax.ShapeDtypeStruct((WIDTH, WIDTH), f32), "wk": jax.ShapeDtypeStruct((WIDTH, WIDTH), f32),
-              "wv": jax.ShapeDtypeStruct((WIDTH, WIDTH), f32), "wo": jax.ShapeDtypeStruct((WIDTH, WIDTH), f32)}
+              "wv": jax.ShapeDtypeStruct((WIDTH, WIDTH), f32), "wo": jax.ShapeDtypeStruct((WIDTH, WIDTH), f32),
+              "moe": {k: jax.ShapeDtypeStruct(s, f32) for k, s in _block_shapes().items()}}
     cache = {"k": jax.ShapeDtypeStruct((variant.cache, HEADS, WIDTH // HEADS), f32),
              "v": jax.ShapeDtypeStruct((variant.cache, HEADS, WIDTH // HEADS), f32)}
 
@@ -167,7 +171,8 @@ def decode_traced(variant: Variant):
         scores = jnp.einsum("hd,thd->ht", heads("wq")[0], k)
         scores = jnp.where(jnp.arange(variant.cache)[None] <= pos, scores, -1e9)
         out = jnp.einsum("ht,thd->hd", jax.nn.softmax(scores, axis=-1), v).reshape(WIDTH) @ params["wo"]
-        return out, {"k": k, "v": v}
+        out, _ = _moe(params["moe"], out[None], variant)
+        return out[0], {"k": k, "v": v}
 
     return jax.jit(decode_step, donate_argnums=1).trace(params, cache, jax.ShapeDtypeStruct((WIDTH,), f32),
                                                        jax.ShapeDtypeStruct((), jnp.int32))

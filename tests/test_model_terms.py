@@ -222,6 +222,19 @@ def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
     assert (added.kind.value, added.action.value, added.before) == ("loss_term", "added", "6 reductions, x0.01")
 
 
+def test_the_text_rule_says_the_instructions_that_differ_not_the_lines(moe):
+    """The text rule's headline is the program's change: the aux loss dropped is 31 instructions removed (the loss
+    term's -31) and 4 changed, the lines of the text that moved with their renumbering only beside it."""
+    _, report = moe
+    (text,) = moe_findings(report, "aux_dropped", "hlo_text")
+    (term,) = moe_findings(report, "aux_dropped", "gradient")[0]["details"]["changes"]
+    assert term["instructions"] == -31, term
+    head = "normalized HLO differs from the golden in 35 instructions (31 removed, 4 changed; "
+    assert text["message"].startswith(head), text["message"]
+    lines = int(text["message"][len(head):].split(" text lines)")[0].replace(",", ""))
+    assert lines == text["details"]["changed_lines"] > 35, text
+
+
 def test_top_1_routing_made_top_2_is_a_routing_change_not_ops(moe):
     """The router's experts chosen by ``top_k`` with k=2 instead of ``argmax``: "routing: argmax x2 -> top_k (k=2)
     x2" at the model's line, by the routing rule; argmax's computations and the one_hot of its index are the
@@ -255,3 +268,64 @@ def test_a_one_hot_embedding_says_the_flops_its_dots_add():
     expected = 2 * ms.MICRO * (2 * ms.TOKENS * ms.VOCAB * ms.WIDTH)
     assert sum(c.flops for c in ops) == expected, [(change_line(c), c.flops) for c in ops]
     assert any("FLOPs per step" in change_line(c) for c in ops)
+
+
+@pytest.mark.parametrize("stage", ["lowered", "compiled"])
+def test_the_router_in_bf16_at_decode_is_a_precision_change_at_the_router(tmp_path, stage):
+    """The decode step's MoE router in bf16, lowered and compiled: the router's dot named by the precision rule,
+    reading the router's weights, and nothing else fails (no program size for the converts it names). Compiled for
+    the CPU, the dot keeps its f32 types and reads operands rounded to bf16 (converts to bf16 and back, in fusions of
+    their own): that is the precision change, not "ops: fusion +2" beside a rewired dot. Lowered, it is placed at
+    the model's line (the compiled stage keeps no places: ``test_compiled_dumps_place_the_rounding_at_the_router``)."""
+    shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
+    extra = f'stage = "{stage}"\n'
+    write_config(tmp_path, "decode", ["base"], 1, extra)
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    suffix = "" if stage == "lowered" else f"/{stage}"
+    base, bf16 = cell("decode", "base", 1), cell("decode", "router_bf16", 1)
+    golden_of_base_for(tmp_path / "golden", base, bf16, suffix)
+    write_config(tmp_path, "decode", ["base", "router_bf16"], 1, extra + '[policy]\nhlo_text = "warn"\n')
+    code, report = check(tmp_path)
+    mine = [f for f in report["findings"] if f["cell"] == f"{bf16}{suffix}" and f["severity"] != "ok"]
+    assert code == 1 and {f["rule"] for f in mine if f["severity"] == "regression"} == {"precision"}, mine
+    (finding,) = [f for f in mine if f["rule"] == "precision"]
+    (change,) = finding["details"]["changes"]
+    assert (change["before"], change["count"]) == ("f32 x f32 -> f32", 1), change
+    rounded = "bf16 x bf16 -> f32 (f32 rounded to bf16)"
+    assert change["after"] == ("bf16 x bf16 -> bf16" if stage == "lowered" else rounded), change
+    assert finding["message"].startswith(f"precision: 1 dot: f32 x f32 -> f32 now {change['after']}; converts +")
+    assert change["place"]["paths"] == ["params.moe.router"], change["place"]
+    if stage == "lowered":
+        assert change["place"]["source"] == ms_line("x.astype(jnp.bfloat16) @ block"), change["place"]
+
+
+def test_compiled_dumps_place_the_rounding_at_the_router():
+    """Two compiled modules diffed as `hlo-audit diff` reads dumps (their metadata printed): the compiled dot has none,
+    and is placed at the converts that round its operands, the model's router line; the fusions that round them
+    and the dot rewired to read them are the precision change's, nothing is left to ops or program size."""
+    texts = [ms.decode_traced(ms.VARIANTS.get(name, ms.Variant())).lower(lowering_platforms=("cpu",)).compile()
+             .as_text() for name in ("base", "router_bf16")]
+    structural = Structural.of_inputs(analyze(texts[0], "base"), analyze(texts[1], "router_bf16"))
+    (change,) = structural.diff.named
+    assert (change.kind, change.before, change.after) == (ChangeKind.PRECISION, "f32 x f32 -> f32",
+                                                         "bf16 x bf16 -> f32 (f32 rounded to bf16)"), change
+    assert (change.instructions, change.place.paths) == (4, ("params.moe.router",)), change
+    assert change.place.source == ms_line("x.astype(jnp.bfloat16) @ block"), change.place
+
+
+def test_routing_that_shrank_a_small_step_is_not_counted_again_as_program_size(tmp_path):
+    """The decode step's router made top-2: 16 of its 133 instructions go with argmax (-12%, beyond program size's
+    5%). The routing rule names them; program size does not judge the same instructions again."""
+    shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
+    write_config(tmp_path, "decode", ["base"], 1)
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    top_2 = cell("decode", "top_2", 1)
+    golden_of_base_for(tmp_path / "golden", cell("decode", "base", 1), top_2)
+    write_config(tmp_path, "decode", ["base", "top_2"], 1, '[policy]\nhlo_text = "warn"\n')
+    _, report = check(tmp_path)
+    mine = [f for f in report["findings"] if f["cell"] == top_2 and f["severity"] != "ok"]
+    (routing,) = [f for f in mine if f["rule"] == "routing"]
+    (change,) = routing["details"]["changes"]
+    assert (change["after"], change["instructions"]) == ("top_k (k=2)", -16), change
+    assert {f["rule"] for f in mine if f["severity"] == "regression"} == {"routing"}, mine
+    assert not [f for f in mine if f["rule"] == "program_size"], mine

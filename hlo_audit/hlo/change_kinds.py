@@ -8,11 +8,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.change_places import Groups, Sides, layer_count, layer_of
+from hlo_audit.hlo.change_precision import precision
 from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_structure import collectives, ops, rewrite_story, shapes, shardings
 from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
-from hlo_audit.hlo.flops import flops
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
 from hlo_audit.hlo.literals import literal_change
@@ -35,7 +35,7 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes: list[Change] = []
     changes += _donation(match.params, old_params, new_params, old_header, new_header)
     changes += _host_transfers(match.edits, sides, claimed)
-    changes += _precision(match.edits, sides, claimed)
+    changes += precision(match.edits, sides, claimed)
     changes += _kernels(match.edits, sides, claimed)
     changes += collectives(match.edits, sides, claimed)
     changes += shardings(match, sides, claimed)
@@ -144,118 +144,6 @@ def _feeding_only(starts: Sequence[InstructionEdit], edits: Sequence[Instruction
                 found.append(alone[id(o)])
                 frontier.append((o, alone[id(o)].computation))
     return found
-
-
-_PRECISION_OPS = frozenset({"dot", "convolution", "ragged-dot"})
-_PRECISION_ATTRS = ("precision_config", "algorithm", "operand_precision", "preferred_element_type")
-# Aspects of an instruction that only follows a precision change: its dtype (and so its operands' names).
-_FOLLOWS_DTYPE = frozenset({"dtype", "operands", "literal"})
-# Between a dot and the converts around it: ops that pass the value on.
-_BESIDE = frozenset({"convert", "reshape", "transpose", "bitcast", "copy", "broadcast"})
-
-
-def type_signature(instr: Instruction, operands: Sequence[Instruction]) -> str:
-    """``bf16 x bf16 -> f32`` and the attributes that set a dot's precision."""
-    types = " x ".join(o.shape.dtype or "tuple" for o in operands[:2])
-    text = f"{types} -> {instr.shape.dtype or 'tuple'}"
-    extra = [f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs]
-    return text + (f" ({', '.join(extra)})" if extra else "")
-
-
-def _same_dot(old: Instruction, old_operands: Sequence[Instruction], new: Instruction,
-              new_operands: Sequence[Instruction]) -> bool:
-    """Two paired dots of the same dims, reading operands of the same dims: the same dot, whose types may have
-    changed. Of other dims they are other dots the match paired (a transpose added before one shifts the pairs):
-    their types differing says nothing of precision."""
-    def dims(operands: Sequence[Instruction]) -> list[tuple[int, ...]]:
-        return sorted(tuple(o.shape.dims) for o in operands[:2])
-
-    return old.shape.dims == new.shape.dims and dims(old_operands) == dims(new_operands)
-
-
-def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple:
-    """What a dot's precision is: its operands' types (in either order: a transpose that swaps a dot's operands,
-    ``bf16 x f32`` now ``f32 x bf16``, changes no precision), its result's, its precision attributes."""
-    types = sorted(o.shape.dtype or "tuple" for o in operands[:2])
-    attrs = (f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs)
-    return (*types, instr.shape.dtype or "tuple", *attrs)
-
-
-def _precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
-    """Dots and convolutions paired whose type signature changed; with each, the instructions around it whose only
-    change is to follow its dtype, and the converts added or removed among them; the FLOPs that moved."""
-    seeds = []
-    for e in edits:
-        if e.edit is Edit.CHANGED and e.old.opcode in _PRECISION_OPS and e.new.opcode == e.old.opcode:
-            old_operands = sides.old.operands(e.old, e.old_computation)
-            new_operands = sides.new.operands(e.new, e.new_computation)
-            if _same_dot(e.old, old_operands, e.new, new_operands) and \
-                    _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
-                seeds.append((e, type_signature(e.old, old_operands), type_signature(e.new, new_operands)))
-    if not seeds:
-        return []
-    changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}
-    changed_old = {id(e.old): e for e in edits if e.edit is Edit.CHANGED}
-    inserted = {id(e.new): e for e in edits if e.edit is Edit.INSERTED}
-    deleted = {id(e.old): e for e in edits if e.edit is Edit.DELETED}
-    groups = Groups()
-    for e, before, after in seeds:
-        claimed.add(id(e))
-    for e, before, after in seeds:
-        followers, converts = _follow_dtype(e, sides, claimed, changed_new, changed_old, inserted, deleted)
-        operands = sides.new.operands(e.new, e.new_computation)
-        runs = sides.new.executions(e.new_computation)
-        place = sides.new.place(e.new, e.new_computation)
-        groups.add((e.new.opcode, before, after, place.computation), place, runs, sides.layers(e),
-                   flops=flops(e.new, operands) * runs, converts=converts, **followers)
-    changes = []
-    for (opcode, before, after, _), g, place in groups.items():
-        sums = g["sums"]
-        follow = tuple(sorted(((op, n) for op, n in sums.items() if op not in ("flops", "converts") and n),
-                              key=lambda kv: (-kv[1], kv[0])))
-        changes.append(Change(ChangeKind.PRECISION, Action.CHANGED, opcode, place, count=g["count"],
-                              per_step=g["runs"], before=before, after=after, flops=sums["flops"],
-                              instructions=sums["converts"], groups=follow, layers=layer_count(g["layers"])))
-    return changes
-
-
-def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], changed_new: dict, changed_old: dict,
-                  inserted: dict, deleted: dict) -> tuple[Counter, int]:
-    """From a dot whose precision changed, the edits connected to it that only follow its dtype (by opcode), the
-    converts added (+) or removed (-) among and beside them, and the instructions that only read from those
-    (rewired: a loop's initial tuple reading the value a removed convert made)."""
-    followers: Counter = Counter()
-    converts = 0
-    region: set[int] = {id(seed)}
-    for module, start, computation, changed, alone, sign in (
-            (sides.new, seed.new, seed.new_computation, changed_new, inserted, 1),
-            (sides.old, seed.old, seed.old_computation, changed_old, deleted, -1)):
-        stack = [start]
-        seen = {id(start)}
-        while stack:
-            instr = stack.pop()
-            for neighbour in (*module.operands(instr, computation), *module.users(instr)):
-                key = id(neighbour)
-                if key in seen:
-                    continue
-                seen.add(key)
-                edit = changed.get(key)
-                if edit is not None and id(edit) in region:
-                    stack.append(neighbour)  # met from the other side already
-                elif edit is not None and id(edit) not in claimed and edit.old.opcode not in _PRECISION_OPS and \
-                        set(edit.aspects) <= _FOLLOWS_DTYPE:
-                    claimed.add(id(edit))
-                    region.add(id(edit))
-                    followers[edit.new.opcode if "dtype" in edit.aspects else "rewired"] += 1
-                    if "dtype" in edit.aspects:
-                        stack.append(neighbour)
-                elif (edit := alone.get(key)) is not None and id(edit) not in claimed and \
-                        neighbour.opcode == "convert":
-                    claimed.add(id(edit))
-                    region.add(id(edit))
-                    converts += sign
-                    stack.append(neighbour)
-    return followers, converts
 
 
 def _kernels(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:

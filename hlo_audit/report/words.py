@@ -400,8 +400,7 @@ def _text(facts: TextChange) -> str:
         what = f"normalized HLO differs from the golden by RNG state only ({amount}; rng-state-only)"
     else:
         kinds = f" ({', '.join(facts.changes)})" if facts.changes else ""
-        what = (f"normalized HLO differs from the golden in {facts.changed_lines} "
-                f"{plural(facts.changed_lines, 'line')}: {facts.verdict}{kinds}")
+        what = f"normalized HLO differs from the golden in {_program_change(facts)}: {facts.verdict}{kinds}"
     if facts.params:
         what += f"; entry parameters {param_groups_text(facts.params)}"
     if facts.kind is TextKind.MOVED:
@@ -414,6 +413,21 @@ def _text(facts: TextChange) -> str:
         return (f"normalized HLO differs from the golden only by renamed entry parameters (renamed-only: the same "
                 f"program): {renames}; record it: {facts.command}")
     return f"{what}. If intended: {facts.command}"
+
+
+def _program_change(facts: TextChange) -> str:
+    """What differs, in the program's terms: ``44 instructions (44 removed; 9,038 text lines)``, the instructions the
+    structural match added, removed and changed (renumbering, which moves every later line of the text, is none);
+    the text's lines beside. Where the match says no instruction differs (a kernel's content), the lines."""
+    lines = f"{facts.changed_lines:,} {plural(facts.changed_lines, 'line')}"
+    m = facts.match
+    counts = ((m.inserted, "added"), (m.deleted, "removed"), (m.changed, "changed")) if m is not None else ()
+    parts = [f"{n:,} {word}" for n, word in counts if n]
+    if not parts:
+        return lines
+    total = sum(n for n, _ in counts)
+    return f"{total:,} {plural(total, 'instruction')} ({', '.join(parts)}; {facts.changed_lines:,} text " \
+           f"{plural(facts.changed_lines, 'line')})"
 
 
 def byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:

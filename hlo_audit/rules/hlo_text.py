@@ -40,7 +40,7 @@ def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
         kind=kind, changed_lines=changed, diff=diff, verdict=structural.diff.verdict,
         changes=tuple(structural.diff.changes), rng_params=structural.rng_params, environment=d.environment,
         command=ctx.command(subject.cell), renames=renames,
-        params=(*structural.diff.params_added, *structural.diff.params_removed)))
+        params=(*structural.diff.params_added, *structural.diff.params_removed), match=structural.diff.match))
 
 
 SPEC = RuleSpec(NAME, Action.FAIL, hlo_text, (TextChange,), (ChangeKind.RENAME,),

@@ -1,8 +1,8 @@
 """``program_size``: instructions in the text and executed per step, against the golden's, beyond its tolerance,
 either way: a program that shrinks is no improvement by itself (lost gradient work, a removed transform or collective
-shrink it too), a change to judge as growth is, unless the loops, remat, gradient or conditional rules name what went
-(they judge it); nor where only the instructions per step moved with the loops the loops rule names (a trip count:
-the same program run more times, not a program of another size)."""
+shrink it too), a change to judge as growth is, unless the loops, remat, gradient, conditional, precision or routing
+rules name what went (they judge it); nor where only the instructions per step moved with the loops the loops rule
+names (a trip count: the same program run more times, not a program of another size)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,16 @@ if TYPE_CHECKING:
 NAME = "program_size"
 # The kinds whose rules judge a program that shrank with them.
 _JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
-                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM)
+                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM, ChangeKind.PRECISION,
+                     ChangeKind.ROUTING)
 
 
 def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
     """The ratchet on instructions (in the text and per step) beyond the tolerance. Only a changed program: RNG state
     alone is the count rule's, renames are no change. A program that shrinks because it lost work the loops, remat,
-    gradient or transform rules name (a loop rolled, remat removed, gradient reach lost, clipping removed) is no
-    improvement: those rules judge it. Where the golden's jax and this one write closed_calls apart
-    (``CellDelta.closed_calls_moved``), the finding is advisory."""
+    gradient, transform, precision or routing rules name (a loop rolled, remat removed, gradient reach lost, clipping
+    removed, argmax's computations gone with top-k) is no improvement: those rules judge it. Where the golden's jax
+    and this one write closed_calls apart (``CellDelta.closed_calls_moved``), the finding is advisory."""
     structural, tolerance = d.structural, ctx.tolerance(NAME)
     if structural is None or structural.diff.verdict != "changed":
         return None
@@ -50,9 +51,10 @@ def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
 
 def _explained(structural, changes, before: int, after: int, tolerance: float) -> bool:
     """Whether the instructions the rules judging elsewhere name (remat's checkpoints and recomputation, a loss term,
-    clipping; the random-bit computations a literal or reused key brings, where the rng_keys rule names one) account
-    for the program's growth but for its tolerance: a program that grew by what another finding says is not
-    counted again (the per-step count moves with them: those are the instructions it runs)."""
+    clipping, a routing's selection, a precision change's converts; the random-bit computations a literal or reused
+    key brings, where the rng_keys rule names one) account for the program's growth but for its tolerance: a program
+    that grew by what another finding says is not counted again (the per-step count moves with them: those are the
+    instructions it runs)."""
     named = [c.instructions for kind in _JUDGED_ELSEWHERE for c in structural.named(kind)]
     if structural.named(ChangeKind.RNG_KEYS):  # a program-size record's instructions are the whole difference:
         # of the random bits, the instructions that are theirs (its count), with their sign

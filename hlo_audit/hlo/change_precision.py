@@ -1,0 +1,241 @@
+"""The ``precision`` kind: dots and convolutions paired whose precision changed, with the instructions that only follow
+their dtype and the converts added or removed around them (``explain`` runs it first among the dataflow kinds).
+
+A dot's precision is its operands' and result's types and its precision attributes; and, where those are the same on
+both sides, the types its operands were rounded to on their way in: a compiler that has no bf16 dot (XLA's CPU
+backend) computes a bf16 dot in f32 on operands rounded to bf16 (``convert`` to bf16 and back, in fusions of their
+own), and the dot's own types say nothing of it: "the router in bf16" is then a dot of the same types reading
+rounded values, not "ops: fusion +2" beside a rewired dot.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from hlo_audit.hlo.change_places import Groups, ModuleView, Sides, layer_count
+from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
+from hlo_audit.hlo.flops import flops
+from hlo_audit.hlo.match import Edit, InstructionEdit
+from hlo_audit.hlo.text import Instruction
+
+_PRECISION_OPS = frozenset({"dot", "convolution", "ragged-dot"})
+_PRECISION_ATTRS = ("precision_config", "algorithm", "operand_precision", "preferred_element_type")
+# Aspects of an instruction that only follows a precision change: its dtype (and so its operands' names).
+_FOLLOWS_DTYPE = frozenset({"dtype", "operands", "literal"})
+# Between a dot and the converts that round its operands: ops that pass the value on.
+_BESIDE = frozenset({"convert", "reshape", "transpose", "bitcast", "copy", "broadcast"})
+_FLOAT = re.compile(r"b?f(\d+)\w*")
+
+
+def type_signature(instr: Instruction, operands: Sequence[Instruction], rounded: Sequence[str | None] = ()) -> str:
+    """``bf16 x bf16 -> f32`` and the attributes that set a dot's precision; where operands were rounded
+    (``rounded``: each operand's narrower type, or None), their rounded types and what they were rounded from:
+    ``bf16 x bf16 -> f32 (f32 rounded to bf16)``."""
+    declared = [o.shape.dtype or "tuple" for o in operands[:2]]
+    rounded = (*rounded, *[None] * len(declared))[:len(declared)]
+    types = " x ".join(r or d for d, r in zip(declared, rounded))
+    text = f"{types} -> {instr.shape.dtype or 'tuple'}"
+    extra = [f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs]
+    extra += [f"{' and '.join(sorted({d for d, r in zip(declared, rounded) if r}))} rounded to "
+              f"{' and '.join(sorted({r for r in rounded if r}))}"] if any(rounded) else []
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _same_dot(old: Instruction, old_operands: Sequence[Instruction], new: Instruction,
+              new_operands: Sequence[Instruction]) -> bool:
+    """Two paired dots of the same dims, reading operands of the same dims: the same dot, whose types may have
+    changed. Of other dims they are other dots the match paired (a transpose added before one shifts the pairs):
+    their types differing says nothing of precision."""
+    def dims(operands: Sequence[Instruction]) -> list[tuple[int, ...]]:
+        return sorted(tuple(o.shape.dims) for o in operands[:2])
+
+    return old.shape.dims == new.shape.dims and dims(old_operands) == dims(new_operands)
+
+
+def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple:
+    """What a dot's precision is: its operands' types (in either order: a transpose that swaps a dot's operands,
+    ``bf16 x f32`` now ``f32 x bf16``, changes no precision), its result's, its precision attributes."""
+    types = sorted(o.shape.dtype or "tuple" for o in operands[:2])
+    attrs = (f"{k}={instr.attrs[k]}" for k in _PRECISION_ATTRS if k in instr.attrs)
+    return (*types, instr.shape.dtype or "tuple", *attrs)
+
+
+def _width(dtype: str | None) -> int | None:
+    """A float type's bits (``bf16`` 16, ``f8e4m3fn`` 8); None for any other type."""
+    m = _FLOAT.fullmatch(dtype or "")
+    return int(m.group(1)) if m else None
+
+
+def _narrows(wide: str | None, narrow: str | None) -> bool:
+    """Whether a float of type ``wide`` made ``narrow`` is rounded: both floats, ``narrow`` of fewer bits (an integer
+    or a predicate is no rounding of a float)."""
+    bits = _width(wide), _width(narrow)
+    return None not in bits and bits[1] < bits[0]
+
+
+@dataclass(frozen=True)
+class _Rounding:
+    """How one operand of a dot reached it: the instructions it passed through on its way (ops that pass a value on,
+    into the fusions that compute it, with their computations), the converts among them that narrowed a float, and
+    the narrowest type they rounded it to where narrower than the operand's own (else None)."""
+
+    walked: tuple[tuple[Instruction, str], ...]
+    narrowing: tuple[tuple[Instruction, str], ...]
+    type: str | None
+
+
+def _rounding(view: ModuleView, operand: Instruction, computation: str) -> _Rounding:
+    walked, narrowing = [], []
+    instr, comp = operand, computation
+    while instr.opcode in _BESIDE or instr.opcode == "fusion" or \
+            instr.opcode == "parameter" and not view.module.computations[comp].is_entry:
+        walked.append((instr, comp))
+        called = instr.called_computations() if instr.opcode == "fusion" else []
+        if called and called[0] in view.module.computations:
+            comp = called[0]
+            instr = view.module.computations[comp].root
+            continue
+        operands = view.operands(instr, comp) if instr.opcode in _BESIDE else []
+        if len(operands) != 1:
+            break
+        if instr.opcode == "convert" and _narrows(operands[0].shape.dtype, instr.shape.dtype):
+            narrowing.append((instr, comp))
+        instr = operands[0]
+    narrowest = min((i.shape.dtype for i, _ in narrowing), key=_width, default=None)
+    return _Rounding(tuple(walked), tuple(narrowing),
+                     narrowest if narrowest and _narrows(operand.shape.dtype, narrowest) else None)
+
+
+def _roundings(view: ModuleView, instr: Instruction, computation: str) -> tuple[_Rounding, ...]:
+    return tuple(_rounding(view, o, computation) for o in view.operands(instr, computation)[:2])
+
+
+def _seeds(edits: Sequence[InstructionEdit], sides: Sides) -> list[tuple[InstructionEdit, str, str, tuple]]:
+    """The dots paired whose precision changed: (edit, its signature before, after, each side's roundings where
+    they are what changed, else ``()``)."""
+    seeds = []
+    for e in edits:
+        if e.edit is not Edit.CHANGED or e.old.opcode not in _PRECISION_OPS or e.new.opcode != e.old.opcode:
+            continue
+        old_operands = sides.old.operands(e.old, e.old_computation)
+        new_operands = sides.new.operands(e.new, e.new_computation)
+        if not _same_dot(e.old, old_operands, e.new, new_operands):
+            continue
+        if _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
+            seeds.append((e, type_signature(e.old, old_operands), type_signature(e.new, new_operands), ()))
+            continue
+        rounded = (_roundings(sides.old, e.old, e.old_computation), _roundings(sides.new, e.new, e.new_computation))
+        old_types, new_types = ([r.type for r in side] for side in rounded)
+        if sorted(map(str, old_types)) != sorted(map(str, new_types)):
+            seeds.append((e, type_signature(e.old, old_operands, old_types),
+                          type_signature(e.new, new_operands, new_types), rounded))
+    return seeds
+
+
+def _claim_rounding(rounded: tuple, edits: Sequence[InstructionEdit], claimed: set[int]) -> int:
+    """The instructions a dot's operands passed through that came (or went) with their rounding, claimed: the
+    converts among them (+ added, - removed)."""
+    inserted = {id(e.new): e for e in edits if e.edit is Edit.INSERTED}
+    deleted = {id(e.old): e for e in edits if e.edit is Edit.DELETED}
+    converts = 0
+    for side, alone, sign in ((rounded[0], deleted, -1), (rounded[1], inserted, 1)):
+        for walked in (r.walked for r in side):
+            for instr, _ in walked:
+                edit = alone.get(id(instr))
+                if edit is not None and id(edit) not in claimed:
+                    claimed.add(id(edit))
+                    converts += sign * (instr.opcode == "convert")
+    return converts
+
+
+def precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int]) -> list[Change]:
+    """Dots and convolutions paired whose precision changed (module doc); with each, the instructions around it
+    whose only change is to follow its dtype, the converts added or removed among them and among what rounds its
+    operands; the FLOPs that moved. A dot the program places nowhere (a compiled dot without metadata) is placed
+    at the converts that round its operands."""
+    seeds = _seeds(edits, sides)
+    if not seeds:
+        return []
+    changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}
+    changed_old = {id(e.old): e for e in edits if e.edit is Edit.CHANGED}
+    inserted = {id(e.new): e for e in edits if e.edit is Edit.INSERTED}
+    deleted = {id(e.old): e for e in edits if e.edit is Edit.DELETED}
+    claimed.update(id(e) for e, *_ in seeds)
+    groups = Groups()
+    for e, before, after, rounded in seeds:
+        rounding = _claim_rounding(rounded, edits, claimed) if rounded else 0
+        followers, converts = _follow_dtype(e, sides, claimed, changed_new, changed_old, inserted, deleted)
+        operands = sides.new.operands(e.new, e.new_computation)
+        runs = sides.new.executions(e.new_computation)
+        place = sides.new.place(e.new, e.new_computation)
+        if rounded:
+            place = _rounding_place(place, sides, rounded)
+        groups.add((e.new.opcode, before, after, place.computation), place, runs, sides.layers(e),
+                   flops=flops(e.new, operands) * runs, converts=converts + rounding, **followers)
+    changes = []
+    for (opcode, before, after, _), g, place in groups.items():
+        sums = g["sums"]
+        follow = tuple(sorted(((op, n) for op, n in sums.items() if op not in ("flops", "converts") and n),
+                              key=lambda kv: (-kv[1], kv[0])))
+        changes.append(Change(ChangeKind.PRECISION, Action.CHANGED, opcode, place, count=g["count"],
+                              per_step=g["runs"], before=before, after=after, flops=sums["flops"],
+                              instructions=sums["converts"], groups=follow, layers=layer_count(g["layers"])))
+    return changes
+
+
+def _rounding_place(place: Place, sides: Sides, rounded: tuple) -> Place:
+    """``place`` with the state its operands read before their rounding (a fusion's operands, which the dot's own
+    reads do not pass), and where it has no source, the op_name and source of the first convert that rounds them
+    (the new side's, else the old side's) that has one."""
+    views = ((sides.new, rounded[1]), (sides.old, rounded[0]))
+    paths = {p for view, side in views for r in side for instr, comp in r.walked[:1]
+             for p in view.place(instr, comp).paths}
+    place = replace(place, paths=tuple(sorted(paths | set(place.paths))))
+    for view, side in views if not place.source else ():
+        for instr, computation in (n for r in side for n in r.narrowing):
+            op_name, source = view.origin(instr, computation)
+            if source:
+                return replace(place, op_name=op_name, source=source)
+    return place
+
+
+def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], changed_new: dict, changed_old: dict,
+                  inserted: dict, deleted: dict) -> tuple[Counter, int]:
+    """From a dot whose precision changed, the edits connected to it that only follow its dtype (by opcode), the
+    converts added (+) or removed (-) among and beside them, and the instructions that only read from those
+    (rewired: a loop's initial tuple reading the value a removed convert made)."""
+    followers: Counter = Counter()
+    converts = 0
+    region: set[int] = {id(seed)}
+    for module, start, computation, changed, alone, sign in (
+            (sides.new, seed.new, seed.new_computation, changed_new, inserted, 1),
+            (sides.old, seed.old, seed.old_computation, changed_old, deleted, -1)):
+        stack = [start]
+        seen = {id(start)}
+        while stack:
+            instr = stack.pop()
+            for neighbour in (*module.operands(instr, computation), *module.users(instr)):
+                key = id(neighbour)
+                if key in seen:
+                    continue
+                seen.add(key)
+                edit = changed.get(key)
+                if edit is not None and id(edit) in region:
+                    stack.append(neighbour)  # met from the other side already
+                elif edit is not None and id(edit) not in claimed and edit.old.opcode not in _PRECISION_OPS and \
+                        set(edit.aspects) <= _FOLLOWS_DTYPE:
+                    claimed.add(id(edit))
+                    region.add(id(edit))
+                    followers[edit.new.opcode if "dtype" in edit.aspects else "rewired"] += 1
+                    if "dtype" in edit.aspects:
+                        stack.append(neighbour)
+                elif (edit := alone.get(key)) is not None and id(edit) not in claimed and \
+                        neighbour.opcode == "convert":
+                    claimed.add(id(edit))
+                    region.add(id(edit))
+                    converts += sign
+                    stack.append(neighbour)
+    return followers, converts
