@@ -8,8 +8,8 @@ the gate applies the registry's judges (``rules.registry.judged``) and the polic
 golden wants (none, unreadable, another compiler stack's on a pinned run, its text unusable, parts lacking) is
 decided once, in ``golden.health``, and is the ``missing_golden`` rule's finding. The gate makes the findings no judge
 of one cell can: a cell that cannot be judged here (``unjudged``), a golden without a cell (``missing_golden``'s
-``stale_goldens``), and waivers that waived nothing (``stale_waiver``). A gate may judge a selection of rules (``Gate.rules``): `measure`
-judges ``host_cost`` alone, under the same policy and waivers.
+``stale_goldens``), and waivers that waived nothing (``stale_waiver``). A gate may judge a selection of rules
+(``Gate.rules``): `measure` judges ``host_cost`` alone, under the same policy and waivers.
 Every finding is a typed record (``findings``): its place, rule, severity and the numbers behind it. The gate words
 nothing (``report.words`` does); a waiver makes a new finding, of severity waived, that names the waiver.
 """
