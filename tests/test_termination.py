@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,31 @@ def wait_for(condition, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def in_a_session(args: list[str], cwd: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen, Stderr]]:
+    """``python ARGS`` started as a terminal would, in a session of its own, its stderr read line by line; whatever
+    the trial's outcome, nothing of it outlives the block."""
+    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    stderr = Stderr(proc.stderr)
+    stderr.start()
+    try:
+        yield proc, stderr
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def ended(proc: subprocess.Popen, stderr: Stderr, timeout: float) -> int:
+    """The exit code, once the process, every holder of its stderr and every process of its session are gone."""
+    code = proc.wait(timeout=timeout)
+    stderr.join(timeout=10)
+    assert not stderr.is_alive(), "stderr never reached its end: a process still holds it"
+    wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
+    return code
+
+
 @pytest.fixture
 def project(tmp_path):
     (tmp_path / "sleepy.py").write_text(TARGET)
@@ -103,12 +129,7 @@ TRIALS = [
 def test_a_signal_ends_the_command_and_every_process_it_started(project, command, signum, when):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(project)]), "HLO_AUDIT_HEARTBEAT": "600"}
     env.pop("GITHUB_STEP_SUMMARY", None)
-    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-m", "hlo_audit", *command, "--jobs", "2", "--no-cache"], cwd=project,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    stderr = Stderr(proc.stderr)
-    stderr.start()
-    try:
+    with in_a_session(["-m", "hlo_audit", *command, "--jobs", "2", "--no-cache"], project, env) as (proc, stderr):
         if when == "both workers lowering":  # the command, the resource tracker and two workers
             wait_for(lambda: len(session_processes(proc.pid)) >= 4, 120, "two workers")
             time.sleep(1.0)
@@ -120,15 +141,8 @@ def test_a_signal_ends_the_command_and_every_process_it_started(project, command
         assert proc.poll() is None, stderr.lines
         started = time.monotonic()
         proc.send_signal(signum)
-        code = proc.wait(timeout=30)
-        stderr.join(timeout=10)
-        assert not stderr.is_alive(), "stderr never reached its end: a process still holds it"
-        wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
+        code = ended(proc, stderr, 30)
         seconds = time.monotonic() - started
-    finally:  # whatever the outcome, nothing of the trial outlives it
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     assert code == 128 + signum, (code, stderr.lines)
     name = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}[signum]
     assert stderr.lines[-1] == f"hlo-audit: {name} ({signum.name})", stderr.lines
@@ -174,20 +188,8 @@ def test_a_signal_while_a_worker_starts_ends_with_the_commands_line_alone(projec
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(project)]), "HLO_AUDIT_HEARTBEAT": "600",
            "SIGNAL_AFTER": str(after), "SIGNAL_TO": to}
     env.pop("GITHUB_STEP_SUMMARY", None)
-    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-c", SIGNAL_AT_SPAWN, "run", "--jobs", "2", "--no-cache"],
-                            cwd=project, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    stderr = Stderr(proc.stderr)
-    stderr.start()
-    try:
-        code = proc.wait(timeout=120)
-        stderr.join(timeout=10)
-        assert not stderr.is_alive(), "stderr never reached its end: a process still holds it"
-        wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with in_a_session(["-c", SIGNAL_AT_SPAWN, "run", "--jobs", "2", "--no-cache"], project, env) as (proc, stderr):
+        code = ended(proc, stderr, 120)
     assert code == 128 + signal.SIGINT, (code, stderr.lines)
     assert stderr.lines[-1] == "hlo-audit: interrupted (SIGINT)", stderr.lines
     assert not [line for line in stderr.lines if "Traceback" in line or "Error" in line], stderr.lines
@@ -195,6 +197,7 @@ def test_a_signal_while_a_worker_starts_ends_with_the_commands_line_alone(projec
 
 STUBBORN = """
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from hlo_audit.examples.nnx_mlp import lower as real
@@ -222,25 +225,14 @@ def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text(config(target="stubborn:lower", scan=["off"]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
     env.pop("GITHUB_STEP_SUMMARY", None)
-    proc = subprocess.Popen([*AS_FROM_A_TERMINAL, "-m", "hlo_audit", "run", "--jobs", "1", "--no-cache"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
-    stderr = Stderr(proc.stderr)
-    stderr.start()
-    try:
+    with in_a_session(["-m", "hlo_audit", "run", "--jobs", "1", "--no-cache"], tmp_path, env) as (proc, stderr):
         wait_for(lambda: (tmp_path / "lowering").exists(), 120, "the cell's lowering")
         time.sleep(0.5)
         assert proc.poll() is None, stderr.lines
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=CLEANUP_SECONDS + 20)
+        code = ended(proc, stderr, CLEANUP_SECONDS + 20)
         seconds = time.monotonic() - started
-        stderr.join(timeout=10)
-        wait_for(lambda: not session_processes(proc.pid), 10, f"the session to end: {session_processes(proc.pid)}")
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
     assert code == 128 + signal.SIGTERM, (code, stderr.lines)
     assert stderr.lines[-1] == "hlo-audit: terminated (SIGTERM)", stderr.lines
     assert CLEANUP_SECONDS - 1 < seconds < CLEANUP_SECONDS + 10, seconds
