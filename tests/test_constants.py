@@ -17,6 +17,7 @@ from hlo_audit.capture import captured_arrays, hlo_dtype
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES, frozen_rng, golden_summary
+from hlo_audit.compare import Structural
 from hlo_audit.hlo.diff import captured_delta, diff_modules
 from hlo_audit.stages.lowered import hlo_text
 from in_process import hlo_audit_here
@@ -123,8 +124,9 @@ def test_moving_the_rest_into_the_arguments_trades_constants_for_entry_parameter
     old, new = tmp_path / "closed.hlo.txt", tmp_path / "passed.hlo.txt"
     old.write_text(captured.text)
     new.write_text(passed.text)
-    d = diff_modules(analyze(captured.text), analyze(passed.text))
-    assert d.entry_params == (2, 6) and d.constants["basis"] == "large constants"
+    compared = Structural.of_analyses(analyze(captured.text), analyze(passed.text))
+    d = compared.diff
+    assert (compared.params.golden, compared.params.now) == (2, 6) and d.constants["basis"] == "large constants"
     assert d.constants["by_dtype"] == {"s8": -1} and d.constants["literal_keys"] == [1, 0]
     result = CliRunner().invoke(app, ["diff", str(old), str(new), "--max-lines", "0"], env={"COLUMNS": "200"})
     assert result.exit_code == 1
