@@ -63,7 +63,7 @@ def cell_record(r: CellResult, slope: float | None = None) -> Json:
         "kernels": lowered.launches.to_record() if lowered and lowered.launches else None,
         # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
         "constants": lowered.constants.to_record() if lowered and lowered.constants else None,
-        "cached": r.cached, "lower_seconds": lowered.lower_seconds if lowered else 0.0,
+        "cached": lowered.cached if lowered else False, "lower_seconds": lowered.lower_seconds if lowered else 0.0,
     }
 
 
@@ -250,13 +250,15 @@ def _result_from_cell_record(c, where: str = "cell") -> CellResult:
     if (entry_params is None) == (status == Status.OK):  # a lowered cell's counts, and only a lowered cell's
         raise _Malformed(f"{where}.entry_params: {'null' if entry_params is None else entry_params} "
                          f"for a cell whose status is {status}")
+    if cached and status != Status.OK:  # the results cache keeps lowered cells only
+        raise _Malformed(f"{where}.cached: true for a cell whose status is {status}")
     cell = Cell.from_record(c)
     if _field(c, "id", where, str) != cell.id:
         raise _Malformed(f"{where}.id: {c['id'][:80]!r} is not the id its fields give ({cell.id})")
     if status == Status.UNAVAILABLE:
-        return UnavailableCell(cell=cell, message=message, cached=cached)
+        return UnavailableCell(cell=cell, message=message)
     if status == Status.ERROR:
-        return FailedCell(cell=cell, message=message, cached=cached)
+        return FailedCell(cell=cell, message=message)
     summary = ParamSummary(entry_params=entry_params, by_dtype=_counts(c, "by_dtype", where),
                            by_role=_counts(c, "by_role", where), groups=_counts(c, "groups", where), bytes_by_role={})
     return LoweredCell(cell=cell, message=message, summary=summary, cached=cached)

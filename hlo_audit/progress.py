@@ -138,7 +138,7 @@ def finish_word(result: CellResult) -> str:
         return "failed to lower"
     if result.status is Status.UNAVAILABLE:
         return "unavailable"
-    return "cached" if result.cached else "lowered"
+    return "cached" if isinstance(result, LoweredCell) and result.cached else "lowered"
 
 
 def judged_shown(outcome, stream=None) -> None:

@@ -49,7 +49,6 @@ class CellResult:
     cell: Cell
     message: str = ""  # why it did not lower; a lowered cell's note (what its target said of the lowering)
     key: str = ""  # its cache key ("": none, a target that did not load)
-    cached: bool = False
     # What the lowering warned (jax's "Some donated buffers were not usable", ...), each warning once, as
     # ``warning_text`` shortens it: captured per cell (never printed as it happens), summarized once per run.
     warnings: tuple[str, ...] = ()
@@ -83,18 +82,18 @@ class CellResult:
 
     @classmethod
     def from_record(cls, record: Mapping, cached: bool = False) -> CellResult:
-        """The result of its record's kind (its ``status``); a cell that did not lower reads none of the analysis."""
+        """The result of its record's kind (its ``status``); a cell that did not lower reads none of the analysis.
+        ``cached``: read from the results cache (which keeps only lowered cells)."""
         cell = record["cell"]
         common = {"cell": Cell(**{**cell, "overrides": tuple(tuple(kv) for kv in cell["overrides"])}),
-                  "message": record["message"], "key": record["key"], "cached": cached,
-                  "warnings": tuple(record.get("warnings", ()))}
+                  "message": record["message"], "key": record["key"], "warnings": tuple(record.get("warnings", ()))}
         status = Status(record["status"])
         if status is Status.UNAVAILABLE:
             return UnavailableCell(**common)
         if status is Status.ERROR:
             return FailedCell(**common)
         return LoweredCell(
-            **common, summary=summary_of(record["summary"]),
+            **common, cached=cached, summary=summary_of(record["summary"]),
             params=tuple(Param.from_record(p) for p in record["params"]), opcodes=record["opcodes"],
             rng=None if record["rng"] is None else RngSummary.from_record(record["rng"]),
             memory=record["memory"], cost=record["cost"],
@@ -152,6 +151,7 @@ class LoweredCell(CellResult):
     environment: Mapping[str, str] = field(default_factory=dict)
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
+    cached: bool = False  # served from the results cache, not lowered by this run
     text: str | None = field(default=None, repr=False, compare=False)  # HLO text when just lowered
     # The canonical text (text-derived paths) when just analysed: what goldens keep, computed with the parse.
     normalized: str | None = field(default=None, repr=False, compare=False)

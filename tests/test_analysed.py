@@ -69,7 +69,7 @@ def test_a_result_is_of_its_kind_and_only_a_lowered_cell_holds_an_analysis():
     unavailable = next(e["record"] for e in entries if e["record"]["status"] == "unavailable")
     result = CellResult.from_record(unavailable)
     assert type(result) is UnavailableCell and result.refused and not result.ok
-    assert not any(hasattr(result, name) for name in ("summary", "params", "rng", "memory", "text", "host"))
+    assert not any(hasattr(result, name) for name in ("summary", "params", "rng", "memory", "text", "host", "cached"))
     failed = FailedCell(cell=result.cell, message="boom", key="k", warnings=("w",), config_refused=True)
     assert failed.status is Status.ERROR and failed.refused
     record = failed.to_record()

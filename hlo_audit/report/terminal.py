@@ -289,8 +289,9 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
             status(console, Text.assemble(("error", STATUS_STYLE["error"]), "  ", esc(r.cell.id)))
             print_message(console, r.message)
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
+    cached = sum(1 for r in results if isinstance(r, LoweredCell) and r.cached)
     status(console, f"{len(results)} {plural(len(results), 'cell')}: {counts['ok']} ok, {counts['unavailable']} "
-                    f"unavailable, {counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
+                    f"unavailable, {counts['error']} error; {cached} from cache")
 
 
 def print_unavailable(console: Console, results) -> None:
