@@ -29,7 +29,7 @@ from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
 from hlo_audit.report.words import nothing_to_fit_line
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.rules import host_cost as host_cost_rule
 from hlo_audit.run import execute
 from hlo_audit.scaffold.refused import Excluded, exclude_refused
@@ -42,8 +42,8 @@ __all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "a
 
 
 
-def normalized_text(result: CellResult) -> str:
-    """The cell's canonical text (``CellResult.canonical_text``)."""
+def normalized_text(result: LoweredCell) -> str:
+    """The cell's canonical text (``LoweredCell.canonical_text``)."""
     return result.canonical_text()
 
 

@@ -38,7 +38,7 @@ from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.lowering import MEMORY_KINDS
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.scaling import Series, rng_slope
 from hlo_audit.stack import is_compiler
 
@@ -219,7 +219,7 @@ class CellDelta:
     they differ (None where they are the same or either is missing), built when first read."""
 
     cell: str
-    result: CellResult
+    result: LoweredCell
     stored: Golden  # the golden as the store read it (its record readable)
     params: ParamDelta
     captured: CapturedDelta | None
@@ -238,7 +238,7 @@ class CellDelta:
     pinned: bool = False
 
     @classmethod
-    def of(cls, result: CellResult, golden: Golden, leads: Series | None = None,
+    def of(cls, result: LoweredCell, golden: Golden, leads: Series | None = None,
            normalized: str | None = None, pinned: bool = False) -> CellDelta:
         """``result`` against ``golden`` (whose record is readable); ``leads``: the cell's depth series when the cell
         is its shallowest (the slopes are compared there); ``normalized``: the cell's canonical text where it is
@@ -263,7 +263,7 @@ class CellDelta:
                  owns_text: bool = False, pinned: bool = False) -> CellDelta | None:
         """The cell's comparison with its golden; None where the cell did not lower or has no readable golden.
         ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text)."""
-        if not result.ok or result.summary is None or golden is None or golden.damaged or golden.record is None:
+        if not isinstance(result, LoweredCell) or golden is None or golden.damaged or golden.record is None:
             return None
         compared = owns_text and (golden.hlo is not None or golden.text_problem is not None)
         return cls.of(result, golden, leads, result.canonical_text() if compared else None, pinned)

@@ -26,7 +26,7 @@ from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy
-from hlo_audit.results import CellResult, Severity, Status
+from hlo_audit.results import CellResult, LoweredCell, Severity, Status
 from hlo_audit.rules import missing_golden, registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.rules.spec import Context, Subject
@@ -138,7 +138,7 @@ class Gate:
         used whatever the policy's action)."""
         cid = result.cell.id
         context = context or registry.context(self.policy, self.command, self.pinned_by)
-        if result.status is not Status.OK:
+        if not isinstance(result, LoweredCell):
             return self._not_lowered(result, golden)
         found = registry.judge(Subject(result, golden, delta, leads), context, self.rules)
         kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]

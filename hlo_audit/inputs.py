@@ -24,7 +24,7 @@ from hlo_audit.hlo.thunks import thunk_dumps
 from hlo_audit.findings import LaunchChange
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import is_cell_id, plan_cell
-from hlo_audit.results import CellResult
+from hlo_audit.results import LoweredCell
 from hlo_audit.run import execute
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError
 
@@ -180,10 +180,10 @@ def launches_diff(old: Launches | None, new: Launches | None) -> LaunchChange | 
 
 
 def cell_result(cell_id: str, config_path: str | None = None, use_cache: bool = True,
-                refresh: bool = False) -> CellResult:
+                refresh: bool = False) -> LoweredCell:
     """One cell's result: from the cache when it is there, else lowered now. Unavailable or failed: an input error."""
     result = next(execute(plan_cell(cell_id, config_path), use_cache=use_cache, refresh=refresh))
-    if not result.ok:
+    if not isinstance(result, LoweredCell):
         raise InputError(f"{cell_id}: {result.status}: {result.message}")
     return result
 
@@ -194,14 +194,14 @@ def cell_text(cell_id: str, config_path: str | None = None, normalized: bool = F
     keeps. From the cache when the cell is there, else lowered now (and cached)."""
     p = plan_cell(cell_id, config_path)
     result = next(execute(p, use_cache=use_cache))
-    if not result.ok:
+    if not isinstance(result, LoweredCell):
         raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
     if normalized:
         return result.canonical_text()
     text = result.text if result.text is not None else Cache(p.config.cache_dir, enabled=use_cache).hlo_text(result.key)
     if text is None:  # a result cached without its module: lower it again
         result = next(execute(p, use_cache=False))
-        if not result.ok:
+        if not isinstance(result, LoweredCell):
             raise CellNotLowered(f"{cell_id}: {result.status}: {result.message}")
         text = result.text
     return text
@@ -217,12 +217,12 @@ def load_program(spec: str, config_path: str | None = None, module: str | None =
                        Constants.of(analysis.constants), dump_launches(analysis))
     p = plan_cell(spec, config_path)
     result = next(execute(p, use_cache=use_cache, refresh=refresh))
-    if not result.ok:
+    if not isinstance(result, LoweredCell):
         raise InputError(f"{spec}: {result.status}: {result.message}")
     return read_snapshot(p.config.golden_dir, lambda tree: cell_program(result, Outcome.of(p, [result], tree)))
 
 
-def cell_program(result: CellResult, outcome: Outcome) -> Program:
+def cell_program(result: LoweredCell, outcome: Outcome) -> Program:
     """A lowered cell as `rng` and `explain` read it, against its golden as ``outcome`` compares it
     (``Outcome.delta``: a checked outcome's is the comparison the gate judged by, the same object)."""
     return Program(result.cell.id, result.params, result.rng, result.constants, result.launches,

@@ -42,7 +42,7 @@ from hlo_audit.host_cost import HostFigure, Spread
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
 from hlo_audit.outcome import Outcome
-from hlo_audit.results import Severity
+from hlo_audit.results import LoweredCell, Severity
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 # The axes A/B can compare across (cells equal in every other one are measured together).
@@ -549,8 +549,8 @@ def with_measured_figures(figures: dict[str, HostFigure]) -> Callable:
     """`measure`'s ``prepare`` for ``gate.judged``: each lowered cell with the host figure measured of it now."""
     from dataclasses import replace  # noqa: PLC0415
 
-    return lambda tree, results: [replace(r, host=figures[r.cell.id]) if r.ok and r.cell.id in figures else r
-                                  for r in results]
+    return lambda tree, results: [replace(r, host=figures[r.cell.id])
+                                  if isinstance(r, LoweredCell) and r.cell.id in figures else r for r in results]
 
 
 def prepared_for_check(tree, results: Sequence) -> list:
@@ -576,7 +576,7 @@ def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None
     rounds = rounds or CHECK_ROUNDS
     out = []
     for result in results:
-        stored = golden(result.cell.id) if result.ok else None
+        stored = golden(result.cell.id) if isinstance(result, LoweredCell) else None
         record = stored.record if stored is not None else None
         if record is None or record.host is None:
             out.append(result)

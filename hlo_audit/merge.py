@@ -24,7 +24,7 @@ from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import JUDGE_PARTS, Judge, Shard
 from hlo_audit.report.words import launch_lines, message
-from hlo_audit.results import SEVERITIES, CellResult, Severity, Status
+from hlo_audit.results import SEVERITIES, CellResult, FailedCell, LoweredCell, Severity, Status, UnavailableCell
 from hlo_audit.stages import STAGES
 from hlo_audit.targets.vocab import QUANT_MODES, STEPS
 from hlo_audit.usage import InputError
@@ -42,26 +42,28 @@ MAX_REPORT_DEPTH = 64  # a check report nests ~8 deep (cells -> constants -> cap
 
 
 def cell_record(r: CellResult, slope: float | None = None) -> Json:
-    """A cell's result as every JSON format lists it (``run``, ``check``, ``report``)."""
-    s = r.summary
+    """A cell's result as every JSON format lists it (``run``, ``check``, ``report``): a cell that did not lower
+    with its analysis fields null or empty."""
+    lowered = r if isinstance(r, LoweredCell) else None
+    s = lowered.summary if lowered else None
     return {
         **r.cell.record(), "status": r.status, "message": r.message,
-        "entry_params": r.entry_params,
+        "entry_params": s.entry_params if s else None,
         "by_dtype": s.by_dtype if s else {},
         "by_role": s.by_role if s else {},
-        "rng_params": r.rng_params if s else None,
+        "rng_params": lowered.rng_params if lowered else None,
         "groups": s.groups if s else {},
         "slope_per_layer": slope,
         # RNG streams drawn / carried / unknown with per-pattern counts (the per-stream list: `hlo-audit rng`)
-        "rng_streams": r.rng.to_record(with_streams=False) if r.rng else None,
+        "rng_streams": lowered.rng.to_record(with_streams=False) if lowered and lowered.rng else None,
         # Compiled cells only (null otherwise): memory_analysis() bytes by kind and cost_analysis() totals.
-        "memory": r.memory, "cost": r.cost,
+        "memory": lowered.memory if lowered else None, "cost": lowered.cost if lowered else None,
         # GPU cells of stages optimized and compiled (null otherwise): launches per step (hlo.launches), total,
         # by kind and category, scalar, collectives, reading RNG state, the scalar groups and every group.
-        "kernels": r.launches.to_record() if r.launches else None,
+        "kernels": lowered.launches.to_record() if lowered and lowered.launches else None,
         # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
-        "constants": r.constants.to_record() if r.constants else None,
-        "cached": r.cached, "lower_seconds": r.lower_seconds,
+        "constants": lowered.constants.to_record() if lowered and lowered.constants else None,
+        "cached": lowered.cached if lowered else False, "lower_seconds": lowered.lower_seconds if lowered else 0.0,
     }
 
 
@@ -245,15 +247,21 @@ def _result_from_cell_record(c, where: str = "cell") -> CellResult:
     message = _field(c, "message", where, str)
     cached = _field(c, "cached", where, bool)
     entry_params = _field(c, "entry_params", where, (int, type(None)))
-    summary = None
-    if entry_params is not None:
-        summary = ParamSummary(entry_params=entry_params, by_dtype=_counts(c, "by_dtype", where),
-                               by_role=_counts(c, "by_role", where), groups=_counts(c, "groups", where),
-                               bytes_by_role={})
+    if (entry_params is None) == (status == Status.OK):  # a lowered cell's counts, and only a lowered cell's
+        raise _Malformed(f"{where}.entry_params: {'null' if entry_params is None else entry_params} "
+                         f"for a cell whose status is {status}")
+    if cached and status != Status.OK:  # the results cache keeps lowered cells only
+        raise _Malformed(f"{where}.cached: true for a cell whose status is {status}")
     cell = Cell.from_record(c)
     if _field(c, "id", where, str) != cell.id:
         raise _Malformed(f"{where}.id: {c['id'][:80]!r} is not the id its fields give ({cell.id})")
-    return CellResult(cell=cell, status=Status(status), message=message, summary=summary, cached=cached)
+    if status == Status.UNAVAILABLE:
+        return UnavailableCell(cell=cell, message=message)
+    if status == Status.ERROR:
+        return FailedCell(cell=cell, message=message)
+    summary = ParamSummary(entry_params=entry_params, by_dtype=_counts(c, "by_dtype", where),
+                           by_role=_counts(c, "by_role", where), groups=_counts(c, "groups", where), bytes_by_role={})
+    return LoweredCell(cell=cell, message=message, summary=summary, cached=cached)
 
 
 def _read_check_report(path: str) -> dict:

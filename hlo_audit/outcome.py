@@ -19,7 +19,7 @@ from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
 from hlo_audit.rules import registry
-from hlo_audit.results import CellResult, Severity
+from hlo_audit.results import CellResult, LoweredCell, Severity
 from hlo_audit.scaling import Series, fit_series
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
@@ -54,7 +54,7 @@ class SeriesRow:
     check's summary table."""
 
     label: str  # llama3-8b/scan-off/int8/L2,4
-    results: tuple[CellResult, ...]
+    results: tuple[LoweredCell, ...]
     verdict: Severity
 
 
@@ -245,9 +245,9 @@ def _by_severity(findings: Sequence[Finding]) -> dict[Severity, tuple[Finding, .
 def _rows(results: Sequence[CellResult], verdicts: Mapping[str, Severity]) -> tuple[SeriesRow, ...]:
     """The cells that lowered by depth series, in the order the results came, each shallowest first; a series of
     one depth is a row of one cell."""
-    grouped: dict[tuple, list[CellResult]] = {}
+    grouped: dict[tuple, list[LoweredCell]] = {}
     for r in results:
-        if r.ok:
+        if isinstance(r, LoweredCell):
             grouped.setdefault(r.cell.series, []).append(r)
     rows = []
     for members in grouped.values():

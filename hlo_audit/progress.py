@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hlo_audit.plan import Plan
 from hlo_audit.report.escape import visible
-from hlo_audit.results import CellResult, Severity, Status
+from hlo_audit.results import CellResult, LoweredCell, Severity, Status
 from hlo_audit.run import execute
 
 HEARTBEAT_SECONDS = 30.0  # `HLO_AUDIT_HEARTBEAT` (seconds) overrides it
@@ -103,7 +103,8 @@ class CellLog:
             since = self._in_flight.pop(result.cell.id, None)
             # This run's time for the cell, from when its lowering began (an unavailable or failed cell has no
             # lowering time of its own); a cached cell never began one.
-            seconds = now - since if since is not None else 0.0 if result.cached else result.lower_seconds
+            seconds = (now - since if since is not None else
+                       result.lower_seconds if isinstance(result, LoweredCell) and not result.cached else 0.0)
             self._write(f"cell {self._done}/{self._total} {visible(result.cell.id)} {finish_word(result)} "
                         f"{duration(seconds)}")
 
@@ -137,7 +138,7 @@ def finish_word(result: CellResult) -> str:
         return "failed to lower"
     if result.status is Status.UNAVAILABLE:
         return "unavailable"
-    return "cached" if result.cached else "lowered"
+    return "cached" if isinstance(result, LoweredCell) and result.cached else "lowered"
 
 
 def judged_shown(outcome, stream=None) -> None:

@@ -1,4 +1,5 @@
-"""What running a cell produces: one frozen ``CellResult`` per cell, typed from the lowering to the formatters.
+"""What running a cell produces: one frozen ``CellResult`` per cell, of its kind (lowered, unavailable, failed), typed
+from the lowering to the formatters.
 
 A result is made once, where the cell ran (``run``), and read everywhere after; it leaves the process as a record
 only through ``to_record`` / ``from_record`` (the results cache's entries, a worker process's answer), defined here
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
@@ -37,12 +38,106 @@ def summary_of(record: Mapping) -> ParamSummary:
                         groups=record["groups"], bytes_by_role=record.get("bytes_by_role", {}))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CellResult:
+    """What running one cell gave, always one of three kinds, whose class is its status: ``LoweredCell`` (the analysis
+    of its program), ``UnavailableCell`` (this host cannot lower it, said why) or ``FailedCell`` (said why). What only
+    a lowered cell has is only on ``LoweredCell``: a reader narrows by kind (``isinstance``, or ``ok`` where it reads
+    nothing of the analysis) before reading it."""
+
+    status: ClassVar[Status]
     cell: Cell
-    status: Status
-    message: str = ""
-    summary: ParamSummary | None = None  # entry parameters in all, by dtype, role and path pattern
+    message: str = ""  # why it did not lower; a lowered cell's note (what its target said of the lowering)
+    key: str = ""  # its cache key ("": none, a target that did not load)
+    # What the lowering warned (jax's "Some donated buffers were not usable", ...), each warning once, as
+    # ``warning_text`` shortens it: captured per cell (never printed as it happens), summarized once per run.
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if type(self) is CellResult:
+            raise TypeError("a CellResult is made as its kind: LoweredCell, UnavailableCell or FailedCell")
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def refused(self) -> bool:
+        """The target refused the cell (``Unavailable``, or its model's configuration rejected it)."""
+        return False
+
+    def to_record(self) -> Record:
+        """The results cache's record (without what is transient: cached, the texts), one schema for every kind: a
+        cell that did not lower writes the analysis fields empty, as its records always were
+        (``LoweredCell.to_record`` fills them in place)."""
+        record = {
+            "cell": {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]},
+            "status": self.status.value, "message": self.message,
+            "summary": None, "params": [], "opcodes": {}, "rng": None, "memory": None, "cost": None, "constants": None,
+            "launches": None, "environment": {}, "hlo_sha256": "", "lower_seconds": 0.0, "key": self.key,
+        }
+        if self.warnings:
+            record["warnings"] = list(self.warnings)
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping, cached: bool = False) -> CellResult:
+        """The result of its record's kind (its ``status``); a cell that did not lower reads none of the analysis.
+        ``cached``: read from the results cache (which keeps only lowered cells)."""
+        cell = record["cell"]
+        common = {"cell": Cell(**{**cell, "overrides": tuple(tuple(kv) for kv in cell["overrides"])}),
+                  "message": record["message"], "key": record["key"], "warnings": tuple(record.get("warnings", ()))}
+        status = Status(record["status"])
+        if status is Status.UNAVAILABLE:
+            return UnavailableCell(**common)
+        if status is Status.ERROR:
+            return FailedCell(**common)
+        return LoweredCell(
+            **common, cached=cached, summary=summary_of(record["summary"]),
+            params=tuple(Param.from_record(p) for p in record["params"]), opcodes=record["opcodes"],
+            rng=None if record["rng"] is None else RngSummary.from_record(record["rng"]),
+            memory=record["memory"], cost=record["cost"],
+            constants=None if record["constants"] is None else Constants.from_record(record["constants"]),
+            launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
+            kernels_by_name=None if record.get("kernels_by_name") is None else {
+                k: tuple(v) for k, v in record["kernels_by_name"].items()},
+            places=None if record.get("places") is None else places_from_record(record["places"]),
+            host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
+            environment=record["environment"], hlo_sha256=record["hlo_sha256"],
+            lower_seconds=record["lower_seconds"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnavailableCell(CellResult):
+    """A cell this host cannot lower (``lowering.Unavailable``: no such platform, a target without it), said why."""
+
+    status: ClassVar[Status] = Status.UNAVAILABLE
+
+    @property
+    def refused(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailedCell(CellResult):
+    """A cell whose lowering or analysis failed (or whose target did not load), said why."""
+
+    status: ClassVar[Status] = Status.ERROR
+    # An error that is the model's own configuration rejecting the cell (``CellConfigError``: MaxText's gemma4-e2b
+    # refuses scan on), not a crash: with ``unavailable``, what `init` writes as an [[exclude]] (``refused``).
+    config_refused: bool = False
+
+    @property
+    def refused(self) -> bool:
+        return self.config_refused
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoweredCell(CellResult):
+    """A cell that lowered here: what its analysis keeps of the program (``run.analyze_lowering``), typed."""
+
+    status: ClassVar[Status] = Status.OK
+    summary: ParamSummary  # entry parameters in all, by dtype, role and path pattern
     params: tuple[Param, ...] = ()
     opcodes: Mapping[str, int] = field(default_factory=dict)  # "opcode:dtype" -> count over the module
     rng: RngSummary | None = None
@@ -56,8 +151,7 @@ class CellResult:
     environment: Mapping[str, str] = field(default_factory=dict)
     hlo_sha256: str = ""
     lower_seconds: float = 0.0
-    cached: bool = False
-    key: str = ""
+    cached: bool = False  # served from the results cache, not lowered by this run
     text: str | None = field(default=None, repr=False, compare=False)  # HLO text when just lowered
     # The canonical text (text-derived paths) when just analysed: what goldens keep, computed with the parse.
     normalized: str | None = field(default=None, repr=False, compare=False)
@@ -68,25 +162,6 @@ class CellResult:
     # The step's host work per call, where it was measured (``measure.host_figure``: `measure`, and `check` for a
     # cell whose golden records one); None elsewhere.
     host: HostFigure | None = None
-    # What the lowering warned (jax's "Some donated buffers were not usable", ...), each warning once, as
-    # ``warning_text`` shortens it: captured per cell (never printed as it happens), summarized once per run.
-    warnings: tuple[str, ...] = ()
-    # An error that is the model's own configuration rejecting the cell (``CellConfigError``: MaxText's gemma4-e2b
-    # refuses scan on), not a crash: with ``unavailable``, what `init` writes as an [[exclude]] (``refused``).
-    config_refused: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.status, Status):  # "ok" as a caller may spell it
-            object.__setattr__(self, "status", Status(self.status))
-
-    @property
-    def ok(self) -> bool:
-        return self.status is Status.OK
-
-    @property
-    def refused(self) -> bool:
-        """The target refused the cell (``Unavailable``, or its model's configuration rejected it)."""
-        return self.status is Status.UNAVAILABLE or (self.status is Status.ERROR and self.config_refused)
 
     def canonical_text(self) -> str:
         """The cell's canonical text, what its golden keeps. ``run.run_cells`` gives every ok result its own: computed
@@ -101,12 +176,12 @@ class CellResult:
         return analyze(self.text, self.cell.id).normalized
 
     @property
-    def entry_params(self) -> int | None:
-        return self.summary.entry_params if self.summary else None
+    def entry_params(self) -> int:
+        return self.summary.entry_params
 
     def count(self, kind: str, name: str) -> int:
         """by_dtype / by_role lookup, 0 when absent."""
-        return getattr(self.summary, kind).get(name, 0) if self.summary else 0
+        return getattr(self.summary, kind).get(name, 0)
 
     def by_dtype_role(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(dtype, role) -> (parameters, bytes)."""
@@ -135,51 +210,29 @@ class CellResult:
         return self.count("by_role", Role.RNG_KEY) + self.count("by_role", Role.RNG_COUNT)
 
     def to_record(self) -> Record:
-        """The results cache's record (without what is transient: cached, the texts); ``kernels_by_name`` only where
-        the cell runs kernels and ``places`` only where the stage gives them, so a record without either reads as
-        before."""
-        record = {
-            "cell": {**asdict(self.cell), "overrides": [list(kv) for kv in self.cell.overrides]},
-            "status": self.status.value, "message": self.message,
-            "summary": None if self.summary is None else asdict(self.summary),
-            "params": [p.to_record() for p in self.params], "opcodes": dict(self.opcodes),
-            "rng": None if self.rng is None else self.rng.to_record(),
+        """Every kind's record with the analysis in its fields' places, then what only some cells have, before the
+        warnings: ``kernels_by_name`` only where the cell runs kernels, ``places`` only where the stage gives them
+        and ``host`` only where it was measured, so a record without them reads as before."""
+        record = super().to_record()
+        warnings = record.pop("warnings", None)
+        record.update({
+            "summary": asdict(self.summary), "params": [p.to_record() for p in self.params],
+            "opcodes": dict(self.opcodes), "rng": None if self.rng is None else self.rng.to_record(),
             "memory": None if self.memory is None else dict(self.memory),
             "cost": None if self.cost is None else dict(self.cost),
             "constants": None if self.constants is None else self.constants.to_record(),
             "launches": None if self.launches is None else self.launches.to_record(),
-            "environment": dict(self.environment), "hlo_sha256": self.hlo_sha256,
-            "lower_seconds": self.lower_seconds, "key": self.key,
-        }
+            "environment": dict(self.environment), "hlo_sha256": self.hlo_sha256, "lower_seconds": self.lower_seconds,
+        })
         if self.kernels_by_name is not None:
             record["kernels_by_name"] = {k: list(v) for k, v in self.kernels_by_name.items()}
         if self.places is not None:
             record["places"] = places_to_record(self.places)
         if self.host is not None:
             record["host"] = self.host.to_record()
-        if self.warnings:
-            record["warnings"] = list(self.warnings)
+        if warnings is not None:
+            record["warnings"] = warnings
         return record
-
-    @classmethod
-    def from_record(cls, record: Mapping, cached: bool = False) -> CellResult:
-        cell = record["cell"]
-        return cls(
-            cell=Cell(**{**cell, "overrides": tuple(tuple(kv) for kv in cell["overrides"])}),
-            status=Status(record["status"]), message=record["message"],
-            summary=None if record["summary"] is None else summary_of(record["summary"]),
-            params=tuple(Param.from_record(p) for p in record["params"]), opcodes=record["opcodes"],
-            rng=None if record["rng"] is None else RngSummary.from_record(record["rng"]),
-            memory=record["memory"], cost=record["cost"],
-            constants=None if record["constants"] is None else Constants.from_record(record["constants"]),
-            launches=None if record["launches"] is None else Launches.from_record(record["launches"]),
-            kernels_by_name=None if record.get("kernels_by_name") is None else {
-                k: tuple(v) for k, v in record["kernels_by_name"].items()},
-            places=None if record.get("places") is None else places_from_record(record["places"]),
-            host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
-            environment=record["environment"], hlo_sha256=record["hlo_sha256"],
-            lower_seconds=record["lower_seconds"], cached=cached, key=record["key"],
-            warnings=tuple(record.get("warnings", ())))
 
 
 def warning_text(message: object) -> str:

@@ -31,7 +31,7 @@ from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import CellConfigError, Lowering, TargetError, Unavailable, one_line, where_raised
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan
-from hlo_audit.results import CellResult, Status, warning_text
+from hlo_audit.results import CellResult, FailedCell, LoweredCell, UnavailableCell, warning_text
 from hlo_audit.targets import get_target
 
 # Distributions every cell's HLO depends on, whatever its target and platform.
@@ -49,15 +49,15 @@ def environment(target, cell: Cell) -> dict[str, str]:
     return env
 
 
-def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> CellResult:
+def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> LoweredCell:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.arg_leaves,
                        lowering.literal_digests)
     launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
     # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
     normalized, _, names = normalize_with_names(analysis.module)
     places = lowering.metadata.places(names) if lowering.metadata is not None else None
-    return CellResult(
-        cell=cell, status=Status.OK, message=lowering.note, summary=analysis.summary,
+    return LoweredCell(
+        cell=cell, message=lowering.note, summary=analysis.summary,
         params=tuple(Param.of(p) for p in analysis.params),
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())),
         rng=RngSummary.of(analysis.rng, _key_hazards(analysis, names, places)),
@@ -101,15 +101,15 @@ def _lower_one(target_spec: str, cell: Cell, key: str) -> tuple[CellResult, Lowe
         result = analyze_lowering(cell, lowering, seconds, key, environment(target, cell))
         return replace(result, warnings=_warned(caught)), lowering, reads
     except Unavailable as exc:
-        return CellResult(cell=cell, status=Status.UNAVAILABLE, message=one_line(exc), key=key), None, None
+        return UnavailableCell(cell=cell, message=one_line(exc), key=key), None, None
     except HloParseError as exc:
-        return (CellResult(cell=cell, status=Status.ERROR, message=f"unparseable HLO: {one_line(exc)}", key=key,
+        return (FailedCell(cell=cell, message=f"unparseable HLO: {one_line(exc)}", key=key,
                            warnings=_warned(caught)), None, None)
     except Exception as exc:  # noqa: BLE001 (a cell's failure is data, reported in its row)
         detail = one_line(exc)
         if not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({where_raised(exc)})"
-        return CellResult(cell=cell, status=Status.ERROR, message=detail, key=key, warnings=_warned(caught),
+        return FailedCell(cell=cell, message=detail, key=key, warnings=_warned(caught),
                           config_refused=isinstance(exc, CellConfigError)), None, None
 
 
@@ -162,7 +162,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
         except preflight.EnvironmentProblem:
             raise  # not the target's fault: no cell runs here
         except Exception as exc:  # noqa: BLE001 (bad target spec: every cell of it is an error row)
-            yield CellResult(cell=cell, status=Status.ERROR, message=one_line(exc))
+            yield FailedCell(cell=cell, message=one_line(exc))
             continue
         entry = cache.lookup(key, cell.id)
         cached = cache.get_result(entry, cell.id) if entry else None
@@ -172,7 +172,7 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
         try:
             target.check_available(cell)
         except Unavailable as exc:
-            yield CellResult(cell=cell, status=Status.UNAVAILABLE, message=one_line(exc), key=key)
+            yield UnavailableCell(cell=cell, message=one_line(exc), key=key)
             continue
         hit = cache.get_lowering(entry, cell.id) if entry else None
         if hit is not None:  # lowered before, analysis code changed since (or its result did not verify)
@@ -223,8 +223,7 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
             try:
                 result, lowering, reads = future.result()
             except Exception as exc:  # noqa: BLE001 (a worker that died: OOM, segfault)
-                yield CellResult(cell=cell, status=Status.ERROR, message=f"worker process failed: {one_line(exc)}",
-                                 key=key)
+                yield FailedCell(cell=cell, message=f"worker process failed: {one_line(exc)}", key=key)
                 continue
             yield _store(cache, result, lowering, reads)
     except BaseException:  # stopped (a signal, the consumer gone): never wait minutes for the cells in flight

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_delta
 from hlo_audit.matrix import Cell
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, LoweredCell
 
 # The launch counts a GPU series fits (keys of a result's ``launches`` record).
 LAUNCH_COUNTS = ("total", "scalar", "collectives", "reading_rng")
@@ -108,13 +108,13 @@ def _tidy(value: float) -> float | int:
     return int(value) if value.is_integer() else value
 
 
-def rng_pattern_growth(shallow: CellResult, deep: CellResult) -> dict[str, float]:
+def rng_pattern_growth(shallow: LoweredCell, deep: LoweredCell) -> dict[str, float]:
     """RNG parameters per layer by path pattern, from the shallowest depth to the deepest, where they grow (largest
     first); empty when either side holds no parameters (a depth read back from its golden)."""
     if not shallow.params or not deep.params or deep.cell.layers == shallow.cell.layers:
         return {}
 
-    def rng(result: CellResult) -> dict[str, int]:
+    def rng(result: LoweredCell) -> dict[str, int]:
         return {p: sum(n for role, n in roles.items() if role in RNG_ROLES)
                 for p, roles in result.groups_by_role().items()}
 
@@ -126,9 +126,9 @@ def rng_pattern_growth(shallow: CellResult, deep: CellResult) -> dict[str, float
 
 def fit_series(results: Iterable[CellResult], full_depth: Callable[[str], int | None] | None = None) -> list[Series]:
     """One Series per group of ok cells that differ only in depth and cover two or more depths."""
-    groups: dict[tuple, dict[int, CellResult]] = defaultdict(dict)
+    groups: dict[tuple, dict[int, LoweredCell]] = defaultdict(dict)
     for r in results:
-        if r.ok:
+        if isinstance(r, LoweredCell):
             groups[r.cell.series][r.cell.layers] = r
     series = []
     for by_depth in groups.values():

@@ -15,7 +15,7 @@ import pytest
 from hlo_audit.analysed import BY_NAME, Constants, Launches, Param, Role, RngSummary, StreamVerdict
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.launch_model import module_launches
-from hlo_audit.results import CellResult, Status
+from hlo_audit.results import CellResult, LoweredCell, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import unchanged_outputs as scenarios
@@ -46,7 +46,8 @@ def test_the_results_cache_record_round_trips_main_s_records():
     for entry in entries:
         result = CellResult.from_record(entry["record"])
         assert result.to_record() == entry["record"]
-        assert isinstance(result.status, Status) and all(isinstance(p.role, Role) for p in result.params)
+        assert isinstance(result.status, Status) and isinstance(result, LoweredCell) == (result.status == "ok")
+        assert all(isinstance(p.role, Role) for p in getattr(result, "params", ()))
     ok = next(CellResult.from_record(e["record"]) for e in entries if e["record"]["rng"])
     assert ok.rng_params == ok.summary.by_role.get("rng_key", 0) + ok.summary.by_role.get("rng_count", 0) > 0
 
@@ -57,3 +58,23 @@ def test_a_parameter_recorded_without_its_layer_prefix_is_found_by_name():
     record = {k: v for k, v in param.to_record().items() if k != "layer_prefix"}
     assert Param.from_record(record).layer_prefix is BY_NAME
     assert replace(param, layer_prefix=None).role is Role.WEIGHT
+
+
+def test_a_result_is_of_its_kind_and_only_a_lowered_cell_holds_an_analysis():
+    """The class is the status: a record reads back as the kind its status names, with what that kind holds; a cell
+    that did not lower writes the analysis fields empty, as main did, and holds none of them."""
+    from hlo_audit.results import FailedCell, UnavailableCell
+
+    entries = json.loads((scenarios.DATA / "mlp" / "results.json").read_text())
+    unavailable = next(e["record"] for e in entries if e["record"]["status"] == "unavailable")
+    result = CellResult.from_record(unavailable)
+    assert type(result) is UnavailableCell and result.refused and not result.ok
+    assert not any(hasattr(result, name) for name in ("summary", "params", "rng", "memory", "text", "host", "cached"))
+    failed = FailedCell(cell=result.cell, message="boom", key="k", warnings=("w",), config_refused=True)
+    assert failed.status is Status.ERROR and failed.refused
+    record = failed.to_record()
+    assert record == {**unavailable, "status": "error", "message": "boom", "key": "k", "warnings": ["w"]}
+    again = CellResult.from_record(json.loads(json.dumps(record)))
+    assert type(again) is FailedCell and not again.config_refused  # what the record never kept
+    with pytest.raises(TypeError, match="made as its kind"):
+        CellResult(cell=result.cell)

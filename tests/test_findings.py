@@ -170,10 +170,11 @@ def test_a_built_in_waiver_is_stale_only_on_cells_it_covers():
     from hlo_audit.matrix import Cell
     from hlo_audit.policy import Policy, Waiver
     from hlo_audit.report.words import message
-    from hlo_audit.results import CellResult
+    from hlo_audit.hlo.params import ParamSummary
+    from hlo_audit.results import LoweredCell
 
     matrix = [Cell("m", False, "none", 2), Cell("m", False, "none", 4)]
-    judged = [CellResult(cell=c, status="ok", summary={}) for c in matrix]
+    judged = [LoweredCell(cell=c, summary=ParamSummary(entry_params=0, by_dtype={}, by_role={}, groups={}, bytes_by_role={})) for c in matrix]
     covering = Waiver("rng_scaling", "known leak", {"model": "m"}, index=0, source="built-in default waive[0]",
                       built_in=True)
     elsewhere = Waiver("rng_scaling", "known leak", {"model": "other"}, index=1, source="built-in default waive[1]",

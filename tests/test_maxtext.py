@@ -31,7 +31,7 @@ from hlo_audit.cli import app
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.matrix import Cell
-from hlo_audit.results import CellResult, summary_of
+from hlo_audit.results import LoweredCell, summary_of
 from hlo_audit.scaling import fit_series
 from hlo_audit.targets.maxtext import MaxTextTarget
 from in_process import Ran, hlo_audit_here
@@ -110,7 +110,7 @@ def full_depth(tmp_path_factory, session_lowerings):
     return project, proc, cells
 
 
-def _result(cells, cell_id) -> CellResult:
+def _result(cells, cell_id) -> dict:
     c = cells[cell_id]
     assert c["status"] == "ok", c["message"]
     return c
@@ -130,7 +130,7 @@ def test_full_depth_unrolled_counts_match_the_seeds(full_depth):
 
 def _projected(cells, cell: Cell) -> dict:
     """The full-depth projection of ``cell``'s series from its depths 2 and 4 in the run."""
-    shallow = [CellResult(cell=replace(cell, layers=d), status="ok", summary=summary_of({
+    shallow = [LoweredCell(cell=replace(cell, layers=d), summary=summary_of({
         k: cells[replace(cell, layers=d).id][k] for k in ("entry_params", "by_dtype", "by_role", "groups")}))
         for d in (2, 4)]
     (series,) = fit_series(shallow, MaxTextTarget().full_depth)

@@ -26,7 +26,8 @@ from hlo_audit.hlo.locations import Locations
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.matrix import Cell
-from hlo_audit.results import CellResult, Status
+from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.lowering import Lowering
 from hlo_audit.stages.lowered import hlo_text, instruction_metadata
 from in_process import hlo_audit_here
@@ -486,6 +487,7 @@ def test_places_follow_the_canonical_names_and_the_result_record():
     (callback,) = [(c.name, i.name) for c in canonical.computations.values() for i in c.instructions
                    if i.custom_call_target == "xla_ffi_python_cpu_callback"]
     assert places[callback] == ("jit(train_step)/debug_print", model_line("jax.debug.print("))
-    result = CellResult(cell=Cell("team", False, "base", 2), status=Status.OK, places=places)
+    result = LoweredCell(cell=Cell("team", False, "base", 2), places=places,
+                         summary=ParamSummary(entry_params=0, by_dtype={}, by_role={}, groups={}, bytes_by_role={}))
     assert CellResult.from_record(json.loads(json.dumps(result.to_record()))).places == places
     assert "places" not in replace(result, places=None).to_record()

@@ -31,7 +31,7 @@ from hlo_audit.inputs import cell_program
 from hlo_audit.policy import Policy
 from hlo_audit.report.matrix import matrix_view
 from hlo_audit.report.change_words import change_line
-from hlo_audit.results import CellResult, Severity
+from hlo_audit.results import LoweredCell, Severity
 from in_process import hlo_audit_here
 from test_named_rules import cell, golden_of_base_for, write_config
 
@@ -229,10 +229,10 @@ def test_the_raw_lowering_and_the_canonical_text_diff_alike(project):
 CELL = Cell("m", False, "none", 2)
 
 
-def result_of(by_role: dict[str, int], dtype: str = "f32") -> CellResult:
+def result_of(by_role: dict[str, int], dtype: str = "f32") -> LoweredCell:
     total = sum(by_role.values())
     summary = ParamSummary(entry_params=total, by_dtype={dtype: total}, by_role=by_role, groups={}, bytes_by_role={})
-    return CellResult(cell=CELL, status="ok", summary=summary)
+    return LoweredCell(cell=CELL, summary=summary)
 
 
 def golden_of(by_role: dict[str, int]) -> Golden:

@@ -247,10 +247,11 @@ def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
     from hlo_audit.matrix import Cell
     from hlo_audit.policy import Policy, Waiver
     from hlo_audit.report.words import message
-    from hlo_audit.results import CellResult
+    from hlo_audit.hlo.params import ParamSummary
+    from hlo_audit.results import LoweredCell
 
     report = analyze(LOOP, "loop").rng
-    result = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={}, rng=RngSummary.of(report))
+    result = LoweredCell(cell=Cell("m", False, "none", 2), summary=ParamSummary(entry_params=0, by_dtype={}, by_role={}, groups={}, bytes_by_role={}), rng=RngSummary.of(report))
     waivers = (Waiver("dead_rng", "known", {}, pattern=rule_pattern),) if rule_pattern else ()
 
     def dead(gate: Gate):

@@ -22,11 +22,13 @@ from hlo_audit.merge import _DETAILS, finding_record
 from hlo_audit.plan import Judge
 from hlo_audit.policy import Action, Policy
 from hlo_audit.report.words import _MESSAGES, message
-from hlo_audit.results import CellResult, Severity
+from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.results import LoweredCell, Severity
 from hlo_audit.rules import registry
 from hlo_audit.rules.spec import Context, RuleSpec, Subject, Tolerance
 
-RESULT = CellResult(cell=Cell("m", False, "none", 2), status="ok", summary={})
+RESULT = LoweredCell(cell=Cell("m", False, "none", 2),
+                     summary=ParamSummary(entry_params=0, by_dtype={}, by_role={}, groups={}, bytes_by_role={}))
 
 
 def _specs_in_modules() -> list[RuleSpec]:

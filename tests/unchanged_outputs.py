@@ -355,11 +355,13 @@ def serve_today(entries: list[dict]):
     import dataclasses
 
     from hlo_audit import run
-    from hlo_audit.results import CellResult
+    from hlo_audit.results import CellResult, LoweredCell
 
     results = {}
     for entry in entries:
-        result = dataclasses.replace(CellResult.from_record(entry["record"]), normalized=entry["normalized"])
+        result = CellResult.from_record(entry["record"])
+        if isinstance(result, LoweredCell):
+            result = dataclasses.replace(result, normalized=entry["normalized"])
         results[result.cell.id] = result
 
     def run_cells(cells, cache, jobs=1, started=None):

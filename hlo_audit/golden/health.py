@@ -23,11 +23,11 @@ from hlo_audit.golden.record import GOLDEN_FORMAT
 if TYPE_CHECKING:
     from hlo_audit.compare import CellDelta
     from hlo_audit.golden.snapshot import Golden
-    from hlo_audit.results import CellResult
+    from hlo_audit.results import LoweredCell
     from hlo_audit.scaling import Series
 
 
-def wanting(result: CellResult, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
+def wanting(result: LoweredCell, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
             command: Callable[[str], str], pinned_by: str | None) -> MissingGolden | None:
     """What an ok cell's golden wants, as the ``missing_golden`` finding says it (the first of: absent or unreadable,
     another compiler stack's on a pinned run, its text unusable, parts lacking); None where it is whole.
@@ -66,7 +66,7 @@ def orphans(golden_ids: Sequence[str], matrix_ids: Collection[str]) -> list[str]
     return [cid for cid in golden_ids if cid not in matrix_ids]
 
 
-def lacking(golden: Golden, result: CellResult, leads: Series | None) -> tuple[GoldenPart, ...]:
+def lacking(golden: Golden, result: LoweredCell, leads: Series | None) -> tuple[GoldenPart, ...]:
     """The parts of ``golden`` (read, not damaged) that the rules compare for ``result`` (an ok cell) and that it
     lacks. ``leads``: the cell's series where the cell is its shallowest (where the series' slopes are compared).
     Every cell whose text is known keeps it (``plan.text_owners``, since issue 26: every ok result of a run has one);

@@ -33,7 +33,7 @@ from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
 from hlo_audit.host_cost import HostFigure, figure_problem
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.matrix import Cell
-from hlo_audit.results import CellResult, Status
+from hlo_audit.results import LoweredCell
 from hlo_audit.scaling import Series
 
 SUMMARY_SUFFIX = ".json"
@@ -123,14 +123,14 @@ class GoldenRecord:
             return None
         return {tuple(key.split(":", 1)): n for key, n in self.by_dtype_role.items()}
 
-    def as_result(self, cell: Cell) -> CellResult:
+    def as_result(self, cell: Cell) -> LoweredCell:
         """An ok result of ``cell`` with this golden's counts (a depth of a series this run did not lower)."""
-        return CellResult(cell=cell, status=Status.OK, summary=ParamSummary(
+        return LoweredCell(cell=cell, summary=ParamSummary(
             entry_params=self.entry_params, by_dtype=self.by_dtype, by_role=self.by_role, groups=self.groups,
             bytes_by_role={}))
 
     @classmethod
-    def of(cls, result: CellResult, series: Series | None, with_hlo: bool) -> GoldenRecord:
+    def of(cls, result: LoweredCell, series: Series | None, with_hlo: bool) -> GoldenRecord:
         """What a golden keeps of an ok result, its series (None: a series of one depth) and whether it keeps the
         text."""
         s = result.summary

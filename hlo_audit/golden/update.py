@@ -19,7 +19,7 @@ from hlo_audit.golden.health import needs_healing
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, dumps
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.stack import is_compiler
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
@@ -104,7 +104,7 @@ def _records(outcome: Outcome) -> tuple[dict[Path, str | None], list[str]]:
     """The files the outcome's ok cells want (path -> text; None: delete) and the cells whose golden was damaged."""
     root, wanted, healed = outcome.goldens.root, {}, []
     for r in outcome.results:
-        if not r.ok:
+        if not isinstance(r, LoweredCell):
             continue
         cid = r.cell.id
         old = outcome.goldens.golden(cid)

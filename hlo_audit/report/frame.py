@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.report.escape import csv_field
+from hlo_audit.results import LoweredCell
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,11 +21,11 @@ def cells_frame(results, slopes: dict[str, float] | None = None) -> pd.DataFrame
     slopes = slopes or {}
     rows = []
     for r in results:
-        c = r.cell
-        row = {**c.record(), "status": r.status.value, "entry_params": r.entry_params,
-               "rng_params": r.rng_params if r.summary else None, "slope_per_layer": slopes.get(c.id),
+        c, lowered = r.cell, isinstance(r, LoweredCell)
+        row = {**c.record(), "status": r.status.value, "entry_params": r.entry_params if lowered else None,
+               "rng_params": r.rng_params if lowered else None, "slope_per_layer": slopes.get(c.id),
                "message": r.message}
-        if r.summary:
+        if lowered:
             row.update({f"dtype_{k}": v for k, v in r.summary.by_dtype.items()})
             row.update({f"role_{k}": v for k, v in r.summary.by_role.items()})
         rows.append(row)

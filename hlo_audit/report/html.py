@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import html as escape
 from hlo_audit.report.words import human_bytes, plural
+from hlo_audit.results import LoweredCell
 from hlo_audit.scaling import rng_slope
 
 
@@ -211,7 +212,7 @@ def matrix_table(view) -> str:
     rows = []
     for v in view.cells:
         r = v.result
-        if not r.summary:
+        if not isinstance(r, LoweredCell):
             rows.append(({"data-cell": r.cell.id, "data-status": r.status},
                          [escape(r.cell.id), f'<span class="muted">{escape(r.status)}: {escape(r.message)}</span>']
                          + [""] * (2 + len(dtypes) + len(roles))))

@@ -23,7 +23,7 @@ from hlo_audit.report.words import (against_golden_text, captured_text, check_su
                                     constants_headline, folded_line, frozen_rng_line, human_bytes, key_hazard_lines,
                                     launch_lines, launches_change_text, launches_headline, lowering_warnings_line,
                                     message, program_sizes_text, rng_cost, rng_headline)
-from hlo_audit.results import LoweringWarnings
+from hlo_audit.results import LoweredCell, LoweringWarnings
 
 
 class Md(str):
@@ -117,14 +117,16 @@ def _dtype_text(by_dtype: dict[str, int]) -> str:
 def format_run(results, slopes: dict[str, float]) -> str:
     rows = []
     for r in results:
-        slope = slopes.get(r.cell.id)
+        slope = "" if (s := slopes.get(r.cell.id)) is None else f"{s:g}"
+        if not isinstance(r, LoweredCell):
+            rows.append((_code(r.cell.id), r.status, "", "", "", slope, "", r.message))
+            continue
         captured = r.captured
-        rows.append((_code(r.cell.id), r.status, r.entry_params if r.summary else "",
-                     _dtype_text(r.summary.by_dtype) if r.summary else "", r.rng_params if r.summary else "",
-                     "" if slope is None else f"{slope:g}",
+        rows.append((_code(r.cell.id), r.status, r.entry_params, _dtype_text(r.summary.by_dtype), r.rng_params, slope,
                      f"{captured.arrays}: {_dtype_text(captured.by_dtype)}" if captured else "", r.message))
-    if any(r.launches for r in results):  # GPU cells: launches per step
-        rows = [(*row[:-1], r.kernels if r.launches else "", row[-1]) for row, r in zip(rows, results)]
+    if any(isinstance(r, LoweredCell) and r.launches for r in results):  # GPU cells: launches per step
+        rows = [(*row[:-1], r.kernels if isinstance(r, LoweredCell) and r.launches else "", row[-1])
+                for row, r in zip(rows, results)]
         header = ["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "captured arrays",
                   "kernels", "note"]
     else:
@@ -211,12 +213,10 @@ def _signed_delta(d: int | None) -> str:
 
 def _entry_params_view(view) -> list[str]:
     rows = []
-    for v in view.cells:
-        if v.result.summary:
-            s = v.result.summary
-            rows.append((_code(v.result.cell.id), s.entry_params, _signed_delta(v.total_delta),
-                         _dtype_text(s.by_dtype), _dtype_text(s.by_role),
-                         v.result.rng.dead_params if v.result.rng else ""))
+    for v in view.lowered:
+        s = v.result.summary
+        rows.append((_code(v.result.cell.id), s.entry_params, _signed_delta(v.total_delta),
+                     _dtype_text(s.by_dtype), _dtype_text(s.by_role), v.result.rng.dead_params if v.result.rng else ""))
     return _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
 
 

@@ -23,7 +23,7 @@ from hlo_audit.matrix import AXES
 from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.outcome import Outcome
 from hlo_audit.plan import Plan
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.scaling import Series
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
@@ -115,8 +115,8 @@ class ScanPair:
     """The same model, quantization and depth scanned and unrolled (seed 001's table); a side not lowered is None."""
 
     label: str  # the cells' id without its scan part: llama3-8b/int8/L2, llama3-8b/none/L4/tpu-v6e-4/compiled
-    on: CellResult | None
-    off: CellResult | None
+    on: LoweredCell | None
+    off: LoweredCell | None
 
     @property
     def cell(self):
@@ -152,12 +152,12 @@ class MatrixView:
 
     @property
     def lowered(self) -> list[CellView]:
-        return [v for v in self.cells if v.result.summary]
+        return [v for v in self.cells if isinstance(v.result, LoweredCell)]
 
     @property
     def with_memory(self) -> list[CellView]:
         """Cells with XLA's memory analysis (stages optimized and compiled)."""
-        return [v for v in self.cells if v.result.memory is not None]
+        return [v for v in self.lowered if v.result.memory is not None]
 
     @property
     def baking(self) -> list[CellView]:
@@ -184,7 +184,7 @@ def tidy_rows(views: list[CellView]) -> list[TidyRow]:
     rows = []
     for view in views:
         r = view.result
-        if not r.ok:
+        if not isinstance(r, LoweredCell):
             continue
         current = r.by_dtype_role()
         old = view.golden.joint_counts if view.golden is not None else None
@@ -201,9 +201,9 @@ def tidy_rows(views: list[CellView]) -> list[TidyRow]:
 
 def scan_pairs(results: list[CellResult]) -> list[ScanPair]:
     """Pairs of lowered cells by (model, quant, depth, platform, stage); a side not lowered is None."""
-    sides: dict[tuple, dict[bool, CellResult]] = {}
+    sides: dict[tuple, dict[bool, LoweredCell]] = {}
     for r in results:
-        if not r.summary:
+        if not isinstance(r, LoweredCell):
             continue
         c = r.cell
         sides.setdefault(c.key_without("scan"), {})[c.scan] = r

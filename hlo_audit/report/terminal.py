@@ -25,7 +25,7 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
-from hlo_audit.results import LoweringWarnings
+from hlo_audit.results import LoweredCell, LoweringWarnings
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
@@ -265,18 +265,21 @@ def dtype_counts(by_dtype: dict[str, int]) -> str:
 def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     columns = [("cell", "left"), ("status", "left"), ("params", "right"), ("by dtype", "left"), ("rng", "right"),
                ("/layer", "right"), ("dead", "right"), ("const", "right")]
-    kernels = any(r.launches for r in results)  # GPU cells: launches per step (`kernels`)
+    lowered = [r for r in results if isinstance(r, LoweredCell)]
+    kernels = any(r.launches for r in lowered)  # GPU cells: launches per step (`kernels`)
     table = make_table(console, None, columns + ([("kern", "right")] if kernels else []))
     for r in results:
-        slope = slopes.get(r.cell.id)
+        slope = "" if (s := slopes.get(r.cell.id)) is None else f"{s:g}"
+        state = esc(r.status, style=STATUS_STYLE[r.status])
+        if not isinstance(r, LoweredCell):
+            add_row(table, r.cell.id, state, "", "", "", slope, "", "", *([""] if kernels else []))
+            continue
         captured = r.captured
-        add_row(table, r.cell.id, esc(r.status, style=STATUS_STYLE[r.status]),
-                r.entry_params if r.summary else "", dtype_counts(r.summary.by_dtype) if r.summary else "",
-                r.rng_params if r.summary else "", "" if slope is None else f"{slope:g}",
+        add_row(table, r.cell.id, state, r.entry_params, dtype_counts(r.summary.by_dtype), r.rng_params, slope,
                 r.rng.dead_params if r.rng else "", captured.arrays if captured else "",
                 *([r.kernels if r.launches else ""] if kernels else []))
     print_table(console, table)
-    if any(r.captured and r.captured.arrays for r in results):
+    if any(r.captured and r.captured.arrays for r in lowered):
         status(console, Text("const: arrays the step captured (closes over), baked into the program as constants "
                              "(`hlo-audit explain CELL` shows which)", style="dim"))
     # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
@@ -286,8 +289,9 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
             status(console, Text.assemble(("error", STATUS_STYLE["error"]), "  ", esc(r.cell.id)))
             print_message(console, r.message)
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
+    cached = sum(1 for r in results if isinstance(r, LoweredCell) and r.cached)
     status(console, f"{len(results)} {plural(len(results), 'cell')}: {counts['ok']} ok, {counts['unavailable']} "
-                    f"unavailable, {counts['error']} error; {sum(1 for r in results if r.cached)} from cache")
+                    f"unavailable, {counts['error']} error; {cached} from cache")
 
 
 def print_unavailable(console: Console, results) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from hlo_audit.findings import Finding, NamedChange
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.policy import Action, Policy
-from hlo_audit.results import CellResult, Severity
+from hlo_audit.results import LoweredCell, Severity
 
 if TYPE_CHECKING:  # the comparison and the golden are built above the rules (they read what the rules judge)
     from hlo_audit.compare import CellDelta
@@ -34,7 +34,7 @@ class Subject:
     """What the rules judge of one ok cell: its result, its golden (readable, or None), the comparison of the two
     (None without a golden), its series where the cell is the series' shallowest (where the series is judged)."""
 
-    result: CellResult
+    result: LoweredCell
     golden: Golden | None
     delta: CellDelta | None
     leads: Series | None
