@@ -276,7 +276,8 @@ def test_the_router_in_bf16_at_decode_is_a_precision_change_at_the_router(tmp_pa
     reading the router's weights, and nothing else fails (no program size for the converts it names). Compiled for
     the CPU, the dot keeps its f32 types and reads operands rounded to bf16 (converts to bf16 and back, in fusions of
     their own): that is the precision change, not "ops: fusion +2" beside a rewired dot. Lowered, it is placed at
-    the model's line (the compiled stage keeps no places: ``test_compiled_dumps_place_the_rounding_at_the_router``)."""
+    the model's line at both stages (a compiled text's own metadata places it, as
+    ``test_compiled_dumps_place_the_rounding_at_the_router`` reads a dump)."""
     shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
     extra = f'stage = "{stage}"\n'
     write_config(tmp_path, "decode", ["base"], 1, extra)
@@ -295,8 +296,7 @@ def test_the_router_in_bf16_at_decode_is_a_precision_change_at_the_router(tmp_pa
     assert change["after"] == ("bf16 x bf16 -> bf16" if stage == "lowered" else rounded), change
     assert finding["message"].startswith(f"precision: 1 dot: f32 x f32 -> f32 now {change['after']}; converts +")
     assert change["place"]["paths"] == ["params.moe.router"], change["place"]
-    if stage == "lowered":
-        assert change["place"]["source"] == ms_line("x.astype(jnp.bfloat16) @ block"), change["place"]
+    assert change["place"]["source"] == ms_line("x.astype(jnp.bfloat16) @ block"), change["place"]
 
 
 def test_compiled_dumps_place_the_rounding_at_the_router():
