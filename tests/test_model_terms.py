@@ -329,3 +329,56 @@ def test_routing_that_shrank_a_small_step_is_not_counted_again_as_program_size(t
     assert (change["after"], change["instructions"]) == ("top_k (k=2)", -16), change
     assert {f["rule"] for f in mine if f["severity"] == "regression"} == {"routing"}, mine
     assert not [f for f in mine if f["rule"] == "program_size"], mine
+
+
+# Each train-step variant's own kind: the rules whose findings fail its compiled check against the base's golden, as
+# its lowered check names it (a stack of scanned layers is also its inputs' shapes and count; 8 microbatches, the
+# inputs' shapes; the KV cache is the decode step's, the train step's program is the same).
+OWN_RULES = {
+    "scan": {"count", "loops", "shapes"}, "micro_8": {"loops", "shapes"}, "aux_dropped": {"gradient"},
+    "no_loss_scale": {"gradient"}, "where_update": {"conditional"}, "top_2": {"routing"},
+    "router_bf16": {"precision"}, "one_hot_embed": {"ops"}, "cache_doubled": set(),
+}
+
+
+@pytest.fixture(scope="module")
+def moe_compiled(tmp_path_factory) -> tuple[int, dict]:
+    """`check` of every MoE change compiled against the base step's compiled golden (2 layers; the text rule at
+    warn)."""
+    project = tmp_path_factory.mktemp("moe_compiled")
+    shutil.copy(ms.__file__, project / "moe_steps.py")
+    extra = 'stage = "compiled"\n'
+    write_config(project, "moe", ["base"], 2, extra)
+    assert hlo_audit_here(project, "golden", "update").returncode == 0
+    for variant in ms.VARIANTS:
+        golden_of_base_for(project / "golden", cell("moe", "base", 2), cell("moe", variant, 2), "/compiled")
+    write_config(project, "moe", ["base", *ms.VARIANTS], 2, extra + '[policy]\nhlo_text = "warn"\n')
+    return check(project)
+
+
+# The router in bf16, compiled: the forward dots are named, but the loop now carries the router rounded to bf16
+# (converts before the loop, reached only through the while's tuple) and the backward dot of the router's gradient
+# is transposed (XLA's layout for a dot of rounded operands): both still read as ops.
+_ROUTER_BF16_LEFT = pytest.mark.xfail(strict=True, reason="compiled router_bf16: converts carried into the loop and "
+                                                          "a transposed gradient dot are still ops")
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=_ROUTER_BF16_LEFT) if v == "router_bf16" else v
+                                     for v in sorted(ms.VARIANTS)])
+def test_each_change_compiled_is_named_by_its_own_kind(moe_compiled, variant):
+    """Compiled for the CPU (XLA's fusions between the model's ops), each change fails by its own rules only: the aux
+    loss dropped a loss term, loss scaling removed, the cond's update computed always a conditional, top-2 routing,
+    the router in bf16 precision; no leftover "ops" or "program size" beside it (a fusion's body is matched through
+    its operands, not by position)."""
+    _, report = moe_compiled
+    mine = [f for f in report["findings"] if f["cell"] == f"{cell('moe', variant, 2)}/compiled"
+            and f["severity"] == "regression"]
+    assert {f["rule"] for f in mine} == OWN_RULES[variant], [f["message"][:200] for f in mine]
+    kinds = {"aux_dropped": "loss_term", "no_loss_scale": "loss_scaling", "where_update": "conditional",
+             "top_2": "routing"}
+    if variant in kinds:
+        (finding,) = mine
+        assert [c["kind"] for c in finding["details"]["changes"]] == [kinds[variant]], finding
+    if variant == "top_2":
+        (change,) = mine[0]["details"]["changes"]
+        assert (change["before"], change["after"]) == ("argmax x2", "top_k (k=2) x2"), change

@@ -213,29 +213,55 @@ def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], change
     for module, start, computation, changed, alone, sign in (
             (sides.new, seed.new, seed.new_computation, changed_new, inserted, 1),
             (sides.old, seed.old, seed.old_computation, changed_old, deleted, -1)):
-        stack = [start]
+        # Through fusions (``ModuleView.inputs``): compiled, a dot's converts and the values that follow its dtype
+        # are fusions of their own, their parameters the fusions' operands.
+        stack = [(start, computation)]
         seen = {id(start)}
         while stack:
-            instr = stack.pop()
-            for neighbour in (*module.operands(instr, computation), *module.users(instr)):
+            instr, where = stack.pop()
+            for neighbour in (*module.inputs(instr, where), *module.consumers(instr, where)):
                 key = id(neighbour)
                 if key in seen:
                     continue
                 seen.add(key)
                 edit = changed.get(key)
+                at = module.computation_of(neighbour)
                 if edit is not None and id(edit) in region:
-                    stack.append(neighbour)  # met from the other side already
+                    stack.append((neighbour, at))  # met from the other side already
                 elif edit is not None and id(edit) not in claimed and edit.old.opcode not in _PRECISION_OPS and \
-                        set(edit.aspects) <= _FOLLOWS_DTYPE:
+                        _follows(edit):
                     claimed.add(id(edit))
                     region.add(id(edit))
-                    followers[edit.new.opcode if "dtype" in edit.aspects else "rewired"] += 1
-                    if "dtype" in edit.aspects:
-                        stack.append(neighbour)
+                    typed = "dtype" in edit.aspects or "shape" in edit.aspects
+                    followers[edit.new.opcode if typed else "rewired"] += 1
+                    if typed:
+                        stack.append((neighbour, at))
                 elif (edit := alone.get(key)) is not None and id(edit) not in claimed and \
-                        neighbour.opcode == "convert":
+                        _converts(module, neighbour):
                     claimed.add(id(edit))
                     region.add(id(edit))
-                    converts += sign
-                    stack.append(neighbour)
+                    converts += sign * (neighbour.opcode == "convert")
+                    stack.append((neighbour, at))
     return followers, converts
+
+
+def _follows(edit: InstructionEdit) -> bool:
+    """An instruction whose only change is to follow a dtype: its own, or (a loop carrying the value, a tuple of
+    it) its tuple's elements' types, the element it takes renumbered with them."""
+    aspects = set(edit.aspects)
+    if aspects <= _FOLLOWS_DTYPE:
+        return True
+    if "shape" in aspects:
+        old, new = edit.old.shape.leaves(), edit.new.shape.leaves()
+        return aspects <= _FOLLOWS_DTYPE | {"shape"} and len(old) == len(new) and \
+            all(a.dims == b.dims for a, b in zip(old, new))
+    return "dtype" in aspects and aspects <= _FOLLOWS_DTYPE | {"index"}
+
+
+def _converts(module: ModuleView, instr: Instruction) -> bool:
+    """A convert, a fusion of converts (compiled: ``wrapped_convert``), or a fused body's parameter: what passes a
+    value on in another type."""
+    if instr.opcode == "fusion":
+        body = module.module.computations.get(next(iter(instr.called_computations()), ""))
+        return body is not None and all(i.opcode in ("parameter", "convert", "bitcast") for i in body.instructions)
+    return instr.opcode in ("convert", "parameter")
