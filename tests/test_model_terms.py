@@ -356,11 +356,11 @@ def moe_compiled(tmp_path_factory) -> tuple[int, dict]:
     return check(project)
 
 
-# The router in bf16, compiled: the forward dots are named, but the loop now carries the router rounded to bf16
-# (converts before the loop, reached only through the while's tuple) and the backward dot of the router's gradient
-# is transposed (XLA's layout for a dot of rounded operands): both still read as ops.
-_ROUTER_BF16_LEFT = pytest.mark.xfail(strict=True, reason="compiled router_bf16: converts carried into the loop and "
-                                                          "a transposed gradient dot are still ops")
+# The router in bf16, compiled: its forward dots, the converts before the loop that carries the rounded router and
+# what follows their dtype are named, but the backward dot of the router's gradient is transposed (XLA's layout for
+# a dot of rounded operands: one dot deleted, another inserted) and its rounding still reads as ops.
+_ROUTER_BF16_LEFT = pytest.mark.xfail(strict=True, reason="compiled router_bf16: the router gradient's transposed "
+                                                          "dot and its rounding are still ops")
 
 
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=_ROUTER_BF16_LEFT) if v == "router_bf16" else v

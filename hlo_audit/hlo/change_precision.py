@@ -219,7 +219,7 @@ def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], change
         seen = {id(start)}
         while stack:
             instr, where = stack.pop()
-            for neighbour in (*module.inputs(instr, where), *module.consumers(instr, where)):
+            for neighbour in (*module.inputs(instr, where), *module.consumers(instr, where), *_carried(module, instr)):
                 key = id(neighbour)
                 if key in seen:
                     continue
@@ -245,16 +245,27 @@ def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], change
     return followers, converts
 
 
+def _carried(module: ModuleView, instr: Instruction) -> list[Instruction]:
+    """A loop body's parameter: the tuple its loop starts from (a value the loop carries in another type, converted
+    before it)."""
+    if instr.opcode != "parameter":
+        return []
+    computation = module.computation_of(instr)
+    return [operand for comp in module.module.computations.values() for w in comp.instructions
+            if w.opcode == "while" and computation in w.called_computations()
+            for operand in module.operands(w, comp.name)]
+
+
 def _follows(edit: InstructionEdit) -> bool:
     """An instruction whose only change is to follow a dtype: its own, or (a loop carrying the value, a tuple of
-    it) its tuple's elements' types, the element it takes renumbered with them."""
+    it) its tuple's elements' types (the same elements' dims, XLA free to reorder them), the element it takes
+    renumbered with them."""
     aspects = set(edit.aspects)
     if aspects <= _FOLLOWS_DTYPE:
         return True
     if "shape" in aspects:
         old, new = edit.old.shape.leaves(), edit.new.shape.leaves()
-        return aspects <= _FOLLOWS_DTYPE | {"shape"} and len(old) == len(new) and \
-            all(a.dims == b.dims for a, b in zip(old, new))
+        return aspects <= _FOLLOWS_DTYPE | {"shape"} and sorted(a.dims for a in old) == sorted(b.dims for b in new)
     return "dtype" in aspects and aspects <= _FOLLOWS_DTYPE | {"index"}
 
 
