@@ -356,20 +356,12 @@ def moe_compiled(tmp_path_factory) -> tuple[int, dict]:
     return check(project)
 
 
-# The router in bf16, compiled: its forward dots, the converts before the loop that carries the rounded router and
-# what follows their dtype are named, but the backward dot of the router's gradient is transposed (XLA's layout for
-# a dot of rounded operands: one dot deleted, another inserted) and its rounding still reads as ops.
-_ROUTER_BF16_LEFT = pytest.mark.xfail(strict=True, reason="compiled router_bf16: the router gradient's transposed "
-                                                          "dot and its rounding are still ops")
-
-
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=_ROUTER_BF16_LEFT) if v == "router_bf16" else v
-                                     for v in sorted(ms.VARIANTS)])
+@pytest.mark.parametrize("variant", sorted(ms.VARIANTS))
 def test_each_change_compiled_is_named_by_its_own_kind(moe_compiled, variant):
     """Compiled for the CPU (XLA's fusions between the model's ops), each change fails by its own rules only: the aux
     loss dropped a loss term, loss scaling removed, the cond's update computed always a conditional, top-2 routing,
     the router in bf16 precision; no leftover "ops" or "program size" beside it (a fusion's body is matched through
-    its operands, not by position)."""
+    its operands, not by position; the router gradient's dot, transposed by XLA's layout, is still the same dot)."""
     _, report = moe_compiled
     mine = [f for f in report["findings"] if f["cell"] == f"{cell('moe', variant, 2)}/compiled"
             and f["severity"] == "regression"]
