@@ -374,3 +374,10 @@ def test_each_change_compiled_is_named_by_its_own_kind(moe_compiled, variant):
     if variant == "top_2":
         (change,) = mine[0]["details"]["changes"]
         assert (change["before"], change["after"]) == ("argmax x2", "top_k (k=2) x2"), change
+    # Placed at the model's line, as lowered (the compiled text's own metadata).
+    lines = {"aux_dropped": "_loss(variant, p, tokens, targets) * variant.loss_scale",
+             "no_loss_scale": "jax.tree.map(jnp.add, acc, grads)", "where_update": "jnp.where(finite, new, old)",
+             "top_2": "jax.lax.top_k(probs, variant.top_k)", "router_bf16": "x.astype(jnp.bfloat16) @ block"}
+    if variant in lines:
+        places = {c["place"]["source"] for f in mine for c in f["details"]["changes"]}
+        assert places == {ms_line(lines[variant])}, places

@@ -84,9 +84,13 @@ def conditionals(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Ch
             bodies = _bodies(match, claimed, other, facing, [*selects, *inline, *decided])
             claimed.update(id(e) for e in bodies)
             # Placed where the model writes it: the side that has the source (the cell's; a golden's has none).
+            # The line most selects share (each may read its own state: their places differ by the paths they
+            # read; compiled, the branches' work fused with them is elsewhere), at its most common place.
             places = Counter(p for e in selects if (p := sides.place(e)).source) if action is Action.REMOVED \
                 else Counter()
-            place = places.most_common(1)[0][0] if places else sides.place(cond)  # most selects' (the model's where)
+            lines = Counter(p.source for e in selects if _selecting(facing.module, e) and (p := sides.place(e)).source)
+            line = lines.most_common(1)[0][0] if lines else places.most_common(1)[0][0].source if places else ""
+            place = next((p for p, _ in places.most_common() if p.source == line), None) or sides.place(cond)
             sign = 1 if edit is Edit.INSERTED else -1
             net = sign * (len(mine) - len(inline) - len(selects)) + sum(
                 -1 if e.edit is Edit.DELETED else 1 for e in (*decided, *bodies) if e.edit is not Edit.CHANGED)
