@@ -23,7 +23,7 @@ from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
-from hlo_audit.hlo.locations import Places
+from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.rng_keys import PlacedHazard, placed
 from hlo_audit.hlo.text import HloParseError
@@ -55,7 +55,9 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
     launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
     # Text-derived paths (not args_info's), so a golden's text and a check's always name parameters alike.
     normalized, _, names = normalize_with_names(analysis.module)
-    places = lowering.metadata.places(names) if lowering.metadata is not None else None
+    # A text printed without metadata (stage lowered) is placed by what its stage read beside it; a compiled
+    # module's text prints its own (source_file, source_line).
+    places = lowering.metadata.places(names) if lowering.metadata is not None else text_places(analysis.module, names)
     return LoweredCell(
         cell=cell, message=lowering.note, summary=analysis.summary,
         params=tuple(Param.of(p) for p in analysis.params),

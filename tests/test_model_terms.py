@@ -276,7 +276,8 @@ def test_the_router_in_bf16_at_decode_is_a_precision_change_at_the_router(tmp_pa
     reading the router's weights, and nothing else fails (no program size for the converts it names). Compiled for
     the CPU, the dot keeps its f32 types and reads operands rounded to bf16 (converts to bf16 and back, in fusions of
     their own): that is the precision change, not "ops: fusion +2" beside a rewired dot. Lowered, it is placed at
-    the model's line (the compiled stage keeps no places: ``test_compiled_dumps_place_the_rounding_at_the_router``)."""
+    the model's line at both stages (a compiled text's own metadata places it, as
+    ``test_compiled_dumps_place_the_rounding_at_the_router`` reads a dump)."""
     shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
     extra = f'stage = "{stage}"\n'
     write_config(tmp_path, "decode", ["base"], 1, extra)
@@ -295,8 +296,7 @@ def test_the_router_in_bf16_at_decode_is_a_precision_change_at_the_router(tmp_pa
     assert change["after"] == ("bf16 x bf16 -> bf16" if stage == "lowered" else rounded), change
     assert finding["message"].startswith(f"precision: 1 dot: f32 x f32 -> f32 now {change['after']}; converts +")
     assert change["place"]["paths"] == ["params.moe.router"], change["place"]
-    if stage == "lowered":
-        assert change["place"]["source"] == ms_line("x.astype(jnp.bfloat16) @ block"), change["place"]
+    assert change["place"]["source"] == ms_line("x.astype(jnp.bfloat16) @ block"), change["place"]
 
 
 def test_compiled_dumps_place_the_rounding_at_the_router():
@@ -329,3 +329,55 @@ def test_routing_that_shrank_a_small_step_is_not_counted_again_as_program_size(t
     assert (change["after"], change["instructions"]) == ("top_k (k=2)", -16), change
     assert {f["rule"] for f in mine if f["severity"] == "regression"} == {"routing"}, mine
     assert not [f for f in mine if f["rule"] == "program_size"], mine
+
+
+# Each train-step variant's own kind: the rules whose findings fail its compiled check against the base's golden, as
+# its lowered check names it (a stack of scanned layers is also its inputs' shapes and count; 8 microbatches, the
+# inputs' shapes; the KV cache is the decode step's, the train step's program is the same).
+OWN_RULES = {
+    "scan": {"count", "loops", "shapes"}, "micro_8": {"loops", "shapes"}, "aux_dropped": {"gradient"},
+    "no_loss_scale": {"gradient"}, "where_update": {"conditional"}, "top_2": {"routing"},
+    "router_bf16": {"precision"}, "one_hot_embed": {"ops"}, "cache_doubled": set(),
+}
+
+
+@pytest.fixture(scope="module")
+def moe_compiled(tmp_path_factory) -> tuple[int, dict]:
+    """`check` of every MoE change compiled against the base step's compiled golden (2 layers; the text rule at
+    warn)."""
+    project = tmp_path_factory.mktemp("moe_compiled")
+    shutil.copy(ms.__file__, project / "moe_steps.py")
+    extra = 'stage = "compiled"\n'
+    write_config(project, "moe", ["base"], 2, extra)
+    assert hlo_audit_here(project, "golden", "update").returncode == 0
+    for variant in ms.VARIANTS:
+        golden_of_base_for(project / "golden", cell("moe", "base", 2), cell("moe", variant, 2), "/compiled")
+    write_config(project, "moe", ["base", *ms.VARIANTS], 2, extra + '[policy]\nhlo_text = "warn"\n')
+    return check(project)
+
+
+@pytest.mark.parametrize("variant", sorted(ms.VARIANTS))
+def test_each_change_compiled_is_named_by_its_own_kind(moe_compiled, variant):
+    """Compiled for the CPU (XLA's fusions between the model's ops), each change fails by its own rules only: the aux
+    loss dropped a loss term, loss scaling removed, the cond's update computed always a conditional, top-2 routing,
+    the router in bf16 precision; no leftover "ops" or "program size" beside it (a fusion's body is matched through
+    its operands, not by position; the router gradient's dot, transposed by XLA's layout, is still the same dot)."""
+    _, report = moe_compiled
+    mine = [f for f in report["findings"] if f["cell"] == f"{cell('moe', variant, 2)}/compiled"
+            and f["severity"] == "regression"]
+    assert {f["rule"] for f in mine} == OWN_RULES[variant], [f["message"][:200] for f in mine]
+    kinds = {"aux_dropped": "loss_term", "no_loss_scale": "loss_scaling", "where_update": "conditional",
+             "top_2": "routing"}
+    if variant in kinds:
+        (finding,) = mine
+        assert [c["kind"] for c in finding["details"]["changes"]] == [kinds[variant]], finding
+    if variant == "top_2":
+        (change,) = mine[0]["details"]["changes"]
+        assert (change["before"], change["after"]) == ("argmax x2", "top_k (k=2) x2"), change
+    # Placed at the model's line, as lowered (the compiled text's own metadata).
+    lines = {"aux_dropped": "_loss(variant, p, tokens, targets) * variant.loss_scale",
+             "no_loss_scale": "jax.tree.map(jnp.add, acc, grads)", "where_update": "jnp.where(finite, new, old)",
+             "top_2": "jax.lax.top_k(probs, variant.top_k)", "router_bf16": "x.astype(jnp.bfloat16) @ block"}
+    if variant in lines:
+        places = {c["place"]["source"] for f in mine for c in f["details"]["changes"]}
+        assert places == {ms_line(lines[variant])}, places

@@ -59,6 +59,8 @@ class ModuleView:
         self.places = places or {}
         self._executions: dict[str, int] | None = None
         self._users: dict[int, list[Instruction]] | None = None
+        self._fusions: dict[str, list[tuple[Instruction, str]]] | None = None
+        self._computation_of: dict[int, str] | None = None
 
     def read(self, instr: Instruction, computation: str) -> list[EntryParam]:
         """The entry parameters whose values reach ``instr``'s operands through ops that pass values on."""
@@ -105,6 +107,58 @@ class ModuleView:
                         if operand is not None:
                             self._users[id(operand)].append(user)
         return self._users.get(id(instr), [])
+
+
+    # A compiled module's fusions: one value's work split by XLA's choice of what to fuse. The model's terms read
+    # dataflow across them (a loss term's reductions in one fusion, the sum it joins in another), as a lowered
+    # module's has none to cross.
+
+    def computation_of(self, instr: Instruction) -> str:
+        if self._computation_of is None:
+            self._computation_of = {id(i): comp.name for comp in self.module.computations.values()
+                                    for i in comp.instructions}
+        return self._computation_of.get(id(instr), "")
+
+    def fused_callers(self, computation: str) -> list[tuple[Instruction, str]]:
+        """The fusions that call ``computation`` (its body), each with the computation it is in."""
+        if self._fusions is None:
+            self._fusions = defaultdict(list)
+            for comp in self.module.computations.values():
+                for instr in comp.instructions:
+                    if instr.opcode == "fusion":
+                        for callee in instr.called_computations():
+                            self._fusions[callee].append((instr, comp.name))
+        return self._fusions.get(computation, [])
+
+    def inputs(self, instr: Instruction, computation: str) -> list[Instruction]:
+        """What ``instr``'s value is computed from, through fusions: its operands; a fusion's body's root; a fused
+        parameter's, the operand each fusion calling the body passes it."""
+        found = self.operands(instr, computation)
+        if instr.opcode == "fusion":
+            found += [self.module.computations[c].root for c in instr.called_computations()
+                      if c in self.module.computations]
+        elif instr.opcode == "parameter" and instr.parameter_number is not None:
+            for fusion, caller in self.fused_callers(computation):
+                if instr.parameter_number < len(fusion.operands):
+                    operand = self.module.computations[caller].by_name.get(fusion.operands[instr.parameter_number])
+                    found += [operand] if operand is not None else []
+        return found
+
+    def consumers(self, instr: Instruction, computation: str) -> list[Instruction]:
+        """What reads ``instr``'s value, through fusions (``inputs``'s other way): its users, a fusion it feeds
+        by the body's parameter it is; a fused body's root, by the fusions that call the body."""
+        found = []
+        for user in self.users(instr):
+            if user.opcode != "fusion":
+                found.append(user)
+                continue
+            body = self.module.computations.get(next(iter(user.called_computations()), ""))
+            numbers = {n for n, ref in enumerate(user.operands) if ref == instr.name}
+            found += [p for p in body.parameters if p.parameter_number in numbers] if body is not None else [user]
+        comp = self.module.computations.get(computation)
+        if comp is not None and comp.root is instr:
+            found += [fusion for fusion, _ in self.fused_callers(computation)]
+        return found
 
 
 def executions(module: HloModule) -> dict[str, int]:

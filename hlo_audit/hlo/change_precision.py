@@ -45,14 +45,45 @@ def type_signature(instr: Instruction, operands: Sequence[Instruction], rounded:
 
 
 def _same_dot(old: Instruction, old_operands: Sequence[Instruction], new: Instruction,
-              new_operands: Sequence[Instruction]) -> bool:
+              new_operands: Sequence[Instruction], transposed: bool = False) -> bool:
     """Two paired dots of the same dims, reading operands of the same dims: the same dot, whose types may have
     changed. Of other dims they are other dots the match paired (a transpose added before one shifts the pairs):
     their types differing says nothing of precision."""
     def dims(operands: Sequence[Instruction]) -> list[tuple[int, ...]]:
         return sorted(tuple(o.shape.dims) for o in operands[:2])
 
-    return old.shape.dims == new.shape.dims and dims(old_operands) == dims(new_operands)
+    result = tuple(new.shape.dims)[::-1] if transposed else tuple(new.shape.dims)
+    return tuple(old.shape.dims) == result and dims(old_operands) == dims(new_operands)
+
+
+# A dot removed and one added that is it with its result transposed (``_transposed``): a pair of the precision kind's
+# own, which the match cannot make (the two dots' operands are each other's only through the roundings).
+_TRANSPOSED = ("transposed",)
+
+
+def _transposed(edits: Sequence[InstructionEdit], sides: Sides,
+                claimed: set[int]) -> dict[int, tuple[InstructionEdit, InstructionEdit]]:
+    """Dots deleted and inserted in a pair of computations, of the same operands' dims, the new one's 2-d result the
+    old one's transposed (compiled: XLA lays out a dot of rounded operands otherwise): each as one dot changed, by
+    the id of that pair's edit, with the two edits it stands for."""
+    paired = dict(c for c in sides.match.computations if None not in c)
+    inserted = [e for e in edits if e.edit is Edit.INSERTED and e.new.opcode == "dot" and id(e) not in claimed
+                and len(e.new.shape.dims) == 2]
+    found: dict[int, tuple[InstructionEdit, InstructionEdit]] = {}
+    taken: set[int] = set()
+    for d in edits:
+        if d.edit is not Edit.DELETED or d.old.opcode != "dot" or id(d) in claimed or len(d.old.shape.dims) != 2:
+            continue
+        for i in inserted:
+            if id(i) in taken or paired.get(d.old_computation) != i.new_computation:
+                continue
+            pair = InstructionEdit(Edit.CHANGED, d.old, i.new, d.old_computation, i.new_computation, _TRANSPOSED)
+            if _same_dot(d.old, sides.old.operands(d.old, d.old_computation), i.new,
+                         sides.new.operands(i.new, i.new_computation), transposed=True):
+                taken.add(id(i))
+                found[id(pair)] = (pair, (d, i))
+                break
+    return found
 
 
 def _precision_key(instr: Instruction, operands: Sequence[Instruction]) -> tuple:
@@ -88,7 +119,7 @@ class _Rounding:
 
 
 def _rounding(view: ModuleView, operand: Instruction, computation: str) -> _Rounding:
-    walked, narrowing = [], []
+    walked, narrowing, widened = [], [], []
     instr, comp = operand, computation
     while instr.opcode in _BESIDE or instr.opcode == "fusion" or \
             instr.opcode == "parameter" and not view.module.computations[comp].is_entry:
@@ -103,8 +134,10 @@ def _rounding(view: ModuleView, operand: Instruction, computation: str) -> _Roun
             break
         if instr.opcode == "convert" and _narrows(operands[0].shape.dtype, instr.shape.dtype):
             narrowing.append((instr, comp))
+        elif instr.opcode == "convert" and _narrows(instr.shape.dtype, operands[0].shape.dtype):
+            widened.append(operands[0].shape.dtype)  # computed narrow (a bf16 dot's result), read wide
         instr = operands[0]
-    narrowest = min((i.shape.dtype for i, _ in narrowing), key=_width, default=None)
+    narrowest = min((*(i.shape.dtype for i, _ in narrowing), *widened), key=_width, default=None)
     return _Rounding(tuple(walked), tuple(narrowing),
                      narrowest if narrowest and _narrows(operand.shape.dtype, narrowest) else None)
 
@@ -122,7 +155,7 @@ def _seeds(edits: Sequence[InstructionEdit], sides: Sides) -> list[tuple[Instruc
             continue
         old_operands = sides.old.operands(e.old, e.old_computation)
         new_operands = sides.new.operands(e.new, e.new_computation)
-        if not _same_dot(e.old, old_operands, e.new, new_operands):
+        if not _same_dot(e.old, old_operands, e.new, new_operands, e.aspects == _TRANSPOSED):
             continue
         if _precision_key(e.old, old_operands) != _precision_key(e.new, new_operands):
             seeds.append((e, type_signature(e.old, old_operands), type_signature(e.new, new_operands), ()))
@@ -156,9 +189,11 @@ def precision(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int])
     whose only change is to follow its dtype, the converts added or removed among them and among what rounds its
     operands; the FLOPs that moved. A dot the program places nowhere (a compiled dot without metadata) is placed
     at the converts that round its operands."""
-    seeds = _seeds(edits, sides)
+    transposed = _transposed(edits, sides, claimed)
+    seeds = _seeds([*edits, *(pair for pair, _ in transposed.values())], sides)
     if not seeds:
         return []
+    claimed.update(id(e) for seed, *_ in seeds if id(seed) in transposed for e in transposed[id(seed)][1])
     changed_new = {id(e.new): e for e in edits if e.edit is Edit.CHANGED}
     changed_old = {id(e.old): e for e in edits if e.edit is Edit.CHANGED}
     inserted = {id(e.new): e for e in edits if e.edit is Edit.INSERTED}
@@ -213,29 +248,72 @@ def _follow_dtype(seed: InstructionEdit, sides: Sides, claimed: set[int], change
     for module, start, computation, changed, alone, sign in (
             (sides.new, seed.new, seed.new_computation, changed_new, inserted, 1),
             (sides.old, seed.old, seed.old_computation, changed_old, deleted, -1)):
-        stack = [start]
+        # Through fusions (``ModuleView.inputs``): compiled, a dot's converts and the values that follow its dtype
+        # are fusions of their own, their parameters the fusions' operands.
+        stack = [(start, computation)]
         seen = {id(start)}
         while stack:
-            instr = stack.pop()
-            for neighbour in (*module.operands(instr, computation), *module.users(instr)):
+            instr, where = stack.pop()
+            for neighbour in (*module.inputs(instr, where), *module.consumers(instr, where), *_carried(module, instr)):
                 key = id(neighbour)
                 if key in seen:
                     continue
                 seen.add(key)
                 edit = changed.get(key)
+                at = module.computation_of(neighbour)
                 if edit is not None and id(edit) in region:
-                    stack.append(neighbour)  # met from the other side already
+                    stack.append((neighbour, at))  # met from the other side already
                 elif edit is not None and id(edit) not in claimed and edit.old.opcode not in _PRECISION_OPS and \
-                        set(edit.aspects) <= _FOLLOWS_DTYPE:
+                        (_follows(edit) or seed.aspects == _TRANSPOSED and _reversed(edit)):
                     claimed.add(id(edit))
                     region.add(id(edit))
-                    followers[edit.new.opcode if "dtype" in edit.aspects else "rewired"] += 1
-                    if "dtype" in edit.aspects:
-                        stack.append(neighbour)
+                    typed = not set(edit.aspects) <= {"operands", "literal"}
+                    followers[edit.new.opcode if typed else "rewired"] += 1
+                    if typed:
+                        stack.append((neighbour, at))
                 elif (edit := alone.get(key)) is not None and id(edit) not in claimed and \
-                        neighbour.opcode == "convert":
+                        _converts(module, neighbour):
                     claimed.add(id(edit))
                     region.add(id(edit))
-                    converts += sign
-                    stack.append(neighbour)
+                    converts += sign * (neighbour.opcode == "convert")
+                    stack.append((neighbour, at))
     return followers, converts
+
+
+def _carried(module: ModuleView, instr: Instruction) -> list[Instruction]:
+    """A loop body's parameter: the tuple its loop starts from (a value the loop carries in another type, converted
+    before it)."""
+    if instr.opcode != "parameter":
+        return []
+    computation = module.computation_of(instr)
+    return [operand for comp in module.module.computations.values() for w in comp.instructions
+            if w.opcode == "while" and computation in w.called_computations()
+            for operand in module.operands(w, comp.name)]
+
+
+def _follows(edit: InstructionEdit) -> bool:
+    """An instruction whose only change is to follow a dtype: its own, or (a loop carrying the value, a tuple of
+    it) its tuple's elements' types (the same elements' dims, XLA free to reorder them), the element it takes
+    renumbered with them."""
+    aspects = set(edit.aspects)
+    if aspects <= _FOLLOWS_DTYPE:
+        return True
+    if "shape" in aspects:
+        old, new = edit.old.shape.leaves(), edit.new.shape.leaves()
+        return aspects <= _FOLLOWS_DTYPE | {"shape"} and sorted(a.dims for a in old) == sorted(b.dims for b in new)
+    return "dtype" in aspects and aspects <= _FOLLOWS_DTYPE | {"index"}
+
+
+def _reversed(edit: InstructionEdit) -> bool:
+    """An instruction of a transposed dot's (``_transposed``) values, transposed with it: its 2-d dims reversed."""
+    old, new = tuple(edit.old.shape.dims), tuple(edit.new.shape.dims)
+    return set(edit.aspects) <= {"dims", "operands"} and len(old) == 2 and old == new[::-1]
+
+
+def _converts(module: ModuleView, instr: Instruction) -> bool:
+    """A convert, a fusion of converts (compiled: ``wrapped_convert``), or a fused body's parameter: what passes a
+    value on in another type."""
+    if instr.opcode == "fusion":
+        body = module.module.computations.get(next(iter(instr.called_computations()), ""))
+        return body is not None and all(i.opcode in ("parameter", "convert", "bitcast") for i in body.instructions)
+    return instr.opcode in ("convert", "parameter", "bitcast", "transpose", "copy")

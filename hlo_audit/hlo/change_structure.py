@@ -98,7 +98,7 @@ def collectives(edits: Sequence[InstructionEdit], sides: Sides, claimed: set[int
             _add_collective(groups, Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED, e, instr, sides)
     changes = [Change(ChangeKind.COLLECTIVES, action, op, place, count=g["count"], per_step=g["runs"],
                       before=before, after=after, bytes=g["sums"]["bytes"], layers=layer_count(g["layers"]))
-               for (action, op, before, after, _, _), g, place in groups.items()]
+               for (action, op, before, after, _), g, place in groups.items()]
     return _per_step_moved(changes)
 
 
@@ -120,7 +120,7 @@ def _add_collective(groups: Groups, action: Action, e: InstructionEdit, instr: I
     leaves = instr.shape.leaves()
     # An asynchronous start's result holds its operand and its result: the result is what moves.
     moved = leaves[-1].bytes if instr.opcode.endswith("-start") else sum(leaf.bytes for leaf in leaves)
-    groups.add((action, collective_op(instr), before, after, place.op_name, place.source), place, runs,
+    groups.add((action, collective_op(instr), before, after, place.site), place, runs,
                sides.layers(e), bytes=moved * runs)
 
 

@@ -105,6 +105,13 @@ class Place:
     source: str = ""
     paths: tuple[str, ...] = ()
 
+    @property
+    def site(self) -> str:
+        """What tells two changes of one kind apart: the user's line where the program says it (one line's forward
+        and backward instructions, jax's ``jvp()/...`` and ``transpose(jvp())/...`` op_names, are one change
+        there), else jax's op_name."""
+        return self.source or self.op_name
+
     def to_record(self) -> dict:
         return {"computation": self.computation, "op_name": self.op_name, "source": self.source,
                 "paths": list(self.paths)}

@@ -26,7 +26,11 @@ The steps, each narrowing what the next must look at:
 Computations are matched with their callers: the entries; then the computations a pair of instructions calls
 (while bodies and conditions, fusions, reducers, branches, called functions), position by position; identical
 computations (same fingerprint) pair whatever calls them (a golden's canonical text prints each once, a lowering
-repeats them). A computation no pair reaches is inserted or deleted with its instructions.
+repeats them). A computation no pair reaches is inserted or deleted with its instructions. A fused computation (a
+compiled module's) is its fusion's operands by another name: its parameters pair through the partners of the
+fusions' operands, not by number (an operand taken in or left out shifts every number after it), and what reads
+them pairs before the roots do; two fusions are alike only where their bodies end in the same op (a dot's fusion
+is no convert's), and a fusion of one convert is looked through as a convert is.
 
 jax-free, and linear in the size of the modules but for the bottom-up step's look at users (bounded per operand):
 two 32-layer unrolled llama3-8b modules (~100k instructions each) match in seconds (``scripts/bench_hlo.py``).

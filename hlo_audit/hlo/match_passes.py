@@ -124,6 +124,11 @@ class MatchSide:
                         users.setdefault(id(operand), []).append((user, pos))
         return self.users.get(id(instr), [])
 
+    def fused_root(self, fusion: Instruction) -> str:
+        """The opcode a fusion's body ends in: what it computes (a dot, a convert, a reduce), its own opcode aside."""
+        body = self.module.computations.get(next(iter(fusion.called_computations()), ""))
+        return body.root.opcode if body is not None else ""
+
     def _own(self, instr: Instruction, in_entry: bool) -> tuple:
         """What an instruction is apart from its operands and callees: opcode, shape, attributes, literal (an entry
         parameter: its pair's key, so that a renamed parameter fingerprints as its partner)."""
@@ -159,6 +164,9 @@ class Matcher:
         self.identical_old: set[str] = set()  # computations with an identical partner
         self.identical_new: set[str] = set()
         self.queue: list[tuple[Computation, Computation]] = []
+        # A fused computation's pair -> the two fusions that call it, with their computations: whose operands say
+        # which parameter is which (``pair_fused_parameters``).
+        self.fusions: dict[str, tuple[Instruction, Instruction, Computation, Computation]] = {}
 
     # -- pairs -------------------------------------------------------------------------------------------------
 
@@ -264,6 +272,13 @@ class Matcher:
                 q = new_params.get(old.own[id(p)][3])
                 if q is not None and id(q) not in self.n2o:
                     self.pair(p, q, exact=False)
+        elif a.name in self.fusions:
+            self.pair_fused_parameters(a, b, *self.fusions[a.name])
+            # What reads the parameters pairs before the roots do: a root is no anchor where the fusion took in or
+            # left out work (the loss's sum fused with a term it no longer adds: that add is gone, not the multiply
+            # that is the root now).
+            self.exact_unique(a, b)
+            self.bottom_up(a, b)
         else:
             for p, q in zip(a.parameters, b.parameters):
                 self.pair(p, q, exact=old.fp[id(p)] == new.fp[id(q)])
@@ -290,6 +305,8 @@ class Matcher:
         if len(xs) == len(ys):
             for u, v in zip(xs, ys):
                 if u in old_comps and v in new_comps:
+                    if x.opcode == y.opcode == "fusion" and u not in self.comp_pairs and v not in self.comp_pairs_new:
+                        self.fusions[u] = (x, y, self.a, self.b)
                     self.pair_computations(old_comps[u], new_comps[v])
             return
         by_fp = {self.new.comp_fp[v]: v for v in ys if v in new_comps}
@@ -297,6 +314,31 @@ class Matcher:
             v = by_fp.get(self.old.comp_fp.get(u))
             if v is not None:
                 self.pair_computations(old_comps[u], new_comps[v])
+
+    def pair_fused_parameters(self, a: Computation, b: Computation, x: Instruction, y: Instruction,
+                              caller_a: Computation, caller_b: Computation) -> None:
+        """A fused computation's parameters are its fusion's operands: parameter i of ``a`` is parameter j of ``b``
+        where the fusions' operands i and j are partners. By number, an operand the fusion took in or left out
+        shifts every parameter after it, and the match pairs a gradient's value with another's. Those whose
+        operands have no partner pair by number among the rest, where their shapes agree."""
+        old, new = self.old, self.new
+        xs, ys = old.operands(x, caller_a), new.operands(y, caller_b)
+        at = {id(v): j for j, v in enumerate(ys) if v is not None}
+        by_number_b = {q.parameter_number: q for q in b.parameters}
+        left = []
+        for p in a.parameters:
+            n = p.parameter_number
+            u = xs[n] if n is not None and n < len(xs) else None
+            j = at.get(id(self.o2n.get(id(u)))) if u is not None else None
+            q = by_number_b.get(j) if j is not None else None
+            if q is not None and id(q) not in self.n2o:
+                self.pair(p, q, exact=False)
+            else:
+                left.append(p)
+        for p in left:
+            q = by_number_b.get(p.parameter_number)
+            if q is not None and id(q) not in self.n2o and canonical_shape(p.shape) == canonical_shape(q.shape):
+                self.pair(p, q, exact=False)
 
     def exact_unique(self, a: Computation, b: Computation) -> None:
         """Fingerprints found once on each side: pair them and their subgraphs, tallest first."""
@@ -342,11 +384,11 @@ class Matcher:
                         self.pair(u, v, exact=False)
                         continue
                 # One side wraps the other's value (a convert inserted before a dot, a copy removed).
-                inner = self.unwrap(self.b, v)
+                inner = self.unwrap(self.new, self.b, v)
                 if inner is not None and id(inner) not in self.n2o and self.alike_or_same(u, inner):
                     self.pair(u, inner, exact=old.fp[id(u)] == new.fp[id(inner)])
                     continue
-                inner = self.unwrap(self.a, u)
+                inner = self.unwrap(self.old, self.a, u)
                 if inner is not None and id(inner) not in self.o2n and id(v) not in self.n2o and \
                         self.alike_or_same(inner, v):
                     self.pair(inner, v, exact=old.fp[id(inner)] == new.fp[id(v)])
@@ -398,8 +440,10 @@ class Matcher:
         return iter(pairs)
 
     @staticmethod
-    def unwrap(comp: Computation, instr: Instruction) -> Instruction | None:
-        if instr.opcode not in WRAPPERS or len(instr.operands) != 1:
+    def unwrap(side: MatchSide, comp: Computation, instr: Instruction) -> Instruction | None:
+        """The value ``instr`` passes on in another form (a convert, a copy; compiled, a fusion of one of those)."""
+        if len(instr.operands) != 1 or (side.fused_root(instr) if instr.opcode == "fusion" else instr.opcode) \
+                not in WRAPPERS:
             return None
         return comp.by_name.get(instr.operands[0])
 
@@ -412,12 +456,16 @@ class Matcher:
                 len(u.shape.elements) != len(v.shape.elements):
             return False
         if u.opcode == v.opcode:
-            return u.opcode != "parameter" or u.literal == v.literal
+            return (u.opcode != "parameter" or u.literal == v.literal) and self.same_fused(u, v)
         return u.opcode in ELEMENTWISE and v.opcode in ELEMENTWISE and len(u.operands) == len(v.operands)
 
     def alike_or_same(self, u: Instruction, v: Instruction) -> bool:
         return self.old.fp[id(u)] == self.new.fp[id(v)] or (
-            u.opcode == v.opcode and u.opcode != "parameter" and u.shape.dims == v.shape.dims)
+            u.opcode == v.opcode and u.opcode != "parameter" and u.shape.dims == v.shape.dims and self.same_fused(u, v))
+
+    def same_fused(self, u: Instruction, v: Instruction) -> bool:
+        """Two fusions whose bodies end in the same op (a dot's fusion is no convert's), or any other two."""
+        return u.opcode != "fusion" or self.old.fused_root(u) == self.new.fused_root(v)
 
     def bottom_up(self, a: Computation, b: Computation) -> None:
         """Each unpaired instruction whose operands are paired: the unpaired user of their partners with its
@@ -427,6 +475,8 @@ class Matcher:
             if id(x) in self.o2n or not x.operands:
                 continue
             commutative = x.opcode in COMMUTATIVE
+            # A fusion is whatever XLA fused: its opcode says little, but a fusion of several results (an argmax's
+            # value and index) is not one of a single result.
             votes: dict[int, list] = {}
             for pos, u in enumerate(old.operands(x, a)):
                 v = self.o2n.get(id(u)) if u is not None else None
@@ -436,7 +486,8 @@ class Matcher:
                 if len(users) > _MAX_USERS_SEEN:
                     continue
                 for user, at in users:  # users of b's instructions are b's
-                    if (at == pos or commutative) and user.opcode == x.opcode and id(user) not in self.n2o:
+                    if (at == pos or commutative) and user.opcode == x.opcode and id(user) not in self.n2o and \
+                            not (x.opcode == "fusion" and user.shape.is_tuple != x.shape.is_tuple):
                         entry = votes.setdefault(id(user), [0, user])
                         entry[0] += 1
             if not votes:
