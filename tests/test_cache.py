@@ -213,6 +213,7 @@ def _install(site: Path, version: str, dropout: bool) -> None:
                                  f"blocklib-{version}.dist-info/RECORD,,\n")
 
 
+@pytest.mark.long  # make test's 15 minutes: a library installed, upgraded and checked in fresh processes
 def test_an_installed_library_upgrade_lowers_again(tmp_path):
     project = _project(tmp_path / "project", model_module="stack.library_model")
     (project / "stack/library_model.py").write_text(
@@ -291,6 +292,7 @@ def test_a_lowering_side_edit_lowers_again(tmp_path, monkeypatch):
     assert not edited.cached and edited.entry_params == 9
 
 
+@pytest.mark.long  # make test's 15 minutes: every cell lowered twice in fresh processes
 def test_refresh_lowers_again_and_rewrites(tmp_path):
     project = _project(tmp_path)
     assert not any(c["cached"] for c in cells_of(hlo_audit(project, "run", "--format", "json")).values())

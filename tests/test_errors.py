@@ -35,6 +35,7 @@ def test_a_missing_module_names_the_file_that_needs_it(tmp_path, monkeypatch):
 
 
 @pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
+@pytest.mark.long  # make test's 15 minutes: a fresh process importing MaxText
 def test_maxtext_runs_decoupled_from_its_optional_cloud_packages():
     """MaxText from its GitHub tree raises for a missing JetStream unless DECOUPLE_GCLOUD=TRUE (the released 0.2.5
     falls back to stubs): the MaxText target decouples before MaxText loads; an explicit value wins."""

@@ -136,6 +136,7 @@ def _shards_and_merge(folder: Path, shards: int, expect: int, check) -> None:
 
 @pytest.mark.tunix
 @pytest.mark.xdist_group("tunix")
+@pytest.mark.long  # make test's 15 minutes: test_nnx_target audits tunix's models in make test
 def test_init_on_tunix_qwen3_and_check_fails_after_its_decoder_layer_gains_a_dropout(tmp_path, empty):
     """google-tunix's own Qwen3, from a copy of the installed package (so the edit is the library's source, as a
     contributor's branch would change it), described by init from its signatures and a forward pass."""

@@ -275,7 +275,7 @@ labels = "tokens"
 """
 
 
-@pytest.mark.parametrize("scan", ["off", "on"])
+@pytest.mark.parametrize("scan", ["off", pytest.param("on", marks=pytest.mark.long)])
 def test_forked_rngs_through_the_nnx_target_is_rng_state_only(scan, tmp_path):
     """The stock NNX target (its own donated train step): a library whose blocks keep a fork of the Rngs."""
     from nnx_library import add_layer_fork, write_library
