@@ -80,10 +80,12 @@ class Structural:
 
     @classmethod
     def of_analyses(cls, before: Analysis, after: Analysis, places: Places | None = None,
-                    max_text_lines: int = 0, params: ParamDelta | None = None) -> Structural:
+                    max_text_lines: int = 0, params: ParamDelta | None = None,
+                    places_before: Places | None = None) -> Structural:
         """``params``: the entry parameters' comparison where the caller has it; else the two modules' own
-        (``ParamDelta.between``, as a cell's comparison makes its own)."""
-        diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places)
+        (``ParamDelta.between``, as a cell's comparison makes its own). ``places`` / ``places_before``: each side's
+        (``hlo.diff.diff_modules``)."""
+        diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places, old_places=places_before)
         if params is None:
             params = ParamDelta.between(before.summary, after.summary, roles_by_pattern(before.params),
                                         roles_by_pattern(after.params))
@@ -106,7 +108,8 @@ class Structural:
     @classmethod
     def of_canonical(cls, before: CanonicalInput, after: CanonicalInput, max_text_lines: int = 0) -> Structural:
         """``of_inputs`` of two inputs already made canonical (`diff` drops each raw parse once it has made it so)."""
-        made = cls.of_analyses(before.analysis(), after.analysis(), after.places, max_text_lines)
+        made = cls.of_analyses(before.analysis(), after.analysis(), after.places, max_text_lines,
+                               places_before=before.places)
         if made.diff.verdict == "identical" and before.raw != after.raw:  # the same after normalization only
             made = replace(made, diff=replace(made.diff, verdict="identical-after-normalization"))
         return made

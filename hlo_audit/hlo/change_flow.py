@@ -428,7 +428,7 @@ def _in_body(loop: InstructionEdit, rest: Sequence[InstructionEdit], view) -> li
 def _placed(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> Place:
     """``place`` (a removed instruction's, which a golden's text does not locate), with the op_name and source most
     of ``edits`` share where it has none: a loop unrolled is where its body's copies come from."""
-    if place.op_name or place.source:
+    if (place.op_name or place.source) and not place.near:
         return place
     # A layer's copies are where its dots are (an unrolled stack's optimizer updates come inline with it too).
     dots = [e for e in edits if e.instruction.opcode in ("dot", "convolution")]

@@ -24,13 +24,15 @@ from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 
 
 def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
-            old_header: dict[str, str], new_header: dict[str, str], new_places: Places | None = None) -> list[Change]:
+            old_header: dict[str, str], new_header: dict[str, str], new_places: Places | None = None,
+            old_places: Places | None = None) -> list[Change]:
     """The named changes of a match, most costly kinds first (module doc). ``*_params``: each module's entry
     parameters, RNG state included (donation is judged on them); ``*_header``: each module's header attributes
     before RNG state was stripped from it; ``new_places``: the new module's op_name and source by instruction, where
-    its text is printed without metadata (``hlo.locations.canonical_places``; the old side's, a golden's canonical
-    text, has none: a removed instruction is placed by its computation and the state it read)."""
-    sides = Sides(match, old_params, new_params, new_places)
+    its text is printed without metadata (``hlo.locations.canonical_places``); ``old_places``: the old module's, where
+    its own text said them (a golden's canonical text says none: a removed instruction is placed near the kept code
+    next to it)."""
+    sides = Sides(match, old_params, new_params, new_places, old_places)
     claimed: set[int] = set()  # id() of the edits a kind has named
     changes: list[Change] = []
     changes += _donation(match.params, old_params, new_params, old_header, new_header)
@@ -202,7 +204,7 @@ def _used_at(e: InstructionEdit, sides: Sides, users: dict[str, dict[str, list[I
     learning rate's ``constant(-0.001)``): its op_name and source line are those of the first users, a few steps
     down (a broadcast, then the multiply by it), that have them. Users are indexed per computation asked."""
     place = sides.place(e)
-    if place.op_name or place.source:
+    if (place.op_name or place.source) and not place.near:
         return place
     comp = sides.new.module.computations[e.new_computation]
     by_operand = users.get(comp.name)
@@ -215,9 +217,10 @@ def _used_at(e: InstructionEdit, sides: Sides, users: dict[str, dict[str, list[I
     for _ in range(_USE_DEPTH):
         frontier = [u for name in frontier for u in by_operand.get(name, ())]
         for user in frontier:
-            op_name, source = sides.new.origin(user, comp.name)
-            if op_name or source:
-                return replace(place, op_name=op_name, source=source)
+            said, chain, _ = sides.new.said(user, comp.name)
+            if said or chain:  # its own metadata's, not one borrowed from further on
+                op_name, source = sides.new.origin(user, comp.name)
+                return replace(place, op_name=op_name, source=source, near=False)
         frontier = [u.name for u in frontier]
     return place
 

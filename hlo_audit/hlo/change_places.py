@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 
+from hlo_audit.hlo.call_sites import CallSites, Chain
 from hlo_audit.hlo.changes import Place
-from hlo_audit.hlo.locations import Locations, Places
+from hlo_audit.hlo.locations import Locations, Origin, Places
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.match import InstructionEdit, ModuleMatch
 from hlo_audit.hlo.normalize import computation_words
@@ -30,6 +31,10 @@ _ATTRIBUTION_PASS_THROUGH = frozenset({
 # jax's name stack for what a checkpoint keeps or recomputes: ``.../checkpoint/rematted_computation/...`` forward,
 # ``transpose(jvp(...))/remat2`` backward (flax's nn.remat and equinox's filter_checkpoint alike).
 _UNDER_CHECKPOINT = re.compile(r"(?:^|[/(])(?:remat\d*|checkpoint|rematted_computation)(?:[/)]|$)")
+
+
+# jax's name stack for a checkpoint's recomputation (the forward ops it copies, in the backward pass).
+RECOMPUTED = "rematted_computation"
 
 
 def under_checkpoint(op_name: str) -> bool:
@@ -57,9 +62,15 @@ class ModuleView:
         self.reads = ParameterReads(module, passes_value)
         self.locations = Locations(module)
         self.places = places or {}
+        # Which instructions the match changed (``Sides``): a changed one's place climbs past a wrapper both sides
+        # share (call_sites.py); none before a match says.
+        self._changed: Callable[[Instruction, str], bool] | None = None
+        self._partner: Callable[[Instruction], tuple[str, Chain] | None] | None = None
+        self._origins: dict[int, tuple[str, Chain, bool]] = {}
         self._executions: dict[str, int] | None = None
         self._users: dict[int, list[Instruction]] | None = None
         self._fusions: dict[str, list[tuple[Instruction, str]]] | None = None
+        self._callers: dict[str, list[Instruction]] | None = None
         self._computation_of: dict[int, str] | None = None
 
     def read(self, instr: Instruction, computation: str) -> list[EntryParam]:
@@ -74,15 +85,85 @@ class ModuleView:
         comp = self.module.computations[computation]
         paths = tuple(sorted({p.folded_path for p in self.read(instr, computation)}))
         where = "main" if comp.is_entry else computation_words(comp.name)
-        return Place(where, *self.origin(instr, computation), paths)
+        return Place(where, *self.origin(instr, computation), paths, near=self._origin(instr, computation)[2])
 
     def origin(self, instr: Instruction, computation: str) -> tuple[str, str]:
         """jax's op_name (layer indices folded) and the source ``file:line``: from the instruction's metadata, else
-        from the places the stage kept beside a text printed without it (``places``, by canonical names)."""
-        op_name, source = instr.op_name, self.locations.of(instr)
-        if not (op_name or source):
-            op_name, source = self.places.get((computation, instr.name), ("", ""))
+        from the places the stage kept beside a text printed without it (``places``, by canonical names), else from
+        the ops next to it (``_borrowed``); a changed instruction's source is its call site past a wrapper both sides
+        share (``call_sites``)."""
+        op_name, chain, _ = self._origin(instr, computation)
+        sites = self.call_sites
+        source = sites.place(instr, chain) if sites is not None and len(chain) > 1 else chain[0] if chain else ""
         return fold(op_name), source
+
+    def changed_by(self, changed: Callable[[Instruction, str], bool]) -> None:
+        """Which of this side's instructions (in which computation) the match changed: what ``call_sites`` reads."""
+        self._changed = changed
+
+    def partnered(self, partner: Callable[[Instruction], tuple[str, Chain] | None]) -> None:
+        """Where the other side says each of this side's kept instructions is (``partner``: its op_name and chain, or
+        None): a golden's text keeps no lines, so what was removed is placed near the kept code next to it
+        (``_borrowed``)."""
+        self._partner = partner
+
+    @cached_property
+    def call_sites(self) -> CallSites | None:
+        if self._changed is None:
+            return None
+        return CallSites(self.module, lambda i, c: self.said(i, c)[1], self._changed)
+
+    def chain(self, instr: Instruction, computation: str) -> Chain:
+        """The instruction's source ``file:line`` and the user's frames that called it, innermost first."""
+        return self._origin(instr, computation)[1]
+
+    def _origin(self, instr: Instruction, computation: str) -> tuple[str, Chain, bool]:
+        """op_name, chain, and whether the chain is near rather than the instruction's own (borrowed from the ops
+        next to it: ``_borrowed``)."""
+        found = self._origins.get(id(instr))
+        if found is None:
+            op_name, chain, near = self.said(instr, computation)
+            if not chain:
+                chain, near = self._borrowed(instr)
+            found = self._origins[id(instr)] = (op_name, chain, near)
+        return found
+
+    def said(self, instr: Instruction, computation: str) -> tuple[str, Chain, bool]:
+        """What is said of the instruction itself (``_origin`` without borrowing from its neighbours)."""
+        chain = self.locations.chain_of(instr)
+        if instr.op_name or chain:
+            return instr.op_name, chain, False
+        kept = self.places.get((computation, instr.name))
+        if kept is not None:
+            return kept.op_name, (kept.source, *kept.callers) if kept.source else (), False
+        other = self._partner(instr) if self._partner is not None else None
+        return ("", other[1], True) if other is not None and other[1] else ("", (), False)
+
+    def _borrowed(self, instr: Instruction) -> tuple[Chain, bool]:
+        """Where the nearest ops that say one are, in the dataflow either way, ``_STEPS`` steps at most (a loop's
+        carried values, its parameter, get-tuple-elements and tuple, are where the ops reading them are; a removed op,
+        by its kept neighbours' partners), else the op calling its computation (a loop body's while)."""
+        for neighbours in (self._next_to, self._calling):
+            frontier, seen = [instr], {id(instr)}
+            for _ in range(_STEPS):
+                frontier = [n for i in frontier for n in neighbours(i) if id(n) not in seen and not seen.add(id(n))]
+                said = Counter(said[1] for n in frontier if (said := self.said(n, self.computation_of(n)))[1])
+                if said:
+                    return said.most_common(1)[0][0], True
+        return (), False
+
+    def _next_to(self, instr: Instruction) -> list[Instruction]:
+        return [*self.operands(instr, self.computation_of(instr)), *self.users(instr)]
+
+    def _calling(self, instr: Instruction) -> list[Instruction]:
+        """The instructions that call ``instr``'s computation (a loop's body: the while; a branch: the conditional)."""
+        if self._callers is None:
+            self._callers = defaultdict(list)
+            for comp in self.module.computations.values():
+                for caller in comp.instructions:
+                    for callee in caller.called_computations():
+                        self._callers[callee].append(caller)
+        return self._callers.get(self.computation_of(instr), [])
 
     @cached_property
     def random_computations(self) -> frozenset[str]:
@@ -161,6 +242,11 @@ class ModuleView:
         return found
 
 
+_NOWHERE = Origin("", "")
+# How far a place is borrowed from (``ModuleView._borrowed``): a removed stretch of code is a chain of a few dozen ops.
+_STEPS = 6
+
+
 def executions(module: HloModule) -> dict[str, int]:
     """How many times one step runs each computation: the entry once, a loop's body its trip count times per run
     of its caller (once where the count is not known), its condition once more; any other callee once per call."""
@@ -211,10 +297,19 @@ class Sides:
     """Both sides, and what an edit reads on its own side."""
 
     def __init__(self, match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
-                 new_places: Places | None = None):
+                 new_places: Places | None = None, old_places: Places | None = None):
         self.match = match
-        self.old = ModuleView(match.old, old_params)
+        self.old = ModuleView(match.old, old_params, old_places)
         self.new = ModuleView(match.new, new_params, new_places)
+        edited = {id(i) for e in match.edits for i in (e.old, e.new) if i is not None}
+        inserted, deleted = set(match.computations_inserted), set(match.computations_deleted)
+        self.new.changed_by(lambda instr, comp: id(instr) in edited or comp in inserted)
+        self.old.changed_by(lambda instr, comp: id(instr) in edited or comp in deleted)
+        self.old.partnered(self._new_side_of)
+
+    def _new_side_of(self, instr: Instruction) -> tuple[str, Chain] | None:
+        partner = self.match.partner(instr)
+        return self.new.said(partner, self.new.computation_of(partner))[:2] if partner is not None else None
 
     def side(self, e: InstructionEdit) -> tuple[ModuleView, Instruction, str]:
         if e.new is not None:
@@ -253,21 +348,32 @@ class Groups:
 
     def add(self, key: tuple, place: Place, runs: int, layers: set[str], **sums: int) -> None:
         group = self.found.setdefault(key, {"count": 0, "runs": 0, "paths": set(), "op_names": Counter(),
-                                            "sources": Counter(), "computation": place.computation,
+                                            "sources": Counter(), "own": set(), "computation": place.computation,
                                             "layers": set(), "sums": Counter()})
         group["count"] += 1
         group["runs"] += runs
         group["paths"].update(place.paths)
         group["op_names"][place.op_name] += 1
         group["sources"][place.source] += 1
+        if not place.near:
+            group["own"].add(place.source)
         group["layers"] |= layers
         group["sums"].update(sums)
 
     def items(self) -> Iterable[tuple[tuple, dict, Place]]:
         for key, group in self.found.items():
-            place = Place(group["computation"], group["op_names"].most_common(1)[0][0],
-                          group["sources"].most_common(1)[0][0], tuple(sorted(group["paths"])))
+            source = _most_said(group["sources"])
+            place = Place(group["computation"], _most_said(group["op_names"]), source, tuple(sorted(group["paths"])),
+                          near=bool(source) and source not in group["own"])
             yield key, group, place
+
+
+def _most_said(counts: Counter) -> str:
+    """The value most of a group's edits share among those that say one: a loop's carried values (its
+    get-tuple-elements, its tuple) have no metadata, and a change that widens the loop state is mostly those, yet
+    its ops say where it is."""
+    said = [(n, value) for value, n in counts.most_common() if value]
+    return said[0][1] if said else ""
 
 
 def layer_count(layers: Iterable[str]) -> int:

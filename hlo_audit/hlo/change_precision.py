@@ -229,11 +229,11 @@ def _rounding_place(place: Place, sides: Sides, rounded: tuple) -> Place:
     paths = {p for view, side in views for r in side for instr, comp in r.walked[:1]
              for p in view.place(instr, comp).paths}
     place = replace(place, paths=tuple(sorted(paths | set(place.paths))))
-    for view, side in views if not place.source else ():
+    for view, side in views if not place.source or place.near else ():
         for instr, computation in (n for r in side for n in r.narrowing):
-            op_name, source = view.origin(instr, computation)
-            if source:
-                return replace(place, op_name=op_name, source=source)
+            rounding = view.place(instr, computation)
+            if rounding.source and not rounding.near:
+                return replace(place, op_name=rounding.op_name, source=rounding.source, near=False)
     return place
 
 

@@ -104,6 +104,10 @@ class Place:
     op_name: str = ""
     source: str = ""
     paths: tuple[str, ...] = ()
+    # The source is the nearest code's that says one, not the change's own: what jax printed no place for (a loop's
+    # carried values, a constant) and removed code (a golden's text keeps no lines: placed by the kept code it fed or
+    # was made of, as the other side places it).
+    near: bool = False
 
     @property
     def site(self) -> str:
@@ -114,7 +118,7 @@ class Place:
 
     def to_record(self) -> dict:
         return {"computation": self.computation, "op_name": self.op_name, "source": self.source,
-                "paths": list(self.paths)}
+                "paths": list(self.paths), **({"near": True} if self.near else {})}
 
 
 @dataclass(frozen=True, slots=True)

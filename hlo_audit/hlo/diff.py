@@ -287,10 +287,11 @@ class _Stripped:
 
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES,
-                 new_places: Places | None = None) -> ModuleDiff:
+                 new_places: Places | None = None, old_places: Places | None = None) -> ModuleDiff:
     """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
     diff (0: none, and none computed). ``new_places``: where ``new`` is a canonical text printed without metadata,
-    each instruction's op_name and source (``hlo.locations.canonical_places``), which place its changes."""
+    each instruction's op_name and source (``hlo.locations.canonical_places``), which place its changes;
+    ``old_places``: the same of ``old`` where its own text said them (a dump; a golden's says none)."""
     added, removed = _param_groups(old, new)
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
@@ -302,7 +303,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         judged = _Verdict("identical-after-normalization", [], added, removed)
     else:
         with cyclic_gc_paused():  # the match and its kinds build millions of objects, none in a cycle (text.py)
-            judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, new_places)
+            judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, (old_places, new_places))
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     moved = _computations_moved(judged, old_text, new_text)
     return ModuleDiff(
@@ -348,7 +349,8 @@ def _stripped(side: Analysis, text: str, has_rng_state: bool) -> _Stripped:
 
 
 def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_differ: bool,
-           added: list[ParamGroupDelta], removed: list[ParamGroupDelta], new_places: Places | None) -> _Verdict:
+           added: list[ParamGroupDelta], removed: list[ParamGroupDelta],
+           places: tuple[Places | None, Places | None]) -> _Verdict:
     """Two texts that differ after normalization (or whose kernels do): RNG state only, renames only, or changed,
     with every change named from the structural match."""
     has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
@@ -356,7 +358,9 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     if has_rng_state and a.canonical == b.canonical and not kernels_differ:
         return _Verdict("rng-state-only", [], added, removed)
     match = match_modules(a.module, b.module, a.kept, b.kept)
-    named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places)
+    old_places, new_places = places
+    named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places,
+                    old_places)
     added, removed = _without_renames(added, removed, match, old, new)
     computations = (match.computations_inserted, match.computations_deleted)
     same = Sameness.DIFFERENT if kernels_differ else _renamed_only(match, a.canonical, old, new, has_rng_state)

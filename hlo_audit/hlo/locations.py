@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from hlo_audit.hlo.text import HloModule, Instruction
 
@@ -35,8 +36,17 @@ FRAMEWORKS = frozenset({"jax", "jaxlib", "flax", "optax", "numpy", "chex", "orba
 # Modules that replace jax's own functions process-wide once imported (MaxText's tunix adapter swaps
 # jax.lax.with_sharding_constraint and jax.lax.top_k for compat shims): their frames are jax's, whoever calls.
 SHIMS = ("maxtext/integration/tunix/tunix_adapter.py",)
-# (computation, instruction) -> (jax's op_name, source file:line), by the names of a module's canonical text.
-Places = Mapping[tuple[str, str], tuple[str, str]]
+class Origin(NamedTuple):
+    """Where an instruction comes from: jax's op_name, the innermost ``file:line`` outside the frameworks, and the
+    user's frames that called it (``file:line``, innermost first: the call site of ``source``'s function first)."""
+
+    op_name: str
+    source: str
+    callers: tuple[str, ...] = ()
+
+
+# (computation, instruction) -> its Origin, by the names of a module's canonical text.
+Places = Mapping[tuple[str, str], Origin]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
 _SOURCE_LINE = re.compile(r"source_line=(\d+)")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
@@ -51,7 +61,7 @@ class Locations:
         self._files = {n: _unquote(v) for n, v in tables.get("FileNames", {}).items()}
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
-        self._resolved: dict[int, str] = {}
+        self._resolved: dict[int, tuple[str, ...]] = {}
 
     @classmethod
     def of_tables(cls, files: Mapping[int, str], locations: Mapping[int, dict[str, int]],
@@ -63,24 +73,37 @@ class Locations:
         return made
 
     def of(self, instr: Instruction) -> str:
+        chain = self.chain_of(instr)
+        return chain[0] if chain else ""
+
+    def chain_of(self, instr: Instruction) -> tuple[str, ...]:
+        """``file:line`` of the instruction (``of``) and of the user's frames that called it, innermost first: one
+        where the metadata names a source file (a compiled module's), none where it says nothing."""
         metadata = instr.attrs.get("metadata", "")
         if not metadata:
-            return ""
+            return ()
         file = _SOURCE_FILE.search(metadata)
         if file:
             line = _SOURCE_LINE.search(metadata)
-            return source_text(file.group(1), int(line.group(1)) if line else 0)
+            return (source_text(file.group(1), int(line.group(1)) if line else 0),)
         frame = _STACK_FRAME.search(metadata)
-        return self.frame(int(frame.group(1))) if frame else ""
+        return self.chain(int(frame.group(1))) if frame else ()
 
     def frame(self, frame_id: int) -> str:
+        chain = self.chain(frame_id)
+        return chain[0] if chain else ""
+
+    def chain(self, frame_id: int) -> tuple[str, ...]:
+        """The frames outside the frameworks from ``frame_id`` outwards, innermost first; the innermost frame alone
+        where every frame is a framework's."""
         hit = self._resolved.get(frame_id)
         if hit is None:
             hit = self._resolved[frame_id] = self._walk(frame_id)
         return hit
 
-    def _walk(self, frame_id: int) -> str:
+    def _walk(self, frame_id: int) -> tuple[str, ...]:
         innermost = ""
+        found: list[str] = []
         seen: set[int] = set()
         while frame_id and frame_id in self._frames and frame_id not in seen:
             seen.add(frame_id)
@@ -91,9 +114,9 @@ class Locations:
                 here = f"{PurePosixPath(path).name}:{location.get('line', 0)}"
                 innermost = innermost or here
                 if not _in_framework(path):
-                    return here
+                    found.append(here)
             frame_id = frame.get("parent_frame_id", 0) - 1
-        return innermost
+        return tuple(found) if found else ((innermost,) if innermost else ())
 
 
 def source_text(path: str, line: int) -> str:
@@ -138,45 +161,85 @@ class Metadata:
     frames: tuple[tuple[int, int], ...] = ()
 
     def places(self, names: Mapping[tuple[str, str], tuple[str, str]] | None = None) -> Places:
-        """(op_name, ``file:line``) by instruction, keyed by ``names`` (the canonical text's:
-        ``normalize.normalize_with_names``) where given. Of identical computations (printed once) the first's; an
-        instruction ``names`` does not hold is left out."""
+        """Each instruction's ``Origin``, keyed by ``names`` (the canonical text's: ``normalize.normalize_with_names``)
+        where given. Of identical computations (printed once) the first's; an instruction ``names`` does not hold is
+        left out."""
         frames = Locations.of_tables(
             dict(enumerate(self.files, 1)),
             {n: {"file_name_id": f, "line": line} for n, (f, line) in enumerate(self.locations, 1)},
             {n: {"file_location_id": loc, "parent_frame_id": parent} for n, (loc, parent) in enumerate(self.frames, 1)})
-        found: dict[tuple[str, str], tuple[str, str]] = {}
+        found: dict[tuple[str, str], Origin] = {}
         for where, (op_name, source, frame) in self.instructions.items():
             key = names.get(where) if names is not None else where
             if key is not None and key not in found:
-                found[key] = (op_name, source or (frames.frame(frame) if frame else ""))
+                chain = (source,) if source else frames.chain(frame) if frame else ()
+                found[key] = Origin(op_name, chain[0] if chain else "", chain[1:])
         return found
 
     def to_record(self) -> dict:
-        """JSON (``places_to_record``'s, each instruction's frame after its op_name and source), with the tables."""
-        return {**places_to_record(self.instructions), "files": list(self.files),
+        """JSON (``_interned_to_record``'s, each instruction's frame after its op_name and source), with the tables."""
+        return {**_interned_to_record(self.instructions), "files": list(self.files),
                 "locations": [list(x) for x in self.locations], "frames": [list(x) for x in self.frames]}
 
     @classmethod
     def from_record(cls, record: Mapping) -> Metadata:
-        return cls(places_from_record(record), tuple(record["files"]), tuple(map(tuple, record["locations"])),
+        return cls(_interned_from_record(record), tuple(record["files"]), tuple(map(tuple, record["locations"])),
                    tuple(map(tuple, record["frames"])))
 
 
-def places_to_record(places: Mapping[tuple[str, str], tuple]) -> dict:
-    """Places (and what follows each one's op_name and source) as JSON, each op_name and source once (a few hundred
-    distinct ones place thousands of instructions): ``{"op_names": [...], "sources": [...], "at": {computation:
-    {instruction: [op_name's index, source's index, *the rest]}}}``."""
-    op_names: dict[str, int] = {}
+def places_to_record(places: Places) -> dict:
+    """Places as JSON (``_interned_to_record``'s), the callers as the stack frames they are: ``"callers"`` lists each
+    frame once, ``[its source's index, its caller's number + 1]`` (0: none), and an instruction with callers has its
+    innermost caller's number after its op_name's and source's indices (thousands of instructions share a few hundred
+    frames)."""
     sources: dict[str, int] = {}
+    frames: dict[tuple[int, int], int] = {}
+
+    def frame_of(callers: tuple[str, ...]) -> int:
+        parent = 0
+        for caller in reversed(callers):
+            parent = frames.setdefault((sources.setdefault(caller, len(sources)), parent), len(frames)) + 1
+        return parent - 1
+
+    rows = {key: (origin.op_name, origin.source, *((frame_of(origin.callers),) if origin.callers else ()))
+            for key, origin in places.items()}
+    record = _interned_to_record(rows, sources)
+    return {**record, **({"callers": [list(f) for f in frames]} if frames else {})}
+
+
+def places_from_record(record: Mapping) -> dict[tuple[str, str], Origin]:
+    """``places_to_record``'s other way; a record written before callers were kept reads with none."""
+    sources, frames = record["sources"], record.get("callers", ())
+    chains: dict[int, tuple[str, ...]] = {}
+
+    def chain(number: int) -> tuple[str, ...]:
+        if number not in chains:
+            found, at = [], number
+            while at >= 0:
+                source, parent = frames[at]
+                found.append(sources[source])
+                at = parent - 1
+            chains[number] = tuple(found)
+        return chains[number]
+
+    return {key: Origin(op_name, source, chain(rest[0]) if rest else ())
+            for key, (op_name, source, *rest) in _interned_from_record(record).items()}
+
+
+def _interned_to_record(rows: Mapping[tuple[str, str], tuple], sources: dict[str, int] | None = None) -> dict:
+    """Rows of an op_name, a source and what follows as JSON, each op_name and source once (a few hundred distinct
+    ones place thousands of instructions): ``{"op_names": [...], "sources": [...], "at": {computation: {instruction:
+    [op_name's index, source's index, *the rest]}}}``; ``sources``: those numbered already."""
+    op_names: dict[str, int] = {}
+    sources = {} if sources is None else sources
     at: dict[str, dict[str, list]] = {}
-    for (computation, instruction), (op_name, source, *rest) in places.items():
+    for (computation, instruction), (op_name, source, *rest) in rows.items():
         at.setdefault(computation, {})[instruction] = [op_names.setdefault(op_name, len(op_names)),
                                                        sources.setdefault(source, len(sources)), *rest]
     return {"op_names": list(op_names), "sources": list(sources), "at": at}
 
 
-def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple]:
+def _interned_from_record(record: Mapping) -> dict[tuple[str, str], tuple]:
     op_names, sources = record["op_names"], record["sources"]
     return {(computation, instruction): (op_names[o], sources[s], *rest)
             for computation, instructions in record["at"].items()
@@ -184,18 +247,18 @@ def places_from_record(record: Mapping) -> dict[tuple[str, str], tuple]:
 
 
 def text_places(module: HloModule, names: Mapping[tuple[str, str], tuple[str, str]]) -> Places:
-    """(op_name, ``file:line``) by instruction, from the metadata ``module``'s own text prints (a dump, a file
+    """Each instruction's ``Origin``, from the metadata ``module``'s own text prints (a dump, a file
     written with debug info), keyed by ``names`` (its canonical text's: ``normalize.normalize_with_names``): what
     places the changes of a module compared through its canonical text, as a stage's ``Metadata.places`` does for
     a text printed without it. Of identical computations (printed once) the first's."""
     locations = Locations(module)
-    found: dict[tuple[str, str], tuple[str, str]] = {}
+    found: dict[tuple[str, str], Origin] = {}
     for comp in module.computations.values():
         for instr in comp.instructions:
             key = names.get((comp.name, instr.name))
             if key is None or key in found:
                 continue
-            op_name, source = instr.op_name, locations.of(instr)
-            if op_name or source:
-                found[key] = (op_name, source)
+            chain = locations.chain_of(instr)
+            if instr.op_name or chain:
+                found[key] = Origin(instr.op_name, chain[0] if chain else "", chain[1:])
     return found

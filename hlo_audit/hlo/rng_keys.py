@@ -515,8 +515,8 @@ def placed(report: KeyReport, module: HloModule, params: Sequence[EntryParam],
             comp = module.computations.get(computation)
             instr = comp.by_name.get(name) if comp is not None else None
             op_name, source = (instr.op_name, locations.of(instr)) if instr is not None else ("", "")
-            if not (op_name or source) and places:
-                op_name, source = places.get((computation, name), ("", ""))
+            if not (op_name or source) and places and (computation, name) in places:
+                op_name, source = places[computation, name][:2]
             words = "main" if comp is not None and comp.is_entry else computation_words(computation)
             where.append(Place(words, op_name, source))
         paths = tuple(sorted({by_index[n].folded_path for n in h.paths if n in by_index}))

@@ -39,7 +39,7 @@ def place_text(place: Place, paths: bool = True) -> str:
     """``at model.py:72 (…/checkpoint/dot_general) reading state.blocks.*.up.kernel``: what the place says."""
     parts = []
     if place.source:
-        parts.append(f"at {place.source}")
+        parts.append(f"{'near' if place.near else 'at'} {place.source}")
     if place.op_name:
         op_name = place.op_name if len(place.op_name) <= _OP_NAME_SHOWN else "…" + place.op_name[-_OP_NAME_SHOWN:]
         parts.append(f"({op_name})")
