@@ -303,6 +303,62 @@ def test_remat_s_copies_of_a_sharding_constraint_are_remat_not_constraints_added
     assert kinds == ["remat"], [(c.kind.value, c.subject) for c in named]
 
 
+def test_remat_that_writes_no_barrier_is_remat_and_its_constraint_copies_are_not_constraints_added():
+    """``nnx.remat(prevent_cse=False, policy=checkpoint_dots)`` around blocks whose values are constrained (as
+    MaxText's scanned layers and its remat PR lower): no opt-barrier is written, the recomputation is named by jax's
+    name stack alone (``rematted_computation``); and the match pairs an old forward constraint with remat's copy of
+    it, leaving the forward one "added" (MaxText's remat PR: "3 sharding constraints added", 28 forward constraints
+    before and after). One remat change, no sharding change."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from hlo_audit.compare import Structural
+    from hlo_audit.hlo.analysis import analyze
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("x",))
+
+    def shard(h):
+        return jax.lax.with_sharding_constraint(h, NamedSharding(mesh, P()))
+
+    class Block(nnx.Module):
+        def __init__(self, rngs):
+            self.q, self.k, self.o = (nnx.Linear(8, 8, rngs=rngs) for _ in range(3))
+
+        def __call__(self, x):
+            q, k = shard(self.q(x)), shard(self.k(x))
+            return shard(x + jnp.tanh(self.o(shard(jax.nn.softmax(q @ k.T) @ x))))
+
+    class Model(nnx.Module):
+        def __init__(self, rngs, remat):
+            self.blocks, self.remat = nnx.List([Block(rngs) for _ in range(2)]), remat
+
+        def __call__(self, x):
+            for b in self.blocks:
+                remat = nnx.remat(b, prevent_cse=False, policy=jax.checkpoint_policies.checkpoint_dots)
+                x = (remat if self.remat else b)(x)
+            return x
+
+    def analysed(remat: bool):
+        graphdef, state = nnx.split(Model(nnx.Rngs(0), remat))
+
+        def loss(state, x):
+            return jnp.sum(nnx.merge(graphdef, state)(x))
+        text = jax.jit(jax.grad(loss)).lower(state, jnp.ones((4, 8))).as_text(dialect="hlo", debug_info=True)
+        return analyze(text, str(remat))
+
+    before, after = analysed(False), analysed(True)
+    assert not any(i.opcode == "opt-barrier" for c in after.module.computations.values() for i in c.instructions)
+    named = Structural.of_inputs(before, after).diff.named
+    kinds = {c.kind.value for c in named}
+    assert "remat" in kinds and "sharding" not in kinds, [(c.kind.value, c.subject, c.count) for c in named]
+    (remat,) = [c for c in named if c.kind.value == "remat"]
+    assert (remat.action.value, remat.layers) == ("added", 2)
+
+
 def test_a_place_is_past_maxtext_s_tunix_shims():
     """MaxText's tunix adapter, once imported, replaces jax.lax.with_sharding_constraint (and top_k) for every caller
     with a shim (``tunix_adapter.py:43``): a constraint's frames are the shim's, then the model's call. The place is

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hlo_audit.hlo.change_places import Sides, layer_count, layer_of, under_checkpoint
+from hlo_audit.hlo.change_places import RECOMPUTED, Sides, layer_count, layer_of, under_checkpoint
 from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING, WEIGHT_DECAY,
                                    TRIP_COUNT, UNROLLED, Action, Change, ChangeKind, Place)
 from hlo_audit.hlo.header import output_aliases
@@ -36,7 +36,6 @@ from hlo_audit.hlo.state_flow import written_back
 from hlo_audit.hlo.text import Computation, HloModule, Instruction
 
 # The op_name part jax gives the instructions a checkpoint recomputes in the backward pass.
-_RECOMPUTED = "rematted_computation"
 _BARRIERS = frozenset({"opt-barrier", "optimization-barrier"})
 
 
@@ -452,7 +451,7 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
         return []
     rest = _unclaimed(match, claimed)
     if not any(e.instruction.opcode in _BARRIERS for e in rest) and not _barriers_changed(match, claimed):
-        return []  # no barrier came, went or changed: no remat story (and no reading every op's name for one)
+        return _remat_without_barriers(match, sides, claimed, rest)
     rest = _remat_work(rest, sides)
     barriers = [e for e in rest if e.instruction.opcode in _BARRIERS]
     net = _net(barriers)
@@ -478,6 +477,30 @@ def remat(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
                        f", {recomputed}" if recomputed else ""),
                    instructions=_net(work), groups=_opcodes(work),
                    layers=_layers([*changed, *(e for e in barriers if e.edit is Edit.INSERTED)], sides))]
+
+
+def _remat_without_barriers(match: ModuleMatch, sides: Sides, claimed: set[int],
+                            rest: list[InstructionEdit]) -> list[Change]:
+    """Remat added that writes no barrier (``jax.checkpoint(..., prevent_cse=False)``, as a scan's body and a policy
+    saving dots lower): its recomputation is named by jax's name stack alone (``.../rematted_computation/...``).
+    Added where the cell's side recomputes mostly what the match did not keep (a golden's text keeps no names, so
+    such a remat removed is not seen: its work is named by the other kinds)."""
+    recomputing = [e for e in rest if e.edit is Edit.INSERTED and RECOMPUTED in sides.origin(e)[0]]
+    if not recomputing:
+        return []  # (and no reading every op's name for one)
+    inserted = {id(e.new) for e in match.edits if e.edit is Edit.INSERTED}
+    view = sides.new
+    kept = sum(1 for comp in view.module.computations.values() for instr in comp.instructions
+               if id(instr) not in inserted and RECOMPUTED in view.origin(instr, comp.name)[0])
+    if kept >= len(recomputing):
+        # Most of it recomputed before: another policy, or work beside it (the named kinds say it). Some kept are
+        # the reductions' bodies it shares and forward ops the match paired with their copies.
+        return []
+    work = _remat_work(rest, sides)
+    _claim(match, sides, claimed, work)
+    layers = _layers(recomputing, sides)
+    return [Change(ChangeKind.REMAT, Action.ADDED, REMAT, sides.place(recomputing[0]), count=max(layers, 1),
+                   instructions=_net(work), groups=_opcodes(work), after=_recomputed(sides), layers=layers)]
 
 
 def _remat_work(rest: list[InstructionEdit], sides: Sides) -> list[InstructionEdit]:
@@ -516,5 +539,5 @@ def _recomputed(sides: Sides) -> str:
     recomputation, where the text or the places kept beside it say (empty otherwise)."""
     view = sides.new
     n = sum(1 for comp in view.module.computations.values() for instr in comp.instructions
-            if _RECOMPUTED in view.origin(instr, comp.name)[0])
+            if RECOMPUTED in view.origin(instr, comp.name)[0])
     return f"{n:,} instructions recomputed" if n else ""

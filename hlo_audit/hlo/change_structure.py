@@ -27,7 +27,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from fractions import Fraction
 
-from hlo_audit.hlo.change_places import Groups, Sides, layer_count, under_checkpoint
+from hlo_audit.hlo.change_places import RECOMPUTED, Groups, Sides, layer_count, under_checkpoint
 from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
 from hlo_audit.hlo.flops import FLOP_OPS, flops
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
@@ -137,14 +137,19 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
     """Shardings of parameters, values and outputs that changed; sharding constraints added or removed."""
     changes = _parameter_shardings(match.params)
     values = Groups()
-    remat_added = any(e.edit is Edit.INSERTED and e.instruction.opcode in ("opt-barrier", "optimization-barrier")
-                      for e in match.edits if id(e) not in claimed)
+    unclaimed = [e for e in match.edits if id(e) not in claimed]
+    # Remat added: its barriers came, or (a checkpoint that writes none) a constraint its recomputation copies.
+    remat_added = any(e.edit is Edit.INSERTED and (e.instruction.opcode in ("opt-barrier", "optimization-barrier") or
+                                                   e.instruction.custom_call_target in SHARDING_TARGETS and
+                                                   RECOMPUTED in sides.origin(e)[0]) for e in unclaimed)
     # Remat added copies the constraints its checkpoints recompute: those are remat's (it claims what jax's name
     # stack puts under a checkpoint), not sharding constraints added.
-    constraints = [e for e in match.edits if id(e) not in claimed and e.edit is not Edit.CHANGED and
+    constraints = [e for e in unclaimed if e.edit is not Edit.CHANGED and
                    e.instruction.custom_call_target in SHARDING_TARGETS and
                    not (remat_added and e.edit is Edit.INSERTED and under_checkpoint(sides.origin(e)[0]))]
     claimed.update(id(e) for e in constraints)
+    if remat_added:
+        constraints = [e for e in constraints if id(e) not in _remat_swapped(match, sides, constraints)]
     # A constraint removed here and one of the same sharding added there (the match paired neither in a program
     # rewritten around them) is none removed.
     kept = {id(e) for e in _net(constraints, lambda e: sharding_key(_sharding_of(e.instruction)))}
@@ -173,6 +178,26 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
                        before=before, after=after, layers=layer_count(g["layers"]))
                 for (action, subject, before, after, _), g, place in values.items()]
     return changes
+
+
+def _remat_swapped(match: ModuleMatch, sides: Sides, constraints: Sequence[InstructionEdit]) -> set[int]:
+    """The constraints added outside a checkpoint that the match left unpaired because it paired their old selves with
+    remat's copies of them (a copy under the checkpoint, same sharding and shape, paired with an old constraint):
+    the program keeps them, one copy each (MaxText's remat PR: "3 sharding constraints added", 28 forward
+    constraints before and after)."""
+    copies: Counter = Counter()
+    for comp in match.new.computations.values():
+        for instr in comp.instructions:
+            if instr.custom_call_target in SHARDING_TARGETS and match.partner(instr) is not None and \
+                    under_checkpoint(sides.new.origin(instr, comp.name)[0]):
+                copies[sharding_key(_sharding_of(instr)), str(instr.shape)] += 1
+    swapped = set()
+    for e in constraints:
+        key = (sharding_key(_sharding_of(e.instruction)), str(e.instruction.shape))
+        if e.edit is Edit.INSERTED and copies[key] > 0:
+            copies[key] -= 1
+            swapped.add(id(e))
+    return swapped
 
 
 def _parameter_shardings(pairs: Sequence[ParamPair]) -> list[Change]:
