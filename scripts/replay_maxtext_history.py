@@ -7,7 +7,13 @@ hlo-audit of this checkout and a MaxText git repository (a clone, or the bare mi
     nice -n 10 .venv/bin/python scripts/replay_maxtext_history.py /path/to/maxtext.git \\
         --range f347a2173..538fe7a3f --workdir /tmp/hlo-audit-replay
 
-What it does, all under ``--workdir`` (its ``maxtext/`` and ``project/`` are made afresh each run):
+To look at one pull request's findings instead (its cells only, the failing check kept, no old key)::
+
+    nice -n 10 .venv/bin/python scripts/replay_maxtext_history.py /path/to/maxtext.git \\
+        --range 014fc4985^..014fc4985 --workdir /tmp/mtpr/014fc4985 --models gemma4-26b --keep-failing \\
+        --old-key-every 0
+
+What it does, all under ``--workdir`` (its ``maxtext/``, ``project/`` and ``failing/`` are made afresh each run):
 
 1. ``maxtext/``: a ``git clone --shared`` of the repository, checked out sparsely: blobs the repository lacks at
    any commit of the range (a fetched mirror leaves out tokenizers and golden logits) are left out; nothing a
@@ -15,22 +21,31 @@ What it does, all under ``--workdir`` (its ``maxtext/`` and ``project/`` are mad
    is the code under test (the 0.2.5 release's dependencies stay as installed; nothing is installed).
 2. ``project/``: at the range's first commit, ``hlo-audit init`` writes ``hlo-audit.toml`` for 9 cells (llama3-8b,
    deepseek3-test, gpt-oss-20b, gemma4-26b, gemma4-e2b at 2 layers, scan on and off, train step, quant none;
-   gemma4-e2b refuses scan on) and their goldens. ``old-key.toml`` is the same config with a cache of its own.
+   gemma4-e2b refuses scan on; ``--models`` names fewer) and their goldens. ``old-key.toml`` is the same config with
+   a cache of its own (not written with ``--old-key-every 0``).
 3. For each first-parent commit after it, in order: the checkout moves there and the real CLI runs as a subprocess,
    timed: ``hlo-audit check --format json`` (the per-cell key: each cell's ``cached`` field says whether it was
    lowered again). The old key is the digest the MaxText target's fingerprint was before the per-cell key (every
    ``.py``/``.yml``/``.yaml`` under the ``maxtext`` package, path and bytes): where it changed, all 9 cells were
    lowered again, and ``check --refresh --config old-key.toml`` measures what that costs (``--old-key-every K``
    measures every K-th such commit only; the others are given the median of those measured, marked ``~``); where it
-   did not, ``check --config old-key.toml`` (served) is timed. Both checks are judged against the same goldens, so
-   their verdicts must agree: a disagreement is the cache serving a stale lowering, and is reported. A failing
-   commit (a program-changing pull request) is then accepted with the command the check printed (``golden
-   update --only ...``), as merging it would, so the next commit is judged against the new goldens.
+   did not, ``check --config old-key.toml`` (served) is timed; ``--old-key-every 0`` leaves the old key out. Both
+   checks are judged against the same goldens, so their verdicts must agree: a disagreement is the cache serving a
+   stale lowering, and is reported. A failing commit (a program-changing pull request) is then accepted with the
+   command the check printed (``golden update --only ...``), as merging it would, so the next commit is judged
+   against the new goldens.
+4. ``--keep-failing``: before a failing commit is accepted, the project folder as the check left it (config, goldens,
+   cache) is copied to ``failing/<commit>/``, the check's ``--format json`` output saved as ``failing/<commit>.json``
+   and its terminal text (``hlo-audit check`` run again in the copy, served from the copied cache) as
+   ``failing/<commit>.txt``. The command that re-runs that check is printed: with the checkout at that commit
+   (where a run whose range ends there leaves it) it is served from the kept cache, so other hlo-audit code can
+   judge the same lowerings again without lowering.
 
 Prints a table per commit (commit, files changed in the repository and in the package, cells lowered again by the
-new key and the old, check seconds new and old, verdict) and a summary: commits that lower any cell again, cells
-lowered again, median and total check seconds, new against old. Writes the same as JSON to
-``<workdir>/replay.json``. The figure this printed is in docs/commands.md (the cache) and docs/development.md.
+new key and the old, check seconds new and old, verdict; ``-``: the old key not measured) and a summary: commits
+that lower any cell again, cells lowered again, median and total check seconds, new against old, the re-check
+commands. Writes the same as JSON to ``<workdir>/replay.json``. The figure this printed is in docs/commands.md (the
+cache) and docs/development.md.
 """
 
 from __future__ import annotations
@@ -53,6 +68,7 @@ MODELS = ("llama3-8b", "deepseek3-test", "gpt-oss-20b", "gemma4-26b", "gemma4-e2
 PACKAGE = "src/maxtext"  # where the maxtext package lives in MaxText's repository
 OLD_KEY_SUFFIXES = (".py", ".yml", ".yaml")  # what the whole-package fingerprint hashed
 OLD_KEY_CONFIG = "old-key.toml"
+OLD_KEY_CACHE = ".hlo-audit-cache-old-key"
 
 
 @dataclass
@@ -61,6 +77,7 @@ class Check:
 
     exit_code: int
     seconds: float
+    cells: int
     lowered: int
     failing: list[str]
     accept: str | None = None  # the command that accepts the failing cells
@@ -84,6 +101,7 @@ class Step:
     old: Check | None  # None: the old key's check was not measured here (--old-key-every)
     old_seconds: float = 0.0  # measured, or the median of those measured (old is None)
     accepted_seconds: float | None = None  # the accept command's time, when the commit failed
+    recheck: str | None = None  # --keep-failing: the command that re-runs the kept failing check
     notes: list[str] = field(default_factory=list)
 
 
@@ -162,8 +180,8 @@ class Cli:
         self.project = project
         self.jobs = jobs
         self.env = dict(os.environ)
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            [str(checkout / "src"), str(HLO_AUDIT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+        paths = [str(checkout / "src"), str(HLO_AUDIT_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+        self.env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(filter(None, paths)))  # in order, once each
         self.env.pop("HLO_AUDIT_CACHE_LOG", None)
 
     def run(self, *args: str) -> tuple[int, float, str, str]:
@@ -172,6 +190,18 @@ class Cli:
                               capture_output=True, text=True)
         return done.returncode, time.perf_counter() - started, done.stdout, done.stderr
 
+    def terminal(self, folder: Path, *args: str) -> tuple[int, float, str]:
+        """Run in ``folder`` with stdout and stderr in one stream, in the order a terminal shows them."""
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "hlo_audit", *args], cwd=folder, env=self.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return done.returncode, time.perf_counter() - started, done.stdout
+
+    def command_in(self, folder: Path, *args: str) -> str:
+        """The shell command that runs ``hlo-audit args`` in ``folder`` as ``run`` does."""
+        return (f"cd {shlex.quote(str(folder))} && PYTHONPATH={shlex.quote(self.env['PYTHONPATH'])} "
+                f"{shlex.quote(sys.executable)} -m hlo_audit {shlex.join(args)}")
+
     def imported_from(self, module: str) -> str:
         code = f"import {module}; print({module}.__file__)"
         done = subprocess.run([sys.executable, "-c", code], cwd=self.project, env=self.env, capture_output=True,
@@ -179,15 +209,19 @@ class Cli:
         return done.stdout.strip().splitlines()[-1]
 
     def check(self, *extra: str) -> Check:
+        return self.check_and_report(*extra)[0]
+
+    def check_and_report(self, *extra: str) -> tuple[Check, str]:
+        """The check, and its ``--format json`` output as printed."""
         code, seconds, out, err = self.run("check", "--format", "json", "-j", str(self.jobs), *extra)
         try:
             report = json.loads(out)
         except json.JSONDecodeError:
-            return Check(code, seconds, 0, [], error=err.strip()[-2000:])
+            return Check(code, seconds, 0, 0, [], error=err.strip()[-2000:]), out
         failing = [cell for cell, verdict in report["verdicts"].items() if verdict != "ok"]
         lowered = sum(not cell["cached"] for cell in report["cells"])
         accept = report["accept"]["command"] if report.get("accept") else None
-        return Check(code, seconds, lowered, failing, accept)
+        return Check(code, seconds, len(report["cells"]), lowered, failing, accept), out
 
     def accept(self, command: str) -> float:
         """Run the accept command a failing check printed (``hlo-audit golden update --only ...``)."""
@@ -200,9 +234,9 @@ class Cli:
         return seconds
 
 
-def make_project(cli: Cli, checkout: Path) -> float:
-    """``hlo-audit init`` at the baseline (config and goldens), ``old-key.toml`` beside it with its own cache,
-    that cache filled (so a first commit that leaves the old key alone is served there too)."""
+def make_project(cli: Cli, checkout: Path, models: list[str], with_old_key: bool) -> float:
+    """``hlo-audit init`` at the baseline (config and goldens); ``with_old_key``: ``old-key.toml`` beside it with
+    its own cache, that cache filled (so a first commit that leaves the old key alone is served there too)."""
     if cli.project.exists():
         shutil.rmtree(cli.project)
     cli.project.mkdir(parents=True)
@@ -210,13 +244,17 @@ def make_project(cli: Cli, checkout: Path) -> float:
           file=sys.stderr)
     if not cli.imported_from("maxtext").startswith(str(checkout / PACKAGE)):
         raise SystemExit("maxtext does not import from the checkout")
-    args = ["init", "--maxtext", *(w for m in MODELS for w in ("--model", m)), "--quant", "none", "--layers", "2",
-            "--exclude", "model=gemma4-e2b,scan=on", "-j", str(cli.jobs)]
+    args = ["init", "--maxtext", *(w for m in models for w in ("--model", m)), "--quant", "none", "--layers", "2",
+            "-j", str(cli.jobs)]
+    if "gemma4-e2b" in models:  # its configuration refuses scan on
+        args += ["--exclude", "model=gemma4-e2b,scan=on"]
     code, seconds, out, err = cli.run(*args)
     if code != 0:
         raise SystemExit(f"hlo-audit init exited {code}:\n{out}\n{err.strip()[-3000:]}")
+    if not with_old_key:
+        return seconds
     config = (cli.project / "hlo-audit.toml").read_text()
-    (cli.project / OLD_KEY_CONFIG).write_text(f'cache_dir = ".hlo-audit-cache-old-key"\n{config}')
+    (cli.project / OLD_KEY_CONFIG).write_text(f'cache_dir = "{OLD_KEY_CACHE}"\n{config}')
     seeded = cli.check("--config", OLD_KEY_CONFIG)
     if seeded.exit_code != 0:
         raise SystemExit(f"the baseline does not pass its own goldens: {seeded}")
@@ -227,29 +265,58 @@ def make_project(cli: Cli, checkout: Path) -> float:
 # The replay
 # ---------------------------------------------------------------------------------------------------------------
 
-def replay_commit(cli: Cli, checkout: Path, before: str, commit: str, key_before: str, measure_refresh: bool
-                  ) -> tuple[Step, str]:
+@dataclass
+class Replay:
+    """What holds over a replay's commits."""
+
+    cli: Cli
+    checkout: Path
+    with_old_key: bool  # False: --old-key-every 0, the old key left out
+    kept: Path | None  # --keep-failing: the folder failing checks are kept in
+
+
+def replay_commit(run: Replay, before: str, commit: str, key_before: str, measure_refresh: bool) -> tuple[Step, str]:
     """One commit: move there, check with the per-cell key, the old key's check beside it (``measure_refresh``:
-    the refresh it costs where the old key changed), accept a failure."""
-    move_to(checkout, commit)
-    files, package_files = changed_files(checkout, before, commit)
-    key_now = old_key(checkout)
-    new = cli.check()
-    old = None
-    if key_now != key_before:
-        old = cli.check("--config", OLD_KEY_CONFIG, "--refresh") if measure_refresh else None
-    else:  # the old key held: its cache served every cell, as the old hlo-audit would have
-        old = cli.check("--config", OLD_KEY_CONFIG)
-    subject = git(checkout, "log", "-1", "--format=%s", commit).strip()
+    the refresh it costs where the old key changed), keep and accept a failure."""
+    cli = run.cli
+    move_to(run.checkout, commit)
+    files, package_files = changed_files(run.checkout, before, commit)
+    key_now = old_key(run.checkout)
+    new, report = cli.check_and_report()
+    old = old_key_check(cli, key_now != key_before, measure_refresh) if run.with_old_key else None
+    subject = git(run.checkout, "log", "-1", "--format=%s", commit).strip()
     step = Step(commit[:9], subject, files, package_files, key_now != key_before, new, old,
-                old.seconds if old else 0.0)
+                old.seconds if old else float("nan"))  # nan: filled in by fill_unmeasured, if any was measured
     if new.error:
         step.notes.append(f"new-key check failed to run: {new.error}")
     if old is not None and (old.exit_code, sorted(old.failing)) != (new.exit_code, sorted(new.failing)):
         step.notes.append(f"verdicts differ: new {new.verdict} {new.failing}, old {old.verdict} {old.failing}")
     if new.exit_code == 1 and new.accept:
+        if run.kept is not None:
+            keep_failing(cli, run.kept, step, report)
         step.accepted_seconds = cli.accept(new.accept)
     return step, key_now
+
+
+def old_key_check(cli: Cli, key_changed: bool, measure_refresh: bool) -> Check | None:
+    if key_changed:
+        return cli.check("--config", OLD_KEY_CONFIG, "--refresh") if measure_refresh else None
+    return cli.check("--config", OLD_KEY_CONFIG)  # the old key held: its cache served every cell, as it would have
+
+
+def keep_failing(cli: Cli, kept: Path, step: Step, report: str) -> None:
+    """The project folder as the failing check left it, to ``kept/<commit>/``; the check's JSON and its terminal
+    text (checked again in the copy: served from the copied cache) beside it; ``step.recheck``: the command."""
+    folder = kept / step.commit
+    shutil.copytree(cli.project, folder, ignore=shutil.ignore_patterns(OLD_KEY_CONFIG, OLD_KEY_CACHE))
+    (kept / f"{step.commit}.json").write_text(report)
+    code, seconds, text = cli.terminal(folder, "check")
+    (kept / f"{step.commit}.txt").write_text(text)
+    step.recheck = cli.command_in(folder, "check")
+    print(f"    kept at {folder} (its terminal check: exit {code}, {seconds:.1f} s); re-check: {step.recheck}",
+          file=sys.stderr)
+    if code != step.new.exit_code:
+        step.notes.append(f"the kept copy's check exits {code}, the check {step.new.exit_code}: see {folder}.txt")
 
 
 def replay(args: argparse.Namespace) -> list[Step]:
@@ -260,12 +327,18 @@ def replay(args: argparse.Namespace) -> list[Step]:
     print(f"{len(commits)} commits after {base[:9]} ({args.range}); left out of the checkout (blobs the repository "
           f"lacks): {', '.join(left_out) or 'none'}", file=sys.stderr)
     move_to(checkout, base)
-    cli = Cli(work / "project", checkout, args.jobs)
-    print(f"init at {base[:9]}: {make_project(cli, checkout):.1f} s", file=sys.stderr)
+    run = Replay(Cli(work / "project", checkout, args.jobs), checkout, args.old_key_every > 0,
+                 work / "failing" if args.keep_failing else None)
+    if run.kept is not None:
+        shutil.rmtree(run.kept, ignore_errors=True)
+        run.kept.mkdir(parents=True)
+    seconds = make_project(run.cli, checkout, args.models, run.with_old_key)
+    print(f"init at {base[:9]}: {seconds:.1f} s", file=sys.stderr)
     steps, before, key = [], base, old_key(checkout)
     for index, commit in enumerate(commits, 1):
         key_changes_so_far = sum(s.old_key_changed for s in steps)  # every K-th change measured (--old-key-every)
-        step, key = replay_commit(cli, checkout, before, commit, key, key_changes_so_far % args.old_key_every == 0)
+        measure_refresh = run.with_old_key and key_changes_so_far % args.old_key_every == 0
+        step, key = replay_commit(run, before, commit, key, measure_refresh)
         steps.append(step)
         print(f"[{index}/{len(commits)}] {row(step)}", file=sys.stderr, flush=True)
         for note in step.notes:
@@ -287,18 +360,20 @@ def fill_unmeasured(steps: list[Step]) -> None:
 # The report
 # ---------------------------------------------------------------------------------------------------------------
 
-CELLS = 9
 HEADER = (f"{'commit':<10} {'files':>5} {'pkg':>4} {'new':>4} {'old':>4} {'new s':>7} {'old s':>8}  "
           f"{'verdict':<16} subject")
 
 
 def old_lowered(step: Step) -> int:
     """Cells the old key lowered again: all where it changed; where it held, what its served check lowered."""
-    return CELLS if step.old_key_changed else (step.old.lowered if step.old else 0)
+    return step.new.cells if step.old_key_changed else (step.old.lowered if step.old else 0)
 
 
 def row(step: Step) -> str:
-    old_s = f"{step.old_seconds:.1f}" if step.old is not None else f"~{step.old_seconds:.1f}"
+    if step.old is not None:
+        old_s = f"{step.old_seconds:.1f}"
+    else:  # the median of those measured, or none measured (--old-key-every 0)
+        old_s = "-" if step.old_seconds != step.old_seconds else f"~{step.old_seconds:.1f}"
     return (f"{step.commit:<10} {step.files_changed:>5} {step.package_files_changed:>4} {step.new.lowered:>4} "
             f"{old_lowered(step):>4} {step.new.seconds:>7.1f} {old_s:>8}  {step.new.verdict:<16} "
             f"{step.subject[:60]}")
@@ -312,19 +387,37 @@ def summary(steps: list[Step]) -> list[str]:
         f"commits that lower any cell again: new key {sum(s.new.lowered > 0 for s in steps)} of {len(steps)}, "
         f"old key {sum(old_lowered(s) > 0 for s in steps)} of {len(steps)}",
         f"cells lowered again: new key {sum(s.new.lowered for s in steps)}, "
-        f"old key {sum(old_lowered(s) for s in steps)} (of {CELLS * len(steps)} cell checks)",
-        f"check seconds, median: new {statistics.median(new_s):.1f}, old {statistics.median(old_s):.1f} "
-        f"(old/new {statistics.median(old_s) / statistics.median(new_s):.1f}x); total: new {sum(new_s):.0f}, "
-        f"old {sum(old_s):.0f} ({sum(old_s) / sum(new_s):.1f}x)",
-        f"old key's refresh measured at {measured} of the {sum(s.old_key_changed for s in steps)} commits where it "
-        f"changed (the others '~': the median of those measured)",
+        f"old key {sum(old_lowered(s) for s in steps)} (of {sum(s.new.cells for s in steps)} cell checks)",
+    ]
+    if any(s.old is not None for s in steps):
+        lines += [
+            f"check seconds, median: new {statistics.median(new_s):.1f}, old {statistics.median(old_s):.1f} "
+            f"(old/new {statistics.median(old_s) / statistics.median(new_s):.1f}x); total: new {sum(new_s):.0f}, "
+            f"old {sum(old_s):.0f} ({sum(old_s) / sum(new_s):.1f}x)",
+            f"old key's refresh measured at {measured} of the {sum(s.old_key_changed for s in steps)} commits where "
+            f"it changed (the others '~': the median of those measured)"]
+    else:
+        lines.append(f"check seconds, median: new {statistics.median(new_s):.1f}, total {sum(new_s):.0f}; the old "
+                     f"key not measured (--old-key-every 0: its cells lowered again are what it would have done)")
+    lines += [
         f"verdicts: {sum(s.new.exit_code == 0 for s in steps)} pass, {sum(s.new.exit_code == 1 for s in steps)} "
         f"fail ({', '.join(s.commit for s in steps if s.new.exit_code == 1)}), "
         f"{sum(s.new.exit_code not in (0, 1) for s in steps)} other",
         f"failing commits accepted (golden update) in {sum(s.accepted_seconds or 0 for s in steps):.1f} s, not counted",
     ]
+    lines += [f"{s.commit}'s failing check kept; re-check: {s.recheck}" for s in steps if s.recheck]
     notes = [f"{s.commit}: {note}" for s in steps for note in s.notes]
-    return lines + (["notes:", *notes] if notes else ["notes: none (both keys' verdicts agree at every commit)"])
+    if notes:
+        return [*lines, "notes:", *notes]
+    compared = any(s.old is not None for s in steps)
+    return [*lines, "notes: none (both keys' verdicts agree at every commit)" if compared else "notes: none"]
+
+
+def model_list(text: str) -> list[str]:
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise argparse.ArgumentTypeError(f"{text!r} names no model")
+    return models
 
 
 def main() -> None:
@@ -335,8 +428,15 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/hlo-audit-replay", help="where the checkout and project go")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="hlo-audit's worker processes")
     parser.add_argument("--old-key-every", type=int, default=1,
-                        help="measure the old key's refresh at every K-th commit where it changed (default: all)")
+                        help="measure the old key's refresh at every K-th commit where it changed (default: all; 0: "
+                             "leave the old key out)")
+    parser.add_argument("--models", type=model_list, default=list(MODELS),
+                        help=f"M1,M2,...: the models whose cells are lowered (default: {','.join(MODELS)})")
+    parser.add_argument("--keep-failing", action="store_true",
+                        help="keep each failing check (project folder, JSON, terminal text) under WORKDIR/failing/")
     args = parser.parse_args()
+    if args.old_key_every < 0:
+        parser.error(f"--old-key-every {args.old_key_every}: K must be 0 (never) or more")
     steps = replay(args)
     print(HEADER)
     for step in steps:
