@@ -92,10 +92,10 @@ class ModuleView:
         from the places the stage kept beside a text printed without it (``places``, by canonical names), else from
         the ops next to it (``_borrowed``); a changed instruction's source is its call site past a wrapper both sides
         share (``call_sites``)."""
-        op_name, chain, _ = self._origin(instr, computation)
-        sites = self.call_sites
-        source = sites.place(instr, chain) if sites is not None and len(chain) > 1 else chain[0] if chain else ""
-        return fold(op_name), source
+        op_name, chain, near = self._origin(instr, computation)
+        if len(chain) > 1 and not near and self.call_sites is not None:  # a borrowed line is another op's: as it is
+            return fold(op_name), self.call_sites.place(instr, chain)
+        return fold(op_name), chain[0] if chain else ""
 
     def changed_by(self, changed: Callable[[Instruction, str], bool]) -> None:
         """Which of this side's instructions (in which computation) the match changed: what ``call_sites`` reads."""
@@ -140,17 +140,44 @@ class ModuleView:
         return ("", other[1], True) if other is not None and other[1] else ("", (), False)
 
     def _borrowed(self, instr: Instruction) -> tuple[Chain, bool]:
-        """Where the nearest ops that say one are, in the dataflow either way, ``_STEPS`` steps at most (a loop's
-        carried values, its parameter, get-tuple-elements and tuple, are where the ops reading them are; a removed op,
-        by its kept neighbours' partners), else the op calling its computation (a loop body's while)."""
-        for neighbours in (self._next_to, self._calling):
-            frontier, seen = [instr], {id(instr)}
-            for _ in range(_STEPS):
-                frontier = [n for i in frontier for n in neighbours(i) if id(n) not in seen and not seen.add(id(n))]
-                said = Counter(said[1] for n in frontier if (said := self.said(n, self.computation_of(n)))[1])
-                if said:
-                    return said.most_common(1)[0][0], True
+        """The line of the nearest ops that say one (``_nearby``), else of the op calling its computation (a loop
+        body's while, a branch's conditional), nested ``_STEPS`` deep at most; "near" either way."""
+        chain = self._nearby.get(id(instr))
+        frontier = [instr]
+        for _ in range(_STEPS):
+            if chain:
+                return chain, True
+            frontier = [caller for i in frontier for caller in self._calling(i)]
+            calls = Counter(c for n in frontier if (c := self.said(n, self.computation_of(n))[1] or
+                                                        self._nearby.get(id(n))))
+            chain = calls.most_common(1)[0][0] if calls else ()
         return (), False
+
+    @cached_property
+    def _nearby(self) -> dict[int, Chain]:
+        """For each instruction no line is said of, the line of the nearest ops that say one, in the dataflow either
+        way, ``_STEPS`` steps at most: the one most of the ops a step nearer say (a loop's carried values, its
+        parameter, get-tuple-elements and tuple, are where the ops reading them are; a removed op, by its kept
+        neighbours' partners). Spread from every op that says one at once: one walk of the module."""
+        labels: dict[int, Chain] = {}
+        frontier = []
+        for comp in self.module.computations.values():
+            for instr in comp.instructions:
+                chain = self.said(instr, comp.name)[1]
+                if chain:
+                    labels[id(instr)] = chain
+                    frontier.append(instr)
+        for _ in range(_STEPS):
+            votes: dict[int, Counter] = {}
+            reached: dict[int, Instruction] = {}
+            for done in frontier:
+                for n in self._next_to(done):
+                    if id(n) not in labels:
+                        votes.setdefault(id(n), Counter())[labels[id(done)]] += 1
+                        reached[id(n)] = n
+            labels.update((key, counts.most_common(1)[0][0]) for key, counts in votes.items())
+            frontier = list(reached.values())
+        return labels
 
     def _next_to(self, instr: Instruction) -> list[Instruction]:
         return [*self.operands(instr, self.computation_of(instr)), *self.users(instr)]
