@@ -35,7 +35,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
@@ -547,7 +547,6 @@ def judgeable(report: MeasureReport) -> dict[str, HostFigure]:
 
 def with_measured_figures(figures: dict[str, HostFigure]) -> Callable:
     """`measure`'s ``prepare`` for ``gate.judged``: each lowered cell with the host figure measured of it now."""
-    from dataclasses import replace  # noqa: PLC0415
 
     return lambda tree, results: [replace(r, host=figures[r.cell.id])
                                   if isinstance(r, LoweredCell) and r.cell.id in figures else r for r in results]
@@ -571,7 +570,6 @@ def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None
     command's one snapshot's ``Golden``) records one (what the host_cost rule compares; every other cell as it is,
     measured nothing). ``keep_held`` (`golden update`): where the leaves
     held, the golden's own figure, so a golden is not rewritten for a time that moved within its noise."""
-    from dataclasses import replace  # noqa: PLC0415
 
     rounds = rounds or CHECK_ROUNDS
     out = []
