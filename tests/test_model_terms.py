@@ -204,6 +204,18 @@ def test_loss_scaling_removed_is_named_not_ops_at_equal_shapes(moe):
     assert (added.kind.value, added.action.value, added.instructions) == ("loss_scaling", "added", after - before)
 
 
+def test_loss_scaling_removed_compiled_counts_each_instruction_once():
+    """Compiled, the scaling's multiplies and divides come with what XLA fused to feed them; a fused body that was
+    also a carrier was counted twice: "loss scaling removed ... -28 instructions" where the program shrank by 24.
+    The finding's count is the program's."""
+    texts = [ms.train_traced(ms.VARIANTS.get(name, ms.Variant())).lower(lowering_platforms=("cpu",)).compile()
+             .as_text() for name in ("base", "no_loss_scale")]
+    structural = Structural.of_inputs(analyze(texts[0], "base"), analyze(texts[1], "no_loss_scale"))
+    (scaling,) = structural.named(ChangeKind.LOSS_SCALING)
+    before, after = structural.sizes["instructions"]
+    assert scaling.instructions == after - before < 0, (scaling.instructions, before, after)
+
+
 def test_an_aux_loss_dropped_is_a_loss_term_removed_not_values_reshaped(moe):
     """The load-balancing aux loss dropped: a term removed from the loss, what reduced into it (the experts' token
     fractions and mean router probabilities of both layers: 6 reductions), its weight (x0.01) and its backward
