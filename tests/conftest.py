@@ -137,6 +137,7 @@ _JAX_010_GAPS = {
         "jax 0.10.2 places the compiled aux loss's removal one line off (moe_steps.py:129, the expression's second line)",
     "tests/test_model_terms.py::test_each_change_compiled_is_named_by_its_own_kind[no_loss_scale]": _JAX_010_MOE,
     "tests/test_model_terms.py::test_each_change_compiled_is_named_by_its_own_kind[router_bf16]": _JAX_010_MOE,
+    "tests/test_model_terms.py::test_loss_scaling_removed_compiled_counts_each_instruction_once": _JAX_010_MOE,
     "tests/test_model_terms.py::test_the_router_in_bf16_is_a_precision_change_reading_the_router":
         "jax 0.10.2 lowers the bf16 router's dot with a bf16 result, and its operand's path to the state is not followed",
     "tests/test_cache_per_cell.py::test_each_commit_lowers_again_only_the_cells_whose_reads_changed":
