@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
     # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.
-    ("judging", ("golden", "golden.*", "compare", "outcome", "gate", "explain", "inputs", "measure")),
+    ("judging", ("golden", "golden.*", "judging", "judging.*")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",

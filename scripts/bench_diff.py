@@ -42,7 +42,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 
 from bench_hlo import CLOCKS, LoweringError, cached_hlo, naive_renumber, timing_options
 
-from hlo_audit.compare import Structural, dtype_moves
+from hlo_audit.judging.compare import Structural, dtype_moves
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.normalize import normalize_with_printed

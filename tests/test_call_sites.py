@@ -17,7 +17,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 
 MESH = Mesh(np.array(jax.devices("cpu")[:1]), ("x",))

@@ -17,7 +17,7 @@ from hlo_audit.capture import captured_arrays, hlo_dtype
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES, frozen_rng, golden_summary
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.diff import captured_delta, diff_modules
 from hlo_audit.stages.lowered import hlo_text
 from in_process import hlo_audit_here

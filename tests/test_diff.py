@@ -10,7 +10,7 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 import nnx_models
 from nnx_models import ModelSpec
 from xla_oracle import our_counts, xla_counts
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.diff import diff_modules

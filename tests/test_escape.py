@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 
 from hlo_audit import audit
 from hlo_audit.cli import app
-from hlo_audit.outcome import Outcome
+from hlo_audit.judging.outcome import Outcome
 from hlo_audit.report import escape, html as html_format, junit, jsonfmt, markdown, terminal
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import message

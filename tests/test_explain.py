@@ -18,7 +18,7 @@ import nnx_models
 from nnx_models import ModelSpec
 from hlo_audit.analysed import Param
 from hlo_audit.cli import app
-from hlo_audit.explain import explain, split_pattern
+from hlo_audit.judging.explain import explain, split_pattern
 
 LAYERS = 3
 

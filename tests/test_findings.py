@@ -166,7 +166,7 @@ def test_a_built_in_waiver_is_stale_only_on_cells_it_covers():
     """A default waiver (MaxText's known leaks, not in the user's config) that covers judged cells and waived
     nothing is stale like any other; one whose cells this config's matrix leaves out is not reported at all,
     while a waiver the user wrote that matches no cell is."""
-    from hlo_audit.gate import stale_waivers
+    from hlo_audit.judging.gate import stale_waivers
     from hlo_audit.matrix import Cell
     from hlo_audit.policy import Policy, Waiver
     from hlo_audit.report.words import message

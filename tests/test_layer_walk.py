@@ -24,7 +24,7 @@ nnxjit = {d = 32, heads = 2, ffn = 64, vocab = 64}
 """
 # Climbs a check once made (issue 38, item 2): the gate calling back a lambda of audit, the shard's record asking
 # plan, the formats calling a lazy property of the outcome, keep_check asking the cache before the formats.
-GONE = {("gate", "audit"), ("plan", "gate"), ("outcome", "report.words"), ("cache.store", "merge")}
+GONE = {("judging.gate", "audit"), ("plan", "judging.gate"), ("judging.outcome", "report.words"), ("cache.store", "merge")}
 
 
 def test_a_check_climbs_back_up_at_most_five_times(tmp_path):
@@ -36,6 +36,6 @@ def test_a_check_climbs_back_up_at_most_five_times(tmp_path):
     spec.loader.exec_module(walk)
     visits = walk.walk(str(tmp_path), "check")
     climbs = {(a, b) for a, b in zip(visits, visits[1:]) if layers.layer_of(b) > layers.layer_of(a)}
-    assert "gate" in visits and "outcome" in visits and "report.terminal" in visits, visits  # the walk saw a check
+    assert "judging.gate" in visits and "judging.outcome" in visits and "report.terminal" in visits, visits  # the walk saw a check
     assert len(climbs) <= 5, sorted(climbs)
     assert not climbs & GONE, sorted(climbs & GONE)

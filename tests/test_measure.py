@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from hlo_audit import ab_verdicts, measure
+from hlo_audit import ab_verdicts
+from hlo_audit.judging import measure
 from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.host_cost import HostFigure, Spread, host_cost

@@ -243,7 +243,7 @@ def test_rng_cli_formats_and_bad_input(tmp_path):
 @pytest.mark.parametrize("rule_pattern, severity", [(None, "advisory"), ("b.rngs", "waived"), ("x.*", "advisory")])
 def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
     from hlo_audit.analysed import RngSummary
-    from hlo_audit.gate import Gate
+    from hlo_audit.judging.gate import Gate
     from hlo_audit.matrix import Cell
     from hlo_audit.policy import Policy, Waiver
     from hlo_audit.report.words import message
@@ -410,7 +410,7 @@ def test_streams_through_async_pairs_and_tuple_pass_throughs_keep_apart():
 def test_rng_state_through_async_pairs_and_tuple_pass_throughs_is_stripped():
     """Without stream b, the same program: rng-state-only, the tuples, the async wrapper's parameter and its
     MoveToHost losing the element b held."""
-    from hlo_audit.compare import Structural
+    from hlo_audit.judging.compare import Structural
 
     compared = Structural.of_analyses(analyze(passing_through(True), "idle"), analyze(passing_through(False), "none"))
     assert (compared.diff.verdict, compared.params.by_dtype) == ("rng-state-only", {"u32": -2})

@@ -19,7 +19,7 @@ import pytest
 import rng_constructs
 from rng_constructs import CONSTRUCTS, RNG_STATES, StepSpec
 from xla_oracle import xla_counts
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.normalize import normalize

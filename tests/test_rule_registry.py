@@ -15,9 +15,9 @@ import pytest
 from hlo_audit import rules as rules_package
 from hlo_audit.config import ConfigError, load_config
 from hlo_audit.findings import Finding, NamedChange
-from hlo_audit.gate import Gate
+from hlo_audit.judging.gate import Gate
 from hlo_audit.matrix import Cell
-from hlo_audit.outcome import _folds
+from hlo_audit.judging.outcome import _folds
 from hlo_audit.merge import _DETAILS, finding_record
 from hlo_audit.plan import Judge
 from hlo_audit.policy import Action, Policy

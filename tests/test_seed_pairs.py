@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 
 import injected_maxtext
 from hlo_audit.cli import app
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.matrix import Cell

@@ -21,7 +21,7 @@ import pallas_kernel
 import team_model as tm
 from cuda_probe import needs_cuda
 from hlo_audit.cli import app
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import REMAT, UNROLLED, Action, ChangeKind
 from hlo_audit.hlo.diff import diff_modules

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 from hlo_audit.golden import store
 from hlo_audit.golden.health import needs_healing
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, dumps
-from hlo_audit.outcome import Outcome
+from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.stack import is_compiler
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 if TYPE_CHECKING:  # measure's rows (measure reads the goldens; this writes its figures into them)
-    from hlo_audit.measure import CellMeasurement
+    from hlo_audit.judging.measure import CellMeasurement
 
 
 @dataclass(frozen=True)

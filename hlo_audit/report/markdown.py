@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.compare import CellDelta, Structural
+from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS

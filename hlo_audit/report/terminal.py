@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.compare import Structural
+from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.results import LoweredCell, LoweringWarnings

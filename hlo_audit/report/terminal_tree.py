@@ -14,7 +14,7 @@ from hlo_audit.report.terminal import print_launches, print_whole
 from hlo_audit.report.words import ROLE_SHORT, against_golden_text, human_bytes
 
 if TYPE_CHECKING:
-    from hlo_audit.explain import Node
+    from hlo_audit.judging.explain import Node
 
 def _counts(counts: dict[str, int], short: dict[str, str] | None = None) -> str:
     return " ".join(f"{(short or {}).get(k, k)}:{v}" for k, v in counts.items())

@@ -11,7 +11,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
                                 IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
                                 MissingGolden, Moved, NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden,
                                 StaleWaiver, TextChange, TextKind, Unjudged, Worded)
-from hlo_audit.compare import CellDelta, TextVerdict, environment_changes
+from hlo_audit.judging.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange, HostFigure
 from hlo_audit.rules.registry import Rule

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from hlo_audit.compare import CellDelta
+from hlo_audit.judging.compare import CellDelta
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard

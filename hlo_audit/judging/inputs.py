@@ -10,8 +10,8 @@ from pathlib import Path
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache
-from hlo_audit.explain import Node, explain
-from hlo_audit.compare import CanonicalInput, CellDelta, Structural, launch_comparison
+from hlo_audit.judging.explain import Node, explain
+from hlo_audit.judging.compare import CanonicalInput, CellDelta, Structural, launch_comparison
 from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.analysis import Analysis, analyze
 
@@ -22,7 +22,7 @@ from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.launches import launch_report
 from hlo_audit.hlo.thunks import thunk_dumps
 from hlo_audit.findings import LaunchChange
-from hlo_audit.outcome import Outcome
+from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import LoweredCell
 from hlo_audit.run import execute
