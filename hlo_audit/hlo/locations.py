@@ -45,6 +45,9 @@ class Origin(NamedTuple):
     callers: tuple[str, ...] = ()
 
 
+# The user frames a stack keeps, innermost first: real stacks hold a few dozen (MaxText's under hlo-audit's CLI, 50);
+# a hostile text's frames tens of thousands deep cost no more than this each.
+CHAIN_FRAMES = 128
 # (computation, instruction) -> its Origin, by the names of a module's canonical text.
 Places = Mapping[tuple[str, str], Origin]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
@@ -61,7 +64,7 @@ class Locations:
         self._files = {n: _unquote(v) for n, v in tables.get("FileNames", {}).items()}
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
-        self._resolved: dict[int, tuple[str, ...]] = {}
+        self._resolved: dict[int, tuple[tuple[str, ...], str]] = {}  # frame -> (user frames, innermost frame)
 
     @classmethod
     def of_tables(cls, files: Mapping[int, str], locations: Mapping[int, dict[str, int]],
@@ -94,29 +97,32 @@ class Locations:
         return chain[0] if chain else ""
 
     def chain(self, frame_id: int) -> tuple[str, ...]:
-        """The frames outside the frameworks from ``frame_id`` outwards, innermost first; the innermost frame alone
-        where every frame is a framework's."""
-        hit = self._resolved.get(frame_id)
-        if hit is None:
-            hit = self._resolved[frame_id] = self._walk(frame_id)
-        return hit
+        """The frames outside the frameworks from ``frame_id`` outwards, innermost first (``CHAIN_FRAMES`` at most);
+        the innermost frame alone where every frame is a framework's."""
+        if frame_id not in self._resolved:
+            self._resolve(frame_id)
+        user, innermost = self._resolved.get(frame_id, ((), ""))
+        return user if user else ((innermost,) if innermost else ())
 
-    def _walk(self, frame_id: int) -> tuple[str, ...]:
-        innermost = ""
-        found: list[str] = []
+    def _resolve(self, frame_id: int) -> None:
+        """Each frame's user frames and innermost frame from its caller's, resolved once: the frames up to the first
+        one resolved (or the outermost, or a cycle), then back down, so a module of deep stacks costs its frames
+        times ``CHAIN_FRAMES``, not their depths squared (a text can hold tens of thousands of frames)."""
+        path: list[int] = []
         seen: set[int] = set()
-        while frame_id and frame_id in self._frames and frame_id not in seen:
+        while frame_id and frame_id in self._frames and frame_id not in self._resolved and frame_id not in seen:
             seen.add(frame_id)
-            frame = self._frames[frame_id]
-            location = self._locations.get(frame.get("file_location_id", 0), {})
-            path = self._files.get(location.get("file_name_id", 0), "")
-            if path:
-                here = f"{PurePosixPath(path).name}:{location.get('line', 0)}"
-                innermost = innermost or here
-                if not _in_framework(path):
-                    found.append(here)
-            frame_id = frame.get("parent_frame_id", 0) - 1
-        return tuple(found) if found else ((innermost,) if innermost else ())
+            path.append(frame_id)
+            frame_id = self._frames[frame_id].get("parent_frame_id", 0) - 1
+        user, innermost = self._resolved.get(frame_id, ((), ""))
+        for frame_id in reversed(path):
+            location = self._locations.get(self._frames[frame_id].get("file_location_id", 0), {})
+            path_name = self._files.get(location.get("file_name_id", 0), "")
+            if path_name:
+                innermost = f"{PurePosixPath(path_name).name}:{location.get('line', 0)}"
+                if not _in_framework(path_name):
+                    user = (innermost, *user[:CHAIN_FRAMES - 1])
+            self._resolved[frame_id] = (user, innermost)
 
 
 def source_text(path: str, line: int) -> str:
@@ -215,7 +221,7 @@ def places_from_record(record: Mapping) -> dict[tuple[str, str], Origin]:
     def chain(number: int) -> tuple[str, ...]:
         if number not in chains:
             found, at = [], number
-            while at >= 0:
+            while at >= 0 and len(found) < len(frames):  # a record's frames are a tree; bounded all the same
                 source, parent = frames[at]
                 found.append(sources[source])
                 at = parent - 1
