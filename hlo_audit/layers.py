@@ -28,7 +28,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts", "rules", "rules.*",
                  "scaling", "golden.record", "golden.health")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
-    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
+    # The lowering processes (worker: the only place a target runs) and this process's side of them (workers).
+    ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress",
+                 "worker", "workers")),
     # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.
     ("judging", ("golden", "golden.*", "judging", "judging.*")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).

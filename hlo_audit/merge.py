@@ -64,6 +64,8 @@ def cell_record(r: CellResult, slope: float | None = None) -> Json:
         # Constants, the large ones, literal RNG keys, and the arrays the step captured (with their paths)
         "constants": lowered.constants.to_record() if lowered and lowered.constants else None,
         "cached": lowered.cached if lowered else False, "lower_seconds": lowered.lower_seconds if lowered else 0.0,
+        # Why this run lowered it rather than serving it from the cache ("" where served, or with --no-cache)
+        "relowered_because": r.relowered_because,
     }
 
 

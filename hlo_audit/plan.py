@@ -13,17 +13,17 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from hlo_audit import host
+from hlo_audit import host, workers
 from hlo_audit.cache.key import analysis_fingerprint, package_versions
 from hlo_audit.config import Config, load_config
 from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, parse_shard, selection, shard_of
 from hlo_audit.resolve import resolve
 from hlo_audit.rules.registry import fingerprinted_tolerances
-from hlo_audit.targets import get_target
+from hlo_audit.lowering import TargetError
 from hlo_audit.usage import InputError
 
 
@@ -134,7 +134,7 @@ class Plan:
                    full_matrix=None if config.uses_full_depth else config.cells())
 
     def full_depth(self, model: str) -> int:
-        return get_target(self.config.target, self.config.nnx).full_depth(model)
+        return depth_reader(self.config)(model)
 
     def series_cells(self, cell: Cell) -> list[Cell]:
         """The plan's cells of ``cell``'s depth series (what the RNG-scaling rule needs to judge it)."""
@@ -183,8 +183,25 @@ def parse_layers(value: str | None) -> list[int | str] | None:
 
 def _universe(config: Config, depths: list[int | str] | None) -> list[Cell]:
     needs_depth = "full" in depths if depths else config.uses_full_depth
-    full_depth = get_target(config.target, config.nnx).full_depth if needs_depth else None
-    return config.cells(full_depth, depths)
+    return config.cells(depth_reader(config) if needs_depth else None, depths)
+
+
+def depth_reader(config: Config) -> Callable[[str], int]:
+    """``model -> its full depth``, as the target says it, asked of a lowering process (``workers.describe``): the
+    target's code never runs here. Its errors are TargetError (the config's to report, by model)."""
+
+    def full_depth(model: str) -> int:
+        answer = workers.describe(config.target, [model], config.nnx)
+        if isinstance(answer, str):
+            raise TargetError(answer)
+        said = answer.get("full_depth", {}).get(model) if isinstance(answer.get("full_depth"), dict) else None
+        if not isinstance(said, dict) or "layers" not in said:
+            raise TargetError(str(said.get("error", "no depth")) if isinstance(said, dict) else "no depth")
+        if not isinstance(said["layers"], int) or isinstance(said["layers"], bool):
+            raise ValueError(f"not a number of layers: {said['layers']!r}")
+        return said["layers"]
+
+    return full_depth
 
 
 def plan(config_path: str | None = None, only: str | Sequence[str] | None = None, shard: str | None = None,

@@ -105,8 +105,9 @@ class CellLog:
             # lowering time of its own); a cached cell never began one.
             seconds = (now - since if since is not None else
                        result.lower_seconds if isinstance(result, LoweredCell) and not result.cached else 0.0)
+            why = f" (re-lowered: {visible(result.relowered_because)})" if result.relowered_because else ""
             self._write(f"cell {self._done}/{self._total} {visible(result.cell.id)} {finish_word(result)} "
-                        f"{duration(seconds)}")
+                        f"{duration(seconds)}{why}")
 
     def judged(self, cell_id: str, verdict: Severity) -> None:
         with self._lock:

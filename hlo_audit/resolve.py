@@ -8,7 +8,6 @@ from dataclasses import replace
 
 from hlo_audit.cache import importing_target
 from hlo_audit.config import Config, ConfigError
-from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import id_part_problem
 from hlo_audit.targets import missing_stack, nnx_spec
 
@@ -35,25 +34,25 @@ def resolve(config: Config) -> Config:
         raise ConfigError(f"{config.source}: {problem}")
     if config.target == "maxtext":
         return config
-    # The import happens here, before any cell runs: what it reads (a user's module-level os.environ.get) is
-    # recorded as the process's imports' reads, part of every cell's cache manifest (run._target finds the module
-    # already imported and reads nothing).
-    with importing_target():
-        if config.target == nnx_spec.TARGET:
+    if config.target == nnx_spec.TARGET:
+        # The nnx target's library is still imported here (not yet in a lowering process): what it reads is
+        # recorded as this process's imports' reads.
+        with importing_target():
             return _resolve_nnx(config)
-        return _resolve_callable(config)
+    return _resolve_callable(config)
 
 
 def _resolve_callable(config: Config) -> Config:
-    from hlo_audit.targets import get_target  # noqa: PLC0415 (imports the user's module)
+    """The function's declared axes, as a lowering process reads them (``workers.describe``): its module is
+    imported there, never here."""
+    from hlo_audit import workers  # noqa: PLC0415
 
-    try:
-        target = get_target(config.target)
-    except TargetError as exc:
-        raise ConfigError(f"{config.source}: target: {' '.join(str(exc).split())}") from None
+    answer = workers.describe(config.target, [])
+    if isinstance(answer, str):
+        raise ConfigError(f"{config.source}: target: {' '.join(answer.split())}")
     series = list(config.series)
     for axis, values_of in (("scan", _declared_scans), ("quant", _declared_quants)):
-        declared = values_of(target, config)
+        declared = values_of(answer, config)
         if declared is None:
             continue
         for i, (axes, defaulted) in enumerate(zip(series, config.defaulted or [frozenset()] * len(series))):
@@ -71,9 +70,9 @@ def _resolve_callable(config: Config) -> Config:
     return replace(config, series=tuple(series), resolved=True)
 
 
-def _declared(target, config: Config, axis: str) -> list[str] | None:
-    declared = getattr(getattr(target, "function", None), axis, None)
-    if declared is None or callable(declared):
+def _declared(answer: dict, config: Config, axis: str) -> list[str] | None:
+    declared = answer.get(axis)
+    if declared is None:
         return None
     declared = [declared] if isinstance(declared, str) else declared
     if not isinstance(declared, (list, tuple)) or not declared or not all(isinstance(v, str) for v in declared):
@@ -88,13 +87,13 @@ def _declared(target, config: Config, axis: str) -> list[str] | None:
     return list(dict.fromkeys(declared))
 
 
-def _declared_scans(target, config: Config) -> tuple[bool, ...] | None:
-    declared = _declared(target, config, "scan")
+def _declared_scans(answer: dict, config: Config) -> tuple[bool, ...] | None:
+    declared = _declared(answer, config, "scan")
     return None if declared is None else tuple(v == "on" for v in declared)
 
 
-def _declared_quants(target, config: Config) -> tuple[str, ...] | None:
-    declared = _declared(target, config, "quant")
+def _declared_quants(answer: dict, config: Config) -> tuple[str, ...] | None:
+    declared = _declared(answer, config, "quant")
     return None if declared is None else tuple(declared)
 
 

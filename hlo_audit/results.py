@@ -52,6 +52,9 @@ class CellResult:
     # What the lowering warned (jax's "Some donated buffers were not usable", ...), each warning once, as
     # ``warning_text`` shortens it: captured per cell (never printed as it happens), summarized once per run.
     warnings: tuple[str, ...] = ()
+    # Why this run lowered the cell instead of serving it (the first recorded input that changed, or why its inputs
+    # cannot be keyed: "unservable: runs a subprocess at model.py:12"); "" where it was served or not looked up.
+    relowered_because: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if type(self) is CellResult:

@@ -29,7 +29,6 @@ from hlo_audit.stages import compiled
 from hlo_audit.stages.program import checked_arg_keys
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.matrix import Cell
-from hlo_audit.targets.callable import CallableTarget
 from in_process import in_project
 from projects import config
 
@@ -89,7 +88,7 @@ def test_tpu_cell_compiles_for_the_topology_and_records_memory_and_cost(project)
 def test_compiled_text_is_tpu_code_attributed_through_args_info(project):
     project_dir, _ = project
     cell = Cell("mlp", False, "dropout0", 2, target=TARGET, platform="tpu", device="v6e-4", stage="compiled")
-    text, meta = Cache(project_dir / ".hlo-audit-cache").get_lowering(lowering_key(cell, CallableTarget(TARGET).fingerprint()))
+    text, meta = Cache(project_dir / ".hlo-audit-cache").get_lowering(lowering_key(cell))
     # The module after XLA's TPU passes: scheduled, with the TPU's tiled layouts (one chip: the example's step
     # is unsharded, so jax's default device, the topology's first chip, is what it compiles for).
     header = text.split("\n", 1)[0]
@@ -192,9 +191,9 @@ def test_platform_requirements_and_worker_sizing(monkeypatch, tmp_path):
         platform.check_available(no_topology)
     assert platform.toolchain(tpu) == {"libtpu": "0.0.52"} and platform.toolchain(lowered) == {}
     # A libtpu upgrade re-lowers TPU topology cells only.
-    before = (lowering_key(tpu, "t"), lowering_key(lowered, "t"))
+    before = (lowering_key(tpu), lowering_key(lowered))
     monkeypatch.setattr(TpuPlatform, "toolchain", lambda self, cell: {"libtpu": "9.9"} if cell.device else {})
-    assert lowering_key(tpu, "t") != before[0] and lowering_key(lowered, "t") == before[1]
+    assert lowering_key(tpu) != before[0] and lowering_key(lowered) == before[1]
     # --jobs is an upper bound; memory is the other: a compiled TPU worker needs 3 GiB, a lowering 1 GiB.
     gib = 1 << 30
 

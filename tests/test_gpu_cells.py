@@ -87,7 +87,7 @@ def test_a_users_target_config_is_a_gpu_named_by_its_file(tmp_path):
     assert cell.id == "llama3-8b/scan-off/none/L2/cuda-8xmy_h100/compiled"
     assert cell.device == f"8x{mine}" and platforms.of(cell).architecture(cell.device) == "sm_90"
     # The config's content is the cache key's and the golden environment's: an edit re-lowers.
-    before = lowering_key(cell, "target")
+    before = lowering_key(cell)
     toolchain = platforms.of(cell).toolchain(cell)
     assert set(toolchain) == {"jax-cuda12-plugin", "gpu_target_sha256", "nvidia-cuda-nvcc-cu12"}
     mine.write_text(target_config("h100").replace("core_count: 132", "core_count: 114"))  # an H100 PCIe's SMs
@@ -96,7 +96,7 @@ def test_a_users_target_config_is_a_gpu_named_by_its_file(tmp_path):
     cuda.target_config.cache_clear()
     try:
         assert platforms.of(cell).toolchain(cell)["gpu_target_sha256"] != toolchain["gpu_target_sha256"]
-        assert lowering_key(cell, "target") != before
+        assert lowering_key(cell) != before
     finally:
         cuda.target_config.cache_clear()
     # A lowered-stage cell of a shipped GPU keys on the shipped file; an architecture-only cell keys on nothing new.

@@ -259,7 +259,7 @@ def test_unknown_model_is_an_error_row_and_the_run_exits_nonzero(matrix):
 
 def _cached_text(session_lowerings, cell: Cell) -> str:
     cache = Cache(session_lowerings.folder)
-    return cache.hlo_text(lowering_key(cell, MaxTextTarget().fingerprint()))
+    return cache.hlo_text(lowering_key(cell))
 
 
 @pytest.mark.long
@@ -303,7 +303,7 @@ def test_rng_says_which_aqt_streams_are_drawn_and_what_dead_state_costs(full_dep
 def test_args_info_paths_agree_with_the_text(matrix, session_lowerings):
     """jax's own args_info (used for attribution) and the decoded text names tell one story."""
     cell = Cell("llama3-8b", False, "int8", 2)
-    text, meta = Cache(session_lowerings.folder).get_lowering(lowering_key(cell, MaxTextTarget().fingerprint()))
+    text, meta = Cache(session_lowerings.folder).get_lowering(lowering_key(cell))
     module = parse_module(text)
     from_text = [p.path for p in entry_params(module)]
     assert len(from_text) == len(meta["arg_keys"]) == 161

@@ -16,7 +16,9 @@ from hlo_audit.matrix import Cell
 # v3: manifests of what each lowering read; every entry carries its key, cell and checksum.
 # v4: the project's files named relative to it; each cell's own modules and opened files; every entry marked with
 # this user's key (entries of v3 carry no mark: a v4 cache starts empty rather than warn about each).
-LAYOUT_VERSION = "v4"
+# v5: a lowering's reads recorded in its own process (issue 45): paths probed, folders listed, modules not found,
+# what makes it unservable; the primary key no longer holds a target's fingerprint (the judging process imports none).
+LAYOUT_VERSION = "v5"
 _VERSIONED_PACKAGES = ("jax", "jaxlib", "flax", "maxtext", "transformer-engine-jax")
 FLAG_PREFIXES = ("XLA_", "JAX_", "LIBTPU_")
 HLO_AUDIT_ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +38,12 @@ def _flags() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(FLAG_PREFIXES) and k not in NOT_FLAGS}
 
 
-def lowering_key(cell: Cell, target_fingerprint: str) -> str:
-    """The primary key: what is known about a cell's lowering before it runs (the module doc)."""
+def lowering_key(cell: Cell) -> str:
+    """The primary key: what is known about a cell's lowering before it runs (the module doc). The target's own code
+    (a user's module, MaxText's files) is in what the lowering read, not here: knowing it here would mean importing
+    it in the judging process."""
     material = {"layout": LAYOUT_VERSION, "cell": cell.key_material(), "versions": package_versions(),
-                "target": target_fingerprint, "flags": _flags(), "lowering": lowering_fingerprint(),
+                "flags": _flags(), "lowering": lowering_fingerprint(),
                 "python": sys.version, "recorder": _recorder_fingerprint()}
     toolchain = platforms.of(cell).toolchain(cell)
     if toolchain:  # only where the cell depends on it: a libtpu upgrade re-lowers TPU cells, not CPU ones
@@ -84,7 +88,7 @@ def _recorder_fingerprint() -> str:
     """The cache's own code: it decides what a manifest records and how entries verify, so entries of another
     version of it are not trusted to have recorded enough."""
     digest = hashlib.sha256()
-    for path in sorted(_CACHE_ROOT.glob("*.py")):
+    for path in [*sorted(_CACHE_ROOT.glob("*.py")), HLO_AUDIT_ROOT / "worker.py"]:  # the worker runs the recorder
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import functools
 import hashlib
 import os
 import re
+import stat as stat_module
 import sys
 import sysconfig
 import threading
@@ -21,7 +23,8 @@ from pathlib import Path
 
 from hlo_audit import host, layers
 from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
-from hlo_audit.cache.used import Used, close_window, files_opened, modules_used, open_window
+from hlo_audit.cache.used import (ABSENT_MODULES, ALL_NAMES, DISTRIBUTIONS, Used, close_window, files_opened,
+                                  modules_used, open_window, probed, unservable)
 
 
 class _EnvironmentReads:
@@ -44,12 +47,19 @@ _bulk = threading.local()
 # Reads made while building targets in this process (imports: jax's config, a user's module-level os.environ.get):
 # the values a module keeps from its import hold for every cell lowered after it.
 _PROCESS_READS = _EnvironmentReads()
-# Files opened while building targets in this process (a config a user's module reads at import): every cell's.
+# Files opened while building targets in this process (a config a user's module reads at import): every cell's; so
+# are the paths it probed and why it cannot be keyed.
 _PROCESS_OPENED: set[str] = set()
+_PROCESS_PROBED: set[str] = set()
+_PROCESS_UNSERVABLE: list[str] = []
 
 
 def _note(environ, key, value) -> None:
-    if environ is not os.environ or not isinstance(key, str) or getattr(_bulk, "depth", 0):
+    if environ is os.environb and isinstance(key, bytes):  # the same variables, as bytes: the same record
+        key, value = os.fsdecode(key), None if value is None else os.fsdecode(value)
+    elif environ is not os.environ:
+        return
+    if not isinstance(key, str) or getattr(_bulk, "depth", 0):
         return
     try:
         caller = sys._getframe(2).f_code  # noqa: SLF001 -- the frame that asked os.environ (no public equivalent)
@@ -73,16 +83,16 @@ def _getitem(self, key):
 
 
 def _setitem(self, key, value):
-    if self is os.environ:
+    if self is os.environ or self is os.environb:
         for reads in _recorders:
-            reads.written.add(key)
+            reads.written.add(os.fsdecode(key) if isinstance(key, bytes) else key)
     _ORIGINAL["__setitem__"](self, key, value)
 
 
 def _delitem(self, key):
-    if self is os.environ:
+    if self is os.environ or self is os.environb:
         for reads in _recorders:
-            reads.written.add(key)
+            reads.written.add(os.fsdecode(key) if isinstance(key, bytes) else key)
     _ORIGINAL["__delitem__"](self, key)
 
 
@@ -130,6 +140,8 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
         close_window(used)
         if process_wide:
             _PROCESS_OPENED.update(files_opened(used))
+            _PROCESS_PROBED.update(probed(used))
+            _PROCESS_UNSERVABLE.extend(unservable(used))
         else:
             reads.used = used
 
@@ -160,11 +172,31 @@ class Reads:
     environment: Mapping[str, str | None]
     set_by_lowering: Mapping[str, str]  # read unset, then set by the lowering itself: holds unset or at this value
     imported_environment: Mapping[str, str | None]
+    # Paths asked about and not opened: "dir", "absent" or "other" (a regular file asked about is in ``files``).
+    probed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    listed: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # folder -> sha256 of its names
+    absent_modules: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)  # name -> where it looked
+    unservable: tuple[str, ...] = ()  # why this lowering's inputs cannot be keyed: never served
 
     def to_record(self) -> dict:
         return {"files": dict(self.files), "distributions": dict(self.distributions),
                 "environment": dict(self.environment), "set_by_lowering": dict(self.set_by_lowering),
-                "imported_environment": dict(self.imported_environment)}
+                "imported_environment": dict(self.imported_environment), "probed": dict(self.probed),
+                "listed": dict(self.listed), "absent_modules": {k: list(v) for k, v in self.absent_modules.items()},
+                "unservable": list(self.unservable)}
+
+    @classmethod
+    def from_record(cls, record: object) -> "Reads":
+        """What a lowering process sent (JSON), checked for shape: ValueError where it is not a record of reads."""
+        if not isinstance(record, dict):
+            raise ValueError("not a record of reads")
+        maps = ("files", "distributions", "environment", "set_by_lowering", "imported_environment", "probed",
+                "listed", "absent_modules")
+        if not all(isinstance(record.get(name, {}), dict) for name in maps) or not isinstance(
+                record.get("unservable", []), list):
+            raise ValueError("a record of reads of another shape")
+        return cls(**{name: record.get(name, {}) for name in maps},
+                   unservable=tuple(str(reason) for reason in record.get("unservable", [])))
 
 
 def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozenset()) -> Reads:
@@ -185,15 +217,69 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
         if path not in kinds:
             kinds[path] = _file_kind(path, _installed_files(search_path))
         kind = kinds[path]
-        if kind == "content" or (isinstance(kind, tuple) and kind[0] in by_content):
+        if kind == "content" or (isinstance(kind, tuple) and kind[0] in by_content and not _metadata(path)):
             if (state := _file_state(path)) is not None or path.endswith(".py"):
                 files[path] = state  # a module's file gone since it loaded is recorded gone; an opened one is not
         elif kind is not None:
             distributions[kind[0]] = kind[1]
     set_itself = {name: value for name, value in window.set_itself.items()
                   if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
+    probes, listed = _probes(used, kinds, search_path, by_content, files)
+    reasons = [*_PROCESS_UNSERVABLE, *(unservable(used) if used else ())]
     return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
-                 set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS))
+                 set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS), probed=probes,
+                 listed=listed, absent_modules={name: list(path) for name, path in sorted(ABSENT_MODULES.items())},
+                 unservable=tuple(dict.fromkeys(reasons)))
+
+
+def _probes(used: Used | None, kinds: dict, search_path: tuple[str, ...], by_content: frozenset[str],
+            files: dict) -> tuple[dict[str, str], dict[str, str | None]]:
+    """The paths a lowering asked about (and this process's imports did) that are not already keyed by their content
+    or their distribution: a regular file asked about is keyed by content (its size or time may be what was read),
+    anything else by what it is ("dir", "absent", "other"); a folder listed by the names in it."""
+    probes: dict[str, str] = {}
+    asked = {path for path in set(_PROCESS_PROBED) | (probed(used) if used else set()) if not _keyed_elsewhere(path)}
+    listed = {path: _names_digest(path, kind) for path, kind in sorted(used.listed.items()) if path in asked} \
+        if used else {}
+    for path in sorted(asked):
+        if path in files or path in listed:
+            continue
+        if path not in kinds:
+            kinds[path] = _file_kind(path, _installed_files(search_path))
+        kind = kinds[path]
+        if kind is None or (isinstance(kind, tuple) and kind[0] not in by_content):
+            continue  # hlo-audit's own, the Python's, an installed distribution's: keyed by their versions
+        what = _what_is(path)
+        if what == "file":
+            files[path] = _file_state(path)
+        else:
+            probes[path] = what
+    return probes, listed
+
+
+def _what_is(path: str) -> str:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return "absent"
+    return "file" if stat_module.S_ISREG(info.st_mode) else "dir" if stat_module.S_ISDIR(info.st_mode) else "other"
+
+
+def _keyed_elsewhere(path: str) -> bool:
+    """A path the Python's version or an installed distribution's keys (the standard library, site-packages): what
+    is asked about there changes only with what is installed, which the versions say."""
+    return path.startswith(_stdlib_roots()) or any(f"{os.sep}{d}" in path for d in _SITE_FOLDERS)
+
+
+def _names_digest(folder: str, kind: str = ALL_NAMES) -> str | None:
+    """``kind:sha256`` of the names in a folder that were read (every name; the distributions' metadata folders)."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    if kind == DISTRIBUTIONS:
+        names = [name for name in names if name.endswith((".dist-info", ".egg-info", ".egg-link"))]
+    return f"{kind}:" + hashlib.sha256("\0".join(names).encode()).hexdigest()
 
 
 def _module_files(names: set[str]) -> set[str]:
@@ -214,6 +300,12 @@ def _kinds(search_path: tuple[str, ...]) -> dict[str, str | tuple[str, str] | No
     return {}
 
 
+def _metadata(path: str) -> bool:
+    """A file of a distribution's metadata folder (its README and pins: ``pip install -e`` rewrites METADATA at every
+    commit): keyed by the distribution's version, even for the code under test, whose modules count by content."""
+    return _dist_info_name(os.path.basename(os.path.dirname(path))) is not None
+
+
 def _file_kind(path: str, installed: dict[str, tuple[str, str]]) -> str | tuple[str, str] | None:
     """``content`` (hash it), a distribution ``(name, version)`` that installed it, or None (not an input here)."""
     own = next((root for root in _own_roots() if path.startswith(root)), None)
@@ -222,6 +314,8 @@ def _file_kind(path: str, installed: dict[str, tuple[str, str]]) -> str | tuple[
         # imported by a lowering (tests/test_layers.py). The examples are targets: a user's code like any other.
         module = layers.module_name(path[len(own):].replace(os.sep, "/")) if path.endswith(".py") else ""
         return "content" if module == "examples" or module.startswith("examples.") else None
+    if _metadata(path):
+        return _dist_info_name(os.path.basename(os.path.dirname(path)))
     if path in installed:
         return installed[path]
     if path.startswith(_stdlib_roots()) and not any(f"{os.sep}{d}{os.sep}" in path for d in _SITE_FOLDERS):
@@ -337,19 +431,26 @@ def portable(reads: dict, roots: tuple[str, ...]) -> dict:
     """A manifest variant's reads with the project's files named relative to the project: a copy of it, a second
     worktree, a workspace restored at another path checks its own files, and two projects sharing a cache_dir each
     theirs (issue 37). Files outside it (another folder on PYTHONPATH, an editable install elsewhere) keep their
-    absolute path: they are the same files wherever the project is."""
-    files = {}
-    for path, state in reads["files"].items():
-        under = next((root for root in roots if path.startswith(root)), None)
-        files[path[len(under):] if under else path] = state
-    return {**reads, "files": files}
+    absolute path: they are the same files wherever the project is. So do paths probed, folders listed and where an
+    absent module was looked for."""
+
+    def relative(path: str) -> str:
+        under = next((root for root in roots if path.startswith(root) or path + os.sep == root), None)
+        return (path[len(under):] or ".") if under and path.startswith(under) else "." if under else path
+
+    moved = {name: {relative(path): value for path, value in reads.get(name, {}).items()}
+             for name in ("files", "probed", "listed")}
+    absent = {name: [relative(path) for path in where] for name, where in reads.get("absent_modules", {}).items()}
+    return {**reads, **moved, "absent_modules": absent}
 
 
 def identity(reads: dict) -> dict:
     """What a manifest's variant stands for, without the stamps (a fresh checkout of the same files is the same)."""
     return {"files": {path: state[2] if state else None for path, state in reads["files"].items()},
             "distributions": reads["distributions"], "environment": reads["environment"],
-            "set_by_lowering": reads.get("set_by_lowering", {}), "imported_environment": reads["imported_environment"]}
+            "set_by_lowering": reads.get("set_by_lowering", {}), "imported_environment": reads["imported_environment"],
+            **{name: reads.get(name, {}) for name in ("probed", "listed", "absent_modules")},
+            "unservable": reads.get("unservable", [])}
 
 
 class Now:
@@ -378,6 +479,11 @@ class Now:
             except metadata.PackageNotFoundError:
                 self._versions[name] = "absent"
         return self._versions[name]
+
+    def shown(self, why: str) -> str:
+        """A reason as a user reads it: the project's files relative to the project."""
+        root = os.path.join(self.root, "") if self.root is not None else None
+        return why.replace(root, "") if root else why
 
     def locate(self, path: str) -> str | None:
         """A recorded path as a file here: a relative one is the project's (None: this run has no project)."""
@@ -416,6 +522,10 @@ class Now:
         for name, version in reads["distributions"].items():
             if self.version(name) != version:
                 return f"{name} {version} -> {self.version(name)}", False
+        if reads.get("unservable"):
+            return f"unservable: {reads['unservable'][0]}", False
+        if (why := self._probes_changed(reads)) is not None:
+            return why, False
         retouched = False
         for recorded, state in reads["files"].items():
             path = self.locate(recorded)
@@ -433,3 +543,29 @@ class Now:
             retouched = True
         return None, retouched
 
+    def _probes_changed(self, reads: dict) -> str | None:
+        """Why a path asked about, a folder listed or a module not found is no longer what the lowering saw."""
+        for recorded, what in reads.get("probed", {}).items():
+            path = self.locate(recorded)
+            if path is None or _what_is(path) != what:
+                return f"{path or recorded} {'appeared' if what == 'absent' else 'changed'}"
+        for recorded, digest in reads.get("listed", {}).items():
+            path = self.locate(recorded)
+            kind = digest.partition(":")[0] if isinstance(digest, str) else ALL_NAMES
+            if path is None or _names_digest(path, kind) != digest:
+                return f"the names in {path or recorded} changed"
+        for name, where in reads.get("absent_modules", {}).items():
+            folders = [self.locate(p) for p in where]
+            if None in folders or _findable(name, folders):
+                return f"module {name} appeared"
+        return None
+
+
+def _findable(name: str, folders: list) -> bool:
+    """Whether an import of ``name`` would now find it where it looked, found without importing anything."""
+    from importlib.machinery import PathFinder  # noqa: PLC0415
+
+    try:
+        return PathFinder.find_spec(name.rpartition(".")[2] if "." in name else name, folders) is not None
+    except (ImportError, ValueError, OSError):
+        return True

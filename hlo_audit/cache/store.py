@@ -200,6 +200,7 @@ class Cache:
         self._now = Now(project)
         self._write_failed = False
         self._untrusted_said = False
+        self.missed: dict[str, str] = {}  # cell id -> why its last lookup found no variant (the first one's reason)
         if enabled:
             self._check_usable()
             _key_at(key_path())
@@ -282,6 +283,7 @@ class Cache:
         manifest = self._read(key, "manifest", cell, _parse_json_entry)
         if manifest is None:
             return None
+        first = None
         try:
             variants = [(v["entry"], v["reads"]) for v in manifest["variants"]]
             for entry, reads in variants:
@@ -292,8 +294,11 @@ class Cache:
                     if retouched and cell is not None:
                         self._retouch(key, cell, manifest, entry)
                     return entry
+                first = first or why
         except (KeyError, TypeError, ValueError, AttributeError, IndexError):
             return self._damaged(self._path(key, "manifest"), cell, "not a manifest (JSON of another shape)")
+        if cell is not None and first:
+            self.missed[cell] = self._now.shown(first)
         return None
 
     def _retouch(self, key: str, cell: str, manifest: dict, entry: str) -> None:
@@ -367,9 +372,11 @@ class Cache:
                 self._warn(f"cache entry {path} cannot be written ({exc.strerror or exc}); not caching it")
             self._write_failed = True
 
-    def put(self, key: str, result: CellResult, lowering: Lowering, read: Reads) -> CellResult:
+    def put(self, key: str, result: CellResult, lowering: Lowering, read: Reads,
+            versions: list[str] | tuple[str, ...] = ()) -> CellResult:
         """Store a cell just lowered: its entry (text, lowering record, result, canonical text), then the manifest
-        variant naming it. Returns the result keyed by its entry (``key``)."""
+        variant naming it. Returns the result keyed by its entry (``key``). ``versions``: the distributions the
+        target said its text depends on (``run.environment``'s names, kept for re-analysing the entry)."""
         reads = portable(read.to_record(), self._roots)  # the manifest variant's record
         entry = material_digest({"primary": key, "reads": identity(reads)})
         result = replace(result, key=entry)
@@ -377,7 +384,8 @@ class Cache:
         if not self.enabled:
             return result
         cell = result.cell.id
-        meta = {"cell": cell, "seconds": result.lower_seconds, **lowering.meta(), "hlo_sha256": _sha256(lowering.text)}
+        meta = {"cell": cell, "seconds": result.lower_seconds, **lowering.meta(), "hlo_sha256": _sha256(lowering.text),
+                "versions": list(versions)}
         self._write(self._path(entry, "hlo"), _text_entry({"kind": "hlo", "key": entry, "cell": cell}, lowering.text))
         self._write(self._path(entry, "lowering"), _json_entry({"kind": "lowering", "key": entry, "cell": cell}, meta))
         self.put_result(entry, result)

@@ -31,12 +31,18 @@ _NOT_FILES = ("/proc/", "/sys/", "/dev/")
 
 
 class Used:
-    """One window's record: files opened for reading and for writing, module names asked for, modules loaded."""
+    """One window's record: files opened for reading and for writing, module names asked for, modules loaded, paths
+    probed (a ``stat``: existence is a read, absence too), folders listed, and what makes it unservable."""
 
     def __init__(self, lowering: bool) -> None:
         self.lowering = lowering  # a cell's lowering (imports tracked), or building a target (files only)
         self.opened: set[str] = set()
-        self.written: set[str] = set()
+        self.written: set[str] = set()  # files that existed, opened for writing: read too, they cannot be keyed
+        self.created: set[str] = set()  # files and folders the window made (its outputs, read back or not)
+        self.touched: set[str] = set()  # files whose times or mode the window set (their ctime says nothing)
+        self.probed: set[str] = set()
+        self.listed: dict[str, str] = {}  # folder -> which of its names were read (ALL_NAMES, DISTRIBUTIONS)
+        self.unservable: list[str] = []
         self.imported: set[str] = set()
         self.ran: set[str] = set()  # files whose code ran (co_filename)
         self.before: frozenset[str] = frozenset()
@@ -85,19 +91,107 @@ def _hear_code(on: bool) -> None:
         _MONITORING.restart_events()
 
 
-def _audit(event: str, args: tuple) -> None:
-    if event != "open" or not _windows:
-        return
-    path, mode, flags = args
+# Audit events (PEP 578) whose effect no record of files can key: the cell is lowered again every run.
+_UNKEYABLE = {"subprocess.Popen": "runs a subprocess", "os.system": "runs a shell command",
+              "os.exec": "execs a program", "os.posix_spawn": "spawns a process", "os.spawn": "spawns a process",
+              "os.fork": "forks", "os.forkpty": "forks", "socket.connect": "opens a network connection",
+              "socket.sendto": "sends on a socket"}
+_TOUCHING = ("os.utime", "os.chmod", "os.chown", "os.truncate")
+ALL_NAMES, DISTRIBUTIONS = "names", "distributions"
+_METADATA_FILE = os.path.join("importlib", "metadata", "__init__.py")
+
+
+def _path_of(path) -> str | None:
     if isinstance(path, int) or path is None:
-        return
+        return None
     try:
-        path = os.path.abspath(os.fsdecode(path))
+        return os.path.abspath(os.fsdecode(path))
     except (TypeError, ValueError, OSError):
+        return None
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _windows:
+        return
+    if event == "open":
+        _opened(*args[:3])
+    elif event in _UNKEYABLE:
+        reason = f"{_UNKEYABLE[event]} at {_user_place()}"
+        for window in list(_windows):
+            window.unservable.append(reason)
+    elif event in ("os.listdir", "os.scandir"):
+        caller = sys._getframe(1).f_code.co_filename  # noqa: SLF001 -- who listed (no public equivalent)
+        if caller.startswith("<frozen importlib"):
+            return  # the import system's own listing: what it found is recorded as modules, present or absent
+        if (path := _path_of(args[0] if args and args[0] is not None else ".")) is not None:
+            # importlib.metadata lists a folder for the distributions in it (jax's plugin discovery): only those
+            # names are what it read there.
+            kind = DISTRIBUTIONS if caller.endswith(_METADATA_FILE) else ALL_NAMES
+            for window in list(_windows):
+                window.listed[path] = ALL_NAMES if window.listed.get(path) == ALL_NAMES else kind
+    elif event == "os.mkdir" and (path := _path_of(args[0])) is not None:
+        for window in list(_windows):
+            window.created.add(path)
+    elif event in ("os.rename", "os.replace") and (path := _path_of(args[1])) is not None:
+        for window in list(_windows):
+            window.created.add(path)  # renamed into place: the window's output
+    elif event in _TOUCHING and args and (path := _path_of(args[0])) is not None:
+        for window in list(_windows):
+            window.touched.add(path)
+    elif event == "ctypes.dlopen" and args and isinstance(args[0], str) and os.sep in args[0]:
+        _opened(args[0], "r", 0)  # a library loaded by path is a file read; by name, the system's (not keyed)
+
+
+def _opened(path, mode, flags) -> None:
+    path = _path_of(path)
+    if path is None:
         return
     writing = any(c in mode for c in "wax+") if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_RDONLY
+    reading = "+" in mode or "r" in mode if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_WRONLY
+    existed = os.path.lexists(path) if writing else True
     for window in list(_windows):
-        (window.written if writing else window.opened).add(path)
+        if writing:
+            (window.written if existed else window.created).add(path)
+        if reading:
+            window.opened.add(path)
+
+
+def _user_place() -> str:
+    """The innermost frame outside hlo-audit, jax and Python's own library: where the user's code did it."""
+    skip = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.__file__))
+    frame = sys._getframe(1)  # noqa: SLF001 -- the caller's frames (no public equivalent)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(skip) and not name.startswith("<") and "/jax/" not in name:
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "an unknown place"
+
+
+# os.stat and its friends raise no audit event: wrapped while a window is open, so a file's existence (or absence)
+# asked for is recorded. The import system's own stats (posix.stat, bound in importlib) are not these.
+_STATS = {name: getattr(os, name) for name in ("stat", "lstat", "access")}
+
+
+def _probing(name: str):
+    original = _STATS[name]
+
+    def probe(path, *args, **kwargs):
+        if _windows and "dir_fd" not in kwargs and (found := _path_of(path)) is not None:
+            for window in list(_windows):
+                window.probed.add(found)
+        return original(path, *args, **kwargs)
+
+    probe.__wrapped__ = original
+    return probe
+
+
+_PROBES = {name: _probing(name) for name in _STATS}
+
+
+def _probe_stats(on: bool) -> None:
+    for name, function in (_PROBES if on else _STATS).items():
+        setattr(os, name, function)
 
 
 def _absolute(name: str, globals_: dict | None, level: int) -> str | None:
@@ -135,6 +229,28 @@ def _tracked(load, absolute: str | None, fromlist) -> object:
     if not loading:
         _asked(wanted | {s for s in subs if s in sys.modules})
         return load()
+    try:
+        return _loading(load, wanted, subs)
+    except ImportError:
+        if absolute is not None and absolute not in sys.modules:
+            ABSENT_MODULES.setdefault(absolute, _search_path(absolute))
+        raise
+
+
+def _search_path(name: str) -> tuple[str, ...]:
+    """Where an import of ``name`` looked: its parent package's path, or sys.path (absence is a read)."""
+    parent, _, _ = name.rpartition(".")
+    if parent:
+        return tuple(str(p) for p in getattr(sys.modules.get(parent), "__path__", None) or ())
+    return tuple(os.path.abspath(p or ".") for p in sys.path if isinstance(p, str))
+
+
+# Modules an import in a window asked for and did not find (``try: import fastknobs``), with where it looked: for
+# every cell this process lowers after (a module that appears must re-lower them).
+ABSENT_MODULES: dict[str, tuple[str, ...]] = {}
+
+
+def _loading(load, wanted: set[str], subs: list[str]) -> object:
     before = set(sys.modules)
     calls = _stack.__dict__.setdefault("calls", [])
     inner: set[str] = set()
@@ -177,8 +293,10 @@ def open_window(lowering: bool) -> Used:
             sys.addaudithook(_audit)
             _tool = _take_tool() if _MONITORING is not None else None
             _hooked = True
-        if lowering and not any(w.lowering for w in _windows):
+        if not _windows:  # imports (a failed one is a read) and stats, in every window
             builtins.__import__, importlib.import_module = _import, _import_module
+            _probe_stats(True)
+        if lowering and not any(w.lowering for w in _windows):
             _hear_code(True)
         window.before = frozenset(sys.modules)
         _windows.append(window)
@@ -188,8 +306,10 @@ def open_window(lowering: bool) -> Used:
 def close_window(window: Used) -> None:
     with _lock:
         _windows.remove(window)
-        if window.lowering and not any(w.lowering for w in _windows):
+        if not _windows:
             builtins.__import__, importlib.import_module = _ORIGINAL_IMPORT, _ORIGINAL_IMPORT_MODULE
+            _probe_stats(False)
+        if window.lowering and not any(w.lowering for w in _windows):
             _hear_code(False)
         if window.lowering:
             window.loaded = frozenset(sys.modules) - window.before
@@ -223,17 +343,41 @@ def _file_of(name: str) -> str | None:
     return file if isinstance(file, str) else None
 
 
+def _made_by(window: Used, path: str) -> bool:
+    """Whether ``path`` is the window's own output: a file it created (or renamed into place), one inside a folder
+    it made, or one whose ctime is newer than the window's start and whose times or mode it did not set itself
+    (a file a library wrote from C: XLA's dump read back)."""
+    if path in window.created or any(path.startswith(folder + os.sep) for folder in window.created):
+        return True
+    if path in window.touched:
+        return False  # os.utime on an input makes its ctime new: still an input
+    try:
+        return os.stat(path).st_ctime_ns >= window.started_ns
+    except OSError:
+        return False
+
+
 def files_opened(window: Used) -> set[str]:
-    """Regular files the window opened for reading and did not write or create itself (a dump the lowering wrote
-    and read back is its output, not an input), Python's bytecode and the kernel's views aside."""
+    """Regular files the window opened for reading and did not make itself (a dump the lowering wrote and read back
+    is its output, not an input), Python's bytecode and the kernel's views aside."""
     found = set()
-    for path in window.opened - window.written:
-        if path.startswith(_NOT_FILES) or path.endswith((".pyc", ".pyo")):
+    for path in window.opened:
+        if path.startswith(_NOT_FILES) or path.endswith((".pyc", ".pyo")) or _made_by(window, path):
             continue
-        try:
-            info = os.stat(path)
-        except OSError:
-            continue
-        if os.path.isfile(path) and info.st_ctime_ns < window.started_ns:
+        if os.path.isfile(path):
             found.add(path)
     return found
+
+
+def unservable(window: Used) -> list[str]:
+    """Why what the window read cannot be keyed (each once): a file it read and wrote, a subprocess, a socket."""
+    reasons = list(window.unservable)
+    reasons += [f"reads and writes {path}" for path in sorted(window.opened & window.written)
+                if not path.startswith(_NOT_FILES)]
+    return list(dict.fromkeys(reasons))
+
+
+def probed(window: Used) -> set[str]:
+    """Paths the window asked about (a stat, a listing) that it did not make: their existence is an input."""
+    return {path for path in window.probed | set(window.listed)
+            if not path.startswith(_NOT_FILES) and not _made_by(window, path)}

@@ -201,6 +201,11 @@ class MaxTextTarget:
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)
 
+    def preload(self) -> None:
+        """MaxText's modules, imported once in the target process before its cells' processes fork from it (every
+        cell's lowering imports the same ones: what their import reads is every cell's)."""
+        load_maxtext()
+
     def versions(self, cell) -> dict[str, str]:
         versions = {"maxtext": maxtext_version()}
         if is_transformer_engine(cell.quant):

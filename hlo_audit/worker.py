@@ -1,0 +1,231 @@
+"""The lowering processes: the only processes where the code under test runs (issue 45, item 4).
+
+The process that judges (the CLI, a library caller, a test) never imports a target: it starts one **base** process
+(``python -m hlo_audit.worker``), which imports jax and hlo-audit's lowering side and then waits for jobs, and talks
+to it through ``hlo_audit.workers``. For each job the base forks a **target process**, which takes the judging
+process's environment, working folder and import path, imports the target (recording what that import read: every
+cell's), and forks one **cell process** per cell, ``workers`` at a time. A cell process lowers its cell under the
+recorder (``hlo_audit.cache``), writes its lowering, what it read and the versions it ran with as JSON to a file of
+the job's folder, and ends. Forked, not spawned: a cell costs milliseconds to start, and what one cell's lowering
+loaded or memoized (a config module read once through ``functools.cache``) is never another cell's unrecorded input:
+each cell process starts from the target process's state, whose reads every cell's record holds.
+
+Nothing a lowering process sends is a verdict, and nothing is pickled back: the judging process reads JSON, rebuilds
+the lowering and analyses it itself. A target that calls ``sys.exit``, raises any ``BaseException``, or ends its
+process (``os._exit``, a signal) fails its cell, named; it never ends or passes the check. The base forks before jax
+starts a backend (importing jax starts none; the process holds one idle OpenBLAS thread, which is fork-safe).
+
+Events on the channel (the base's standard output, one JSON object a line, each under 4 KB so lines from the target
+process and the base never interleave): ``{"started": n}``, ``{"cell": n, "ended": how}`` (the result file's name is
+the job's), ``{"target_failed": message}``, ``{"job_ended": how}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+# What every target needs, imported once in the base so that no job pays for it.
+from hlo_audit import host, termination
+
+
+def _how_ended(status: int) -> str:
+    """A ``waitpid`` status in words: ``exit status 0``, ``killed by SIGKILL``."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        return f"killed by {name}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
+def _send(channel: int, event: dict) -> None:
+    line = (json.dumps(event) + "\n").encode()
+    os.write(channel, line[:4000] if len(line) > 4000 else line)
+
+
+def _lower_cell(target, cell, key: str) -> dict:
+    """One cell lowered under the recorder, as the JSON the judging process reads (``workers.read_result``)."""
+    from hlo_audit.cache import reads_after, recording_environment  # noqa: PLC0415
+    from hlo_audit.lowering import CellConfigError, TargetError, Unavailable, one_line, where_raised  # noqa: PLC0415
+    from hlo_audit.results import warning_text  # noqa: PLC0415
+
+    started = time.perf_counter()
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with host.prints_to_stderr(), termination.dispositions_kept():
+            target.check_available(cell)
+            with recording_environment() as window, warnings.catch_warnings(record=True) as caught:
+                lowering = target.lower(cell)
+        seconds = time.perf_counter() - started
+        reads = reads_after(window, frozenset(getattr(target, "code_under_test", ())))
+        return {"status": "ok", "text": lowering.text, "meta": lowering.meta(), "seconds": seconds,
+                "reads": reads.to_record(), "unservable": reads.unservable, "versions": dict(target.versions(cell)),
+                "warnings": list(dict.fromkeys(warning_text(w.message) for w in caught))}
+    except Unavailable as exc:
+        return {"status": "unavailable", "message": one_line(exc)}
+    except BaseException as exc:  # noqa: BLE001 (a cell's failure is data; sys.exit and the like fail the cell too)
+        detail = one_line(exc)
+        if isinstance(exc, (SystemExit, KeyboardInterrupt, GeneratorExit)) or not isinstance(exc, Exception):
+            said = "" if detail == type(exc).__name__ else detail
+            detail = (f"the code under test raised {type(exc).__name__}({said}) while lowering ({where_raised(exc)}): "
+                      f"a target may not end the check")
+        elif not isinstance(exc, (CellConfigError, TargetError)):
+            detail = f"{type(exc).__name__}: {detail} ({where_raised(exc)})"
+        return {"status": "failed", "message": detail, "config_refused": isinstance(exc, CellConfigError),
+                "warnings": list(dict.fromkeys(warning_text(w.message) for w in caught))}
+
+
+def _write_result(folder: Path, index: int, result: dict) -> None:
+    path = folder / f"{index}.json"
+    partial = folder / f".{index}.json.partial"
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    os.replace(partial, path)
+
+
+def _cell_process(target, cell, key: str, folder: Path, index: int) -> None:
+    """In a forked cell process: lower, write the result, end (never returns)."""
+    code = 0
+    try:
+        _write_result(folder, index, _lower_cell(target, cell, key))
+    except BaseException:  # noqa: BLE001 (no result file: the target process says how this process ended)
+        code = 70
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _build_target(job: dict):
+    """The job's target, imported under the process-wide recorder (what its import read is every cell's)."""
+    from hlo_audit.cache import importing_target  # noqa: PLC0415
+    from hlo_audit.targets import get_target  # noqa: PLC0415
+
+    with importing_target(), termination.dispositions_kept():
+        target = get_target(job["target"], job.get("models"))
+        preload = getattr(target, "preload", None)
+        if preload is not None and job["op"] == "lower":
+            preload()  # the stack every cell imports (MaxText's modules): once here, not once per cell
+    return target
+
+
+def _target_process(job: dict, channel: int) -> None:
+    """In the forked target process: the judging process's environment, import the target, fork the cells."""
+    from hlo_audit.lowering import import_failure, one_line  # noqa: PLC0415,F401
+
+    os.environ.clear()
+    os.environ.update(job["environ"])
+    os.chdir(job["cwd"])
+    sys.path[:] = job["sys_path"]
+    try:
+        target = _build_target(job)
+    except BaseException as exc:  # noqa: BLE001 (an import that fails or exits: every cell of the job fails)
+        from hlo_audit.lowering import where_raised  # noqa: PLC0415
+
+        named = one_line(exc)
+        if not isinstance(exc, Exception):
+            named = f"the target's import raised {type(exc).__name__} ({where_raised(exc)})"
+        _send(channel, {"target_failed": named})
+        return
+    if job["op"] == "describe":
+        _describe(target, job, channel)
+        return
+    _fork_cells(target, job, channel)
+
+
+def _fork_cells(target, job: dict, channel: int) -> None:
+    folder = Path(job["folder"])
+    pending = list(enumerate(job["cells"]))
+    running: dict[int, int] = {}  # pid -> index
+    while pending or running:
+        while pending and len(running) < max(1, job["workers"]):
+            index, (cell, key) = pending.pop(0)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.close(channel)
+                _cell_process(target, cell, key, folder, index)
+            running[pid] = index
+            _send(channel, {"started": index})
+        pid, status = os.wait()
+        if pid in running:
+            _send(channel, {"cell": running.pop(pid), "ended": _how_ended(status)})
+
+
+def _describe(target, job: dict, channel: int) -> None:
+    """What only the target's import can tell the plan (``resolve``): its function's declared axes, models' depths."""
+    function = getattr(target, "function", None)
+    answer: dict = {}
+    for axis in ("scan", "quant"):
+        declared = getattr(function, axis, None)
+        answer[axis] = None if declared is None or callable(declared) else _plain(declared)
+    depths = {}
+    for model in job.get("depth_of", ()):
+        try:
+            depths[model] = {"layers": _plain(target.full_depth(model))}
+        except Exception as exc:  # noqa: BLE001 (the config's to report, by model)
+            from hlo_audit.lowering import one_line  # noqa: PLC0415
+
+            depths[model] = {"error": one_line(exc)}
+    answer["full_depth"] = depths
+    _write_result(Path(job["folder"]), 0, answer)
+    _send(channel, {"described": True})
+
+
+def _plain(value):
+    """A value as JSON carries it (what is not plain data becomes its repr: the judging process refuses it)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
+
+
+def serve(requests, channel: int) -> None:
+    """The base's loop: one job at a time, each in a target process of its own, until the judging process goes."""
+    for line in requests:
+        job = pickle.loads(bytes.fromhex(line.strip()))  # from the judging process only (its own pipe)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                _target_process(job, channel)
+            except BaseException:  # noqa: BLE001 (said as the job's end)
+                code = 70
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        _send(channel, {"job_ended": _how_ended(status)})
+
+
+def main() -> None:
+    channel = os.dup(1)
+    os.dup2(2, 1)  # whatever anything prints here (a library, C, the code under test) goes to stderr
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judging process ends this one (and its group) itself
+    host.setup_own_process()
+    import jax  # noqa: F401,PLC0415 (imported once here: every job forks with it loaded)
+
+    import hlo_audit.cache  # noqa: PLC0415
+    import hlo_audit.targets.callable  # noqa: F401,PLC0415
+
+    _send(channel, {"ready": os.getpid()})
+    serve(sys.stdin, channel)
+
+
+if __name__ == "__main__":
+    main()

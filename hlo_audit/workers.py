@@ -1,0 +1,204 @@
+"""The judging process's side of the lowering processes (``hlo_audit.worker``): start the base once, hand it jobs,
+read back what each cell's process wrote, as data.
+
+One base per judging process, kept between runs (a test session's commands, a library caller's calls share it: a
+job costs a fork, not a Python and a jax import), started again when the environment jax starts with differs from
+the one it was started in. A run that is stopped (Ctrl-C, the consumer gone) ends the base and everything below it;
+the next run starts another.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hlo_audit.matrix import Cell
+
+# What the base's jax read when it started: a run with other values starts another base.
+_STARTUP_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_", "TF_", "CUDA", "NVIDIA", "PYTHON", "LD_", "OPENBLAS", "OMP_")
+# The folder hlo_audit is imported from here: the base imports the same one.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
+
+
+class WorkerError(Exception):
+    """The lowering processes could not be started or stopped answering; one line."""
+
+
+@dataclass(frozen=True)
+class Started:
+    cell: Cell
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A cell's process ended: ``result`` is what it wrote (None: nothing, and ``how`` says how it ended)."""
+
+    cell: Cell
+    key: str
+    result: dict | None
+    how: str
+
+
+@dataclass(frozen=True)
+class TargetFailed:
+    """The target could not be imported (or its import ended its process): every cell of the job fails with this."""
+
+    message: str
+
+
+def _startup_environment() -> dict[str, str]:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_STARTUP_PREFIXES)}
+
+
+class _Base:
+    def __init__(self) -> None:
+        self.environment = _startup_environment()
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_PARENT, *filter(None, [env.get("PYTHONPATH")])])
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "hlo_audit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                env=env, cwd=_PACKAGE_PARENT, start_new_session=True, bufsize=0)
+        except OSError as exc:
+            raise WorkerError(f"cannot start a lowering process ({sys.executable}): {exc.strerror or exc}") from None
+        self.lines = self._lines()
+        ready = next(self.lines, None)
+        if not ready or "ready" not in ready:
+            self.end()
+            raise WorkerError(f"the lowering process ({sys.executable} -m hlo_audit.worker) did not start: see its "
+                              f"error above")
+
+    def _lines(self) -> Iterator[dict]:
+        for raw in self.process.stdout:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue  # a line no lowering process of ours wrote whole: never a verdict, skipped
+            if isinstance(event, dict):
+                yield event
+
+    def submit(self, job: dict) -> None:
+        try:
+            self.process.stdin.write(pickle.dumps(job).hex().encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError as exc:
+            raise WorkerError(f"the lowering process stopped taking jobs: {exc.strerror or exc}") from None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def end(self) -> None:
+        """The base and every process below it (they share its session's group), at once."""
+        try:
+            os.killpg(self.process.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.process.wait()
+
+
+_base: _Base | None = None
+
+
+def _the_base() -> _Base:
+    global _base
+    if _base is not None and (not _base.alive() or _base.environment != _startup_environment()):
+        _base.end()
+        _base = None
+    if _base is None:
+        _base = _Base()
+    return _base
+
+
+@atexit.register
+def _end_base() -> None:
+    global _base
+    if _base is not None:
+        _base.end()
+        _base = None
+
+
+def _job(op: str, target: str, folder: str, **fields) -> dict:
+    return {"op": op, "target": target, "folder": folder, "environ": dict(os.environ), "cwd": os.getcwd(),
+            "sys_path": list(sys.path), **fields}
+
+
+def lower(target: str, cells: list[tuple[Cell, str]], workers: int, models=None) -> Iterator[object]:
+    """Lower ``cells`` (each with its cache key) of one target in the lowering processes: ``Started`` as each
+    cell's process starts, ``Ended`` as each ends (in the order they end), or one ``TargetFailed``."""
+    global _base
+    base = _the_base()
+    folder = tempfile.mkdtemp(prefix="hlo-audit-lowering-")
+    finished = False
+    try:
+        base.submit(_job("lower", target, folder, cells=cells, workers=workers, models=models))
+        for event in base.lines:
+            if "started" in event and _index(event["started"], cells) is not None:
+                yield Started(cells[event["started"]][0])
+            elif "cell" in event and _index(event["cell"], cells) is not None:
+                cell, key = cells[event["cell"]]
+                yield Ended(cell, key, _read(Path(folder, f"{event['cell']}.json")), str(event.get("ended", "")))
+            elif "target_failed" in event:
+                yield TargetFailed(str(event["target_failed"]))
+            elif "job_ended" in event:
+                finished = True
+                return
+        raise WorkerError("the lowering process ended while lowering (see its error above)")
+    finally:
+        if not finished:  # stopped midway (a signal, the consumer gone, the base gone): nothing of it is left
+            base.end()
+            _base = None
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def describe(target: str, depth_of: list[str], models=None) -> dict | str:
+    """What the target's import tells the plan (``worker._describe``), or the one line why it cannot be imported."""
+    global _base
+    base = _the_base()
+    folder = tempfile.mkdtemp(prefix="hlo-audit-describe-")
+    finished, failed = False, None
+    try:
+        base.submit(_job("describe", target, folder, depth_of=depth_of, models=models))
+        for event in base.lines:
+            if "target_failed" in event:
+                failed = str(event["target_failed"])
+            elif "job_ended" in event:
+                finished = True
+                answer = _read(Path(folder, "0.json"))
+                if failed is not None:
+                    return failed
+                if answer is None:
+                    return f"importing the target ended its process ({event['job_ended']})"
+                return answer
+        raise WorkerError("the lowering process ended while importing the target (see its error above)")
+    finally:
+        if not finished:
+            base.end()
+            _base = None
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _index(value, cells: list) -> int | None:
+    return value if isinstance(value, int) and 0 <= value < len(cells) else None
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,329 @@
+"""What a cell's lowering read, recorded in its own process, and a target that cannot end or alter the check (issue 45).
+
+Each attack is a pull request a hostile (or careless) contributor could send to a tiny plain-JAX project whose step
+unrolls a loop as many times as a knob says: the golden is taken at 1, the pull request makes it 4 in a way the old
+cache did not record (exit 0 from a warm cache, exit 1 without one). Each must now fail from the warm cache as it
+does with ``--no-cache``. Then the targets that try to end the check (``sys.exit``, ``GeneratorExit``, ``os._exit``)
+or to patch hlo-audit's policy from the model's module: a failed cell or a failing gate, never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from in_process import hlo_audit_here
+
+CONFIG = '''
+target = "model:step"
+models = ["tiny"]
+layers = [1]
+'''
+
+# The step: the knob (knob.py, the part each attack writes) says how many times the loop is unrolled.
+MODEL = '''
+import jax
+import jax.numpy as jnp
+
+import knob
+
+
+def step(cell):
+    def loss(w, x):
+        for _ in range(knob.unroll(cell)):
+            x = jnp.tanh(x @ w)
+        return x.sum()
+    return jax.jit(jax.grad(loss)).trace(jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+
+step.scan = ["off"]
+step.quant = ["none"]
+'''
+
+
+def _project(root: Path, knob: str, model: str = MODEL) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "hlo-audit.toml").write_text(CONFIG)
+    (root / "model.py").write_text(model)
+    (root / "knob.py").write_text(textwrap.dedent(knob))
+    return root
+
+
+def _run(project: Path, *args, env: dict | None = None):
+    return hlo_audit_here(project, *args, env=env)
+
+
+def _golden_then_warm(project: Path, env: dict | None = None) -> None:
+    """The golden taken, then a check that passes from the cache: the state a pull request meets."""
+    assert _run(project, "golden", "update", env=env).returncode == 0
+    warm = _run(project, "check", "--format", "json", env=env)
+    assert warm.returncode == 0, warm.stderr
+    assert all(cell["cached"] for cell in json.loads(warm.stdout)["cells"]), warm.stdout
+
+
+def _fails_as_without_cache(project: Path, env: dict | None = None) -> dict:
+    """The pull request's check from the warm cache fails as a check without the cache does; its one cell's JSON."""
+    bare = _run(project, "check", "--no-cache", env=env)
+    assert bare.returncode == 1, bare.stdout + bare.stderr  # the change is a real regression
+    warm = _run(project, "check", "--format", "json", env=env)
+    assert warm.returncode == 1, warm.stdout + warm.stderr
+    (cell,) = json.loads(warm.stdout)["cells"]
+    assert not cell["cached"]
+    return cell
+
+
+READ_WRITE = '''
+from pathlib import Path
+
+def unroll(cell):
+    with open(Path(__file__).with_name("knob.txt"), "r+") as handle:  # opened to write: never read before
+        return int(handle.read())
+'''
+
+ENVIRONB = '''
+import os
+
+def unroll(cell):
+    return int(os.environb.get(b"HLO_AUDIT_TEST_KNOB", b"1"))
+'''
+
+EXISTS = '''
+import os.path
+
+def unroll(cell):
+    return 4 if os.path.exists(os.path.join(os.path.dirname(__file__), "fast.flag")) else 1
+'''
+
+FAILED_IMPORT = '''
+def unroll(cell):
+    try:
+        import fastknobs
+    except ImportError:
+        return 1
+    return fastknobs.UNROLL
+'''
+
+SUBPROCESS = '''
+import subprocess
+from pathlib import Path
+
+def unroll(cell):
+    return int(subprocess.run(["cat", str(Path(__file__).with_name("knob.txt"))], capture_output=True,
+                              check=True).stdout)
+'''
+
+UTIME = '''
+import os
+from pathlib import Path
+
+def unroll(cell):
+    path = Path(__file__).with_name("knob.txt")
+    os.utime(path)  # its ctime now newer than the lowering's start: it looked made by the lowering
+    return int(path.read_text())
+'''
+
+
+def test_a_file_opened_for_reading_and_writing_is_not_served(tmp_path):
+    project = _project(tmp_path, READ_WRITE)
+    (project / "knob.txt").write_text("1")
+    assert _run(project, "golden", "update").returncode == 0
+    again = _run(project, "check", "--format", "json")
+    (cell,) = json.loads(again.stdout)["cells"]
+    # It may have changed what it read: never keyed, lowered every run, and said so.
+    assert again.returncode == 0 and not cell["cached"]
+    assert cell["relowered_because"].startswith("unservable: reads and writes ") and "knob.txt" in \
+        cell["relowered_because"]
+    (project / "knob.txt").write_text("4")
+    _fails_as_without_cache(project)
+
+
+def test_a_variable_read_as_bytes_keys_the_cell(tmp_path):
+    project = _project(tmp_path, ENVIRONB)
+    _golden_then_warm(project)
+    cell = _fails_as_without_cache(project, env={"HLO_AUDIT_TEST_KNOB": "4"})
+    assert cell["relowered_because"] == "$HLO_AUDIT_TEST_KNOB changed"
+
+
+def test_a_flag_file_the_pull_request_adds_is_seen(tmp_path):
+    project = _project(tmp_path, EXISTS)
+    _golden_then_warm(project)
+    (project / "fast.flag").write_text("")
+    cell = _fails_as_without_cache(project)
+    assert cell["relowered_because"] == "fast.flag appeared"
+
+
+def test_a_module_an_import_did_not_find_is_seen_when_it_appears(tmp_path):
+    project = _project(tmp_path, FAILED_IMPORT)
+    _golden_then_warm(project)
+    (project / "fastknobs.py").write_text("UNROLL = 4\n")
+    cell = _fails_as_without_cache(project)
+    assert cell["relowered_because"] == "module fastknobs appeared"
+
+
+def test_a_value_read_through_a_subprocess_makes_the_cell_unservable(tmp_path):
+    project = _project(tmp_path, SUBPROCESS)
+    (project / "knob.txt").write_text("1")
+    assert _run(project, "golden", "update").returncode == 0
+    again = _run(project, "check", "--format", "json")
+    (cell,) = json.loads(again.stdout)["cells"]
+    assert again.returncode == 0 and not cell["cached"]
+    assert cell["relowered_because"] == "unservable: runs a subprocess at knob.py:6"
+    assert "re-lowered: unservable: runs a subprocess at knob.py:6" in again.stderr  # the progress line says why
+    (project / "knob.txt").write_text("4")
+    _fails_as_without_cache(project)
+
+
+def test_a_file_whose_times_the_lowering_set_is_still_an_input(tmp_path):
+    project = _project(tmp_path, UTIME)
+    (project / "knob.txt").write_text("1")
+    _golden_then_warm(project)
+    (project / "knob.txt").write_text("4")
+    cell = _fails_as_without_cache(project)
+    assert cell["relowered_because"] == "knob.txt changed"
+
+
+# A config module read once through functools.cache, each model's unroll in it: in one process, the second cell's
+# lowering never opened the file (the first one's did), and an edit for that model alone was served stale.
+MEMOIZED = '''
+import functools
+import json
+from pathlib import Path
+
+@functools.cache
+def _table():
+    return json.loads(Path(__file__).with_name("knobs.json").read_text())
+
+def unroll(cell):
+    return _table()[cell.model]
+'''
+
+
+def test_a_file_a_memoized_loader_read_for_another_cell_keys_every_cell(tmp_path):
+    project = _project(tmp_path, MEMOIZED)
+    (project / "hlo-audit.toml").write_text(CONFIG.replace('["tiny"]', '["a", "b"]'))
+    (project / "knobs.json").write_text('{"a": 1, "b": 1}')
+    assert _run(project, "golden", "update").returncode == 0
+    (project / "knobs.json").write_text('{"a": 1, "b": 4}')
+    checked = _run(project, "check", "--format", "json")
+    assert checked.returncode == 1, checked.stdout
+    cells = {c["id"]: c for c in json.loads(checked.stdout)["cells"]}
+    assert not cells["b/scan-off/none/L1"]["cached"] and not cells["a/scan-off/none/L1"]["cached"]
+    assert "b/scan-off/none/L1" in checked.stdout and cells["b/scan-off/none/L1"]["relowered_because"] == \
+        "knobs.json changed"
+
+
+# A monorepo: the config and the model in hlo/, the module they share at the repository's root.
+SHARED_AT_ROOT = '''
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import shared
+
+def unroll(cell):
+    return shared.UNROLL
+'''
+
+
+def _monorepo(root: Path) -> Path:
+    project = _project(root / "hlo", SHARED_AT_ROOT)
+    (root / "shared.py").write_text("UNROLL = 1\n")
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return project
+
+
+def test_a_copy_of_a_monorepo_checks_its_own_module_above_the_config(tmp_path):
+    project = _monorepo(tmp_path / "repo")
+    _golden_then_warm(project)
+    subprocess.run(["cp", "-a", str(tmp_path / "repo"), str(tmp_path / "copy")], check=True)
+    (tmp_path / "copy" / "shared.py").write_text("UNROLL = 4\n")
+    cell = _fails_as_without_cache(tmp_path / "copy" / "hlo")
+    assert cell["relowered_because"] == "shared.py changed"
+
+
+def test_two_worktrees_sharing_a_cache_folder_each_check_their_own_files(tmp_path):
+    repo = tmp_path / "repo"
+    project = _monorepo(repo)
+    cache = tmp_path / "shared-cache"
+    (project / "hlo-audit.toml").write_text(f'cache_dir = "{cache}"\n' + CONFIG)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    _golden_then_warm(project)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "goldens"], check=True)
+    subprocess.run([*git, "worktree", "add", "-q", str(tmp_path / "second")], check=True)
+    (tmp_path / "second" / "shared.py").write_text("UNROLL = 4\n")
+    cell = _fails_as_without_cache(tmp_path / "second" / "hlo")
+    assert cell["relowered_because"] == "shared.py changed"
+
+
+def test_a_distributions_metadata_counts_by_its_version_not_its_text(tmp_path, monkeypatch):
+    """``pip install -e`` rewrites METADATA (the README, the pins) at every commit: a README-only change serves the
+    cell; the version is what is keyed."""
+    knob = '''
+    from importlib import metadata
+
+    def unroll(cell):
+        return 1 if metadata.version("knoblib") else 2
+    '''
+    project = _project(tmp_path, knob)
+    info = project / "knoblib-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: knoblib\nVersion: 0.1\n\nThe README.\n")
+    # No RECORD (as MaxText's files count for the target that tests it: by content, not by what installed them).
+    monkeypatch.syspath_prepend(str(project))  # installed, as far as every process here is concerned
+    _golden_then_warm(project)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: knoblib\nVersion: 0.1\n\nAnother README.\n")
+    served = _run(project, "check", "--format", "json")
+    assert served.returncode == 0 and all(c["cached"] for c in json.loads(served.stdout)["cells"]), served.stdout
+
+
+# A target that ends or alters the check: each is a failed cell naming what it did, never a pass.
+ENDS = {
+    "sys.exit": ("import sys\n\ndef unroll(cell):\n    sys.exit(0)\n", "SystemExit"),
+    "GeneratorExit": ("def unroll(cell):\n    raise GeneratorExit\n", "GeneratorExit"),
+    "os._exit": ("import os\n\ndef unroll(cell):\n    os._exit(0)\n", "ended (exit status 0)"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ENDS))
+def test_a_target_that_ends_its_process_fails_its_cell(tmp_path, how):
+    project = _project(tmp_path, "def unroll(cell):\n    return 1\n")
+    assert _run(project, "golden", "update").returncode == 0
+    knob, said = ENDS[how]
+    (project / "knob.py").write_text(knob)
+    checked = _run(project, "check", "--no-cache")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "Traceback" not in checked.stderr and "tiny/scan-off/none/L1" in checked.stdout
+    assert said in checked.stdout, checked.stdout
+
+
+PATCHES_THE_POLICY = '''
+import hlo_audit.policy as _p
+
+_p.Policy.action = lambda self, rule, default="fail": _p.Action("off")  # "a compat shim"
+'''
+
+
+def test_a_target_module_patching_hlo_audits_policy_does_not_pass_a_regression(tmp_path):
+    project = _project(tmp_path, "def unroll(cell):\n    return 1\n")
+    assert _run(project, "golden", "update").returncode == 0
+    (project / "knob.py").write_text(PATCHES_THE_POLICY + "\ndef unroll(cell):\n    return 8\n")
+    checked = _run(project, "check", "--no-cache")
+    assert checked.returncode == 1, checked.stdout
+    import hlo_audit.policy as policy  # this process never imported the project's modules
+
+    assert "knob" not in __import__("sys").modules and policy.Policy.action.__module__ == "hlo_audit.policy"
+
+
+def test_the_judging_process_never_imports_the_target(tmp_path):
+    project = _project(tmp_path, "def unroll(cell):\n    return 1\n")
+    for command in (("list",), ("golden", "update"), ("check",)):
+        assert _run(project, *command).returncode == 0
+        assert "model" not in __import__("sys").modules or \
+            getattr(__import__("sys").modules["model"], "__file__", "") != str(project / "model.py")
