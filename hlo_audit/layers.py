@@ -28,14 +28,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts", "rules", "rules.*",
                  "scaling", "golden.record", "golden.health")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
-    # The lowering processes (worker: the only place a target runs) and this process's side of them (workers).
+    # This process's side of the lowering processes (workers: hlo_audit.worker runs there, started by name).
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress",
-                 "worker", "workers")),
+                 "workers")),
     # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.
     ("judging", ("golden", "golden.*", "judging", "judging.*")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
+    # worker: the lowering processes' entry point (``python -m hlo_audit.worker``), the only place a target runs.
     ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",
+                  "worker",
                   "examples", "examples.*")),
 )
 # The HLO core: jax-free, below everything, importing nothing outside itself.

@@ -1,12 +1,11 @@
-"""A config with its target imported and checked (``resolve``): what only an import can tell, found when a command
-plans its cells, so a misspelled function or factory is one line naming the file and the key, and exit 2, before
-any cell runs."""
+"""A config with its target imported and checked (``resolve``), in a lowering process (``hlo_audit.workers``), never in
+this one: what only an import can tell, found when a command plans its cells, so a misspelled function or factory
+is one line naming the file and the key, and exit 2, before any cell runs."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from hlo_audit.cache import importing_target
 from hlo_audit.config import Config, ConfigError
 from hlo_audit.matrix import id_part_problem
 from hlo_audit.targets import missing_stack, nnx_spec
@@ -35,10 +34,7 @@ def resolve(config: Config) -> Config:
     if config.target == "maxtext":
         return config
     if config.target == nnx_spec.TARGET:
-        # The nnx target's library is still imported here (not yet in a lowering process): what it reads is
-        # recorded as this process's imports' reads.
-        with importing_target():
-            return _resolve_nnx(config)
+        return _resolve_nnx(config)
     return _resolve_callable(config)
 
 
@@ -98,15 +94,23 @@ def _declared_quants(answer: dict, config: Config) -> tuple[str, ...] | None:
 
 
 def _resolve_nnx(config: Config) -> Config:
-    from hlo_audit.targets import nnx  # noqa: PLC0415 (imports jax, optax and the model's library)
+    """Each model's description checked against its library in a lowering process (``workers.describe``): the
+    library is imported there, never here."""
+    from hlo_audit import workers  # noqa: PLC0415
 
+    answer = workers.describe(config.target, [], resolve_nnx=dict(config.nnx))
+    if isinstance(answer, str):
+        raise ConfigError(f"{config.source}: target: {' '.join(answer.split())}")
     resolved = {}
-    for model, spec in config.nnx.items():
-        try:
-            resolved[model] = nnx.resolve(spec)
-        except nnx_spec.SpecError as exc:
-            whose = "" if f".{model}." in f"{exc.key}." else f" (model {model!r})"
-            raise ConfigError(f"{config.source}: {exc.key}: {' '.join(str(exc).split())}{whose}") from None
+    for model in config.nnx:
+        said = (answer.get("nnx") or {}).get(model)
+        if not isinstance(said, dict) or not isinstance(said.get("resolved", said.get("error")), (dict, str)):
+            raise ConfigError(f"{config.source}: nnx.models.{model}: its library could not be checked")
+        if "error" in said:
+            key = str(said.get("key", f"nnx.models.{model}"))
+            whose = "" if f".{model}." in f"{key}." else f" (model {model!r})"
+            raise ConfigError(f"{config.source}: {key}: {' '.join(str(said['error']).split())}{whose}")
+        resolved[model] = said["resolved"]
     series = tuple(replace(axes, overrides={m: {nnx_spec.SPEC_KEY: nnx_spec.to_json(resolved[m])}
                                             for m in axes.models}) for axes in config.series)
     return replace(config, series=series, nnx=resolved, resolved=True)

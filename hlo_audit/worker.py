@@ -92,11 +92,23 @@ def _write_result(folder: Path, index: int, result: dict) -> None:
     os.replace(partial, path)
 
 
-def _cell_process(target, cell, key: str, folder: Path, index: int) -> None:
-    """In a forked cell process: lower, write the result, end (never returns)."""
+def _host_cell(target, cell, rounds) -> dict:
+    """One cell's host figure (``measure.host_figure``: the step's host work per call), measured in its own process."""
+    from hlo_audit.judging.measure import host_figure, traced_step  # noqa: PLC0415
+    from hlo_audit.lowering import one_line  # noqa: PLC0415
+
+    try:
+        with host.prints_to_stderr(), termination.dispositions_kept():
+            return {"status": "ok", "host": host_figure(traced_step(target, cell), rounds).to_record()}
+    except BaseException as exc:  # noqa: BLE001 (not measurable now: the rule compares nothing)
+        return {"status": "failed", "message": one_line(exc)}
+
+
+def _cell_process(target, cell, key, folder: Path, index: int, op: str) -> None:
+    """In a forked cell process: lower (or measure), write the result, end (never returns)."""
     code = 0
     try:
-        _write_result(folder, index, _lower_cell(target, cell, key))
+        _write_result(folder, index, _lower_cell(target, cell, key) if op == "lower" else _host_cell(target, cell, key))
     except BaseException:  # noqa: BLE001 (no result file: the target process says how this process ended)
         code = 70
     finally:
@@ -113,7 +125,7 @@ def _build_target(job: dict):
     with importing_target(), termination.dispositions_kept():
         target = get_target(job["target"], job.get("models"))
         preload = getattr(target, "preload", None)
-        if preload is not None and job["op"] == "lower":
+        if preload is not None and job["op"] != "describe":
             preload()  # the stack every cell imports (MaxText's modules): once here, not once per cell
     return target
 
@@ -154,7 +166,7 @@ def _fork_cells(target, job: dict, channel: int) -> None:
             pid = os.fork()
             if pid == 0:
                 os.close(channel)
-                _cell_process(target, cell, key, folder, index)
+                _cell_process(target, cell, key, folder, index, job["op"])
             running[pid] = index
             _send(channel, {"started": index})
         pid, status = os.wait()
@@ -178,8 +190,19 @@ def _describe(target, job: dict, channel: int) -> None:
 
             depths[model] = {"error": one_line(exc)}
     answer["full_depth"] = depths
+    answer["nnx"] = {model: _resolved_nnx(spec) for model, spec in (job.get("resolve_nnx") or {}).items()}
     _write_result(Path(job["folder"]), 0, answer)
     _send(channel, {"described": True})
+
+
+def _resolved_nnx(spec) -> dict:
+    """An nnx model's description checked against its library (``targets.nnx.resolve``), or the key it fails at."""
+    from hlo_audit.targets import nnx, nnx_spec  # noqa: PLC0415
+
+    try:
+        return {"resolved": json.loads(nnx_spec.to_json(nnx.resolve(spec)))}
+    except nnx_spec.SpecError as exc:
+        return {"error": str(exc), "key": exc.key}
 
 
 def _plain(value):

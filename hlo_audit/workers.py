@@ -136,15 +136,16 @@ def _job(op: str, target: str, folder: str, **fields) -> dict:
             "sys_path": list(sys.path), **fields}
 
 
-def lower(target: str, cells: list[tuple[Cell, str]], workers: int, models=None) -> Iterator[object]:
+def lower(target: str, cells: list[tuple[Cell, object]], workers: int, op: str = "lower") -> Iterator[object]:
     """Lower ``cells`` (each with its cache key) of one target in the lowering processes: ``Started`` as each
-    cell's process starts, ``Ended`` as each ends (in the order they end), or one ``TargetFailed``."""
+    cell's process starts, ``Ended`` as each ends (in the order they end), or one ``TargetFailed``. ``op="host"``:
+    measure each cell's host figure instead (each with its ``Rounds``)."""
     global _base
     base = _the_base()
     folder = tempfile.mkdtemp(prefix="hlo-audit-lowering-")
     finished = False
     try:
-        base.submit(_job("lower", target, folder, cells=cells, workers=workers, models=models))
+        base.submit(_job(op, target, folder, cells=cells, workers=workers))
         for event in base.lines:
             if "started" in event and _index(event["started"], cells) is not None:
                 yield Started(cells[event["started"]][0])
@@ -164,14 +165,26 @@ def lower(target: str, cells: list[tuple[Cell, str]], workers: int, models=None)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def describe(target: str, depth_of: list[str], models=None) -> dict | str:
+def host_figures(cells: list[Cell], rounds) -> dict[str, dict]:
+    """Each cell's host figure record (``HostFigure.to_record``), measured in its own process, one at a time (a
+    timing shares the machine with nothing of ours); a cell not measurable there is left out."""
+    figures: dict[str, dict] = {}
+    for target in dict.fromkeys(cell.target for cell in cells):
+        mine = [(cell, rounds) for cell in cells if cell.target == target]
+        for event in lower(target, mine, 1, op="host"):
+            if isinstance(event, Ended) and event.result and event.result.get("status") == "ok":
+                figures[event.cell.id] = event.result.get("host")
+    return figures
+
+
+def describe(target: str, depth_of: list[str], models=None, resolve_nnx=None) -> dict | str:
     """What the target's import tells the plan (``worker._describe``), or the one line why it cannot be imported."""
     global _base
     base = _the_base()
     folder = tempfile.mkdtemp(prefix="hlo-audit-describe-")
     finished, failed = False, None
     try:
-        base.submit(_job("describe", target, folder, depth_of=depth_of, models=models))
+        base.submit(_job("describe", target, folder, depth_of=depth_of, models=models, resolve_nnx=resolve_nnx))
         for event in base.lines:
             if "target_failed" in event:
                 failed = str(event["target_failed"])

@@ -327,3 +327,34 @@ def test_the_judging_process_never_imports_the_target(tmp_path):
         assert _run(project, *command).returncode == 0
         assert "model" not in __import__("sys").modules or \
             getattr(__import__("sys").modules["model"], "__file__", "") != str(project / "model.py")
+
+
+# Both models' code in one module: an edit to the function only model b's lowering runs.
+PER_MODEL = '''
+def unroll(cell):
+    return _for_a() if cell.model == "a" else _for_b()
+
+
+def _for_a():
+    return 1
+
+
+def _for_b():
+    return 1
+'''
+
+
+def test_an_edit_to_a_function_only_one_models_lowering_runs_relowers_that_model_only(tmp_path):
+    project = _project(tmp_path, PER_MODEL)
+    (project / "hlo-audit.toml").write_text(CONFIG.replace('["tiny"]', '["a", "b"]'))
+    assert _run(project, "golden", "update").returncode == 0
+    (project / "knob.py").write_text(PER_MODEL.replace("def _for_b():\n    return 1", "def _for_b():\n    return 4"))
+    checked = _run(project, "check", "--format", "json")
+    assert checked.returncode == 1, checked.stdout
+    cells = {c["id"]: c for c in json.loads(checked.stdout)["cells"]}
+    assert cells["a/scan-off/none/L1"]["cached"] and not cells["b/scan-off/none/L1"]["cached"]
+    assert cells["b/scan-off/none/L1"]["relowered_because"] == "knob.py changed"
+    # A comment in code that ran, on its own line's end (no line moves): the program is the same, served.
+    (project / "knob.py").write_text(PER_MODEL.replace("return 1\n\n\ndef _for_b", "return 1  # a's\n\n\ndef _for_b"))
+    again = _run(project, "check", "--format", "json")
+    assert again.returncode == 0 and all(c["cached"] for c in json.loads(again.stdout)["cells"]), again.stdout

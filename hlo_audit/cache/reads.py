@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from hlo_audit import host, layers
+from hlo_audit.cache import code as code_keys
 from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
 from hlo_audit.cache.used import (ABSENT_MODULES, ALL_NAMES, DISTRIBUTIONS, Used, close_window, files_opened,
                                   modules_used, open_window, probed, unservable)
@@ -51,6 +52,7 @@ _PROCESS_READS = _EnvironmentReads()
 # are the paths it probed and why it cannot be keyed.
 _PROCESS_OPENED: set[str] = set()
 _PROCESS_PROBED: set[str] = set()
+_PROCESS_CODE: set = set()  # code objects run while building targets (a module's import, what it called)
 _PROCESS_UNSERVABLE: list[str] = []
 
 
@@ -141,6 +143,7 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
         if process_wide:
             _PROCESS_OPENED.update(files_opened(used))
             _PROCESS_PROBED.update(probed(used))
+            _PROCESS_CODE.update(used.code)
             _PROCESS_UNSERVABLE.extend(unservable(used))
         else:
             reads.used = used
@@ -176,6 +179,9 @@ class Reads:
     probed: Mapping[str, str] = dataclasses.field(default_factory=dict)
     listed: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # folder -> sha256 of its names
     absent_modules: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)  # name -> where it looked
+    # A module's file by what of it ran (``cache.code``): {"ran": [...], "lines": [...], "digest": ...}; a file whose
+    # content changed still holds if this digest does.
+    code: Mapping[str, dict] = dataclasses.field(default_factory=dict)
     unservable: tuple[str, ...] = ()  # why this lowering's inputs cannot be keyed: never served
 
     def to_record(self) -> dict:
@@ -183,7 +189,7 @@ class Reads:
                 "environment": dict(self.environment), "set_by_lowering": dict(self.set_by_lowering),
                 "imported_environment": dict(self.imported_environment), "probed": dict(self.probed),
                 "listed": dict(self.listed), "absent_modules": {k: list(v) for k, v in self.absent_modules.items()},
-                "unservable": list(self.unservable)}
+                "code": dict(self.code), "unservable": list(self.unservable)}
 
     @classmethod
     def from_record(cls, record: object) -> "Reads":
@@ -191,7 +197,7 @@ class Reads:
         if not isinstance(record, dict):
             raise ValueError("not a record of reads")
         maps = ("files", "distributions", "environment", "set_by_lowering", "imported_environment", "probed",
-                "listed", "absent_modules")
+                "listed", "absent_modules", "code")
         if not all(isinstance(record.get(name, {}), dict) for name in maps) or not isinstance(
                 record.get("unservable", []), list):
             raise ValueError("a record of reads of another shape")
@@ -225,11 +231,39 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
     set_itself = {name: value for name, value in window.set_itself.items()
                   if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
     probes, listed = _probes(used, kinds, search_path, by_content, files)
+    opened = (files_opened(used) if used else set()) | _PROCESS_OPENED
+    ran_code = _code_keys([path for path in files if path.endswith(".py") and path not in opened and files[path]],
+                          _PROCESS_CODE | (used.code if used else set()), used.code if used else set())
     reasons = [*_PROCESS_UNSERVABLE, *(unservable(used) if used else ())]
     return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
                  set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS), probed=probes,
                  listed=listed, absent_modules={name: list(path) for name, path in sorted(ABSENT_MODULES.items())},
-                 unservable=tuple(dict.fromkeys(reasons)))
+                 code=ran_code, unservable=tuple(dict.fromkeys(reasons)))
+
+
+def _code_keys(paths: list[str], ran: set, lowered: set) -> dict[str, dict]:
+    """For each module file (keyed by content, not opened as a file): the code objects of it that ran (while the
+    target was built, or in this lowering: those with their lines) and their digest (``cache.code``)."""
+    by_file: dict[str, list] = {}
+    for code in ran:
+        by_file.setdefault(code.co_filename, []).append(code)
+    keys = {}
+    for path in paths:
+        tree = code_keys.compiled(path)
+        if tree is None:
+            continue
+        names, with_lines = set(), set()
+        for code in by_file.get(path, ()):
+            name = code_keys.identity_of(code, tree)
+            if name is None:
+                break  # the file changed since it was loaded: keyed by its content alone
+            names.add(name)
+            if code in lowered:
+                with_lines.add(name)
+        else:
+            if (found := code_keys.digest(tree, names, with_lines)) is not None:
+                keys[path] = {"ran": sorted(names), "lines": sorted(with_lines), "digest": found}
+    return keys
 
 
 def _probes(used: Used | None, kinds: dict, search_path: tuple[str, ...], by_content: frozenset[str],
@@ -439,7 +473,7 @@ def portable(reads: dict, roots: tuple[str, ...]) -> dict:
         return (path[len(under):] or ".") if under and path.startswith(under) else "." if under else path
 
     moved = {name: {relative(path): value for path, value in reads.get(name, {}).items()}
-             for name in ("files", "probed", "listed")}
+             for name in ("files", "probed", "listed", "code")}
     absent = {name: [relative(path) for path in where] for name, where in reads.get("absent_modules", {}).items()}
     return {**reads, **moved, "absent_modules": absent}
 
@@ -538,10 +572,20 @@ class Now:
                 continue
             if stamp(info) == _recorded_stamp(state):
                 continue
-            if self.sha256(path) != state[2]:
+            if self.sha256(path) != state[2] and not self.same_code(path, reads.get("code", {}).get(recorded)):
                 return f"{path} changed", False
             retouched = True
         return None, retouched
+
+    def same_code(self, path: str, recorded: dict | None) -> bool:
+        """Whether what a lowering ran of a module's file is unchanged though its text changed (``cache.code``)."""
+        if not isinstance(recorded, dict):
+            return False
+        try:
+            now = code_keys.digest(code_keys.compiled(path), recorded["ran"], recorded["lines"])
+        except (KeyError, TypeError):
+            return False
+        return now is not None and now == recorded.get("digest")
 
     def _probes_changed(self, reads: dict) -> str | None:
         """Why a path asked about, a folder listed or a module not found is no longer what the lowering saw."""

@@ -310,7 +310,8 @@ class Cache:
                     info = self._now.stat(path) if path is not None else None
                     if state is not None and info is not None:
                         stamped = stamp(info)
-                        state[:] = [*stamped[:2], state[2], *stamped[2:]]
+                        # A module whose text changed but not what ran of it (``cache.code``): its new hash too.
+                        state[:] = [*stamped[:2], self._now.sha256(path) or state[2], *stamped[2:]]
         self._write(self._path(key, "manifest"), _json_entry({"kind": "manifest", "key": key, "cell": cell},
                                                              manifest))
 

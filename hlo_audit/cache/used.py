@@ -45,6 +45,7 @@ class Used:
         self.unservable: list[str] = []
         self.imported: set[str] = set()
         self.ran: set[str] = set()  # files whose code ran (co_filename)
+        self.code: set = set()  # the code objects that ran (``cache.code``: a file keyed by what of it ran)
         self.before: frozenset[str] = frozenset()
         self.loaded: frozenset[str] = frozenset()
         self.started_ns = time.time_ns()
@@ -64,9 +65,10 @@ _tool: int | None = None  # this module's sys.monitoring tool id, once taken; No
 
 
 def _started(code, offset) -> object:
-    """PY_START: note the code's file in every open lowering, then stop hearing about this code until the next
-    lowering begins (``restart_events``)."""
+    """PY_START: note the code in every open window, then stop hearing about this code until the next window begins
+    (``restart_events``)."""
     for window in list(_windows):
+        window.code.add(code)
         if window.lowering:
             window.ran.add(code.co_filename)
     return _MONITORING.DISABLE
@@ -97,6 +99,8 @@ _UNKEYABLE = {"subprocess.Popen": "runs a subprocess", "os.system": "runs a shel
               "os.fork": "forks", "os.forkpty": "forks", "socket.connect": "opens a network connection",
               "socket.sendto": "sends on a socket"}
 _TOUCHING = ("os.utime", "os.chmod", "os.chown", "os.truncate")
+# Who reads a module's source to show a line of it (a warning, a traceback): what runs is the module's code.
+_SOURCE_DISPLAY = (os.path.join("", "linecache.py"), os.path.join("", "tokenize.py"))
 ALL_NAMES, DISTRIBUTIONS = "names", "distributions"
 _METADATA_FILE = os.path.join("importlib", "metadata", "__init__.py")
 
@@ -114,6 +118,9 @@ def _audit(event: str, args: tuple) -> None:
     if not _windows:
         return
     if event == "open":
+        caller = sys._getframe(1).f_code.co_filename  # noqa: SLF001 -- who opened it (no public equivalent)
+        if caller.startswith("<frozen importlib") or caller.endswith(_SOURCE_DISPLAY):
+            return  # a module's source loaded (recorded as the module), or shown in a warning: not a file read
         _opened(*args[:3])
     elif event in _UNKEYABLE:
         reason = f"{_UNKEYABLE[event]} at {_user_place()}"
@@ -293,11 +300,10 @@ def open_window(lowering: bool) -> Used:
             sys.addaudithook(_audit)
             _tool = _take_tool() if _MONITORING is not None else None
             _hooked = True
-        if not _windows:  # imports (a failed one is a read) and stats, in every window
+        if not _windows:  # imports (a failed one is a read), stats and the code run, in every window
             builtins.__import__, importlib.import_module = _import, _import_module
             _probe_stats(True)
-        if lowering and not any(w.lowering for w in _windows):
-            _hear_code(True)
+        _hear_code(True)  # each window hears each code object once
         window.before = frozenset(sys.modules)
         _windows.append(window)
     return window
@@ -309,7 +315,6 @@ def close_window(window: Used) -> None:
         if not _windows:
             builtins.__import__, importlib.import_module = _ORIGINAL_IMPORT, _ORIGINAL_IMPORT_MODULE
             _probe_stats(False)
-        if window.lowering and not any(w.lowering for w in _windows):
             _hear_code(False)
         if window.lowering:
             window.loaded = frozenset(sys.modules) - window.before

@@ -571,17 +571,26 @@ def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None
     measured nothing). ``keep_held`` (`golden update`): where the leaves
     held, the golden's own figure, so a golden is not rewritten for a time that moved within its noise."""
 
+    from hlo_audit import workers  # noqa: PLC0415
+
     rounds = rounds or CHECK_ROUNDS
-    out = []
+    recorded = {}
     for result in results:
         stored = golden(result.cell.id) if isinstance(result, LoweredCell) else None
-        record = stored.record if stored is not None else None
-        if record is None or record.host is None:
+        if stored is not None and stored.record is not None and stored.record.host is not None:
+            recorded[result.cell.id] = stored.record
+    # Measured in a lowering process (the step is the user's code: never run in the process that judges); a cell
+    # not measurable now compares nothing, as for no figure.
+    measured = workers.host_figures([r.cell for r in results if r.cell.id in recorded], rounds) if recorded else {}
+    out = []
+    for result in results:
+        record = recorded.get(result.cell.id)
+        if record is None:
             out.append(result)
             continue
         try:
-            figure = host_figure(_step(result.cell), rounds)
-        except Exception:  # noqa: BLE001 (not measurable now: the rule compares nothing, as for no figure)
+            figure = HostFigure.from_record(measured[result.cell.id]) if result.cell.id in measured else None
+        except (KeyError, TypeError, ValueError):
             figure = None
         held = keep_held and (figure is None or figure.leaves == record.host.leaves)
         out.append(replace(result, host=record.host if held else figure))
