@@ -99,6 +99,7 @@ bench: setup
 	$(PY) scripts/bench_diff_large.py
 	$(PY) scripts/bench_matrix.py
 	$(PY) scripts/bench_cache_digest.py
+	$(PY) scripts/bench_recorder.py --maxtext
 	$(PY) scripts/bench_tpu.py
 	$(PY) scripts/bench_gpu.py
 

@@ -35,6 +35,10 @@ from pathlib import Path
 from hlo_audit import host, termination
 
 
+# The variables the base's start-up (importing jax) set: kept in every job's environment (``cache.reads``).
+_STARTUP: dict[str, str] = {}
+
+
 def _how_ended(status: int) -> str:
     """A ``waitpid`` status in words: ``exit status 0``, ``killed by SIGKILL``."""
     if os.WIFSIGNALED(status):
@@ -119,7 +123,7 @@ def _cell_process(target, cell, key, folder: Path, index: int, op: str) -> None:
 
 def _build_target(job: dict):
     """The job's target, imported under the process-wide recorder (what its import read is every cell's)."""
-    from hlo_audit.cache import importing_target  # noqa: PLC0415
+    from hlo_audit.cache import importing_target, warm  # noqa: PLC0415
     from hlo_audit.targets import get_target  # noqa: PLC0415
 
     with importing_target(), termination.dispositions_kept():
@@ -127,6 +131,8 @@ def _build_target(job: dict):
         preload = getattr(target, "preload", None)
         if preload is not None and job["op"] != "describe":
             preload()  # the stack every cell imports (MaxText's modules): once here, not once per cell
+    if job["op"] == "lower":
+        warm()
     return target
 
 
@@ -136,6 +142,8 @@ def _target_process(job: dict, channel: int) -> None:
 
     os.environ.clear()
     os.environ.update(job["environ"])
+    for name, value in _STARTUP.items():  # what this process's jax import set holds for it, as it did before the fork
+        os.environ.setdefault(name, value)
     os.chdir(job["cwd"])
     sys.path[:] = job["sys_path"]
     try:
@@ -241,10 +249,15 @@ def main() -> None:
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judging process ends this one (and its group) itself
     host.setup_own_process()
+    before = dict(os.environ)
     import jax  # noqa: F401,PLC0415 (imported once here: every job forks with it loaded)
 
-    import hlo_audit.cache  # noqa: PLC0415
-    import hlo_audit.targets.callable  # noqa: F401,PLC0415
+    import hlo_audit.cache.reads  # noqa: PLC0415
+    import hlo_audit.targets.callable  # noqa: PLC0415
+
+    started = {name: value for name, value in os.environ.items() if before.get(name) != value}
+    hlo_audit.cache.reads.SET_AT_STARTUP.update(started)
+    _STARTUP.update(started)
 
     _send(channel, {"ready": os.getpid()})
     serve(sys.stdin, channel)

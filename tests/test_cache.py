@@ -398,7 +398,7 @@ def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
     assert hlo_audit(tmp_path, "run", "--only", "quant=dropout0,layers=2", env=from_a_shell).returncode == 0
     cell = Cell("mlp", False, "dropout0", 2, target="hlo_audit.examples.nnx_mlp:lower")
     key = lowering_key(cell)
-    assert Cache(tmp_path / ".hlo-audit-cache").get_lowering(key) is not None
+    assert Cache(tmp_path / ".hlo-audit-cache", project=tmp_path).get_lowering(key) is not None
     (result,) = run_cells([cell], Cache(tmp_path / ".hlo-audit-cache"))
     assert result.cached and result.entry_params == 9
 

@@ -88,7 +88,7 @@ def test_tpu_cell_compiles_for_the_topology_and_records_memory_and_cost(project)
 def test_compiled_text_is_tpu_code_attributed_through_args_info(project):
     project_dir, _ = project
     cell = Cell("mlp", False, "dropout0", 2, target=TARGET, platform="tpu", device="v6e-4", stage="compiled")
-    text, meta = Cache(project_dir / ".hlo-audit-cache").get_lowering(lowering_key(cell))
+    text, meta = Cache(project_dir / ".hlo-audit-cache", project=project_dir).get_lowering(lowering_key(cell))
     # The module after XLA's TPU passes: scheduled, with the TPU's tiled layouts (one chip: the example's step
     # is unsharded, so jax's default device, the topology's first chip, is what it compiles for).
     header = text.split("\n", 1)[0]

@@ -50,7 +50,7 @@ def _run_cell(project: Path, config: str, cell_id: str, cli=hlo_audit):
     run = cli(project, "run", "--format", "json")
     assert run.returncode == 0, run.stdout + run.stderr
     cell = {c["id"]: c for c in json.loads(run.stdout)["cells"]}[cell_id]
-    text, meta = Cache(project / ".hlo-audit-cache").get_lowering(_only_key(project / ".hlo-audit-cache"))
+    text, meta = Cache(project / ".hlo-audit-cache", project=project).get_lowering(_only_key(project / ".hlo-audit-cache"))
     return project, cell, text, meta
 
 

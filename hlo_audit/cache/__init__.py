@@ -2,30 +2,37 @@
 
 A cell's lowering is looked up in two steps, as ccache's direct mode or a build system's depfile does:
 
-* its **primary key**: what is known before lowering: the cell (every axis, overrides, batch, seq, the target's
-  spec), the target's own fingerprint (MaxText's version; a callable's module), the versions of
+* its **primary key**: what is known before lowering, without importing the target (the judging process never
+  does: ``hlo_audit.worker``): the cell (every axis, overrides, batch, seq, the target's spec), the versions of
   jax/jaxlib/flax/maxtext/TE, the cell's compiler (libtpu for a TPU topology), every ``XLA_*``/``JAX_*``/``LIBTPU_*``
   variable, the Python, hlo-audit's lowering side (every module of the layers up to ``targets``, by
-  ``hlo_audit.layers``: no list) and this file (it decides what a manifest records). It names a **manifest**;
-* the manifest's **variants**: what each earlier lowering of the cell read, recorded in the process that lowered it
-  (``recording_environment`` around building the target and lowering; ``reads_after``; ``cache.used``): the
-  Python modules that cell's lowering used (every module loaded before any cell's lowering, or between them, and of
-  those other cells' lowerings loaded only the ones this lowering's imports asked for, with what their own loading
-  asked for: a model module a second cell imports again is its read too, one only the first cell imported is not)
-  and the files it opened for reading (the ``open`` audit event: a config, a YAML MaxText's pyconfig reads), with
-  those opened while building the target. Files of an installed distribution count by the distribution's name and
-  version (the target's ``code_under_test``, MaxText, by content wherever it is installed), stdlib by the Python's
-  version, every other file (the user's project, an editable install, a folder on PYTHONPATH) by SHA-256 and the
-  stamp a ``stat`` gives (size, mtime, ctime, inode: ``reads.stamp``). The project's files are named relative to the
-  project (``reads.portable``): a copy of it, a second worktree, a workspace restored elsewhere or another project
-  sharing the cache_dir checks its own files, never the ones a recording was made from. The environment variables
-  it read are recorded with their values (one it found unset and then set itself, as MaxText's import does
-  DECOUPLE_GCLOUD in the first cell a process lowers, holds unset or at the value it set: a process that imported
-  MaxText before its lookup still hits the cell). A variant is reused only if all of it still holds: environment
-  and versions first, then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout, a restored
-  file: then the stamps are refreshed in the manifest). Size and mtime alone would serve a file restored with its
-  old mtime (``cp -p``, ``rsync -a``, a cache-restore step) or edited to the same size and ``touch``-ed back; its
-  ctime is new. Several variants per cell, so switching a variable back and forth is a hit both ways.
+  ``hlo_audit.layers``: no list) and the recorder's code (this package and the worker). It names a **manifest**;
+* the manifest's **variants**: what each earlier lowering of the cell read, recorded in the cell's own process
+  (forked from the one that imported the target, so what another cell loaded or memoized is never this one's
+  unrecorded input) by one mechanism, PEP 578's audit hooks plus what they do not raise (``cache.used``):
+  the Python modules it used, and of each module's file what ran (``cache.code``: the module's own statements and
+  each code object executed, so an edit to code no cell ran serves them); the files it opened for reading (not a
+  module's source loaded, nor one shown in a warning); the paths it asked about (``os.stat``, ``os.path.exists``,
+  ``os.access``: absence is a read) and the folders it listed; the modules an import looked for and did not find,
+  with where it looked; and what cannot be keyed, which makes the lowering **unservable** (a subprocess, a shell, a
+  fork, a socket, a file it read and wrote): never served, lowered every run, and said so. Files of an installed
+  distribution, and any distribution's metadata (``*.dist-info``: ``pip install -e`` rewrites its README and pins
+  at every commit), count by the distribution's name and version (the target's ``code_under_test``, MaxText, by
+  content wherever it is installed), stdlib by the Python's version, every other file (the user's project, an
+  editable install, a folder on PYTHONPATH) by SHA-256 and the stamp a ``stat`` gives (size, mtime, ctime, inode:
+  ``reads.stamp``); a file whose times or mode the lowering set itself (``os.utime``) is an input all the same,
+  one it made (a dump XLA wrote and it read back) is its output. The project's files are named relative to the
+  project (the repository's top level, else the config's folder: ``reads.portable``): a copy of it, a second
+  worktree, a workspace restored elsewhere or another project sharing the cache_dir checks its own files, never the
+  ones a recording was made from. The environment variables it read (``os.environ`` and ``os.environb``) are
+  recorded with their values (one it found unset and then set itself, as MaxText's import does DECOUPLE_GCLOUD,
+  holds unset or at the value it set). A variant is reused only if all of it still holds: environment and versions
+  first, then the paths asked about, then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout,
+  a restored file: then the stamps are refreshed in the manifest), and for a module whose hash differs, what of it
+  ran. Size and mtime alone would serve a file restored with its old mtime (``cp -p``, ``rsync -a``, a cache-restore
+  step) or edited to the same size and ``touch``-ed back; its ctime is new. Several variants per cell, so switching
+  a variable back and forth is a hit both ways. The first reason a cell's variants did not hold is the result's
+  ``relowered_because``.
 
 Each variant's **entry** (``<entry>.hlo.txt``, ``.lowering.json``, ``.<analysis>.result.json``,
 ``.<analysis>.normalized.txt``; ``<analysis>`` is hlo-audit's own source) carries a header: what kind of entry it
@@ -40,12 +47,10 @@ manifest is written last, so it only ever names whole entries; every write goes 
 folder and is renamed into place, so concurrent runs (or one killed midway) never leave a torn entry.
 
 What it does not see: edits made in place inside an installed distribution other than the code under test (pip
-never makes one), code loaded other than as a module (``exec`` of a file) or files read other than through
-``open`` (``mmap`` of an already open descriptor, C code), a new module that would shadow a recorded one (a
-``pkg/model/`` folder beside ``pkg/model.py``), a data-only module another cell loaded, reached through a reference
-to ``importlib.import_module`` taken before the lowering began, and environment read as a whole (iterating
-``os.environ``, as wsgiref's and tqdm's imports do: not a dependency on every variable) or read in C (hence the
-prefixes in the primary key). ``--refresh`` lowers again and rewrites.
+never makes one), files read other than through Python (C code) or through a descriptor opened before the lowering,
+a new module that would shadow a recorded one (a ``pkg/model/`` folder beside ``pkg/model.py``), and environment
+read as a whole (iterating ``os.environ``, as wsgiref's and tqdm's imports do: not a dependency on every variable)
+or read in C (hence the prefixes in the primary key). ``--refresh`` lowers again and rewrites.
 
 JSON and text only, never pickle.
 """
@@ -54,10 +59,10 @@ from __future__ import annotations
 
 from hlo_audit.cache.key import (LAYOUT_VERSION, analysis_fingerprint, lowering_fingerprint, lowering_key,
                                  lowering_sources, package_versions, source_fingerprint)
-from hlo_audit.cache.reads import importing_target, reads_after, recording_environment
+from hlo_audit.cache.reads import importing_target, reads_after, recording_environment, warm
 from hlo_audit.cache.store import LOG_VARIABLE, Cache, CacheError, entry_files
 
 __all__ = ["LAYOUT_VERSION", "LOG_VARIABLE", "Cache", "CacheError", "analysis_fingerprint", "entry_files",
            "importing_target",
            "lowering_fingerprint", "lowering_key", "lowering_sources", "package_versions", "reads_after",
-           "recording_environment", "source_fingerprint"]
+           "recording_environment", "source_fingerprint", "warm"]

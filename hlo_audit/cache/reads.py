@@ -157,10 +157,16 @@ def importing_target() -> Iterator[None]:
         yield
 
 
+# Variables the lowering process's own start-up set (jax's import sets TPU_LIBRARY_PATH where it finds libtpu): what
+# the process is, the same for every cell it lowers, not the user's environment (libtpu's version keys TPU cells).
+SET_AT_STARTUP: set[str] = set()
+
+
 def _variables(reads: _EnvironmentReads) -> dict[str, str | None]:
     # The prefixes are the primary key's; JAX_PLATFORMS is not an input of what a cell lowers to (NOT_FLAGS).
     return {name: value for name, value in sorted(reads.read.items())
-            if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in reads.set_itself}
+            if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in reads.set_itself
+            and name not in SET_AT_STARTUP}
 
 
 @dataclass(frozen=True)
@@ -244,9 +250,11 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
 def _code_keys(paths: list[str], ran: set, lowered: set) -> dict[str, dict]:
     """For each module file (keyed by content, not opened as a file): the code objects of it that ran (while the
     target was built, or in this lowering: those with their lines) and their digest (``cache.code``)."""
+    wanted = set(paths)
     by_file: dict[str, list] = {}
     for code in ran:
-        by_file.setdefault(code.co_filename, []).append(code)
+        if code.co_filename in wanted:
+            by_file.setdefault(code.co_filename, []).append(code)
     keys = {}
     for path in paths:
         tree = code_keys.compiled(path)
@@ -314,6 +322,17 @@ def _names_digest(folder: str, kind: str = ALL_NAMES) -> str | None:
     if kind == DISTRIBUTIONS:
         names = [name for name in names if name.endswith((".dist-info", ".egg-info", ".egg-link"))]
     return f"{kind}:" + hashlib.sha256("\0".join(names).encode()).hexdigest()
+
+
+def warm() -> None:
+    """Build what keying a lowering's reads needs once, in the process cells fork from (the index of installed
+    files: ~0.2 s, which each cell's process would otherwise build again)."""
+    search_path = tuple(sys.path)
+    kinds = _kinds(search_path)
+    installed = _installed_files(search_path)
+    for path in _module_files(set(sys.modules)):  # the modules loaded so far: every cell's, classified once
+        if path not in kinds:
+            kinds[path] = _file_kind(path, installed)
 
 
 def _module_files(names: set[str]) -> set[str]:
@@ -473,7 +492,11 @@ def portable(reads: dict, roots: tuple[str, ...]) -> dict:
         return (path[len(under):] or ".") if under and path.startswith(under) else "." if under else path
 
     moved = {name: {relative(path): value for path, value in reads.get(name, {}).items()}
-             for name in ("files", "probed", "listed", "code")}
+             for name in ("files", "probed", "code")}
+    # A folder listed for the distributions in it (importlib.metadata, over sys.path: the working folder too) is
+    # about what is installed where the lowering ran, not the project's content: named as it is.
+    moved["listed"] = {path if isinstance(value, str) and value.startswith(DISTRIBUTIONS) else relative(path): value
+                       for path, value in reads.get("listed", {}).items()}
     absent = {name: [relative(path) for path in where] for name, where in reads.get("absent_modules", {}).items()}
     return {**reads, **moved, "absent_modules": absent}
 

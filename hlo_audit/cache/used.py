@@ -151,8 +151,8 @@ def _audit(event: str, args: tuple) -> None:
 
 def _opened(path, mode, flags) -> None:
     path = _path_of(path)
-    if path is None:
-        return
+    if path is None or (isinstance(flags, int) and flags & getattr(os, "O_TMPFILE", 0) == getattr(os, "O_TMPFILE", -1)):
+        return  # O_TMPFILE: an unnamed file of the window's own in that folder (tempfile.TemporaryFile)
     writing = any(c in mode for c in "wax+") if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_RDONLY
     reading = "+" in mode or "r" in mode if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_WRONLY
     existed = os.path.lexists(path) if writing else True
@@ -378,7 +378,7 @@ def unservable(window: Used) -> list[str]:
     """Why what the window read cannot be keyed (each once): a file it read and wrote, a subprocess, a socket."""
     reasons = list(window.unservable)
     reasons += [f"reads and writes {path}" for path in sorted(window.opened & window.written)
-                if not path.startswith(_NOT_FILES)]
+                if not path.startswith(_NOT_FILES) and os.path.isfile(path)]
     return list(dict.fromkeys(reasons))
 
 
