@@ -31,7 +31,21 @@ from hlo_audit.rules import missing_golden, registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.rules.spec import Context, Subject
 from hlo_audit.scaling import Series
-from hlo_audit.stack import StackMode, stack_mode, why_pinned
+from hlo_audit.stack import StackMode, environment_problem, stack_mode, why_pinned
+
+
+def refused_claim(result: CellResult, stored: Golden | None) -> str | None:
+    """Why a cell's golden claims what hlo-audit never writes, naming its file and key (a check refuses it, exit 2,
+    locally as on CI); None where it is its cell's. Its keys' own claims (``record.claim_problem``), and its
+    environment read against what this stack records for the cell (``stack.environment_problem``)."""
+    if stored is None:
+        return None
+    if stored.invalid:
+        return stored.damaged
+    if stored.record is None or not isinstance(result, LoweredCell):
+        return None
+    problem = environment_problem(stored.record.environment, result.environment)
+    return None if problem is None else f"{stored.summary or result.cell.id}: not a golden summary: {problem}"
 
 
 def regenerate_command(config_path: str | None) -> str:
@@ -95,8 +109,9 @@ class Gate:
         deltas: dict[str, CellDelta] = {}
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
-            if stored is not None and stored.invalid:  # a claim hlo-audit never writes: refused, not judged
-                raise GoldenError(f"{stored.damaged}; rewrite it with: {context.command(r.cell.id)}")
+            refused = refused_claim(r, stored)
+            if refused is not None:  # a claim hlo-audit never writes: refused, not judged
+                raise GoldenError(f"{refused}; rewrite it with: {context.command(r.cell.id)}")
             delta = outcome.delta(r, texts=True, pinned=self.pinned_by is not None)
             if delta is not None:
                 deltas[r.cell.id] = delta
