@@ -29,8 +29,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                  "scaling", "golden.record", "golden.health")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress")),
-    # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.
-    ("judging", ("golden", "golden.*", "judging", "judging.*")),
+    # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read; the digest of
+    # the project tree the outcome judged (provenance).
+    ("judging", ("golden", "golden.*", "judging", "judging.*", "provenance")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",

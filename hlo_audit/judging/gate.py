@@ -17,6 +17,7 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from pathlib import Path
 
 from hlo_audit.judging.compare import CellDelta
 from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, StaleWaiver,
@@ -26,6 +27,7 @@ from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy
+from hlo_audit.provenance import tree_digest
 from hlo_audit.results import CellResult, LoweredCell, Severity, Status
 from hlo_audit.rules import missing_golden, registry
 from hlo_audit.rules.registry import Rule
@@ -58,8 +60,12 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
     the results completed from that same tree first (``measure.with_host_figures``: each file read once).
     ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``)."""
+    # The project's files as the cells were judged on them, by content (what `merge` compares beside the commit).
+    project = tree_digest(plan.config.project or Path.cwd(), plan.config.cache_dir)
+
     def judge(tree):
-        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest())
+        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest(),
+                                                                                                 project)
         return Gate(plan.config.rules, regenerate, rules=rules).judge(outcome, report_stale)
 
     return read_snapshot(plan.config.golden_dir, judge)
