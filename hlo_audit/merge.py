@@ -123,8 +123,10 @@ _DETAILS: dict[type, Callable[[Any], Json]] = {
                         "waived_patterns": {k: w.reason for k, w in f.waived_patterns.items()}},
     StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
     Worded: lambda f: json.loads(f.details),
-    HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record(), "now": f.now.to_record(),
-                               "leaves_delta": f.leaves_delta, "tolerance": f.tolerance, "regenerate": f.command},
+    HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record() if f.golden else None,
+                               "now": f.now.to_record(), "leaves_delta": f.leaves_delta,
+                               "implied_leaves": f.implied, "golden_params": f.golden_params,
+                               "tolerance": f.tolerance, "regenerate": f.command},
 }
 
 
