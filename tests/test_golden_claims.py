@@ -197,7 +197,7 @@ def test_code_under_test_cannot_switch_pinned_mode_off(project, monkeypatch):
     """Issue 48: under CI=true, a target module that sets HLO_AUDIT_STACK=local when imported, beside a golden forged
     to another jax: exit 0. The mode is read at start-up, before the target is imported: the golden of another
     stack fails the pinned run."""
-    as_golden_of(project, "unrolled_8x", environment(jax=OTHER_JAX))
+    as_golden_of(project, LR_CHANGE, environment(jax=OTHER_JAX))  # a local run: constants advisory, exit 0
     (project / "stack_setter.py").write_text(STACK_SETTER)
     config = project / "hlo-audit.toml"
     config.write_text(config.read_text().replace("team_model:target", "stack_setter:target"))
@@ -209,6 +209,23 @@ def test_code_under_test_cannot_switch_pinned_mode_off(project, monkeypatch):
     stack = [f for f in found if f["rule"] == "missing_golden"]
     assert code == 1 and stack and stack[0]["details"]["stack"]["jax"]["golden"] == OTHER_JAX, found
     assert "pinned (CI=true" in stack[0]["message"], stack
+
+
+def test_code_under_test_cannot_switch_pinned_mode_off_in_the_pytest_plugin(project):
+    """The same through `pytest --hlo-audit` (a process: the plugin reads the mode when pytest configures it, before
+    the target is imported by the cell's item)."""
+    import os
+    import subprocess
+
+    as_golden_of(project, LR_CHANGE, environment(jax=OTHER_JAX))  # a local run: constants advisory, exit 0
+    (project / "stack_setter.py").write_text(STACK_SETTER)
+    config = project / "hlo-audit.toml"
+    config.write_text(config.read_text().replace("team_model:target", "stack_setter:target"))
+    env = {k: v for k, v in os.environ.items() if k != "HLO_AUDIT_STACK"} | {"CI": "true"}
+    ran = subprocess.run([sys.executable, "-m", "pytest", "--hlo-audit", "-p", "no:cacheprovider", "-q",
+                          "-p", "no:xdist"], cwd=project, capture_output=True, text=True, timeout=600, env=env)
+    assert ran.returncode == 1 and f"FAILED hlo-audit::{cell(LR_CHANGE)}" in ran.stdout, ran.stdout[-3000:]
+    assert "recorded under another compiler stack" in ran.stdout, ran.stdout[-3000:]
 
 
 def test_golden_update_writes_no_golden_for_a_code_version_alone(project):
