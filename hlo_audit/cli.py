@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from hlo_audit import __version__, audit, host, progress, scaffold, streams, termination
+from hlo_audit import __version__, audit, host, progress, scaffold, stack, streams, termination
 from hlo_audit import merge as merge_reader
 from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, OneLineUsageErrors,
                                exit_on_input_error, print_error)
@@ -39,9 +39,12 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _main(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+def _main(ctx: typer.Context,
+          version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
                                                 help="Print hlo-audit's version and exit.")] = False) -> None:
-    pass
+    # Pinned or local is read before any target is imported: code under test cannot set it (stack.read_at_start).
+    stack.read_at_start()
+    ctx.call_on_close(stack.forget_start)
 
 # Every command's formats: format -> the function that turns the command's view (its results, as the command
 # gathered them) into the text it prints.

@@ -11,7 +11,9 @@ The rule gates on the state leaves, not on the time. The time is noisy (tens of 
 runner) and belongs to the machine it was measured on (a golden recorded on a workstation is checked on a runner);
 the leaf count is exact, and the host work grows with it linearly (the chip: 89 us a leaf through nnx.jit, 12 us
 through jax.jit; the same slope on a CPU). So a regression is state leaves beyond ``tolerance`` (a fraction of the
-golden's; 0: any growth), and the time measured on each side is the finding's words: what the growth costs. This
+golden's; 0: any growth), and the time measured on each side is the finding's words: what the growth costs. The
+golden's leaves are taken as far as its own lowering bears them out (``implied_leaves``: its entry's parameters are
+leaves of its call), never on its figure's word alone (issue 48). This
 module is jax-free: a record and a pure function.
 """
 
@@ -84,45 +86,69 @@ def figure_problem(record) -> str | None:
 
 @dataclass(frozen=True)
 class HostCostChange:
-    """The ``host_cost`` rule's finding: state leaves per call against the golden's, with the time each side took
-    (``same_machine``: whether the two times were measured on one kind of machine, so their difference means
-    something). ``worse``: a regression (else fewer leaves, an improvement to record)."""
+    """The ``host_cost`` rule's finding: state leaves per call against what the golden's step passed as far as its
+    own lowering bears it out (``implied``: ``implied_leaves``), with the time each side took (``same_machine``:
+    whether the two times were measured on one kind of machine, so their difference means something). ``golden``:
+    its recorded figure, None where it records none (its entry's parameters are then what it implies: a missing
+    figure is a finding, never a silent pass). ``worse``: a regression (else fewer leaves, borne out by a smaller
+    entry: an improvement to record)."""
 
     caller: str
-    golden: HostFigure
+    golden: HostFigure | None
     now: HostFigure
     tolerance: float
     worse: bool
     command: str
+    implied: int = 0
+    golden_params: int = 0  # the golden's entry parameters: what its lowering takes per call
 
     @property
     def leaves_delta(self) -> int:
-        return self.now.leaves - self.golden.leaves
+        return self.now.leaves - self.implied
+
+    @property
+    def claim_unborne(self) -> bool:
+        """Whether the golden's figure claims more leaves than its lowering and this step bear out."""
+        return self.golden is not None and self.golden.leaves > self.implied
 
     @property
     def median_delta_us(self) -> float:
-        return self.now.per_call_us.median - self.golden.per_call_us.median
+        return self.now.per_call_us.median - self.golden.per_call_us.median if self.golden is not None else 0.0
 
     @property
     def same_machine(self) -> bool:
-        return self.golden.machine == self.now.machine
+        return self.golden is not None and self.golden.machine == self.now.machine
 
     @property
     def beyond_spread(self) -> bool:
         """Whether the time moved beyond both sides' spread (the two [min, max] ranges do not overlap)."""
-        return not self.golden.per_call_us.overlaps(self.now.per_call_us)
+        return self.golden is not None and not self.golden.per_call_us.overlaps(self.now.per_call_us)
 
 
-def host_cost(golden: HostFigure | None, now: HostFigure | None, tolerance: float,
-              command: str) -> HostCostChange | None:
-    """State leaves per call against the golden's figure: more than ``tolerance`` (a fraction of the golden's) a
-    regression, fewer by as much an improvement; None when either side has no figure (a golden recorded before
-    figures were kept, or a check that measured none: nothing is compared) or when the leaves held. The time is
-    not gated (module doc): it is what the finding says the change costs."""
-    if golden is None or now is None:
+def implied_leaves(golden: HostFigure | None, golden_params: int, now: HostFigure, now_params: int) -> int:
+    """The state leaves per call the golden's step passed, as far as evidence bears it out: its entry's parameters
+    (each one a leaf of the call), plus the leaves its call passed that its entry did not take (jax prunes unused
+    arguments) as its figure claims them, but no more than this step passes beside its own entry. A figure's count
+    beyond that is the golden's word alone: raised from 6 to 80 (inside the plausibility bound), it hid 20 more
+    leaves per call and read as an improvement while the host time rose (issue 48). Without a figure: its entry's
+    parameters, what its lowering implies."""
+    claimed_outside = golden.leaves - golden_params if golden is not None else 0
+    return golden_params + max(0, min(claimed_outside, now.leaves - now_params))
+
+
+def host_cost(golden: HostFigure | None, now: HostFigure | None, golden_params: int, now_params: int,
+              tolerance: float, command: str) -> HostCostChange | None:
+    """State leaves per call against what the golden's step passed (``implied_leaves``: its entry's parameters, and
+    the figure's leaves outside them as far as this step bears them out): more than ``tolerance`` (a fraction of
+    those) a regression; fewer by as much an improvement, which only a smaller entry can make (growth is never an
+    improvement). None when this check measured no figure (nothing to compare) or when the leaves held. A golden
+    without a figure is compared by its entry's parameters: the figure missing is a finding where the leaves differ.
+    The time is not gated (module doc): it is what the finding says the change costs."""
+    if now is None:
         return None
-    delta = now.leaves - golden.leaves
-    if abs(delta) <= tolerance * golden.leaves or delta == 0:
+    implied = implied_leaves(golden, golden_params, now, now_params)
+    delta = now.leaves - implied
+    if abs(delta) <= tolerance * implied or delta == 0:
         return None
     return HostCostChange(caller=now.caller, golden=golden, now=now, tolerance=tolerance, worse=delta > 0,
-                          command=command)
+                          command=command, implied=implied, golden_params=golden_params)

@@ -31,8 +31,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # This process's side of the lowering processes (workers: hlo_audit.worker runs there, started by name).
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress",
                  "workers")),
-    # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read.
-    ("judging", ("golden", "golden.*", "judging", "judging.*")),
+    # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read; the digest of
+    # the project tree the outcome judged (provenance).
+    ("judging", ("golden", "golden.*", "judging", "judging.*", "provenance")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     # worker: the lowering processes' entry point (``python -m hlo_audit.worker``), the only place a target runs.

@@ -31,7 +31,8 @@ from hlo_audit.usage import InputError
 
 Json = dict[str, Any]  # what this module writes and reads (the edge: JSON out, merge in)
 
-CHECK_SCHEMA = "hlo-audit/check/v1"
+# v2 (issue 48): ``shard.judged_by.tree``, the digest of the project's files the shard judged (``provenance``).
+CHECK_SCHEMA = "hlo-audit/check/v2"
 MAX_REPORT_BYTES = 256 << 20  # a check report of the 122-cell matrix is ~2 MB
 MAX_REPORT_DEPTH = 64  # a check report nests ~8 deep (cells -> constants -> captured -> groups)
 
@@ -124,8 +125,10 @@ _DETAILS: dict[type, Callable[[Any], Json]] = {
                         "waived_patterns": {k: w.reason for k, w in f.waived_patterns.items()}},
     StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
     Worded: lambda f: json.loads(f.details),
-    HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record(), "now": f.now.to_record(),
-                               "leaves_delta": f.leaves_delta, "tolerance": f.tolerance, "regenerate": f.command},
+    HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record() if f.golden else None,
+                               "now": f.now.to_record(), "leaves_delta": f.leaves_delta,
+                               "implied_leaves": f.implied, "golden_params": f.golden_params,
+                               "tolerance": f.tolerance, "regenerate": f.command},
 }
 
 
@@ -149,7 +152,8 @@ def check_record(outcome: Outcome) -> Json:
     return {"schema": CHECK_SCHEMA, "exit_code": outcome.exit_code, "summary": outcome.finding_counts,
             # shard K/N of the selection with this fingerprint, and its cell count: what `merge` checks
             "shard": None if shard is None else {"index": shard.index, "count": shard.count, "matrix": shard.matrix,
-                                                 "cells": shard.cells, "judged_by": _judge_record(shard.judge)},
+                                                 "cells": shard.cells,
+                                                 "judged_by": _judge_record(shard.judge, outcome.tree)},
             "totals": {"cells": s.cells, "cells_by_verdict": dict(s.cells_by_verdict),
                        "findings_by_severity": dict(s.findings_by_severity), "folded_advisories": s.folded,
                        "stale_goldens": s.stale_goldens},
@@ -161,10 +165,11 @@ def check_record(outcome: Outcome) -> Json:
             "cells": [cell_record(r) for r in outcome.results]}
 
 
-def _judge_record(judge: Judge | None) -> Json | None:
+def _judge_record(judge: Judge | None, tree: str) -> Json | None:
     """What judged a shard (``plan.Judge``): the project's commit, hlo-audit's version, the environment, config and
-    policy fingerprints, the digest of the goldens judged against."""
-    return None if judge is None else {part: getattr(judge, part) for part in JUDGE_PARTS}
+    policy fingerprints, the digest of the goldens judged against; and the digest of the project's files it judged
+    (``tree``: ``provenance.tree_digest``)."""
+    return None if judge is None else {**{part: getattr(judge, part) for part in JUDGE_PARTS}, "tree": tree}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -279,6 +284,9 @@ def _read_check_report(path: str) -> dict:
         raise InputError(f"{path}: not a check JSON report: {exc}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{path}: not a check JSON report: a JSON {type(doc).__name__}, not an object")
+    if doc.get("schema") == "hlo-audit/check/v1":
+        raise InputError(f"{path}: a check report of an older hlo-audit (schema hlo-audit/check/v1: it records no "
+                         "digest of the tree it judged): run check again")
     if doc.get("schema") != CHECK_SCHEMA:
         schema = doc.get("schema")
         raise InputError(f"{path}: not a `hlo-audit check --format json` report "
@@ -304,6 +312,7 @@ def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellR
             raise _Malformed("shard.judged_by: missing (written by an hlo-audit that did not record what judged its "
                              "cells: run check again)")
         judge = Judge(**{key: _field(judged_by, key, "shard.judged_by", str) for key in JUDGE_PARTS})
+        tree = _field(judged_by, "tree", "shard.judged_by", str)
         findings = _field(doc, "findings", "report", list)
         cells = _field(doc, "cells", "report", list)
         parsed_findings = [_finding_from_record(f, f"findings[{i}]") for i, f in enumerate(findings)]
@@ -312,7 +321,7 @@ def _parsed_shard(path: str, doc: dict) -> tuple[dict, list[Finding], list[CellR
         raise InputError(f"{path}: not a check JSON report: {exc}") from None
     if len(results) != shard["cells"]:
         raise InputError(f"{path}: shard {index}/{count} says {shard['cells']} cells but lists {len(results)}")
-    return {**shard, "judged_by": judge}, parsed_findings, results
+    return {**shard, "judged_by": judge, "tree": tree}, parsed_findings, results
 
 
 def merge_check_reports(paths: list[str]) -> Outcome:
@@ -360,7 +369,7 @@ def merge_check_reports(paths: list[str]) -> Outcome:
         raise InputError(f"merge: the shards' {len(ids)} cells are not the matrix they were dealt from "
                          f"(fingerprint {matrix}): a shard lost or gained cells")
     return Outcome.merged(results, list(findings.values()), Shard(index=1, count=1, matrix=matrix, cells=len(results),
-                                                                  judge=first[1]["judged_by"]))
+                                                                  judge=first[1]["judged_by"]), first[1]["tree"])
 
 
 LAST_CHECK = "last-check.json"  # in cache_dir: the last `check`'s JSON report, what `golden update --failing` reads
@@ -387,13 +396,18 @@ def failing_in(path: Path, judge: Judge) -> Accept | None:
 _JUDGE_PARTS = {"commit": "at another commit", "hlo_audit": "under another hlo-audit",
                 "environment": "under another environment", "config": "under another config (matrix or golden folder)",
                 "goldens": "against other goldens (the golden folder's content differs)",
-                "policy": "under another policy (rule actions, waivers, tolerances)"}
+                "policy": "under another policy (rule actions, waivers, tolerances)",
+                "tree": "on another tree (the project's files differ: tracked or untracked, the config, the goldens)"}
 
 
 def _same_judge(path: str, shard: dict, first_path: str, first: dict) -> None:
     """A shard judged otherwise than the first (at another commit, against other goldens, under another policy,
     config, hlo-audit or environment) is refused: merged, its cells' verdicts would read as this run's."""
     differences = first["judged_by"].differences(shard["judged_by"])
+    # The tree by content after the commit's name: one HEAD with an edit left uncommitted between the two runs, or
+    # two trees without git ("unknown" both), is another tree (``provenance``).
+    if not differences and shard["tree"] != first["tree"]:
+        differences = (("tree", first["tree"], shard["tree"]),)
     if differences:
         what, firsts, this = differences[0]
         raise InputError(f"{path}: shard {shard['index']}/{shard['count']} was judged "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from hlo_audit import audit
+from hlo_audit import audit, stack
 from hlo_audit.report.words import message
 
 
@@ -18,6 +18,13 @@ def pytest_addoption(parser):
     group.addoption("--hlo-audit", action="store_true", help="check every hlo-audit matrix cell against its golden")
     group.addoption("--hlo-audit-config", default=None, help="hlo-audit config file (default: as the CLI finds it)")
     group.addoption("--hlo-audit-only", default=None, help="hlo-audit --only filter, e.g. model=llama3-8b,quant=int8")
+
+
+def pytest_configure(config):
+    # Pinned or local is read before any target (or test module) is imported: code under test cannot switch a CI
+    # run's pinned mode off by setting HLO_AUDIT_STACK when imported (``stack.read_at_start``, issue 48).
+    if config.getoption("--hlo-audit"):
+        stack.read_at_start()
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -12,7 +12,8 @@ an ``up`` / ``down`` MLP in bfloat16, a small fixed-point refinement loop), each
 * ``unroll=8``: the refinement loop (8 steps of ``lax.fori_loop``) unrolled 8x;
 * ``up_name="up_proj"``: the ``up`` weight attribute renamed;
 * ``fork_rngs``: every block keeps ``self.rngs = rngs.fork()``, never drawn (the seed-000 leak);
-* ``bias``: the projections gain a bias.
+* ``bias``: the projections gain a bias;
+* ``lr=2e-3``: the optimizer's learning rate doubled (a constant of the step: the constants rule's).
 
 ``lower(variant)`` lowers from abstract state (nothing allocated) and returns the HLO text; ``target(cell)`` is
 the same as a callable target (``cell.quant`` names the variant: ``base`` or one of ``VARIANTS``).
@@ -43,6 +44,7 @@ class Variant:
     up_name: str = "up"
     fork_rngs: bool = False
     bias: bool = False
+    lr: float = 1e-3
 
 
 # One pull request's change each, on the base model.
@@ -55,6 +57,7 @@ VARIANTS = {
     "up_renamed": Variant(up_name="up_proj"),
     "forked_rngs": Variant(fork_rngs=True),
     "bias": Variant(bias=True),
+    "lr_up": Variant(lr=2e-3),
 }
 
 
@@ -92,7 +95,7 @@ class Model(nnx.Module):
 
 def _build(variant: Variant):
     model = Model(variant, nnx.Rngs(0))
-    return model, nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    return model, nnx.Optimizer(model, optax.adam(variant.lr), wrt=nnx.Param)
 
 
 def traced(variant: Variant):

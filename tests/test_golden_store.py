@@ -474,7 +474,9 @@ def test_environment_message_names_every_differing_key_both_ways(projects, tmp_p
     text.write_text(text.read_text().replace("multiply(", "add(", 1))  # still a module: a changed program
     path = project / "golden/mlp/scan-on/none/L2.json"
     record = json.loads(path.read_text())
-    env = {k: v for k, v in record["environment"].items() if k != "flax"} | {"jax": "0.11.0", "maxtext": "0.2.5"}
+    # (A key this run does not record for the cell, such as maxtext here, is refused since issue 48:
+    # tests/test_golden_claims.py.)
+    env = {k: v for k, v in record["environment"].items() if k != "flax"} | {"jax": "0.11.0"}
     path.write_text(dumps({**record, "environment": env}))
     result = hlo_audit(project, "check", "--format", "json")
     assert result.returncode == 0, result.stdout[-2000:]

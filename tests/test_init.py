@@ -122,12 +122,16 @@ def _workflow_is_sharded_and_merged(path: Path, shards: int) -> dict:
 
 def _shards_and_merge(folder: Path, shards: int, expect: int, check) -> None:
     """Each shard's check (run by ``check``), then the merge (in this process: it reads the shards' JSON)."""
-    reports = []
+    reports, texts = [], []
     for k in range(1, shards + 1):
         shard = check(folder, "check", "--shard", f"{k}/{shards}", "--format", "json")
         assert shard.returncode in (0, 1), shard.stderr[-2000:]
-        (folder / f"shard-{k}.json").write_text(shard.stdout)
+        texts.append(shard.stdout)
         reports.append(f"shard-{k}.json")
+    # Written once every shard ran: a report left in the project folder is a file of the tree the next shard judges
+    # (as each CI job's checkout holds its own report only).
+    for report, text in zip(reports, texts):
+        (folder / report).write_text(text)
     merged = hlo_audit_here(folder, "merge", *reports, "--junit", "hlo-audit.xml")
     assert merged.returncode == expect, merged.stdout[-2000:]
     for report in [*reports, "hlo-audit.xml"]:

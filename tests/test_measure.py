@@ -46,24 +46,52 @@ def figure(leaves: int, median_us: float, machine: str = "m") -> HostFigure:
 
 
 def test_host_cost_gates_on_state_leaves_and_words_the_time():
-    # The chip's figures (issue 33): nnx.jit 33.4 -> 59.1 ms per call for +288 state leaves.
-    found = host_cost(figure(443, 33_400), figure(731, 59_100), 0.0, "hlo-audit golden update --only id=x")
+    # The chip's figures (issue 33): nnx.jit 33.4 -> 59.1 ms per call for +288 state leaves (each a parameter).
+    found = host_cost(figure(443, 33_400), figure(731, 59_100), 443, 731, 0.0, "hlo-audit golden update --only id=x")
     assert found is not None and found.worse and found.leaves_delta == 288
     text = words.host_cost_text(found)
     assert text.startswith("host work per call +25.7 ms (+288 state leaves) through nnx.jit: 33.4 ms -> 59.1 ms")
     assert "another machine" not in text and text.endswith("If intended: hlo-audit golden update --only id=x")
-    fewer = host_cost(figure(731, 59_100), figure(443, 33_400), 0.0, "cmd")
+    fewer = host_cost(figure(731, 59_100), figure(443, 33_400), 731, 443, 0.0, "cmd")
     assert fewer is not None and not fewer.worse and "record the smaller figure" in words.host_cost_text(fewer)
 
 
-def test_host_cost_compares_nothing_without_a_figure_or_within_tolerance():
-    assert host_cost(None, figure(731, 59_100), 0.0, "cmd") is None  # a golden that records none
-    assert host_cost(figure(443, 33_400), None, 0.0, "cmd") is None  # a check that measured none
+def test_host_cost_compares_nothing_without_a_measurement_or_within_tolerance():
+    assert host_cost(figure(443, 33_400), None, 443, 731, 0.0, "cmd") is None  # a check that measured none
     # The leaves held: the time alone (noisy, machine-bound) never fails, even doubled.
-    assert host_cost(figure(443, 33_400), figure(443, 70_000), 0.0, "cmd") is None
-    assert host_cost(figure(443, 33_400), figure(450, 34_000), 0.02, "cmd") is None  # +7 within 2% of 443
-    other = host_cost(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 0.0, "cmd")
+    assert host_cost(figure(443, 33_400), figure(443, 70_000), 443, 443, 0.0, "cmd") is None
+    assert host_cost(figure(443, 33_400), figure(450, 34_000), 443, 450, 0.02, "cmd") is None  # +7 within 2% of 443
+    other = host_cost(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 443, 731, 0.0, "cmd")
     assert "measured on another machine (a workstation)" in words.host_cost_text(other)
+    # Leaves the call passes beside its entry (arguments jax prunes), as many as the golden's figure says: held.
+    assert host_cost(figure(50, 9_000), figure(50, 9_100), 40, 40, 0.0, "cmd") is None
+
+
+def test_host_cost_takes_the_golden_s_leaves_as_far_as_its_lowering_bears_them_out():
+    """Issue 48: a golden's host.leaves raised from 6 to 80 (inside the plausibility bound) beside 20 more leaves per
+    call read as an improvement while the time rose. Its entry's 6 parameters are what its lowering implies: +20 is
+    a regression, and the claim is named. Fewer leaves than a figure claims is an improvement only where the entry
+    shrank: growth outside the entry is never one."""
+    forged = host_cost(figure(80, 2_000), figure(26, 3_000), 6, 26, 0.0, "cmd")
+    assert forged is not None and forged.worse and forged.leaves_delta == 20 and forged.implied == 6
+    assert "the golden's figure claims 80 leaves, its entry's 6 parameters and this step bear out 6" in \
+        words.host_cost_text(forged)
+    # The same claim where the 20 leaves are outside this step's entry too: nothing to record, no improvement.
+    assert host_cost(figure(80, 2_000), figure(26, 3_000), 6, 6, 0.0, "cmd") is None
+    # A real improvement: the entry shrank with the leaves.
+    smaller = host_cost(figure(80, 2_000), figure(40, 1_500), 80, 40, 0.0, "cmd")
+    assert smaller is not None and not smaller.worse and smaller.leaves_delta == -40
+
+
+def test_host_cost_of_a_golden_without_a_figure_is_what_its_entry_implies():
+    """Issue 48: a golden whose host figure was deleted compared nothing. Its entry's parameters are what its
+    lowering implies: 50 more leaves per call are a finding, which names the missing figure; the same leaves, none."""
+    missing = host_cost(None, figure(56, 5_000), 6, 6, 0.0, "cmd")
+    assert missing is not None and missing.worse and missing.leaves_delta == 50 and missing.golden is None
+    text = words.host_cost_text(missing)
+    assert text.startswith("host work per call: 56 state leaves through nnx.jit (+50 state leaves, 5.0 ms per call), "
+                           "where the golden's entry takes 6 parameters and it records no host figure")
+    assert host_cost(None, figure(6, 5_000), 6, 6, 0.0, "cmd") is None
 
 
 def test_golden_record_keeps_the_figure_and_reads_older_records():
@@ -216,6 +244,53 @@ def test_measure_judges_the_leak_under_the_configs_policy(recorded, tmp_path, se
     table = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "1",
                            env={"STEP_VARIANT": "leak"})
     assert f"nnxjit/scan-off/none/L2: {severity}: host work per call" in table.stdout.replace("\n", " ")
+
+
+def _edited_host(recorded: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the recorded project with its golden's host figure edited by ``edit(record)``."""
+    folder = tmp_path / "project"
+    shutil.copytree(recorded, folder)
+    summary = folder / "golden/nnxjit/scan-off/none/L2.json"
+    record = json.loads(summary.read_text())
+    edit(record)
+    summary.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return folder
+
+
+def _measured_host_cost(folder: Path) -> tuple[int, list[dict]]:
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2", "--format", "json",
+                         env={"STEP_VARIANT": "leak"})
+    assert ran.returncode in (0, 1), ran.stderr[-3000:]
+    return ran.returncode, [f for f in json.loads(ran.stdout)["findings"] if f["rule"] == "host_cost"]
+
+
+def test_a_golden_s_leaves_raised_do_not_hide_growth(recorded, tmp_path):
+    """Issue 48: the golden's host.leaves raised from 66 to 200 (inside the plausibility bound, 4 per parameter +
+    64) beside the leak's 36 more leaves per call: `measure` exited 0 and `check` called host_cost an improvement.
+    The golden's 66 entry parameters are what its lowering implies: a regression in both, the claim named."""
+    folder = _edited_host(recorded, tmp_path, lambda record: record["host"].update(leaves=200))
+    code, found = _measured_host_cost(folder)
+    assert code == 1 and [f["severity"] for f in found] == ["regression"], found
+    assert found[0]["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
+    assert found[0]["details"]["implied_leaves"] == 66 and found[0]["details"]["golden"]["leaves"] == 200
+    assert "the golden's figure claims 200 leaves, its entry's 66 parameters and this step bear out 66" in \
+        found[0]["message"]
+    checked = _check(folder, "leak")
+    assert [f["severity"] for f in checked["findings"] if f["rule"] == "host_cost"] == ["regression"]
+
+
+def test_a_golden_s_host_figure_deleted_is_compared_by_its_entry(recorded, tmp_path):
+    """Issue 48: the golden's host figure deleted (nothing else marks it: `--host-only` records no timing) beside
+    36 more leaves per call: `measure` said the rule compares nothing, exit 0. Its entry's 66 parameters are what
+    it implies: a regression naming the missing figure. The unchanged step against it: nothing found."""
+    folder = _edited_host(recorded, tmp_path, lambda record: record.pop("host"))
+    code, found = _measured_host_cost(folder)
+    assert code == 1 and [f["severity"] for f in found] == ["regression"], found
+    assert found[0]["details"]["golden"] is None and found[0]["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
+    assert "where the golden's entry takes 66 parameters and it records no host figure" in found[0]["message"]
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
+    assert ran.returncode == 0 and "compares its leaves with its golden's entry parameters" in \
+        ran.stdout.replace("\n", " "), ran.stdout
 
 
 def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path, monkeypatch):

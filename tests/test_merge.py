@@ -45,10 +45,15 @@ def shards(tmp_path_factory):
     (project / "golden/mlp/scan-off/none/L2.json").unlink()
     runs = {"full": ()} | {f"{k}of2": ("--shard", f"{k}/2") for k in (1, 2)} | {
         f"none{k}of3": ("--only", "quant=none", "--shard", f"{k}/3") for k in (1, 2, 3)}
+    reports = {}
     for name, args in runs.items():
         result = hlo_audit(project, "check", *args, "--format", "json")
         assert result.returncode in (0, 1), result.stderr
-        (project / f"{name}.json").write_text(result.stdout)
+        reports[name] = result.stdout
+    # Written once every shard has run: a report left in the project folder is a file of the tree the next shard
+    # judges (its digest, what merge compares), as a CI job's checkout never holds another job's report.
+    for name, text in reports.items():
+        (project / f"{name}.json").write_text(text)
     return project
 
 
@@ -149,6 +154,8 @@ def _damage(d: dict, how: str):
         "no shard record": lambda: d.pop("shard"),
         "no record of what judged it": lambda: d["shard"].pop("judged_by"),
         "judged_by without its policy": lambda: d["shard"]["judged_by"].pop("policy"),
+        "judged_by without its tree": lambda: d["shard"]["judged_by"].pop("tree"),
+        "tree not a string": lambda: d["shard"]["judged_by"].update(tree=["x"]),
         "shard a string": lambda: d.update(shard="1/2"),
         "shard 3 of 2": lambda: d["shard"].update(index=3),
         "schema missing": lambda: d.pop("schema"),
@@ -162,7 +169,7 @@ def _damage(d: dict, how: str):
         "empty": b"",
         "not UTF-8": b'\xff\xfe{"schema": 1}',
         "a JSON list": b"[]",
-        "a JSON string": b'"hlo-audit/check/v1"',
+        "a JSON string": b'"hlo-audit/check/v2"',
         "nested 100000 deep": b"[" * 100000 + b"]" * 100000,
     }[how]
 
@@ -197,6 +204,8 @@ MALFORMED = {
     "no record of what judged it": "shard.judged_by: missing (written by an hlo-audit that did not record what "
                                    "judged its cells: run check again)",
     "judged_by without its policy": "shard.judged_by: missing 'policy'",
+    "judged_by without its tree": "shard.judged_by: missing 'tree'",
+    "tree not a string": "shard.judged_by.tree: expected str, got list",
     "shard a string": "shard: expected an object, got str",
     "shard 3 of 2": "shard: 3/2 is not a shard K/N",
 }
@@ -213,7 +222,8 @@ def test_every_shard_records_what_judged_it(shards):
     one, two, full = doc(shards, "1of2"), doc(shards, "2of2"), doc(shards, "full")
     judged = one["shard"]["judged_by"]
     assert judged == two["shard"]["judged_by"] == full["shard"]["judged_by"]
-    assert set(judged) == {"commit", "config", "policy", "hlo_audit", "environment", "goldens"}
+    assert set(judged) == {"commit", "config", "policy", "hlo_audit", "environment", "goldens", "tree"}
+    assert len(judged["tree"]) == 64
     assert judged["commit"] == "unknown" and len(judged["goldens"]) == 16  # the project is no git work tree
     assert judged["hlo_audit"].startswith(f"{hlo_audit_version()} (source ") and "python 3." in judged["environment"]
     assert "jax " in judged["environment"] and len(judged["config"]) == len(judged["policy"]) == 16
@@ -341,7 +351,7 @@ def test_a_shard_judged_at_another_commit_is_refused(tmp_path):
     def shard(k: int, name: str) -> dict:
         result = hlo_audit(project, "check", "--no-cache", "--shard", f"{k}/2", "--format", "json")
         assert result.returncode in (0, 1), result.stderr
-        (project / name).write_text(result.stdout)
+        (tmp_path / name).write_text(result.stdout)  # outside the project: no file of the tree the next shard judges
         return json.loads(result.stdout)
 
     first = shard(1, "old1.json")
@@ -354,10 +364,112 @@ def test_a_shard_judged_at_another_commit_is_refused(tmp_path):
     _git(project, "commit", "-qam", "the step twice")
     after = _git(project, "rev-parse", "HEAD")
     assert shard(other, "new-other.json")["exit_code"] == 0
-    line = one_line_error(hlo_audit(project, "merge", "old-a.json", "new-other.json"),
+    line = one_line_error(hlo_audit(tmp_path, "merge", "old-a.json", "new-other.json"),
                           f"new-other.json: shard {other}/2 was judged at another commit than old-a.json "
                           f"(shard {a_shard}/2)", "merge only the shards of one run")
     assert repr(after) in line and repr(before) in line, line
     new_a = shard(a_shard, "new-a.json")
     assert new_a["exit_code"] == 1 and new_a["verdicts"]["m/scan-off/a/L1"] == "regression"
-    assert hlo_audit(project, "merge", "new-a.json", "new-other.json").returncode == 1
+    assert hlo_audit(tmp_path, "merge", "new-a.json", "new-other.json").returncode == 1
+
+
+def _commit_project(folder: Path, git: bool) -> Path:
+    """COMMIT_TARGET's project (cells `a` and `b`, one a shard) with its goldens, under git (committed) or not."""
+    folder.mkdir(parents=True)
+    (folder / "merge_commit_target.py").write_text(COMMIT_TARGET)
+    (folder / "ops.txt").write_text("once\n")
+    (folder / "hlo-audit.toml").write_text(config(target="merge_commit_target:lower", models=["m"],
+                                                  quant=["a", "b"], layers=[1]))
+    if git:
+        _git(folder, "init", "-q")
+    assert hlo_audit(folder, "golden", "update", "--no-cache").returncode == 0
+    if git:
+        _git(folder, "add", "-A")
+        _git(folder, "commit", "-qm", "goldens")
+    return folder
+
+
+def _shard_of(project: Path, k: int, report: Path) -> dict:
+    result = hlo_audit(project, "check", "--no-cache", "--shard", f"{k}/2", "--format", "json")
+    assert result.returncode in (0, 1), result.stderr
+    report.write_text(result.stdout)
+    return json.loads(result.stdout)
+
+
+def _a_shard(project: Path, reports: Path) -> int:
+    """Which shard holds cell `a` (dealt by series: one cell each)."""
+    first = _shard_of(project, 1, reports / "probe.json")
+    return 1 if any(c["quant"] == "a" for c in first["cells"]) else 2
+
+
+@pytest.mark.parametrize("git", [True, False], ids=["git", "no-git"])
+def test_a_shard_judged_before_an_uncommitted_regression_is_refused(tmp_path, git):
+    """Issue 48: one HEAD, a regression left uncommitted between the two shard runs (cell `a`'s shard judged before
+    it, the other after): merged, exit 0; the same without git (commit "unknown" on both). Each shard records the
+    digest of the project's files it judged; merge refuses them in one line. Both shards of the edited tree merge
+    into the regression."""
+    project, reports = _commit_project(tmp_path / "repo", git), tmp_path / "reports"
+    reports.mkdir()
+    a_shard = _a_shard(project, reports)
+    other = 3 - a_shard
+    old_a = _shard_of(project, a_shard, reports / "old-a.json")
+    assert old_a["exit_code"] == 0
+    (project / "ops.txt").write_text("twice\n")  # not committed
+    new_other = _shard_of(project, other, reports / "new-other.json")
+    assert new_other["exit_code"] == 0
+    assert old_a["shard"]["judged_by"]["commit"] == new_other["shard"]["judged_by"]["commit"]
+    assert (old_a["shard"]["judged_by"]["commit"] == "unknown") is not git
+    one_line_error(hlo_audit(reports, "merge", "old-a.json", "new-other.json"),
+                   f"new-other.json: shard {other}/2 was judged on another tree (the project's files differ",
+                   f"than old-a.json (shard {a_shard}/2)", "merge only the shards of one run")
+    assert _shard_of(project, a_shard, reports / "new-a.json")["exit_code"] == 1
+    assert hlo_audit(reports, "merge", "new-a.json", "new-other.json").returncode == 1
+
+
+def test_shards_of_two_trees_without_git_are_refused_and_of_two_copies_merge(tmp_path):
+    """Issue 48: cell `a`'s shard of tree A, the other shard of a copy B whose step of `a` regressed, neither under
+    git: "2 ok", exit 0 (each shard passes on its own tree). Refused; two copies of one tree in other folders merge
+    (the digest is of paths relative to the project, and contents)."""
+    tree_a, reports = _commit_project(tmp_path / "a", git=False), tmp_path / "reports"
+    reports.mkdir()
+    tree_b, tree_c = tmp_path / "b", tmp_path / "c"
+    shutil.copytree(tree_a, tree_b)
+    shutil.copytree(tree_a, tree_c)
+    (tree_b / "ops.txt").write_text("twice\n")
+    a_shard = _a_shard(tree_a, reports)
+    assert _shard_of(tree_a, a_shard, reports / "a.json")["exit_code"] == 0
+    assert _shard_of(tree_b, 3 - a_shard, reports / "b.json")["exit_code"] == 0
+    one_line_error(hlo_audit(reports, "merge", "a.json", "b.json"), "b.json: shard", "on another tree")
+    assert _shard_of(tree_c, 3 - a_shard, reports / "c.json")["exit_code"] == 0
+    assert hlo_audit(reports, "merge", "a.json", "c.json").returncode == 0
+
+
+def test_a_report_of_the_schema_before_tree_digests_is_refused(shards, tmp_path):
+    old = doc(shards, "1of2")
+    old["schema"] = "hlo-audit/check/v1"
+    del old["shard"]["judged_by"]["tree"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    one_line_error(hlo_audit(shards, "merge", tmp_path / "old.json", "2of2.json"), "old.json: a check report of an "
+                   "older hlo-audit (schema hlo-audit/check/v1: it records no digest of the tree it judged)")
+
+
+def test_each_shard_s_report_in_its_own_checkout_is_no_file_of_its_tree(tmp_path):
+    """The workflow `init` writes runs `check --shard K/N --format json > shard-K.json` in each job's checkout: the
+    shell makes that file before hlo-audit starts, so each checkout holds another untracked file. The command's own
+    standard output is no file of the tree it judged: the two shards merge. (A process: the redirect is the shell's.)
+    """
+    import subprocess
+    import sys
+
+    first = _commit_project(tmp_path / "job1", git=True)
+    second = tmp_path / "job2"
+    shutil.copytree(first, second)
+    for k, checkout in ((1, first), (2, second)):
+        with open(checkout / f"shard-{k}.json", "w") as report:
+            done = subprocess.run([sys.executable, "-m", "hlo_audit", "check", "--no-cache", "--shard", f"{k}/2",
+                                   "--format", "json"], cwd=checkout, stdout=report, stderr=subprocess.PIPE,
+                                  text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+    shutil.copy(second / "shard-2.json", first / "shard-2.json")
+    merged = hlo_audit(first, "merge", "shard-1.json", "shard-2.json")
+    assert merged.returncode == 0, merged.stderr

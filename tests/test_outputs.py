@@ -290,7 +290,7 @@ def test_cli_junit_to_dev_stdout_in_a_real_pipe(project):
                           cwd=project, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     json_part, _, xml_part = proc.stdout.partition("<?xml")
-    assert '"schema": "hlo-audit/check/v1"' in json_part
+    assert '"schema": "hlo-audit/check/v2"' in json_part
     assert ET.fromstring("<?xml" + xml_part).get("tests") == "8"
 
 

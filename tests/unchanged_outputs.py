@@ -303,12 +303,12 @@ def scenario_folder():
 
 def clean(text: str, folder: Path) -> str:
     """The output with the scenario's folder (a temporary path) written as ``<folder>``, and in what judged a shard
-    (issue 34) hlo-audit's source digest, the installed versions, the commit and the goldens' digest (the goldens
-    record the installed versions) as ``<this install>``: they are this checkout's and this machine's, not the
+    (issue 34) hlo-audit's source digest, the installed versions, the commit, the goldens' digest (the goldens
+    record the installed versions) and the project tree's (issue 48: the goldens are files of it) as ``<this install>``: they are this checkout's and this machine's, not the
     scenario's (the config's and the policy's fingerprints stay)."""
     text = text.replace(str(folder.resolve()), "<folder>").replace(str(folder), "<folder>")
     return re.sub(r'"judged_by": \{[^{}]*\}', lambda m: re.sub(
-        r'("(?:hlo_audit|environment|commit|goldens)": )"[^"]*"', r'\1"<this install>"', m.group()), text)
+        r'("(?:hlo_audit|environment|commit|goldens|tree)": )"[^"]*"', r'\1"<this install>"', m.group()), text)
 
 
 def golden_tree(folder: Path, golden_dir: str) -> dict[str, str]:
@@ -329,8 +329,12 @@ def run_scenario(name: str, folder: Path, serve) -> dict[str, dict]:
     entries = scenario(name, folder)
     outputs: dict[str, dict] = {}
     quiet = {"COLUMNS": None, "LINES": None, "NO_COLOR": None, "GITHUB_STEP_SUMMARY": None}
+    held: dict[str, str] = {}
     with contextlib.chdir(folder), serve(entries):
         for out, args, files in COMMANDS[name]:
+            if args[0] == "merge":  # the shards' reports, written once both ran (below)
+                for report, text in held.items():
+                    (folder / report).write_text(text)
             argv = [*args, *([] if args[0] in NO_CONFIG else CONFIG_ARGS[name])]
             result = CliRunner().invoke(app, argv, env=quiet)
             if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -338,7 +342,9 @@ def run_scenario(name: str, folder: Path, serve) -> dict[str, dict]:
             outputs[out] = {"exit": result.exit_code, "stdout": clean(result.stdout, folder),
                             "files": {f: clean((folder / f).read_text(), folder) for f in files}}
             if out.startswith("shard"):
-                (folder / out).write_text(result.stdout)
+                # Held until both shards ran: a report in the folder is a file of the tree the next shard judges
+                # (issue 48: its digest is what merge compares), as a CI job's checkout holds no other job's report.
+                held[out] = result.stdout
             if out == "golden-update":
                 golden_dir = "golden-gpu" if name == "gpu" else "golden"
                 outputs[out]["files"] = {f"{golden_dir}/{k}": v for k, v in golden_tree(folder, golden_dir).items()}

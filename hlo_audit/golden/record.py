@@ -362,6 +362,9 @@ def claim_problem(record: Mapping[str, Any]) -> str | None:
         where = _shaped(record[key], fields, required) if key in record else None
         if where is not None:
             return f"{key + where!r} is malformed"
+    problem = _environment_problem(record["environment"])
+    if problem is not None:
+        return problem
     total = record["entry_params"]
     for key in ("by_dtype", "by_role", "by_dtype_role"):
         if key in record and sum(record[key].values()) != total:
@@ -370,6 +373,18 @@ def claim_problem(record: Mapping[str, Any]) -> str | None:
     if host is not None and host["leaves"] > HOST_LEAVES_PER_PARAM * total + HOST_LEAVES_MARGIN:
         return (f"'host.leaves' is {host['leaves']}: no figure of a step whose entry has {total} parameters "
                 "(its leaves are those parameters' arrays)")
+    return None
+
+
+def _environment_problem(environment: Mapping[str, str | None]) -> str | None:
+    """Why a golden's environment is not as hlo-audit writes it: a name or version with stray whitespace, or empty
+    (``"0.12.0.1 "`` differs from the running jax's ``0.12.0.1`` and would read as another compiler stack, relaxing
+    the text rules, issue 48); None where every entry is clean. Which keys it may hold is the running stack's to say
+    (``stack.environment_problem``)."""
+    for key, value in environment.items():
+        for said in (key, value):
+            if said is not None and (not said.strip() or said != said.strip() or not said.isprintable()):
+                return f"'environment.{key.strip()}' is malformed: {said!r} has stray whitespace, or nothing"
     return None
 
 

@@ -127,7 +127,8 @@ def _kept_versions(record: GoldenRecord, old: GoldenRecord | None) -> GoldenReco
     if old is None:
         return record
     environment = {k: v for k, v in record.environment.items() if is_compiler(k)}
-    environment.update({k: v for k, v in old.environment.items() if not is_compiler(k)})
+    # Only the keys this run records: a key the old golden holds beyond them is refused by a check (issue 48).
+    environment.update({k: v for k, v in old.environment.items() if not is_compiler(k) and k in record.environment})
     kept = replace(record, environment=dict(sorted(environment.items())))
     return kept if dumps(kept.to_json()) == dumps(old.to_json()) else record
 

@@ -17,6 +17,7 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from pathlib import Path
 
 from hlo_audit.judging.compare import CellDelta
 from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, StaleWaiver,
@@ -26,12 +27,27 @@ from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Action, Policy
+from hlo_audit.provenance import tree_digest
 from hlo_audit.results import CellResult, LoweredCell, Severity, Status
 from hlo_audit.rules import missing_golden, registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.rules.spec import Context, Subject
 from hlo_audit.scaling import Series
-from hlo_audit.stack import StackMode, stack_mode, why_pinned
+from hlo_audit.stack import StackMode, environment_problem, stack_mode, why_pinned
+
+
+def refused_claim(result: CellResult, stored: Golden | None) -> str | None:
+    """Why a cell's golden claims what hlo-audit never writes, naming its file and key (a check refuses it, exit 2,
+    locally as on CI); None where it is its cell's. Its keys' own claims (``record.claim_problem``), and its
+    environment read against what this stack records for the cell (``stack.environment_problem``)."""
+    if stored is None:
+        return None
+    if stored.invalid:
+        return stored.damaged
+    if stored.record is None or not isinstance(result, LoweredCell):
+        return None
+    problem = environment_problem(stored.record.environment, result.environment)
+    return None if problem is None else f"{stored.summary or result.cell.id}: not a golden summary: {problem}"
 
 
 def regenerate_command(config_path: str | None) -> str:
@@ -44,8 +60,12 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
     the results completed from that same tree first (``measure.with_host_figures``: each file read once).
     ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``)."""
+    # The project's files as the cells were judged on them, by content (what `merge` compares beside the commit).
+    project = tree_digest(plan.config.project or Path.cwd(), plan.config.cache_dir)
+
     def judge(tree):
-        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest())
+        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest(),
+                                                                                                 project)
         return Gate(plan.config.rules, regenerate, rules=rules).judge(outcome, report_stale)
 
     return read_snapshot(plan.config.golden_dir, judge)
@@ -95,8 +115,9 @@ class Gate:
         deltas: dict[str, CellDelta] = {}
         for r in outcome.results:
             stored = outcome.goldens.golden(r.cell.id)
-            if stored is not None and stored.invalid:  # a claim hlo-audit never writes: refused, not judged
-                raise GoldenError(f"{stored.damaged}; rewrite it with: {context.command(r.cell.id)}")
+            refused = refused_claim(r, stored)
+            if refused is not None:  # a claim hlo-audit never writes: refused, not judged
+                raise GoldenError(f"{refused}; rewrite it with: {context.command(r.cell.id)}")
             delta = outcome.delta(r, texts=True, pinned=self.pinned_by is not None)
             if delta is not None:
                 deltas[r.cell.id] = delta

@@ -109,6 +109,9 @@ class CellMeasurement:
     host: HostFigure | None
     golden_host: HostFigure | None = None  # the figure recorded beside the golden (None: none recorded)
     problem: str = ""  # why it could not be measured here (unavailable, failed)
+    # The golden's entry parameters, where the cell has a readable golden (None: none): what its lowering implies of
+    # its leaves per call, compared where it records no figure (``host_cost.implied_leaves``).
+    golden_params: int | None = None
 
 
 @dataclass(frozen=True)
@@ -487,17 +490,19 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
         steps, rows = [], {}
         for cell in group:
             golden = _golden(golden_dir, cell.id)
+            row = CellMeasurement(cell.id, None, None, golden.host if golden else None,
+                                  golden_params=golden.entry_params if golden else None)
             try:
                 step = _step(cell)
                 figure = host_figure(step, rounds)
             except Exception as exc:  # noqa: BLE001 (a cell's failure is its row)
-                rows[cell.id] = CellMeasurement(cell.id, None, None, golden.host if golden else None, _why(exc))
+                rows[cell.id] = replace(row, problem=_why(exc))
                 continue
             steps.append(step)
-            rows[cell.id] = CellMeasurement(cell.id, None, figure, golden.host if golden else None)
+            rows[cell.id] = replace(row, host=figure)
         timings = _timed(steps, rounds, save_text, rows) if timing and steps else []
         for t in timings:
-            rows[t.cell] = CellMeasurement(t.cell, t, rows[t.cell].host, rows[t.cell].golden_host)
+            rows[t.cell] = replace(rows[t.cell], timing=t)
         rows_done.extend(rows[c.id] for c in group)
         for c in group:
             (measured or (lambda row: None))(rows[c.id])
@@ -518,7 +523,7 @@ def _timed(steps: list[Step], rounds: Rounds, save_text, rows: dict[str, CellMea
         why = _why(exc)
         for step in steps:
             row = rows[step.cell.id]
-            rows[step.cell.id] = CellMeasurement(row.cell, None, row.host, row.golden_host, why)
+            rows[step.cell.id] = replace(row, timing=None, problem=why)
         return []
 
 
@@ -540,9 +545,10 @@ def _why(exc: BaseException) -> str:
 
 
 def judgeable(report: MeasureReport) -> dict[str, HostFigure]:
-    """The host figures measured of the cells whose golden records one: what the host_cost rule can compare (a
-    golden without a figure compares nothing, and its cell need not be lowered to be judged)."""
-    return {row.cell: row.host for row in report.cells if row.host is not None and row.golden_host is not None}
+    """The host figures measured of the cells that have a golden: what the host_cost rule compares, with the
+    golden's figure, or, where it records none, with what its entry's parameters imply (a missing figure is a
+    finding where the leaves differ, issue 48); a cell without a golden need not be lowered to be judged."""
+    return {row.cell: row.host for row in report.cells if row.host is not None and row.golden_params is not None}
 
 
 def with_measured_figures(figures: dict[str, HostFigure]) -> Callable:

@@ -64,6 +64,9 @@ class Outcome:
     results: tuple[CellResult, ...]
     goldens: Snapshot | None = None  # None: merged shards (their goldens were the shards')
     shard: Shard | None = None  # which shard of which selection this is
+    # The digest of the project tree it judged (``provenance.tree_digest``: what `merge` compares beside the commit);
+    # "" where none was taken (an outcome built by hand).
+    tree: str = ""
     findings: tuple[Finding, ...] = ()
     # Each cell's comparison with its golden, built once by the gate (``compare.CellDelta``): every number a format
     # prints about a cell's difference is read here. Empty for merged shards (their findings carry the words).
@@ -92,16 +95,19 @@ class Outcome:
                    goldens=goldens if goldens is not None else Snapshot(plan.config.golden_dir), shard=plan.shard)
 
     @classmethod
-    def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None) -> Outcome:
-        """Shards' outcomes as one: their results and findings as each shard judged them."""
-        return cls(plan=None, results=tuple(results), shard=shard).judged(findings)
+    def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None,
+               tree: str = "") -> Outcome:
+        """Shards' outcomes as one: their results and findings as each shard judged them (``tree``: the tree they
+        all judged)."""
+        return cls(plan=None, results=tuple(results), shard=shard, tree=tree).judged(findings)
 
-    def against(self, goldens: str) -> Outcome:
+    def against(self, goldens: str, tree: str = "") -> Outcome:
         """This outcome with its shard's record naming the goldens it is judged against (the digest of the whole
-        tree: what `merge` compares); as it is where the record has no judge (built by hand)."""
+        golden tree) and the project tree it judged (``provenance.tree_digest``): what `merge` compares; the judge
+        as it is where the record has none (built by hand)."""
         if self.shard is None or self.shard.judge is None:
-            return self
-        return replace(self, shard=replace(self.shard, judge=replace(self.shard.judge, goldens=goldens)))
+            return replace(self, tree=tree)
+        return replace(self, shard=replace(self.shard, judge=replace(self.shard.judge, goldens=goldens)), tree=tree)
 
     def judged(self, findings: Sequence[Finding], deltas: Mapping[str, CellDelta] | None = None) -> Outcome:
         """This outcome with the gate's findings (and its comparisons with the goldens), and everything the formats

@@ -33,13 +33,18 @@ def comparison_headline(comparison) -> str:
 def measure_notes(report) -> list[str]:
     """What the measurement could not do, and the cells whose golden records no host figure."""
     lines = [f"{row.cell}: not measured: {row.problem}" for row in report.cells if row.problem]
-    unrecorded = [row.cell for row in report.cells if row.host is not None and row.golden_host is None]
-    if unrecorded and not report.recorded:
-        one = len(unrecorded) == 1
-        lines.append(f"{len(unrecorded)} of {len(report.cells)} {plural(len(report.cells), 'cell')} "
-                     f"{'has' if one else 'have'} no host figure beside {'its' if one else 'their'} golden, so the "
-                     f"host_cost rule compares nothing for {'it' if one else 'them'} (`hlo-audit measure --record` "
-                     "writes one)")
+    unrecorded = [row for row in report.cells if row.host is not None and row.golden_host is None]
+    # A golden without a figure is compared by what its entry implies (host_cost.implied_leaves); a cell without a
+    # golden by nothing.
+    for rows, what in (([r for r in unrecorded if r.golden_params is None], "compares nothing for {it}"),
+                       ([r for r in unrecorded if r.golden_params is not None],
+                        "compares {its} leaves with {its} golden's entry parameters")):
+        if rows and not report.recorded:
+            one = len(rows) == 1
+            said = what.format(it="it" if one else "them", its="its" if one else "their")
+            lines.append(f"{len(rows)} of {len(report.cells)} {plural(len(report.cells), 'cell')} "
+                         f"{'has' if one else 'have'} no host figure beside {'its' if one else 'their'} golden, so "
+                         f"the host_cost rule {said} (`hlo-audit measure --record` writes one)")
     if report.recorded:
         lines.append(f"recorded the host figure{'s' if len(report.recorded) > 1 else ''} of "
                      f"{len(report.recorded)} cell{'s' if len(report.recorded) > 1 else ''} beside the golden")

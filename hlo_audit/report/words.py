@@ -463,14 +463,22 @@ def host_figure_text(figure: HostFigure) -> str:
 
 def host_cost_text(facts: HostCostChange) -> str:
     leaves = f"{facts.leaves_delta:+d} state leaves"
+    if facts.golden is None:  # a missing figure: the golden's entry is what it implies
+        return (f"host work per call: {facts.now.leaves} state leaves through {facts.caller} ({leaves}, "
+                f"{host_time(facts.now.per_call_us.median)} per call), where the golden's entry takes "
+                f"{facts.golden_params} parameters and it records no host figure (`hlo-audit measure --record` writes "
+                f"one). If intended: {facts.command}")
     head = (f"host work per call {host_time(facts.median_delta_us, signed=True)} ({leaves}) through {facts.caller}: "
             f"{host_time(facts.golden.per_call_us.median)} -> {host_time(facts.now.per_call_us.median)}")
     noise = "" if facts.beyond_spread else " (the times are within their rounds' spread: the leaves decide)"
     where = "" if facts.same_machine else (f"; the golden's time was measured on another machine "
                                            f"({facts.golden.machine or 'unknown'})")
+    unborne = "" if not facts.claim_unborne else (
+        f"; the golden's figure claims {facts.golden.leaves} leaves, its entry's {facts.golden_params} parameters and "
+        f"this step bear out {facts.implied}")
     if facts.worse:
-        return f"{head}{noise}{where}. If intended: {facts.command}"
-    return f"{head}{noise}{where}; record the smaller figure: {facts.command}"
+        return f"{head}{noise}{where}{unborne}. If intended: {facts.command}"
+    return f"{head}{noise}{where}{unborne}; record the smaller figure: {facts.command}"
 
 
 # The named rules' findings: the rule's headline, then the structural diff's changes of its kind (change_words).

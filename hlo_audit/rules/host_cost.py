@@ -13,10 +13,13 @@ NAME = "host_cost"
 
 
 def host_cost(subject: Subject, ctx: Context) -> Finding | None:
-    """State leaves per call against the figure recorded beside the golden; nothing where either side has no
-    figure."""
+    """State leaves per call measured now against what the golden's step passed as its own lowering bears it out
+    (``host_cost.implied_leaves``: its entry's parameters, its figure's leaves beyond them no further than this step
+    shows); nothing where this run measured no figure or the cell has no readable golden."""
     record = subject.golden.record if subject.golden is not None else None
-    facts = host_cost_change(record.host if record is not None else None, subject.result.host,
+    if record is None:
+        return None
+    facts = host_cost_change(record.host, subject.result.host, record.entry_params, subject.result.summary.entry_params,
                              ctx.tolerance(NAME), ctx.command(subject.cell))
     if facts is None:
         return None
