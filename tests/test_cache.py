@@ -399,7 +399,7 @@ def test_a_cell_the_cli_lowered_is_a_hit_in_another_kind_of_process(tmp_path):
     cell = Cell("mlp", False, "dropout0", 2, target="hlo_audit.examples.nnx_mlp:lower")
     key = lowering_key(cell)
     assert Cache(tmp_path / ".hlo-audit-cache", project=tmp_path).get_lowering(key) is not None
-    (result,) = run_cells([cell], Cache(tmp_path / ".hlo-audit-cache"))
+    (result,) = run_cells([cell], Cache(tmp_path / ".hlo-audit-cache", project=tmp_path))
     assert result.cached and result.entry_params == 9
 
 

@@ -121,8 +121,11 @@ FILES = {"stack/__init__.py": "", "stack/target.py": TARGET, "stack/shared.py": 
 
 
 def _edit(project: Path, path: str, old: str | None = None, new: str = "") -> None:
+    """An edit of what the file holds: a module gains a statement (a comment alone changes no code that runs, and
+    serves every cell: tests/test_recorder.py), any other file a line."""
     file = project / path
-    file.write_text(file.read_text().replace(old, new) if old else file.read_text() + "\n# an edit\n")
+    added = "\nEDITED = True\n" if path.endswith(".py") else "\n# an edit\n"
+    file.write_text(file.read_text().replace(old, new) if old else file.read_text() + added)
 
 
 # (what the commit does, as edits) in history order

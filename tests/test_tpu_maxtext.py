@@ -143,7 +143,7 @@ def test_committed_tpu_golden_passes_and_reverted_seed_000_fixes_fail_it(optimiz
                            "--format", "json")
     doc = json.loads(check.stdout)
     assert check.returncode == 0, doc["findings"]
-    assert [c["cached"] for c in doc["cells"]] == [True]
+    assert [c["cached"] for c in doc["cells"]] == [True], [c["relowered_because"] for c in doc["cells"]]
 
     failed = reverted[0]
     assert failed.returncode == 1, failed.stdout + failed.stderr

@@ -131,7 +131,10 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
         with _recorders_lock:
             if process_wide:
                 for name in reads.written & reads.read.keys():
-                    reads.read[name] = os.environ.get(name)
+                    if reads.read[name] is None and name in os.environ:  # found unset, set by the import itself
+                        reads.set_itself[name] = os.environ[name]
+                    else:
+                        reads.read[name] = os.environ.get(name)
             else:
                 reads.set_itself = {name: os.environ[name] for name in sorted(reads.written & reads.read.keys())
                                     if reads.read[name] is None and name in os.environ}
@@ -234,8 +237,8 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
                 files[path] = state  # a module's file gone since it loaded is recorded gone; an opened one is not
         elif kind is not None:
             distributions[kind[0]] = kind[1]
-    set_itself = {name: value for name, value in window.set_itself.items()
-                  if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS}
+    set_itself = {name: value for name, value in {**_PROCESS_READS.set_itself, **window.set_itself}.items()
+                  if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in SET_AT_STARTUP}
     probes, listed = _probes(used, kinds, search_path, by_content, files)
     opened = (files_opened(used) if used else set()) | _PROCESS_OPENED
     ran_code = _code_keys([path for path in files if path.endswith(".py") and path not in opened and files[path]],

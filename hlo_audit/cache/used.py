@@ -123,6 +123,8 @@ def _audit(event: str, args: tuple) -> None:
             return  # a module's source loaded (recorded as the module), or shown in a warning: not a file read
         _opened(*args[:3])
     elif event in _UNKEYABLE:
+        if _started_by_hlo_audit():
+            return  # hlo-audit's own child (stage optimized runs XLA in one): its inputs are the lowering's, keyed
         reason = f"{_UNKEYABLE[event]} at {_user_place()}"
         for window in list(_windows):
             window.unservable.append(reason)
@@ -161,6 +163,20 @@ def _opened(path, mode, flags) -> None:
             (window.written if existed else window.created).add(path)
         if reading:
             window.opened.add(path)
+
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_OWN_EXAMPLES = _OWN + "examples" + os.sep
+
+
+def _started_by_hlo_audit() -> bool:
+    """Whether the innermost caller outside Python's own library is hlo-audit's code (not its examples: targets)."""
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    frame = sys._getframe(2)  # noqa: SLF001 -- the frames above the audit hook (no public equivalent)
+    while frame is not None and (frame.f_code.co_filename.startswith((stdlib, "<"))):
+        frame = frame.f_back
+    name = frame.f_code.co_filename if frame is not None else ""
+    return name.startswith(_OWN) and not name.startswith(_OWN_EXAMPLES)
 
 
 def _user_place() -> str:
@@ -238,10 +254,28 @@ def _tracked(load, absolute: str | None, fromlist) -> object:
         return load()
     try:
         return _loading(load, wanted, subs)
-    except ImportError:
+    except ImportError as exc:
         if absolute is not None and absolute not in sys.modules:
-            ABSENT_MODULES.setdefault(absolute, _search_path(absolute))
+            if isinstance(exc, ModuleNotFoundError) and exc.name == absolute:
+                ABSENT_MODULES.setdefault(absolute, _search_path(absolute))
+            else:  # found, and its own code failed (a module it imports is missing): its file is what was read
+                _failed_module_read(absolute)
         raise
+
+
+def _failed_module_read(name: str) -> None:
+    from importlib.machinery import PathFinder  # noqa: PLC0415
+
+    parent, _, last = name.rpartition(".")
+    path = getattr(sys.modules.get(parent), "__path__", None) if parent else None
+    try:
+        spec = PathFinder.find_spec(last if parent else name, path)
+    except (ImportError, ValueError, OSError):
+        spec = None
+    origin = getattr(spec, "origin", None)
+    if isinstance(origin, str) and os.path.isfile(origin):
+        for window in list(_windows):
+            window.opened.add(origin)
 
 
 def _search_path(name: str) -> tuple[str, ...]:

@@ -24,12 +24,16 @@ import sys
 
 import jax
 
-from hlo_audit import platforms, wrapped_args
+from hlo_audit import host, platforms, wrapped_args
 from hlo_audit.capture import captured_arrays
 from hlo_audit.lowering import Lowering, TargetError, import_failure
 from hlo_audit.matrix import Cell
 from hlo_audit.stages import to_stage
 from hlo_audit.files import current_directory
+
+
+# Libraries whose version the exact text of a cell lowered through them depends on (their module, their distribution).
+_MODEL_LIBRARIES = (("maxtext", "maxtext"), ("transformer_engine.jax", "transformer-engine-jax"))
 
 
 class CallableTarget:
@@ -87,7 +91,11 @@ class CallableTarget:
                           "(give the function a full_depth dict or callable)")
 
     def versions(self, cell: Cell) -> dict[str, str]:
-        return {}
+        """The model libraries the function lowered through, as MaxText's own target names them (a team's function
+        that wraps MaxText's step depends on MaxText's version as the built-in target's cells do): read after the
+        lowering, in its process, from what it imported."""
+        return {distribution: host.installed_version(distribution)
+                for module, distribution in _MODEL_LIBRARIES if module in sys.modules}
 
     def fingerprint(self) -> str:
         """The source of the module defining the function (edits invalidate cached cells)."""
