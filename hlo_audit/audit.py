@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from hlo_audit import termination
 from hlo_audit.cache.store import tracked_by_git
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
@@ -177,6 +178,7 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
     report = judge_measured(p, measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
                                                        measured), config_path)
     if record:
+        termination.raise_if_stopped()  # nothing is recorded after a Ctrl-C, even one a library swallowed
         report = replace(report, recorded=record_figures(report.cells, p.config.golden_dir, p.config.project))
     return report
 
