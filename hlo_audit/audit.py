@@ -102,7 +102,10 @@ def init_goldens(folder: Path, run: Callable[[Plan], list[CellResult]]
         p = plan(None, cwd=folder)
         kept = {c.id for c in p.cells}
         results = [r for r in results if r.cell.id in kept]
-    return p, results, update_goldens(p, results), excluded
+    update = update_goldens(p, results)
+    # Every cell refused: a config with no golden would pass every check ("1 unavailable"): init fails instead.
+    refused_all = bool(results) and all(r.refused for r in results)
+    return p, results, replace(update, every_cell_refused=refused_all), excluded
 
 
 def goldens_writable(p: Plan) -> None:
