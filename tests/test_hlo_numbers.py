@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from jax._src.lib import hlo
 
+from hlo_audit.hlo.thunks import ThunkParseError, parse_thunk_sequence
 from in_process import hlo_audit_here
 from xla_oracle import xla_counts
 
@@ -145,3 +146,16 @@ def test_leading_zeros_xla_reads_are_read_with_its_counts(tmp_path):
     counted = hlo_audit_here(tmp_path, "count", path, "--format", "json")
     got = json.loads(counted.stdout)["modules"][0]
     assert (got["entry_params"], got["by_dtype"]) == (expected["entry_params"], expected["by_dtype"])
+
+
+def test_a_thunk_sequences_numbers_are_bounded_too():
+    """A GPU dump's thunk sequence (``count``/``diff`` of a dump folder read it beside the module): its ids and launch
+    dimensions go through the same bound, one line naming the file and line."""
+    line = "000: kKernel fusion.1 grid: [2, 1, 1] threads: [128, 1, 1]"
+    (thunk,) = parse_thunk_sequence(line, "seq.txt")
+    assert (thunk.id, thunk.grid, thunk.threads) == (0, (2, 1, 1), (128, 1, 1))
+    for hostile, what in ((f"{BIG}: kKernel fusion.1", "thunk id"),
+                          (f"0: kKernel fusion.1 grid: [{BIG}, 1, 1] threads: [1, 1, 1]", "grid")):
+        with pytest.raises(ThunkParseError) as error:
+            parse_thunk_sequence("1: kKernel fusion.0\n" + hostile, "seq.txt")
+        assert str(error.value).startswith(f"seq.txt:2: {what} 999999999999... (5,000 digits) is out of range")
