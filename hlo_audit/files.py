@@ -122,8 +122,8 @@ def report_folder(path: Path | str) -> Path:
     else the folder the path itself names (the user chose a place outside: only a link of the file itself out of it
     is refused)."""
     path = Path(os.path.normpath(absolute(path)))
-    cwd = working_directory()
-    return cwd if path.is_relative_to(cwd) else path.parent
+    cwd = current_directory()  # gone (deleted): an absolute path still writes, held to its own folder
+    return cwd if cwd is not None and path.is_relative_to(cwd) else path.parent
 
 
 class NoWorkingDirectory(ValueError):
