@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from hlo_audit import termination
 from hlo_audit.cache.store import tracked_by_git
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
@@ -101,7 +102,10 @@ def init_goldens(folder: Path, run: Callable[[Plan], list[CellResult]]
         p = plan(None, cwd=folder)
         kept = {c.id for c in p.cells}
         results = [r for r in results if r.cell.id in kept]
-    return p, results, update_goldens(p, results), excluded
+    update = update_goldens(p, results)
+    # Every cell refused: a config with no golden would pass every check ("1 unavailable"): init fails instead.
+    refused_all = bool(results) and all(r.refused for r in results)
+    return p, results, replace(update, every_cell_refused=refused_all), excluded
 
 
 def goldens_writable(p: Plan) -> None:
@@ -177,6 +181,7 @@ def measure(p: Plan, rounds: measuring.Rounds, across: str = "quant", baseline: 
     report = judge_measured(p, measuring.measure_cells(cells, p.config.golden_dir, rounds, across, timing, save_text,
                                                        measured), config_path)
     if record:
+        termination.raise_if_stopped()  # nothing is recorded after a Ctrl-C, even one a library swallowed
         report = replace(report, recorded=record_figures(report.cells, p.config.golden_dir, p.config.project))
     return report
 

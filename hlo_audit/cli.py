@@ -61,7 +61,7 @@ FORMATS = {
     },
     "list": {
         "json": lambda v: jsonfmt.format_cells(v.cells, v.source),
-        "markdown": lambda v: terminal.render(terminal.print_cells, v.cells),
+        "markdown": lambda v: markdown.format_cells(v.cells),
         "table": lambda v: terminal.render(terminal.print_cells, v.cells),
     },
     "run": {

@@ -364,6 +364,9 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
         fail("waive", "expected an array of tables: [[tool.hlo-audit.waive]] rule = ..., reason = ...")
     for i, waiver in enumerate(waivers):
         rules = registry.default_policy()
+        if not waiver:
+            fail(f"waive[{i}]", "an empty waiver would waive every cell; name its rule, its reason and the cells it "
+                                "waives (model = ...)")
         if not isinstance(waiver.get("rule"), str) or waiver["rule"] not in rules:
             fail(f"waive[{i}].rule", f"expected one of {', '.join(rules)}, got {waiver.get('rule')!r}")
         if not isinstance(waiver.get("reason"), str) or not waiver["reason"].strip():
@@ -374,6 +377,9 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
             fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")
         if bad:
             fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(allowed))})")
+        if not set(waiver) & allowed:  # as an exclude with no keys: a waiver must say which cells it covers
+            fail(f"waive[{i}]", f"a waiver naming no cells would waive {waiver['rule']} in every cell; name the "
+                                "cells it waives (model = ..., quant = ...: a list of values matches any of them)")
         _match_values(waiver, f"waive[{i}].", fail)
     return tuple(waivers)
 

@@ -86,6 +86,10 @@ def exit_on_input_error(fn):
         try:
             return fn(*args, **kwargs)
         except USER_ERRORS as exc:
+            stop = termination.stop_behind(exc)  # an error a signal caused is the signal's: 130, not 2
+            if stop is not None:
+                termination.announce(stop)
+                raise typer.Exit(termination.exit_code(stop)) from None
             print_error(exc)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
         except KeyboardInterrupt as stop:  # Ctrl-C, and SIGTERM / SIGHUP the same way (hlo_audit.termination)

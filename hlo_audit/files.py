@@ -79,6 +79,53 @@ class OutputError(ValueError):
     """A report path that cannot be written as asked; the message names the option and the path."""
 
 
+class LinkedOut(OutputError):
+    """A path hlo-audit would write that a symbolic link leads out of the folder it must stay in (issue 48: init
+    wrote its workflow through a ``.github`` linked outside the project); the message names the path, the link and
+    where it leads."""
+
+
+def confined(path: Path | str, within: Path | str, what: str, place: str = "the project folder") -> Path:
+    """``path`` with its links followed, where that lies inside ``within`` (also resolved), else ``LinkedOut``: the
+    one check every writer of a file asks before it writes one (init's files, the golden store, reports). A link
+    that stays inside is followed (``golden`` linked to ``ci/golden``); one that leads out (a folder above the file,
+    or the file itself) would have hlo-audit create or replace someone else's file. ``what`` and ``place`` name the
+    path and ``within`` in the message."""
+    path, within = absolute(path), absolute(within)
+    try:
+        real, home = path.resolve(), within.resolve()
+    except (OSError, RuntimeError) as exc:  # a symbolic link loop
+        raise LinkedOut(f"{path}: cannot resolve {what}: {exc}; nothing written") from None
+    if real == home or home in real.parents:
+        return real
+    link = _first_link(path, within)
+    how = f" through a symbolic link ({link})" if link else ""
+    raise LinkedOut(f"{path}: {what} resolves{how} to {real}, outside {place} {home}; hlo-audit writes only "
+                    "inside it: nothing written")
+
+
+def _first_link(path: Path, within: Path) -> Path | None:
+    """The first symbolic link on ``path`` below ``within`` (both absolute, as written), None where none is."""
+    if not path.is_relative_to(within):
+        return None
+    here = within
+    for part in path.relative_to(within).parts:
+        here = here / part
+        if here.is_symlink():
+            return here
+    return None
+
+
+def report_folder(path: Path | str) -> Path:
+    """The folder a report path must stay in once links are followed (``confined``): the working directory for a
+    path inside it (a link checked in to the repository, ``hlo-audit.md -> ~/.bashrc``, is never written through),
+    else the folder the path itself names (the user chose a place outside: only a link of the file itself out of it
+    is refused)."""
+    path = Path(os.path.normpath(absolute(path)))
+    cwd = current_directory()  # gone (deleted): an absolute path still writes, held to its own folder
+    return cwd if cwd is not None and path.is_relative_to(cwd) else path.parent
+
+
 class NoWorkingDirectory(ValueError):
     """The working directory is gone (deleted, or moved away) and a path needs it; the message says so."""
 
@@ -120,11 +167,15 @@ def check_output(path: Path | str, option: str, suggested_name: str = "report.tx
     info = _stat(path, option)
     if info is not None:
         _refuse_kind(path, info, option, suggested_name)
-        if not stat.S_ISREG(info.st_mode) or os.access(path, os.W_OK):
+        if not stat.S_ISREG(info.st_mode) or _own_stream(info) is not None:
+            return
+        _report_target(path, option)
+        if os.access(path, os.W_OK):
             return
         raise OutputError(f"{option} {path}: cannot write: permission denied")
     # Absent: the nearest folder that exists must be a folder we may create entries in.
     path = absolute(path, f"{option} {path}")
+    _report_target(path, option)
     _check_nearest_folder(path, path.resolve().parent if path.is_symlink() else path.parent, option)
 
 
@@ -160,7 +211,8 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
       already holds; the file is never replaced or truncated.
     * A character device, FIFO or socket (``/dev/null``, a pipe's name): opened and written as a stream; it keeps
       its type, whoever runs hlo-audit (root included).
-    * A regular file, through any symlink: replaced atomically (``write_atomic``), keeping its permissions; one in
+    * A regular file, through a symlink that stays in its folder (``report_folder``: a link out is ``LinkedOut``):
+      replaced atomically (``write_atomic``), keeping its permissions; one in
       a folder we may not create files in is rewritten in place (``rewrite_in_place``: space reserved first). A
       write cut short (a full disk, ``ulimit -f``) leaves the old file whole, and no temporary file.
     * An absent path: a new file with the mode ``open()`` gives under the umask (not ``mkstemp``'s 0600).
@@ -173,14 +225,14 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
     try:
         info = _stat(path, option)
         if info is None:
-            write_atomic(path.resolve() if path.is_symlink() else path, text, mode=_new_file_mode())
+            write_atomic(_report_target(path, option), text, mode=_new_file_mode())
             return
         _refuse_kind(path, info, option, suggested_name)
         own = _own_stream(info)
         if own is not None:
             _write_stream(own, text)
         elif stat.S_ISREG(info.st_mode):
-            target = path.resolve()
+            target = _report_target(path, option)
             if os.access(target.parent, os.W_OK | os.X_OK):
                 write_atomic(target, text, mode=stat.S_IMODE(info.st_mode))
             else:
@@ -194,6 +246,12 @@ def write_output(path: Path | str, text: str, option: str, suggested_name: str =
                 stream.write(text)
     except OSError as exc:
         raise OutputError(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _report_target(path: Path, option: str) -> Path:
+    """Where a report file at ``path`` is created or replaced: links followed, never out of its folder
+    (``confined``, ``report_folder``); streams are not files and never come here."""
+    return confined(path, report_folder(path), f"the {option} report", "the folder")
 
 
 def rewrite_in_place(path: Path, data: bytes) -> None:

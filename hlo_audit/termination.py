@@ -196,6 +196,31 @@ def dispositions_kept() -> Iterator[None]:
                     signal.signal(signum, handler)
 
 
+def stop_behind(error: BaseException | None = None) -> KeyboardInterrupt | None:
+    """The stop a command must end with, though it was not raised to it, or None: a signal this command received
+    whose ``KeyboardInterrupt`` something caught where it was raised (Python ignores one raised in a gc callback, as
+    jax's ``_xla_gc_callback`` is, and goes on), or a ``KeyboardInterrupt`` in ``error``'s chain (a library that
+    turns it into its own error: jax's pytree equality re-raises it as a ValueError). Whoever turns errors into a
+    row, a finding or exit 2 asks first: a stopped command exits 128 + the signal, never 2, and writes no more."""
+    if _received:
+        return _stop(_received[0])
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def raise_if_stopped(error: BaseException | None = None) -> None:
+    """Raise ``stop_behind(error)`` where there is one (a checkpoint between steps, or the first thing a handler
+    that keeps going does)."""
+    stop = stop_behind(error)
+    if stop is not None:
+        raise stop from error
+
+
 def stopped_exit_code() -> int | None:
     """128 + the number of the signal that stopped the last ``ending_on_signals`` block, None if none did."""
     return 128 + _received[0] if _received else None

@@ -65,6 +65,10 @@ def test_config_from_file_and_pyproject(tmp_path):
     ('models = ["a", "a"]\n', "models: has duplicates"),
     ('[overrides.ghost]\nx = 1\n', "overrides.ghost: model 'ghost' is not in models"),
     ('[[exclude]]\ncolour = "red"\n', "exclude[0].colour: unknown key"),
+    # Issue 48: a waiver with no keys (or naming no cells) waived its rule in every cell; an exclude never could.
+    ('[[exclude]]\n', "exclude[0]: an empty rule would exclude every cell"),
+    ('[[waive]]\n', "waive[0]: an empty waiver would waive every cell"),
+    ('[[waive]]\nrule = "count"\nreason = "x"\n', "waive[0]: a waiver naming no cells would waive count in every cell"),
     ('models = [\n', "not valid TOML"),
     ('[policy]\ncount = "maybe"\n', "policy.count: expected 'fail', 'warn' or 'off'"),
     ('[policy]\nvibes = "off"\n', "policy.vibes: unknown rule"),

@@ -110,7 +110,7 @@ def test_markdown_code_span_shows_the_text_verbatim_in_and_out_of_tables(name):
 @pytest.mark.parametrize("name", IDS)
 def test_markdown_table_cell_of_plain_text_stays_one_cell(name):
     s = HOSTILE[name]
-    table = "\n".join(markdown._table(["finding", "n"], [(s, 1)])) + "\n"
+    table = "\n".join(markdown.table(["finding", "n"], [(s, 1)])) + "\n"
     cells = [t for t in MD.parse(table) if t.type == "inline"]
     assert len(cells) == 4
     assert {c.type for c in cells[2].children} <= {"text"} and "".join(c.content for c in cells[2].children) == visible(s)
@@ -355,3 +355,24 @@ def test_html_report_of_hostile_ids_is_text(hostile_project):
     assert "img" not in parser.tags and "<!--" not in parser.tags
     assert not RAW_CONTROL.search(page)
     assert any(visible(model) in d for d in parser.data)  # the id is there, as text
+
+
+def _html_in(markdown_text: str) -> list[str]:
+    """Every piece of raw HTML markdown-it reads in the text (inline and block)."""
+    tokens = MD.parse(markdown_text)
+    return [t.content for t in tokens if t.type == "html_block"] + [
+        c.content for t in tokens for c in (t.children or []) if c.type == "html_inline"]
+
+
+def test_list_markdown_of_hostile_models_is_text(tmp_path):
+    """Issue 48: `list --format markdown` printed the terminal's table, `<i>` in a model's name (a cell id) raw."""
+    models = ["m<i>x", "n<img>", "p|q", "r`s"]
+    (tmp_path / "hlo-audit.toml").write_text(
+        f'target = "hlo_audit.examples.nnx_mlp:lower"\nmodels = {json.dumps(models)}\nquant = ["none"]\nlayers = [2]\n')
+    result = CliRunner().invoke(app, ["list", "--config", str(tmp_path / "hlo-audit.toml"), "--format", "markdown"])
+    assert result.exit_code == 0, result.output
+    assert _html_in(result.stdout) == []
+    rows = [t for t in MD.parse(result.stdout) if t.type == "tr_open"]
+    assert len(rows) == 1 + 2 * len(models)  # the header, each model scanned and not: no pipe made a row or column
+    shown = ["".join(c.content for c in t.children) for t in MD.parse(result.stdout) if t.type == "inline"]
+    assert all(any(c.startswith(f"{model}/scan-") for c in shown) for model in models), shown  # ids as they are

@@ -155,6 +155,9 @@ def test_a_command_that_needs_no_working_directory_runs_without_one(project, tmp
     checked = in_deleted_folder(tmp_path, "check", "--config", config)
     assert checked.returncode == 0 and "check passed" in checked.stdout, checked.stderr[-2000:]
     assert in_deleted_folder(tmp_path, "count", small).returncode == 0
+    # An absolute report path needs none (it is held to its own folder: files.report_folder).
+    reported = in_deleted_folder(tmp_path, "check", "--config", config, "--junit", tmp_path / "out.xml")
+    assert reported.returncode == 0 and (tmp_path / "out.xml").is_file(), reported.stderr[-2000:]
     # A report path relative to it needs it: one line, before any cell runs.
     line = one_line(in_deleted_folder(tmp_path, "check", "--config", config, "--junit", "out.xml"))
     assert "--junit out.xml needs it" in line, line

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -79,9 +80,12 @@ def test_init_pins_what_a_trainer_imports_found_from_a_fresh_process(repo):
     normalized = {name.lower().replace("_", "-"): version for name, version in pinned.items()}
     for name in ("optax", "hypothesis", "sortedcontainers"):
         assert normalized.get(name) == metadata.version(name), (name, imported)
-    # Not the repository's own package, not hlo-audit, not what jax's own install brings, not pinned twice.
-    for name in ("trainer", "hlo-audit", "numpy", "ml-dtypes", "opt-einsum", "jax", "jaxlib", "flax"):
+    # Not the repository's own package, not hlo-audit, not what jax's own install brings, not pinned twice; flax
+    # (its model.py imports it) once, here: a callable target's goldens pin jax and jaxlib only (issue 48).
+    for name in ("trainer", "hlo-audit", "numpy", "ml-dtypes", "opt-einsum", "jax", "jaxlib"):
         assert name not in normalized, (name, imported)
+    assert normalized.get("flax") == metadata.version("flax")
+    assert sum(line.count('"flax==') for line in lines) == 1, lines
     # The pins of what the target imports come after hlo-audit's own, and the note names each with its version.
     assert lines.index(imported) > next(i for i, line in enumerate(lines) if '"hlo-audit==' in line)
     note = next(line for line in made.stdout.splitlines() if "what the target imports" in line)
@@ -89,12 +93,45 @@ def test_init_pins_what_a_trainer_imports_found_from_a_fresh_process(repo):
 
 
 def test_a_target_of_jax_and_the_standard_library_adds_no_install_line(repo, monkeypatch):
-    write_trainer(repo, "", "plain_trainer")
+    # A module of its own: write_trainer's package imports flax (its model.py), which the workflow now installs.
+    (repo / "plain_step.py").write_text(PLAIN_JAX)
     monkeypatch.syspath_prepend(str(repo))
-    made = hlo_audit_here(repo, "init", "--callable", "plain_trainer.step:lower", "--model", "mlp", "--no-golden")
+    made = hlo_audit_here(repo, "init", "--callable", "plain_step:lower", "--model", "mlp", "--no-golden")
     assert made.returncode == 0, made.stderr
     assert not [line for line in install_step(repo) if IMPORTED in line], install_step(repo)
     assert "what the target imports" not in made.stdout
+
+
+PLAIN_JAX = """import jax
+import jax.numpy as jnp
+
+
+def lower(cell):
+    return jax.jit(lambda x: jnp.sin(x) * cell.layers).trace(jnp.zeros((4,)))
+"""
+
+
+def test_a_plain_jax_targets_workflow_installs_no_flax(repo, monkeypatch):
+    """Issue 48: the workflow of a function that imports jax alone installed flax (pinned for every target)."""
+    (repo / "jax_only_step.py").write_text(PLAIN_JAX)
+    monkeypatch.syspath_prepend(str(repo))
+    made = hlo_audit_here(repo, "init", "--callable", "jax_only_step:lower", "--model", "mlp", "--no-golden")
+    assert made.returncode == 0, made.stderr
+    lines = install_step(repo)
+    assert any('"jax==' in line for line in lines) and not any("flax" in line for line in lines), lines
+
+
+def test_init_writes_the_quant_values_a_function_declares(repo, monkeypatch):
+    """Issue 48: a function declaring ``lower.quant = ["base"]`` got ``quant = ["none"]``, which its own
+    validation then refused ("lowers quant base only"): init refused the config it would write. The config it writes
+    now names the declared values, and the goldens and a check follow from it."""
+    (repo / "based_step.py").write_text(PLAIN_JAX + '\n\nlower.quant = ["base"]\n')
+    monkeypatch.syspath_prepend(str(repo))
+    made = hlo_audit_here(repo, "init", "--callable", "based_step:lower", "--model", "mlp", "--layers", "2")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert tomllib.loads((repo / "hlo-audit.toml").read_text())["quant"] == ["base"]
+    assert sorted(p.name for p in (repo / "golden/mlp/scan-off").iterdir()) == ["base"]
+    assert hlo_audit_here(repo, "check").returncode == 0
 
 
 @pytest.mark.parametrize("models, shards", [(["a"], 1), (["a", "b"], 2)])

@@ -103,3 +103,17 @@ def test_init_exclude_refuses_a_bad_rule_in_one_line_and_writes_nothing(repo, va
     made = init(repo, "--exclude", value)
     assert made.returncode == 2 and said in made.stderr and len(made.stderr.strip().splitlines()) == 1, made.stderr
     assert sorted(p.name for p in repo.iterdir()) == ["refusing_target.py"]
+
+
+def test_init_where_every_cell_is_refused_fails_naming_each_reason(repo):
+    """Issue 48: with every cell refused, init wrote no golden and exited 0, and the next `check` said "passed: 1
+    unavailable". Nothing to gate is init's failure: exit 1, each cell's reason said, the last line saying why."""
+    ran = hlo_audit_here(repo, "init", "--callable", "refusing_target:lower", "--model", "wide", "--layers", "4")
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    skipped = [line for line in lines if line.startswith("skipped ")]
+    assert skipped == [f"skipped wide/scan-{scan}/none/L4: unavailable: wide at 4 layers needs more memory than this "
+                       "host has" for scan in ("off", "on")], lines
+    assert lines[-1].startswith("init: the target refused every cell (2, each reason above): no golden was made"), lines
+    assert not any(line.startswith("next: hlo-audit check (it passes now)") for line in lines)
+    assert not (repo / "golden").exists()

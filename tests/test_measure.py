@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from markdown_it import MarkdownIt
 
 from hlo_audit import ab_verdicts
 from hlo_audit.judging import measure
@@ -291,6 +292,27 @@ def test_a_golden_s_host_figure_deleted_is_compared_by_its_entry(recorded, tmp_p
     ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
     assert ran.returncode == 0 and "compares its leaves with its golden's entry parameters" in \
         ran.stdout.replace("\n", " "), ran.stdout
+
+
+def test_measure_markdown_escapes_a_hostile_waiver_reason(recorded, tmp_path):
+    """Issue 48: `measure --format markdown` wrote its tables and findings as they were: a waiver's reason holding
+    `<i>` (or a `|`, a new column) reached the Markdown raw. Read back with markdown-it, as GitHub renders it."""
+    folder = tmp_path / "project"
+    shutil.copytree(recorded, folder)
+    reason = "<i>kept</i> | <!-- hidden"
+    (folder / "hlo-audit.toml").write_text(config(target="step:lower", models=["nnxjit"], scan=["off"],
+                                                  waive=[{**LEAK_WAIVER, "reason": reason}]))
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "1", "--format",
+                         "markdown", env={"STEP_VARIANT": "leak"})
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    tokens = MarkdownIt("commonmark").enable("table").parse(ran.stdout)
+    html = [t.content for t in tokens if t.type == "html_block"] + [
+        c.content for t in tokens for c in (t.children or []) if c.type == "html_inline"]
+    assert html == [], html
+    items = ["".join(c.content for c in t.children) for t in tokens if t.type == "inline" and "waived" in t.content]
+    assert len(items) == 1 and items[0].endswith(f"[waived: {reason}]"), items  # shown as the text it is
+    header = next(t for t in tokens if t.type == "tr_open")
+    assert [t.content for t in tokens[tokens.index(header):] if t.type == "inline"][0] == "cell"
 
 
 def test_measure_says_a_golden_without_a_figure_compares_nothing(tmp_path, monkeypatch):

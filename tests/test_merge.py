@@ -255,7 +255,7 @@ def test_a_shard_judged_under_another_policy_is_refused(shards):
     assert doc(shards, "lax")["exit_code"] == 0 != doc(shards, "2of2")["exit_code"]
     one_line_error(hlo_audit(shards, "merge", "1of2.json", lax), f"{lax}: shard 2/2 was judged under another policy "
                    "(rule actions, waivers, tolerances) than 1of2.json (shard 1/2)", "merge only the shards of one run")
-    waived = swapped_shard(shards, "waived", CONFIG + '\n[[waive]]\nrule = "missing_golden"\nreason = "x"\n')
+    waived = swapped_shard(shards, "waived", CONFIG + '\n[[waive]]\nrule = "missing_golden"\nmodel = "mlp"\nreason = "x"\n')
     one_line_error(hlo_audit(shards, "merge", "1of2.json", waived), "another policy")
     # The shards of one run still merge, in any order.
     assert hlo_audit(shards, "merge", "2of2.json", "1of2.json").returncode == 1

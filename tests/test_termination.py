@@ -274,3 +274,75 @@ def test_a_process_using_hlo_audit_as_a_library_still_ends_on_sighup_after_libtp
     assert done.returncode == 0, done.stderr[-3000:]
     ignored = int(done.stdout.split()[-1])
     assert not ignored & (1 << (signal.SIGHUP - 1)), f"SIGHUP ignored after libtpu loaded: SigIgn {ignored:#x}"
+
+
+# `measure --record` stopped (issue 48: "SIGINT is 130 everywhere"). The step is the example decoder's; the target,
+# armed by STOP_HOW, stops the command as a Ctrl-C that a library caught reaches it: raised inside a gc callback,
+# where Python prints it as ignored and goes on (jax's own _xla_gc_callback runs there), or re-raised by the library as
+# its own error (jax's pytree equality turns it into a ValueError).
+MEASURED = """
+import dataclasses, gc, os, signal
+from hlo_audit.examples import decoder
+
+
+def _interrupt_in_gc(phase, info):
+    gc.callbacks.remove(_interrupt_in_gc)
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(100_000):  # the handler runs here, inside the callback
+        pass
+
+
+def lower(cell):
+    how = os.environ.get("STOP_HOW")
+    if how == "in a gc callback" and _interrupt_in_gc not in gc.callbacks:
+        gc.callbacks.append(_interrupt_in_gc)
+    elif how == "wrapped by a library":
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as stop:
+            raise ValueError("Exception raised while checking equality of metadata fields") from stop
+    return decoder.lower(cell)
+"""
+
+
+@pytest.fixture
+def measured_project(tmp_path):
+    (tmp_path / "measured.py").write_text(MEASURED)
+    (tmp_path / "hlo-audit.toml").write_text(config(target="measured:lower", models=["nnxjit"], scan=["off"]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
+    env.pop("STOP_HOW", None)
+    made = subprocess.run([sys.executable, "-m", "hlo_audit", "golden", "update"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    return tmp_path, env
+
+
+def goldens(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted((folder / "golden").rglob("*")) if p.is_file()}
+
+
+def test_measure_record_stopped_in_a_gc_callback_exits_130_and_records_nothing(measured_project):
+    """Before: Python ignored the KeyboardInterrupt raised in the gc callback, and the measurement went on to
+    record the host figure beside the golden after the Ctrl-C."""
+    project, env = measured_project
+    before = goldens(project)
+    with in_a_session(["-m", "hlo_audit", "measure", "--host-only", "--record", "--host-calls", "5", "--rounds", "1"],
+                      project, {**env, "STOP_HOW": "in a gc callback"}) as (proc, stderr):
+        code = ended(proc, stderr, 300)
+    assert code == 130, (code, stderr.lines)
+    assert stderr.lines[-1] == "hlo-audit: interrupted (SIGINT)", stderr.lines
+    assert goldens(project) == before
+
+
+def test_measure_record_stopped_through_a_library_error_exits_130(measured_project):
+    """Before: the library's error made the cell a row ("not measured: ValueError"), the command went on and exited
+    1; a stop is the command's end, whatever wraps it."""
+    project, env = measured_project
+    before = goldens(project)
+    with in_a_session(["-m", "hlo_audit", "measure", "--host-only", "--record", "--host-calls", "5", "--rounds", "1"],
+                      project, {**env, "STOP_HOW": "wrapped by a library"}) as (proc, stderr):
+        code = ended(proc, stderr, 300)
+    assert code == 130, (code, stderr.lines)
+    assert stderr.lines[-1] == "hlo-audit: interrupted (SIGINT)", stderr.lines
+    assert not [line for line in stderr.lines if "not measured" in line or "Traceback" in line], stderr.lines
+    assert goldens(project) == before

@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from hlo_audit.files import sync, sync_tree
+from hlo_audit.files import LinkedOut, confined, sync, sync_tree
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX
 from hlo_audit.golden.snapshot import (_STAGING_MARKER_TEXT, MAX_GOLDEN_BYTES, SNAPSHOT_ATTEMPTS, STAGED_FALLBACK,
                                        STAGED_OLD, STAGED_READY, STAGED_TREE, STAGING_MARKER, Golden, GoldenError,
@@ -85,19 +85,19 @@ def publish(root: Path, files: Mapping[str, str | None], within: Path | None = N
 
 def inside(root: Path, project: Path | None) -> None:
     """Refuse, before anything is written, a golden folder that is not inside ``project`` once links are followed
-    (``golden_dir`` itself or a folder above it a symbolic link out of the project, or a path that leads out): a
-    commit stages, swaps and deletes beside the folder it resolves to, which would then be someone else's files.
-    None: no project to hold it to (a caller outside a config)."""
+    (``golden_dir`` itself or a folder above it a symbolic link out of the project, or a path that leads out:
+    ``files.confined``, the one check of every writer): a commit stages, swaps and deletes beside the folder it
+    resolves to, which would then be someone else's files; the project folder itself is refused for the same
+    reason. None: no project to hold it to (a caller outside a config)."""
     if project is None:
         return
     try:
-        real, home = Path(root).resolve(), Path(project).resolve()
-    except (OSError, RuntimeError) as exc:  # a symbolic link loop
-        raise GoldenError(f"{root}: cannot resolve the golden folder: {exc}; nothing written") from None
-    if home not in real.parents:
-        how = " through a symbolic link" if os.path.abspath(root).startswith(os.path.join(home, "")) else ""
-        raise GoldenError(f"{root}: the golden folder resolves{how} to {real}, outside the project folder {home}; "
-                          "goldens are written only inside the project: nothing written")
+        real = confined(root, project, "the golden folder")
+    except LinkedOut as exc:
+        raise GoldenError(str(exc)) from None
+    if real == Path(project).resolve():
+        raise GoldenError(f"{root}: the golden folder resolves to the project folder {real} itself; goldens are "
+                          "written only in a folder inside it: nothing written")
 
 
 def _after_step(step: str) -> None:

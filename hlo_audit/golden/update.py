@@ -38,11 +38,13 @@ class GoldenUpdate:
     pruned_files: list[str]  # every file --prune removed, as paths
     healed: list[str]  # cells whose golden was damaged and is now rewritten
     cleaned: list[str]  # stale staging folders of killed runs, removed
+    # init's first update where the target refused every cell: no golden, nothing to gate (``skipped`` says why)
+    every_cell_refused: bool = False
 
     @property
     def failed(self) -> bool:
-        """A cell failed to lower (an unavailable one is not a failure)."""
-        return any(why.startswith("error") for _, why in self.skipped)
+        """A cell failed to lower (an unavailable one is not a failure), or init found nothing to gate."""
+        return self.every_cell_refused or any(why.startswith("error") for _, why in self.skipped)
 
     @property
     def exit_code(self) -> int:

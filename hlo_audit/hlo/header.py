@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from hlo_audit.hlo.numbers import bounded
 from hlo_audit.hlo.shapes import Shape, split_top_level
 
 # `{1}: (3, {}, may-alias)`: output index -> (parameter number, index within it, kind)
@@ -50,15 +51,17 @@ def output_aliases(header_attrs: Mapping[str, str]) -> list[tuple[tuple[int, ...
     for m in _ALIAS.finditer(header_attrs.get("input_output_alias", "")):
         if m.group(3).strip():
             continue
-        output = tuple(int(i) for i in m.group(1).replace(" ", "").split(",") if i)
-        aliases.append((output, int(m.group(2))))
+        output = tuple(bounded(i, "input_output_alias: output index") for i in m.group(1).replace(" ", "").split(",")
+                       if i)
+        aliases.append((output, bounded(m.group(2), "input_output_alias: parameter number")))
     return aliases
 
 
 def donated_parameters(header_attrs: Mapping[str, str]) -> dict[int, str]:
     """Entry parameter number -> the header attribute that donates its buffer: ``input_output_alias`` (an output
     reuses it) or ``buffer_donor`` (XLA may reuse it). What jax's ``donate_argnums`` becomes."""
-    donated = {int(m.group(1)): "buffer_donor" for m in _DONOR.finditer(header_attrs.get("buffer_donor", ""))}
+    donated = {bounded(m.group(1), "buffer_donor: parameter number"): "buffer_donor"
+               for m in _DONOR.finditer(header_attrs.get("buffer_donor", ""))}
     donated.update((param, "input_output_alias") for _, param in output_aliases(header_attrs))
     return donated
 
@@ -110,8 +113,8 @@ def _input_output_alias(value: str, kept: KeptPositions) -> str:
     rank = {n: i for i, n in enumerate(kept.params)}
     entries = []
     for m in _ALIAS.finditer(value):
-        output = [int(i) for i in m.group(1).replace(" ", "").split(",") if i]
-        param = int(m.group(2))
+        output = [bounded(i, "input_output_alias: output index") for i in m.group(1).replace(" ", "").split(",") if i]
+        param = bounded(m.group(2), "input_output_alias: parameter number")
         # An alias of a removed parameter or into a removed output goes with it.
         if param not in rank or (kept.outputs is not None and output and output[0] not in kept.outputs):
             continue
@@ -124,8 +127,8 @@ def _input_output_alias(value: str, kept: KeptPositions) -> str:
 
 def _buffer_donor(value: str, kept: KeptPositions) -> str:
     rank = {n: i for i, n in enumerate(kept.params)}
-    entries = [f"({rank[int(m.group(1))]}, {{{m.group(2)}}})" for m in _DONOR.finditer(value)
-               if int(m.group(1)) in rank]
+    numbers = [(bounded(m.group(1), "buffer_donor: parameter number"), m) for m in _DONOR.finditer(value)]
+    entries = [f"({rank[n]}, {{{m.group(2)}}})" for n, m in numbers if n in rank]
     return "{ " + ", ".join(entries) + " }"
 
 

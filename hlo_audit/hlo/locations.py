@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from hlo_audit.hlo.text import HloModule, Instruction
+from hlo_audit.hlo.numbers import INT32_MAX, bounded
+from hlo_audit.hlo.text import TABLE_FIELD, HloModule, Instruction, hlo_int
 
 # Packages whose frames are the machinery, not the model: skipped while an outer frame is the user's.
 # equinox's filter_checkpoint and filter_jit, haiku's and penzai's modules are wrappers over jax as flax's are: an
@@ -53,7 +54,6 @@ Places = Mapping[tuple[str, str], Origin]
 _SOURCE_FILE = re.compile(r'source_file="((?:[^"\\]|\\.)*)"')
 _SOURCE_LINE = re.compile(r"source_line=(\d+)")
 _STACK_FRAME = re.compile(r"stack_frame_id=(\d+)")
-_FIELD = re.compile(r"(\w+)=(\d+)")
 
 
 class Locations:
@@ -61,6 +61,7 @@ class Locations:
 
     def __init__(self, module: HloModule | None = None):
         tables = module.debug_tables if module is not None else {}
+        self._source = module.source if module is not None else "<text>"
         self._files = {n: _unquote(v) for n, v in tables.get("FileNames", {}).items()}
         self._locations = {n: _fields(v) for n, v in tables.get("FileLocations", {}).items()}
         self._frames = {n: _fields(v) for n, v in tables.get("StackFrames", {}).items()}
@@ -88,9 +89,12 @@ class Locations:
         file = _SOURCE_FILE.search(metadata)
         if file:
             line = _SOURCE_LINE.search(metadata)
-            return (source_text(file.group(1), int(line.group(1)) if line else 0),)
+            number = hlo_int(line.group(1), f"{instr.name}: source_line", self._source, instr.line,
+                             INT32_MAX) if line else 0
+            return (source_text(file.group(1), number),)
         frame = _STACK_FRAME.search(metadata)
-        return self.chain(int(frame.group(1))) if frame else ()
+        return self.chain(hlo_int(frame.group(1), f"{instr.name}: stack_frame_id", self._source, instr.line,
+                                  INT32_MAX)) if frame else ()
 
     def frame(self, frame_id: int) -> str:
         chain = self.chain(frame_id)
@@ -150,7 +154,9 @@ def _unquote(value: str) -> str:
 
 
 def _fields(value: str) -> dict[str, int]:
-    return {k: int(v) for k, v in _FIELD.findall(value)}
+    """A debug table entry's numbers (bounded when the text was parsed: ``text.skip_dump_tables``; read here
+    without their leading zeros, as XLA reads them)."""
+    return {k: bounded(v, k, INT32_MAX) for k, v in TABLE_FIELD.findall(value)}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from hlo_audit.hlo.numbers import bounded, canonical
+
 # Kind letters and widths: s32, u4, f16, bf16, c64, and the small floats f8e4m3fn, f8e4m3b11fnuz, f4e2m1fn...
 _ELEMENT_TYPE = re.compile(r"(?:s|u|f|bf|c)(\d+)(?:e\d+m\d+[a-z0-9]*)?")
 _SPECIAL_TYPES = {"pred": 8, "token": 0, "opaque": 0}
@@ -58,7 +60,7 @@ def element_bits(dtype: str) -> int | None:
     if bits is not None:
         return bits
     m = _ELEMENT_TYPE.fullmatch(dtype)
-    return int(m.group(1)) if m else None
+    return int(m.group(1)) if m and len(m.group(1)) <= 3 else None  # f99999...: no type of XLA's
 
 
 def is_element_type(word: str) -> bool:
@@ -153,6 +155,9 @@ def _array(m: re.Match) -> Shape:
     dims = tuple(_parse_dim(d) for d in m.group(2).split(",") if d.strip())
     layout = m.group(3)[1:-1] if m.group(3) else None
     text = m.group().rstrip()
+    if layout is not None and len(layout) >= 19:  # its dimension numbers and tiles, read later as ints
+        layout = _LONG_DIGITS.sub(lambda d: canonical(d.group(), "layout"), layout)
+        text = text[:text.rindex("{") + 1] + layout + "}"
     if _SPACE.search(text):  # spaces go, as XLA prints the shape: ``s32 [5, 10] {1, 0}`` is ``s32[5,10]{1,0}``
         text = _SPACE.sub("", text)
         layout = _SPACE.sub("", layout) if layout is not None else None
@@ -230,11 +235,14 @@ def split_top_level(text: str, sep: str = ",") -> list[str]:
     return parts
 
 
+_LONG_DIGITS = re.compile(r"\d{19,}")
+
+
 def _parse_dim(d: str) -> int:
     d = d.strip()
     if d == "?":
         return -1
-    return int(d.removeprefix("<="))
+    return bounded(d.removeprefix("<="), "dimension")  # the parser names the line
 
 
 def map_leaves(shape: Shape, leaf_text: Callable[[Shape], str]) -> str:

@@ -43,6 +43,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hlo_audit.hlo.numbers import INT32_MAX, INT64_MAX, OutOfRange, bounded
 from hlo_audit.hlo.shape_inference import ProgramShape, ShapeInferenceError, infer_shape
 from hlo_audit.hlo.shapes import (
     MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, quoted, quoted_body, split_top_level,
@@ -100,6 +101,18 @@ _DIGITS = re.compile(r"\d+")
 _OP_NAME = re.compile('op_name="(' + quoted_body('"') + ')"')
 _NUMBER_SUFFIX = re.compile(r"\.\d+$")
 _DUMP_TABLES = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+# Attributes whose values are text or JSON, not numbers of the instruction (``check_numbers``).
+_FREE_TEXT_ATTRS = frozenset({"metadata", "backend_config", "frontend_attributes", "custom_call_target",
+                              "raw_backend_config_string", "statistics_viz"})
+# A run of digits as long as a number past int64 can be (19 or more), not part of a name or a float ('.', 'e');
+# 'x' joins a window's sizes (2x3), '_' its paddings (0_1); a sign is no part of the magnitude bounded.
+# metadata={op_name="..." source_line=41 stack_frame_id=7}: its numbers past int32 (10 digits or more).
+_METADATA_LONG = re.compile(r"=\d{10}")
+_LONG_DIGITS = re.compile(r"\d{19}")
+_METADATA_NUMBER_OR_STRING = re.compile(_STRING.pattern + r"|(?P<field>\w+)=(?P<n>\d{10,})", re.S)
+_LONG_INTEGER_OR_STRING = re.compile(_STRING.pattern + r"|(?:(?<![\w.])|(?<=\d[x_]))(?P<long>\d{19,})"
+                                     r"(?![0-9A-Za-wyz_.])", re.S)
+TABLE_FIELD = re.compile(r"(\w+)=(\d+)")  # a debug table entry's numbers (hlo/locations.py reads them)
 
 
 class HloParseError(ValueError):
@@ -109,6 +122,15 @@ class HloParseError(ValueError):
         self.message, self.source, self.line = message, source, line
         where = f"{source}:{line}" if line is not None else source
         super().__init__(f"{where}: {message}")
+
+
+def hlo_int(digits: str, what: str, source: str = "<text>", line: int | None = None, limit: int = INT64_MAX) -> int:
+    """A number read from HLO text (``numbers.bounded``), or HloParseError naming the source, line and what: the one
+    conversion every reader of a text's numbers goes through."""
+    try:
+        return bounded(digits, what, limit)
+    except OutOfRange as exc:
+        raise HloParseError(str(exc), source, line) from None
 
 
 @dataclass(slots=True)
@@ -368,7 +390,9 @@ class _Parser:
             raise self.error(f"expected the module name after 'HloModule', found {self.found(pos)}", pos)
         name = m.group(1)
         pos = m.end() + (text.startswith(":", m.end()))
+        header_at = pos
         header, pos = self.single_value_attributes(pos)
+        self.check_numbers(header, "HloModule", self.line(header_at))
         tables: dict[str, dict[int, str]] = {}
         pos = self.skip_dump_tables(self.skip(pos), tables)
         entry: Computation | None = None
@@ -423,6 +447,7 @@ class _Parser:
             return pos
         table: dict[int, str] = {}
         number: int | None = None
+        name = _DUMP_TABLES[0]
         while True:
             pos = self.skip(pos)
             c = self.peek(pos)
@@ -430,8 +455,12 @@ class _Parser:
                 end = self.atom(pos, "FileNames")
                 token = self.text[pos:end]
                 if token.isdigit() and number is None:
-                    number = int(token)
+                    number = hlo_int(token, f"{name}: entry number", self.source, self.line(pos), INT32_MAX)
                 elif number is not None:
+                    if c == "{":  # a location's or a frame's numbers: int32 to XLA, read later as ints
+                        for field in TABLE_FIELD.finditer(token):
+                            hlo_int(field.group(2), f"{name} {number}: {field.group(1)}", self.source,
+                                    self.line(pos + field.start(2)), INT32_MAX)
                     table[number], number = token, None
                 pos = end
             elif any(self.text.startswith(t, pos) for t in _DUMP_TABLES):
@@ -610,11 +639,12 @@ class _Parser:
             # A module repeats few distinct attribute lists (", dimensions={0,1}", ", direction=EQ", ...):
             # parse each once per module; instructions share the dict (nothing changes one in place).
             attrs = self.seen_attrs[rest] = _simple_attributes(rest)
+            self.check_numbers(attrs, name, self.line(start))
         if opcode == "parameter" or opcode == "constant":
             literal = operand_text.strip()
             operands: tuple[str, ...] = ()
-            if opcode == "parameter" and not literal.isdigit():
-                raise _Declined
+            if opcode == "parameter" and not (literal.isdigit() and len(literal) < 19):
+                raise _Declined  # the general parser says what is wrong with it
         else:
             literal = ""
             operands = _simple_operands(operand_text)
@@ -708,7 +738,8 @@ class _Parser:
                 index = _DIGITS.match(text, pos + 1)
                 if not index:
                     raise self.error(f"expected a tuple index after '#', found {self.found(pos + 1)}", pos)
-                ref = self.tuple_element(comp, ref, int(index.group()), pos)
+                ref = self.tuple_element(comp, ref, hlo_int(index.group(), f"{ref}#: index", self.source,
+                                                                self.line(pos)), pos)
                 pos = index.end()
             current.refs.append(ref)
         return current, self.after_operand(current, pos)
@@ -737,6 +768,8 @@ class _Parser:
             if opcode == "parameter" and current.literal and not current.literal.isdigit():
                 raise self.error(f"parameter number must be a non-negative integer, got {current.literal[:20]!r}",
                                  pos)
+            if opcode == "parameter" and current.literal:
+                current.literal = str(hlo_int(current.literal, f"{name}: parameter number", self.source, line))
             current.done = True
             return current, end
         current.refs = []
@@ -814,8 +847,32 @@ class _Parser:
                 attrs[key], pos = self.inline_computations(value_start, f"{owner}.{key}")
             else:
                 pos = self.value_end(value_start, key, comp)
-                attrs[key] = tidy(self.text[value_start:pos])
+                attrs[key] = self.numbers_checked(key, tidy(self.text[value_start:pos]), owner,
+                                                  self.line(value_start))
         return attrs, pos
+
+    def check_numbers(self, attrs: dict[str, str], owner: str, line: int) -> None:
+        """``numbers_checked`` of each attribute, in place (before the dict is shared)."""
+        for key, value in attrs.items():
+            attrs[key] = self.numbers_checked(key, value, owner, line)
+
+    def numbers_checked(self, key: str, value: str, owner: str, line: int) -> str:
+        """An attribute's value with every integer within int64 (``hlo_int``; metadata's within int32), as XLA
+        reads them, and kept without leading zeros: what reads one later (an index, a dimension, a sharding's
+        tiles, the header's aliases) takes it as read. Only runs of digits long enough to pass the bound are
+        looked at; strings (op_name, backend_config's JSON) are no numbers of the attribute."""
+        if key == "metadata" and _METADATA_LONG.search(value):
+            for m in _METADATA_NUMBER_OR_STRING.finditer(value):
+                if m.group("n") is not None:
+                    hlo_int(m.group("n"), f"{owner}: {m.group('field')}", self.source, line, INT32_MAX)
+        if key in _FREE_TEXT_ATTRS or len(value) < 19 or not _LONG_DIGITS.search(value):
+            return value
+
+        def number(m: re.Match) -> str:
+            digits = m.group("long")
+            return m.group() if digits is None else str(hlo_int(digits, f"{owner}: {key}", self.source, line))
+
+        return _LONG_INTEGER_OR_STRING.sub(number, value)
 
     def value_end(self, pos: int, key: str, comp: Computation) -> int:
         """End of an attribute value: atoms (``[1,8]<=[8]`` is three) up to ',' or the instruction's end."""
@@ -912,7 +969,8 @@ class _Parser:
         index = instr.attrs.get("index", "")
         target = by_name.get(instr.operands[0]) if len(instr.operands) == 1 else None
         arity = len(target.shape.elements) if target is not None and target.shape.is_tuple else None
-        if not index.isdigit() or arity is None or int(index) >= arity:
+        if not index.isdigit() or arity is None or hlo_int(index, f"{instr.name}: index", self.source,
+                                                            instr.line) >= arity:
             base = instr.operands[0] if instr.operands else ""
             raise HloParseError(f"{instr.name} reads element {index!r} of {base!r}, which has "
                                 f"{'no tuple shape' if arity is None else f'{arity} elements'}", self.source,

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo_audit.hlo.numbers import OutOfRange, bounded
 from hlo_audit.hlo.shapes import quoted_body
 from hlo_audit.hlo.text import HloParseError, read_text
 
@@ -126,14 +127,26 @@ def parse_thunk_sequence(text: str, source: str = "<thunk sequence>") -> tuple[T
         dims = _LAUNCH_DIMS.search(details)
         kernel = details[:dims.start()].strip() if dims else ""
         position = len(thunks)
+
+        def read(digits: str, what: str, line: int = number) -> int:
+            return _bounded(digits, what, source, line)
+
         thunks.append(Thunk(
-            position=position, id=int(m.group(2)), kind=m.group(3), details=details, kernel=kernel,
-            grid=tuple(int(g) for g in dims.group(1, 2, 3)) if dims else None,
-            threads=tuple(int(t) for t in dims.group(4, 5, 6)) if dims else None,
-            shared_memory=int(dims.group(7)) if dims and dims.group(7) else None,
+            position=position, id=read(m.group(2), "thunk id"), kind=m.group(3), details=details, kernel=kernel,
+            grid=tuple(read(g, "grid") for g in dims.group(1, 2, 3)) if dims else None,
+            threads=tuple(read(t, "threads") for t in dims.group(4, 5, 6)) if dims else None,
+            shared_memory=read(dims.group(7), "shared memory") if dims and dims.group(7) else None,
             parent=parent, region=regions.get(parent, "") if parent is not None else "", line=number))
         open_thunks.append((indent, position))
     return tuple(thunks)
+
+
+def _bounded(digits: str, what: str, source: str, line: int | None) -> int:
+    """A number of a thunk file within int64, as every number of HLO text (``hlo.numbers``), else one line."""
+    try:
+        return bounded(digits, what)
+    except OutOfRange as exc:
+        raise ThunkParseError(str(exc), source, line) from None
 
 
 def parse_thunk_metadata(text: str, source: str = "<thunk metadata>") -> dict[int, str]:
@@ -146,7 +159,8 @@ def parse_thunk_metadata(text: str, source: str = "<thunk metadata>") -> dict[in
         found = True
         thunk_id, annotation = _THUNK_ID.search(m.group(1)), _ANNOTATION.search(m.group(1))
         if thunk_id and annotation:
-            annotations[int(thunk_id.group(1))] = re.sub(r"\\(.)", r"\1", annotation.group(1))
+            key = _bounded(thunk_id.group(1), "thunk_id", source, None)
+            annotations[key] = re.sub(r"\\(.)", r"\1", annotation.group(1))
     if not found and text.strip():
         raise ThunkParseError("no thunk_metadata entries (expected `thunk_info { ... } thunk_kind: ...`)", source)
     return annotations

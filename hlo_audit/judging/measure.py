@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from hlo_audit import termination
 from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
 from hlo_audit.lowering import Unavailable
@@ -496,6 +497,7 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
                 step = _step(cell)
                 figure = host_figure(step, rounds)
             except Exception as exc:  # noqa: BLE001 (a cell's failure is its row)
+                termination.raise_if_stopped(exc)  # a Ctrl-C a library wrapped is no cell's failure
                 rows[cell.id] = replace(row, problem=_why(exc))
                 continue
             steps.append(step)
@@ -509,6 +511,7 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
         comparisons.extend(_comparisons(timings, golden_dir))
         del steps
         gc.collect()
+        termination.raise_if_stopped()  # a stop something swallowed (a gc callback's) ends it between groups
     return MeasureReport(device=device_name(), rounds=rounds, cells=tuple(rows_done), comparisons=tuple(comparisons))
 
 
@@ -520,6 +523,7 @@ def _timed(steps: list[Step], rounds: Rounds, save_text, rows: dict[str, CellMea
     except OutputError:  # --save-compiled cannot be written: the user's to fix (one line, exit 2), not a cell's
         raise
     except Exception as exc:  # noqa: BLE001 (out of memory, a step that cannot chain: the group's rows say so)
+        termination.raise_if_stopped(exc)
         why = _why(exc)
         for step in steps:
             row = rows[step.cell.id]

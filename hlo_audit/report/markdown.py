@@ -2,7 +2,7 @@
 
 Every string from input is escaped for where it lands (``escape``): table cells and sentences with
 ``markdown_text``, ids, paths and patterns in code spans with ``markdown_code``, text diffs in a fence no line can
-close. ``_table`` escapes every cell it is given as plain text unless it is already Markdown (``Md``), so a cell
+close. ``table`` escapes every cell it is given as plain text unless it is already Markdown (``Md``), so a cell
 cannot be left out by mistake.
 """
 
@@ -27,7 +27,7 @@ from hlo_audit.results import LoweredCell, LoweringWarnings
 
 
 class Md(str):
-    """Text that is Markdown already (a code span, an icon): ``_table`` puts it in as it is."""
+    """Text that is Markdown already (a code span, an icon): ``table`` puts it in as it is."""
 
 
 def _code(s: object, in_table: bool = True) -> Md:
@@ -38,13 +38,21 @@ def _text(s: object) -> str:
     return markdown_text(s)
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A GFM table, every cell escaped as plain text unless it is Markdown already (``Md``)."""
     def cell(c: object) -> str:
         return c if isinstance(c, Md) else markdown_text("" if c is None else c)
 
     lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
     return lines
+
+
+def format_cells(cells) -> str:
+    """``list --format markdown``: the matrix's cells as a table (ids in code spans, every value escaped)."""
+    rows = [(_code(c.id), c.model, c.scan_label, c.quant_label, c.layers, c.platform) for c in cells]
+    return "\n".join([*table(["cell", "model", "scan", "quant", "layers", "platform"], rows), "",
+                      f"{len(cells)} {plural(len(cells), 'cell')}"]) + "\n"
 
 
 def format_count(analyses: Sequence[Analysis], top: int = 20, launches: Sequence | None = None) -> str:
@@ -56,13 +64,13 @@ def format_count(analyses: Sequence[Analysis], top: int = 20, launches: Sequence
         s = a.summary
         out.append(f"### {_code(a.module.name, False)} — {s.entry_params} entry parameters")
         out.append(f"\nSource: {_code(a.source, False)}\n")
-        out += _table(["dtype", "params"], list(s.by_dtype.items()))
+        out += table(["dtype", "params"], list(s.by_dtype.items()))
         out.append("")
-        out += _table(["role", "params", "bytes"], [(r, n, s.bytes_by_role.get(r, 0)) for r, n in s.by_role.items()])
+        out += table(["role", "params", "bytes"], [(r, n, s.bytes_by_role.get(r, 0)) for r, n in s.by_role.items()])
         out.append("")
         groups = list(s.groups.items())
         shown = groups if top <= 0 else groups[:top]
-        out += _table(["pattern", "params"], [(_code(p), n) for p, n in shown])
+        out += table(["pattern", "params"], [(_code(p), n) for p, n in shown])
         if len(shown) < len(groups):
             out.append(f"\n{len(groups) - len(shown)} more groups not shown.")
         out += ["", _constants_line(Constants.of(a.constants)), ""]
@@ -91,11 +99,11 @@ def format_diff(structural: Structural, old: str, new: str, launches=None) -> st
     if params.by_dtype or params.by_role:
         rows = [("dtype", k, f"{v:+d}") for k, v in params.by_dtype.items()]
         rows += [("role", k, f"{v:+d}") for k, v in params.by_role.items()]
-        out += _table(["by", "key", "delta"], rows)
+        out += table(["by", "key", "delta"], rows)
         out.append("")
     groups = d.params_added + d.params_removed
     if groups:
-        out += _table(["delta", "role", "dtype", "pattern"],
+        out += table(["delta", "role", "dtype", "pattern"],
                       [(f"{g.count:+d}", g.role, g.dtype, _code(g.pattern)) for g in groups])
         out.append("")
     if d.constants:
@@ -131,7 +139,7 @@ def format_run(results, slopes: dict[str, float]) -> str:
                   "kernels", "note"]
     else:
         header = ["cell", "status", "entry params", "by dtype", "RNG params", "params/layer", "captured arrays", "note"]
-    return "\n".join(_table(header, rows)) + "\n"
+    return "\n".join(table(header, rows)) + "\n"
 
 
 def format_explain(node, captured=None, launches: Launches | None = None, against: CellDelta | None = None) -> str:
@@ -196,13 +204,13 @@ def format_report(view) -> str:
         out += ["", "### Depth scaling", "", format_scaling(view.series).rstrip("\n")]
     if view.with_memory:
         out += ["", "### Compiled: memory per device (Δ against the golden) and cost", ""]
-        out += _table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed", "kernels"],
+        out += table(["cell", *(kind.label for kind in MEMORY_KINDS), "GFLOP", "bytes accessed", "kernels"],
                       [(_code(v.result.cell.id), *_memory_cells(v), *_cost_cells(v.result.cost or {}),
                         _kernels_cell(v)) for v in view.with_memory])
     tidy = view.tidy_rows
     out += ["", f"<details><summary>{len(tidy)} rows: cell x dtype x role</summary>", ""]
     columns = ["id", "dtype", "role", "count", "bytes", "golden_delta"]
-    out += _table(columns, [tuple("" if getattr(r, k) is None else getattr(r, k) for k in columns) for r in tidy])
+    out += table(columns, [tuple("" if getattr(r, k) is None else getattr(r, k) for k in columns) for r in tidy])
     out += ["", "</details>"]
     return "\n".join(out) + "\n"
 
@@ -217,11 +225,11 @@ def _entry_params_view(view) -> list[str]:
         s = v.result.summary
         rows.append((_code(v.result.cell.id), s.entry_params, _signed_delta(v.total_delta),
                      _dtype_text(s.by_dtype), _dtype_text(s.by_role), v.result.rng.dead_params if v.result.rng else ""))
-    return _table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
+    return table(["cell", "entry params", "Δ", "by dtype", "by role", "never-drawn RNG"], rows)
 
 
 def _baked_view(view) -> list[str]:
-    return _table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
+    return table(["cell", "captured", "large constants", "literal RNG keys", "Δ"],
                   [(_code(v.result.cell.id), captured_text(v.result.constants.captured),
                     len(v.result.constants.large), v.result.constants.frozen_rng.literal_keys,
                     "new" if not v.golden_knows_constants
@@ -233,7 +241,7 @@ def _scan_view(view) -> list[str]:
     def side(r):
         return ("", "") if r is None else (r.entry_params, r.count("by_dtype", "u32"))
 
-    return _table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
+    return table(["model/quant/depth", "params on", "u32 on", "params off", "u32 off"],
                   [(_code(p.label), *side(p.on), *side(p.off)) for p in view.scan_pairs])
 
 
@@ -244,7 +252,7 @@ def format_scaling(series) -> str:
         rows.append((_code(s.id), ",".join(map(str, s.depths)), f"{s.total.slope:g}", f"{s.total.intercept:g}",
                      f"{s.by_dtype.get('u32').slope:g}" if "u32" in s.by_dtype else "0",
                      p.layers if p else "", p.entry_params if p else "", p.by_dtype.get("u32", "") if p else ""))
-    return "\n".join(_table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
+    return "\n".join(table(["series", "depths", "params/layer", "intercept", "u32/layer", "full depth",
                              "projected params", "projected u32"], rows)) + "\n"
 
 
@@ -263,7 +271,7 @@ def format_check(outcome) -> str:
     notable = outcome.attention
     if notable:
         worded = without_accept if outcome.accept else message
-        out += [""] + _table(["", "cell", "rule", "finding"],
+        out += [""] + table(["", "cell", "rule", "finding"],
                       [(Md(SEVERITY_ICON.get(f.severity, "")), _code(f.cell), f.rule, worded(f)) for f in notable])
     if outcome.accept:  # one command for every failing cell, in a block a reviewer copies whole
         intro, command = split_command(accept_line(outcome.accept))
@@ -290,12 +298,12 @@ def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Co
     frozen = frozen_rng_line(constants)
     if frozen:
         out += [f"**{_text(frozen)}.**", ""]
-    out += _table(["stream pattern", "streams", "drawn", "carried", "unknown", "dead params", "increments/step",
+    out += table(["stream pattern", "streams", "drawn", "carried", "unknown", "dead params", "increments/step",
                    "where"],
                   [(_code(p.pattern), p.streams, p.drawn, p.carried, p.unknown, p.dead_params, p.dead_increments,
                     p.where) for p in rng.patterns])
     if streams:
         out.append("")
-        out += _table(["verdict", "stream", "params", "increments/step", "where"],
+        out += table(["verdict", "stream", "params", "increments/step", "where"],
                       [(s.verdict, _code(s.path), s.params, s.increments, s.where) for s in rng.stream_list])
     return "\n".join(out) + "\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from hlo_audit.report import measure_words, words
+from hlo_audit.report import markdown, measure_words, words
+from hlo_audit.report.escape import markdown_code, markdown_text
 from hlo_audit.report.terminal import add_row, make_table, print_table, status
 
 def _cell_row(row) -> tuple:
@@ -48,14 +49,14 @@ def print_measure(console: Console, report) -> None:
 
 
 def format_markdown(report) -> str:
-    def table(columns, rows) -> list[str]:
-        return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-                *("| " + " | ".join(str(v) for v in r) + " |" for r in rows)]
-
-    lines = [measure_words.measured_on(report), "",
-             *table(CELL_COLUMNS, [_cell_row(r) for r in report.cells])]
+    """As ``print_measure``, in Markdown: every cell of the tables and every line escaped as the check's summary
+    escapes them (``report.markdown``: a cell id or a waiver's reason holding ``<i>`` or ``|`` is text), cell ids in
+    code spans."""
+    rows = [(markdown.Md(markdown_code(row[0])), *row[1:]) for row in map(_cell_row, report.cells)]
+    lines = [markdown_text(measure_words.measured_on(report), line_start=True), "",
+             *markdown.table(CELL_COLUMNS, rows)]
     if report.comparisons:
-        lines += ["", *table(COMPARISON_COLUMNS, [_comparison_row(c) for c in report.comparisons])]
-    lines += [""] + [f"- {measure_words.finding_line(f)}" for f in report.findings]
-    lines += [f"- {line}" for line in measure_words.measure_notes(report)]
+        lines += ["", *markdown.table(COMPARISON_COLUMNS, [_comparison_row(c) for c in report.comparisons])]
+    lines += [""] + [f"- {markdown_text(measure_words.finding_line(f), line_start=True)}" for f in report.findings]
+    lines += [f"- {markdown_text(line, line_start=True)}" for line in measure_words.measure_notes(report)]
     return "\n".join(lines).rstrip() + "\n"

@@ -34,8 +34,8 @@ from hlo_audit.report.words import plural
 from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix,
                                     constants_headline, depth_values, folded_line, frozen_rng_line, launch_lines,
                                     launches_change_text, launches_headline, lowering_warnings_line, message,
-                                    nothing_written_line, program_sizes_text, rng_cost, key_hazard_lines, rng_headline,
-                                    scalar_launch_lines)
+                                    every_cell_refused_line, nothing_written_line, program_sizes_text, rng_cost,
+                                    key_hazard_lines, rng_headline, scalar_launch_lines)
 
 
 PIPED_WIDTH = 100
@@ -389,6 +389,8 @@ def print_golden_update(console: Console, update, root, results: Sequence = ()) 
     print_warned(console, LoweringWarnings.of(results))
     status(console, esc(f"golden update ({root}): {len(update.written)} written, {len(update.unchanged)} unchanged, "
                         f"{len(update.skipped)} skipped, {len(update.pruned)} pruned"))
+    if update.every_cell_refused:
+        status(console, esc(every_cell_refused_line(len(update.skipped)), style="bold red"))
 
 
 def _print_series_summary(console: Console, outcome) -> None:

@@ -220,6 +220,13 @@ def folded_line(outcome) -> str:
             f"{plural(outcome.folded_dead_params, 'param')}); see `hlo-audit rng CELL`")
 
 
+def every_cell_refused_line(cells: int) -> str:
+    """init where the target refused every cell (each reason on its ``skipped`` line above): it fails."""
+    return (f"init: the target refused every cell ({cells}, each reason above): no golden was made and `check` would "
+            "gate nothing; make the target lower a cell here (or name models, depths or a platform it lowers), then "
+            "run `hlo-audit golden update`")
+
+
 def nothing_written_line(cells: int) -> str:
     """A golden update that changed nothing (an accept command run again): it says so, before its counts."""
     return (f"nothing to write: the golden{'s' if cells != 1 else ''} of {'these' if cells != 1 else 'this'} "

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS, ConfigError, validate
+from hlo_audit.files import confined
 from hlo_audit.matrix import text_problem
 from hlo_audit.plan import parse_layers
 from hlo_audit.resolve import resolve
@@ -40,7 +41,7 @@ from hlo_audit.usage import InputError
 KINDS: dict[str, TargetScaffold] = {s.kind: s for s in (NnxScaffold(), CallableScaffold(), MaxTextScaffold())}
 
 __all__ = ["KINDS", "Excluded", "InitRequest", "Scaffold", "exclude_refused", "existing", "ignores_cache",
-           "init_request", "init_scaffold", "notes", "unwritable", "write"]
+           "init_request", "init_scaffold", "notes", "stays_inside", "unwritable", "write"]
 
 
 def init_request(*, nnx: str | None, nnx_config: str | None, function: str | None, maxtext: bool,
@@ -124,6 +125,7 @@ def init_scaffold(folder: Path, request: InitRequest) -> Scaffold:
                          "(edit the config by hand, or remove them first)")
     if problem := unwritable(folder):  # every path checked before any is written
         raise InputError(f"init: {problem}; nothing was written")
+    stays_inside(folder)
     kind = KINDS[request.kind]
     # Describing the target (nnx) and resolving the config (a callable's axes) import it: what that import brings
     # in is what the workflow's runner must install (a target's optax, clu, grain ...), not only jax and flax.
@@ -210,9 +212,20 @@ def unwritable(folder: Path, files: Sequence[Path] = (Path(DEFAULT_CONFIG_FILE),
     return None
 
 
+def stays_inside(folder: Path, files: Sequence[Path] = (Path(DEFAULT_CONFIG_FILE), WORKFLOW_FILE),
+                 folders: Sequence[str] = (DEFAULTS["golden_dir"], DEFAULTS["cache_dir"])) -> None:
+    """Refuse (``files.LinkedOut``: one line, exit 2) every path init writes, or its golden update right after, that
+    a symbolic link leads out of the project folder (``.github`` linked to a folder elsewhere): checked for all of
+    them before any is written."""
+    for relative in (*files, *folders):
+        confined(folder / relative, folder, f"init's {relative}")
+
+
 def write(folder: Path, scaffold: Scaffold) -> list[Path]:
     """Write the scaffold's files, each created anew (``x``: a file that appeared since ``existing`` looked is
-    not overwritten either): all of them or, when one cannot be written, none (what was made is removed)."""
+    not overwritten either): all of them or, when one cannot be written, none (what was made is removed). A path
+    a link leads out of the project is refused before any (``stays_inside``)."""
+    stays_inside(folder, scaffold.files, ())
     written: list[Path] = []
     made: list[Path] = []
     try:

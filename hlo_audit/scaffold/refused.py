@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS, ConfigError, validate
-from hlo_audit.files import write_atomic
+from hlo_audit.files import confined, write_atomic
 from hlo_audit.matrix import AXES, Cell, known_values
 from hlo_audit.report.escape import visible
 from hlo_audit.results import CellResult
@@ -87,7 +87,8 @@ def _reason(results: Sequence[CellResult], folder: Path) -> tuple[str, Path | No
     if len(shown) <= REASON_SHOWN:
         return f"{kind}: {shown}", None
     path = folder / DEFAULTS["cache_dir"] / REFUSED_DIR / (first.cell.id.replace("/", "__") + ".txt")
-    write_atomic(path, "".join(f"{r.cell.id}: {r.message}\n" for r in results))
+    write_atomic(confined(path, folder, "init's refused reasons"), "".join(f"{r.cell.id}: {r.message}\n"
+                                                                          for r in results))
     return (f"{kind}: {shown[:REASON_SHOWN]}... ({len(whole):,} characters; the whole reason: "
             f"{path.relative_to(folder)})"), path
 
@@ -111,7 +112,7 @@ def exclude_refused(folder: Path, cells: Sequence[Cell], results: Sequence[CellR
         validate(tomllib.loads(text), DEFAULT_CONFIG_FILE, folder)
     except (tomllib.TOMLDecodeError, ConfigError) as exc:  # a rule init made: its own mistake, said in one line
         raise InputError(f"init: the excludes of the refused cells make a config hlo-audit refuses: {exc}") from None
-    write_atomic(path, text, mode=stat.S_IMODE(os.stat(path).st_mode))
+    write_atomic(confined(path, folder, "init's config"), text, mode=stat.S_IMODE(os.stat(path).st_mode))
     return excluded
 
 
