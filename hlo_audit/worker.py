@@ -140,12 +140,7 @@ def _target_process(job: dict, channel: int) -> None:
     """In the forked target process: the judging process's environment, import the target, fork the cells."""
     from hlo_audit.lowering import import_failure, one_line  # noqa: PLC0415,F401
 
-    os.environ.clear()
-    os.environ.update(job["environ"])
-    for name, value in _STARTUP.items():  # what this process's jax import set holds for it, as it did before the fork
-        os.environ.setdefault(name, value)
-    os.chdir(job["cwd"])
-    sys.path[:] = job["sys_path"]
+    _take_environment(job)
     try:
         target = _build_target(job)
     except BaseException as exc:  # noqa: BLE001 (an import that fails or exits: every cell of the job fails)
@@ -222,10 +217,79 @@ def _plain(value):
     return value
 
 
+class _Stack:
+    """A built-in target's library (MaxText's modules, ~5-10 s to import) imported once in the base, under the
+    process-wide recorder, so every job's target process forks with it loaded and every cell's record holds what its
+    import read. Before each job it must still be what that job would import: every file it loaded or opened
+    unchanged (``stat``), every variable its import read at the value the job's environment has. Otherwise the
+    base is stale: it says so and ends, and the judging process starts another (``workers``)."""
+
+    def __init__(self) -> None:
+        self.loaded: set[str] = set()  # target specs whose stack is imported here
+        self.files: dict[str, tuple] = {}
+
+    def prepare(self, job: dict) -> bool:
+        """Import the job's target's stack if it has one and it is not here yet; False where what is here is stale."""
+        from hlo_audit.cache import importing_target, reads  # noqa: PLC0415
+        from hlo_audit.targets import BUILTIN, get_target  # noqa: PLC0415
+
+        if self.loaded and not self._holds(job, reads):
+            return False
+        if job["target"] not in BUILTIN or job["target"] in self.loaded or job["op"] == "describe":
+            return True
+        before = set(sys.modules)
+        _take_environment(job)
+        with importing_target(), termination.dispositions_kept():
+            preload = getattr(get_target(job["target"], job.get("models")), "preload", None)
+            if preload is not None:
+                preload()
+        self.loaded.add(job["target"])
+        loaded = reads._module_files(set(sys.modules) - before) | reads._PROCESS_OPENED  # noqa: SLF001
+        self.files.update({path: _stamp(path) for path in loaded})
+        return True
+
+    def _holds(self, job: dict, reads) -> bool:
+        environ = job["environ"]
+        for name, value in reads._PROCESS_READS.read.items():  # noqa: SLF001 (the recorder's own record)
+            if name not in reads.SET_AT_STARTUP and environ.get(name) != value:
+                return False
+        for name, value in reads._PROCESS_READS.set_itself.items():  # noqa: SLF001
+            if environ.get(name) not in (None, value):
+                return False
+        return all(_stamp(path) == stamp for path, stamp in self.files.items())
+
+
+def _stamp(path: str) -> tuple:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ()
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+def _take_environment(job: dict) -> None:
+    """The judging process's environment, working folder and import path, and what this process's start set."""
+    os.environ.clear()
+    os.environ.update(job["environ"])
+    for name, value in _STARTUP.items():  # what this process's jax import set holds for it, as it did before the fork
+        os.environ.setdefault(name, value)
+    os.chdir(job["cwd"])
+    sys.path[:] = job["sys_path"]
+
+
 def serve(requests, channel: int) -> None:
     """The base's loop: one job at a time, each in a target process of its own, until the judging process goes."""
+    stack = _Stack()
     for line in requests:
         job = pickle.loads(bytes.fromhex(line.strip()))  # from the judging process only (its own pipe)
+        try:
+            fresh = stack.prepare(job)
+        except BaseException:  # noqa: BLE001 (its import failed: the target process says how, again)
+            fresh = not stack.loaded
+            stack.files["<an import that failed>"] = ("failed",)  # what it left half-imported: stale next job
+        if not fresh:
+            _send(channel, {"stale": True})
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()

@@ -10,6 +10,7 @@ the next run starts another.
 from __future__ import annotations
 
 import atexit
+import itertools
 import json
 import os
 import pickle
@@ -93,6 +94,15 @@ class _Base:
         except OSError as exc:
             raise WorkerError(f"the lowering process stopped taking jobs: {exc.strerror or exc}") from None
 
+    def peek_stale(self) -> bool:
+        """Whether the base's first answer to a job is that its imported stack is stale (it then ends), else that
+        answer is kept for the job's reader."""
+        first = next(self.lines, None)
+        if first is None or first.get("stale"):
+            return True
+        self.lines = itertools.chain([first], self.lines)
+        return False
+
     def alive(self) -> bool:
         return self.process.poll() is None
 
@@ -141,11 +151,11 @@ def lower(target: str, cells: list[tuple[Cell, object]], workers: int, op: str =
     cell's process starts, ``Ended`` as each ends (in the order they end), or one ``TargetFailed``. ``op="host"``:
     measure each cell's host figure instead (each with its ``Rounds``)."""
     global _base
-    base = _the_base()
     folder = tempfile.mkdtemp(prefix="hlo-audit-lowering-")
     finished = False
+    base = _the_base()
     try:
-        base.submit(_job(op, target, folder, cells=cells, workers=workers))
+        base = _submitted(base, _job(op, target, folder, cells=cells, workers=workers))
         for event in base.lines:
             if "started" in event and _index(event["started"], cells) is not None:
                 yield Started(cells[event["started"]][0])
@@ -180,11 +190,12 @@ def host_figures(cells: list[Cell], rounds) -> dict[str, dict]:
 def describe(target: str, depth_of: list[str], models=None, resolve_nnx=None) -> dict | str:
     """What the target's import tells the plan (``worker._describe``), or the one line why it cannot be imported."""
     global _base
-    base = _the_base()
     folder = tempfile.mkdtemp(prefix="hlo-audit-describe-")
     finished, failed = False, None
+    base = _the_base()
     try:
-        base.submit(_job("describe", target, folder, depth_of=depth_of, models=models, resolve_nnx=resolve_nnx))
+        base = _submitted(base, _job("describe", target, folder, depth_of=depth_of, models=models,
+                                     resolve_nnx=resolve_nnx))
         for event in base.lines:
             if "target_failed" in event:
                 failed = str(event["target_failed"])
@@ -202,6 +213,18 @@ def describe(target: str, depth_of: list[str], models=None, resolve_nnx=None) ->
             base.end()
             _base = None
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _submitted(base: _Base, job: dict) -> _Base:
+    """``job`` handed to ``base``, or to a new base where that one's imported stack is stale for it (a file it
+    imported changed, a variable its import read differs): the base says so first, before any event of the job."""
+    global _base
+    base.submit(job)
+    if base.peek_stale():
+        base.end()
+        _base = base = _Base()
+        base.submit(job)
+    return base
 
 
 def _index(value, cells: list) -> int | None:
