@@ -33,6 +33,7 @@ from hlo_audit.report.words import nothing_to_fit_line
 from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.rules import host_cost as host_cost_rule
 from hlo_audit.run import execute
+from hlo_audit import run as running
 from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
 
@@ -54,6 +55,11 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
     cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
     (``measure.with_host_figures``), for the host_cost rule."""
     return judged(p, results, regenerate_command(config_path), report_stale, prepare=measuring.prepared_for_check)
+
+
+def recorded_inputs(p: Plan) -> list:
+    """What each cell's cached lowering read (``check --explain-cache``)."""
+    return running.recorded_inputs(p)
 
 
 def keep_check(p: Plan, outcome: Outcome) -> str | None:

@@ -16,6 +16,7 @@ from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputE
                                exit_on_input_error, print_error)
 from hlo_audit.errors import warn
 from hlo_audit.files import append_output, check_output, check_output_folder, working_directory, write_output
+from hlo_audit.report.words import recorded_inputs_lines
 from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, measure_words, terminal,
                               terminal_report, terminal_tree)
 
@@ -317,7 +318,10 @@ def _write_outputs(outcome, junit_path: str | None, markdown_path: str | None) -
 @exit_on_input_error
 def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None, layers: LayersOpt = None,
           jobs: JobsOpt = 1, no_cache: NoCacheOpt = False, refresh: RefreshOpt = False, fmt: FormatOpt = Format.table,
-          junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False) -> None:
+          junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False,
+          explain_cache: Annotated[bool, typer.Option("--explain-cache", help="Also list, on stderr, what each cell's "
+                                                      "cached lowering read (what must hold to serve it).")] = False,
+          ) -> None:
     """Compare every cell with its golden under the config's policies. Exit 1 on a regression.
 
     Rules are set under [policy] and waivers as [[waive]] tables in hlo-audit.toml ([tool.hlo-audit.policy] and
@@ -333,6 +337,9 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     _write_outputs(outcome, junit_path, markdown_path)
     if (problem := audit.keep_check(plan, outcome)) is not None:
         warn(f"the check's report was not kept for `golden update --failing`: {problem}")
+    if explain_cache:
+        for line in recorded_inputs_lines(audit.recorded_inputs(plan)):
+            typer.echo(line, err=True)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hlo_audit import host, platforms, preflight, workers
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
-from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.cache import Cache, RecordedInputs, lowering_key
 from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
@@ -177,6 +177,14 @@ def execute(plan: Plan, jobs: int = 1, use_cache: bool = True, refresh: bool = F
     lowering begins."""
     cache = Cache(plan.config.cache_dir, enabled=use_cache, refresh=refresh, project=project_folder(plan.config))
     yield from run_cells(plan.cells, cache, jobs=jobs, started=started)
+
+
+def recorded_inputs(plan: Plan) -> list[RecordedInputs]:
+    """What each planned cell's newest cached lowering read (``check --explain-cache``); cells never lowered with
+    this run's key are left out."""
+    cache = Cache(plan.config.cache_dir, project=project_folder(plan.config))
+    found = (cache.recorded(lowering_key(cell), cell.id) for cell in plan.cells)
+    return [inputs for inputs in found if inputs is not None]
 
 
 def project_folder(config) -> Path:

@@ -140,8 +140,6 @@ _JAX_010_GAPS = {
     "tests/test_model_terms.py::test_loss_scaling_removed_compiled_counts_each_instruction_once": _JAX_010_MOE,
     "tests/test_model_terms.py::test_the_router_in_bf16_is_a_precision_change_reading_the_router":
         "jax 0.10.2 lowers the bf16 router's dot with a bf16 result, and its operand's path to the state is not followed",
-    "tests/test_cache_per_cell.py::test_each_commit_lowers_again_only_the_cells_whose_reads_changed":
-        "on make compat's stack an edit to helpers_a.py lowers model b's cells again too (not yet investigated)",
 }
 # The sharded step's process (8 host devices) does not run under jax 0.10's sharding API.
 _JAX_010_SKIPPED = {"tests/test_structural_kinds.py": "the sharded step (tests/sharded_step.py) needs jax >= 0.11"}

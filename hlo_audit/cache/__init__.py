@@ -60,9 +60,9 @@ from __future__ import annotations
 from hlo_audit.cache.key import (LAYOUT_VERSION, analysis_fingerprint, lowering_fingerprint, lowering_key,
                                  lowering_sources, package_versions, source_fingerprint)
 from hlo_audit.cache.reads import importing_target, reads_after, recording_environment, warm
-from hlo_audit.cache.store import LOG_VARIABLE, Cache, CacheError, entry_files
+from hlo_audit.cache.store import LOG_VARIABLE, Cache, CacheError, RecordedInputs, entry_files
 
-__all__ = ["LAYOUT_VERSION", "LOG_VARIABLE", "Cache", "CacheError", "analysis_fingerprint", "entry_files",
-           "importing_target",
+__all__ = ["LAYOUT_VERSION", "LOG_VARIABLE", "Cache", "CacheError", "RecordedInputs", "analysis_fingerprint",
+           "entry_files", "importing_target",
            "lowering_fingerprint", "lowering_key", "lowering_sources", "package_versions", "reads_after",
            "recording_environment", "source_fingerprint", "warm"]

@@ -25,7 +25,7 @@ from hlo_audit import host, layers
 from hlo_audit.cache import code as code_keys
 from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
 from hlo_audit.cache.used import (ABSENT_MODULES, ALL_NAMES, DISTRIBUTIONS, Used, close_window, files_opened,
-                                  modules_used, open_window, probed, unservable)
+                                  hears_code, modules_used, open_window, probed, unservable)
 
 
 class _EnvironmentReads:
@@ -241,8 +241,10 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
                   if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in SET_AT_STARTUP}
     probes, listed = _probes(used, kinds, search_path, by_content, files)
     opened = (files_opened(used) if used else set()) | _PROCESS_OPENED
+    # What ran is known only where sys.monitoring is (Python 3.12+) and its tool id was free: else files by content.
     ran_code = _code_keys([path for path in files if path.endswith(".py") and path not in opened and files[path]],
-                          _PROCESS_CODE | (used.code if used else set()), used.code if used else set())
+                          _PROCESS_CODE | (used.code if used else set()), used.code if used else set()) \
+        if hears_code() else {}
     reasons = [*_PROCESS_UNSERVABLE, *(unservable(used) if used else ())]
     return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
                  set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS), probed=probes,

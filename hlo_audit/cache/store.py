@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
@@ -27,6 +27,33 @@ from hlo_audit.results import CellResult
 # Variants kept per cell: enough for a few switches flipped back and forth, few enough to read at every lookup.
 _VARIANTS_KEPT = 8
 _HEADER_TAG = "hlo-audit-cache"
+
+
+@dataclass(frozen=True)
+class RecordedInputs:
+    """What one lowering of a cell read, as its manifest keeps it: the project's files (by content, or by what of them
+    ran: ``cache.code``), the distributions by version, the variables with their values, the paths asked about, the
+    folders listed, the modules not found, and why it cannot be served (none: it can)."""
+
+    cell: str
+    files: tuple[tuple[str, str], ...]  # (path, how it is keyed)
+    distributions: tuple[tuple[str, str], ...]
+    environment: tuple[tuple[str, str | None], ...]
+    probed: tuple[tuple[str, str], ...]
+    listed: tuple[str, ...]
+    absent_modules: tuple[str, ...]
+    unservable: tuple[str, ...]
+
+    @classmethod
+    def of(cls, cell: str, reads: dict) -> RecordedInputs:
+        code = reads.get("code", {})
+        files = tuple((path, f"what ran of it ({len(code[path]['ran'])} of its code objects)" if path in code else
+                       "content" if state else "absent") for path, state in sorted(reads["files"].items()))
+        return cls(cell=cell, files=files, distributions=tuple(sorted(reads["distributions"].items())),
+                   environment=tuple(sorted({**reads["imported_environment"], **reads["environment"]}.items())),
+                   probed=tuple(sorted(reads.get("probed", {}).items())), listed=tuple(sorted(reads.get("listed", {}))),
+                   absent_modules=tuple(sorted(reads.get("absent_modules", {}))),
+                   unservable=tuple(reads.get("unservable", ())))
 
 
 class CacheError(Exception):
@@ -314,6 +341,15 @@ class Cache:
                         state[:] = [*stamped[:2], self._now.sha256(path) or state[2], *stamped[2:]]
         self._write(self._path(key, "manifest"), _json_entry({"kind": "manifest", "key": key, "cell": cell},
                                                              manifest))
+
+    def recorded(self, key: str, cell: str) -> RecordedInputs | None:
+        """What the lowering that made the cell's newest variant read (``check --explain-cache``), or None: never
+        lowered with this key (another version of jax, of hlo-audit, other flags), or not verifying."""
+        manifest = self._read(key, "manifest", cell, _parse_json_entry)
+        try:
+            return RecordedInputs.of(cell, manifest["variants"][0]["reads"]) if isinstance(manifest, dict) else None
+        except (KeyError, TypeError, IndexError, AttributeError):
+            return None
 
     def get_lowering(self, key: str, cell: str | None = None) -> tuple[str, dict] | None:
         """The HLO text and its lowering record (``Lowering.meta()`` plus ``cell``, ``seconds``) of an entry key,

@@ -85,6 +85,11 @@ def _take_tool() -> int | None:
     return None
 
 
+def hears_code() -> bool:
+    """Whether the code objects run are heard (``sys.monitoring``, Python 3.12+, with a tool id of its own)."""
+    return _tool is not None
+
+
 def _hear_code(on: bool) -> None:
     if _tool is None:
         return

@@ -16,6 +16,7 @@ from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange, HostFigure
 from hlo_audit.rules.registry import Rule
 from hlo_audit.report.change_words import change_line
+from hlo_audit.report.escape import visible
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 
@@ -606,3 +607,26 @@ _MESSAGES: dict[type, Callable] = {
     HostCostChange: host_cost_text,
     Worded: lambda facts: facts.message,
 }
+
+
+def recorded_inputs_lines(recorded) -> list[str]:
+    """``check --explain-cache``: what each cell's cached lowering read, the project's own inputs listed in full and
+    what installed distributions and the Python keep counted (``cache.RecordedInputs``)."""
+    lines = []
+    for inputs in recorded:
+        lines.append(f"{visible(inputs.cell)}: " + ("unservable: " + visible(inputs.unservable[0])
+                                                    if inputs.unservable else "served while all of this holds"))
+        lines += [f"  file {visible(path)}: {how}" for path, how in inputs.files]
+        lines += [f"  ${visible(name)} = {visible(value) if value is not None else '(unset)'}"
+                  for name, value in inputs.environment]
+        lines += [f"  path {visible(path)}: {what}" for path, what in inputs.probed]
+        lines += [f"  folder listed {visible(path)}" for path in inputs.listed]
+        if inputs.absent_modules:
+            lines.append(f"  {plural(len(inputs.absent_modules), 'module')} not found: "
+                         f"{', '.join(map(visible, inputs.absent_modules[:8]))}"
+                         + (f" and {len(inputs.absent_modules) - 8} more" if len(inputs.absent_modules) > 8 else ""))
+        if inputs.distributions:
+            lines.append(f"  {plural(len(inputs.distributions), 'distribution')} by version: "
+                         + ", ".join(f"{visible(n)} {visible(v)}" for n, v in inputs.distributions[:8])
+                         + (f" and {len(inputs.distributions) - 8} more" if len(inputs.distributions) > 8 else ""))
+    return lines
