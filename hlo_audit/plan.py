@@ -134,7 +134,12 @@ class Plan:
                    full_matrix=None if config.uses_full_depth else config.cells())
 
     def full_depth(self, model: str) -> int:
-        return depth_reader(self.config)(model)
+        return self._depths(model)
+
+    @functools.cached_property
+    def _depths(self) -> Callable[[str], int]:
+        """One reader per plan: the target is asked once, for every model, however often a series asks."""
+        return depth_reader(self.config)
 
     def series_cells(self, cell: Cell) -> list[Cell]:
         """The plan's cells of ``cell``'s depth series (what the RNG-scaling rule needs to judge it)."""
@@ -190,11 +195,17 @@ def depth_reader(config: Config) -> Callable[[str], int]:
     """``model -> its full depth``, as the target says it, asked of a lowering process (``workers.describe``): the
     target's code never runs here. Its errors are TargetError (the config's to report, by model)."""
 
+    answers: dict[str, object] = {}
+
     def full_depth(model: str) -> int:
-        answer = workers.describe(config.target, [model], config.nnx)
-        if isinstance(answer, str):
-            raise TargetError(answer)
-        said = answer.get("full_depth", {}).get(model) if isinstance(answer.get("full_depth"), dict) else None
+        if model not in answers:  # every model of the config asked at once: one lowering process, one import
+            models = sorted({m for axes in config.series for m in axes.models} | {model})
+            answer = workers.describe(config.target, models, config.nnx)
+            if isinstance(answer, str):
+                raise TargetError(answer)
+            said = answer.get("full_depth") if isinstance(answer.get("full_depth"), dict) else {}
+            answers.update({m: said.get(m) for m in models})
+        said = answers[model]
         if not isinstance(said, dict) or "layers" not in said:
             raise TargetError(str(said.get("error", "no depth")) if isinstance(said, dict) else "no depth")
         if not isinstance(said["layers"], int) or isinstance(said["layers"], bool):

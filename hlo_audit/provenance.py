@@ -39,14 +39,15 @@ _VENV_MARK = "pyvenv.cfg"
 _CHUNK = 1 << 20
 
 
-def tree_digest(project: Path, cache_dir: Path | None = None) -> str:
-    """The digest of ``project``'s files (module doc), the cache folder and this command's own standard output (a
-    regular file: ``check --format json > shard-1.json`` in the checkout, as the workflow `init` writes does) left
-    out: 64 hex digits."""
+def tree_digest(project: Path, cache_dir: Path | None = None, golden_dir: Path | None = None) -> str:
+    """The digest of ``project``'s files (module doc), the cache folder, the golden folder (``Judge.goldens`` is its
+    digest, from the one snapshot the check read: its files are not read twice) and this command's own standard
+    output (a regular file: ``check --format json > shard-1.json`` in the checkout, as the workflow `init` writes
+    does) left out: 64 hex digits."""
     project = Path(project).resolve()
-    cache = Path(cache_dir).resolve() if cache_dir is not None else None
+    skipped = tuple(Path(folder).resolve() for folder in (cache_dir, golden_dir) if folder is not None)
     listed = _git_files(project)
-    kept = _Kept(project, cache)
+    kept = _Kept(project, skipped)
     digest = hashlib.sha256(b"git\0" if listed is not None else b"walk\0")
     for rel in sorted(listed if listed is not None else _walked(project)):
         path = project / rel
@@ -61,8 +62,8 @@ class _Kept:
     """Whether a file of the tree is one a cell may read: not under a skipped folder, the cache folder or a virtual
     environment, not bytecode, not this process's standard output."""
 
-    def __init__(self, project: Path, cache: Path | None):
-        self.project, self.cache = project, cache
+    def __init__(self, project: Path, skipped: tuple[Path, ...]):
+        self.project, self.skipped = project, skipped
         self.venvs: dict[str, bool] = {}
         self.stdout = _stdout_file()
 
@@ -70,7 +71,7 @@ class _Kept:
         parts = Path(rel).parts
         if rel.endswith(".pyc") or any(part in _SKIPPED for part in parts[:-1]):
             return False
-        if self.cache is not None and path.is_relative_to(self.cache):
+        if any(path.is_relative_to(folder) for folder in self.skipped):
             return False
         if any(self._venv("/".join(parts[:n])) for n in range(1, len(parts))):
             return False

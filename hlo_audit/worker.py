@@ -39,6 +39,17 @@ from hlo_audit import host, termination
 _STARTUP: dict[str, str] = {}
 
 
+def _ends_with_its_parent() -> None:
+    """This process is killed when the one that started it ends (Linux's PR_SET_PDEATHSIG): a base, target or cell
+    process never outlives whoever waits for it, however that one ended."""
+    try:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the judging process ends them itself (workers._Base.end)
+
+
 def _how_ended(status: int) -> str:
     """A ``waitpid`` status in words: ``exit status 0``, ``killed by SIGKILL``."""
     if os.WIFSIGNALED(status):
@@ -168,6 +179,7 @@ def _fork_cells(target, job: dict, channel: int) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
+                _ends_with_its_parent()
                 os.close(channel)
                 _cell_process(target, cell, key, folder, index, job["op"])
             running[pid] = index
@@ -273,7 +285,8 @@ def _take_environment(job: dict) -> None:
     os.environ.update(job["environ"])
     for name, value in _STARTUP.items():  # what this process's jax import set holds for it, as it did before the fork
         os.environ.setdefault(name, value)
-    os.chdir(job["cwd"])
+    if job["cwd"] is not None:
+        os.chdir(job["cwd"])
     sys.path[:] = job["sys_path"]
 
 
@@ -294,6 +307,7 @@ def serve(requests, channel: int) -> None:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            _ends_with_its_parent()
             code = 0
             try:
                 _target_process(job, channel)
@@ -311,7 +325,8 @@ def main() -> None:
     channel = os.dup(1)
     os.dup2(2, 1)  # whatever anything prints here (a library, C, the code under test) goes to stderr
     sys.stdout = sys.stderr
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judging process ends this one (and its group) itself
+    _ends_with_its_parent()
+    termination.worker_init()  # SIGINT ignored, then unblocked: the judging process ends this one and its children
     host.setup_own_process()
     before = dict(os.environ)
     import jax  # noqa: F401,PLC0415 (imported once here: every job forks with it loaded)

@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hlo_audit import preflight, termination
+from hlo_audit.files import current_directory
 from hlo_audit.matrix import Cell
 
 # What the base's jax read when it started: a run with other values starts another base.
@@ -30,8 +33,8 @@ _STARTUP_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_", "TF_", "CUDA", "NVIDIA",
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent)
 
 
-class WorkerError(Exception):
-    """The lowering processes could not be started or stopped answering; one line."""
+class WorkerError(preflight.EnvironmentProblem):
+    """The lowering processes could not be started or stopped answering; one line, exit 2."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +69,12 @@ class _Base:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([_PACKAGE_PARENT, *filter(None, [env.get("PYTHONPATH")])])
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "hlo_audit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                env=env, cwd=_PACKAGE_PARENT, start_new_session=True, bufsize=0)
+            # Started with SIGINT blocked (``termination.starting_workers``): a Ctrl-C to the whole group while its
+            # Python starts is the command's to handle, never a traceback of the base's (``worker.main``).
+            with termination.starting_workers():
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "hlo_audit.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    env=env, cwd=_PACKAGE_PARENT, bufsize=0)
         except OSError as exc:
             raise WorkerError(f"cannot start a lowering process ({sys.executable}): {exc.strerror or exc}") from None
         self.lines = self._lines()
@@ -107,11 +113,12 @@ class _Base:
         return self.process.poll() is None
 
     def end(self) -> None:
-        """The base and every process below it (they share its session's group), at once."""
-        try:
-            os.killpg(self.process.pid, 9)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """The base and every process below it (the target's, the cells'), at once: nothing of theirs is kept."""
+        for pid in [*termination.descendants(self.process.pid), self.process.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
@@ -129,6 +136,7 @@ def _the_base() -> _Base:
         _base.end()
         _base = None
     if _base is None:
+        preflight.check_jax_variables()  # a JAX_* value jax refuses: one line here, not a base that cannot start
         _base = _Base()
     return _base
 
@@ -142,8 +150,9 @@ def _end_base() -> None:
 
 
 def _job(op: str, target: str, folder: str, **fields) -> dict:
-    return {"op": op, "target": target, "folder": folder, "environ": dict(os.environ), "cwd": os.getcwd(),
-            "sys_path": list(sys.path), **fields}
+    here = current_directory()  # None: the working folder was removed (the job keeps the base's)
+    return {"op": op, "target": target, "folder": folder, "environ": dict(os.environ),
+            "cwd": str(here) if here is not None else None, "sys_path": list(sys.path), **fields}
 
 
 def lower(target: str, cells: list[tuple[Cell, object]], workers: int, op: str = "lower") -> Iterator[object]:

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from hlo_audit.matrix import Cell
-from hlo_audit.run import _lower_one
+from hlo_audit.cache import Cache
+from hlo_audit.run import run_cells
 
 TARGET = """
 import importlib.util
@@ -27,7 +28,7 @@ def test_a_missing_module_names_the_file_that_needs_it(tmp_path, monkeypatch):
     (tmp_path / "needy.py").write_text(textwrap.dedent(TARGET))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)  # the project's root: its files are named from there
-    result, *_ = _lower_one("needy:lower", Cell("m", False, "none", 2, target="needy:lower"), "key")
+    (result,) = run_cells([Cell("m", False, "none", 2, target="needy:lower")], Cache(tmp_path, enabled=False))
     assert result.status == "error"
     # The innermost frame of the failure is importlib's find_spec (<frozen importlib.util>): the target's line is
     # what the user can act on.
@@ -71,7 +72,8 @@ def test_a_failed_lowering_names_the_users_line_first_then_jax_s(tmp_path, monke
     (tmp_path / "shape_mismatch" / "step.py").write_text(textwrap.dedent(MISMATCHED))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)  # the project's root: its files are named from there
-    result, *_ = _lower_one("shape_mismatch.step:lower", Cell("m", False, "none", 2, target="shape_mismatch.step:lower"), "key")
+    cell = Cell("m", False, "none", 2, target="shape_mismatch.step:lower")
+    (result,) = run_cells([cell], Cache(tmp_path, enabled=False))
     assert result.status == "error"
     head, _, where = result.message.rpartition(" (")
     assert head.startswith("TypeError: dot_general requires contracting dimensions to have the same shape"), head

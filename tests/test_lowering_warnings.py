@@ -19,7 +19,8 @@ import pytest
 
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult
-from hlo_audit.run import _lower_one
+from hlo_audit.cache import Cache
+from hlo_audit.run import run_cells
 from in_process import hlo_audit_here
 from projects import project
 
@@ -91,10 +92,9 @@ def test_a_warning_the_user_did_not_choose_is_said_on_every_run(donating):
     assert f"3 cells warned while lowering: {DONATED} (2); {own} (2)" in verbose, verbose
 
 
-def test_each_cell_carries_its_own_warnings(donating):
-    cells = {q: Cell("w", False, q, 2, target="donating_step:lower") for q in ("donates_batch", "donates_weights")}
-    batch, *_ = _lower_one("donating_step:lower", cells["donates_batch"], "key")
-    weights, *_ = _lower_one("donating_step:lower", cells["donates_weights"], "key")
+def test_each_cell_carries_its_own_warnings(donating, tmp_path):
+    cells = [Cell("w", False, q, 2, target="donating_step:lower") for q in ("donates_batch", "donates_weights")]
+    batch, weights = run_cells(cells, Cache(tmp_path, enabled=False))  # each cell in a process of its own
     assert batch.ok and weights.ok
     assert batch.warnings == (DONATED,) and weights.warnings == ()
     assert CellResult.from_record(batch.to_record()).warnings == (DONATED,)  # kept in the results cache

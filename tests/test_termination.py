@@ -153,29 +153,28 @@ def test_a_signal_ends_the_command_and_every_process_it_started(project, command
         "hlo-audit.toml", "sleepy.py"]
 
 
-# The race the "workers starting" trial hit once in CI: a signal between a worker's exec and multiprocessing's write
-# of what it is to run. The worker read an empty pipe and printed EOFError's traceback after the command's line; a
-# Ctrl-C reaching the whole group while a worker's Python starts printed its KeyboardInterrupt. Made certain here: the
-# command runs with multiprocessing's spawn wrapped to signal right after starting a worker (not the resource tracker).
+# The race the "workers starting" trial hit once in CI: a signal while a worker process starts (then multiprocessing's
+# spawn: the worker read an empty pipe and printed EOFError's traceback after the command's line; a Ctrl-C reaching
+# the whole group while a worker's Python started printed its KeyboardInterrupt). Made certain here for the lowering
+# processes' base (hlo_audit.worker): the command runs with subprocess.Popen wrapped to signal right after it starts
+# the base, at its exec, while its Python starts, while it imports jax.
 SIGNAL_AT_SPAWN = """
-import os, runpy, signal, sys, time
-import multiprocessing.util as util
+import os, runpy, signal, subprocess, sys, time
 
-spawn = util.spawnv_passfds
+start = subprocess.Popen.__init__
 
 
-def spawned_then_signalled(path, args, passfds):
-    pid = spawn(path, args, passfds)
-    if any("spawn_main" in os.fsdecode(arg) for arg in args):
+def started_then_signalled(self, args, *rest, **options):
+    start(self, args, *rest, **options)
+    if any("hlo_audit.worker" in str(arg) for arg in (args if isinstance(args, (list, tuple)) else [args])):
         time.sleep(float(os.environ["SIGNAL_AFTER"]))
         if os.environ["SIGNAL_TO"] == "group":
             os.killpg(0, signal.SIGINT)
         else:
             os.kill(os.getpid(), signal.SIGINT)
-    return pid
 
 
-util.spawnv_passfds = spawned_then_signalled
+subprocess.Popen.__init__ = started_then_signalled
 if __name__ == "__main__":
     runpy.run_module("hlo_audit", run_name="__main__")
 """
@@ -214,13 +213,11 @@ def lower(cell):
 """
 
 
-def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
-    """A stopped command whose clean-up hangs (in CI: `golden update` alive 30 s after SIGHUP, the interpreter's exit
-    waiting on the worker pool's thread) ends anyway, CLEANUP_SECONDS after the signal, with its exit code and line:
-    a runner's SIGKILL would have left the same files, minutes later. Here the cell lowers in the command's own
-    process (--jobs 1) and the target's handler for the interrupt sleeps."""
-    from hlo_audit.termination import CLEANUP_SECONDS
-
+def test_a_target_whose_clean_up_hangs_does_not_hold_the_command(tmp_path):
+    """A target whose handler for the interrupt hangs (a stuck lock, a join on a wedged thread) runs in its cell's
+    own process (hlo_audit.worker), never in the command's: the command ends at once with its exit code and line,
+    and the cell's process with it (before, the cell lowered in the command's process at --jobs 1, and the command
+    waited CLEANUP_SECONDS for the target's clean-up)."""
     (tmp_path / "stubborn.py").write_text(STUBBORN)
     (tmp_path / "hlo-audit.toml").write_text(config(target="stubborn:lower", scan=["off"]))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])}
@@ -231,11 +228,11 @@ def test_a_clean_up_that_hangs_is_cut_short_after_cleanup_seconds(tmp_path):
         assert proc.poll() is None, stderr.lines
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        code = ended(proc, stderr, CLEANUP_SECONDS + 20)
+        code = ended(proc, stderr, 30)
         seconds = time.monotonic() - started
     assert code == 128 + signal.SIGTERM, (code, stderr.lines)
     assert stderr.lines[-1] == "hlo-audit: terminated (SIGTERM)", stderr.lines
-    assert CLEANUP_SECONDS - 1 < seconds < CLEANUP_SECONDS + 10, seconds
+    assert seconds < 10, seconds
 
 
 TPU_LOADER = """

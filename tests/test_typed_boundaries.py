@@ -31,6 +31,8 @@ EDGES = {
     "report.jsonfmt": "every JSON format out", "report.frame": "pandas rows (CSV out)",
     "scaffold": "init's TOML out", "scaffold.base": "init's TOML out", "scaffold.nnx": "init's TOML out",
     "scaffold.refused": "init's TOML out (the [[exclude]] tables of refused cells)",
+    "worker": "the lowering processes' JSON out (a cell's lowering, what it read) and the jobs they are handed",
+    "workers": "the lowering processes' JSON in, before run reads it into typed records",
 }
 # A record's own schema (to_record / from_record, a golden's to_json / from_json), what hands the HLO core its own
 # records back (golden_summary, CapturedDelta.of), a series' projection as the scaling JSON prints it (projected).

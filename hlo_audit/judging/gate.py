@@ -61,7 +61,7 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
     the results completed from that same tree first (``measure.with_host_figures``: each file read once).
     ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``)."""
     # The project's files as the cells were judged on them, by content (what `merge` compares beside the commit).
-    project = tree_digest(plan.config.project or Path.cwd(), plan.config.cache_dir)
+    project = tree_digest(plan.config.project or Path.cwd(), plan.config.cache_dir, plan.config.golden_dir)
 
     def judge(tree):
         outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest(),

@@ -574,6 +574,10 @@ def prepared_for_update(tree, results: Sequence) -> list:
     return with_host_figures(results, tree.golden, keep_held=True)
 
 
+# (a lowering's entry key, the rounds) -> its host figure's record, measured once per process (None: not measurable).
+_MEASURED: dict[tuple[str, Rounds], dict | None] = {}
+
+
 def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None = None,
                       keep_held: bool = False) -> list:
     """``results`` with the host figure measured now for each ok cell whose golden (``golden(cell_id)``: the
@@ -590,8 +594,14 @@ def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None
         if stored is not None and stored.record is not None and stored.record.host is not None:
             recorded[result.cell.id] = stored.record
     # Measured in a lowering process (the step is the user's code: never run in the process that judges); a cell
-    # not measurable now compares nothing, as for no figure.
-    measured = workers.host_figures([r.cell for r in results if r.cell.id in recorded], rounds) if recorded else {}
+    # not measurable now compares nothing, as for no figure. Each lowering (its entry key) once per process: a
+    # snapshot read again because a `golden update` swapped the tree meanwhile does not measure again.
+    wanted = [r for r in results if r.cell.id in recorded and (r.key, rounds) not in _MEASURED]
+    if wanted:
+        figures = workers.host_figures([r.cell for r in wanted], rounds)
+        _MEASURED.update({(r.key, rounds): figures.get(r.cell.id) for r in wanted if r.key})
+    measured = {r.cell.id: _MEASURED.get((r.key, rounds)) if r.key else None for r in results if r.cell.id in recorded}
+    measured = {cell: figure for cell, figure in measured.items() if figure is not None}
     out = []
     for result in results:
         record = recorded.get(result.cell.id)
