@@ -290,6 +290,23 @@ def _take_environment(job: dict) -> None:
     sys.path[:] = job["sys_path"]
 
 
+# Libraries most targets import (NNX models, their optimizers), imported once in the base when installed, so a job's
+# target process does not import them again (their versions key every cell: jax's and flax's are the primary key's).
+_LIBRARIES = ("flax.nnx", "optax")
+
+
+def _preload_libraries() -> None:
+    import importlib  # noqa: PLC0415
+    import importlib.util  # noqa: PLC0415
+
+    for name in _LIBRARIES:
+        try:
+            if importlib.util.find_spec(name.partition(".")[0]) is not None:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 (a library that cannot import here: the target's import says so itself)
+            continue
+
+
 def serve(requests, channel: int) -> None:
     """The base's loop: one job at a time, each in a target process of its own, until the judging process goes."""
     stack = _Stack()
@@ -333,6 +350,8 @@ def main() -> None:
 
     import hlo_audit.cache.reads  # noqa: PLC0415
     import hlo_audit.targets.callable  # noqa: PLC0415
+
+    _preload_libraries()
 
     started = {name: value for name, value in os.environ.items() if before.get(name) != value}
     hlo_audit.cache.reads.SET_AT_STARTUP.update(started)

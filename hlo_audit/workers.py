@@ -26,6 +26,7 @@ from pathlib import Path
 from hlo_audit import preflight, termination
 from hlo_audit.files import current_directory
 from hlo_audit.matrix import Cell
+from hlo_audit.targets import BUILTIN
 
 # What the base's jax read when it started: a run with other values starts another base.
 _STARTUP_PREFIXES = ("JAX_", "XLA_", "LIBTPU_", "TPU_", "TF_", "CUDA", "NVIDIA", "PYTHON", "LD_", "OPENBLAS", "OMP_")
@@ -127,26 +128,36 @@ class _Base:
         self.process.wait()
 
 
-_base: _Base | None = None
+# The bases, by the stack they hold: a built-in target's (MaxText's modules, imported once: ``worker._Stack``) apart
+# from the plain one every other job forks from, so that no other target's cells run with MaxText loaded.
+_bases: dict[str, _Base] = {}
 
 
-def _the_base() -> _Base:
-    global _base
-    if _base is not None and (not _base.alive() or _base.environment != _startup_environment()):
-        _base.end()
-        _base = None
-    if _base is None:
+def _kind(target: str, op: str) -> str:
+    return target if target in BUILTIN and op != "describe" else "plain"
+
+
+def _the_base(kind: str) -> _Base:
+    base = _bases.get(kind)
+    if base is not None and (not base.alive() or base.environment != _startup_environment()):
+        _forget(kind)
+        base = None
+    if base is None:
         preflight.check_jax_variables()  # a JAX_* value jax refuses: one line here, not a base that cannot start
-        _base = _Base()
-    return _base
+        base = _bases[kind] = _Base()
+    return base
+
+
+def _forget(kind: str) -> None:
+    base = _bases.pop(kind, None)
+    if base is not None:
+        base.end()
 
 
 @atexit.register
-def _end_base() -> None:
-    global _base
-    if _base is not None:
-        _base.end()
-        _base = None
+def _end_bases() -> None:
+    for kind in list(_bases):
+        _forget(kind)
 
 
 def _job(op: str, target: str, folder: str, **fields) -> dict:
@@ -159,12 +170,11 @@ def lower(target: str, cells: list[tuple[Cell, object]], workers: int, op: str =
     """Lower ``cells`` (each with its cache key) of one target in the lowering processes: ``Started`` as each
     cell's process starts, ``Ended`` as each ends (in the order they end), or one ``TargetFailed``. ``op="host"``:
     measure each cell's host figure instead (each with its ``Rounds``)."""
-    global _base
+    kind = _kind(target, op)
     folder = tempfile.mkdtemp(prefix="hlo-audit-lowering-")
     finished = False
-    base = _the_base()
     try:
-        base = _submitted(base, _job(op, target, folder, cells=cells, workers=workers))
+        base = _submitted(kind, _job(op, target, folder, cells=cells, workers=workers))
         for event in base.lines:
             if "started" in event and _index(event["started"], cells) is not None:
                 yield Started(cells[event["started"]][0])
@@ -179,8 +189,7 @@ def lower(target: str, cells: list[tuple[Cell, object]], workers: int, op: str =
         raise WorkerError("the lowering process ended while lowering (see its error above)")
     finally:
         if not finished:  # stopped midway (a signal, the consumer gone, the base gone): nothing of it is left
-            base.end()
-            _base = None
+            _forget(kind)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -198,12 +207,11 @@ def host_figures(cells: list[Cell], rounds) -> dict[str, dict]:
 
 def describe(target: str, depth_of: list[str], models=None, resolve_nnx=None) -> dict | str:
     """What the target's import tells the plan (``worker._describe``), or the one line why it cannot be imported."""
-    global _base
+    kind = _kind(target, "describe")
     folder = tempfile.mkdtemp(prefix="hlo-audit-describe-")
     finished, failed = False, None
-    base = _the_base()
     try:
-        base = _submitted(base, _job("describe", target, folder, depth_of=depth_of, models=models,
+        base = _submitted(kind, _job("describe", target, folder, depth_of=depth_of, models=models,
                                      resolve_nnx=resolve_nnx))
         for event in base.lines:
             if "target_failed" in event:
@@ -219,19 +227,18 @@ def describe(target: str, depth_of: list[str], models=None, resolve_nnx=None) ->
         raise WorkerError("the lowering process ended while importing the target (see its error above)")
     finally:
         if not finished:
-            base.end()
-            _base = None
+            _forget(kind)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _submitted(base: _Base, job: dict) -> _Base:
-    """``job`` handed to ``base``, or to a new base where that one's imported stack is stale for it (a file it
-    imported changed, a variable its import read differs): the base says so first, before any event of the job."""
-    global _base
+def _submitted(kind: str, job: dict) -> _Base:
+    """``job`` handed to the base of its kind, or to a new one where that one's imported stack is stale for it (a
+    file it imported changed, a variable its import read differs): the base says so first, before any event."""
+    base = _the_base(kind)
     base.submit(job)
     if base.peek_stale():
-        base.end()
-        _base = base = _Base()
+        _forget(kind)
+        base = _the_base(kind)
         base.submit(job)
     return base
 

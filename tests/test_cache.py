@@ -236,6 +236,7 @@ def test_an_installed_library_upgrade_lowers_again(tmp_path):
     assert bumped["mlp/scan-off/none/L2"]["entry_params"] == 9
 
 
+@pytest.mark.long  # make test's budget (stop 46): each lowers in processes of its own now
 def test_environment_variables_the_target_reads_are_part_of_the_key(tmp_path):
     project = _project(tmp_path)
     assert hlo_audit(project, "golden", "update", env={"STACK_DROPOUT": None}).returncode == 0

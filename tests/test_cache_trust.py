@@ -8,6 +8,8 @@ must fail on, and each must fail from the cache as it does with ``--no-cache``.
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import shutil
 import subprocess
@@ -24,6 +26,7 @@ def _run(project: Path, home: Path, *args: str):
     return hlo_audit(project, *args, env={"XDG_CACHE_HOME": str(home)})
 
 
+@pytest.mark.long  # make test's budget (stop 46): each lowers in processes of its own now
 def test_a_copy_with_its_cache_checks_its_own_files(tmp_path):
     home = tmp_path / "home"
     original = _project(tmp_path / "a")
@@ -86,6 +89,7 @@ def _forge(cache: Path, evil: Path, monkeypatch) -> int:
     return forged
 
 
+@pytest.mark.long  # make test's budget (stop 46): each lowers in processes of its own now
 def test_a_committed_cache_entry_is_not_trusted(tmp_path, monkeypatch):
     """The forger lowers the clean and the regressed model on their own machine, then swaps the content in; the
     victim (a CI runner, another user) checks out the regressed model with that cache folder."""
@@ -124,6 +128,7 @@ def test_a_cache_key_others_can_read_is_refused_in_one_line(tmp_path):
     assert _run(project, home, "run", "--no-cache").returncode == 0
 
 
+@pytest.mark.long  # make test's budget (stop 46): each lowers in processes of its own now
 def test_a_committed_cache_is_not_used_even_with_a_leaked_key(tmp_path, monkeypatch):
     """A CI runner may keep its key between runs (docs/ci.md): if a forger learned it, their entries carry valid
     marks. A cache folder git tracks is never used all the same, nor rewritten."""

@@ -231,6 +231,7 @@ def test_failing_cell_writes_nothing(project, tmp_path):
         k for k in edited if "dropout0" in k and edited[k] != before[k]}
 
 
+@pytest.mark.long  # make test's budget (stop 46): each lowers in processes of its own now
 def test_pytest_plugin_runs_cells_as_items(project):
     result = subprocess.run([sys.executable, "-m", "pytest", "--hlo-audit", "-n", "2", "-p", "no:cacheprovider",
                              "-q", "-rs"], cwd=project, capture_output=True, text=True, timeout=600)
