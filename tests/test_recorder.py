@@ -128,16 +128,22 @@ def unroll(cell):
 '''
 
 
-def test_a_file_opened_for_reading_and_writing_is_not_served(tmp_path):
-    project = _project(tmp_path, READ_WRITE)
+# (the knob, why the cell cannot be served): what it read may have changed under it, or was read by another program.
+UNSERVABLE = {"a file opened for reading and writing": (READ_WRITE, "unservable: reads and writes {project}/knob.txt"),
+              "a value read through a subprocess": (SUBPROCESS, "unservable: runs a subprocess at knob.py:6")}
+
+
+@pytest.mark.parametrize("what", sorted(UNSERVABLE))
+def test_what_cannot_be_keyed_is_lowered_every_run_and_said(tmp_path, what):
+    knob, why = UNSERVABLE[what]
+    project = _project(tmp_path, knob)
     (project / "knob.txt").write_text("1")
     assert _run(project, "golden", "update").returncode == 0
     again = _run(project, "check", "--format", "json")
     (cell,) = json.loads(again.stdout)["cells"]
-    # It may have changed what it read: never keyed, lowered every run, and said so.
     assert again.returncode == 0 and not cell["cached"]
-    assert cell["relowered_because"].startswith("unservable: reads and writes ") and "knob.txt" in \
-        cell["relowered_because"]
+    assert cell["relowered_because"] == why.format(project=project)
+    assert f"(re-lowered: {why.format(project=project)})" in again.stderr  # the progress line says why
     (project / "knob.txt").write_text("4")
     _fails_as_without_cache(project)
 
@@ -154,33 +160,20 @@ def test_a_variable_read_as_bytes_keys_the_cell(tmp_path):
     assert cell["relowered_because"] == "$HLO_AUDIT_TEST_KNOB changed"
 
 
-def test_a_flag_file_the_pull_request_adds_is_seen(tmp_path):
-    project = _project(tmp_path, EXISTS)
+# (the knob, the file the pull request adds, its content, why the cell is lowered again): absence was a read.
+ADDED = {"a flag file os.path.exists asked for": (EXISTS, "fast.flag", "", "fast.flag appeared"),
+         "a module an import did not find": (FAILED_IMPORT, "fastknobs.py", "UNROLL = 4\n",
+                                             "module fastknobs appeared")}
+
+
+@pytest.mark.parametrize("what", sorted(ADDED))
+def test_a_file_the_pull_request_adds_where_the_lowering_found_none_is_seen(tmp_path, what):
+    knob, name, content, why = ADDED[what]
+    project = _project(tmp_path, knob)
     _golden_then_warm(project)
-    (project / "fast.flag").write_text("")
+    (project / name).write_text(content)
     cell = _fails_as_without_cache(project)
-    assert cell["relowered_because"] == "fast.flag appeared"
-
-
-def test_a_module_an_import_did_not_find_is_seen_when_it_appears(tmp_path):
-    project = _project(tmp_path, FAILED_IMPORT)
-    _golden_then_warm(project)
-    (project / "fastknobs.py").write_text("UNROLL = 4\n")
-    cell = _fails_as_without_cache(project)
-    assert cell["relowered_because"] == "module fastknobs appeared"
-
-
-def test_a_value_read_through_a_subprocess_makes_the_cell_unservable(tmp_path):
-    project = _project(tmp_path, SUBPROCESS)
-    (project / "knob.txt").write_text("1")
-    assert _run(project, "golden", "update").returncode == 0
-    again = _run(project, "check", "--format", "json")
-    (cell,) = json.loads(again.stdout)["cells"]
-    assert again.returncode == 0 and not cell["cached"]
-    assert cell["relowered_because"] == "unservable: runs a subprocess at knob.py:6"
-    assert "re-lowered: unservable: runs a subprocess at knob.py:6" in again.stderr  # the progress line says why
-    (project / "knob.txt").write_text("4")
-    _fails_as_without_cache(project)
+    assert cell["relowered_because"] == why
 
 
 def test_a_file_whose_times_the_lowering_set_is_still_an_input(tmp_path):
