@@ -515,11 +515,19 @@ def identity(reads: dict) -> dict:
             "unservable": reads.get("unservable", [])}
 
 
+def _working_folder() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 class Now:
     """What this machine holds now, each thing looked at once per cache (a run's lookups share it)."""
 
     def __init__(self, root: Path | str | None = None) -> None:
-        self.root = os.path.abspath(root) if root is not None else None  # the project relative paths are under
+        # The project relative paths are under; a caller that names none (a library's, a test's lookup) runs from it.
+        self.root = os.path.abspath(root) if root is not None else _working_folder()
         self._versions: dict[str, str] | None = None
         self._stats: dict[str, os.stat_result | None] = {}
         self._hashes: dict[str, str | None] = {}

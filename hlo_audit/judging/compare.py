@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -298,12 +297,8 @@ class CellDelta:
     def closed_calls_moved(self) -> tuple[EnvironmentChange, ...]:
         """The environment's changes where the golden's jax and this one write closed_calls apart (calls against
         inline: program size and loops do not compare across them, ``CLOSED_CALLS_AS_CALLS``) on a local run; else
-        nothing (a pinned run relaxes nothing: ``environment``). The golden's jax is its claim: it relaxes only where
-        both texts bear it out (``closed_calls_borne_out``), never on the golden's word (issue 48: a golden edited to
-        jax 0.10.2 let an 8x unroll pass as "1 advisory")."""
-        moved = closed_calls_moved(self.environment)
-        return self.environment if moved and self.texts is not None and closed_calls_borne_out(
-            self.environment, *self.texts) else ()
+        nothing (a pinned run relaxes nothing: ``environment``)."""
+        return self.environment if closed_calls_moved(self.environment) else ()
 
     @property
     def text_compared(self) -> bool:
@@ -513,21 +508,6 @@ def closed_calls_moved(environment: tuple[EnvironmentChange, ...]) -> bool:
         return False
     golden, now = _closed_calls_written(jax.golden), _closed_calls_written(jax.now)
     return golden is not None and now is not None and golden != now
-
-
-# An instruction whose opcode is ``call`` (a custom-call is not one), in a module's text.
-_CALL = re.compile(r"^\s*%?\S+ = [^=\n]*?(?<![\w-])call\(", re.MULTILINE)
-
-
-def closed_calls_borne_out(environment: tuple[EnvironmentChange, ...], golden_text: str, text: str) -> bool:
-    """Whether each text writes closed_calls as its side's jax does (``CLOSED_CALLS_AS_CALLS``): a ``call``
-    instruction where that jax writes them as calls, none where it writes them inline. A golden whose text holds no
-    call while its record claims a jax that writes them is another jax's text: its claim relaxes nothing."""
-    jax = next((c for c in environment if c.key == "jax"), None)
-    if jax is None:
-        return False
-    sides = ((_closed_calls_written(jax.golden), golden_text), (_closed_calls_written(jax.now), text))
-    return all(written is not None and (written == "calls") == bool(_CALL.search(said)) for written, said in sides)
 
 
 def _closed_calls_written(version: str | None) -> str | None:
