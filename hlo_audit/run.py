@@ -123,23 +123,24 @@ def _lower_pending(pending: list[tuple[Cell, str]], cache: Cache, jobs: int,
     preflight.check_platforms()  # JAX_PLATFORMS=tpu on a host without one: one line, not every cell failing
     # A cell compiling for TPU holds ~1.4 GB: --jobs is an upper bound, the machine's memory the other.
     workers_now = host.workers_for([platforms.of(cell).worker_bytes(cell) for cell, _ in pending], jobs)
-    by_target: dict[str, list[tuple[Cell, str]]] = {}
-    for cell, key in pending:
-        by_target.setdefault(cell.target, []).append((cell, key))
+    keys = {cell.id: key for cell, key in pending}
+    by_target: dict[str, list[Cell]] = {}
+    for cell, _ in pending:
+        by_target.setdefault(cell.target, []).append(cell)
     for target, cells in by_target.items():
         for event in workers.lower(target, cells, workers_now):
             if isinstance(event, workers.Started):
                 started(event.cell)
             elif isinstance(event, workers.TargetFailed):
-                yield from (FailedCell(cell=cell, message=event.message) for cell, _ in cells)
+                yield from (FailedCell(cell=cell, message=event.message) for cell in cells)
             else:
-                yield _received(cache, event)
+                yield _received(cache, event, keys[event.cell.id])
 
 
-def _received(cache: Cache, ended: workers.Ended) -> CellResult:
+def _received(cache: Cache, ended: workers.Ended, key: str) -> CellResult:
     """A cell's lowering as its process wrote it, analysed here and stored: a process that ended without a result,
     or with one of another shape, is a failed cell, never a pass."""
-    cell, key, sent = ended.cell, ended.key, ended.result
+    cell, sent = ended.cell, ended.result
     if sent is None:
         return FailedCell(cell=cell, key=key, message=f"its lowering process ended ({ended.how}) before returning a "
                                                       f"result: the code under test ended it (os._exit, a signal) "

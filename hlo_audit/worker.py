@@ -67,11 +67,17 @@ def _send(channel: int, event: dict) -> None:
     os.write(channel, line[:4000] if len(line) > 4000 else line)
 
 
-def _lower_cell(target, cell, key: str) -> dict:
+def _warned(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Each warning the lowering raised once, in the order first raised, as ``warning_text`` shortens it."""
+    from hlo_audit.results import warning_text  # noqa: PLC0415
+
+    return list(dict.fromkeys(warning_text(w.message) for w in caught))
+
+
+def _lower_cell(target, cell) -> dict:
     """One cell lowered under the recorder, as the JSON the judging process reads (``workers.read_result``)."""
     from hlo_audit.cache import reads_after, recording_environment  # noqa: PLC0415
     from hlo_audit.lowering import CellConfigError, TargetError, Unavailable, one_line, where_raised  # noqa: PLC0415
-    from hlo_audit.results import warning_text  # noqa: PLC0415
 
     started = time.perf_counter()
     caught: list[warnings.WarningMessage] = []
@@ -83,8 +89,7 @@ def _lower_cell(target, cell, key: str) -> dict:
         seconds = time.perf_counter() - started
         reads = reads_after(window, frozenset(getattr(target, "code_under_test", ())))
         return {"status": "ok", "text": lowering.text, "meta": lowering.meta(), "seconds": seconds,
-                "reads": reads.to_record(), "unservable": reads.unservable, "versions": dict(target.versions(cell)),
-                "warnings": list(dict.fromkeys(warning_text(w.message) for w in caught))}
+                "reads": reads.to_record(), "versions": dict(target.versions(cell)), "warnings": _warned(caught)}
     except Unavailable as exc:
         return {"status": "unavailable", "message": one_line(exc)}
     except BaseException as exc:  # noqa: BLE001 (a cell's failure is data; sys.exit and the like fail the cell too)
@@ -96,7 +101,7 @@ def _lower_cell(target, cell, key: str) -> dict:
         elif not isinstance(exc, (CellConfigError, TargetError)):
             detail = f"{type(exc).__name__}: {detail} ({where_raised(exc)})"
         return {"status": "failed", "message": detail, "config_refused": isinstance(exc, CellConfigError),
-                "warnings": list(dict.fromkeys(warning_text(w.message) for w in caught))}
+                "warnings": _warned(caught)}
 
 
 def _write_result(folder: Path, index: int, result: dict) -> None:
@@ -119,11 +124,12 @@ def _host_cell(target, cell, rounds) -> dict:
         return {"status": "failed", "message": one_line(exc)}
 
 
-def _cell_process(target, cell, key, folder: Path, index: int, op: str) -> None:
+def _cell_process(target, cell, job: dict, index: int) -> None:
     """In a forked cell process: lower (or measure), write the result, end (never returns)."""
     code = 0
     try:
-        _write_result(folder, index, _lower_cell(target, cell, key) if op == "lower" else _host_cell(target, cell, key))
+        done = _lower_cell(target, cell) if job["op"] == "lower" else _host_cell(target, cell, job["rounds"])
+        _write_result(Path(job["folder"]), index, done)
     except BaseException:  # noqa: BLE001 (no result file: the target process says how this process ended)
         code = 70
     finally:
@@ -149,7 +155,7 @@ def _build_target(job: dict):
 
 def _target_process(job: dict, channel: int) -> None:
     """In the forked target process: the judging process's environment, import the target, fork the cells."""
-    from hlo_audit.lowering import import_failure, one_line  # noqa: PLC0415,F401
+    from hlo_audit.lowering import one_line  # noqa: PLC0415
 
     _take_environment(job)
     try:
@@ -160,7 +166,7 @@ def _target_process(job: dict, channel: int) -> None:
         named = one_line(exc)
         if not isinstance(exc, Exception):
             named = f"the target's import raised {type(exc).__name__} ({where_raised(exc)})"
-        _send(channel, {"target_failed": named})
+        _send(channel, {"target_failed": named[:2000]})  # an event is one line under 4 KB (module doc)
         return
     if job["op"] == "describe":
         _describe(target, job, channel)
@@ -169,19 +175,18 @@ def _target_process(job: dict, channel: int) -> None:
 
 
 def _fork_cells(target, job: dict, channel: int) -> None:
-    folder = Path(job["folder"])
     pending = list(enumerate(job["cells"]))
     running: dict[int, int] = {}  # pid -> index
     while pending or running:
         while pending and len(running) < max(1, job["workers"]):
-            index, (cell, key) = pending.pop(0)
+            index, cell = pending.pop(0)
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
                 _ends_with_its_parent()
                 os.close(channel)
-                _cell_process(target, cell, key, folder, index, job["op"])
+                _cell_process(target, cell, job, index)
             running[pid] = index
             _send(channel, {"started": index})
         pid, status = os.wait()

@@ -48,7 +48,6 @@ class Ended:
     """A cell's process ended: ``result`` is what it wrote (None: nothing, and ``how`` says how it ended)."""
 
     cell: Cell
-    key: str
     result: dict | None
     how: str
 
@@ -166,31 +165,45 @@ def _job(op: str, target: str, folder: str, **fields) -> dict:
             "cwd": str(here) if here is not None else None, "sys_path": list(sys.path), **fields}
 
 
-def lower(target: str, cells: list[tuple[Cell, object]], workers: int, op: str = "lower") -> Iterator[object]:
-    """Lower ``cells`` (each with its cache key) of one target in the lowering processes: ``Started`` as each
-    cell's process starts, ``Ended`` as each ends (in the order they end), or one ``TargetFailed``. ``op="host"``:
-    measure each cell's host figure instead (each with its ``Rounds``)."""
+def _events(op: str, target: str, **fields) -> Iterator[tuple[dict, Path]]:
+    """One job of the lowering processes: each event the base sends (``worker``'s module doc) with the job's folder,
+    up to and including ``job_ended``. A job stopped midway (a signal, the consumer gone, the base gone) ends the
+    base and everything below it; the folder is removed either way."""
     kind = _kind(target, op)
-    folder = tempfile.mkdtemp(prefix="hlo-audit-lowering-")
+    folder = Path(tempfile.mkdtemp(prefix=f"hlo-audit-{op}-"))
     finished = False
     try:
-        base = _submitted(kind, _job(op, target, folder, cells=cells, workers=workers))
+        base = _submitted(kind, _job(op, target, str(folder), **fields))
         for event in base.lines:
-            if "started" in event and _index(event["started"], cells) is not None:
-                yield Started(cells[event["started"]][0])
-            elif "cell" in event and _index(event["cell"], cells) is not None:
-                cell, key = cells[event["cell"]]
-                yield Ended(cell, key, _read(Path(folder, f"{event['cell']}.json")), str(event.get("ended", "")))
-            elif "target_failed" in event:
-                yield TargetFailed(str(event["target_failed"]))
-            elif "job_ended" in event:
-                finished = True
+            finished = "job_ended" in event
+            yield event, folder
+            if finished:
                 return
-        raise WorkerError("the lowering process ended while lowering (see its error above)")
+        raise WorkerError(f"the lowering process ended during a {op} job (see its error above)")
     finally:
-        if not finished:  # stopped midway (a signal, the consumer gone, the base gone): nothing of it is left
+        if not finished:
             _forget(kind)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def lower(target: str, cells: list[Cell], workers: int, rounds=None) -> Iterator[object]:
+    """Lower ``cells`` of one target in the lowering processes: ``Started`` as each cell's process starts, ``Ended``
+    as each ends (in the order they end), or one ``TargetFailed``. ``rounds``: measure each cell's host figure
+    instead. A cell whose process the job never reported ended is ``Ended`` without a result: failed, never lost."""
+    op = "lower" if rounds is None else "host"
+    reported, failed = set(), False
+    for event, folder in _events(op, target, cells=cells, workers=workers, rounds=rounds):
+        if "started" in event and _index(event["started"], cells) is not None:
+            yield Started(cells[event["started"]])
+        elif "cell" in event and (index := _index(event["cell"], cells)) is not None and index not in reported:
+            reported.add(index)
+            yield Ended(cells[index], _read(folder / f"{index}.json"), str(event.get("ended", "")))
+        elif "target_failed" in event and not failed:
+            failed = True
+            yield TargetFailed(str(event["target_failed"]))
+        elif "job_ended" in event and not failed:
+            how = f"the job's target process: {event['job_ended']}"
+            yield from (Ended(cell, None, how) for n, cell in enumerate(cells) if n not in reported)
 
 
 def host_figures(cells: list[Cell], rounds) -> dict[str, dict]:
@@ -198,8 +211,8 @@ def host_figures(cells: list[Cell], rounds) -> dict[str, dict]:
     timing shares the machine with nothing of ours); a cell not measurable there is left out."""
     figures: dict[str, dict] = {}
     for target in dict.fromkeys(cell.target for cell in cells):
-        mine = [(cell, rounds) for cell in cells if cell.target == target]
-        for event in lower(target, mine, 1, op="host"):
+        mine = [cell for cell in cells if cell.target == target]
+        for event in lower(target, mine, 1, rounds=rounds):
             if isinstance(event, Ended) and event.result and event.result.get("status") == "ok":
                 figures[event.cell.id] = event.result.get("host")
     return figures
@@ -207,28 +220,16 @@ def host_figures(cells: list[Cell], rounds) -> dict[str, dict]:
 
 def describe(target: str, depth_of: list[str], models=None, resolve_nnx=None) -> dict | str:
     """What the target's import tells the plan (``worker._describe``), or the one line why it cannot be imported."""
-    kind = _kind(target, "describe")
-    folder = tempfile.mkdtemp(prefix="hlo-audit-describe-")
-    finished, failed = False, None
-    try:
-        base = _submitted(kind, _job("describe", target, folder, depth_of=depth_of, models=models,
-                                     resolve_nnx=resolve_nnx))
-        for event in base.lines:
-            if "target_failed" in event:
-                failed = str(event["target_failed"])
-            elif "job_ended" in event:
-                finished = True
-                answer = _read(Path(folder, "0.json"))
-                if failed is not None:
-                    return failed
-                if answer is None:
-                    return f"importing the target ended its process ({event['job_ended']})"
-                return answer
-        raise WorkerError("the lowering process ended while importing the target (see its error above)")
-    finally:
-        if not finished:
-            _forget(kind)
-        shutil.rmtree(folder, ignore_errors=True)
+    failed = None
+    for event, folder in _events("describe", target, depth_of=depth_of, models=models, resolve_nnx=resolve_nnx):
+        if "target_failed" in event:
+            failed = str(event["target_failed"])
+        elif "job_ended" in event:
+            answer = _read(folder / "0.json")
+            if failed is not None:
+                return failed
+            return answer if answer is not None else f"importing the target ended its process ({event['job_ended']})"
+    raise WorkerError("the lowering process ended while importing the target (see its error above)")
 
 
 def _submitted(kind: str, job: dict) -> _Base:

@@ -288,6 +288,9 @@ ENDS = {
     "sys.exit": ("import sys\n\ndef unroll(cell):\n    sys.exit(0)\n", "SystemExit"),
     "GeneratorExit": ("def unroll(cell):\n    raise GeneratorExit\n", "GeneratorExit"),
     "os._exit": ("import os\n\ndef unroll(cell):\n    os._exit(0)\n", "ended (exit status 0)"),
+    # The process that forked the cell's, killed from the cell: the job ends with the cell never reported.
+    "kills its parent": ("import os, signal\n\ndef unroll(cell):\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+                         "killed by SIGKILL"),
 }
 
 
