@@ -243,7 +243,7 @@ class _Stack:
 
     def __init__(self) -> None:
         self.loaded: set[str] = set()  # target specs whose stack is imported here
-        self.files: dict[str, tuple] = {}
+        self.files: dict[str, list] = {}
 
     def prepare(self, job: dict) -> bool:
         """Import the job's target's stack if it has one and it is not here yet; False where what is here is stale."""
@@ -261,27 +261,22 @@ class _Stack:
             if preload is not None:
                 preload()
         self.loaded.add(job["target"])
-        loaded = reads._module_files(set(sys.modules) - before) | reads._PROCESS_OPENED  # noqa: SLF001
-        self.files.update({path: _stamp(path) for path in loaded})
+        self.files.update({path: _stamp(path) for path in reads.imported_files(set(sys.modules) - before)})
         return True
 
     def _holds(self, job: dict, reads) -> bool:
-        environ = job["environ"]
-        for name, value in reads._PROCESS_READS.read.items():  # noqa: SLF001 (the recorder's own record)
-            if name not in reads.SET_AT_STARTUP and environ.get(name) != value:
-                return False
-        for name, value in reads._PROCESS_READS.set_itself.items():  # noqa: SLF001
-            if environ.get(name) not in (None, value):
-                return False
-        return all(_stamp(path) == stamp for path, stamp in self.files.items())
+        return reads.imports_hold_in(job["environ"]) and all(
+            _stamp(path) == stamp for path, stamp in self.files.items())
 
 
-def _stamp(path: str) -> tuple:
+def _stamp(path: str) -> list:
+    """The cache's stamp of a file (``reads.stamp``: size, mtime, ctime, inode); [] where it is gone."""
+    from hlo_audit.cache.reads import stamp  # noqa: PLC0415
+
     try:
-        info = os.stat(path)
+        return stamp(os.stat(path))
     except OSError:
-        return ()
-    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+        return []
 
 
 def _take_environment(job: dict) -> None:
@@ -321,7 +316,7 @@ def serve(requests, channel: int) -> None:
             fresh = stack.prepare(job)
         except BaseException:  # noqa: BLE001 (its import failed: the target process says how, again)
             fresh = not stack.loaded
-            stack.files["<an import that failed>"] = ("failed",)  # what it left half-imported: stale next job
+            stack.files["<an import that failed>"] = ["failed"]  # what it left half-imported: stale next job
         if not fresh:
             _send(channel, {"stale": True})
             return

@@ -226,8 +226,8 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
     search_path = tuple(sys.path)
     kinds = _kinds(search_path)  # what a path is does not change while the process runs: classified once
     used = window.used
-    paths = _module_files(modules_used(used) if used else set(sys.modules))
-    paths |= (files_opened(used) if used else set()) | _PROCESS_OPENED
+    opened = (files_opened(used) if used else set()) | _PROCESS_OPENED
+    paths = _module_files(modules_used(used) if used else set(sys.modules)) | opened
     for path in sorted(paths):
         if path not in kinds:
             kinds[path] = _file_kind(path, _installed_files(search_path))
@@ -240,7 +240,6 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
     set_itself = {name: value for name, value in {**_PROCESS_READS.set_itself, **window.set_itself}.items()
                   if not name.startswith(FLAG_PREFIXES) and name not in NOT_FLAGS and name not in SET_AT_STARTUP}
     probes, listed = _probes(used, kinds, search_path, by_content, files)
-    opened = (files_opened(used) if used else set()) | _PROCESS_OPENED
     # What ran is known only where sys.monitoring is (Python 3.12+) and its tool id was free: else files by content.
     ran_code = _code_keys([path for path in files if path.endswith(".py") and path not in opened and files[path]],
                           _PROCESS_CODE | (used.code if used else set()), used.code if used else set()) \
@@ -327,6 +326,20 @@ def _names_digest(folder: str, kind: str = ALL_NAMES) -> str | None:
     if kind == DISTRIBUTIONS:
         names = [name for name in names if name.endswith((".dist-info", ".egg-info", ".egg-link"))]
     return f"{kind}:" + hashlib.sha256("\0".join(names).encode()).hexdigest()
+
+
+def imported_files(modules: set[str]) -> set[str]:
+    """The files of ``modules`` and those this process's imports opened (``importing_target``): what a base that
+    keeps an imported stack must find unchanged before each job (``worker``)."""
+    return _module_files(modules) | _PROCESS_OPENED
+
+
+def imports_hold_in(environ: Mapping[str, str]) -> bool:
+    """Whether every variable this process's imports read holds in ``environ`` (one they found unset and set
+    themselves: unset there, or at that value), as ``Now.verify`` holds a recording."""
+    if any(name not in SET_AT_STARTUP and environ.get(name) != value for name, value in _PROCESS_READS.read.items()):
+        return False
+    return all(environ.get(name) in (None, value) for name, value in _PROCESS_READS.set_itself.items())
 
 
 def warm() -> None:

@@ -162,7 +162,7 @@ def _opened(path, mode, flags) -> None:
         return  # O_TMPFILE: an unnamed file of the window's own in that folder (tempfile.TemporaryFile)
     writing = any(c in mode for c in "wax+") if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_RDONLY
     reading = "+" in mode or "r" in mode if isinstance(mode, str) else (flags or 0) & os.O_ACCMODE != os.O_WRONLY
-    existed = os.path.lexists(path) if writing else True
+    existed = _exists(path) if writing else True
     for window in list(_windows):
         if writing:
             (window.written if existed else window.created).add(path)
@@ -215,6 +215,15 @@ def _probing(name: str):
 
 
 _PROBES = {name: _probing(name) for name in _STATS}
+
+
+def _exists(path: str) -> bool:
+    """Whether ``path`` exists, asked through the unwrapped ``lstat``: the recorder's own question is no probe."""
+    try:
+        _STATS["lstat"](path)
+    except OSError:
+        return False
+    return True
 
 
 def _probe_stats(on: bool) -> None:

@@ -29,10 +29,6 @@ class Target(Protocol):
     def full_depth(self, model: str) -> int:
         """The model's real number of layers (for `--layers full` and scaling projections)."""
 
-    def fingerprint(self) -> str:
-        """Changes whenever what the target lowers from changes, outside hlo-audit's own code (part of the cache
-        key): MaxText's installed sources, a user's module."""
-
     def versions(self, cell: Cell) -> dict[str, str]:
         """The installed versions the cell's exact HLO text depends on beyond jax, jaxlib and flax (the golden's
         environment): MaxText's, Transformer Engine's for a TE recipe."""

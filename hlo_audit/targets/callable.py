@@ -17,9 +17,7 @@ where a misspelled function is a config error too).
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import inspect
 import sys
 
 import jax
@@ -96,14 +94,6 @@ class CallableTarget:
         lowering, in its process, from what it imported."""
         return {distribution: host.installed_version(distribution)
                 for module, distribution in _MODEL_LIBRARIES if module in sys.modules}
-
-    def fingerprint(self) -> str:
-        """The source of the module defining the function (edits invalidate cached cells)."""
-        try:
-            source = inspect.getsource(self.module)
-        except (OSError, TypeError):
-            source = self.name
-        return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def jax_stage(produced):

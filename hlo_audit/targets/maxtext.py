@@ -42,8 +42,6 @@ Why it is done this way:
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 
 import jax
 
@@ -211,14 +209,6 @@ class MaxTextTarget:
         if is_transformer_engine(cell.quant):
             versions["transformer-engine-jax"] = host.installed_version("transformer-engine-jax")
         return versions
-
-    @functools.cache
-    def fingerprint(self) -> str:
-        """MaxText's version: what each cell's lowering read of MaxText (its modules, the configs it opened) keys
-        that cell by content (``code_under_test``; ``hlo_audit.cache``), so an edit re-lowers only the cells that
-        read it (hlo-audit's own lowering side, this target included, is the cache key's:
-        ``cache.lowering_fingerprint``)."""
-        return hashlib.sha256(maxtext_version().encode()).hexdigest()[:16]
 
 
 def te_recipe(quant: str):

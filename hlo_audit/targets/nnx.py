@@ -262,10 +262,6 @@ class NnxTarget:
         spec = cell_spec(cell)
         return {"optax": host.installed_version("optax"), **library_versions(spec)}
 
-    def fingerprint(self) -> str:
-        """Constant: the model's description and its library's source digest are in the cell (its key)."""
-        return nnx_spec.TARGET
-
 
 def cell_spec(cell: Cell) -> dict:
     spec = nnx_spec.from_overrides(cell.overrides)
