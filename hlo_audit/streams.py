@@ -137,9 +137,18 @@ class GuardedStderr(_Guarded):
                 self._record(exc)
 
 
+def whole_lines(stream) -> None:
+    """Each line ``stream`` is given reaches its descriptor in one write, even under PYTHONUNBUFFERED (CI sets it),
+    where ``print("lowering", cell.id)`` is otherwise three writes: the command and its lowering processes share
+    stderr, and cells print side by side (--jobs), so a line written in pieces is cut by another's."""
+    if hasattr(stream, "reconfigure"):
+        stream.reconfigure(line_buffering=True, write_through=False)
+
+
 @contextlib.contextmanager
 def guarded_stderr() -> Iterator[GuardedStderr]:
     """``sys.stderr`` guarded for the block, and flushed at its end (a failure then is recorded as any other)."""
+    whole_lines(sys.stderr)
     saved = sys.stderr
     guard = GuardedStderr(saved)
     sys.stderr = guard

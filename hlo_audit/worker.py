@@ -32,7 +32,7 @@ import warnings
 from pathlib import Path
 
 # What every target needs, imported once in the base so that no job pays for it.
-from hlo_audit import host, termination
+from hlo_audit import host, streams, termination
 
 
 # The variables the base's start-up (importing jax) set: kept in every job's environment (``cache.reads``).
@@ -342,6 +342,7 @@ def main() -> None:
     channel = os.dup(1)
     os.dup2(2, 1)  # whatever anything prints here (a library, C, the code under test) goes to stderr
     sys.stdout = sys.stderr
+    streams.whole_lines(sys.stderr)
     _ends_with_its_parent()
     termination.worker_init()  # SIGINT ignored, then unblocked: the judging process ends this one and its children
     host.setup_own_process()
