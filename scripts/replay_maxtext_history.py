@@ -82,6 +82,7 @@ class Check:
     failing: list[str]
     accept: str | None = None  # the command that accepts the failing cells
     error: str = ""
+    because: list[str] = field(default_factory=list)  # cells[].relowered_because of the cells lowered again, once each
 
     @property
     def verdict(self) -> str:
@@ -221,7 +222,9 @@ class Cli:
         failing = [cell for cell, verdict in report["verdicts"].items() if verdict != "ok"]
         lowered = sum(not cell["cached"] for cell in report["cells"])
         accept = report["accept"]["command"] if report.get("accept") else None
-        return Check(code, seconds, len(report["cells"]), lowered, failing, accept), out
+        because = list(dict.fromkeys(cell.get("relowered_because") or "(no reason given)"
+                                     for cell in report["cells"] if not cell["cached"]))
+        return Check(code, seconds, len(report["cells"]), lowered, failing, accept, because=because), out
 
     def accept(self, command: str) -> float:
         """Run the accept command a failing check printed (``hlo-audit golden update --only ...``)."""
@@ -341,6 +344,8 @@ def replay(args: argparse.Namespace) -> list[Step]:
         step, key = replay_commit(run, before, commit, key, measure_refresh)
         steps.append(step)
         print(f"[{index}/{len(commits)}] {row(step)}", file=sys.stderr, flush=True)
+        for why in step.new.because:
+            print(f"    re-lowered: {why}", file=sys.stderr)
         for note in step.notes:
             print(f"    note: {note}", file=sys.stderr)
         before = commit
@@ -441,6 +446,8 @@ def main() -> None:
     print(HEADER)
     for step in steps:
         print(row(step))
+        for why in step.new.because:
+            print(f"{'':<10} re-lowered: {why}")
     print()
     print("\n".join(summary(steps)))
 
