@@ -25,6 +25,8 @@ import jax
 import pytest
 
 import team_model as tm
+from hlo_audit.judging import compare
+from hlo_audit.judging.compare import environment_changes
 from hlo_audit.stack import StackMode, is_compiler, stack_mode
 from hlo_audit.usage import InputError
 from in_process import hlo_audit_here
@@ -108,11 +110,15 @@ def test_a_code_under_test_version_never_relaxes_a_change(project):
 
 
 def test_a_golden_of_another_jax_is_advisory_locally_and_fails_a_pinned_run(project):
-    """The golden's jax edited to another jax (OTHER_JAX) made program_size and loops advisory: an 8x unroll passed."""
+    """The golden's jax edited to another jax (OTHER_JAX) made program_size and loops advisory: an 8x unroll passed.
+    Locally the text stays advisory (another stack prints another text), but the golden's text holds no closed call
+    as OTHER_JAX would write it: the loops rule is not relaxed on its word (issue 48)."""
     summary = as_golden_of(project, "unrolled_8x", environment(jax=OTHER_JAX))
     code, found = check(project)
-    assert code == 0 and {f["severity"] for f in found} == {"advisory"}, found
-    assert all("advisory on this local run (a pinned CI run fails it" in f["message"] for f in found), found
+    assert code == 1 and {f["rule"]: f["severity"] for f in found}.get("loops") == "regression", found
+    advisory = [f for f in found if f["severity"] == "advisory"]
+    assert advisory and all("advisory on this local run (a pinned CI run fails it" in f["message"]
+                            for f in advisory), found
     ran = hlo_audit_here(project, "check", env={"HLO_AUDIT_STACK": "pin"})
     assert ran.returncode == 2 and ran.stderr.splitlines()[-1] == (
         "hlo-audit: error: HLO_AUDIT_STACK='pin': expected 'pinned' or 'local'"), ran.stderr[-2000:]
@@ -168,6 +174,39 @@ def test_a_learning_rate_change_is_found_against_a_sound_golden(project):
     as_golden_of(project, LR_CHANGE)
     code, found = check(project)
     assert code == 1 and "constants" in {f["rule"] for f in found if f["severity"] == "regression"}, found
+
+
+def test_a_golden_claiming_a_jax_its_text_was_not_written_by_relaxes_nothing(project):
+    """Issue 48: the golden's jax set to 0.10.2 (whose jax writes closed_calls as calls) beside a loop unrolled 8x:
+    "1 advisory", exit 0 on a local run. Its text, written by the running jax, holds no closed_call written as a call
+    (on 0.10.2: the claim is 0.12, over a text that holds them): the claim relaxes nothing, and the loops rule fails
+    the unroll."""
+    claimed = "0.10.2" if jax.__version_info__ >= (0, 11) else "0.12.0.1"
+    as_golden_of(project, "unrolled_8x", environment(jax=claimed))
+    code, found = check(project)
+    loops = [f for f in found if f["rule"] == "loops"]
+    assert code == 1 and [f["severity"] for f in loops] == ["regression"], found
+
+
+# Lines of the team model's step as jax 0.10.2 writes it (a closed_call as a call) and as 0.12 writes jnp's own
+# nested jit inside a loop body (a call in every jax), canonical (``%name.<hash>``) and as jax prints them.
+CLOSED_CALL_0_10 = ("  %call.a1 = bf16[4,32]{1,0} call(%get-tuple-element.b2), to_apply=%closed_call_0.c3, "
+                    'metadata={op_name="jit(train_step)/while/body/closed_call"}')
+CLOSED_CALL_PRINTED = "  closed_call.1 = bf16[4,32]{1,0} call(get-tuple-element.2), to_apply=closed_call_0.2"
+NESTED_JIT = "  %call.d4 = bf16[4,32]{1,0} call(%get-tuple-element.e5, %sub.f6), to_apply=%dynamic_index_in_dim.a7"
+
+
+@pytest.mark.parametrize(("golden", "now", "golden_text", "now_text", "relaxed"), [
+    ("0.12.0.1", "0.10.2", NESTED_JIT, CLOSED_CALL_0_10 + "\n" + NESTED_JIT, True),  # make compat's real case
+    ("0.10.2", "0.12.0.1", CLOSED_CALL_PRINTED, NESTED_JIT, True),  # a golden 0.10.2 wrote, checked on 0.12
+    ("0.10.2", "0.12.0.1", NESTED_JIT, NESTED_JIT, False),  # claimed 0.10.2 over 0.12's text: no closed_call
+    ("0.12.0.1", "0.10.2", CLOSED_CALL_0_10, CLOSED_CALL_0_10, False),  # claimed 0.12 over 0.10.2's text
+    ("0.12.0.1", "0.11.2", NESTED_JIT, NESTED_JIT, False),  # both inline: nothing to relax
+])
+def test_closed_calls_relax_only_where_both_texts_bear_their_jax_out(golden, now, golden_text, now_text, relaxed):
+    changes = environment_changes({"jax": golden}, {"jax": now})
+    counts = (compare._closed_calls_in(golden_text), compare._closed_calls_in(now_text))
+    assert compare.closed_calls_borne_out(changes, *counts) is relaxed, counts
 
 
 STACK_SETTER = """import os
