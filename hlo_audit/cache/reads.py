@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hlo_audit import host, layers
 from hlo_audit.cache import code as code_keys
+from hlo_audit.files import current_directory
 from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
 from hlo_audit.cache.used import (ABSENT_MODULES, ALL_NAMES, DISTRIBUTIONS, Used, close_window, files_opened,
                                   hears_code, modules_used, open_window, probed, unservable)
@@ -528,19 +529,13 @@ def identity(reads: dict) -> dict:
             "unservable": reads.get("unservable", [])}
 
 
-def _working_folder() -> str | None:
-    try:
-        return os.getcwd()
-    except OSError:
-        return None
-
-
 class Now:
     """What this machine holds now, each thing looked at once per cache (a run's lookups share it)."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         # The project relative paths are under; a caller that names none (a library's, a test's lookup) runs from it.
-        self.root = os.path.abspath(root) if root is not None else _working_folder()
+        here = current_directory()
+        self.root = os.path.abspath(root) if root is not None else str(here) if here is not None else None
         self._versions: dict[str, str] | None = None
         self._stats: dict[str, os.stat_result | None] = {}
         self._hashes: dict[str, str | None] = {}

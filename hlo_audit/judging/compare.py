@@ -510,11 +510,19 @@ CLOSED_CALLS_AS_CALLS = ((0, 10), (0, 11))
 
 def closed_calls_moved(environment: tuple[EnvironmentChange, ...]) -> bool:
     """Whether the golden's jax and this one lie on either side of ``CLOSED_CALLS_AS_CALLS``'s end (both known)."""
+    return _side_as_calls(environment) is not None
+
+
+def _side_as_calls(environment: tuple[EnvironmentChange, ...]) -> str | None:
+    """``golden`` or ``now``: the side whose jax writes closed_calls as calls, where the two jax lie on either side
+    of ``CLOSED_CALLS_AS_CALLS``'s end (both known); else None."""
     jax = next((c for c in environment if c.key == "jax"), None)
     if jax is None:
-        return False
+        return None
     golden, now = _closed_calls_written(jax.golden), _closed_calls_written(jax.now)
-    return golden is not None and now is not None and golden != now
+    if golden is None or now is None or golden == now:
+        return None
+    return "golden" if golden == "calls" else "now"
 
 
 def closed_calls_borne_out(environment: tuple[EnvironmentChange, ...], golden_calls: int, now_calls: int) -> bool:
@@ -523,13 +531,10 @@ def closed_calls_borne_out(environment: tuple[EnvironmentChange, ...], golden_ca
     holds some, the side that writes them inline none. A golden whose record claims 0.10.2 over a text the running
     0.12 wrote holds none, and one that claims 0.12 over a text 0.10.2 wrote holds some: relaxed by nothing but its
     word, it relaxes nothing (issue 48)."""
-    jax = next((c for c in environment if c.key == "jax"), None)
-    if jax is None:
+    side = _side_as_calls(environment)
+    if side is None:
         return False
-    golden_side = _closed_calls_written(jax.golden)
-    if golden_side is None or _closed_calls_written(jax.now) in (None, golden_side):
-        return False
-    as_calls, inline = (golden_calls, now_calls) if golden_side == "calls" else (now_calls, golden_calls)
+    as_calls, inline = (golden_calls, now_calls) if side == "golden" else (now_calls, golden_calls)
     return as_calls > 0 and inline == 0
 
 

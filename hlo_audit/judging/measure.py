@@ -600,8 +600,8 @@ def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None
     if wanted:
         figures = workers.host_figures([r.cell for r in wanted], rounds)
         _MEASURED.update({(r.key, rounds): figures.get(r.cell.id) for r in wanted if r.key})
-    measured = {r.cell.id: _MEASURED.get((r.key, rounds)) if r.key else None for r in results if r.cell.id in recorded}
-    measured = {cell: figure for cell, figure in measured.items() if figure is not None}
+    measured = {r.cell.id: _MEASURED[(r.key, rounds)] for r in results
+                if r.cell.id in recorded and r.key and _MEASURED.get((r.key, rounds)) is not None}
     out = []
     for result in results:
         record = recorded.get(result.cell.id)
