@@ -222,7 +222,8 @@ class Cli:
         failing = [cell for cell, verdict in report["verdicts"].items() if verdict != "ok"]
         lowered = sum(not cell["cached"] for cell in report["cells"])
         accept = report["accept"]["command"] if report.get("accept") else None
-        because = list(dict.fromkeys(cell.get("relowered_because") or "(no reason given)"
+        because = list(dict.fromkeys((cell.get("relowered_because")
+                                      or "(nothing cached under its key: hlo-audit, the stack or the config changed)")
                                      for cell in report["cells"] if not cell["cached"]))
         return Check(code, seconds, len(report["cells"]), lowered, failing, accept, because=because), out
 
