@@ -83,6 +83,17 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
     return None if kept is None else tuple(keys for keys, _, _ in kept)
 
 
+def call_leaves(lowered: jax.stages.Lowered) -> int | None:
+    """How many leaves the call's arguments have, pruned ones included (jax flattens and dispatches each one per
+    call, whether or not the entry takes it); None where jax gives no ``args_info``."""
+    import jax  # noqa: PLC0415
+
+    try:
+        return len(jax.tree.leaves(lowered.args_info))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
 def arg_leaves(lowered: jax.stages.Lowered) -> tuple[ArgLeaf, ...] | None:
     """Each kept argument's name and kind (``hlo.params.ArgLeaf``), in entry parameter order, like ``arg_keys``."""
     kept = _kept(lowered)

@@ -57,6 +57,7 @@ class GoldenPart(StrEnum):
     PATTERN_ROLES = "groups_by_role"
     SLOPES = "slopes"
     HOST_FIGURE = "host"
+    CALL_LEAVES = "call_leaves"
 
 
 @dataclass(frozen=True)

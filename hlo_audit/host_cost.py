@@ -10,11 +10,13 @@ step became host-bound (+26% blocked). The device paid nothing measurable.
 The rule gates on the state leaves, not on the time. The time is noisy (tens of percent between runs on a shared CI
 runner) and belongs to the machine it was measured on (a golden recorded on a workstation is checked on a runner);
 the leaf count is exact, and the host work grows with it linearly (the chip: 89 us a leaf through nnx.jit, 12 us
-through jax.jit; the same slope on a CPU). So a regression is state leaves beyond ``tolerance`` (a fraction of the
-golden's; 0: any growth), and the time measured on each side is the finding's words: what the growth costs. The
-golden's leaves are taken as far as its own lowering bears them out (``implied_leaves``: its entry's parameters are
-leaves of its call), never on its figure's word alone (issue 48). This
-module is jax-free: a record and a pure function.
+through jax.jit; the same slope on a CPU). The count is each side's lowering's (``Lowering.call_leaves``: the
+leaves of the call's arguments, those jax pruned from the entry included), and every golden records its own, so the
+rule judges every lowered cell, a figure measured or not: a golden whose figure was deleted no longer turns it off
+(issue 48). A regression is state leaves beyond ``tolerance`` (a fraction of the golden's; 0: any growth), and the
+time measured on each side, where it was, is the finding's words: what the growth costs. The golden's leaves are
+taken as far as its own lowering bears them out (``implied_leaves``: its entry's parameters are leaves of its call),
+never on its word alone. This module is jax-free: a record and a pure function.
 """
 
 from __future__ import annotations
@@ -86,16 +88,17 @@ def figure_problem(record) -> str | None:
 
 @dataclass(frozen=True)
 class HostCostChange:
-    """The ``host_cost`` rule's finding: state leaves per call against what the golden's step passed as far as its
-    own lowering bears it out (``implied``: ``implied_leaves``), with the time each side took (``same_machine``:
-    whether the two times were measured on one kind of machine, so their difference means something). ``golden``:
-    its recorded figure, None where it records none (its entry's parameters are then what it implies: a missing
-    figure is a finding, never a silent pass). ``worse``: a regression (else fewer leaves, borne out by a smaller
-    entry: an improvement to record)."""
+    """The ``host_cost`` rule's finding: state leaves per call (``now_leaves``, what this step's call flattens, from
+    its lowering's arguments) against what the golden's step passed as far as its own lowering bears it out
+    (``implied``: ``implied_leaves`` of what it records, ``golden_leaves``), with the time each side took where a host
+    figure was measured (``golden``, ``now``: None where none was; ``same_machine``: whether the two times were
+    measured on one kind of machine, so their difference means something). ``worse``: a regression (else fewer
+    leaves, borne out by a smaller entry: an improvement to record)."""
 
-    caller: str
+    now_leaves: int
+    golden_leaves: int  # what the golden records of its call's leaves
     golden: HostFigure | None
-    now: HostFigure
+    now: HostFigure | None
     tolerance: float
     worse: bool
     command: str
@@ -103,52 +106,66 @@ class HostCostChange:
     golden_params: int = 0  # the golden's entry parameters: what its lowering takes per call
 
     @property
+    def caller(self) -> str | None:
+        """Through what the call was timed (``nnx.jit``, ``jax.jit``), where it was."""
+        figure = self.now or self.golden
+        return figure.caller if figure is not None else None
+
+    @property
     def leaves_delta(self) -> int:
-        return self.now.leaves - self.implied
+        return self.now_leaves - self.implied
 
     @property
     def claim_unborne(self) -> bool:
-        """Whether the golden's figure claims more leaves than its lowering and this step bear out."""
-        return self.golden is not None and self.golden.leaves > self.implied
+        """Whether the golden claims more leaves than its lowering and this step bear out."""
+        return self.golden_leaves > self.implied
+
+    @property
+    def timed(self) -> bool:
+        """Whether both sides' time per call is known (each measured a figure)."""
+        return self.golden is not None and self.now is not None
 
     @property
     def median_delta_us(self) -> float:
-        return self.now.per_call_us.median - self.golden.per_call_us.median if self.golden is not None else 0.0
+        return self.now.per_call_us.median - self.golden.per_call_us.median if self.timed else 0.0
 
     @property
     def same_machine(self) -> bool:
-        return self.golden is not None and self.golden.machine == self.now.machine
+        return self.timed and self.golden.machine == self.now.machine
 
     @property
     def beyond_spread(self) -> bool:
         """Whether the time moved beyond both sides' spread (the two [min, max] ranges do not overlap)."""
-        return self.golden is not None and not self.golden.per_call_us.overlaps(self.now.per_call_us)
+        return self.timed and not self.golden.per_call_us.overlaps(self.now.per_call_us)
 
 
-def implied_leaves(golden: HostFigure | None, golden_params: int, now: HostFigure, now_params: int) -> int:
+def implied_leaves(golden_leaves: int, golden_params: int, now_leaves: int, now_params: int) -> int:
     """The state leaves per call the golden's step passed, as far as evidence bears it out: its entry's parameters
     (each one a leaf of the call), plus the leaves its call passed that its entry did not take (jax prunes unused
-    arguments) as its figure claims them, but no more than this step passes beside its own entry. A figure's count
-    beyond that is the golden's word alone: raised from 6 to 80 (inside the plausibility bound), it hid 20 more
-    leaves per call and read as an improvement while the host time rose (issue 48). Without a figure: its entry's
-    parameters, what its lowering implies."""
-    claimed_outside = golden.leaves - golden_params if golden is not None else 0
-    return golden_params + max(0, min(claimed_outside, now.leaves - now_params))
+    arguments) as the golden records them, but no more than this step passes beside its own entry. A count beyond
+    that is the golden's word alone: raised from 6 to 80 (inside the plausibility bound), it hid 20 more leaves per
+    call and read as an improvement while the host time rose (issue 48)."""
+    claimed_outside = golden_leaves - golden_params
+    return golden_params + max(0, min(claimed_outside, now_leaves - now_params))
 
 
-def host_cost(golden: HostFigure | None, now: HostFigure | None, golden_params: int, now_params: int,
-              tolerance: float, command: str) -> HostCostChange | None:
+def host_cost(golden_leaves: int | None, now_leaves: int | None, golden_params: int, now_params: int,
+              tolerance: float, command: str, golden: HostFigure | None = None,
+              now: HostFigure | None = None) -> HostCostChange | None:
     """State leaves per call against what the golden's step passed (``implied_leaves``: its entry's parameters, and
-    the figure's leaves outside them as far as this step bears them out): more than ``tolerance`` (a fraction of
+    the leaves it records outside them as far as this step bears them out): more than ``tolerance`` (a fraction of
     those) a regression; fewer by as much an improvement, which only a smaller entry can make (growth is never an
-    improvement). None when this check measured no figure (nothing to compare) or when the leaves held. A golden
-    without a figure is compared by its entry's parameters: the figure missing is a finding where the leaves differ.
-    The time is not gated (module doc): it is what the finding says the change costs."""
-    if now is None:
+    improvement). None when either side's leaves are not known (a golden that records no count lacks a part the
+    ``missing_golden`` rule names; a step whose jax did not say) or when they held. The leaves come
+    from each side's lowering, so no figure need be measured or recorded for them to be judged; the figures
+    (``golden``, ``now``), where measured, give the time: what the finding says the change costs, never gated
+    (module doc)."""
+    if now_leaves is None or golden_leaves is None:
         return None
-    implied = implied_leaves(golden, golden_params, now, now_params)
-    delta = now.leaves - implied
+    implied = implied_leaves(golden_leaves, golden_params, now_leaves, now_params)
+    delta = now_leaves - implied
     if abs(delta) <= tolerance * implied or delta == 0:
         return None
-    return HostCostChange(caller=now.caller, golden=golden, now=now, tolerance=tolerance, worse=delta > 0,
-                          command=command, implied=implied, golden_params=golden_params)
+    return HostCostChange(now_leaves=now_leaves, golden_leaves=golden_leaves, golden=golden, now=now,
+                          tolerance=tolerance, worse=delta > 0, command=command, implied=implied,
+                          golden_params=golden_params)

@@ -172,6 +172,9 @@ class Lowering:
     # The instructions' metadata ``text`` is printed without (stage lowered): op_names, sources, stack frames; where
     # in the model each instruction comes from, for the places of its changes.
     metadata: Metadata | None = None
+    # How many leaves the call's arguments have (jax's ``args_info``), those it pruned from the entry included: the
+    # arrays the host flattens and dispatches per call (the ``host_cost`` rule's count); None where jax did not say.
+    call_leaves: int | None = None
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
@@ -180,7 +183,7 @@ class Lowering:
                 "arg_leaves": [a.to_record() for a in self.arg_leaves] if self.arg_leaves is not None else None,
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
                 "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump,
-                "literal_digests": [list(d) for d in self.literal_digests],
+                "literal_digests": [list(d) for d in self.literal_digests], "call_leaves": self.call_leaves,
                 **({"metadata": self.metadata.to_record()} if self.metadata is not None else {})}
 
     @classmethod
@@ -193,4 +196,5 @@ class Lowering:
                    captured=tuple(CapturedArray.from_record(a) for a in captured) if captured is not None else None,
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
                    dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())),
-                   metadata=Metadata.from_record(meta["metadata"]) if meta.get("metadata") is not None else None)
+                   metadata=Metadata.from_record(meta["metadata"]) if meta.get("metadata") is not None else None,
+                   call_leaves=meta.get("call_leaves"))

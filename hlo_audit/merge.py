@@ -126,7 +126,8 @@ _DETAILS: dict[type, Callable[[Any], Json]] = {
     StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
     Worded: lambda f: json.loads(f.details),
     HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record() if f.golden else None,
-                               "now": f.now.to_record(), "leaves_delta": f.leaves_delta,
+                               "now": f.now.to_record() if f.now else None, "now_leaves": f.now_leaves,
+                               "golden_leaves": f.golden_leaves, "leaves_delta": f.leaves_delta,
                                "implied_leaves": f.implied, "golden_params": f.golden_params,
                                "tolerance": f.tolerance, "regenerate": f.command},
 }

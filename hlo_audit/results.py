@@ -106,7 +106,7 @@ class CellResult:
                 k: tuple(v) for k, v in record["kernels_by_name"].items()},
             places=None if record.get("places") is None else places_from_record(record["places"]),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
-            environment=record["environment"], hlo_sha256=record["hlo_sha256"],
+            call_leaves=record.get("call_leaves"), environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"])
 
 
@@ -165,6 +165,14 @@ class LoweredCell(CellResult):
     # The step's host work per call, where it was measured (``measure.host_figure``: `measure`, and `check` for a
     # cell whose golden records one); None elsewhere.
     host: HostFigure | None = None
+    # How many leaves the step's call flattens and dispatches (``Lowering.call_leaves``: its arguments' leaves, those
+    # jax pruned from the entry included); None where jax did not say (a text read from a file).
+    call_leaves: int | None = None
+
+    @property
+    def leaves_per_call(self) -> int | None:
+        """The state leaves its call flattens: its lowering's count, else its measured figure's; None: neither."""
+        return self.call_leaves if self.call_leaves is not None else self.host.leaves if self.host else None
 
     def canonical_text(self) -> str:
         """The cell's canonical text, what its golden keeps. ``run.run_cells`` gives every ok result its own: computed
@@ -214,8 +222,9 @@ class LoweredCell(CellResult):
 
     def to_record(self) -> Record:
         """Every kind's record with the analysis in its fields' places, then what only some cells have, before the
-        warnings: ``kernels_by_name`` only where the cell runs kernels, ``places`` only where the stage gives them
-        and ``host`` only where it was measured, so a record without them reads as before."""
+        warnings: ``kernels_by_name`` only where the cell runs kernels, ``places`` only where the stage gives them,
+        ``host`` only where it was measured and ``call_leaves`` only where jax said it, so a record without them
+        reads as before."""
         record = super().to_record()
         warnings = record.pop("warnings", None)
         record.update({
@@ -233,6 +242,8 @@ class LoweredCell(CellResult):
             record["places"] = places_to_record(self.places)
         if self.host is not None:
             record["host"] = self.host.to_record()
+        if self.call_leaves is not None:
+            record["call_leaves"] = self.call_leaves
         if warnings is not None:
             record["warnings"] = warnings
         return record

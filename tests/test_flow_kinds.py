@@ -38,7 +38,8 @@ CAUGHT = {
 }
 # What else a change is: scanned layers' weights are stacked (fewer entry parameters of other dims: the count ratchet,
 # a change to judge, and the inputs' shapes); unrolled, their copies grow the program too.
-BESIDES = {"scan": {"count", "shapes", "program_size"}, "unscanned": {"count", "shapes", "program_size"}}
+# An unrolled step takes each layer's state as its own leaves: more the host flattens per call (host_cost) too.
+BESIDES = {"scan": {"count", "shapes", "program_size"}, "unscanned": {"count", "shapes", "program_size", "host_cost"}}
 HARMLESS = ("scopes", "helper", "reordered")
 VARIANTS = [*CAUGHT, *HARMLESS, "out_renamed"]
 CONFIG = """target = "linen_model:target"

@@ -41,6 +41,13 @@ def figure(leaves: int, median_us: float, machine: str = "m") -> HostFigure:
     return HostFigure("nnx.jit", leaves, Spread(median_us * 0.9, median_us, median_us * 1.1), machine)
 
 
+def timed(golden: HostFigure | None, now: HostFigure | None, golden_params: int, now_params: int, tolerance: float,
+          command: str):
+    """The rule where both sides' leaves are their figures' (each lowering says the same count)."""
+    return host_cost(golden.leaves if golden else None, now.leaves if now else None, golden_params, now_params,
+                     tolerance, command, golden=golden, now=now)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The rule, as a pure function of two figures
 # --------------------------------------------------------------------------------------------------------------
@@ -48,24 +55,24 @@ def figure(leaves: int, median_us: float, machine: str = "m") -> HostFigure:
 
 def test_host_cost_gates_on_state_leaves_and_words_the_time():
     # The chip's figures (issue 33): nnx.jit 33.4 -> 59.1 ms per call for +288 state leaves (each a parameter).
-    found = host_cost(figure(443, 33_400), figure(731, 59_100), 443, 731, 0.0, "hlo-audit golden update --only id=x")
+    found = timed(figure(443, 33_400), figure(731, 59_100), 443, 731, 0.0, "hlo-audit golden update --only id=x")
     assert found is not None and found.worse and found.leaves_delta == 288
     text = words.host_cost_text(found)
     assert text.startswith("host work per call +25.7 ms (+288 state leaves) through nnx.jit: 33.4 ms -> 59.1 ms")
     assert "another machine" not in text and text.endswith("If intended: hlo-audit golden update --only id=x")
-    fewer = host_cost(figure(731, 59_100), figure(443, 33_400), 731, 443, 0.0, "cmd")
+    fewer = timed(figure(731, 59_100), figure(443, 33_400), 731, 443, 0.0, "cmd")
     assert fewer is not None and not fewer.worse and "record the smaller figure" in words.host_cost_text(fewer)
 
 
 def test_host_cost_compares_nothing_without_a_measurement_or_within_tolerance():
-    assert host_cost(figure(443, 33_400), None, 443, 731, 0.0, "cmd") is None  # a check that measured none
+    assert timed(figure(443, 33_400), None, 443, 731, 0.0, "cmd") is None  # a check that measured none
     # The leaves held: the time alone (noisy, machine-bound) never fails, even doubled.
-    assert host_cost(figure(443, 33_400), figure(443, 70_000), 443, 443, 0.0, "cmd") is None
-    assert host_cost(figure(443, 33_400), figure(450, 34_000), 443, 450, 0.02, "cmd") is None  # +7 within 2% of 443
-    other = host_cost(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 443, 731, 0.0, "cmd")
+    assert timed(figure(443, 33_400), figure(443, 70_000), 443, 443, 0.0, "cmd") is None
+    assert timed(figure(443, 33_400), figure(450, 34_000), 443, 450, 0.02, "cmd") is None  # +7 within 2% of 443
+    other = timed(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 443, 731, 0.0, "cmd")
     assert "measured on another machine (a workstation)" in words.host_cost_text(other)
     # Leaves the call passes beside its entry (arguments jax prunes), as many as the golden's figure says: held.
-    assert host_cost(figure(50, 9_000), figure(50, 9_100), 40, 40, 0.0, "cmd") is None
+    assert timed(figure(50, 9_000), figure(50, 9_100), 40, 40, 0.0, "cmd") is None
 
 
 def test_host_cost_takes_the_golden_s_leaves_as_far_as_its_lowering_bears_them_out():
@@ -73,26 +80,37 @@ def test_host_cost_takes_the_golden_s_leaves_as_far_as_its_lowering_bears_them_o
     call read as an improvement while the time rose. Its entry's 6 parameters are what its lowering implies: +20 is
     a regression, and the claim is named. Fewer leaves than a figure claims is an improvement only where the entry
     shrank: growth outside the entry is never one."""
-    forged = host_cost(figure(80, 2_000), figure(26, 3_000), 6, 26, 0.0, "cmd")
+    forged = timed(figure(80, 2_000), figure(26, 3_000), 6, 26, 0.0, "cmd")
     assert forged is not None and forged.worse and forged.leaves_delta == 20 and forged.implied == 6
-    assert "the golden's figure claims 80 leaves, its entry's 6 parameters and this step bear out 6" in \
+    assert "the golden claims 80 leaves, its entry's 6 parameters and this step bear out 6" in \
         words.host_cost_text(forged)
     # The same claim where the 20 leaves are outside this step's entry too: nothing to record, no improvement.
-    assert host_cost(figure(80, 2_000), figure(26, 3_000), 6, 6, 0.0, "cmd") is None
+    assert timed(figure(80, 2_000), figure(26, 3_000), 6, 6, 0.0, "cmd") is None
     # A real improvement: the entry shrank with the leaves.
-    smaller = host_cost(figure(80, 2_000), figure(40, 1_500), 80, 40, 0.0, "cmd")
+    smaller = timed(figure(80, 2_000), figure(40, 1_500), 80, 40, 0.0, "cmd")
     assert smaller is not None and not smaller.worse and smaller.leaves_delta == -40
 
 
-def test_host_cost_of_a_golden_without_a_figure_is_what_its_entry_implies():
-    """Issue 48: a golden whose host figure was deleted compared nothing. Its entry's parameters are what its
-    lowering implies: 50 more leaves per call are a finding, which names the missing figure; the same leaves, none."""
-    missing = host_cost(None, figure(56, 5_000), 6, 6, 0.0, "cmd")
-    assert missing is not None and missing.worse and missing.leaves_delta == 50 and missing.golden is None
-    text = words.host_cost_text(missing)
-    assert text.startswith("host work per call: 56 state leaves through nnx.jit (+50 state leaves, 5.0 ms per call), "
-                           "where the golden's entry takes 6 parameters and it records no host figure")
-    assert host_cost(None, figure(6, 5_000), 6, 6, 0.0, "cmd") is None
+def test_host_cost_compares_nothing_where_the_golden_records_no_count():
+    """A golden that records no count of its call's leaves (an older one, or one whose count was deleted) compares
+    nothing here: the part it lacks is the missing_golden rule's finding (``golden.health.lacking``), never a count
+    made up from its entry, which would miss the leaves jax prunes from it."""
+    assert timed(None, figure(56, 5_000), 6, 6, 0.0, "cmd") is None
+    assert host_cost(None, 56, 6, 6, 0.0, "cmd") is None
+
+
+def test_host_cost_judges_the_lowerings_counts_without_any_figure():
+    """The counts come from each side's lowering: no figure measured or recorded, 50 more leaves jax pruned from the
+    entry still fail, worded without a time; a count the golden records beyond its entry holds where this step
+    passes as many."""
+    grown = host_cost(56, 106, 6, 6, 0.0, "hlo-audit golden update --only id=x")
+    assert grown is not None and grown.worse and grown.leaves_delta == 50 and not grown.timed
+    assert words.host_cost_text(grown) == (
+        "host work per call: 56 -> 106 state leaves the call flattens and dispatches (+50 state leaves) "
+        "(`hlo-audit measure` times what each costs). If intended: hlo-audit golden update --only id=x")
+    assert host_cost(56, 56, 6, 6, 0.0, "cmd") is None
+    shrunk = host_cost(56, 30, 30, 20, 0.0, "cmd")
+    assert shrunk is not None and not shrunk.worse and "record the smaller count" in words.host_cost_text(shrunk)
 
 
 def test_golden_record_keeps_the_figure_and_reads_older_records():
@@ -105,6 +123,13 @@ def test_golden_record_keeps_the_figure_and_reads_older_records():
     assert record_problem(with_figure.to_json(), "m/scan-off/none/L2") is None
     assert record_problem({**record, "host": {"leaves": "66"}}, "m/scan-off/none/L2") == \
         "not a golden summary: 'host' is malformed"
+    assert older.call_leaves is None and older.leaves_per_call is None and "call_leaves" not in older.to_json()
+    assert with_figure.leaves_per_call == 66  # an older golden's figure says its leaves
+    counted = replace(with_figure, call_leaves=70)
+    assert GoldenRecord.from_json(counted.to_json()).call_leaves == 70 and counted.leaves_per_call == 70
+    for forged in (-1, "70", True, 7.0):
+        assert record_problem({**record, "call_leaves": forged}, "m/scan-off/none/L2") == \
+            "not a golden summary: 'call_leaves' is malformed"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -178,6 +203,8 @@ def recorded(tmp_path_factory) -> Path:
     assert ran.returncode == 0, ran.stderr
     out = json.loads(ran.stdout)
     assert out["recorded"] == ["nnxjit/scan-off/none/L2"] and out["cells"][0]["host"]["leaves"] == 66
+    # The lowering counts the leaves the figure's call flattens: one number, whichever measured it.
+    assert json.loads((folder / "golden/nnxjit/scan-off/none/L2.json").read_text())["call_leaves"] == 66
     return folder
 
 
@@ -268,30 +295,95 @@ def _measured_host_cost(folder: Path) -> tuple[int, list[dict]]:
 def test_a_golden_s_leaves_raised_do_not_hide_growth(recorded, tmp_path):
     """Issue 48: the golden's host.leaves raised from 66 to 200 (inside the plausibility bound, 4 per parameter +
     64) beside the leak's 36 more leaves per call: `measure` exited 0 and `check` called host_cost an improvement.
-    The golden's 66 entry parameters are what its lowering implies: a regression in both, the claim named."""
-    folder = _edited_host(recorded, tmp_path, lambda record: record["host"].update(leaves=200))
+    Raised with the call's count beside it, the golden's 66 entry parameters are what its lowering implies: a
+    regression in both, the claim named."""
+    def raise_leaves(record):
+        record["host"].update(leaves=200)
+        record["call_leaves"] = 200
+
+    folder = _edited_host(recorded, tmp_path, raise_leaves)
     code, found = _measured_host_cost(folder)
     assert code == 1 and [f["severity"] for f in found] == ["regression"], found
     assert found[0]["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
     assert found[0]["details"]["implied_leaves"] == 66 and found[0]["details"]["golden"]["leaves"] == 200
-    assert "the golden's figure claims 200 leaves, its entry's 66 parameters and this step bear out 66" in \
+    assert "the golden claims 200 leaves, its entry's 66 parameters and this step bear out 66" in \
         found[0]["message"]
     checked = _check(folder, "leak")
     assert [f["severity"] for f in checked["findings"] if f["rule"] == "host_cost"] == ["regression"]
 
 
-def test_a_golden_s_host_figure_deleted_is_compared_by_its_entry(recorded, tmp_path):
+def test_a_golden_s_host_figure_deleted_is_compared_by_its_call_s_leaves(recorded, tmp_path):
     """Issue 48: the golden's host figure deleted (nothing else marks it: `--host-only` records no timing) beside
-    36 more leaves per call: `measure` said the rule compares nothing, exit 0. Its entry's 66 parameters are what
-    it implies: a regression naming the missing figure. The unchanged step against it: nothing found."""
+    36 more leaves per call: `measure` said the rule compares nothing, exit 0. The golden's call's leaves (its
+    lowering's count) are compared, worded without the golden's time; the unchanged step against it: nothing."""
     folder = _edited_host(recorded, tmp_path, lambda record: record.pop("host"))
     code, found = _measured_host_cost(folder)
     assert code == 1 and [f["severity"] for f in found] == ["regression"], found
     assert found[0]["details"]["golden"] is None and found[0]["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
-    assert "where the golden's entry takes 66 parameters and it records no host figure" in found[0]["message"]
+    assert found[0]["message"].startswith("host work per call: 66 -> 102 state leaves the call flattens and "
+                                          "dispatches (+36 state leaves, ")
     ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
-    assert ran.returncode == 0 and "compares its leaves with its golden's entry parameters" in \
-        ran.stdout.replace("\n", " "), ran.stdout
+    assert ran.returncode == 0 and "compares its leaves, not its time" in ran.stdout.replace("\n", " "), ran.stdout
+
+
+PRUNED_STEP = '''
+import os
+import jax
+import jax.numpy as jnp
+
+
+def step(state, x):
+    return state["w"] - 0.1 * jnp.mean(x @ state["w"])
+
+
+def lower(cell):
+    """A jax.jit step whose state carries leaves it never reads (UNUSED_LEAVES of them: the edit a pull request
+    makes): jax prunes them from the entry, and the host still flattens and dispatches each one per call."""
+    unused = [jax.ShapeDtypeStruct((4,), jnp.float32) for _ in range(int(os.environ.get("UNUSED_LEAVES", "6")))]
+    state = {"w": jax.ShapeDtypeStruct((8, 8), jnp.float32), "unused": unused}
+    return jax.jit(step).trace(state, jax.ShapeDtypeStruct((2, 8), jnp.float32))
+'''
+
+
+def test_leaves_pruned_from_the_entry_grow_unseen_by_no_golden(tmp_path):
+    """Issue 48: a golden whose whole host figure (figure and timing) is deleted, beside 50 more state leaves per
+    call that jax prunes from the entry (so no count, text or entry rule sees them): "1 ok", exit 0. Every golden
+    records its call's leaves from its lowering (format 3), so the rule needs no figure: a regression naming +50;
+    the count deleted too is a part the golden lacks (missing_golden), never a pass."""
+    folder = project(tmp_path / "pruned", {"pruned_step.py": PRUNED_STEP}, target="pruned_step:lower",
+                     models=["pruned"], scan=["off"])
+    assert hlo_audit_here(folder, "golden", "update").returncode == 0
+    summary = folder / "golden/pruned/scan-off/none/L2.json"
+    written = json.loads(summary.read_text())
+    # w and x reach the entry; the six unused leaves are pruned from it, and the call still passes them.
+    assert (written["entry_params"], written["call_leaves"], written["format"]) == (2, 8, 3)
+    ran = hlo_audit_here(folder, "measure", "--host-only", "--record", "--host-calls", "5", "--rounds", "2",
+                         "--format", "json")
+    assert ran.returncode == 0 and json.loads(ran.stdout)["cells"][0]["host"]["leaves"] == 8, ran.stderr[-2000:]
+    record = json.loads(summary.read_text())
+    assert "host" in record
+    for key in ("host", "measured"):
+        record.pop(key, None)
+    summary.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+    def check(env):
+        ran = hlo_audit_here(folder, "check", "--format", "json", env=env)
+        return ran.returncode, [f for f in json.loads(ran.stdout)["findings"] if f["severity"] != "ok"]
+
+    assert check({"UNUSED_LEAVES": "6"}) == (0, [])
+    code, found = check({"UNUSED_LEAVES": "56"})
+    assert code == 1 and [(f["rule"], f["severity"]) for f in found] == [("host_cost", "regression")], found
+    assert found[0]["details"]["leaves_delta"] == 50 and found[0]["details"]["now_leaves"] == 58
+    assert found[0]["message"].startswith("host work per call: 8 -> 58 state leaves the call flattens and dispatches "
+                                          "(+50 state leaves)")
+    # The count deleted as well (or the format said to be an older one): the golden lacks what the rule compares.
+    for forged in ({k: v for k, v in record.items() if k != "call_leaves"},
+                   {**{k: v for k, v in record.items() if k != "call_leaves"}, "format": 2}):
+        summary.write_text(json.dumps(forged, indent=1, sort_keys=True) + "\n")
+        code, found = check({"UNUSED_LEAVES": "56"})
+        assert code == 1 and [(f["rule"], f["details"]["lacks"]) for f in found] == [
+            ("missing_golden", ["call_leaves"])], found
+        assert "without its call's state leaves" in found[0]["message"]
 
 
 def test_measure_markdown_escapes_a_hostile_waiver_reason(recorded, tmp_path):

@@ -85,5 +85,8 @@ def lacking(golden: Golden, result: LoweredCell, leads: Series | None) -> tuple[
         # `measure --record` writes the host figure and the timing together: a timing without its figure is a
         # figure deleted, which would turn host_cost off for the cell (issue 37).
         (GoldenPart.HOST_FIGURE, record.measured is not None and record.host is None),
+        # The host_cost rule's count: without it a golden whose figure is gone compared leaves by its entry alone, and
+        # leaves jax prunes from the entry grew unseen (issue 48).
+        (GoldenPart.CALL_LEAVES, result.call_leaves is not None and record.call_leaves is None),
     )
     return tuple(part for part, missing in wanted if missing)

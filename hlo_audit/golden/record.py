@@ -39,10 +39,11 @@ from hlo_audit.scaling import Series
 SUMMARY_SUFFIX = ".json"
 HLO_SUFFIX = ".hlo.txt"
 REQUIRED_KEYS = ("entry_params", "by_dtype", "by_role", "groups", "environment")
-# The format this version writes. 2: every cell keeps its text (issue 26) and its kernels' digests (issue 25), and
-# the summary says its format. 1: a summary without ``"format"`` (a series' deeper depths kept no text, kernels no
-# digests).
-GOLDEN_FORMAT = 2
+# The format this version writes. 3: every lowered cell keeps its call's state leaves (``call_leaves``, issue 48: the
+# host_cost rule's count, without which a deleted host figure turned the rule off). 2: every cell keeps its text
+# (issue 26) and its kernels' digests (issue 25), and the summary says its format. 1: a summary without ``"format"``
+# (a series' deeper depths kept no text, kernels no digests).
+GOLDEN_FORMAT = 3
 FIRST_FORMAT = 1
 # hlo.constants.golden_summary's record: what a golden keeps of the state captured as constants, compared by
 # hlo.diff.captured_delta (the HLO core's schema, passed back to it).
@@ -115,6 +116,15 @@ class GoldenRecord:
     host: HostFigure | None = None
     # The step's timings when it was recorded (``measure.StepTiming``'s record, as written; read by ``measure``).
     measured: Mapping[str, Any] | None = None
+    # The leaves the step's call flattens per call (``LoweredCell.call_leaves``), what the host_cost rule compares;
+    # None: a golden of an older format, or a cell whose lowering did not say.
+    call_leaves: int | None = None
+
+    @property
+    def leaves_per_call(self) -> int | None:
+        """What it records of its call's state leaves: its count, else (an older golden) its host figure's; None:
+        neither (the host_cost rule compares nothing, and the part it lacks is ``golden.health``'s)."""
+        return self.call_leaves if self.call_leaves is not None else self.host.leaves if self.host else None
 
     @property
     def joint_counts(self) -> dict[tuple[str, str], int] | None:
@@ -151,7 +161,7 @@ class GoldenRecord:
                 by_dtype={k: v.slope for k, v in series.by_dtype.items()},
                 by_role={k: v.slope for k, v in series.by_role.items()},
                 launches={k: v.slope for k, v in series.launches.items()} if series.launches else None),
-            kernels=result.kernels_by_name, host=result.host)
+            kernels=result.kernels_by_name, host=result.host, call_leaves=result.call_leaves)
 
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
@@ -176,6 +186,8 @@ class GoldenRecord:
             record["host"] = self.host.to_record()
         if self.measured is not None:
             record["measured"] = dict(self.measured)
+        if self.call_leaves is not None:
+            record["call_leaves"] = self.call_leaves
         if self.opcodes is None:
             del record["opcodes"]
         return record
@@ -202,7 +214,7 @@ class GoldenRecord:
                 name: tuple(digests) for name, digests in record["kernels"].items()},
             format=record.get("format", FIRST_FORMAT),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
-            measured=record.get("measured"))
+            measured=record.get("measured"), call_leaves=record.get("call_leaves"))
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -333,7 +345,7 @@ _OPTIONAL_KEYS = {
     "kernels": lambda v: isinstance(v, dict) and all(
         isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
     "format": lambda v: _is_int(v, FIRST_FORMAT),
-    "host": lambda v: figure_problem(v) is None, "measured": lambda v: isinstance(v, dict),
+    "host": lambda v: figure_problem(v) is None, "measured": lambda v: isinstance(v, dict), "call_leaves": _is_int,
     "hlo": lambda v: v is None or isinstance(v, str), "cell": lambda v: isinstance(v, str),
 }
 KNOWN_KEYS = frozenset({*_SUMMARY_KEYS, *_OPTIONAL_KEYS, *_NESTED})

@@ -110,9 +110,11 @@ class CellMeasurement:
     host: HostFigure | None
     golden_host: HostFigure | None = None  # the figure recorded beside the golden (None: none recorded)
     problem: str = ""  # why it could not be measured here (unavailable, failed)
-    # The golden's entry parameters, where the cell has a readable golden (None: none): what its lowering implies of
-    # its leaves per call, compared where it records no figure (``host_cost.implied_leaves``).
+    # The golden's entry parameters, where the cell has a readable golden (None: none).
     golden_params: int | None = None
+    # What the golden records of its call's leaves (its ``call_leaves``, else its figure's), what the host_cost rule
+    # compares; None: no golden, or one that records none (``golden update`` writes it).
+    golden_leaves: int | None = None
 
 
 @dataclass(frozen=True)
@@ -492,7 +494,8 @@ def measure_cells(cells: Sequence[Cell], golden_dir, rounds: Rounds, across: str
         for cell in group:
             golden = _golden(golden_dir, cell.id)
             row = CellMeasurement(cell.id, None, None, golden.host if golden else None,
-                                  golden_params=golden.entry_params if golden else None)
+                                  golden_params=golden.entry_params if golden else None,
+                                  golden_leaves=golden.leaves_per_call if golden else None)
             try:
                 step = _step(cell)
                 figure = host_figure(step, rounds)
@@ -549,9 +552,9 @@ def _why(exc: BaseException) -> str:
 
 
 def judgeable(report: MeasureReport) -> dict[str, HostFigure]:
-    """The host figures measured of the cells that have a golden: what the host_cost rule compares, with the
-    golden's figure, or, where it records none, with what its entry's parameters imply (a missing figure is a
-    finding where the leaves differ, issue 48); a cell without a golden need not be lowered to be judged."""
+    """The host figures measured of the cells that have a golden: the host_cost rule compares the leaves each
+    side's lowering counts, and words the time with the golden's figure where it records one; a cell without a
+    golden need not be lowered to be judged."""
     return {row.cell: row.host for row in report.cells if row.host is not None and row.golden_params is not None}
 
 

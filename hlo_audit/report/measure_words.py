@@ -34,11 +34,13 @@ def measure_notes(report) -> list[str]:
     """What the measurement could not do, and the cells whose golden records no host figure."""
     lines = [f"{row.cell}: not measured: {row.problem}" for row in report.cells if row.problem]
     unrecorded = [row for row in report.cells if row.host is not None and row.golden_host is None]
-    # A golden without a figure is compared by what its entry implies (host_cost.implied_leaves); a cell without a
-    # golden by nothing.
+    # A golden without a figure is compared by the leaves each side's lowering counts, where it records its own
+    # (host_cost); a cell without a golden, or whose golden records no count, by nothing.
     for rows, what in (([r for r in unrecorded if r.golden_params is None], "compares nothing for {it}"),
-                       ([r for r in unrecorded if r.golden_params is not None],
-                        "compares {its} leaves with {its} golden's entry parameters")):
+                       ([r for r in unrecorded if r.golden_params is not None and r.golden_leaves is not None],
+                        "compares {its} leaves, not {its} time"),
+                       ([r for r in unrecorded if r.golden_params is not None and r.golden_leaves is None],
+                        "compares nothing for {it} until `hlo-audit golden update` records {its} call's leaves")):
         if rows and not report.recorded:
             one = len(rows) == 1
             said = what.format(it="it" if one else "them", its="its" if one else "their")

@@ -297,6 +297,7 @@ GOLDEN_PARTS = {
     GoldenPart.PATTERN_ROLES: ("roles per path pattern", ("count",)),
     GoldenPart.SLOPES: ("per-layer slopes", ("count",)),
     GoldenPart.HOST_FIGURE: ("its host figure (its `measured` timing is there)", ("host_cost",)),
+    GoldenPart.CALL_LEAVES: ("its call's state leaves", ("host_cost",)),
 }
 
 # What a text rule's advisory under another compiler stack adds: which run keeps it advisory (``stack.stack_mode``).
@@ -471,19 +472,21 @@ def host_figure_text(figure: HostFigure) -> str:
 
 def host_cost_text(facts: HostCostChange) -> str:
     leaves = f"{facts.leaves_delta:+d} state leaves"
-    if facts.golden is None:  # a missing figure: the golden's entry is what it implies
-        return (f"host work per call: {facts.now.leaves} state leaves through {facts.caller} ({leaves}, "
-                f"{host_time(facts.now.per_call_us.median)} per call), where the golden's entry takes "
-                f"{facts.golden_params} parameters and it records no host figure (`hlo-audit measure --record` writes "
-                f"one). If intended: {facts.command}")
+    unborne = "" if not facts.claim_unborne else (
+        f"; the golden claims {facts.golden_leaves} leaves, its entry's {facts.golden_params} parameters and this step "
+        f"bear out {facts.implied}")
+    if not facts.timed:  # the leaves alone: no figure measured on one side or the other
+        cost = "" if facts.now is None else f", {host_time(facts.now.per_call_us.median)} per call now"
+        head = (f"host work per call: {facts.implied} -> {facts.now_leaves} state leaves the call flattens and "
+                f"dispatches ({leaves}{cost})")
+        tail = "" if not facts.worse else " (`hlo-audit measure` times what each costs)"
+        return (f"{head}{unborne}{tail}. If intended: {facts.command}" if facts.worse
+                else f"{head}{unborne}; record the smaller count: {facts.command}")
     head = (f"host work per call {host_time(facts.median_delta_us, signed=True)} ({leaves}) through {facts.caller}: "
             f"{host_time(facts.golden.per_call_us.median)} -> {host_time(facts.now.per_call_us.median)}")
     noise = "" if facts.beyond_spread else " (the times are within their rounds' spread: the leaves decide)"
     where = "" if facts.same_machine else (f"; the golden's time was measured on another machine "
                                            f"({facts.golden.machine or 'unknown'})")
-    unborne = "" if not facts.claim_unborne else (
-        f"; the golden's figure claims {facts.golden.leaves} leaves, its entry's {facts.golden_params} parameters and "
-        f"this step bear out {facts.implied}")
     if facts.worse:
         return f"{head}{noise}{where}{unborne}. If intended: {facts.command}"
     return f"{head}{noise}{where}{unborne}; record the smaller figure: {facts.command}"

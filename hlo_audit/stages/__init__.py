@@ -15,7 +15,7 @@ import importlib
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from hlo_audit.attribution import arg_leaves, name_parameters
+from hlo_audit.attribution import arg_leaves, call_leaves, name_parameters
 from hlo_audit.lowering import Lowering
 
 if TYPE_CHECKING:
@@ -35,4 +35,5 @@ def to_stage(lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = N
     # The paths args_info knows, written into the text where its names do not say them (an nnx.jit step's),
     # so what is stored and printed (goldens, `lower`) reads as `check` does.
     text = name_parameters(result.text, result.arg_keys, leaves)
-    return replace(result, text=text, stage=cell.stage, captured=captured, note=note, arg_leaves=leaves)
+    return replace(result, text=text, stage=cell.stage, captured=captured, note=note, arg_leaves=leaves,
+                   call_leaves=call_leaves(lowered))
