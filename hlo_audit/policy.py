@@ -43,7 +43,9 @@ class Policy:
     # ``rules.registry.tolerances``)
     tolerances: Mapping[str, float] = field(default_factory=dict)
 
-    def action(self, rule: str, default: str = Action.FAIL) -> Action:
+    def action(self, rule: str, default: Action) -> Action:
+        """The config's action for ``rule``, else ``default``: its spec's (``rules.registry.applied`` passes it; a
+        fallback of its own here once failed rules whose default is warn under a policy that names none)."""
         return Action(self.actions.get(rule, default))
 
     def waiver(self, rule: str, cell: Cell) -> Waiver | None:

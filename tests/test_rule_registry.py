@@ -65,7 +65,7 @@ def test_every_policy_key_config_accepts_is_a_spec(tmp_path):
         return load_config(cwd=tmp_path).rules
 
     for spec in registry.SPECS:
-        assert load(f'[policy]\n{spec.name} = "off"\n').action(spec.name) is Action.OFF
+        assert load(f'[policy]\n{spec.name} = "off"\n').action(spec.name, spec.action) is Action.OFF
     for key, spec in registry.tolerance_keys().items():
         assert registry.tolerances(load(f"[policy]\n{key} = 0.25\n"))[spec.name] == 0.25
         with pytest.raises(ConfigError, match=rf"^hlo-audit.toml: policy.{key}: expected a fraction in \[0, 1\)"):
@@ -134,6 +134,39 @@ def test_a_spec_added_to_the_registry_alone_is_judged_worded_and_configurable(tm
     default = Gate(Policy(registry.default_policy()), "x").check(RESULT, None, None, None)
     assert [(f.severity, f.facts.tolerance) for f in default if f.rule == "always"] == [(Severity.REGRESSION, 0.1)]
     assert not [f for f in Gate(Policy({"always": "off"}), "x").check(RESULT, None, None, None) if f.rule == "always"]
+
+
+_SEVERITY_BY_ACTION = {Action.FAIL: Severity.REGRESSION, Action.WARN: Severity.ADVISORY, Action.OFF: None}
+
+
+@pytest.mark.parametrize("spec", registry.SPECS, ids=lambda spec: spec.name)
+def test_a_policy_that_names_no_rule_judges_each_by_its_spec_s_default(spec):
+    """Issue 49: ``Policy({})`` failed every rule, its fallback FAIL, while the gate's stale waivers passed their
+    spec's warn: two mappings of action to severity. One function applies the policy (``registry.applied``) to every
+    finding, the gate's own included, with the spec's default where the config names the rule not."""
+    regression = Finding(RESULT.cell.id, Severity.REGRESSION, spec.name, NamedChange(spec.name, True, ()))
+    applied = registry.applied(Policy({}), regression, RESULT.cell)
+    assert (applied.severity if applied is not None else None) is _SEVERITY_BY_ACTION[spec.action]
+    # The config's action wins over the default, whichever it is.
+    for action, severity in _SEVERITY_BY_ACTION.items():
+        set_here = registry.applied(Policy({spec.name: action.value}), regression, RESULT.cell)
+        assert (set_here.severity if set_here is not None else None) is severity
+
+
+def test_the_gate_s_stale_waiver_goes_through_the_same_policy():
+    """A waiver that waived nothing, under a policy that names no rule: stale_waiver's default (warn), through the
+    one function; set to fail it fails, off it says nothing."""
+    from hlo_audit.judging.gate import stale_waivers
+    from hlo_audit.policy import Waiver
+
+    waiver = Waiver(rule="count", reason="r", match={"model": "m"}, index=0, source="hlo-audit.toml: waive[0]")
+    cell = RESULT.cell
+    severities = {}
+    for actions in ({}, {"stale_waiver": "fail"}, {"stale_waiver": "off"}):
+        found = stale_waivers(Policy(actions, (waiver,)), set(), [RESULT], [cell])
+        severities[tuple(actions.values())] = [f.severity for f in found]
+    assert severities == {(): [Severity.ADVISORY], ("fail",): [Severity.REGRESSION], ("off",): []}
+    assert registry.spec_of("stale_waiver").action is Action.WARN
 
 
 def test_the_configuration_docs_list_every_policy_key():

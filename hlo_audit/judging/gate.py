@@ -26,7 +26,7 @@ from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
-from hlo_audit.policy import Action, Policy
+from hlo_audit.policy import Policy
 from hlo_audit.provenance import tree_digest
 from hlo_audit.results import CellResult, LoweredCell, Severity, Status
 from hlo_audit.rules import missing_golden, registry
@@ -132,21 +132,10 @@ class Gate:
             findings.extend(stale_waivers(self.policy, used, outcome.results, matrix))
         return outcome.judged(findings, deltas)
 
-    def _apply(self, finding: Finding | None, cell: Cell) -> Finding | None:
-        """Policy and waivers turn a would-be regression into a warning, a waived finding, or nothing: by the rule the
-        finding is of (a text rule's damaged golden is a missing golden's)."""
-        if finding is None:
-            return None
-        action = self.policy.action(finding.rule)
-        if action is Action.OFF:
-            return None
-        if finding.severity is Severity.REGRESSION:
-            waiver = self.policy.waiver(finding.rule, cell)
-            if waiver is not None:
-                return finding.waived(waiver)
-            if action is Action.WARN:
-                return finding.warned()
-        return finding
+    def _apply(self, finding: Finding, cell: Cell) -> Finding | None:
+        """Policy and waivers turn a would-be regression into a warning, a waived finding, or nothing
+        (``registry.applied``: by the rule the finding is of, its spec's default where the config names none)."""
+        return registry.applied(self.policy, finding, cell)
 
     def check(self, result: CellResult, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
               context: Context | None = None) -> list[Finding]:
@@ -193,18 +182,16 @@ def stale_waivers(policy: Policy, used: set[int], judged: Sequence[CellResult],
                   matrix: Sequence[Cell]) -> list[Finding]:
     """Waivers that waived nothing (``used``: the indexes of those that did), although every cell of the matrix they
     cover was judged here: a fix landed (or the waiver never matched), and a waiver left behind would hide the
-    regression coming back. Policy ``stale_waiver`` (default warn) says what that is."""
-    action = policy.action(Rule.STALE_WAIVER, registry.spec_of(Rule.STALE_WAIVER).action)
-    if action is Action.OFF:
-        return []
+    regression coming back. Policy ``stale_waiver`` (default warn) says what that is (``registry.applied``)."""
     judged_ids = {r.cell.id for r in judged if r.ok}
     findings = []
     for waiver in policy.waivers:
         covered = [c.id for c in matrix if matches_rule(c, waiver.match)]
         if waiver.index in used or not set(covered) <= judged_ids or (waiver.built_in and not covered):
             continue  # a built-in waiver for cells this config's matrix leaves out is no one's to drop
-        findings.append(Finding(waiver.source, Severity.REGRESSION if action is Action.FAIL else Severity.ADVISORY,
-                                Rule.STALE_WAIVER, StaleWaiver(waiver, len(covered))))
+        found = Finding(waiver.source, Severity.REGRESSION, Rule.STALE_WAIVER, StaleWaiver(waiver, len(covered)))
+        if (kept := registry.applied(policy, found, None)) is not None:
+            findings.append(kept)
     return findings
 
 

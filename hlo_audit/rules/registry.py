@@ -14,7 +14,9 @@ from collections.abc import Callable, Collection
 from enum import StrEnum
 
 from hlo_audit.findings import Finding
-from hlo_audit.policy import Policy
+from hlo_audit.matrix import Cell
+from hlo_audit.policy import Action, Policy
+from hlo_audit.results import Severity
 from hlo_audit.rules import (conditional, count, dead_rng, donation, gate_made, gradient, hlo_text, host_cost,
                              host_transfer, kernels, loops, memory, missing_golden, precision, program_size, remat,
                              rng_keys, routing, series, structure)
@@ -108,6 +110,23 @@ def judge(subject: Subject, context: Context, rules: Collection[str] | None = No
     return [finding for spec in judged() if (subject.delta is not None or not spec.needs_golden)
             and (rules is None or spec.name in rules)
             if (finding := spec.judge(subject, context)) is not None]
+
+
+def applied(policy: Policy, finding: Finding, cell: Cell | None) -> Finding | None:
+    """``finding`` as the policy has it, the one place a finding meets the policy (the judges' and the gate's own
+    alike): its rule's action (the config's, else its spec's default), ``off`` dropping it; a regression waived by a
+    waiver covering ``cell`` (None: a finding of no cell, a stale waiver's), else a warning where the action is
+    ``warn``."""
+    action = policy.action(finding.rule, spec_of(finding.rule).action)
+    if action is Action.OFF:
+        return None
+    if finding.severity is Severity.REGRESSION:
+        waiver = policy.waiver(finding.rule, cell) if cell is not None else None
+        if waiver is not None:
+            return finding.waived(waiver)
+        if action is Action.WARN:
+            return finding.warned()
+    return finding
 
 
 def context(policy: Policy, command: Callable[[str], str], pinned_by: str | None = None) -> Context:
