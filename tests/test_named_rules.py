@@ -437,10 +437,10 @@ def test_a_bad_named_rule_setting_is_one_line(tmp_path, text, said):
 def test_named_rule_settings_reach_the_policy(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text('program_size_tolerance = 0.2\n[policy]\nkernels = "warn"\n')
     rules = load_config(cwd=tmp_path).rules
-    assert (rules.tolerances["program_size"], rules.action("kernels"), rules.action("donation")) == (0.2, "warn", "fail")
+    assert (rules.tolerances["program_size"], rules.actions["kernels"], rules.actions["donation"]) == (0.2, "warn", "fail")
     (tmp_path / "hlo-audit.toml").write_text('[policy]\nloops = "warn"\nremat = "off"\ngradient = "fail"\n')
     rules = load_config(cwd=tmp_path).rules
-    assert (rules.action("loops"), rules.action("remat"), rules.action("gradient")) == ("warn", "off", "fail")
+    assert (rules.actions["loops"], rules.actions["remat"], rules.actions["gradient"]) == ("warn", "off", "fail")
 
 
 def test_the_golden_record_keeps_kernel_digests_and_reads_old_ones():

@@ -169,6 +169,60 @@ def test_the_gate_s_stale_waiver_goes_through_the_same_policy():
     assert registry.spec_of("stale_waiver").action is Action.WARN
 
 
+def _rule_name_lists() -> list[str]:
+    """Every literal tuple, list, set or dict-key collection in hlo_audit's source that holds two or more rule names
+    and nothing else: a hand-kept list of rules (``where: names``)."""
+    import ast
+
+    names = {spec.name for spec in registry.SPECS}
+    found = []
+    for path in sorted(Path(rules_package.__file__).parent.parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            elements = (node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else
+                        [k for k in node.keys if k is not None] if isinstance(node, ast.Dict) else [])
+            said = [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            if len(said) >= 2 and len(said) == len(elements) and set(said) <= names:
+                found.append(f"{path.name}:{node.lineno}: {said}")
+    return found
+
+
+def test_no_module_keeps_a_list_of_rules_by_hand():
+    """Issue 49: GOLDEN_PARTS named 5 rules that compare a golden's text while 17 specs read its diff. Every list of
+    rules is derived from the specs (``registry.comparing``, ``registry.size_explained``...), none written out."""
+    assert _rule_name_lists() == []
+
+
+def test_what_a_golden_lacks_names_the_rules_its_specs_say_compare_it(monkeypatch):
+    """Each part of a golden is worded once and compared by the rules whose specs say so: every rule that reads the
+    text's diff compares the text; a spec added with a part of its own is named where a golden lacks it."""
+    from hlo_audit.findings import GoldenPart, MissingGolden
+    from hlo_audit.report.words import GOLDEN_PARTS
+
+    assert set(GOLDEN_PARTS) == set(GoldenPart)
+    assert all(registry.comparing(part) for part in GoldenPart), {p: registry.comparing(p) for p in GoldenPart}
+    assert set(registry.comparing(GoldenPart.TEXT)) == {spec.name for spec in registry.SPECS if spec.reads}
+    lacking = Finding("m/scan-off/none/L2", Severity.REGRESSION, "missing_golden",
+                      MissingGolden("g.json", "cmd", lacks=(GoldenPart.SLOPES,), golden_format=1))
+    assert "the rule count has nothing to compare" in message(lacking)
+    monkeypatch.setattr(registry, "SPECS", (*registry.SPECS, dataclasses.replace(
+        ALWAYS, golden_parts=(GoldenPart.SLOPES,))))
+    assert "the rules count and always have nothing to compare" in message(lacking)
+
+
+def test_program_size_leaves_to_the_rules_whose_specs_explain_size(monkeypatch):
+    """The kinds program_size leaves to other rules are those their specs mark (``explains_size``), not a list of
+    its own: the loops, remat, gradient, conditional, precision and routing rules' kinds."""
+    from hlo_audit.hlo.changes import ChangeKind
+
+    assert set(registry.size_explained()) == {
+        kind for spec in registry.SPECS if spec.name in ("loops", "remat", "gradient", "conditional", "precision",
+                                                         "routing") for kind in spec.reads}
+    assert ChangeKind.LOOPS in registry.size_explained() and ChangeKind.OPS not in registry.size_explained()
+    monkeypatch.setattr(registry, "SPECS", (*registry.SPECS, dataclasses.replace(
+        ALWAYS, reads=(ChangeKind.OPS,), explains_size=True)))
+    assert ChangeKind.OPS in registry.size_explained()
+
+
 def test_the_configuration_docs_list_every_policy_key():
     """docs/configuration.md's ``[policy]`` block names every rule's action and every tolerance [policy] takes."""
     text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()

@@ -14,6 +14,7 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
 from hlo_audit.judging.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange, HostFigure
+from hlo_audit.rules import registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.report.change_words import change_line
 from hlo_audit.report.escape import visible
@@ -286,19 +287,21 @@ def message(finding: Finding) -> str:
     return text
 
 
-# Each part of a golden a rule compares (``golden.health``): what it is called, and which rules compare it.
+# What each part of a golden a rule compares is called (``golden.health``); which rules compare it is their specs' to
+# say (``rules.registry.comparing``).
 GOLDEN_PARTS = {
-    GoldenPart.TEXT: ("its text", ("hlo_text", "donation", "host_transfer", "precision", "program_size")),
-    GoldenPart.KERNEL_DIGESTS: ("kernel digests", ("kernels",)),
-    GoldenPart.LAUNCHES: ("launches per step", ("count",)),
-    GoldenPart.MEMORY: ("memory", ("memory", "donation")),
-    GoldenPart.CONSTANTS: ("state captured as constants", ("count",)),
-    GoldenPart.RNG_INCREMENTS: ("RNG counter increments", ("count",)),
-    GoldenPart.PATTERN_ROLES: ("roles per path pattern", ("count",)),
-    GoldenPart.SLOPES: ("per-layer slopes", ("count",)),
-    GoldenPart.HOST_FIGURE: ("its host figure (its `measured` timing is there)", ("host_cost",)),
-    GoldenPart.CALL_LEAVES: ("its call's state leaves", ("host_cost",)),
+    GoldenPart.TEXT: "its text",
+    GoldenPart.KERNEL_DIGESTS: "kernel digests",
+    GoldenPart.LAUNCHES: "launches per step",
+    GoldenPart.MEMORY: "memory",
+    GoldenPart.CONSTANTS: "state captured as constants",
+    GoldenPart.RNG_INCREMENTS: "RNG counter increments",
+    GoldenPart.PATTERN_ROLES: "roles per path pattern",
+    GoldenPart.SLOPES: "per-layer slopes",
+    GoldenPart.HOST_FIGURE: "its host figure (its `measured` timing is there)",
+    GoldenPart.CALL_LEAVES: "its call's state leaves",
 }
+RULES_NAMED = 5  # the rules a missing part's finding names before "and N more"
 
 # What a text rule's advisory under another compiler stack adds: which run keeps it advisory (``stack.stack_mode``).
 LOCAL_STACK = "advisory on this local run (a pinned CI run fails it: CI=true)"
@@ -313,9 +316,10 @@ def _missing(facts: MissingGolden) -> str:
                 f"mistake, never advisory); re-bless it under this stack: {facts.command}")
     if not facts.lacks:
         return f"{facts.why}; regenerate it with: {facts.command}"
-    parts = and_list([GOLDEN_PARTS[p][0] for p in facts.lacks])
-    rules = list(dict.fromkeys(r for p in facts.lacks for r in GOLDEN_PARTS[p][1]))
-    lacks = (f"without {parts}: the rule{'s' if len(rules) > 1 else ''} {and_list(rules)} "
+    parts = and_list([GOLDEN_PARTS[p] for p in facts.lacks])
+    rules = list(dict.fromkeys(r for p in facts.lacks for r in registry.comparing(p)))
+    named = rules if len(rules) <= RULES_NAMED else [*rules[:RULES_NAMED - 1], f"{len(rules) - RULES_NAMED + 1} more"]
+    lacks = (f"without {parts}: the rule{'s' if len(rules) > 1 else ''} {and_list(named)} "
              f"ha{'ve' if len(rules) > 1 else 's'} nothing to compare for this cell")
     if facts.damaged:
         return f"{facts.why}: damaged: says golden format {facts.golden_format}, yet {lacks}; regenerate it with: " \

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hlo_audit.findings import CountChange, CountKind, Finding
+from hlo_audit.findings import CountChange, CountKind, Finding, GoldenPart
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
@@ -65,4 +65,6 @@ def _better_only(d: CellDelta) -> bool:
 
 
 SPEC = RuleSpec(NAME, Action.FAIL, count, (CountChange,),
-                doc="entry parameters, captured constants, never-drawn RNG increments, launches, slopes (a ratchet)")
+                doc="entry parameters, captured constants, never-drawn RNG increments, launches, slopes (a ratchet)",
+                golden_parts=(GoldenPart.LAUNCHES, GoldenPart.CONSTANTS, GoldenPart.RNG_INCREMENTS,
+                              GoldenPart.PATTERN_ROLES, GoldenPart.SLOPES))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from hlo_audit.findings import NamedChange
+from hlo_audit.findings import GoldenPart, NamedChange
 from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.rules.spec import Context, named_spec, of_kind
 
@@ -58,4 +58,5 @@ def _buffers_grew(structural: Structural | None, sizes: Mapping[str, tuple[int, 
 
 
 SPEC = named_spec(NAME, donation, (ChangeKind.DONATION,),
-                  "parameters no longer donated, and the alias bytes a compiled cell lost with them")
+                  "parameters no longer donated, and the alias bytes a compiled cell lost with them",
+                  golden_parts=(GoldenPart.MEMORY,))

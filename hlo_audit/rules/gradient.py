@@ -23,4 +23,5 @@ def gradient(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, True, changes, command=ctx.command(d.cell)) if changes else None
 
 
-SPEC = named_spec(NAME, gradient, _KINDS, "gradient reach lost, optimizer transforms, loss scaling or terms changed")
+SPEC = named_spec(NAME, gradient, _KINDS, "gradient reach lost, optimizer transforms, loss scaling or terms changed",
+                  explains_size=True)

@@ -3,7 +3,7 @@ golden's, beyond its tolerance (the time, where a host figure was measured, is t
 
 from __future__ import annotations
 
-from hlo_audit.findings import Finding
+from hlo_audit.findings import Finding, GoldenPart
 from hlo_audit.host_cost import HostCostChange, host_cost as host_cost_change
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
@@ -30,4 +30,5 @@ def host_cost(subject: Subject, ctx: Context) -> Finding | None:
 
 
 SPEC = RuleSpec(NAME, Action.FAIL, host_cost, (HostCostChange,), tolerance=Tolerance(0.0, "0.1 for 10%"),
-                doc="state leaves marshalled per call against the golden's, beyond its tolerance")
+                doc="state leaves marshalled per call against the golden's, beyond its tolerance",
+                golden_parts=(GoldenPart.HOST_FIGURE, GoldenPart.CALL_LEAVES))

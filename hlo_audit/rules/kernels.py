@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from hlo_audit.findings import KernelBody, NamedChange
+from hlo_audit.findings import GoldenPart, KernelBody, NamedChange
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.rules.spec import Context, named_spec, of_kind
 
@@ -31,4 +31,5 @@ def kernels(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, True, changes, kernels=tuple(bodies), command=ctx.command(d.cell))
 
 
-SPEC = named_spec(NAME, kernels, (ChangeKind.KERNEL,), "kernel bodies by content digest, kernels added or removed")
+SPEC = named_spec(NAME, kernels, (ChangeKind.KERNEL,), "kernel bodies by content digest, kernels added or removed",
+                  golden_parts=(GoldenPart.KERNEL_DIGESTS,))

@@ -24,4 +24,5 @@ def loops(d: CellDelta, ctx: Context) -> NamedChange | None:
                        moved_by=Moved.CLOSED_CALLS) if changes else None
 
 
-SPEC = named_spec(NAME, loops, (ChangeKind.LOOPS,), "loops unrolled, rolled, added or removed, trip counts changed")
+SPEC = named_spec(NAME, loops, (ChangeKind.LOOPS,), "loops unrolled, rolled, added or removed, trip counts changed",
+                  explains_size=True)

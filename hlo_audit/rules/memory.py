@@ -6,7 +6,7 @@ no improvement."""
 
 from __future__ import annotations
 
-from hlo_audit.findings import Finding, MemoryChange, TextVerdict
+from hlo_audit.findings import Finding, GoldenPart, MemoryChange, TextVerdict
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.donation import donation
@@ -38,4 +38,5 @@ def memory(subject: Subject, ctx: Context) -> Finding | None:
 
 
 SPEC = RuleSpec(NAME, Action.WARN, memory, (MemoryChange,), tolerance=Tolerance(0.02, "0.02 for 2%", top_level=True),
-                doc="compiled cells' memory against the golden's, beyond its tolerance")
+                doc="compiled cells' memory against the golden's, beyond its tolerance",
+                golden_parts=(GoldenPart.MEMORY,))

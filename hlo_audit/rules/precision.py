@@ -21,4 +21,5 @@ def precision(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, True, changes, command=ctx.command(d.cell)) if changes else None
 
 
-SPEC = named_spec(NAME, precision, (ChangeKind.PRECISION,), "dots and convolutions of another precision")
+SPEC = named_spec(NAME, precision, (ChangeKind.PRECISION,), "dots and convolutions of another precision",
+                  explains_size=True)

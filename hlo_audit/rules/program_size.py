@@ -16,10 +16,6 @@ if TYPE_CHECKING:
     from hlo_audit.judging.compare import CellDelta
 
 NAME = "program_size"
-# The kinds whose rules judge a program that shrank with them.
-_JUDGED_ELSEWHERE = (ChangeKind.LOOPS, ChangeKind.REMAT, ChangeKind.GRADIENT, ChangeKind.TRANSFORM,
-                     ChangeKind.CONDITIONAL, ChangeKind.LOSS_SCALING, ChangeKind.LOSS_TERM, ChangeKind.PRECISION,
-                     ChangeKind.ROUTING)
 
 
 def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
@@ -35,10 +31,11 @@ def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
     sizes = structural.sizes
     grew = any(b > a * (1 + tolerance) for a, b in sizes.values())
     shrank = not grew and any(b < a * (1 - tolerance) for a, b in sizes.values())
-    if not (grew or shrank) or shrank and any(structural.named(kind) for kind in _JUDGED_ELSEWHERE):
+    elsewhere = ctx.size_explained  # the kinds whose rules judge a program that shrank with them (their specs say)
+    if not (grew or shrank) or shrank and any(structural.named(kind) for kind in elsewhere):
         return None
     before, after = sizes["instructions"]
-    if _explained(structural, changes, before, after, tolerance):
+    if _explained(structural, changes, before, after, tolerance, elsewhere):
         return None
     if before * (1 - tolerance) <= after <= before * (1 + tolerance) and structural.named(ChangeKind.LOOPS):
         return None  # the same program run more (or less) per step: the loops' trip counts, the loops rule's words
@@ -49,13 +46,14 @@ def program_size(d: CellDelta, ctx: Context) -> NamedChange | None:
                        environment=d.closed_calls_moved, moved_by=Moved.CLOSED_CALLS)
 
 
-def _explained(structural, changes, before: int, after: int, tolerance: float) -> bool:
+def _explained(structural, changes, before: int, after: int, tolerance: float,
+               elsewhere: tuple[ChangeKind, ...]) -> bool:
     """Whether the instructions the rules judging elsewhere name (remat's checkpoints and recomputation, a loss term,
     clipping, a routing's selection, a precision change's converts; the random-bit computations a literal or reused
     key brings, where the rng_keys rule names one) account for the program's growth but for its tolerance: a program
     that grew by what another finding says is not counted again (the per-step count moves with them: those are the
     instructions it runs)."""
-    named = [c.instructions for kind in _JUDGED_ELSEWHERE for c in structural.named(kind)]
+    named = [c.instructions for kind in elsewhere for c in structural.named(kind)]
     if structural.named(ChangeKind.RNG_KEYS):  # a program-size record's instructions are the whole difference:
         # of the random bits, the instructions that are theirs (its count), with their sign
         named += [c.count if c.action is Action.ADDED else -c.count for c in changes if c.subject == RANDOM_BITS]
@@ -65,6 +63,6 @@ def _explained(structural, changes, before: int, after: int, tolerance: float) -
 
 # A jax release moves a module's instruction count by a few percent, and under another environment than the
 # golden's this rule still gates: wider than memory's.
-SPEC = named_spec(NAME, program_size, (ChangeKind.PROGRAM_SIZE, ChangeKind.LOOPS, *_JUDGED_ELSEWHERE),
+SPEC = named_spec(NAME, program_size, (ChangeKind.PROGRAM_SIZE, ChangeKind.RNG_KEYS),
                   "instructions (in the text and per step) beyond its tolerance, either way",
                   Tolerance(0.05, "0.05 for 5%", top_level=True))

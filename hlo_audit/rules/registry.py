@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from enum import StrEnum
 
-from hlo_audit.findings import Finding
+from hlo_audit.findings import Finding, GoldenPart
+from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.matrix import Cell
 from hlo_audit.policy import Action, Policy
 from hlo_audit.results import Severity
@@ -71,6 +72,17 @@ Rule = _rule_names(SPECS)
 
 def spec_of(name: str) -> RuleSpec:
     return next(spec for spec in SPECS if spec.name == name)
+
+
+def comparing(part: GoldenPart) -> tuple[str, ...]:
+    """The rules that compare ``part`` of a golden (``RuleSpec.compares``), in the registry's order."""
+    return tuple(spec.name for spec in SPECS if spec.compares(part))
+
+
+def size_explained() -> tuple[ChangeKind, ...]:
+    """The kinds of change whose rules account for the instructions they name (``RuleSpec.explains_size``): what
+    the program_size rule leaves to them, in the registry's order."""
+    return tuple(dict.fromkeys(kind for spec in SPECS if spec.explains_size for kind in spec.reads))
 
 
 def default_policy() -> dict[str, str]:
@@ -132,7 +144,7 @@ def applied(policy: Policy, finding: Finding, cell: Cell | None) -> Finding | No
 def context(policy: Policy, command: Callable[[str], str], pinned_by: str | None = None) -> Context:
     """What every judge reads besides its subject: the policy, its tolerances resolved, the accept command, what
     pinned the run's stack (None: a local run)."""
-    return Context(policy, command, tolerances(policy), pinned_by)
+    return Context(policy, command, tolerances(policy), pinned_by, size_explained())
 
 
 def fingerprinted_tolerances(policy: Policy) -> dict[str, float]:

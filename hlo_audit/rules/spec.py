@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hlo_audit.findings import Finding, NamedChange
+from hlo_audit.findings import Finding, GoldenPart, NamedChange
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.policy import Action, Policy
 from hlo_audit.results import LoweredCell, Severity
@@ -55,6 +55,9 @@ class Context:
     # What pinned this run's compiler stack (``CI=true``; ``stack.why_pinned``), None on a local run: a golden of
     # another stack is then a missing golden (``golden.health``).
     pinned_by: str | None = None
+    # The kinds whose rules account for the instructions they name (``registry.size_explained``, from the specs):
+    # what program_size leaves to them.
+    size_explained: tuple[ChangeKind, ...] = ()
 
     def tolerance(self, rule: str) -> float:
         return self.tolerances[rule]
@@ -81,7 +84,9 @@ class RuleSpec:
     of the structural diff it reads, its judge (None: the gate makes its findings itself, ``gate.Gate``), whether it
     compares with a golden (the gate runs it only where a readable golden is there), the typed facts its findings
     carry (what selects their words, ``report.words.message``, and their JSON details, ``merge.details_record``),
-    whether its advisories fold into one line and whether a waiver of it may name a pattern."""
+    whether its advisories fold into one line, whether a waiver of it may name a pattern, and the parts of a golden it
+    compares (``compares``: a golden that lacks one is a ``missing_golden`` finding naming the rules it leaves
+    without a comparison, ``golden.health``)."""
 
     name: str
     action: Action
@@ -97,6 +102,16 @@ class RuleSpec:
     # A waiver of it may name a ``pattern`` (a glob over what its findings list: dead_rng's stream patterns), which
     # its judge sets apart (``Policy.pattern_waiver``); the config accepts the key for these rules only.
     pattern_waivers: bool = False
+    # The parts of a golden it compares besides the text every rule that ``reads`` a kind of change compares.
+    golden_parts: tuple[GoldenPart, ...] = ()
+    # Its findings account for the instructions the changes it reads name (a loop rolled, remat removed): the
+    # program_size rule neither calls a program that shrank with them a change of size nor counts the growth they
+    # explain (``registry.size_explained``).
+    explains_size: bool = False
+
+    def compares(self, part: GoldenPart) -> bool:
+        """Whether it compares ``part`` of a golden: its own parts, and the text where it reads the text's diff."""
+        return part in self.golden_parts or (part is GoldenPart.TEXT and bool(self.reads))
 
     @property
     def tolerance_key(self) -> str | None:
@@ -117,19 +132,22 @@ def named(judge: Callable[[CellDelta, Context], NamedChange | None]) -> Judge:
 
 
 def named_spec(name: str, judge: Callable[[CellDelta, Context], NamedChange | None], reads: tuple[ChangeKind, ...],
-               doc: str, tolerance: Tolerance | None = None) -> RuleSpec:
+               doc: str, tolerance: Tolerance | None = None, golden_parts: tuple[GoldenPart, ...] = (),
+               explains_size: bool = False) -> RuleSpec:
     """The spec of a named rule: ``fail`` by default, its findings ``NamedChange``s of the kinds it ``reads``."""
-    return RuleSpec(name, Action.FAIL, named(judge), (NamedChange,), reads, tolerance, doc=doc)
+    return RuleSpec(name, Action.FAIL, named(judge), (NamedChange,), reads, tolerance, doc=doc,
+                    golden_parts=golden_parts, explains_size=explains_size)
 
 
 def change_spec(name: str, kind: ChangeKind, doc: str) -> RuleSpec:
     """The spec of a named rule that fails on any change of one ``kind`` the program's diff names, either way (a
-    change to judge, never an improvement): remat, conditional, routing."""
+    change to judge, never an improvement): remat, conditional, routing, each accounting for the instructions its
+    changes name (``RuleSpec.explains_size``)."""
     def judge(d: CellDelta, ctx: Context) -> NamedChange | None:
         changes = of_kind(d, kind, program_changed=True)
         return NamedChange(name, True, changes, command=ctx.command(d.cell)) if changes else None
     judge.__name__ = judge.__qualname__ = name
-    return named_spec(name, judge, (kind,), doc)
+    return named_spec(name, judge, (kind,), doc, explains_size=True)
 
 
 def changed(delta: CellDelta) -> bool:
