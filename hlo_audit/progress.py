@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from hlo_audit.plan import Plan
 from hlo_audit.report.escape import visible
-from hlo_audit.results import CellResult, LoweredCell, Severity, Status
+from hlo_audit.results import CellResult, FailedCell, LoweredCell, Severity, UnavailableCell
 from hlo_audit.run import execute
 
 HEARTBEAT_SECONDS = 30.0  # `HLO_AUDIT_HEARTBEAT` (seconds) overrides it
@@ -135,9 +135,9 @@ class CellLog:
 
 def finish_word(result: CellResult) -> str:
     """What a cell's line says of how it finished: what the run knows before the gate judges it."""
-    if result.status is Status.ERROR:
+    if isinstance(result, FailedCell):
         return "failed to lower"
-    if result.status is Status.UNAVAILABLE:
+    if isinstance(result, UnavailableCell):
         return "unavailable"
     return "cached" if isinstance(result, LoweredCell) and result.cached else "lowered"
 

@@ -245,7 +245,7 @@ def golden_of(by_role: dict[str, int]) -> Golden:
 def count_finding(golden: dict[str, int], now: dict[str, int]):
     result, stored = result_of(now), golden_of(golden)
     delta = CellDelta.for_cell(result, stored)
-    findings = Gate(Policy({}), "hlo-audit golden update").check(result, stored, delta, None)
+    findings = Gate(Policy({}), "hlo-audit golden update").judge_cell(result, stored, delta, None)[0]
     return delta, next(f for f in findings if f.rule in ("count", "all"))
 
 

@@ -256,7 +256,7 @@ def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
 
     def dead(gate: Gate):
         """The cell's dead-RNG finding as the gate's table judges it (the rules that need a golden do not run)."""
-        return next((f for f in gate.check(result, None, None, None) if f.rule == "dead_rng"), None)
+        return next((f for f in gate.judge_cell(result, None, None, None)[0] if f.rule == "dead_rng"), None)
 
     finding = dead(Gate(Policy({"dead_rng": "warn"}, waivers), "hlo-audit golden update"))
     assert finding.severity == severity

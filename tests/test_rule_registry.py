@@ -119,7 +119,7 @@ def test_a_spec_added_to_the_registry_alone_is_judged_worded_and_configurable(tm
     policy = load_config(cwd=tmp_path).rules
     assert policy.actions["always"] == "warn" and policy.tolerances == {"always": 0.3}
 
-    [found] = [f for f in Gate(policy, "hlo-audit golden update").check(RESULT, None, None, None)
+    [found] = [f for f in Gate(policy, "hlo-audit golden update").judge_cell(RESULT, None, None, None)[0]
                if f.rule == "always"]
     assert found.severity is Severity.ADVISORY  # warned: the policy's action applied
     assert found.facts.tolerance == 0.3
@@ -131,9 +131,9 @@ def test_a_spec_added_to_the_registry_alone_is_judged_worded_and_configurable(tm
     monkeypatch.setattr(registry, "SPECS", (*registry.SPECS[:-1], dataclasses.replace(ALWAYS, folds=True)))
     assert _folds(found)
 
-    default = Gate(Policy(registry.default_policy()), "x").check(RESULT, None, None, None)
+    default = Gate(Policy(registry.default_policy()), "x").judge_cell(RESULT, None, None, None)[0]
     assert [(f.severity, f.facts.tolerance) for f in default if f.rule == "always"] == [(Severity.REGRESSION, 0.1)]
-    assert not [f for f in Gate(Policy({"always": "off"}), "x").check(RESULT, None, None, None) if f.rule == "always"]
+    assert not [f for f in Gate(Policy({"always": "off"}), "x").judge_cell(RESULT, None, None, None)[0] if f.rule == "always"]
 
 
 _SEVERITY_BY_ACTION = {Action.FAIL: Severity.REGRESSION, Action.WARN: Severity.ADVISORY, Action.OFF: None}

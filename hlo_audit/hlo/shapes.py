@@ -122,12 +122,6 @@ class Shape:
         return leaves
 
 
-def array_shape(dtype: str, dims: tuple[int, ...], layout: str | None = None) -> Shape:
-    """An array shape built from its parts (shape inference), printed as XLA prints it."""
-    text = f"{dtype}[{','.join(map(str, dims))}]" + (f"{{{layout}}}" if layout is not None and dims else "")
-    return Shape(text=text, dtype=dtype, dims=dims, layout=layout if dims else None)
-
-
 def tuple_shape(elements: list[Shape] | tuple[Shape, ...]) -> Shape:
     return Shape(text="(" + ", ".join(e.text for e in elements) + ")", elements=tuple(elements))
 

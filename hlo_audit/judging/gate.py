@@ -28,7 +28,7 @@ from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Policy
 from hlo_audit.provenance import tree_digest
-from hlo_audit.results import CellResult, LoweredCell, Severity, Status
+from hlo_audit.results import CellResult, LoweredCell, Severity, UnavailableCell
 from hlo_audit.rules import missing_golden, registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.rules.spec import Context, Subject
@@ -137,11 +137,6 @@ class Gate:
         (``registry.applied``: by the rule the finding is of, its spec's default where the config names none)."""
         return registry.applied(self.policy, finding, cell)
 
-    def check(self, result: CellResult, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
-              context: Context | None = None) -> list[Finding]:
-        """Every finding about one cell: the registry's judges applied to it (``rules.registry.judged``)."""
-        return self.judge_cell(result, golden, delta, leads, context)[0]
-
     def judge_cell(self, result: CellResult, golden: Golden | None, delta: CellDelta | None, leads: Series | None,
                    context: Context | None = None) -> tuple[list[Finding], list[Finding]]:
         """The cell's findings after the policy, and before it (what the rules found: waivers a rule matched count as
@@ -158,12 +153,12 @@ class Gate:
         """A cell that did not lower: an error fails; an unavailable one with a golden is a cell the check cannot
         judge (``unjudged``: it fails unless a waiver with a reason accepts it), one without a golden is said."""
         cid = result.cell.id
-        if result.status is Status.UNAVAILABLE and golden is not None and self.judges(Rule.UNJUDGED):
+        if isinstance(result, UnavailableCell) and golden is not None and self.judges(Rule.UNJUDGED):
             found = [Finding(cid, Severity.REGRESSION, Rule.UNJUDGED, Unjudged(
                 str(result.status), result.message, str(golden.summary or golden.cell_id)))]
             kept = [f for f in (self._apply(f, result.cell) for f in found) if f is not None]
             return kept or [Finding(cid, Severity.UNAVAILABLE, Rule.LOWERING, LoweringFailure(result.message))], found
-        severity = Severity.UNAVAILABLE if result.status is Status.UNAVAILABLE else Severity.ERROR
+        severity = Severity.UNAVAILABLE if isinstance(result, UnavailableCell) else Severity.ERROR
         failed = [Finding(cid, severity, Rule.LOWERING, LoweringFailure(result.message))]
         return failed, failed
 

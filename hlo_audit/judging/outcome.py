@@ -19,7 +19,7 @@ from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
 from hlo_audit.rules import registry
-from hlo_audit.results import CellResult, LoweredCell, Severity
+from hlo_audit.results import CellResult, FailedCell, LoweredCell, Severity
 from hlo_audit.scaling import Series, fit_series
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
@@ -208,7 +208,7 @@ class Lowered:
     @property
     def failed(self) -> bool:
         """A cell failed (an unavailable one is not a failure)."""
-        return any(r.status == "error" for r in self.results)
+        return any(isinstance(r, FailedCell) for r in self.results)
 
     @property
     def exit_code(self) -> int:

@@ -273,7 +273,7 @@ def compiled_table(view) -> str:
 
 
 def format_html(view) -> str:
-    ok = sum(1 for v in view.cells if v.result.status == "ok")
+    ok = sum(1 for v in view.cells if isinstance(v.result, LoweredCell))
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', "<title>hlo-audit report</title>",
         f"<style>{STYLE}</style>", f"<script>{SCRIPT}</script>", "</head><body>",

@@ -23,7 +23,7 @@ from hlo_audit.matrix import AXES
 from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan
-from hlo_audit.results import CellResult, LoweredCell
+from hlo_audit.results import CellResult, FailedCell, LoweredCell
 from hlo_audit.scaling import Series
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
@@ -148,7 +148,7 @@ class MatrixView:
     @property
     def exit_code(self) -> int:
         """`report`'s exit code: a cell that failed (an unavailable one is not a failure)."""
-        return EXIT_DIFFERENCE if any(r.status == "error" for r in self.results) else EXIT_OK
+        return EXIT_DIFFERENCE if any(isinstance(r, FailedCell) for r in self.results) else EXIT_OK
 
     @property
     def lowered(self) -> list[CellView]:

@@ -25,7 +25,7 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
-from hlo_audit.results import LoweredCell, LoweringWarnings
+from hlo_audit.results import FailedCell, LoweredCell, LoweringWarnings, UnavailableCell
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
@@ -285,7 +285,7 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
     # Why a cell did not lower, below the table: the reasons are long, and one reason often covers many cells.
     print_unavailable(console, results)
     for r in results:
-        if r.status == "error":
+        if isinstance(r, FailedCell):
             status(console, Text.assemble(("error", STATUS_STYLE["error"]), "  ", esc(r.cell.id)))
             print_message(console, r.message)
     counts = {s: sum(1 for r in results if r.status == s) for s in STATUS_STYLE}
@@ -296,10 +296,10 @@ def print_run(console: Console, results, slopes: dict[str, float]) -> None:
 
 def print_unavailable(console: Console, results) -> None:
     """Why cells did not lower, and what ok cells note (a recipe lowered for an architecture it cannot run on)."""
-    for kind, label in (("unavailable", "unavailable"), ("ok", "ok, noted")):
+    for kind, label in ((UnavailableCell, "unavailable"), (LoweredCell, "ok, noted")):
         messages: dict[str, int] = {}
         for r in results:
-            if r.status == kind and r.message:
+            if isinstance(r, kind) and r.message:
                 messages[r.message] = messages.get(r.message, 0) + 1
         for said, n in messages.items():
             status(console, esc(f"{n} {plural(n, 'cell')} {label}: {said}", style="dim"))

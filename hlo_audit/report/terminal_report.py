@@ -13,6 +13,7 @@ from rich.text import Text
 
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.results import FailedCell, LoweredCell
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.terminal import (STATUS_STYLE, add_row, dtype_counts, make_table, print_scaling, print_table,
                                        status)
@@ -45,13 +46,13 @@ def print_matrix(console: Console, view) -> None:
                 *[_with_delta(s.by_role.get(r, 0), by_role.get(r)) for r in roles],
                 v.result.rng.dead_params if v.result.rng else "")
     for v in view.cells:
-        if v.result.status == "error":
+        if isinstance(v.result, FailedCell):
             add_row(table, v.result.cell.id, Text("error", style=STATUS_STYLE["error"]), "",
                     *[""] * (len(dtypes) + len(roles) + 1))
     print_table(console, table)
     unavailable: dict[str, int] = {}
     for v in view.cells:
-        if v.result.status != "ok":
+        if not isinstance(v.result, LoweredCell):
             key = f"{v.result.status}: {v.result.message}"
             unavailable[key] = unavailable.get(key, 0) + 1
     for message, n in unavailable.items():

@@ -13,7 +13,8 @@ from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChan
                                 StaleWaiver, TextChange, TextKind, Unjudged, Worded)
 from hlo_audit.judging.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.hlo.diff import captured_change, signed_counts
-from hlo_audit.host_cost import HostCostChange, HostFigure
+from hlo_audit.host_cost import HostCostChange
+from hlo_audit.results import LoweredCell, UnavailableCell
 from hlo_audit.rules import registry
 from hlo_audit.rules.registry import Rule
 from hlo_audit.report.change_words import change_line
@@ -250,14 +251,14 @@ STALE_GOLDEN = "golden without a cell in the matrix (remove with `hlo-audit gold
 
 def nothing_to_fit_line(results: list) -> str:
     """Why `scaling` has no series, in one line."""
-    unavailable = [r for r in results if r.status == "unavailable"]
+    unavailable = [r for r in results if isinstance(r, UnavailableCell)]
     if results and len(unavailable) == len(results):
         reasons: dict[str, int] = {}
         for r in unavailable:
             reasons[r.message] = reasons.get(r.message, 0) + 1
         why = "; ".join(f"{n} {plural(n, 'cell')}: {message}" for message, n in reasons.items())
         return f"scaling: every selected cell is unavailable here, so there is nothing to fit ({why})"
-    depths = sorted({r.cell.layers for r in results if r.status == "ok"})
+    depths = sorted({r.cell.layers for r in results if isinstance(r, LoweredCell)})
     return (f"scaling: no depth series to fit: a series needs two or more depths of one cell, and the selected "
             f"cells have layers {', '.join(map(str, depths)) or 'none'} (try --layers 2,4)")
 
@@ -465,13 +466,6 @@ def host_time(us: float, signed: bool = False) -> str:
     sign = "+" if signed and us > 0 else "-" if signed and us < 0 else ""
     magnitude = abs(us) if signed else us
     return f"{sign}{magnitude / 1e3:.1f} ms" if magnitude >= 1000 else f"{sign}{magnitude:.0f} us"
-
-
-def host_figure_text(figure: HostFigure) -> str:
-    """``32.5 ms per call through nnx.jit (120 state leaves; 30.0-35.1 over rounds)``."""
-    spread = figure.per_call_us
-    return (f"{host_time(spread.median)} per call through {figure.caller} ({figure.leaves} state leaves; "
-            f"{host_time(spread.low)}-{host_time(spread.high)} over rounds)")
 
 
 def host_cost_text(facts: HostCostChange) -> str:

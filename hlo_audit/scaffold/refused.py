@@ -21,7 +21,7 @@ from hlo_audit.config import DEFAULT_CONFIG_FILE, DEFAULTS, ConfigError, validat
 from hlo_audit.files import confined, write_atomic
 from hlo_audit.matrix import AXES, Cell, known_values
 from hlo_audit.report.escape import visible
-from hlo_audit.results import CellResult
+from hlo_audit.results import CellResult, UnavailableCell
 from hlo_audit.usage import InputError
 
 REASON_SHOWN = 200  # characters of a reason on the config's comment line
@@ -81,7 +81,7 @@ def _reason(results: Sequence[CellResult], folder: Path) -> tuple[str, Path | No
     """The target's reason on one line, cut at ``REASON_SHOWN`` characters with a pointer to the whole text, which
     is written under ``cache_dir/refused/`` (one file per rule: its first cell's id)."""
     first = results[0]
-    kind = "unavailable" if first.status == "unavailable" else "refused by the model's configuration"
+    kind = "unavailable" if isinstance(first, UnavailableCell) else "refused by the model's configuration"
     whole = " ".join(first.message.split())
     shown = visible(whole)
     if len(shown) <= REASON_SHOWN:
