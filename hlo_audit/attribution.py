@@ -33,8 +33,16 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hlo_audit.hlo.params import (KIND_KEY, ArgLeaf, attributed_path, kind_role, name_role, path_from_keystr,
-                                  path_from_mangled_name, rng_stream_pairs)
+from hlo_audit.hlo.params import (
+    KIND_KEY,
+    ArgLeaf,
+    attributed_path,
+    kind_role,
+    name_role,
+    path_from_keystr,
+    path_from_mangled_name,
+    rng_stream_pairs,
+)
 from hlo_audit.hlo.shapes import parse_shape
 from hlo_audit.wrapped_args import key_name, node_types, state_keys, told
 

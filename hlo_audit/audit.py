@@ -13,19 +13,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from hlo_audit import run as running
 from hlo_audit import termination
 from hlo_audit.cache.store import tracked_by_git
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
-from hlo_audit.judging.gate import judged, regenerate_command
 from hlo_audit.golden.update import GoldenUpdate, record_figures, update, writable
 from hlo_audit.judging import measure as measuring
-from hlo_audit.judging.inputs import (CellNotLowered, Program, Unreadable, analyze_each, analyze_input, cell_result,
-                                      cell_text, count_inputs, diff, diff_inputs, dump_launches, explain_source,
-                                      explain_trees, launches_diff, load_program)
-from hlo_audit.merge import check_record, failing_in, last_check_path
+from hlo_audit.judging.gate import judged, regenerate_command
+from hlo_audit.judging.inputs import (
+    CellNotLowered,
+    Program,
+    Unreadable,
+    analyze_each,
+    analyze_input,
+    cell_result,
+    cell_text,
+    count_inputs,
+    diff,
+    diff_inputs,
+    dump_launches,
+    explain_source,
+    explain_trees,
+    launches_diff,
+    load_program,
+)
 from hlo_audit.judging.outcome import Lowered, Outcome
-from hlo_audit.usage import InputError
+from hlo_audit.merge import check_record, failing_in, last_check_path
 from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
@@ -33,9 +47,9 @@ from hlo_audit.report.words import nothing_to_fit_line
 from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.rules import host_cost as host_cost_rule
 from hlo_audit.run import execute
-from hlo_audit import run as running
 from hlo_audit.scaffold.refused import Excluded, exclude_refused
 from hlo_audit.scaling import Series
+from hlo_audit.usage import InputError
 
 __all__ = ["CellNotLowered", "Plan", "Program", "Unreadable", "analyze_each", "analyze_input", "cell_result",
            "cell_text", "check", "count_inputs", "diff", "diff_inputs", "dump_launches", "execute", "explain_source",

@@ -12,13 +12,31 @@ import typer
 
 from hlo_audit import __version__, audit, host, progress, scaffold, stack, streams, termination
 from hlo_audit import merge as merge_reader
-from hlo_audit.errors import (EXIT_DIFFERENCE, EXIT_INPUT_ERROR, EXIT_OK, InputError, OneLineUsageErrors,
-                               exit_on_input_error, print_error)
-from hlo_audit.errors import warn
+from hlo_audit.errors import (
+    EXIT_DIFFERENCE,
+    EXIT_INPUT_ERROR,
+    EXIT_OK,
+    InputError,
+    OneLineUsageErrors,
+    exit_on_input_error,
+    print_error,
+    warn,
+)
 from hlo_audit.files import append_output, check_output, check_output_folder, working_directory, write_output
+from hlo_audit.report import (
+    accepting,
+    frame,
+    html,
+    jsonfmt,
+    junit,
+    markdown,
+    measure_view,
+    measure_words,
+    terminal,
+    terminal_report,
+    terminal_tree,
+)
 from hlo_audit.report.words import recorded_inputs_lines
-from hlo_audit.report import (accepting, frame, html, jsonfmt, junit, markdown, measure_view, measure_words, terminal,
-                              terminal_report, terminal_tree)
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).

@@ -13,16 +13,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hlo_audit import platforms
-from hlo_audit.files import absolute, read_bounded, working_directory
 from hlo_audit.defaults import AXIS_KEYS, DEFAULT_CONFIG_FILE, DEFAULTS, DEVICE_KEYS
+from hlo_audit.files import absolute, read_bounded, working_directory
 from hlo_audit.lowering import CellConfigError, TargetError
 from hlo_audit.matrix import MAX_DEPTH, RULE_KEYS, Axes, Cell, expand, id_part_problem, matches_rule, text_problem
 from hlo_audit.policy import Policy
 from hlo_audit.rules import registry
 from hlo_audit.stages import STAGES
 from hlo_audit.targets import nnx_spec
-from hlo_audit.targets.vocab import (AQT_QUANTIZATIONS, MAXTEXT_QUANTIZATIONS, QUANT_MODES, STEPS, TRAIN_STEP,
-                                     is_transformer_engine)
+from hlo_audit.targets.vocab import (
+    AQT_QUANTIZATIONS,
+    MAXTEXT_QUANTIZATIONS,
+    QUANT_MODES,
+    STEPS,
+    TRAIN_STEP,
+    is_transformer_engine,
+)
 
 _WAIVER_MATCH_KEYS = frozenset(RULE_KEYS)
 # A config is a few kilobytes; anything near this is not one (``--config /dev/zero`` must not fill the memory).

@@ -16,12 +16,26 @@ from typing import Any
 
 from hlo_audit import platforms
 from hlo_audit.files import read_bounded
-from hlo_audit.findings import (Accept, CountChange, DeadRng, Finding, LaunchChange, LaunchScaling, MemoryChange,
-                                MissingGolden, NamedChange, RngScaling, StaleWaiver, TextChange, Unjudged, Worded)
+from hlo_audit.findings import (
+    Accept,
+    CountChange,
+    DeadRng,
+    Finding,
+    LaunchChange,
+    LaunchScaling,
+    MemoryChange,
+    MissingGolden,
+    NamedChange,
+    RngScaling,
+    StaleWaiver,
+    TextChange,
+    Unjudged,
+    Worded,
+)
 from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.host_cost import HostCostChange
-from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.judging.outcome import Outcome
+from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.plan import JUDGE_PARTS, Judge, Shard
 from hlo_audit.report.words import launch_lines, message
 from hlo_audit.results import SEVERITIES, CellResult, FailedCell, LoweredCell, Severity, Status, UnavailableCell

@@ -20,10 +20,10 @@ from pathlib import Path
 from hlo_audit import host, workers
 from hlo_audit.cache.key import analysis_fingerprint, package_versions
 from hlo_audit.config import Config, load_config
+from hlo_audit.lowering import TargetError
 from hlo_audit.matrix import MAX_DEPTH, Cell, MatrixError, fingerprint, parse_shard, selection, shard_of
 from hlo_audit.resolve import resolve
 from hlo_audit.rules.registry import fingerprinted_tolerances
-from hlo_audit.lowering import TargetError
 from hlo_audit.usage import InputError
 
 

@@ -19,11 +19,11 @@ from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
+from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.rng_keys import PlacedHazard, placed
 from hlo_audit.hlo.text import HloParseError
-from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.lowering import Lowering, Unavailable, one_line
 from hlo_audit.matrix import Cell
 from hlo_audit.plan import Plan

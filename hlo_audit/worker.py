@@ -34,7 +34,6 @@ from pathlib import Path
 # What every target needs, imported once in the base so that no job pays for it.
 from hlo_audit import host, streams, termination
 
-
 # The variables the base's start-up (importing jax) set: kept in every job's environment (``cache.reads``).
 _STARTUP: dict[str, str] = {}
 

@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from hlo_audit.matrix import Cell
 from hlo_audit import platforms
+from hlo_audit.matrix import Cell
 
 CELL = "llama3-8b/scan-on/none/L4/tpu-v6e-4/compiled"
 OPTIMIZED_CELL = "llama3-8b/scan-on/none/L4/tpu-v6e-4/optimized"

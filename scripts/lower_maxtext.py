@@ -29,7 +29,6 @@ from hlo_audit.hlo.text import parse_module
 from hlo_audit.targets import maxtext, maxtext_config
 
 
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     started = time.perf_counter()

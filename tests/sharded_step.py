@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 DEVICES, LAYERS = 8, 2
 BATCH, SEQ, WIDTH, HIDDEN, HEADS = 8, 8, 16, 32, 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hlo_audit.analysed import BY_NAME, Constants, Launches, Param, Role, RngSummary, StreamVerdict
+from hlo_audit.analysed import BY_NAME, Constants, Launches, Param, RngSummary, Role, StreamVerdict
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.launch_model import module_launches
 from hlo_audit.results import CellResult, LoweredCell, Status

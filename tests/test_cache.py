@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from hlo_audit import cache as cache_module
-from hlo_audit.cache import key as cache_key
-from hlo_audit.cache import store as cache_store
 from hlo_audit import layers
 from hlo_audit.cache import Cache, entry_files, lowering_key, lowering_sources, source_fingerprint
+from hlo_audit.cache import key as cache_key
+from hlo_audit.cache import store as cache_store
 from hlo_audit.matrix import Cell
 from hlo_audit.run import run_cells
 from in_process import in_project

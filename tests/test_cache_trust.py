@@ -8,12 +8,12 @@ must fail on, and each must fail from the cache as it does with ``--no-cache``.
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from hlo_audit.cache import store as cache_store
 from test_cache import CONFIG, MODEL_WITH_DROPOUT, _project, cells_of, hlo_audit

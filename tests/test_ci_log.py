@@ -8,8 +8,8 @@ commands (`If intended: hlo-audit golden update --only id=...`) are never wrappe
 
 from __future__ import annotations
 
-import io
 import functools
+import io
 import json
 import os
 import re
@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hlo_audit import audit
+from hlo_audit import audit, progress
 from hlo_audit.cli import app
-from hlo_audit import progress
 from hlo_audit.report import terminal, terminal_report, terminal_tree
 from in_process import in_project
 from projects import DROPOUT_WAIVER, config

@@ -21,9 +21,9 @@ from flax import nnx
 from typer.testing import CliRunner
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.cli import app
 from in_process import cli
+from nnx_models import ModelSpec
 
 REPO = Path(__file__).resolve().parent.parent
 COUNT_SCHEMA = "hlo-audit/count/v1"

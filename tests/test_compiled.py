@@ -23,12 +23,12 @@ import pytest
 from hlo_audit import host, platforms
 from hlo_audit.attribution import arg_keys
 from hlo_audit.cache import Cache, lowering_key
+from hlo_audit.hlo.analysis import analyze
 from hlo_audit.lowering import Unavailable
+from hlo_audit.matrix import Cell
 from hlo_audit.platforms.tpu import TpuPlatform, topology_devices
 from hlo_audit.stages import compiled
 from hlo_audit.stages.program import checked_arg_keys
-from hlo_audit.hlo.analysis import analyze
-from hlo_audit.matrix import Cell
 from in_process import in_project
 from projects import config
 

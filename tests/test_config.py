@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 from hlo_audit.audit import plan
 from hlo_audit.cli import app
 from hlo_audit.config import ConfigError, load_config
-from hlo_audit.targets.vocab import MAXTEXT_QUANTIZATIONS
 from hlo_audit.matrix import MatrixError, select
+from hlo_audit.targets.vocab import MAXTEXT_QUANTIZATIONS
 from in_process import cli
 
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.change_places import instructions_per_step
+from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.match import match_modules
 from xla_oracle import our_counts, xla_counts
 

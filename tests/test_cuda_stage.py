@@ -7,10 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cuda_probe import needs_cuda
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from cuda_probe import needs_cuda
 from hlo_audit import platforms
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.launch_model import step_launches
@@ -19,7 +20,6 @@ from hlo_audit.platforms.cuda import device_name
 from hlo_audit.stages import compiled as compiled_stage
 from hlo_audit.stages import optimized as optimized_stage
 from hlo_audit.stages import to_stage
-
 
 pytestmark = needs_cuda
 

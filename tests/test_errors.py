@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from hlo_audit.matrix import Cell
 from hlo_audit.cache import Cache
+from hlo_audit.matrix import Cell
 from hlo_audit.run import run_cells
 
 TARGET = """

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import html.parser
+import io
 import json
 import re
 import sys
@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 from hlo_audit import audit
 from hlo_audit.cli import app
 from hlo_audit.judging.outcome import Outcome
-from hlo_audit.report import escape, html as html_format, junit, jsonfmt, markdown, terminal
+from hlo_audit.report import escape, jsonfmt, junit, markdown, terminal
+from hlo_audit.report import html as html_format
 from hlo_audit.report.escape import visible
 from hlo_audit.report.words import message
 

@@ -21,7 +21,6 @@ import pytest
 from typer.testing import CliRunner
 
 from hlo_audit.cli import app
-
 from projects import config
 
 REPO = Path(__file__).resolve().parent.parent

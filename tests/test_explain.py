@@ -15,10 +15,10 @@ from rich.cells import cell_len
 from typer.testing import CliRunner
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.analysed import Param
 from hlo_audit.cli import app
 from hlo_audit.judging.explain import explain, split_pattern
+from nnx_models import ModelSpec
 
 LAYERS = 3
 

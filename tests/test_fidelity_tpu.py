@@ -19,19 +19,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-
 from jax._src.lib import hlo  # XLA's own parser: the oracle for what HLO text is
 
 import nnx_models
-from in_process import cli
-from nnx_models import ModelSpec, lower
-
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.platforms.tpu import topology_devices
+from in_process import cli
+from nnx_models import ModelSpec, lower
 
 DATA = Path(__file__).parent / "data" / "tpu_fidelity"
 SCANNED = DATA / "scanned.compiled.hlo.txt"

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from projects import config
 
-
 # One model, four versions of its code (MODE): a per-layer Dropout(0.0) (dead RNG state, 2 u32 a layer), the same
 # under another attribute name, none, and a shared stream whose counter each layer advances without drawing
 # (seed 000's dead counter kernels, with no parameter added).
@@ -166,11 +165,11 @@ def test_a_built_in_waiver_is_stale_only_on_cells_it_covers():
     """A default waiver (MaxText's known leaks, not in the user's config) that covers judged cells and waived
     nothing is stale like any other; one whose cells this config's matrix leaves out is not reported at all,
     while a waiver the user wrote that matches no cell is."""
+    from hlo_audit.hlo.params import ParamSummary
     from hlo_audit.judging.gate import stale_waivers
     from hlo_audit.matrix import Cell
     from hlo_audit.policy import Policy, Waiver
     from hlo_audit.report.words import message
-    from hlo_audit.hlo.params import ParamSummary
     from hlo_audit.results import LoweredCell
 
     matrix = [Cell("m", False, "none", 2), Cell("m", False, "none", 4)]

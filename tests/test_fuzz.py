@@ -15,11 +15,10 @@ Examples are derandomized so CI is reproducible. Explore more with, e.g.,
 
 from __future__ import annotations
 
-import re
-
 import difflib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -28,12 +27,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.source import pick_dump_module, read_input
 from hlo_audit.hlo.text import HloModule, HloParseError, parse_module
+from nnx_models import ModelSpec
 
 _SCALE = float(os.environ.get("HLO_AUDIT_FUZZ_SCALE", "1"))
 

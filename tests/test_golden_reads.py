@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the scenarios' helper, under any import mode
 import unchanged_outputs as scenarios
-
 from hlo_audit.cli import app
 
 _COUNTERS: list[tuple[str, Counter]] = []

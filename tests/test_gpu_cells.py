@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cuda_probe import cuda_missing, needs_cuda
 
+from cuda_probe import cuda_missing, needs_cuda
 from hlo_audit import platforms
 from hlo_audit.cache import entry_files, lowering_key
 from hlo_audit.config import ConfigError, validate

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from hlo_audit.cache import Cache
 from hlo_audit.matrix import Cell
 from hlo_audit.results import CellResult
-from hlo_audit.cache import Cache
 from hlo_audit.run import run_cells
 from in_process import hlo_audit_here
 from projects import project

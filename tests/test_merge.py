@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from in_process import Ran, hlo_audit_here
 from projects import config
 

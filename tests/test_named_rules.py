@@ -15,8 +15,8 @@ import json
 import shutil
 from collections import Counter
 from dataclasses import replace
-from xml.etree import ElementTree as ET
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 
@@ -25,11 +25,11 @@ from hlo_audit.config import load_config
 from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.locations import Locations
 from hlo_audit.hlo.normalize import normalize_with_names
-from hlo_audit.hlo.text import parse_module
-from hlo_audit.matrix import Cell
 from hlo_audit.hlo.params import ParamSummary
-from hlo_audit.results import CellResult, LoweredCell
+from hlo_audit.hlo.text import parse_module
 from hlo_audit.lowering import Lowering
+from hlo_audit.matrix import Cell
+from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.stages.lowered import hlo_text, instruction_metadata
 from in_process import hlo_audit_here
 

@@ -144,7 +144,6 @@ def tiny(tmp_path, monkeypatch):
 
 def tiny_weights(layers: int, scan: bool, **fields) -> int:
     from flax import nnx
-
     from tinylm.model import ModelConfig, TinyLM
 
     config = dataclasses.replace(ModelConfig.tiny(), num_layers=layers, scan_layers=scan, **fields)

@@ -11,11 +11,11 @@ import sys
 from jax._src.lib import hlo  # XLA's own parser: the judge of what is valid HLO
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.hlo.analysis import analyze, analyze_canonical
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.source import pick_dump_module
 from hlo_audit.hlo.text import parse_file, parse_module
+from nnx_models import ModelSpec
 
 
 def _changed_lines(a: str, b: str) -> tuple[list[str], list[str]]:

@@ -19,18 +19,18 @@ import pytest
 
 import team_model as tm
 from hlo_audit import audit
-from hlo_audit.judging.compare import CellDelta, Structural, TextVerdict
 from hlo_audit.findings import CountKind
-from hlo_audit.judging.gate import Gate
 from hlo_audit.golden.record import GoldenRecord
 from hlo_audit.golden.snapshot import Golden
 from hlo_audit.hlo.changes import Action, Change, ChangeKind
 from hlo_audit.hlo.params import ParamSummary
-from hlo_audit.matrix import Cell
+from hlo_audit.judging.compare import CellDelta, Structural, TextVerdict
+from hlo_audit.judging.gate import Gate
 from hlo_audit.judging.inputs import cell_program
+from hlo_audit.matrix import Cell
 from hlo_audit.policy import Policy
-from hlo_audit.report.matrix import matrix_view
 from hlo_audit.report.change_words import change_line
+from hlo_audit.report.matrix import matrix_view
 from hlo_audit.results import LoweredCell, Severity
 from in_process import hlo_audit_here
 from test_named_rules import cell, golden_of_base_for, write_config

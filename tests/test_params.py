@@ -5,12 +5,17 @@ from __future__ import annotations
 import pytest
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.hlo.params import (
-    classify, collapse_layers, entry_params, group_pattern, path_from_keystr, path_from_mangled_name,
+    classify,
+    collapse_layers,
+    entry_params,
+    group_pattern,
+    path_from_keystr,
+    path_from_mangled_name,
 )
 from hlo_audit.hlo.source import pick_dump_module
 from hlo_audit.hlo.text import parse_file, parse_module, parse_shape
+from nnx_models import ModelSpec
 
 
 def test_mangled_names_and_dump_metadata_give_the_same_paths(dump_folder):

@@ -11,9 +11,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from xla_oracle import our_counts, xla_counts
 from hlo_audit.cli import app
 from hlo_audit.hlo.analysis import analyze
+from xla_oracle import our_counts, xla_counts
 
 KEY = "state__a____rngs____key___value.1"
 
@@ -243,11 +243,11 @@ def test_rng_cli_formats_and_bad_input(tmp_path):
 @pytest.mark.parametrize("rule_pattern, severity", [(None, "advisory"), ("b.rngs", "waived"), ("x.*", "advisory")])
 def test_dead_rng_policy_and_pattern_waivers(tmp_path, rule_pattern, severity):
     from hlo_audit.analysed import RngSummary
+    from hlo_audit.hlo.params import ParamSummary
     from hlo_audit.judging.gate import Gate
     from hlo_audit.matrix import Cell
     from hlo_audit.policy import Policy, Waiver
     from hlo_audit.report.words import message
-    from hlo_audit.hlo.params import ParamSummary
     from hlo_audit.results import LoweredCell
 
     report = analyze(LOOP, "loop").rng

@@ -15,14 +15,14 @@ import pytest
 from hlo_audit import rules as rules_package
 from hlo_audit.config import ConfigError, load_config
 from hlo_audit.findings import Finding, NamedChange
+from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.judging.gate import Gate
-from hlo_audit.matrix import Cell
 from hlo_audit.judging.outcome import _folds
+from hlo_audit.matrix import Cell
 from hlo_audit.merge import _DETAILS, finding_record
 from hlo_audit.plan import Judge
 from hlo_audit.policy import Action, Policy
 from hlo_audit.report.words import _MESSAGES, message
-from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.results import LoweredCell, Severity
 from hlo_audit.rules import registry
 from hlo_audit.rules.spec import Context, RuleSpec, Subject, Tolerance

@@ -32,9 +32,9 @@ from typer.testing import CliRunner
 
 import injected_maxtext
 from hlo_audit.cli import app
-from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
+from hlo_audit.judging.compare import Structural
 from hlo_audit.matrix import Cell
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]
@@ -270,8 +270,9 @@ def test_seed_001_patch_says_which_backends_share_and_is_undone_on_exit():
     NONE, fp8 NONE, AQT PRIVATE; and MaxText is as released once the block is left."""
     import types
 
-    from hlo_audit.targets import te
     from maxtext.layers import linears, moe, nnx_wrappers, quantizations
+
+    from hlo_audit.targets import te
 
     te.load()
     released = (linears.DenseGeneral.__init__, moe.GateLogit.__init__)

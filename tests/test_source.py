@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.hlo.source import dump_entries, pick_dump_module, read_input
 from hlo_audit.hlo.text import HloParseError, read_text
+from nnx_models import ModelSpec
 from xla_oracle import xla_counts
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,10 +7,10 @@ import importlib.util
 
 import pytest
 
-from hlo_audit.matrix import Cell
-from hlo_audit.targets import te
 from hlo_audit.lowering import Unavailable
+from hlo_audit.matrix import Cell
 from hlo_audit.platforms.cuda import compute_capability
+from hlo_audit.targets import te
 
 TE_CELL = Cell("llama3-8b", False, "te_nvfp4_no_rht", 2, platform="cuda", device="sm_90")
 

@@ -8,9 +8,9 @@ import pytest
 from jax._src.lib import hlo
 
 import nnx_models
-from nnx_models import ModelSpec
 from hlo_audit.hlo.source import dump_entries, pick_dump_module
 from hlo_audit.hlo.text import HloParseError, parse_file, parse_module, parse_shape
+from nnx_models import ModelSpec
 from xla_oracle import our_counts, xla_counts
 
 SPECS = [

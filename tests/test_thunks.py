@@ -17,24 +17,24 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cuda_probe import needs_cuda
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import nnx_models
+from cuda_probe import needs_cuda
 from hlo_audit.examples.nnx_mlp import make_step
-from hlo_audit.hlo.params import entry_params
-from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.launch_groups import common_pattern, group_counts, group_delta, launch_delta
 from hlo_audit.hlo.launch_model import module_launches, step_launches
 from hlo_audit.hlo.launches import launch_report
+from hlo_audit.hlo.params import entry_params
+from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.thunks import ThunkParseError, category, parse_thunk_metadata, parse_thunk_sequence, thunk_dumps
 from hlo_audit.lowering import CellConfigError
 from hlo_audit.matrix import Cell
 from hlo_audit.platforms.cuda import GPU_CONFIG_DIR, GpuTargetError, cuda_devices, device_name, target_config
 from hlo_audit.stages import compiled as compiled_stage
 from hlo_audit.stages.program import KEEP_DUMP_ENV
-
 
 # One xdist group: the module's compiles are made once, not once per worker.
 pytestmark = [needs_cuda, pytest.mark.xdist_group("thunks")]

@@ -23,8 +23,8 @@ import contextlib
 import copy
 import json
 import re
-import shutil
 import secrets
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 

@@ -57,8 +57,15 @@ JSON and text only, never pickle.
 
 from __future__ import annotations
 
-from hlo_audit.cache.key import (LAYOUT_VERSION, analysis_fingerprint, lowering_fingerprint, lowering_key,
-                                 lowering_sources, package_versions, source_fingerprint)
+from hlo_audit.cache.key import (
+                                 LAYOUT_VERSION,
+                                 analysis_fingerprint,
+                                 lowering_fingerprint,
+                                 lowering_key,
+                                 lowering_sources,
+                                 package_versions,
+                                 source_fingerprint,
+)
 from hlo_audit.cache.reads import importing_target, reads_after, recording_environment, warm
 from hlo_audit.cache.store import LOG_VARIABLE, Cache, CacheError, RecordedInputs, entry_files
 

@@ -23,10 +23,21 @@ from pathlib import Path
 
 from hlo_audit import host, layers
 from hlo_audit.cache import code as code_keys
+from hlo_audit.cache.key import FLAG_PREFIXES, HLO_AUDIT_ROOT, NOT_FLAGS
+from hlo_audit.cache.used import (
+    ABSENT_MODULES,
+    ALL_NAMES,
+    DISTRIBUTIONS,
+    Used,
+    close_window,
+    files_opened,
+    hears_code,
+    modules_used,
+    open_window,
+    probed,
+    unservable,
+)
 from hlo_audit.files import current_directory
-from hlo_audit.cache.key import HLO_AUDIT_ROOT, FLAG_PREFIXES, NOT_FLAGS
-from hlo_audit.cache.used import (ABSENT_MODULES, ALL_NAMES, DISTRIBUTIONS, Used, close_window, files_opened,
-                                  hears_code, modules_used, open_window, probed, unservable)
 
 
 class _EnvironmentReads:

@@ -21,8 +21,8 @@ from hlo_audit.findings import GoldenPart, MissingGolden
 from hlo_audit.golden.record import GOLDEN_FORMAT
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.compare import CellDelta
     from hlo_audit.golden.snapshot import Golden
+    from hlo_audit.judging.compare import CellDelta
     from hlo_audit.results import LoweredCell
     from hlo_audit.scaling import Series
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
-from hlo_audit.host_cost import HostFigure, figure_problem
 from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.host_cost import HostFigure, figure_problem
 from hlo_audit.matrix import Cell
 from hlo_audit.results import LoweredCell
 from hlo_audit.scaling import Series

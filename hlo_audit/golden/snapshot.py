@@ -18,8 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from hlo_audit.golden.record import (HLO_SUFFIX, SUMMARY_SUFFIX, DuplicateKey, GoldenRecord, NonFinite, is_marked,
-                                     loads, loads_lenient, summary_problem)
+from hlo_audit.golden.record import (
+    HLO_SUFFIX,
+    SUMMARY_SUFFIX,
+    DuplicateKey,
+    GoldenRecord,
+    NonFinite,
+    is_marked,
+    loads,
+    loads_lenient,
+    summary_problem,
+)
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.matrix import text_problem
 

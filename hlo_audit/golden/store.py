@@ -28,11 +28,29 @@ from pathlib import Path
 
 from hlo_audit.files import LinkedOut, confined, sync, sync_tree
 from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX
-from hlo_audit.golden.snapshot import (_STAGING_MARKER_TEXT, MAX_GOLDEN_BYTES, SNAPSHOT_ATTEMPTS, STAGED_FALLBACK,
-                                       STAGED_OLD, STAGED_READY, STAGED_TREE, STAGING_MARKER, Golden, GoldenError,
-                                       Snapshot, _stagings, cell_path, check_published,
-                                       hlo_path, load, owned_files, read_snapshot, staging_prefix, stored_ids,
-                                       summary_path)
+from hlo_audit.golden.snapshot import (
+    _STAGING_MARKER_TEXT,
+    MAX_GOLDEN_BYTES,
+    SNAPSHOT_ATTEMPTS,
+    STAGED_FALLBACK,
+    STAGED_OLD,
+    STAGED_READY,
+    STAGED_TREE,
+    STAGING_MARKER,
+    Golden,
+    GoldenError,
+    Snapshot,
+    _stagings,
+    cell_path,
+    check_published,
+    hlo_path,
+    load,
+    owned_files,
+    read_snapshot,
+    staging_prefix,
+    stored_ids,
+    summary_path,
+)
 
 # What this module hands on of the reading side: callers and tests name the store's layout and reads through it.
 __all__ = ["HLO_SUFFIX", "MAX_GOLDEN_BYTES", "SNAPSHOT_ATTEMPTS", "STAGED_FALLBACK", "STAGED_OLD", "STAGED_READY",

@@ -26,8 +26,22 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hlo_audit.hlo.change_places import RECOMPUTED, Sides, layer_count, layer_of, under_checkpoint
-from hlo_audit.hlo.changes import (CLIPPING, GRADIENT_REACH, LOOP, REMAT, REMAT_POLICY, ROLLED, SCALING, WEIGHT_DECAY,
-                                   TRIP_COUNT, UNROLLED, Action, Change, ChangeKind, Place)
+from hlo_audit.hlo.changes import (
+    CLIPPING,
+    GRADIENT_REACH,
+    LOOP,
+    REMAT,
+    REMAT_POLICY,
+    ROLLED,
+    SCALING,
+    TRIP_COUNT,
+    UNROLLED,
+    WEIGHT_DECAY,
+    Action,
+    Change,
+    ChangeKind,
+    Place,
+)
 from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch

@@ -7,9 +7,9 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_places import Groups, Sides, layer_count, layer_of
 from hlo_audit.hlo.change_precision import precision
-from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_structure import collectives, ops, rewrite_story, shapes, shardings
 from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer

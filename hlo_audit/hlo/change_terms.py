@@ -27,8 +27,17 @@ from collections import Counter
 from collections.abc import Sequence
 
 from hlo_audit.hlo.change_places import Sides
-from hlo_audit.hlo.changes import (BOTH_BRANCHES, CONDITIONAL, LOSS_SCALING, LOSS_TERM, ROUTING, Action, Change,
-                                   ChangeKind, Place)
+from hlo_audit.hlo.changes import (
+    BOTH_BRANCHES,
+    CONDITIONAL,
+    LOSS_SCALING,
+    LOSS_TERM,
+    ROUTING,
+    Action,
+    Change,
+    ChangeKind,
+    Place,
+)
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
 from hlo_audit.hlo.normalize import computation_words
 from hlo_audit.hlo.rng_flow import called_closure

@@ -31,8 +31,15 @@ from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.param_reads import ParameterReads
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.text import HloModule, strip_number_suffix
-from hlo_audit.hlo.thunks import (CATEGORIES, METADATA_SUFFIX, SEQUENCE_SUFFIX, Thunk, category,
-                                  parse_thunk_metadata, parse_thunk_sequence)
+from hlo_audit.hlo.thunks import (
+    CATEGORIES,
+    METADATA_SUFFIX,
+    SEQUENCE_SUFFIX,
+    Thunk,
+    category,
+    parse_thunk_metadata,
+    parse_thunk_sequence,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,13 @@ from hlo_audit.hlo.kernels import KERNEL_CUSTOM_CALLS
 from hlo_audit.hlo.params import EntryParam, entry_params
 from hlo_audit.hlo.shapes import Shape, with_default_layout
 from hlo_audit.hlo.text import (
-    COMPUTATION_ATTRS, Computation, HloModule, Instruction, cyclic_gc_paused, split_name_list, strip_number_suffix,
+    COMPUTATION_ATTRS,
+    Computation,
+    HloModule,
+    Instruction,
+    cyclic_gc_paused,
+    split_name_list,
+    strip_number_suffix,
 )
 
 VOLATILE_ATTRS = frozenset({"metadata", "statistics_viz", "origin"})

@@ -44,8 +44,13 @@ from hlo_audit.hlo.locations import Locations, Places
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.normalize import computation_words
 from hlo_audit.hlo.params import EntryParam
-from hlo_audit.hlo.rng_flow import (PASS_THROUGH_CUSTOM_CALLS, called_closure, is_fold_in, key_shaped,
-                                    random_computations)
+from hlo_audit.hlo.rng_flow import (
+    PASS_THROUGH_CUSTOM_CALLS,
+    called_closure,
+    is_fold_in,
+    key_shaped,
+    random_computations,
+)
 from hlo_audit.hlo.shapes import Shape
 from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
 

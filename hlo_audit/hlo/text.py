@@ -46,7 +46,14 @@ from pathlib import Path
 from hlo_audit.hlo.numbers import INT32_MAX, INT64_MAX, OutOfRange, bounded
 from hlo_audit.hlo.shape_inference import ProgramShape, ShapeInferenceError, infer_shape
 from hlo_audit.hlo.shapes import (
-    MAX_NESTING, TOKEN, Shape, is_element_type, parse_shape, quoted, quoted_body, split_top_level,
+    MAX_NESTING,
+    TOKEN,
+    Shape,
+    is_element_type,
+    parse_shape,
+    quoted,
+    quoted_body,
+    split_top_level,
 )
 
 # Attributes whose value names computations (single name or a {a, b} list).

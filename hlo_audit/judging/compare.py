@@ -25,8 +25,18 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from hlo_audit.analysed import Launches, RngSummary
-from hlo_audit.findings import (CapturedDelta, EnvironmentChange, IncrementChange, LaunchChange, PatternChanges,
-                                PatternMove, PatternRename, PatternRetype, SlopeChange, TextVerdict)
+from hlo_audit.findings import (
+    CapturedDelta,
+    EnvironmentChange,
+    IncrementChange,
+    LaunchChange,
+    PatternChanges,
+    PatternMove,
+    PatternRename,
+    PatternRetype,
+    SlopeChange,
+    TextVerdict,
+)
 from hlo_audit.golden.health import text_damage
 from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.golden.snapshot import Golden
@@ -34,10 +44,10 @@ from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
 from hlo_audit.hlo.change_places import instructions_per_step
 from hlo_audit.hlo.changes import Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, captured_delta, count_delta, diff_modules
-from hlo_audit.hlo.params import roles_by_pattern
 from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.normalize import normalize_with_names
+from hlo_audit.hlo.params import roles_by_pattern
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.scaling import Series, rng_slope

@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from hlo_audit.judging.compare import CellDelta
-from hlo_audit.findings import (DeadRng, Finding, LoweringFailure, Matches, StaleWaiver,
-                                Unjudged)
+from hlo_audit.findings import DeadRng, Finding, LoweringFailure, Matches, StaleWaiver, Unjudged
 from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
-from hlo_audit.matrix import Cell, matches_rule
+from hlo_audit.judging.compare import CellDelta
 from hlo_audit.judging.outcome import Outcome
+from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.policy import Policy
 from hlo_audit.provenance import tree_digest

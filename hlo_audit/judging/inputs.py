@@ -10,18 +10,17 @@ from pathlib import Path
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache
-from hlo_audit.judging.explain import Node, explain
-from hlo_audit.judging.compare import CanonicalInput, CellDelta, Structural, launch_comparison
+from hlo_audit.findings import LaunchChange
 from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.analysis import Analysis, analyze
-
+from hlo_audit.hlo.launches import launch_report
 from hlo_audit.hlo.params import entry_params
 from hlo_audit.hlo.rng_keys import placed
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
-from hlo_audit.hlo.launches import launch_report
 from hlo_audit.hlo.thunks import thunk_dumps
-from hlo_audit.findings import LaunchChange
+from hlo_audit.judging.compare import CanonicalInput, CellDelta, Structural, launch_comparison
+from hlo_audit.judging.explain import Node, explain
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import LoweredCell

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field, replace
 from hlo_audit import termination
 from hlo_audit.ab_verdicts import Comparison, compare
 from hlo_audit.host_cost import HostFigure, Spread
+from hlo_audit.judging.outcome import Outcome
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
-from hlo_audit.judging.outcome import Outcome
 from hlo_audit.results import LoweredCell, Severity
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 

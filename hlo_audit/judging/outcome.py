@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from hlo_audit.judging.compare import CellDelta
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
+from hlo_audit.judging.compare import CellDelta
 from hlo_audit.plan import Plan, Shard
-from hlo_audit.rules import registry
 from hlo_audit.results import CellResult, FailedCell, LoweredCell, Severity
+from hlo_audit.rules import registry
 from hlo_audit.scaling import Series, fit_series
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 

@@ -11,8 +11,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from hlo_audit.hlo.changes import (LITERAL_KEY, LOOP_KEY, REMAT_POLICY, REWIRED, ROLLED, TRIP_COUNT, UNROLLED, Action,
-                                   Change, ChangeKind, MatchSummary, Place)
+from hlo_audit.hlo.changes import (
+    LITERAL_KEY,
+    LOOP_KEY,
+    REMAT_POLICY,
+    REWIRED,
+    ROLLED,
+    TRIP_COUNT,
+    UNROLLED,
+    Action,
+    Change,
+    ChangeKind,
+    MatchSummary,
+    Place,
+)
 
 SHOWN = 12  # named changes a diff prints before "... N more"
 _PATHS_SHOWN = 2

@@ -20,7 +20,6 @@ from hlo_audit.report.words import human_bytes, plural
 from hlo_audit.results import LoweredCell
 from hlo_audit.scaling import rng_slope
 
-
 ROLE_COLORS = {"rng_key": "#d62728", "rng_count": "#ff7f0e", "weight": "#1f77b4", "optimizer_state": "#9467bd",
                "step": "#8c564b", "batch_stat": "#17becf", "cache": "#bcbd22", "input": "#2ca02c", "other": "#7f7f7f"}
 SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",

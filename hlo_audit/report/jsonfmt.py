@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.host_cost import HostCostChange
+from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.merge import cell_record, check_record, finding_record, launch_change_record
 from hlo_audit.report import measure_words
 

@@ -11,18 +11,32 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
+from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.lowering import MEMORY_KINDS
+from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import html, markdown_code, markdown_fence, markdown_text, visible
-from hlo_audit.report.accepting import accept_line, split_command, without_accept
-from hlo_audit.report.words import plural
-from hlo_audit.report.words import (against_golden_text, captured_text, check_summary_text,
-                                    constants_headline, folded_line, frozen_rng_line, human_bytes, key_hazard_lines,
-                                    launch_lines, launches_change_text, launches_headline, lowering_warnings_line,
-                                    message, program_sizes_text, rng_cost, rng_headline)
+from hlo_audit.report.words import (
+    against_golden_text,
+    captured_text,
+    check_summary_text,
+    constants_headline,
+    folded_line,
+    frozen_rng_line,
+    human_bytes,
+    key_hazard_lines,
+    launch_lines,
+    launches_change_text,
+    launches_headline,
+    lowering_warnings_line,
+    message,
+    plural,
+    program_sizes_text,
+    rng_cost,
+    rng_headline,
+)
 from hlo_audit.results import LoweredCell, LoweringWarnings
 
 

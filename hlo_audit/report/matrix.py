@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass, fields
 
-from hlo_audit.judging.compare import GATED_LAUNCHES, CellDelta
 from hlo_audit.findings import CapturedDelta
 from hlo_audit.golden.record import GoldenRecord
-from hlo_audit.hlo.params import ROLES
-from hlo_audit.matrix import AXES
 from hlo_audit.golden.snapshot import read_snapshot
+from hlo_audit.hlo.params import ROLES
+from hlo_audit.judging.compare import GATED_LAUNCHES, CellDelta
 from hlo_audit.judging.outcome import Outcome
+from hlo_audit.matrix import AXES
 from hlo_audit.plan import Plan
 from hlo_audit.results import CellResult, FailedCell, LoweredCell
 from hlo_audit.scaling import Series

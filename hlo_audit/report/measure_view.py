@@ -9,6 +9,7 @@ from hlo_audit.report import markdown, measure_words, words
 from hlo_audit.report.escape import markdown_code, markdown_text
 from hlo_audit.report.terminal import add_row, make_table, print_table, status
 
+
 def _cell_row(row) -> tuple:
     t, h = row.timing, row.host
     memory = "" if t is None or t.argument_bytes is None else words.human_bytes(t.argument_bytes + t.temp_bytes)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hlo_audit.findings import Finding
 from hlo_audit.report.words import host_time, message, plural
 
+
 def measured_change(change) -> str:
     """One metric of B against A (``ab_verdicts.MetricChange``): ``+26.1% (slower, beyond noise)``, ``+0.4% (within
     noise)`` (the ranges overlap), or ``+0.3% (under the 1% minimum effect)`` (apart, but too little to call)."""

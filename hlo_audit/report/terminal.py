@@ -22,21 +22,36 @@ from rich.table import Table
 from rich.text import Text
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
-from hlo_audit.judging.compare import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
-from hlo_audit.results import FailedCell, LoweredCell, LoweringWarnings, UnavailableCell
+from hlo_audit.judging.compare import Structural
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc
 from hlo_audit.report.escape import visible
-from hlo_audit.report.words import plural
-from hlo_audit.report.words import (captured_text, check_summary_text, common_path_prefix,
-                                    constants_headline, depth_values, folded_line, frozen_rng_line, launch_lines,
-                                    launches_change_text, launches_headline, lowering_warnings_line, message,
-                                    every_cell_refused_line, nothing_written_line, program_sizes_text, rng_cost,
-                                    key_hazard_lines, rng_headline, scalar_launch_lines)
-
+from hlo_audit.report.words import (
+    captured_text,
+    check_summary_text,
+    common_path_prefix,
+    constants_headline,
+    depth_values,
+    every_cell_refused_line,
+    folded_line,
+    frozen_rng_line,
+    key_hazard_lines,
+    launch_lines,
+    launches_change_text,
+    launches_headline,
+    lowering_warnings_line,
+    message,
+    nothing_written_line,
+    plural,
+    program_sizes_text,
+    rng_cost,
+    rng_headline,
+    scalar_launch_lines,
+)
+from hlo_audit.results import FailedCell, LoweredCell, LoweringWarnings, UnavailableCell
 
 PIPED_WIDTH = 100
 

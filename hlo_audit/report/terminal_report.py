@@ -13,11 +13,18 @@ from rich.text import Text
 
 from hlo_audit.hlo.diff import captured_change
 from hlo_audit.lowering import MEMORY_KINDS
-from hlo_audit.results import FailedCell, LoweredCell
 from hlo_audit.report.escape import terminal as esc
-from hlo_audit.report.terminal import (STATUS_STYLE, add_row, dtype_counts, make_table, print_scaling, print_table,
-                                       status)
+from hlo_audit.report.terminal import (
+    STATUS_STYLE,
+    add_row,
+    dtype_counts,
+    make_table,
+    print_scaling,
+    print_table,
+    status,
+)
 from hlo_audit.report.words import ROLE_SHORT, human_bytes, plural
+from hlo_audit.results import FailedCell, LoweredCell
 
 
 def _with_delta(value: int, delta: int | None) -> Text:

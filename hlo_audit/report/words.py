@@ -7,18 +7,40 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
-from hlo_audit.findings import (CountChange, CountKind, DeadRng, EnvironmentChange, Finding, GoldenPart,
-                                IncrementChange, LaunchChange, LaunchScaling, LoweringFailure, Matches, MemoryChange,
-                                MissingGolden, Moved, NamedChange, PatternChanges, RngScaling, SlopeChange, StaleGolden,
-                                StaleWaiver, TextChange, TextKind, Unjudged, Worded)
-from hlo_audit.judging.compare import CellDelta, TextVerdict, environment_changes
+from hlo_audit.findings import (
+    CountChange,
+    CountKind,
+    DeadRng,
+    EnvironmentChange,
+    Finding,
+    GoldenPart,
+    IncrementChange,
+    LaunchChange,
+    LaunchScaling,
+    LoweringFailure,
+    Matches,
+    MemoryChange,
+    MissingGolden,
+    Moved,
+    NamedChange,
+    PatternChanges,
+    RngScaling,
+    SlopeChange,
+    StaleGolden,
+    StaleWaiver,
+    TextChange,
+    TextKind,
+    Unjudged,
+    Worded,
+)
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange
+from hlo_audit.judging.compare import CellDelta, TextVerdict, environment_changes
+from hlo_audit.report.change_words import change_line
+from hlo_audit.report.escape import visible
 from hlo_audit.results import LoweredCell, UnavailableCell
 from hlo_audit.rules import registry
 from hlo_audit.rules.registry import Rule
-from hlo_audit.report.change_words import change_line
-from hlo_audit.report.escape import visible
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 

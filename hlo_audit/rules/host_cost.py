@@ -4,7 +4,8 @@ golden's, beyond its tolerance (the time, where a host figure was measured, is t
 from __future__ import annotations
 
 from hlo_audit.findings import Finding, GoldenPart
-from hlo_audit.host_cost import HostCostChange, host_cost as host_cost_change
+from hlo_audit.host_cost import HostCostChange
+from hlo_audit.host_cost import host_cost as host_cost_change
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.spec import Context, RuleSpec, Subject, Tolerance

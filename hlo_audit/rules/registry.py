@@ -18,9 +18,28 @@ from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.matrix import Cell
 from hlo_audit.policy import Action, Policy
 from hlo_audit.results import Severity
-from hlo_audit.rules import (conditional, count, dead_rng, donation, gate_made, gradient, hlo_text, host_cost,
-                             host_transfer, kernels, loops, memory, missing_golden, precision, program_size, remat,
-                             rng_keys, routing, series, structure)
+from hlo_audit.rules import (
+    conditional,
+    count,
+    dead_rng,
+    donation,
+    gate_made,
+    gradient,
+    hlo_text,
+    host_cost,
+    host_transfer,
+    kernels,
+    loops,
+    memory,
+    missing_golden,
+    precision,
+    program_size,
+    remat,
+    rng_keys,
+    routing,
+    series,
+    structure,
+)
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
 
 SPECS: tuple[RuleSpec, ...] = (

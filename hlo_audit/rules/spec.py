@@ -24,8 +24,8 @@ from hlo_audit.policy import Action, Policy
 from hlo_audit.results import LoweredCell, Severity
 
 if TYPE_CHECKING:  # the comparison and the golden are built above the rules (they read what the rules judge)
-    from hlo_audit.judging.compare import CellDelta
     from hlo_audit.golden.snapshot import Golden
+    from hlo_audit.judging.compare import CellDelta
     from hlo_audit.scaling import Series
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hlo_audit.scaffold.base import HEADER, InitRequest, KindConfig, TargetScaffold, toml_value
 from hlo_audit.lowering import TargetError
+from hlo_audit.scaffold.base import HEADER, InitRequest, KindConfig, TargetScaffold, toml_value
 from hlo_audit.usage import InputError
 
 

@@ -8,8 +8,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from hlo_audit.config import DEFAULTS
-from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, imported_lines, owns_package,
-                                     pins, toml_key, toml_value, tool_pin)
+from hlo_audit.scaffold.base import (
+    HEADER,
+    InitRequest,
+    KindConfig,
+    TargetScaffold,
+    imported_lines,
+    owns_package,
+    pins,
+    toml_key,
+    toml_value,
+    tool_pin,
+)
 from hlo_audit.scaffold.imports import Requirement
 from hlo_audit.usage import InputError
 

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 
 from hlo_audit import preflight
 from hlo_audit.matrix import id_part_problem
-from hlo_audit.scaffold.base import (HEADER, InitRequest, KindConfig, TargetScaffold, assignments, toml_key,
-                                     toml_value)
+from hlo_audit.scaffold.base import HEADER, InitRequest, KindConfig, TargetScaffold, assignments, toml_key, toml_value
 from hlo_audit.targets import missing_stack
 from hlo_audit.targets.nnx_spec import TARGET
 from hlo_audit.usage import InputError

@@ -30,8 +30,17 @@ from hlo_audit import platforms
 from hlo_audit.attribution import arg_keys
 from hlo_audit.lowering import MEMORY_KINDS, Lowering
 from hlo_audit.stages.lowered import literal_digests
-from hlo_audit.stages.program import (Signature, checked_arg_keys, cost_record, dump_options, dumped, generic_cost,
-                                      keep_dump, parameter_shapes, shard_signature)
+from hlo_audit.stages.program import (
+    Signature,
+    checked_arg_keys,
+    cost_record,
+    dump_options,
+    dumped,
+    generic_cost,
+    keep_dump,
+    parameter_shapes,
+    shard_signature,
+)
 
 if TYPE_CHECKING:
     from hlo_audit.matrix import Cell

@@ -60,8 +60,14 @@ from typing import TYPE_CHECKING
 from hlo_audit import host, platforms
 from hlo_audit.attribution import arg_keys
 from hlo_audit.lowering import Lowering, one_line
-from hlo_audit.stages.program import (checked_arg_keys, dump_options, generic_cost, keep_dump,
-                                      lowered_argument_signatures, parameter_shapes)
+from hlo_audit.stages.program import (
+    checked_arg_keys,
+    dump_options,
+    generic_cost,
+    keep_dump,
+    lowered_argument_signatures,
+    parameter_shapes,
+)
 
 if TYPE_CHECKING:
     from hlo_audit.matrix import Cell

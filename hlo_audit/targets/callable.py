@@ -24,11 +24,10 @@ import jax
 
 from hlo_audit import host, platforms, wrapped_args
 from hlo_audit.capture import captured_arrays
+from hlo_audit.files import current_directory
 from hlo_audit.lowering import Lowering, TargetError, import_failure
 from hlo_audit.matrix import Cell
 from hlo_audit.stages import to_stage
-from hlo_audit.files import current_directory
-
 
 # Libraries whose version the exact text of a cell lowered through them depends on (their module, their distribution).
 _MODEL_LIBRARIES = (("maxtext", "maxtext"), ("transformer_engine.jax", "transformer-engine-jax"))

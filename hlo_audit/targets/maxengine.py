@@ -36,8 +36,13 @@ import jax.numpy as jnp
 
 from hlo_audit.capture import captured_arrays
 from hlo_audit.hlo.constants import CapturedArray
-from hlo_audit.targets.maxtext_config import (captured_stdout, hyperparameters, load_maxtext, train_settings,
-                                              trainer_jax_flags)
+from hlo_audit.targets.maxtext_config import (
+    captured_stdout,
+    hyperparameters,
+    load_maxtext,
+    train_settings,
+    trainer_jax_flags,
+)
 from hlo_audit.targets.vocab import INFERENCE_STEPS
 
 __all__ = ["InferenceStep", "inference_settings", "inference_step", "lower_inference_step"]

@@ -52,9 +52,17 @@ from hlo_audit.lowering import Unavailable
 from hlo_audit.stages import to_stage
 from hlo_audit.targets import te
 from hlo_audit.targets.maxengine import lower_inference_step
-from hlo_audit.targets.maxtext_config import (MaxTextConfigError, captured_stdout, hyperparameters, load_maxtext,
-                                              maxtext_version, model_num_layers, platform_settings,
-                                              train_settings, trainer_jax_flags)
+from hlo_audit.targets.maxtext_config import (
+    MaxTextConfigError,
+    captured_stdout,
+    hyperparameters,
+    load_maxtext,
+    maxtext_version,
+    model_num_layers,
+    platform_settings,
+    train_settings,
+    trainer_jax_flags,
+)
 from hlo_audit.targets.vocab import is_transformer_engine
 
 __all__ = [

@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hlo_audit import host, platforms
+from hlo_audit.files import current_directory
 from hlo_audit.lowering import Lowering, TargetError, import_failure
 from hlo_audit.matrix import Cell
 from hlo_audit.targets import nnx_spec
 from hlo_audit.targets.nnx_spec import Array, Constant, SpecError, parse_input
-from hlo_audit.files import current_directory
 
 
 def import_attribute(path: str, key: str):

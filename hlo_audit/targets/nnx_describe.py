@@ -15,8 +15,15 @@ from collections.abc import Mapping
 
 from hlo_audit.matrix import Cell
 from hlo_audit.targets import nnx_spec
-from hlo_audit.targets.nnx import (_accepts, _call, _config_object, _constructor_arguments, _has_field, _parameters,
-                                   import_attribute)
+from hlo_audit.targets.nnx import (
+    _accepts,
+    _call,
+    _config_object,
+    _constructor_arguments,
+    _has_field,
+    _parameters,
+    import_attribute,
+)
 from hlo_audit.targets.nnx_spec import Array, SpecError, parse_input
 
 # Names a library gives the depth and the layer-scan switch (tunix: num_layers; MaxText: num_decoder_layers,

@@ -49,7 +49,6 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from hlo_audit import platforms
