@@ -92,8 +92,8 @@ def arg_keys(lowered: jax.stages.Lowered) -> tuple[tuple[str, ...], ...] | None:
 
 
 def call_leaves(lowered: jax.stages.Lowered) -> int | None:
-    """How many leaves the call's arguments have, pruned ones included (jax flattens and dispatches each one per
-    call, whether or not the entry takes it); None where jax gives no ``args_info``."""
+    """How many leaves the call's arguments have, pruned ones included (jax flattens each one per call and checks its
+    signature, whether or not the entry takes it); None where jax gives no ``args_info``."""
     import jax  # noqa: PLC0415
 
     try:

@@ -173,7 +173,7 @@ class Lowering:
     # in the model each instruction comes from, for the places of its changes.
     metadata: Metadata | None = None
     # How many leaves the call's arguments have (jax's ``args_info``), those it pruned from the entry included: the
-    # arrays the host flattens and dispatches per call (the ``host_cost`` rule's count); None where jax did not say.
+    # arrays the host flattens per call (the ``host_cost`` rule's count); None where jax did not say.
     call_leaves: int | None = None
 
     def meta(self) -> dict:

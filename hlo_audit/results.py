@@ -165,7 +165,7 @@ class LoweredCell(CellResult):
     # The step's host work per call, where it was measured (``measure.host_figure``: `measure`, and `check` for a
     # cell whose golden records one); None elsewhere.
     host: HostFigure | None = None
-    # How many leaves the step's call flattens and dispatches (``Lowering.call_leaves``: its arguments' leaves, those
+    # How many leaves the step's call flattens (``Lowering.call_leaves``: its arguments' leaves, those
     # jax pruned from the entry included); None where jax did not say (a text read from a file).
     call_leaves: int | None = None
 

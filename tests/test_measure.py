@@ -106,7 +106,7 @@ def test_host_cost_judges_the_lowerings_counts_without_any_figure():
     grown = host_cost(56, 106, 6, 6, 0.0, "hlo-audit golden update --only id=x")
     assert grown is not None and grown.worse and grown.leaves_delta == 50 and not grown.timed
     assert words.host_cost_text(grown) == (
-        "host work per call: 56 -> 106 state leaves the call flattens and dispatches (+50 state leaves) "
+        "host work per call: 56 -> 106 state leaves the call flattens (+50 state leaves) "
         "(`hlo-audit measure` times what each costs). If intended: hlo-audit golden update --only id=x")
     assert host_cost(56, 56, 6, 6, 0.0, "cmd") is None
     shrunk = host_cost(56, 30, 30, 20, 0.0, "cmd")
@@ -320,8 +320,8 @@ def test_a_golden_s_host_figure_deleted_is_compared_by_its_call_s_leaves(recorde
     code, found = _measured_host_cost(folder)
     assert code == 1 and [f["severity"] for f in found] == ["regression"], found
     assert found[0]["details"]["golden"] is None and found[0]["details"]["leaves_delta"] == 2 * LEAK_LEAVES_PER_LAYER
-    assert found[0]["message"].startswith("host work per call: 66 -> 102 state leaves the call flattens and "
-                                          "dispatches (+36 state leaves, ")
+    assert found[0]["message"].startswith("host work per call: 66 -> 102 state leaves the call flattens "
+                                          "(+36 state leaves, ")
     ran = hlo_audit_here(folder, "measure", "--host-only", "--host-calls", "5", "--rounds", "2")
     assert ran.returncode == 0 and "compares its leaves, not its time" in ran.stdout.replace("\n", " "), ran.stdout
 
@@ -338,7 +338,7 @@ def step(state, x):
 
 def lower(cell):
     """A jax.jit step whose state carries leaves it never reads (UNUSED_LEAVES of them: the edit a pull request
-    makes): jax prunes them from the entry, and the host still flattens and dispatches each one per call."""
+    makes): jax prunes them from the entry, and the host still flattens and checks each one per call."""
     unused = [jax.ShapeDtypeStruct((4,), jnp.float32) for _ in range(int(os.environ.get("UNUSED_LEAVES", "6")))]
     state = {"w": jax.ShapeDtypeStruct((8, 8), jnp.float32), "unused": unused}
     return jax.jit(step).trace(state, jax.ShapeDtypeStruct((2, 8), jnp.float32))
@@ -374,7 +374,7 @@ def test_leaves_pruned_from_the_entry_grow_unseen_by_no_golden(tmp_path):
     code, found = check({"UNUSED_LEAVES": "56"})
     assert code == 1 and [(f["rule"], f["severity"]) for f in found] == [("host_cost", "regression")], found
     assert found[0]["details"]["leaves_delta"] == 50 and found[0]["details"]["now_leaves"] == 58
-    assert found[0]["message"].startswith("host work per call: 8 -> 58 state leaves the call flattens and dispatches "
+    assert found[0]["message"].startswith("host work per call: 8 -> 58 state leaves the call flattens "
                                           "(+50 state leaves)")
     # The count deleted as well (or the format said to be an older one): the golden lacks what the rule compares.
     for forged in ({k: v for k, v in record.items() if k != "call_leaves"},

@@ -497,8 +497,8 @@ def host_cost_text(facts: HostCostChange) -> str:
         f"bear out {facts.implied}")
     if not facts.timed:  # the leaves alone: no figure measured on one side or the other
         cost = "" if facts.now is None else f", {host_time(facts.now.per_call_us.median)} per call now"
-        head = (f"host work per call: {facts.implied} -> {facts.now_leaves} state leaves the call flattens and "
-                f"dispatches ({leaves}{cost})")
+        head = (f"host work per call: {facts.implied} -> {facts.now_leaves} state leaves the call flattens "
+                f"({leaves}{cost})")
         tail = "" if not facts.worse else " (`hlo-audit measure` times what each costs)"
         return (f"{head}{unborne}{tail}. If intended: {facts.command}" if facts.worse
                 else f"{head}{unborne}; record the smaller count: {facts.command}")
