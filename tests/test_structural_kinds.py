@@ -266,7 +266,7 @@ def test_a_sharding_is_compared_by_what_it_says(golden, now, same):
 def test_the_new_rules_are_policy_keys(tmp_path):
     (tmp_path / "hlo-audit.toml").write_text('[policy]\nsharding = "warn"\nops = "off"\n')
     rules = load_config(cwd=tmp_path).rules
-    assert [rules.action(r) for r in RULES] == ["warn", "fail", "fail", "off"]
+    assert [rules.actions[r] for r in RULES] == ["warn", "fail", "fail", "off"]
 
 
 def test_remat_s_copies_of_a_sharding_constraint_are_remat_not_constraints_added():
