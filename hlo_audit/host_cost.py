@@ -139,6 +139,12 @@ class HostCostChange:
         return self.timed and not self.golden.per_call_us.overlaps(self.now.per_call_us)
 
 
+def leaves_per_call(call_leaves: int | None, figure: HostFigure | None) -> int | None:
+    """What one side says of its call's state leaves: its lowering's count, else its host figure's (an older golden,
+    a result measured but not lowered here); None: neither (nothing to compare)."""
+    return call_leaves if call_leaves is not None else figure.leaves if figure is not None else None
+
+
 def implied_leaves(golden_leaves: int, golden_params: int, now_leaves: int, now_params: int) -> int:
     """The state leaves per call the golden's step passed, as far as evidence bears it out: its entry's parameters
     (each one a leaf of the call), plus the leaves its call passed that its entry did not take (jax prunes unused

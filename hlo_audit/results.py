@@ -17,7 +17,7 @@ from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary, roles_by_pattern
-from hlo_audit.host_cost import HostFigure
+from hlo_audit.host_cost import HostFigure, leaves_per_call
 from hlo_audit.matrix import Cell
 from hlo_audit.usage import InputError
 
@@ -172,7 +172,7 @@ class LoweredCell(CellResult):
     @property
     def leaves_per_call(self) -> int | None:
         """The state leaves its call flattens: its lowering's count, else its measured figure's; None: neither."""
-        return self.call_leaves if self.call_leaves is not None else self.host.leaves if self.host else None
+        return leaves_per_call(self.call_leaves, self.host)
 
     def canonical_text(self) -> str:
         """The cell's canonical text, what its golden keeps. ``run.run_cells`` gives every ok result its own: computed

@@ -31,7 +31,7 @@ from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
 from hlo_audit.hlo.params import ParamSummary
-from hlo_audit.host_cost import HostFigure, figure_problem
+from hlo_audit.host_cost import HostFigure, figure_problem, leaves_per_call
 from hlo_audit.matrix import Cell
 from hlo_audit.results import LoweredCell
 from hlo_audit.scaling import Series
@@ -124,7 +124,7 @@ class GoldenRecord:
     def leaves_per_call(self) -> int | None:
         """What it records of its call's state leaves: its count, else (an older golden) its host figure's; None:
         neither (the host_cost rule compares nothing, and the part it lacks is ``golden.health``'s)."""
-        return self.call_leaves if self.call_leaves is not None else self.host.leaves if self.host else None
+        return leaves_per_call(self.call_leaves, self.host)
 
     @property
     def joint_counts(self) -> dict[tuple[str, str], int] | None:
