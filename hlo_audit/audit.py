@@ -2,8 +2,9 @@
 ``plan`` (config -> cells), ``execute`` (cells -> results), then ``check`` (an ``Outcome`` judged by the gate),
 ``update_goldens``, ``report`` (the matrix view) or ``scaling``.
 
-Each step is its module's (``plan``, ``run``, ``outcome``, ``gate``, ``golden.update``, ``report.matrix``); this one
-only chains them, so the CLI parses options and formats, and a library user gets the same behaviour.
+Each step is its module's (``plan``, ``run``, ``outcome``, ``gate``, ``commands.golden_update``,
+``report.matrix``); this one only chains them, so the CLI parses options and formats, and a library user gets the
+same behaviour.
 """
 
 from __future__ import annotations
@@ -16,12 +17,9 @@ from pathlib import Path
 from hlo_audit import run as running
 from hlo_audit import termination
 from hlo_audit.cache.store import tracked_by_git
-from hlo_audit.files import write_atomic
-from hlo_audit.findings import Accept
-from hlo_audit.golden.update import GoldenUpdate, record_figures, update, writable
-from hlo_audit.judging import measure as measuring
-from hlo_audit.judging.gate import judged, regenerate_command
-from hlo_audit.judging.inputs import (
+from hlo_audit.commands import measure as measuring
+from hlo_audit.commands.golden_update import GoldenUpdate, record_figures, update, writable
+from hlo_audit.commands.inputs import (
     CellNotLowered,
     Program,
     Unreadable,
@@ -38,6 +36,9 @@ from hlo_audit.judging.inputs import (
     launches_diff,
     load_program,
 )
+from hlo_audit.files import write_atomic
+from hlo_audit.findings import Accept
+from hlo_audit.judging.gate import judged, regenerate_command
 from hlo_audit.judging.outcome import Lowered, Outcome
 from hlo_audit.merge import check_record, failing_in, last_check_path
 from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
@@ -130,7 +131,7 @@ def init_goldens(folder: Path, run: Callable[[Plan], list[CellResult]]
 
 def goldens_writable(p: Plan) -> None:
     """One line (``GoldenError``) where the plan's goldens could not be written: a golden folder outside the project
-    (``golden.update.writable``). Asked before lowering, so a refusal costs nothing."""
+    (``commands.golden_update.writable``). Asked before lowering, so a refusal costs nothing."""
     writable(p)
 
 

@@ -23,7 +23,7 @@ from hlo_audit.results import Severity
 
 
 class TextVerdict(StrEnum):
-    """The canonical text against the golden's (``compare.CellDelta.text``; the text and memory rules read it)."""
+    """The canonical text against the golden's (``comparison.CellDelta.text``; the text and memory rules read it)."""
 
     NOT_COMPARED = "not_compared"  # no text on one side (or the golden's cannot be read: the gate says so)
     SAME = "same"

@@ -1,6 +1,6 @@
 """What a step costs the host per call, as a figure a golden keeps, and the ``host_cost`` rule that gates its growth.
 
-The figure (``HostFigure``) is measured by ``hlo_audit.judging.measure`` on whatever host runs it, CPU included: the
+The figure (``HostFigure``) is measured by ``hlo_audit.commands.measure`` on whatever host runs it, CPU included: the
 function the user calls (``nnx.jit``'s wrapper, or jax's jitted step) with a trivial body over stand-ins of the cell's
 arguments, so what is timed is the per-call host work alone: pytree flatten, ``nnx.jit``'s graph traversal and
 bookkeeping, and the dispatch of every state leaf. On a real TPU v5e chip that work is what a dead per-layer RNG

@@ -22,22 +22,25 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("targets", ("targets", "targets.*")),
     # Typed records of what a run produced and what the gate found, and the rules it applies: data, no behaviour
     # of the pipeline (above the targets: a record's edit re-analyses, it does not re-lower). The rules are one spec
-    # each, a pure function of a cell's comparison (``rules.registry``); with them what their judges read of a golden
-    # (its record, what it lacks) and of a depth series (``scaling``): below the config, which validates a
-    # ``[policy]`` against the specs.
+    # each, a pure function of a cell's comparison (``rules.registry``); with them the comparison they read
+    # (``comparison``: a cell against its golden, worked out once) and what it reads of a golden (its record, what it
+    # lacks) and of a depth series (``scaling``): below the config, which validates a ``[policy]`` against the specs.
     ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts", "rules", "rules.*",
-                 "scaling", "golden.record", "golden.health")),
+                 "scaling", "golden.record", "golden.health", "comparison")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     # This process's side of the lowering processes (workers: hlo_audit.worker runs there, started by name).
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress",
                  "workers")),
-    # Results -> an outcome: goldens, the comparison, the gate; what `rng`, `explain` and `lower` read; the digest of
-    # the project tree the outcome judged (provenance).
+    # Results -> an outcome: the golden store, the gate; the digest of the project tree the outcome judged
+    # (provenance).
     ("judging", ("golden", "golden.*", "judging", "judging.*", "provenance")),
+    # The commands' own steps over an outcome or the cells' results: golden update, measure, explain and what `rng`,
+    # `explain`, `lower` and `diff` read. Below the formats, which print what they return.
+    ("command steps", ("commands", "commands.*")),
     # An outcome -> text: every format, the wording they share, the check JSON both ways (merge).
     ("formats", ("report", "report.*", "merge")),
     # worker: the lowering processes' entry point (``python -m hlo_audit.worker``), the only place a target runs.
-    ("commands", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",
+    ("entry points", ("audit", "errors", "streams", "scaffold", "scaffold.*", "cli", "pytest_plugin", "__main__", "",
                   "worker",
                   "examples", "examples.*")),
 )
@@ -81,17 +84,14 @@ def module_name(relative: str) -> str:
 
 def imports(module: str, source: str, modules: set[str]) -> set[str]:
     """The hlo_audit modules ``source`` imports, at any depth of its code; a ``from`` import of a name that is a
-    module counts as importing that module. Imports under ``if TYPE_CHECKING:`` never run and are left out."""
+    module counts as importing that module. Imports under ``if TYPE_CHECKING:`` count as well: a type named from a
+    higher layer is that layer's record read from below, which is what the layers keep out."""
     import ast  # noqa: PLC0415 (the check runs in tests and `python -m hlo_audit.layers` only)
 
     tree = ast.parse(source)
-    skipped = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
-               for node in ast.walk(block)}
     package = module if _is_package(module, modules) else module.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             found.update(_own(alias.name, modules) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -104,13 +104,6 @@ def imports(module: str, source: str, modules: set[str]) -> set[str]:
     found.discard(None)
     found.discard(module)
     return found
-
-
-def _is_type_checking(test) -> bool:
-    import ast  # noqa: PLC0415
-
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _is_package(module: str, modules: set[str]) -> bool:

@@ -113,7 +113,7 @@ def _write_result(folder: Path, index: int, result: dict) -> None:
 
 def _host_cell(target, cell, rounds) -> dict:
     """One cell's host figure (``measure.host_figure``: the step's host work per call), measured in its own process."""
-    from hlo_audit.judging.measure import host_figure, traced_step  # noqa: PLC0415
+    from hlo_audit.commands.measure import host_figure, traced_step  # noqa: PLC0415
     from hlo_audit.lowering import one_line  # noqa: PLC0415
 
     try:

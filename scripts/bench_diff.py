@@ -42,12 +42,12 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # run from
 
 from bench_hlo import CLOCKS, LoweringError, cached_hlo, naive_renumber, timing_options
 
+from hlo_audit.comparison import Structural, dtype_moves
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.normalize import normalize_with_printed
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import HloParseError, read_text
-from hlo_audit.judging.compare import Structural, dtype_moves
 
 TARGET_RATIO = 2.0
 _DOT = re.compile(r"^(\s*\S+ = \S+ dot\(.*?)(, lhs_contracting_dims=)", re.M)

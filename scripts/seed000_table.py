@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from hlo_audit import audit
 from hlo_audit.cache import Cache
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.judging.compare import Structural
 
 MODELS = ("llama3-8b", "deepseek3-test", "qwen3-1.7b")
 SEED_000 = {"llama3-8b": 30, "deepseek3-test": 54, "qwen3-1.7b": 18}  # "dropped u32 RNG arrays"

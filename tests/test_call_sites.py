@@ -17,8 +17,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
-from hlo_audit.judging.compare import Structural
 
 MESH = Mesh(np.array(jax.devices("cpu")[:1]), ("x",))
 HERE = "test_call_sites.py"

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from decoder_steps import WIDTH, traced_step
 from hlo_audit.capture import captured_arrays, hlo_dtype
 from hlo_audit.cli import app
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.constants import LARGE_CONSTANT_BYTES, frozen_rng, golden_summary
 from hlo_audit.hlo.diff import captured_delta, diff_modules
-from hlo_audit.judging.compare import Structural
 from hlo_audit.stages.lowered import hlo_text
 from in_process import hlo_audit_here
 

@@ -8,12 +8,12 @@ import pytest
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 import nnx_models
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.rng import strip_rng_state
 from hlo_audit.hlo.text import parse_module
-from hlo_audit.judging.compare import Structural
 from hlo_audit.stages.lowered import hlo_text
 from nnx_models import ModelSpec
 from xla_oracle import our_counts, xla_counts

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import team_model as tm
-from hlo_audit.judging.compare import closed_calls_moved, environment_changes
+from hlo_audit.comparison import closed_calls_moved, environment_changes
 from in_process import hlo_audit_here
 from projects import DROPOUT_WAIVER, config
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import nnx_models
 from hlo_audit.analysed import Param
 from hlo_audit.cli import app
-from hlo_audit.judging.explain import explain, split_pattern
+from hlo_audit.commands.explain import explain, split_pattern
 from nnx_models import ModelSpec
 
 LAYERS = 3

@@ -25,8 +25,8 @@ import jax
 import pytest
 
 import team_model as tm
-from hlo_audit.judging import compare
-from hlo_audit.judging.compare import environment_changes
+from hlo_audit import comparison as compare
+from hlo_audit.comparison import environment_changes
 from hlo_audit.stack import StackMode, is_compiler, stack_mode
 from hlo_audit.usage import InputError
 from in_process import hlo_audit_here

@@ -31,7 +31,7 @@ def test_a_new_upward_import_fails_the_contract():
     # A function-local import from a formatter into the pipeline, of the kind that used to close cycles.
     sources["report.terminal"] += "\n\ndef _explain():\n    from hlo_audit import audit\n    return audit\n"
     problems = layers.violations(layers.graph_of(sources))
-    assert any("hlo_audit.report.terminal (formats) -> hlo_audit.audit (commands)" in p for p in problems)
+    assert any("hlo_audit.report.terminal (formats) -> hlo_audit.audit (entry points)" in p for p in problems)
     # Within a layer a back edge still fails, as a cycle.
     sources = _sources()
     sources["matrix"] += "\n\ndef _result():\n    import hlo_audit.results\n"
@@ -39,14 +39,32 @@ def test_a_new_upward_import_fails_the_contract():
                layers.violations(layers.graph_of(sources)))
 
 
-def test_the_hlo_core_imports_nothing_outside_it_and_type_checking_imports_do_not_count():
+def test_the_hlo_core_imports_nothing_outside_it_and_type_checking_imports_count():
     sources = _sources()
     sources["hlo.params"] += "\nfrom hlo_audit.lowering import one_line\n"
     assert "hlo_audit.hlo.params -> hlo_audit.lowering: the HLO core imports nothing outside hlo/" in \
         layers.violations(layers.graph_of(sources))
+    # A type named from a higher layer is that layer's record read from below (rules typed against judging's
+    # comparison put rules above judging): it points up though it never runs.
     sources = _sources()
     sources["platforms.base"] += "\nif TYPE_CHECKING:\n    from hlo_audit.audit import Plan\n"
-    assert layers.violations(layers.graph_of(sources)) == []
+    assert ("hlo_audit.platforms.base (platforms) -> hlo_audit.audit (entry points): an import from a higher layer"
+            in layers.violations(layers.graph_of(sources)))
+    sources = _sources()
+    sources["rules.count"] += "\nif TYPE_CHECKING:\n    from hlo_audit.judging.outcome import Outcome\n"
+    assert any(p.startswith("hlo_audit.rules.count (records) -> hlo_audit.judging.outcome (judging)")
+               for p in layers.violations(layers.graph_of(sources)))
+
+
+def test_the_comparison_sits_below_the_rules_and_the_commands_steps_above_judging():
+    """Issue 49: the records every rule reads (``CellDelta``) are in a layer rules/ may import; measure, explain,
+    inputs and golden update are above the gate, below the formats that print what they return."""
+    assert layers.layer_of("comparison") == layers.layer_of("rules.count")
+    judging = layers.layer_of("judging.gate")
+    for step in ("commands.measure", "commands.inputs", "commands.explain", "commands.golden_update"):
+        assert judging < layers.layer_of(step) < layers.layer_of("report.terminal")
+    graph = layers.import_graph(ROOT)
+    assert "comparison" in graph["rules.count"] and not any(m.startswith("judging") for m in graph["rules.count"])
 
 
 def test_a_module_in_no_layer_is_reported():

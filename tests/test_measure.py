@@ -17,10 +17,10 @@ import pytest
 from markdown_it import MarkdownIt
 
 from hlo_audit import ab_verdicts
+from hlo_audit.commands import measure
 from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.host_cost import HostFigure, Spread, host_cost
-from hlo_audit.judging import measure
 from hlo_audit.matrix import Cell
 from hlo_audit.report import measure_words, words
 from hlo_audit.targets import get_target

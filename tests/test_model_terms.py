@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import moe_steps as ms
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import ChangeKind
-from hlo_audit.judging.compare import Structural
 from hlo_audit.report.change_words import change_line
 from in_process import hlo_audit_here
 

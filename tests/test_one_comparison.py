@@ -1,5 +1,5 @@
 """One comparison per cell (issue 32): ``check``, ``diff``, ``report --format json`` and ``explain`` say the same
-numbers about one cell against its golden, because all four read one ``compare.CellDelta`` / ``compare.Structural``.
+numbers about one cell against its golden, because all four read one ``comparison.CellDelta`` / ``comparison.Structural``.
 
 A team's own NNX model (tests/team_model.py) with goldens of its base step; each variant is checked against the
 base's golden, then the same cell is diffed (its raw lowering, as ``lower`` writes it, against its golden's text),
@@ -19,14 +19,13 @@ import pytest
 
 import team_model as tm
 from hlo_audit import audit
+from hlo_audit.commands.inputs import cell_program
+from hlo_audit.comparison import CellDelta, Structural, TextVerdict
 from hlo_audit.findings import CountKind
-from hlo_audit.golden.record import GoldenRecord
-from hlo_audit.golden.snapshot import Golden
+from hlo_audit.golden.record import Golden, GoldenRecord
 from hlo_audit.hlo.changes import Action, Change, ChangeKind
 from hlo_audit.hlo.params import ParamSummary
-from hlo_audit.judging.compare import CellDelta, Structural, TextVerdict
 from hlo_audit.judging.gate import Gate
-from hlo_audit.judging.inputs import cell_program
 from hlo_audit.matrix import Cell
 from hlo_audit.policy import Policy
 from hlo_audit.report.change_words import change_line

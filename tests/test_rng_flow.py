@@ -410,7 +410,7 @@ def test_streams_through_async_pairs_and_tuple_pass_throughs_keep_apart():
 def test_rng_state_through_async_pairs_and_tuple_pass_throughs_is_stripped():
     """Without stream b, the same program: rng-state-only, the tuples, the async wrapper's parameter and its
     MoveToHost losing the element b held."""
-    from hlo_audit.judging.compare import Structural
+    from hlo_audit.comparison import Structural
 
     compared = Structural.of_analyses(analyze(passing_through(True), "idle"), analyze(passing_through(False), "none"))
     assert (compared.diff.verdict, compared.params.by_dtype) == ("rng-state-only", {"u32": -2})

@@ -179,8 +179,8 @@ def test_the_new_literal_key_is_the_one_named_when_a_change_elsewhere_renames_th
     """A step that already draws from a literal key (a closed-over one, as MaxEngine's inference steps do) gains a
     second, a ``normal`` draw for router noise, while its output is scaled (every canonical name after it moves):
     the change names the new draw, not the old one."""
+    from hlo_audit.comparison import Structural
     from hlo_audit.hlo.changes import ChangeKind
-    from hlo_audit.judging.compare import Structural
 
     def before(x):
         return jax.numpy.where(jax.random.bernoulli(jax.random.PRNGKey(0), 0.5, x.shape), x, 0.0).sum()

@@ -17,13 +17,13 @@ import jax
 import pytest
 
 import rng_constructs
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.normalize import normalize
 from hlo_audit.hlo.rng import RNG_VALUE, strip_rng_state
 from hlo_audit.hlo.shapes import Shape, tuple_shape
 from hlo_audit.hlo.text import HloModule
-from hlo_audit.judging.compare import Structural
 from rng_constructs import CONSTRUCTS, RNG_STATES, StepSpec
 from xla_oracle import xla_counts
 

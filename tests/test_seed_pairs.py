@@ -32,9 +32,9 @@ from typer.testing import CliRunner
 
 import injected_maxtext
 from hlo_audit.cli import app
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.diff import diff_modules
-from hlo_audit.judging.compare import Structural
 from hlo_audit.matrix import Cell
 
 pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxtext")]

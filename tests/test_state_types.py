@@ -27,9 +27,9 @@ from flax import nnx
 import nnx_models
 from hlo_audit.analysed import Param
 from hlo_audit.attribution import arg_keys, arg_leaves
+from hlo_audit.commands.explain import explain
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.params import collapse_layers, name_role
-from hlo_audit.judging.explain import explain
 from hlo_audit.lowering import Lowering
 from hlo_audit.matrix import Cell
 from hlo_audit.stages.lowered import hlo_text

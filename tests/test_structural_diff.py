@@ -21,13 +21,13 @@ import pallas_kernel
 import team_model as tm
 from cuda_probe import needs_cuda
 from hlo_audit.cli import app
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import REMAT, UNROLLED, Action, ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.effects import has_side_effect
 from hlo_audit.hlo.header import output_aliases
 from hlo_audit.hlo.rng import strip_rng_state
-from hlo_audit.judging.compare import Structural
 from hlo_audit.report.change_words import change_line
 from xla_oracle import our_counts, xla_counts
 

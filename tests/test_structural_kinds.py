@@ -279,8 +279,8 @@ def test_remat_s_copies_of_a_sharding_constraint_are_remat_not_constraints_added
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from hlo_audit.comparison import Structural
     from hlo_audit.hlo.analysis import analyze
-    from hlo_audit.judging.compare import Structural
 
     mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("x",))
 
@@ -316,8 +316,8 @@ def test_remat_that_writes_no_barrier_is_remat_and_its_constraint_copies_are_not
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
+    from hlo_audit.comparison import Structural
     from hlo_audit.hlo.analysis import analyze
-    from hlo_audit.judging.compare import Structural
 
     mesh = Mesh(np.array(jax.devices("cpu")[:1]), ("x",))
 

@@ -1,5 +1,5 @@
 """A cell's golden, whole or wanting: decided here, once, for the gate (the ``missing_golden`` rule's findings,
-``rules.missing_golden``) and for ``golden update`` (the goldens it heals, ``golden.update``).
+``rules.missing_golden``) and for ``golden update`` (the goldens it heals, ``commands.golden_update``).
 
 A golden is wanting when it is not there, or its summary cannot be read (``Golden.damaged``); when, on a pinned run
 (CI), it records another compiler stack (nothing is relaxed there: it is re-blessed under this one); when the text it
@@ -21,8 +21,8 @@ from hlo_audit.findings import GoldenPart, MissingGolden
 from hlo_audit.golden.record import GOLDEN_FORMAT
 
 if TYPE_CHECKING:
-    from hlo_audit.golden.snapshot import Golden
-    from hlo_audit.judging.compare import CellDelta
+    from hlo_audit.comparison import CellDelta
+    from hlo_audit.golden.record import Golden
     from hlo_audit.results import LoweredCell
     from hlo_audit.scaling import Series
 
@@ -48,17 +48,10 @@ def wanting(result: LoweredCell, golden: Golden | None, delta: CellDelta | None,
                          damaged=golden.record.format >= GOLDEN_FORMAT)
 
 
-def text_damage(golden: Golden, now_text: str | None) -> str | None:
-    """Why ``golden``'s text cannot be compared with ``now_text`` (the cell's canonical text): the text it names is
-    missing or not UTF-8, or it differs and is not a module hlo-audit reads (parsed only then: a changed program is
-    told from a damaged golden); None where it can."""
-    return golden.text_problem or (golden.text_parse_problem() if golden.hlo != now_text else None)
-
-
 def needs_healing(golden: Golden, now_text: str | None) -> bool:
     """Whether ``golden update`` rewrites ``golden`` because it is damaged (its summary, or its text against the
     cell's ``now_text``, None where the cell keeps no text), not because the program changed."""
-    return bool(golden.damaged or text_damage(golden, now_text))
+    return bool(golden.damaged or golden.text_damage(now_text))
 
 
 def orphans(golden_ids: Sequence[str], matrix_ids: Collection[str]) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
 from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.host_cost import HostFigure, figure_problem, leaves_per_call
 from hlo_audit.matrix import Cell
 from hlo_audit.results import LoweredCell
@@ -218,6 +219,48 @@ class GoldenRecord:
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
+
+
+@dataclass(frozen=True)
+class Golden:
+    cell_id: str
+    record: GoldenRecord | None  # None when damaged
+    hlo: str | None
+    # The summary cannot be used (not UTF-8, not JSON, not a golden summary, another cell's): why, naming the
+    # file. Nothing else is compared; the gate reports it as a missing golden, and `golden update` rewrites it.
+    damaged: str | None = None
+    # The summary names a text that is missing or unreadable: why. The counts still gate.
+    text_problem: str | None = None
+    summary: Path | None = None  # the summary's path, where one was read
+    # The summary carries hlo-audit's marker but its keys claim what hlo-audit never writes (a key twice, an unknown
+    # key, a malformed or impossible value: ``record.claim_problem``): ``damaged`` says why, naming file and key; a
+    # check refuses it (exit 2, ``gate.Gate.judge``), ``golden update`` rewrites it.
+    invalid: bool = False
+
+    @property
+    def environment(self) -> Mapping[str, str | None]:
+        return self.record.environment if self.record is not None else {}
+
+    @property
+    def names_text(self) -> bool:
+        return self.record is not None and self.record.hlo is not None
+
+    def text_parse_problem(self) -> str | None:
+        """Why the golden text is not an HLO module hlo-audit reads, or None (parsed only when asked: the gate asks
+        when the text differs from the cell's, to tell a damaged golden from a changed program)."""
+        if self.hlo is None:
+            return None
+        try:
+            parse_module(self.hlo, str(self.cell_id) + HLO_SUFFIX)
+        except (HloParseError, RecursionError) as exc:
+            return f"golden text {self.cell_id}{HLO_SUFFIX} is not a module hlo-audit reads: {exc}"
+        return None
+
+    def text_damage(self, now_text: str | None) -> str | None:
+        """Why this golden's text cannot be compared with ``now_text`` (the cell's canonical text): the text it names
+        is missing or not UTF-8, or it differs and is not a module hlo-audit reads (parsed only then: a changed
+        program is told from a damaged golden); None where it can."""
+        return self.text_problem or (self.text_parse_problem() if self.hlo != now_text else None)
 
 
 def dumps(record: Mapping[str, Any]) -> str:

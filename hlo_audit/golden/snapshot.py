@@ -13,8 +13,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +21,7 @@ from hlo_audit.golden.record import (
     HLO_SUFFIX,
     SUMMARY_SUFFIX,
     DuplicateKey,
+    Golden,
     GoldenRecord,
     NonFinite,
     is_marked,
@@ -29,7 +29,6 @@ from hlo_audit.golden.record import (
     loads_lenient,
     summary_problem,
 )
-from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.matrix import text_problem
 
 # The largest golden read: a 32-layer unrolled llama3-8b module is 8.9 MB; a summary is a few kilobytes.
@@ -73,42 +72,6 @@ def summary_path(root: Path, cell_id: str) -> Path:
 
 def hlo_path(root: Path, cell_id: str) -> Path:
     return cell_path(root, cell_id, HLO_SUFFIX)
-
-
-@dataclass(frozen=True)
-class Golden:
-    cell_id: str
-    record: GoldenRecord | None  # None when damaged
-    hlo: str | None
-    # The summary cannot be used (not UTF-8, not JSON, not a golden summary, another cell's): why, naming the
-    # file. Nothing else is compared; the gate reports it as a missing golden, and `golden update` rewrites it.
-    damaged: str | None = None
-    # The summary names a text that is missing or unreadable: why. The counts still gate.
-    text_problem: str | None = None
-    summary: Path | None = None  # the summary's path, where one was read
-    # The summary carries hlo-audit's marker but its keys claim what hlo-audit never writes (a key twice, an unknown
-    # key, a malformed or impossible value: ``record.claim_problem``): ``damaged`` says why, naming file and key; a
-    # check refuses it (exit 2, ``gate.Gate.judge``), ``golden update`` rewrites it.
-    invalid: bool = False
-
-    @property
-    def environment(self) -> Mapping[str, str | None]:
-        return self.record.environment if self.record is not None else {}
-
-    @property
-    def names_text(self) -> bool:
-        return self.record is not None and self.record.hlo is not None
-
-    def text_parse_problem(self) -> str | None:
-        """Why the golden text is not an HLO module hlo-audit reads, or None (parsed only when asked: the gate asks
-        when the text differs from the cell's, to tell a damaged golden from a changed program)."""
-        if self.hlo is None:
-            return None
-        try:
-            parse_module(self.hlo, str(self.cell_id) + HLO_SUFFIX)
-        except (HloParseError, RecursionError) as exc:
-            return f"golden text {self.cell_id}{HLO_SUFFIX} is not a module hlo-audit reads: {exc}"
-        return None
 
 
 def _read_bytes(path: Path, opener: Callable[[str, int], int] | None = None) -> bytes:

@@ -60,8 +60,8 @@ class ParamGroupDelta:
 class ModuleDiff:
     """What differs between two modules: the verdict, its kinds, the parameter groups the match found added and
     removed (renames taken out), the op deltas, every change named. The entry parameters' counts against each other
-    (in all, by dtype and role) are not here: ``compare.ParamDelta`` works them out once, for `check` and `diff` alike
-    (``compare.Structural`` holds both)."""
+    (in all, by dtype and role) are not here: ``comparison.ParamDelta`` works them out once, for `check` and `diff`
+    alike (``comparison.Structural`` holds both)."""
 
     verdict: str
     changes: list[str]  # for "changed": parameters, ops, shapes, layouts, shardings, constants, attributes

@@ -9,14 +9,33 @@ what a record keeps (``group_counts``, ``group_delta``), so that a golden and a 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from hlo_audit.hlo.params import collapse_layers
+from hlo_audit.hlo.params import EntryParam, collapse_layers
 
-if TYPE_CHECKING:  # launches.py builds its report's groups here
-    from hlo_audit.hlo.launches import LaunchReport
+
+class _Launch(Protocol):
+    category: str
+    is_scalar: bool
+    reads: tuple[int, ...]
+
+    @property
+    def per_step(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+
+class LaunchReport(Protocol):
+    """What grouping reads of a step's report (``hlo.launches.LaunchReport``, which builds its groups here): its
+    launches, and its entry parameters by number."""
+
+    @property
+    def launches(self) -> Sequence[_Launch]: ...
+
+    def param_by_number(self) -> Mapping[int, EntryParam]: ...
 
 # What a launch of each category is called, one and many.
 _CATEGORY_WORDS = {"kernel": ("kernel", "kernels"), "library": ("library call", "library calls"),

@@ -3,7 +3,7 @@
 Each rule is one module of ``rules`` (its spec: name, default action, tolerance, the kinds of change it reads, its
 judge, the facts its findings carry), listed once in ``rules.registry.SPECS``; a config's ``[policy]`` sets each
 rule's action (``fail``, ``warn`` or ``off``) and tolerance, and a waiver must carry a reason. Each judge is a pure
-function of the cell's one comparison with its golden (``compare.CellDelta``, which the reports and `diff` read too);
+function of the cell's one comparison with its golden (``comparison.CellDelta``, which the reports and `diff` read too);
 the gate applies the registry's judges (``rules.registry.judged``) and the policy and keeps no state. What a cell's
 golden wants (none, unreadable, another compiler stack's on a pinned run, its text unusable, parts lacking) is
 decided once, in ``golden.health``, and is the ``missing_golden`` rule's finding. The gate makes the findings no judge
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from hlo_audit.comparison import CellDelta
 from hlo_audit.findings import DeadRng, Finding, LoweringFailure, Matches, StaleWaiver, Unjudged
 from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
-from hlo_audit.judging.compare import CellDelta
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.plan import Plan, full_matrix_of
@@ -105,7 +105,7 @@ class Gate:
         return self.command_for({})(cell_id)
 
     def judge(self, outcome: Outcome, report_stale: bool = True) -> Outcome:
-        """The outcome with every finding about it and each cell's comparison with its golden (``compare.CellDelta``,
+        """The outcome with every finding about it and each cell's comparison with its golden (``comparison.CellDelta``,
         built once: the formats read it): each cell against its golden (its text where it keeps one), the goldens
         without a cell (``report_stale``: one shard of a sharded run reports them) and waivers left over."""
         context = registry.context(self.policy, self.command_for(series_ids(outcome.plan)), self.pinned_by)

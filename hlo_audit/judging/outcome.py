@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from hlo_audit.comparison import CellDelta
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
-from hlo_audit.judging.compare import CellDelta
 from hlo_audit.plan import Plan, Shard
 from hlo_audit.results import CellResult, FailedCell, LoweredCell, Severity
 from hlo_audit.rules import registry
@@ -68,7 +68,7 @@ class Outcome:
     # "" where none was taken (an outcome built by hand).
     tree: str = ""
     findings: tuple[Finding, ...] = ()
-    # Each cell's comparison with its golden, built once by the gate (``compare.CellDelta``): every number a format
+    # Each cell's comparison with its golden, built once by the gate (``comparison.CellDelta``): every number a format
     # prints about a cell's difference is read here. Empty for merged shards (their findings carry the words).
     deltas: Mapping[str, CellDelta] = field(default_factory=dict)
     # Decided when judged (``judged``), read by every format: each cell's verdict, the numbers, what a human must
@@ -141,11 +141,11 @@ class Outcome:
         return {}
 
     def delta(self, result: CellResult, texts: bool = False, pinned: bool = False) -> CellDelta | None:
-        """The cell's comparison with its golden (``compare.CellDelta``; None: the cell did not lower, or has no
+        """The cell's comparison with its golden (``comparison.CellDelta``; None: the cell did not lower, or has no
         readable golden), built here and nowhere else, once per cell: once judged, the one the gate judged by
         (``deltas``); before, built now and kept. ``texts``: the cell's canonical text is compared with its golden's
         where the plan says the cell owns it (the gate, `explain`; `report` reads counts only and never pays for a
-        text); ``pinned``: the run's compiler stack is pinned (the gate's, ``compare.CellDelta.environment``)."""
+        text); ``pinned``: the run's compiler stack is pinned (the gate's, ``comparison.CellDelta.environment``)."""
         if self.summary is not None or self.goldens is None:
             return self.deltas.get(result.cell.id)
         key = (result.cell.id, texts, pinned)

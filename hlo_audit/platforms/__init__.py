@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
-from hlo_audit.platforms.base import HostPlatform
+from hlo_audit.platforms.base import Cell, HostPlatform
 from hlo_audit.platforms.cuda import CudaPlatform
 from hlo_audit.platforms.tpu import TpuPlatform
-
-if TYPE_CHECKING:
-    from hlo_audit.matrix import Cell
 
 PLATFORMS: dict[str, HostPlatform] = {p.name: p for p in (
     HostPlatform("cpu"),

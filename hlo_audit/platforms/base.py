@@ -23,13 +23,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from hlo_audit import host
 from hlo_audit.lowering import Unavailable
 
-if TYPE_CHECKING:
-    from hlo_audit.matrix import Cell
+
+class Cell(Protocol):
+    """What a platform reads of a cell (``hlo_audit.matrix.Cell`` is one; the cells sit above the platforms, whose
+    names they validate): the platform it names, the device on it, the stage it is taken to."""
+
+    @property
+    def platform(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def stage(self) -> str: ...
 
 # Peak RSS of one worker process that lowers a cell, measured on the 2-core CPU machine (`make bench` prints the
 # real numbers): ~0.7 GB for a MaxText lowering, rounded up.

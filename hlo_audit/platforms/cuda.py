@@ -42,14 +42,10 @@ import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hlo_audit import host
 from hlo_audit.lowering import CellConfigError, Unavailable, one_line
-from hlo_audit.platforms.base import LOWERING_WORKER_BYTES, DumpFiles, HostPlatform
-
-if TYPE_CHECKING:
-    from hlo_audit.matrix import Cell
+from hlo_audit.platforms.base import LOWERING_WORKER_BYTES, Cell, DumpFiles, HostPlatform
 
 GPU_CONFIG_DIR = Path(__file__).resolve().parent / "gpus"
 CONFIG_SUFFIX = ".txtpb"

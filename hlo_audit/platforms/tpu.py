@@ -12,14 +12,10 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
-from typing import TYPE_CHECKING
 
 from hlo_audit import host
 from hlo_audit.lowering import Unavailable
-from hlo_audit.platforms.base import LOWERING_WORKER_BYTES, DumpFiles, HostPlatform
-
-if TYPE_CHECKING:
-    from hlo_audit.matrix import Cell
+from hlo_audit.platforms.base import LOWERING_WORKER_BYTES, Cell, DumpFiles, HostPlatform
 
 _TOPOLOGY = re.compile(r"^v\d+[a-z]*-\d+$")  # MaxText's compile_topology names: v6e-4, v5p-8, v4-16
 # MaxText imported and one TPU train step compiled holds ~1.4 GB for llama3-8b at 4 layers, up to 2.6 GB for

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.comparison import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.host_cost import HostCostChange
-from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.merge import cell_record, check_record, finding_record, launch_change_record
 from hlo_audit.report import measure_words
 
@@ -144,7 +144,7 @@ def format_explain(node, captured=None, launches: Launches | None = None, agains
 
 
 def delta_record(delta: CellDelta) -> dict:
-    """A cell's comparison with its golden (``compare.CellDelta``) as JSON: the numbers ``check`` judges by."""
+    """A cell's comparison with its golden (``comparison.CellDelta``) as JSON: the numbers ``check`` judges by."""
     params, structural = delta.params, delta.structural
     return {"entry_params": {"golden": params.golden, "now": params.now},
             "by_dtype_delta": dict(params.by_dtype), "by_role_delta": dict(params.by_role),

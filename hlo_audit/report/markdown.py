@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.comparison import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
-from hlo_audit.judging.compare import CellDelta, Structural
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass, fields
 
+from hlo_audit.comparison import GATED_LAUNCHES, CellDelta
 from hlo_audit.findings import CapturedDelta
 from hlo_audit.golden.record import GoldenRecord
 from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.params import ROLES
-from hlo_audit.judging.compare import GATED_LAUNCHES, CellDelta
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.matrix import AXES
 from hlo_audit.plan import Plan
@@ -64,7 +64,7 @@ assert tuple(f.name for f in fields(TidyRow)) == TIDY_COLUMNS, "the matrix's axe
 
 @dataclass(frozen=True)
 class CellView:
-    """One cell with its comparison against its golden (``compare.CellDelta``, the one the gate judges by; None
+    """One cell with its comparison against its golden (``comparison.CellDelta``, the one the gate judges by; None
     when the cell has no readable golden): every delta below is read off it, never worked out here again."""
 
     result: CellResult

@@ -22,9 +22,9 @@ from rich.table import Table
 from rich.text import Text
 
 from hlo_audit.analysed import Constants, Launches, RngSummary
+from hlo_audit.comparison import Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.diff import captured_change
-from hlo_audit.judging.compare import Structural
 from hlo_audit.report.accepting import accept_line, split_command, without_accept
 from hlo_audit.report.change_words import match_line, named_lines
 from hlo_audit.report.escape import terminal as esc

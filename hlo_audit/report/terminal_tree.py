@@ -14,7 +14,7 @@ from hlo_audit.report.terminal import print_launches, print_whole
 from hlo_audit.report.words import ROLE_SHORT, against_golden_text, human_bytes
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.explain import Node
+    from hlo_audit.commands.explain import Node
 
 def _counts(counts: dict[str, int], short: dict[str, str] | None = None) -> str:
     return " ".join(f"{(short or {}).get(k, k)}:{v}" for k, v in counts.items())
@@ -74,7 +74,7 @@ def _grow(tree: Tree, node: Node, width: int, level: int) -> None:
 def print_explain(console: Console, node: Node, captured: Node | None = None, launches=None, against=None) -> None:
     """The entry parameters' tree, then (when the step closes over state) the tree of what it captured; then, for a
     GPU program, what one step launches; then, for a cell with a golden, the cell against it (``against``: the
-    ``compare.CellDelta`` check judges by)."""
+    ``comparison.CellDelta`` check judges by)."""
     for root in (node, captured):
         if root is None:
             continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
+from hlo_audit.comparison import CellDelta, TextVerdict, environment_changes
 from hlo_audit.findings import (
     CountChange,
     CountKind,
@@ -35,7 +36,6 @@ from hlo_audit.findings import (
 )
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.host_cost import HostCostChange
-from hlo_audit.judging.compare import CellDelta, TextVerdict, environment_changes
 from hlo_audit.report.change_words import change_line
 from hlo_audit.report.escape import visible
 from hlo_audit.results import LoweredCell, UnavailableCell
@@ -552,7 +552,7 @@ def _named_numbers(facts: NamedChange) -> list[str]:
 
 def program_sizes_text(sizes: Mapping[str, tuple[int, int]], by_opcode: Mapping[str, int]) -> str:
     """``instructions 492 -> 397 (-19.3%), instructions per step 1,510 -> 1,150 (-23.8%); per step: multiply -50,
-    ...``: what `check`'s program-size finding and `diff` both say of two programs (``compare.Structural``)."""
+    ...``: what `check`'s program-size finding and `diff` both say of two programs (``comparison.Structural``)."""
     said = ", ".join(f"{k.replace('_', ' ')} {a:,} -> {b:,}" + (f" ({(b - a) / a:+.1%})" if a else "")
                      for k, (a, b) in sizes.items())
     top = sorted(by_opcode.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
@@ -560,7 +560,7 @@ def program_sizes_text(sizes: Mapping[str, tuple[int, int]], by_opcode: Mapping[
 
 
 def against_golden_text(delta: CellDelta) -> str:
-    """A cell against its golden in one line, from the comparison ``check`` judges by (``compare.CellDelta``):
+    """A cell against its golden in one line, from the comparison ``check`` judges by (``comparison.CellDelta``):
     ``against its golden: entry parameters golden 21 -> now 21; text changed; instructions 492 -> 397 (-19.3%), ...``"""
     params = delta.params
     parts = [f"entry parameters {golden_to_now(params.golden, params.now)}"

@@ -19,7 +19,7 @@ from hlo_audit.results import Severity
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.compare import CellDelta
+    from hlo_audit.comparison import CellDelta
 
 NAME = "count"
 # Roles whose entry parameters, fewer, a user calls an improvement: RNG state the host no longer marshals.

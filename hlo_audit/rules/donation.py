@@ -14,7 +14,7 @@ from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.rules.spec import Context, named_spec, of_kind
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.compare import CellDelta, Structural
+    from hlo_audit.comparison import CellDelta, Structural
 
 NAME = "donation"
 # The memory kinds a lost donation moves (reported with it, not as a memory finding of their own).

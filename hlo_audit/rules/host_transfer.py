@@ -9,7 +9,7 @@ from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.rules.spec import Context, named_spec, of_kind
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.compare import CellDelta
+    from hlo_audit.comparison import CellDelta
 
 NAME = "host_transfer"
 

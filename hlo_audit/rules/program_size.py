@@ -13,7 +13,7 @@ from hlo_audit.hlo.changes import RANDOM_BITS, Action, ChangeKind
 from hlo_audit.rules.spec import Context, Tolerance, named_spec
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.compare import CellDelta
+    from hlo_audit.comparison import CellDelta
 
 NAME = "program_size"
 

@@ -11,7 +11,7 @@ from hlo_audit.hlo.changes import Action, ChangeKind
 from hlo_audit.rules.spec import Context, named_spec, of_kind
 
 if TYPE_CHECKING:
-    from hlo_audit.judging.compare import CellDelta
+    from hlo_audit.comparison import CellDelta
 
 NAME = "rng_keys"
 

@@ -1,6 +1,6 @@
 """What a rule is (``RuleSpec``) and what its judge reads (``Subject``, ``Context``).
 
-A judge is a pure function of what it judges (``Subject``: the cell's result, its ``compare.CellDelta`` against the
+A judge is a pure function of what it judges (``Subject``: the cell's result, its ``comparison.CellDelta`` against the
 golden, its depth series where it leads one) and the policy's numbers (``Context``), returning a finding before the
 policy's action and waivers are applied, or None. The gate (``gate.Gate``) applies the registry's judges in order,
 turns actions and waivers into new findings, and holds no state of its own.
@@ -24,8 +24,8 @@ from hlo_audit.policy import Action, Policy
 from hlo_audit.results import LoweredCell, Severity
 
 if TYPE_CHECKING:  # the comparison and the golden are built above the rules (they read what the rules judge)
-    from hlo_audit.golden.snapshot import Golden
-    from hlo_audit.judging.compare import CellDelta
+    from hlo_audit.comparison import CellDelta
+    from hlo_audit.golden.record import Golden
     from hlo_audit.scaling import Series
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from hlo_audit.analysed import Constants, Launches, Param, RngSummary
 from hlo_audit.cache import Cache
+from hlo_audit.commands.explain import Node, explain
+from hlo_audit.comparison import CanonicalInput, CellDelta, Structural, launch_comparison
 from hlo_audit.findings import LaunchChange
 from hlo_audit.golden.snapshot import read_snapshot
 from hlo_audit.hlo.analysis import Analysis, analyze
@@ -19,8 +21,6 @@ from hlo_audit.hlo.rng_keys import placed
 from hlo_audit.hlo.source import read_input
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.hlo.thunks import thunk_dumps
-from hlo_audit.judging.compare import CanonicalInput, CellDelta, Structural, launch_comparison
-from hlo_audit.judging.explain import Node, explain
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import is_cell_id, plan_cell
 from hlo_audit.results import LoweredCell
@@ -147,7 +147,7 @@ def diff_inputs(old_spec: str, new_spec: str, module: str | None = None, stage: 
 
 def diff(old: Analysis, new: Analysis, max_text_lines: int) -> Structural:
     """What changed from ``old`` to ``new``, with a verdict: the structural account ``check`` reads of a cell against
-    its golden, built the same way (``compare.Structural.of_inputs``), so the two commands say the same numbers."""
+    its golden, built the same way (``comparison.Structural.of_inputs``), so the two commands say the same numbers."""
     return Structural.of_inputs(old, new, max_text_lines)
 
 

@@ -572,7 +572,7 @@ def prepared_for_check(tree, results: Sequence) -> list:
 
 
 def prepared_for_update(tree, results: Sequence) -> list:
-    """`golden update`'s results completed from the snapshot being replaced (``golden.update.update``'s ``prepare``):
+    """`golden update`'s results completed from the snapshot being replaced (``golden_update.update``'s ``prepare``):
     a golden's host figure measured again, its own kept where the leaves held (``with_host_figures``)."""
     return with_host_figures(results, tree.golden, keep_held=True)
 

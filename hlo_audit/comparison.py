@@ -37,9 +37,7 @@ from hlo_audit.findings import (
     SlopeChange,
     TextVerdict,
 )
-from hlo_audit.golden.health import text_damage
-from hlo_audit.golden.record import GoldenLaunches, GoldenRecord, Increments, Slopes
-from hlo_audit.golden.snapshot import Golden
+from hlo_audit.golden.record import Golden, GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
 from hlo_audit.hlo.change_places import instructions_per_step
 from hlo_audit.hlo.changes import Change, ChangeKind
@@ -325,7 +323,7 @@ class CellDelta:
     def text_problem(self) -> str | None:
         """Why the golden's text cannot be compared (missing, not UTF-8, or, where it differs from the cell's, not a
         module hlo-audit reads), where it is compared; None where it can."""
-        return text_damage(self.stored, self.now_text) if self.now_text is not None else None
+        return self.stored.text_damage(self.now_text) if self.now_text is not None else None
 
     @property
     def texts(self) -> tuple[str, str] | None:

@@ -24,7 +24,7 @@ from hlo_audit.stack import is_compiler
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 if TYPE_CHECKING:  # measure's rows (measure reads the goldens; this writes its figures into them)
-    from hlo_audit.judging.measure import CellMeasurement
+    from hlo_audit.commands.measure import CellMeasurement
 
 
 @dataclass(frozen=True)
