@@ -178,7 +178,7 @@ def test_removed_code_is_placed_near_the_kept_code_next_to_it_where_the_golden_k
     where the old text keeps its own lines (two dumps diffed), it is placed there, "at"."""
     from hlo_audit.hlo.normalize import normalize_with_names
     from hlo_audit.hlo.text import parse_module
-    from hlo_audit.report.change_words import place_text
+    from hlo_audit.rules.wording import place_text
 
     before, after = scaled_text(True), scaled_text(False)
     golden = normalize_with_names(parse_module(before))[0]

@@ -192,6 +192,48 @@ def test_no_module_keeps_a_list_of_rules_by_hand():
     assert _rule_name_lists() == []
 
 
+def _kind_lists() -> list[str]:
+    """Every literal collection outside the HLO core (which detects the kinds, in its own order) that holds two or
+    more ``ChangeKind`` members: a hand-kept table of kinds (the words tables change_words kept by kind, issue 49)."""
+    import ast
+
+    found = []
+    for path in sorted(Path(rules_package.__file__).parent.parent.rglob("*.py")):
+        if path.parent.name == "hlo":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            elements = (node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else
+                        [k for k in node.keys if k is not None] if isinstance(node, ast.Dict) else [])
+            kinds = [e.attr for e in elements if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name)
+                     and e.value.id == "ChangeKind"]
+            if len(kinds) >= 2:
+                found.append(f"{path.name}:{node.lineno}: {kinds}")
+    return found
+
+
+def test_each_kind_of_change_is_worded_by_one_spec_in_its_rule_s_module(monkeypatch):
+    """Issue 49 item 1: a kind's word and line are its spec's (``RuleSpec.words``), in the module of the rule that
+    words it; every list of kinds is derived from the specs, none kept by hand; a spec's words are what every
+    report prints for its kind."""
+    from hlo_audit.hlo.changes import Action as ChangeAction
+    from hlo_audit.hlo.changes import Change, ChangeKind, Place
+    from hlo_audit.report.change_words import change_line
+    from hlo_audit.rules import routing
+    from hlo_audit.rules.spec import KindWords
+
+    worded = [w.kind for spec in registry.SPECS for w in spec.words]
+    assert sorted(worded) == sorted(ChangeKind), "each kind of change is worded by exactly one spec"
+    assert all(w.kind in spec.reads or spec.name == "hlo_text" for spec in registry.SPECS for w in spec.words)
+    assert _kind_lists() == []
+    change = Change(ChangeKind.ROUTING, ChangeAction.CHANGED, "routing", Place(source="moe.py:89"), before="argmax x2",
+                    after="top_k (k=2) x2", per_step=8, instructions=-12)
+    assert change_line(change) == "routing: argmax x2 -> top_k (k=2) x2, 8 runs per step; -12 instructions; at moe.py:89"
+    # The spec's words are the line: replaced there alone, every format says the new words.
+    reworded = dataclasses.replace(routing.SPEC, words=(KindWords(ChangeKind.ROUTING, "selection"),))
+    monkeypatch.setattr(registry, "SPECS", tuple(reworded if s is routing.SPEC else s for s in registry.SPECS))
+    assert change_line(change) == "selection: 1 routing: argmax x2 -> top_k (k=2) x2 at moe.py:89"
+
+
 def test_what_a_golden_lacks_names_the_rules_its_specs_say_compare_it(monkeypatch):
     """Each part of a golden is worded once and compared by the rules whose specs say so: every rule that reads the
     text's diff compares the text; a spec added with a part of its own is named where a golden lacks it."""

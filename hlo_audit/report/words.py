@@ -40,7 +40,7 @@ from hlo_audit.report.change_words import change_line
 from hlo_audit.report.escape import visible
 from hlo_audit.results import LoweredCell, UnavailableCell
 from hlo_audit.rules import registry
-from hlo_audit.rules.registry import Rule
+from hlo_audit.rules.wording import byte_changes, golden_to_now, plural, program_sizes_text
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 
@@ -51,12 +51,6 @@ def human_bytes(n: int) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
-
-
-def plural(n: float, one: str, many: str | None = None) -> str:
-    """The noun for ``n`` of it: ``cell`` for 1, ``cells`` otherwise (``many``: an irregular plural, ``leaves``).
-    Callers write the number as they format it: ``f"{n:,} {plural(n, 'cell')}"``."""
-    return one if abs(n) == 1 else many or one + "s"
 
 
 def counts_text(counts: Mapping[str, int]) -> str:
@@ -174,12 +168,6 @@ def launches_headline(launches: Launches) -> str:
 def scalar_launch_lines(launches: Launches, top: int = 4) -> list[str]:
     """The largest groups of scalar kernels (one block of one thread), in words."""
     return [g.describe() for g in launches.scalar_groups[:top]]
-
-
-def golden_to_now(golden, now, spec: str = "") -> str:
-    """``golden 83 -> now 87``: the one use of an arrow in a finding, its two ends named (a series' depths are
-    ``L2: 87, L4: 163``, never an arrow)."""
-    return f"golden {golden:{spec}} -> now {now:{spec}}"
 
 
 def depth_values(depths, values) -> str:
@@ -466,12 +454,6 @@ def _program_change(facts: TextChange) -> str:
            f"{plural(facts.changed_lines, 'line')})"
 
 
-def byte_changes(changes: Mapping[str, tuple[int, int]]) -> str:
-    """``temp_bytes 2,671,656,960 -> 2,800,000,000 (+4.8%)``, one per kind."""
-    return ", ".join(f"{k} {golden_to_now(a, b, ',')} ({(b - a) / a:+.1%})" if a else f"{k} {golden_to_now(a, b, ',')}"
-                     for k, (a, b) in changes.items())
-
-
 def _memory(facts: MemoryChange) -> str:
     if facts.grew:
         grown = {k: v for k, v in facts.changed.items() if v[1] > v[0]}
@@ -520,7 +502,8 @@ def _named(facts: NamedChange) -> str:
     parts = [change_line(c) for c in facts.changes[:NAMED_SHOWN]]
     if len(facts.changes) > NAMED_SHOWN:
         parts.append(f"and {len(facts.changes) - NAMED_SHOWN} more (--format json lists every one)")
-    parts += _named_numbers(facts)
+    numbers = registry.spec_of(facts.rule).numbers
+    parts += numbers(facts) if numbers is not None else []
     said = "; ".join(parts)
     if facts.environment:
         return (f"{said}; but the environment differs from the golden's ({environment_text(facts.environment)}), "
@@ -534,29 +517,6 @@ _MOVED = {
                          "them inline, which moves the program's size and its loops; write the goldens with the jax "
                          "that checks them to compare these"),
 }
-
-
-def _named_numbers(facts: NamedChange) -> list[str]:
-    """What a rule judged by besides the changes: kernel digests, program sizes, the memory a donation moved."""
-    if facts.rule == Rule.KERNELS:
-        return [f"kernel body changed: {k.name} ({', '.join(k.golden) or 'none'} -> {', '.join(k.now) or 'none'})"
-                for k in facts.kernels]
-    if facts.rule == Rule.PROGRAM_SIZE:
-        return [f"against the golden (tolerance {facts.tolerance:.0%}): "
-                f"{program_sizes_text(facts.sizes, facts.by_opcode)}"]
-    if facts.rule == Rule.DONATION and facts.sizes:
-        lost = "; the cost of the lost donation, not a memory improvement" if facts.worse else ""
-        return [f"compiled memory: {byte_changes(facts.sizes)}{lost}"]
-    return []
-
-
-def program_sizes_text(sizes: Mapping[str, tuple[int, int]], by_opcode: Mapping[str, int]) -> str:
-    """``instructions 492 -> 397 (-19.3%), instructions per step 1,510 -> 1,150 (-23.8%); per step: multiply -50,
-    ...``: what `check`'s program-size finding and `diff` both say of two programs (``comparison.Structural``)."""
-    said = ", ".join(f"{k.replace('_', ' ')} {a:,} -> {b:,}" + (f" ({(b - a) / a:+.1%})" if a else "")
-                     for k, (a, b) in sizes.items())
-    top = sorted(by_opcode.items(), key=lambda kv: (-abs(kv[1]), kv[0]))[:5]
-    return said + (f"; per step: {signed_counts(dict(top))}" if top else "")
 
 
 def against_golden_text(delta: CellDelta) -> str:

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import GoldenPart, NamedChange
-from hlo_audit.hlo.changes import Action, ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import Action, Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import byte_changes, counted, groups_text
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta, Structural
@@ -57,6 +58,26 @@ def _buffers_grew(structural: Structural | None, sizes: Mapping[str, tuple[int, 
     return arguments[1] - arguments[0] >= after - before
 
 
-SPEC = named_spec(NAME, donation, (ChangeKind.DONATION,),
+def _line(c: Change, kind: str, where: str) -> str:
+    if c.action is Action.REMOVED:
+        text = (f"{counted(c.count, 'parameter')} no longer donated ({c.subject}): +{c.bytes:,} bytes kept on "
+                f"device beside the step's outputs")
+        roles = c.before
+    else:
+        text = f"{counted(c.count, 'parameter')} now donated ({c.subject}): {c.bytes:,} bytes reused"
+        roles = c.after
+    patterns = groups_text(c.groups)
+    return f"{kind}: {text}; {roles}: {patterns}"
+
+
+def _numbers(facts: NamedChange) -> list[str]:
+    """The compiled memory the donation moved, where the cell is compiled."""
+    if not facts.sizes:
+        return []
+    lost = "; the cost of the lost donation, not a memory improvement" if facts.worse else ""
+    return [f"compiled memory: {byte_changes(facts.sizes)}{lost}"]
+
+
+SPEC = named_spec(NAME, donation, (KindWords(ChangeKind.DONATION, "donation", _line),),
                   "parameters no longer donated, and the alias bytes a compiled cell lost with them",
-                  golden_parts=(GoldenPart.MEMORY,))
+                  golden_parts=(GoldenPart.MEMORY,), numbers=_numbers)

@@ -9,10 +9,12 @@ one that only renames entry parameters (``renamed-only``) is an advisory listing
 from __future__ import annotations
 
 from hlo_audit.findings import Finding, TextChange, TextKind, TextVerdict
-from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.hlo.changes import Action as ChangeAction
+from hlo_audit.hlo.changes import Change, ChangeKind
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
-from hlo_audit.rules.spec import Context, RuleSpec, Subject
+from hlo_audit.rules.spec import Context, KindWords, RuleSpec, Subject
+from hlo_audit.rules.wording import counted, groups_text, per_layer
 
 NAME = "hlo_text"
 
@@ -43,5 +45,29 @@ def hlo_text(subject: Subject, ctx: Context) -> Finding | None:
         params=(*structural.diff.params_added, *structural.diff.params_removed), match=structural.diff.match))
 
 
+def _rename_line(c: Change, kind: str, where: str) -> str:
+    return f"{kind}: {c.before} -> {c.after}, {counted(c.count, 'parameter')}: {groups_text(c.groups)}"
+
+
+def _parameters_line(c: Change, kind: str, where: str) -> str:
+    if c.action is ChangeAction.CHANGED:
+        return f"{kind}: {counted(c.count, 'parameter')} {c.subject}: {c.before} -> {c.after} " \
+               f"({c.bytes:+,} bytes)"
+    sign = "+" if c.action is ChangeAction.ADDED else "-"
+    dtype = c.after or c.before
+    text = f"{kind}: {sign}{counted(c.count, 'parameter')} {c.subject}{per_layer(c)} ({dtype}, {c.bytes:,} bytes)"
+    if len(c.groups) > 1:
+        text += f": {groups_text(c.groups)}"
+    return text
+
+
+def _header_line(c: Change, kind: str, where: str) -> str:
+    return f"{kind}: {c.subject} {c.before} -> {c.after}"
+
+
 SPEC = RuleSpec(NAME, Action.FAIL, hlo_text, (TextChange,), (ChangeKind.RENAME,),
-                doc="the canonical text against the golden's (advisory under another environment)")
+                doc="the canonical text against the golden's (advisory under another environment)",
+                words=(KindWords(ChangeKind.RENAME, "rename", _rename_line),
+                       KindWords(ChangeKind.PARAMETERS, "parameters", _parameters_line),
+                       KindWords(ChangeKind.HEADER, "header", _header_line),
+                       KindWords(ChangeKind.INSTRUCTIONS, "instructions")))

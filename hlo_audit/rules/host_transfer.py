@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import NamedChange
-from hlo_audit.hlo.changes import Action, ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import Action, Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import counted, in_computation
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -22,4 +23,11 @@ def host_transfer(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, any(c.action is Action.ADDED for c in changes), changes, command=ctx.command(d.cell))
 
 
-SPEC = named_spec(NAME, host_transfer, (ChangeKind.HOST_TRANSFER,), "host callbacks, infeed / outfeed added")
+def _line(c: Change, kind: str, where: str) -> str:
+    verb = "added" if c.action is Action.ADDED else "removed"
+    return f"{kind} {verb}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {in_computation(c, where)}, " \
+           f"{counted(c.per_step, 'run')} per step"
+
+
+SPEC = named_spec(NAME, host_transfer, (KindWords(ChangeKind.HOST_TRANSFER, "host transfer", _line),),
+                  "host callbacks, infeed / outfeed added")

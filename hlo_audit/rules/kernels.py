@@ -7,8 +7,9 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import GoldenPart, KernelBody, NamedChange
-from hlo_audit.hlo.changes import ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import VERBS
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -31,5 +32,15 @@ def kernels(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, True, changes, kernels=tuple(bodies), command=ctx.command(d.cell))
 
 
-SPEC = named_spec(NAME, kernels, (ChangeKind.KERNEL,), "kernel bodies by content digest, kernels added or removed",
-                  golden_parts=(GoldenPart.KERNEL_DIGESTS,))
+def _line(c: Change, kind: str, where: str) -> str:
+    return f"{kind} {VERBS[c.action]}: {c.subject}{' x' + str(c.count) if c.count > 1 else ''} {where}".rstrip()
+
+
+def _numbers(facts: NamedChange) -> list[str]:
+    return [f"kernel body changed: {k.name} ({', '.join(k.golden) or 'none'} -> {', '.join(k.now) or 'none'})"
+            for k in facts.kernels]
+
+
+SPEC = named_spec(NAME, kernels, (KindWords(ChangeKind.KERNEL, "kernel", _line),),
+                  "kernel bodies by content digest, kernels added or removed",
+                  golden_parts=(GoldenPart.KERNEL_DIGESTS,), numbers=_numbers)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import Moved, NamedChange
-from hlo_audit.hlo.changes import ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import ROLLED, TRIP_COUNT, UNROLLED, Action, Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import ops_text, plural
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -24,5 +25,25 @@ def loops(d: CellDelta, ctx: Context) -> NamedChange | None:
                        moved_by=Moved.CLOSED_CALLS) if changes else None
 
 
-SPEC = named_spec(NAME, loops, (ChangeKind.LOOPS,), "loops unrolled, rolled, added or removed, trip counts changed",
+def _line(c: Change, kind: str, where: str) -> str:
+    if c.subject == TRIP_COUNT:
+        text = f"{kind}: trip count {c.before} -> {c.after}"
+    elif c.subject == UNROLLED:
+        loops = "a loop" if c.count == 1 else f"{c.count} loops"
+        text = f"{kind}: {loops} of {c.before} unrolled ({c.per_step} copies of the body inline)"
+    elif c.subject == ROLLED:
+        layers = f"{c.layers} layers" if c.layers else "inline code"
+        loops = "a loop" if c.count == 1 else f"{c.count} loops"
+        text = f"{kind}: {layers} rolled into {loops} of {c.before}"
+    else:
+        verb = "added" if c.action is Action.ADDED else "removed"
+        text = f"{kind}: a loop {verb}: {c.before}"
+    if c.subject != TRIP_COUNT and c.instructions:
+        text += f"; {c.instructions:+,} {plural(c.instructions, 'instruction')}"
+        text += f" ({ops_text(c)})" if c.groups else ""
+    return f"{text}; {where}".rstrip("; ")
+
+
+SPEC = named_spec(NAME, loops, (KindWords(ChangeKind.LOOPS, "loops", _line),),
+                  "loops unrolled, rolled, added or removed, trip counts changed",
                   explains_size=True)

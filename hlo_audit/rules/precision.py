@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import NamedChange
-from hlo_audit.hlo.changes import ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import counted, per_layer
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -21,5 +22,18 @@ def precision(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, True, changes, command=ctx.command(d.cell)) if changes else None
 
 
-SPEC = named_spec(NAME, precision, (ChangeKind.PRECISION,), "dots and convolutions of another precision",
+def _line(c: Change, kind: str, where: str) -> str:
+    text = f"{kind}: {counted(c.count, c.subject)}{per_layer(c)}: {c.before} now {c.after}"
+    if c.instructions:
+        text += f"; converts {c.instructions:+d}"
+    follow = sum(n for op, n in c.groups if op != "rewired")
+    if follow:
+        text += f"; {counted(follow, 'op')} follow the dtype"
+    if c.flops:
+        text += f"; {c.flops:,} FLOPs per step moved"
+    return f"{text}; {where}".rstrip("; ")
+
+
+SPEC = named_spec(NAME, precision, (KindWords(ChangeKind.PRECISION, "precision", _line),),
+                  "dots and convolutions of another precision",
                   explains_size=True)

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import Moved, NamedChange
-from hlo_audit.hlo.changes import RANDOM_BITS, Action, ChangeKind
-from hlo_audit.rules.spec import Context, Tolerance, named_spec
+from hlo_audit.hlo.changes import RANDOM_BITS, Action, Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, Tolerance, named_spec
+from hlo_audit.rules.wording import leading_int, ops_text, plural, program_sizes_text
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -61,8 +62,35 @@ def _explained(structural, changes, before: int, after: int, tolerance: float,
     return bool(named) and abs(left) <= before * tolerance
 
 
+def _line(c: Change, kind: str, where: str) -> str:
+    """``program size: rematerialization removed: -95 instructions (-19.3%), 492 instructions -> 397 instructions``;
+    where the kinds named before it took part of the program's change, what is left is said as such beside the
+    program's whole change, so the two numbers never read as one (``+0 instructions, 1742 -> 1961``)."""
+    before, after = leading_int(c.before), leading_int(c.after)
+    ops = ops_text(c)
+    if before is not None and after is not None and after - before != c.instructions:
+        whole = after - before
+        share = f", {whole / before:+.1%}" if before else ""
+        text = (f"{kind}: {c.subject}: {c.instructions:+,} {plural(c.instructions, 'instruction')} besides the changes "
+                f"named above; the program {c.before} -> {c.after} ({whole:+,}{share})")
+    else:
+        share = f" ({c.instructions / before:+.1%})" if before else ""
+        text = (f"{kind}: {c.subject}: {c.instructions:+,} {plural(c.instructions, 'instruction')}{share}, "
+                f"{c.before} -> {c.after}")
+    if c.layers > 1:
+        text += f" ({c.instructions / c.layers:+,.0f} per layer, {c.layers} layers)"
+    text += f"; {ops}" if ops else ""
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _numbers(facts: NamedChange) -> list[str]:
+    return [f"against the golden (tolerance {facts.tolerance:.0%}): "
+            f"{program_sizes_text(facts.sizes, facts.by_opcode)}"]
+
+
 # A jax release moves a module's instruction count by a few percent, and under another environment than the
 # golden's this rule still gates: wider than memory's.
-SPEC = named_spec(NAME, program_size, (ChangeKind.PROGRAM_SIZE, ChangeKind.RNG_KEYS),
+SPEC = named_spec(NAME, program_size, (KindWords(ChangeKind.PROGRAM_SIZE, "program size", _line),),
                   "instructions (in the text and per step) beyond its tolerance, either way",
-                  Tolerance(0.05, "0.05 for 5%", top_level=True))
+                  Tolerance(0.05, "0.05 for 5%", top_level=True),
+                  also_reads=(ChangeKind.RNG_KEYS,), numbers=_numbers)

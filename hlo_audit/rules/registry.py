@@ -40,7 +40,7 @@ from hlo_audit.rules import (
     series,
     structure,
 )
-from hlo_audit.rules.spec import Context, RuleSpec, Subject
+from hlo_audit.rules.spec import Context, KindWords, RuleSpec, Subject
 
 SPECS: tuple[RuleSpec, ...] = (
     count.SPEC,
@@ -96,6 +96,11 @@ def spec_of(name: str) -> RuleSpec:
 def comparing(part: GoldenPart) -> tuple[str, ...]:
     """The rules that compare ``part`` of a golden (``RuleSpec.compares``), in the registry's order."""
     return tuple(spec.name for spec in SPECS if spec.compares(part))
+
+
+def kind_words(kind: ChangeKind) -> KindWords:
+    """How ``kind`` is worded in every report: the ``KindWords`` of the one spec that words it (``RuleSpec.words``)."""
+    return next(words for spec in SPECS for words in spec.words if words.kind is kind)
 
 
 def size_explained() -> tuple[ChangeKind, ...]:

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import NamedChange
-from hlo_audit.hlo.changes import Action, ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import LITERAL_KEY, LOOP_KEY, Action, Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import counted
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -26,4 +27,23 @@ def rng_keys(d: CellDelta, ctx: Context) -> NamedChange | None:
     return NamedChange(NAME, any(c.action is Action.ADDED for c in changes), changes, command=ctx.command(d.cell))
 
 
-SPEC = named_spec(NAME, rng_keys, (ChangeKind.RNG_KEYS,), "bits drawn from a literal key, or one key drawn twice")
+def _line(c: Change, kind: str, where: str) -> str:
+    """``rng keys: a literal key drawn from at model.py:12 (…): every call draws the same bits (no entry parameter
+    upstream; literal keys 0 -> 1)``; a key drawn from twice with its draws; fewer, in numbers."""
+    if c.action is Action.REMOVED:
+        return f"{kind}: {counted(c.count, c.subject, c.subject.replace('key', 'keys', 1))} fewer ({c.before} -> " \
+               f"{c.after})"
+    tally = f"{'literal' if c.subject == LITERAL_KEY else 'reused'} keys {c.before} -> {c.after}"
+    if c.subject == LITERAL_KEY:
+        return f"{kind}: a literal key drawn from {where}: every call draws the same bits (no entry parameter " \
+               f"upstream: pass the key in and split it per step); {tally}"
+    also = f", again at {', '.join(p for p, _ in c.groups[:3])}" if c.groups else ""
+    if c.subject == LOOP_KEY:
+        return f"{kind}: one key drawn from on every loop iteration, unchanged ({c.per_step} draws per step) " \
+               f"{where}: every iteration draws the same bits (fold_in the iteration or split per layer); {tally}"
+    return f"{kind}: one key drawn from {c.per_step} times without a split or fold_in between {where}{also}: the " \
+           f"draws are the same bits (split the key or fold_in per draw); {tally}"
+
+
+SPEC = named_spec(NAME, rng_keys, (KindWords(ChangeKind.RNG_KEYS, "rng keys", _line),),
+                  "bits drawn from a literal key, or one key drawn twice")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import Finding, GoldenPart, NamedChange
-from hlo_audit.hlo.changes import ChangeKind
+from hlo_audit.hlo.changes import Change, ChangeKind
 from hlo_audit.policy import Action, Policy
 from hlo_audit.results import LoweredCell, Severity
 
@@ -79,6 +79,18 @@ class Tolerance:
 
 
 @dataclass(frozen=True)
+class KindWords:
+    """A kind of change as every report says it: its word (``routing``) and its line, ``line(change, word, where)``
+    with ``where`` the change's place in words (``wording.place_text``); None: the common line (``+3 all-reduce
+    ...``, ``report.change_words.change_line``). Each kind is worded by the one spec that lists it (``RuleSpec.words``,
+    ``registry.kind_words``), in the rule's own module."""
+
+    kind: ChangeKind
+    word: str
+    line: Callable[[Change, str, str], str] | None = None
+
+
+@dataclass(frozen=True)
 class RuleSpec:
     """One rule, in one place: its ``[policy]`` key, its default action, its tolerance (None: it has none), the kinds
     of the structural diff it reads, its judge (None: the gate makes its findings itself, ``gate.Gate``), whether it
@@ -108,6 +120,11 @@ class RuleSpec:
     # program_size rule neither calls a program that shrank with them a change of size nor counts the growth they
     # explain (``registry.size_explained``).
     explains_size: bool = False
+    # The kinds of change it words (each kind is worded by one spec; a rule may read a kind another words, as
+    # program_size reads rng_keys'), and what its named findings say besides their changes (kernel bodies, program
+    # sizes, the memory a donation moved).
+    words: tuple[KindWords, ...] = ()
+    numbers: Callable[[NamedChange], list[str]] | None = None
 
     def compares(self, part: GoldenPart) -> bool:
         """Whether it compares ``part`` of a golden: its own parts, and the text where it reads the text's diff."""
@@ -131,23 +148,28 @@ def named(judge: Callable[[CellDelta, Context], NamedChange | None]) -> Judge:
     return rule
 
 
-def named_spec(name: str, judge: Callable[[CellDelta, Context], NamedChange | None], reads: tuple[ChangeKind, ...],
+def named_spec(name: str, judge: Callable[[CellDelta, Context], NamedChange | None], words: tuple[KindWords, ...],
                doc: str, tolerance: Tolerance | None = None, golden_parts: tuple[GoldenPart, ...] = (),
-               explains_size: bool = False) -> RuleSpec:
-    """The spec of a named rule: ``fail`` by default, its findings ``NamedChange``s of the kinds it ``reads``."""
+               explains_size: bool = False, also_reads: tuple[ChangeKind, ...] = (),
+               numbers: Callable[[NamedChange], list[str]] | None = None) -> RuleSpec:
+    """The spec of a named rule: ``fail`` by default, its findings ``NamedChange``s of the kinds it words (and of
+    ``also_reads``, kinds another spec words)."""
+    reads = tuple(w.kind for w in words) + also_reads
     return RuleSpec(name, Action.FAIL, named(judge), (NamedChange,), reads, tolerance, doc=doc,
-                    golden_parts=golden_parts, explains_size=explains_size)
+                    golden_parts=golden_parts, explains_size=explains_size, words=words, numbers=numbers)
 
 
-def change_spec(name: str, kind: ChangeKind, doc: str) -> RuleSpec:
-    """The spec of a named rule that fails on any change of one ``kind`` the program's diff names, either way (a
+def change_spec(name: str, words: KindWords, doc: str) -> RuleSpec:
+    """The spec of a named rule that fails on any change of one kind the program's diff names, either way (a
     change to judge, never an improvement): remat, conditional, routing, each accounting for the instructions its
     changes name (``RuleSpec.explains_size``)."""
+    kind = words.kind
+
     def judge(d: CellDelta, ctx: Context) -> NamedChange | None:
         changes = of_kind(d, kind, program_changed=True)
         return NamedChange(name, True, changes, command=ctx.command(d.cell)) if changes else None
     judge.__name__ = judge.__qualname__ = name
-    return named_spec(name, judge, (kind,), doc, explains_size=True)
+    return named_spec(name, judge, (words,), doc, explains_size=True)
 
 
 def changed(delta: CellDelta) -> bool:

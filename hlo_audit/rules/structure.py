@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import EnvironmentChange, NamedChange
-from hlo_audit.hlo.changes import ChangeKind
-from hlo_audit.rules.spec import Context, named_spec, of_kind
+from hlo_audit.hlo.changes import Action, Change, ChangeKind
+from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.wording import VERBS, counted, groups_text, in_computation, paths_text, per_layer
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -57,8 +58,63 @@ def constants(d: CellDelta, ctx: Context) -> NamedChange | None:
     return _structural("constants", ChangeKind.CONSTANTS, d, ctx, d.environment)
 
 
-SHARDING = named_spec("sharding", sharding, (ChangeKind.SHARDING,), "shardings changed, constraints added or removed")
-COLLECTIVES = named_spec("collectives", collectives, (ChangeKind.COLLECTIVES,), "collectives added, removed, changed")
-SHAPES = named_spec("shapes", shapes, (ChangeKind.SHAPES,), "inputs and activations of other dims")
-OPS = named_spec("ops", ops, (ChangeKind.OPS,), "ops added, removed or changed at equal shapes")
-CONSTANTS = named_spec("constants", constants, (ChangeKind.CONSTANTS,), "literals whose value changed")
+def _sharding_line(c: Change, kind: str, where: str) -> str:
+    if c.subject == "sharding constraint" and c.action is not Action.CHANGED:
+        verb = "added" if c.action is Action.ADDED else "removed"
+        return f"{kind}: {counted(c.count, c.subject)} {verb} ({c.after or c.before}); {where}".rstrip("; ")
+    what = c.subject.removesuffix(" (per-device shape)")
+    text = f"{kind}: {counted(c.count, what.removesuffix('s'), what) if what.endswith('s') else c.count} "
+    if c.subject.endswith("(per-device shape)"):
+        text += (f"per-device shape {c.before} -> {c.after} where their collectives changed (sharded otherwise "
+                 "across the devices)")
+    else:
+        text += f"{c.before} -> {c.after}"
+    if c.groups:
+        return f"{text}: {groups_text(c.groups)}"
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _collectives_line(c: Change, kind: str, where: str) -> str:
+    verb = VERBS[c.action]
+    text = f"{kind}: {c.subject} {verb} x{c.count}{per_layer(c)}"
+    if c.action is Action.CHANGED:
+        text += f": {c.before} now {c.after}"
+    text += f", {counted(c.per_step, 'run')} per step moving {c.bytes:,} bytes"
+    return f"{text}; {in_computation(c, where)}"
+
+
+def _shapes_line(c: Change, kind: str, where: str) -> str:
+    if c.subject == "inputs":
+        text = f"{kind}: {counted(c.count, 'input')} {', '.join(f for f, _ in c.groups)} ({c.before} -> {c.after}"
+        return f"{text}, {c.bytes:+,} bytes): {paths_text(c.place.paths)}"
+    factors = ", ".join(f"{f} on {n:,}" for f, n in c.groups)
+    device = " per device (their shape or their sharding)" if c.subject.endswith("(per device)") else ""
+    return f"{kind}: {counted(c.count, 'value')}{per_layer(c)} reshaped{device}, {factors} (most: {c.before} -> " \
+           f"{c.after}); {where}".rstrip("; ")
+
+
+def _ops_line(c: Change, kind: str, where: str) -> str:
+    mix = ", ".join(f"{op} {n:+d}" if " -> " not in op and "(" not in op else f"{op} x{n}" for op, n in c.groups[:6])
+    more = f" and {len(c.groups) - 6} more" if len(c.groups) > 6 else ""
+    work = f", {c.flops:+,} FLOPs per step" if c.flops else ""
+    return f"{kind}: {counted(c.count, 'instruction')}{per_layer(c)} at equal shapes: {mix}{more}, " \
+           f"{counted(c.per_step, 'run')} per step{work}; {in_computation(c, where)}"
+
+
+def _constants_line(c: Change, kind: str, where: str) -> str:
+    """``constants: f32[] literal 0.001 -> 0.002 at train.py:12 (jit(step)/mul)``: both values, the type, the place."""
+    what = f"{c.subject} literal" if c.count == 1 else f"{c.count:,} {c.subject} literals{per_layer(c)}"
+    return f"{kind}: {what} {c.before} -> {c.after} {in_computation(c, where)}"
+
+
+SHARDING = named_spec("sharding", sharding, (KindWords(ChangeKind.SHARDING, "sharding", _sharding_line),),
+                      "shardings changed, constraints added or removed")
+COLLECTIVES = named_spec("collectives", collectives,
+                         (KindWords(ChangeKind.COLLECTIVES, "collectives", _collectives_line),),
+                         "collectives added, removed, changed")
+SHAPES = named_spec("shapes", shapes, (KindWords(ChangeKind.SHAPES, "shapes", _shapes_line),),
+                    "inputs and activations of other dims")
+OPS = named_spec("ops", ops, (KindWords(ChangeKind.OPS, "ops", _ops_line),),
+                 "ops added, removed or changed at equal shapes")
+CONSTANTS = named_spec("constants", constants, (KindWords(ChangeKind.CONSTANTS, "constants", _constants_line),),
+                       "literals whose value changed")
