@@ -75,6 +75,9 @@ class MissingGolden:
     # and what made the run pinned (``CI=true``); the command re-blesses it under this stack.
     stack: tuple[EnvironmentChange, ...] = ()
     pinned_by: str | None = None
+    # The rules the parts it lacks leave with nothing to compare for the cell, in the registry's order (their specs
+    # say which parts they compare: ``rules.registry.comparing``).
+    without: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,15 +2,15 @@
 written (``check_record``: ``check --format json``) and how shards' reports are read back and merged into one
 outcome (``merge_check_reports``: `hlo-audit merge`), every field merge reads checked against what is written here.
 
-A finding's ``details`` are shaped here from its typed facts (``details_record``); its ``message`` is
-``report.words``'. A finding read back keeps both as its shard wrote them (``findings.Worded``).
+A finding's ``details`` are shaped by its rule's spec (``RuleSpec.details``; a named rule's by the shape they share,
+``details_record``); its ``message`` is ``report.words``'. A finding read back keeps both as its shard wrote them
+(``findings.Worded``).
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,27 +18,19 @@ from hlo_audit import platforms
 from hlo_audit.files import read_bounded
 from hlo_audit.findings import (
     Accept,
-    CountChange,
-    DeadRng,
     Finding,
-    LaunchChange,
-    LaunchScaling,
-    MemoryChange,
-    MissingGolden,
+    LoweringFailure,
+    Matches,
     NamedChange,
-    RngScaling,
-    StaleWaiver,
-    TextChange,
-    Unjudged,
     Worded,
 )
 from hlo_audit.hlo.params import ParamSummary
-from hlo_audit.host_cost import HostCostChange
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.plan import JUDGE_PARTS, Judge, Shard
-from hlo_audit.report.words import launch_lines, message
+from hlo_audit.report.words import message
 from hlo_audit.results import SEVERITIES, CellResult, FailedCell, LoweredCell, Severity, Status, UnavailableCell
+from hlo_audit.rules import registry
 from hlo_audit.stages import STAGES
 from hlo_audit.targets.vocab import QUANT_MODES, STEPS
 from hlo_audit.usage import InputError
@@ -84,30 +76,6 @@ def cell_record(r: CellResult, slope: float | None = None) -> Json:
     }
 
 
-def launch_change_record(change: LaunchChange) -> Json:
-    return {"golden": dict(change.golden), "now": dict(change.now), "delta": dict(change.delta),
-            "groups": [g.to_record() for g in change.groups], "lines": launch_lines(change)}
-
-
-def _count_details(facts: CountChange) -> Json:
-    p = facts.patterns
-    moved = [{"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.grown], [
-        {"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.shrunk]
-    renamed = [{"from": r.before, "to": r.after, "params": r.params, "roles": r.roles} for r in p.renamed]
-    retyped = [{"pattern": r.pattern, "dtypes": dict(r.dtypes), "roles": dict(r.roles)} for r in p.retyped]
-    inc = facts.increments
-    return {"entry_params": {"golden": facts.golden_params, "now": facts.now_params}, "by_dtype": facts.by_dtype,
-            "by_role": facts.by_role, "groups": facts.groups,
-            "patterns": {"grown": moved[0], "shrunk": moved[1], "renamed": renamed, "retyped": retyped},
-            "captured": facts.captured.to_record() if facts.captured else None,
-            "rng_increments": None if inc is None else {
-                "golden": inc.golden, "now": inc.now, "by_verdict": inc.by_verdict, "by_pattern": inc.by_pattern,
-                "paths": {k: list(v) for k, v in inc.paths.items()}},
-            "launches": launch_change_record(facts.launches) if facts.launches else None,
-            "slopes": {k: list(v) for k, v in facts.slopes.moved.items()} if facts.slopes else None,
-            "regenerate": facts.command}
-
-
 def _named_details(facts: NamedChange) -> Json:
     """A named rule's finding: every change of its kind (kind, action, subject, place, counts, bytes, FLOPs: the
     HLO core's record, ``hlo.changes.Change.to_record``) and the numbers it judged by."""
@@ -117,40 +85,17 @@ def _named_details(facts: NamedChange) -> Json:
             "by_opcode": dict(facts.by_opcode), "tolerance": facts.tolerance, "regenerate": facts.command}
 
 
-_DETAILS: dict[type, Callable[[Any], Json]] = {
-    MissingGolden: lambda f: {"regenerate": f.command} if f.why is None else {"regenerate": f.command, **({
-        "lacks": [str(p) for p in f.lacks], "golden_format": f.golden_format, "damaged": f.damaged}
-        if f.lacks else {}), **({"stack": {c.key: {"golden": c.golden, "now": c.now} for c in f.stack},
-                                 "pinned_by": f.pinned_by} if f.stack else {})},
-    Unjudged: lambda f: {"status": f.status, "golden": f.golden},
-    CountChange: _count_details,
-    TextChange: lambda f: {"changed_lines": f.changed_lines, "diff": list(f.diff), "regenerate": f.command,
-                           "verdict": f.verdict, "changes": list(f.changes), "rng_params": f.rng_params,
-                           "params": [{"pattern": g.pattern, "dtype": g.dtype, "role": g.role, "delta": g.count}
-                                      for g in f.params],
-                           **({"renames": [c.to_record() for c in f.renames]} if f.renames else {})},
-    NamedChange: lambda f: _named_details(f),
-    MemoryChange: lambda f: {"memory": {k: {"golden": a, "now": b} for k, (a, b) in f.changed.items()},
-                             "tolerance": f.tolerance, "regenerate": f.command},
-    RngScaling: lambda f: {"rng_per_layer": f.slope, "depths": list(f.depths), "patterns": dict(f.patterns)},
-    LaunchScaling: lambda f: {"rng_launches_per_layer": f.slope, "launches_per_layer": dict(f.per_layer),
-                              "depths": list(f.depths), "groups": [g.to_record() for g in f.groups]},
-    DeadRng: lambda f: {"dead_params": f.params, "dead_increments": f.increments, "patterns": list(f.patterns),
-                        "waived_patterns": {k: w.reason for k, w in f.waived_patterns.items()}},
-    StaleWaiver: lambda f: {"rule": f.waiver.rule, "match": dict(f.waiver.match), "covered": f.covered},
-    Worded: lambda f: json.loads(f.details),
-    HostCostChange: lambda f: {"caller": f.caller, "golden": f.golden.to_record() if f.golden else None,
-                               "now": f.now.to_record() if f.now else None, "now_leaves": f.now_leaves,
-                               "golden_leaves": f.golden_leaves, "leaves_delta": f.leaves_delta,
-                               "implied_leaves": f.implied, "golden_params": f.golden_params,
-                               "tolerance": f.tolerance, "regenerate": f.command},
-}
-
-
 def details_record(finding: Finding) -> Json:
-    """A finding's numbers as JSON ``details``: what a script reads (``{}`` for kinds without numbers)."""
-    shape = _DETAILS.get(type(finding.facts))
-    return shape(finding.facts) if shape else {}
+    """A finding's numbers as JSON ``details``: what a script reads (``{}`` for kinds without numbers). A rule's are
+    shaped by its spec (``RuleSpec.details``, in the rule's module), a named rule's here (``_named_details``, the
+    shape every named rule shares); a finding read back keeps its shard's."""
+    facts = finding.facts
+    if isinstance(facts, Worded):
+        return json.loads(facts.details)
+    if isinstance(facts, Matches | LoweringFailure):
+        return {}
+    shape = registry.spec_of(finding.rule).details
+    return shape(facts) if shape is not None else _named_details(facts)
 
 
 def finding_record(f: Finding) -> Json:

@@ -22,7 +22,8 @@ from hlo_audit.golden.record import GoldenRecord, record_problem
 from hlo_audit.hlo.text import parse_module
 from hlo_audit.host_cost import HostFigure, Spread, host_cost
 from hlo_audit.matrix import Cell
-from hlo_audit.report import measure_words, words
+from hlo_audit.report import measure_words
+from hlo_audit.rules.host_cost import host_cost_text
 from hlo_audit.targets import get_target
 from in_process import hlo_audit_here, in_project
 from projects import config, project
@@ -57,11 +58,11 @@ def test_host_cost_gates_on_state_leaves_and_words_the_time():
     # The chip's figures (issue 33): nnx.jit 33.4 -> 59.1 ms per call for +288 state leaves (each a parameter).
     found = timed(figure(443, 33_400), figure(731, 59_100), 443, 731, 0.0, "hlo-audit golden update --only id=x")
     assert found is not None and found.worse and found.leaves_delta == 288
-    text = words.host_cost_text(found)
+    text = host_cost_text(found)
     assert text.startswith("host work per call +25.7 ms (+288 state leaves) through nnx.jit: 33.4 ms -> 59.1 ms")
     assert "another machine" not in text and text.endswith("If intended: hlo-audit golden update --only id=x")
     fewer = timed(figure(731, 59_100), figure(443, 33_400), 731, 443, 0.0, "cmd")
-    assert fewer is not None and not fewer.worse and "record the smaller figure" in words.host_cost_text(fewer)
+    assert fewer is not None and not fewer.worse and "record the smaller figure" in host_cost_text(fewer)
 
 
 def test_host_cost_compares_nothing_without_a_measurement_or_within_tolerance():
@@ -70,7 +71,7 @@ def test_host_cost_compares_nothing_without_a_measurement_or_within_tolerance():
     assert timed(figure(443, 33_400), figure(443, 70_000), 443, 443, 0.0, "cmd") is None
     assert timed(figure(443, 33_400), figure(450, 34_000), 443, 450, 0.02, "cmd") is None  # +7 within 2% of 443
     other = timed(figure(443, 33_400, "a workstation"), figure(731, 59_100, "a runner"), 443, 731, 0.0, "cmd")
-    assert "measured on another machine (a workstation)" in words.host_cost_text(other)
+    assert "measured on another machine (a workstation)" in host_cost_text(other)
     # Leaves the call passes beside its entry (arguments jax prunes), as many as the golden's figure says: held.
     assert timed(figure(50, 9_000), figure(50, 9_100), 40, 40, 0.0, "cmd") is None
 
@@ -83,7 +84,7 @@ def test_host_cost_takes_the_golden_s_leaves_as_far_as_its_lowering_bears_them_o
     forged = timed(figure(80, 2_000), figure(26, 3_000), 6, 26, 0.0, "cmd")
     assert forged is not None and forged.worse and forged.leaves_delta == 20 and forged.implied == 6
     assert "the golden claims 80 leaves, its entry's 6 parameters and this step bear out 6" in \
-        words.host_cost_text(forged)
+        host_cost_text(forged)
     # The same claim where the 20 leaves are outside this step's entry too: nothing to record, no improvement.
     assert timed(figure(80, 2_000), figure(26, 3_000), 6, 6, 0.0, "cmd") is None
     # A real improvement: the entry shrank with the leaves.
@@ -105,12 +106,12 @@ def test_host_cost_judges_the_lowerings_counts_without_any_figure():
     passes as many."""
     grown = host_cost(56, 106, 6, 6, 0.0, "hlo-audit golden update --only id=x")
     assert grown is not None and grown.worse and grown.leaves_delta == 50 and not grown.timed
-    assert words.host_cost_text(grown) == (
+    assert host_cost_text(grown) == (
         "host work per call: 56 -> 106 state leaves the call flattens (+50 state leaves) "
         "(`hlo-audit measure` times what each costs). If intended: hlo-audit golden update --only id=x")
     assert host_cost(56, 56, 6, 6, 0.0, "cmd") is None
     shrunk = host_cost(56, 30, 30, 20, 0.0, "cmd")
-    assert shrunk is not None and not shrunk.worse and "record the smaller count" in words.host_cost_text(shrunk)
+    assert shrunk is not None and not shrunk.worse and "record the smaller count" in host_cost_text(shrunk)
 
 
 def test_golden_record_keeps_the_figure_and_reads_older_records():

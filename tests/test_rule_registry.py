@@ -19,10 +19,10 @@ from hlo_audit.hlo.params import ParamSummary
 from hlo_audit.judging.gate import Gate
 from hlo_audit.judging.outcome import _folds
 from hlo_audit.matrix import Cell
-from hlo_audit.merge import _DETAILS, finding_record
+from hlo_audit.merge import finding_record
 from hlo_audit.plan import Judge
 from hlo_audit.policy import Action, Policy
-from hlo_audit.report.words import _MESSAGES, message
+from hlo_audit.report.words import message
 from hlo_audit.results import LoweredCell, Severity
 from hlo_audit.rules import registry
 from hlo_audit.rules.spec import Context, RuleSpec, Subject, Tolerance
@@ -50,11 +50,35 @@ def test_every_spec_is_registered_once_and_names_every_rule():
 
 
 def test_every_finding_a_spec_declares_is_worded_and_detailed():
-    """A rule's facts select its words and its JSON details: each kind a spec says its findings carry has words, and
-    details unless it carries no numbers (a stale golden: ``{}``)."""
+    """A rule's findings are worded and detailed by its spec, in its own module (issue 49: a rule's words lived in
+    three tables besides its spec): every spec whose findings carry facts of their own has both; a named rule's are
+    the frame every named rule shares (its changes' lines, ``numbers``)."""
     for spec in registry.SPECS:
-        for facts in spec.facts:
-            assert facts in _MESSAGES and (facts in _DETAILS or not dataclasses.fields(facts)), (spec.name, facts)
+        if spec.facts == (NamedChange,):
+            assert spec.message is None and spec.details is None, spec.name
+        else:
+            assert spec.message is not None and spec.details is not None, spec.name
+            owner = {m for m in (spec.message.__module__, spec.details.__module__)}
+            assert len(owner) == 1 and owner.pop().startswith("hlo_audit.rules."), spec.name
+
+
+def test_a_rule_with_facts_of_its_own_is_worded_and_detailed_by_its_spec_alone(monkeypatch):
+    """A new kind of finding costs its facts, its rule's module (judge, words, details) and one registry line: no
+    table in report/ or merge names it."""
+    @dataclasses.dataclass(frozen=True)
+    class Odd:
+        count: int
+
+    def odd(subject: Subject, ctx: Context) -> Finding:
+        return Finding(subject.cell, Severity.REGRESSION, "odd", Odd(3))
+
+    spec = RuleSpec("odd", Action.FAIL, odd, (Odd,), needs_golden=False, doc="a test's rule",
+                    message=lambda facts: f"{facts.count} odd things", details=lambda facts: {"odd": facts.count})
+    monkeypatch.setattr(registry, "SPECS", (*registry.SPECS, spec))
+    [found] = [f for f in Gate(Policy(registry.default_policy()), "x").judge_cell(RESULT, None, None, None)[0]
+               if f.rule == "odd"]
+    assert message(found) == "3 odd things"
+    assert finding_record(found)["details"] == {"odd": 3}
 
 
 def test_every_policy_key_config_accepts_is_a_spec(tmp_path):
@@ -194,9 +218,11 @@ def test_no_module_keeps_a_list_of_rules_by_hand():
 
 def _kind_lists() -> list[str]:
     """Every literal collection outside the HLO core (which detects the kinds, in its own order) that holds two or
-    more ``ChangeKind`` members: a hand-kept table of kinds (the words tables change_words kept by kind, issue 49)."""
+    more ``ChangeKind`` members, and every dict keyed by two or more rules' facts types: a hand-kept table of kinds
+    or of findings (the words tables change_words, report.words and merge kept, issue 49)."""
     import ast
 
+    facts_types = {facts.__name__ for spec in registry.SPECS for facts in spec.facts}
     found = []
     for path in sorted(Path(rules_package.__file__).parent.parent.rglob("*.py")):
         if path.parent.name == "hlo":
@@ -208,6 +234,11 @@ def _kind_lists() -> list[str]:
                      and e.value.id == "ChangeKind"]
             if len(kinds) >= 2:
                 found.append(f"{path.name}:{node.lineno}: {kinds}")
+            # A table keyed by rules' facts types (report.words._MESSAGES and merge._DETAILS were): their words and
+            # details are their specs'.
+            facts = [e.id for e in elements if isinstance(e, ast.Name) and e.id in facts_types]
+            if isinstance(node, ast.Dict) and len(facts) >= 2:
+                found.append(f"{path.name}:{node.lineno}: {facts}")
     return found
 
 
@@ -238,17 +269,23 @@ def test_what_a_golden_lacks_names_the_rules_its_specs_say_compare_it(monkeypatc
     """Each part of a golden is worded once and compared by the rules whose specs say so: every rule that reads the
     text's diff compares the text; a spec added with a part of its own is named where a golden lacks it."""
     from hlo_audit.findings import GoldenPart, MissingGolden
-    from hlo_audit.report.words import GOLDEN_PARTS
+    from hlo_audit.rules.missing_golden import GOLDEN_PARTS, left_without
 
     assert set(GOLDEN_PARTS) == set(GoldenPart)
     assert all(registry.comparing(part) for part in GoldenPart), {p: registry.comparing(p) for p in GoldenPart}
     assert set(registry.comparing(GoldenPart.TEXT)) == {spec.name for spec in registry.SPECS if spec.reads}
-    lacking = Finding("m/scan-off/none/L2", Severity.REGRESSION, "missing_golden",
-                      MissingGolden("g.json", "cmd", lacks=(GoldenPart.SLOPES,), golden_format=1))
-    assert "the rule count has nothing to compare" in message(lacking)
+
+    def lacking() -> Finding:  # as the judge makes it: the rules left without, from the context the registry builds
+        facts = MissingGolden("g.json", "cmd", lacks=(GoldenPart.SLOPES,), golden_format=1)
+        ctx = registry.context(Policy(registry.default_policy()), lambda cid: "cmd")
+        facts = dataclasses.replace(facts, without=left_without(facts.lacks, ctx))
+        return Finding("m/scan-off/none/L2", Severity.REGRESSION, "missing_golden", facts)
+
+    assert "the rule count has nothing to compare" in message(lacking())
+    assert finding_record(lacking())["details"]["without"] == ["count"]
     monkeypatch.setattr(registry, "SPECS", (*registry.SPECS, dataclasses.replace(
         ALWAYS, golden_parts=(GoldenPart.SLOPES,))))
-    assert "the rules count and always have nothing to compare" in message(lacking)
+    assert "the rules count and always have nothing to compare" in message(lacking())
 
 
 def test_program_size_leaves_to_the_rules_whose_specs_explain_size(monkeypatch):

@@ -16,8 +16,9 @@ from collections.abc import Mapping
 
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.report.escape import html as escape
-from hlo_audit.report.words import human_bytes, plural
+from hlo_audit.report.words import human_bytes
 from hlo_audit.results import LoweredCell
+from hlo_audit.rules.wording import plural
 from hlo_audit.scaling import rng_slope
 
 ROLE_COLORS = {"rng_key": "#d62728", "rng_count": "#ff7f0e", "weight": "#1f77b4", "optimizer_state": "#9467bd",

@@ -10,8 +10,9 @@ from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.comparison import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.host_cost import HostCostChange
-from hlo_audit.merge import cell_record, check_record, finding_record, launch_change_record
+from hlo_audit.merge import cell_record, check_record, finding_record
 from hlo_audit.report import measure_words
+from hlo_audit.rules.wording import launch_change_record
 
 COUNT_SCHEMA = "hlo-audit/count/v1"
 DIFF_SCHEMA = "hlo-audit/diff/v2"

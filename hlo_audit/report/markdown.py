@@ -27,17 +27,14 @@ from hlo_audit.report.words import (
     frozen_rng_line,
     human_bytes,
     key_hazard_lines,
-    launch_lines,
-    launches_change_text,
     launches_headline,
     lowering_warnings_line,
     message,
-    plural,
-    program_sizes_text,
     rng_cost,
     rng_headline,
 )
 from hlo_audit.results import LoweredCell, LoweringWarnings
+from hlo_audit.rules.wording import launch_lines, launches_change_text, plural, program_sizes_text
 
 
 class Md(str):

@@ -4,7 +4,8 @@ say (report/words.py holds every other sentence; these share its host-time and h
 from __future__ import annotations
 
 from hlo_audit.findings import Finding
-from hlo_audit.report.words import host_time, message, plural
+from hlo_audit.report.words import message
+from hlo_audit.rules.wording import host_time, plural
 
 
 def measured_change(change) -> str:

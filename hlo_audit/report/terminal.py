@@ -39,19 +39,16 @@ from hlo_audit.report.words import (
     folded_line,
     frozen_rng_line,
     key_hazard_lines,
-    launch_lines,
-    launches_change_text,
     launches_headline,
     lowering_warnings_line,
     message,
     nothing_written_line,
-    plural,
-    program_sizes_text,
     rng_cost,
     rng_headline,
     scalar_launch_lines,
 )
 from hlo_audit.results import FailedCell, LoweredCell, LoweringWarnings, UnavailableCell
+from hlo_audit.rules.wording import launch_lines, launches_change_text, plural, program_sizes_text
 
 PIPED_WIDTH = 100
 

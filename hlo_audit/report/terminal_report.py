@@ -23,8 +23,9 @@ from hlo_audit.report.terminal import (
     print_table,
     status,
 )
-from hlo_audit.report.words import ROLE_SHORT, human_bytes, plural
+from hlo_audit.report.words import ROLE_SHORT, human_bytes
 from hlo_audit.results import FailedCell, LoweredCell
+from hlo_audit.rules.wording import plural
 
 
 def _with_delta(value: int, delta: int | None) -> Text:

@@ -14,9 +14,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import CountChange, CountKind, Finding, GoldenPart
+from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
+from hlo_audit.rules.wording import (
+    Json,
+    golden_to_now,
+    increments_text,
+    launch_change_record,
+    launches_text,
+    patterns_text,
+    slopes_text,
+)
 
 if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
@@ -64,7 +74,46 @@ def _better_only(d: CellDelta) -> bool:
     return d.launches is None or all(k in FEWER_IS_BETTER_LAUNCHES for k in d.launches.delta)
 
 
+def _message(facts: CountChange) -> str:
+    changes = []
+    if facts.by_dtype or facts.by_role:
+        changes.append(f"entry parameters {golden_to_now(facts.golden_params, facts.now_params)}: "
+                       f"{signed_counts(facts.by_dtype) or 'dtypes unchanged'}"
+                       + (f" ({signed_counts(facts.by_role)})" if facts.by_role else ""))
+    changes += [patterns_text(facts.patterns)] if facts.patterns else []
+    changes += [captured_change(facts.captured.to_record())] if facts.captured else []
+    changes += [increments_text(facts.increments)] if facts.increments else []
+    changes += [launches_text(facts.launches)] if facts.launches else []
+    changes += [slopes_text(facts.slopes)] if facts.slopes else []
+    said = "; ".join(changes)
+    return {CountKind.GREW: f"{said}. If intended: {facts.command}",
+            CountKind.MOVED: f"{said}; record it: {facts.command}",
+            CountKind.SHRANK: f"{said}; tighten the golden: {facts.command}",
+            CountKind.CHANGED: f"{said}: fewer of what the step needs is a change to judge, not an improvement. "
+                               f"If intended: {facts.command}"}[facts.kind]
+
+
+def _details(facts: CountChange) -> Json:
+    p = facts.patterns
+    moved = [{"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.grown], [
+        {"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.shrunk]
+    renamed = [{"from": r.before, "to": r.after, "params": r.params, "roles": r.roles} for r in p.renamed]
+    retyped = [{"pattern": r.pattern, "dtypes": dict(r.dtypes), "roles": dict(r.roles)} for r in p.retyped]
+    inc = facts.increments
+    return {"entry_params": {"golden": facts.golden_params, "now": facts.now_params}, "by_dtype": facts.by_dtype,
+            "by_role": facts.by_role, "groups": facts.groups,
+            "patterns": {"grown": moved[0], "shrunk": moved[1], "renamed": renamed, "retyped": retyped},
+            "captured": facts.captured.to_record() if facts.captured else None,
+            "rng_increments": None if inc is None else {
+                "golden": inc.golden, "now": inc.now, "by_verdict": inc.by_verdict, "by_pattern": inc.by_pattern,
+                "paths": {k: list(v) for k, v in inc.paths.items()}},
+            "launches": launch_change_record(facts.launches) if facts.launches else None,
+            "slopes": {k: list(v) for k, v in facts.slopes.moved.items()} if facts.slopes else None,
+            "regenerate": facts.command}
+
+
 SPEC = RuleSpec(NAME, Action.FAIL, count, (CountChange,),
                 doc="entry parameters, captured constants, never-drawn RNG increments, launches, slopes (a ratchet)",
                 golden_parts=(GoldenPart.LAUNCHES, GoldenPart.CONSTANTS, GoldenPart.RNG_INCREMENTS,
-                              GoldenPart.PATTERN_ROLES, GoldenPart.SLOPES))
+                              GoldenPart.PATTERN_ROLES, GoldenPart.SLOPES),
+                message=_message, details=_details)

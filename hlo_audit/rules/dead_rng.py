@@ -7,6 +7,7 @@ from hlo_audit.findings import DeadRng, Finding
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
+from hlo_audit.rules.wording import Json, plural
 
 NAME = "dead_rng"
 
@@ -30,5 +31,20 @@ def dead_rng(subject: Subject, ctx: Context) -> Finding | None:
     return finding if open_ else finding.waived(*{w.index: w for w in waived.values()}.values())
 
 
+def _message(facts: DeadRng) -> str:
+    more = (f" and {len(facts.patterns) - 1} more {plural(len(facts.patterns) - 1, 'pattern')}"
+            if len(facts.patterns) > 1 else "")
+    return (f"{facts.streams} RNG {plural(facts.streams, 'stream')} never drawn: {facts.params} entry "
+            f"{plural(facts.params, 'parameter')} and {facts.increments:g} counter "
+            f"{plural(facts.increments, 'increment')} per step of dead state (largest: {facts.largest} "
+            f"x{facts.largest_streams}{more}); see `hlo-audit rng {facts.cell}`")
+
+
+def _details(facts: DeadRng) -> Json:
+    return {"dead_params": facts.params, "dead_increments": facts.increments, "patterns": list(facts.patterns),
+            "waived_patterns": {k: w.reason for k, w in facts.waived_patterns.items()}}
+
+
 SPEC = RuleSpec(NAME, Action.WARN, dead_rng, (DeadRng,), needs_golden=False, folds=True, pattern_waivers=True,
-                doc="RNG streams carried and never drawn from (a waiver may name patterns)")
+                doc="RNG streams carried and never drawn from (a waiver may name patterns)",
+                message=_message, details=_details)

@@ -11,6 +11,7 @@ from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.donation import donation
 from hlo_audit.rules.spec import Context, RuleSpec, Subject, Tolerance
+from hlo_audit.rules.wording import Json, byte_changes
 
 NAME = "memory"
 
@@ -37,6 +38,22 @@ def memory(subject: Subject, ctx: Context) -> Finding | None:
                    NAME, MemoryChange(changed, tolerance, grew, ctx.command(subject.cell), program_changed))
 
 
+def _message(facts: MemoryChange) -> str:
+    if facts.grew:
+        grown = {k: v for k, v in facts.changed.items() if v[1] > v[0]}
+        return (f"compiled memory grew beyond {facts.tolerance:.0%} of the golden: {byte_changes(grown)}."
+                f" If intended: {facts.command}")
+    if facts.program_changed:
+        return (f"compiled memory shrank: {byte_changes(facts.changed)}, with the program changed: less memory for "
+                f"another program is a change to judge, not an improvement. If intended: {facts.command}")
+    return f"compiled memory shrank: {byte_changes(facts.changed)}; tighten the golden: {facts.command}"
+
+
+def _details(facts: MemoryChange) -> Json:
+    return {"memory": {k: {"golden": a, "now": b} for k, (a, b) in facts.changed.items()},
+            "tolerance": facts.tolerance, "regenerate": facts.command}
+
+
 SPEC = RuleSpec(NAME, Action.WARN, memory, (MemoryChange,), tolerance=Tolerance(0.02, "0.02 for 2%", top_level=True),
                 doc="compiled cells' memory against the golden's, beyond its tolerance",
-                golden_parts=(GoldenPart.MEMORY,))
+                golden_parts=(GoldenPart.MEMORY,), message=_message, details=_details)

@@ -168,7 +168,8 @@ def applied(policy: Policy, finding: Finding, cell: Cell | None) -> Finding | No
 def context(policy: Policy, command: Callable[[str], str], pinned_by: str | None = None) -> Context:
     """What every judge reads besides its subject: the policy, its tolerances resolved, the accept command, what
     pinned the run's stack (None: a local run)."""
-    return Context(policy, command, tolerances(policy), pinned_by, size_explained())
+    return Context(policy, command, tolerances(policy), pinned_by, size_explained(),
+                   {part: comparing(part) for part in GoldenPart})
 
 
 def fingerprinted_tolerances(policy: Policy) -> dict[str, float]:

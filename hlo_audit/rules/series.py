@@ -16,6 +16,7 @@ from hlo_audit.policy import Action
 from hlo_audit.results import Severity
 from hlo_audit.rules.count import RNG_ROLES
 from hlo_audit.rules.spec import Context, RuleSpec, Subject
+from hlo_audit.rules.wording import PARAM_GROUPS_SHOWN, Json
 from hlo_audit.scaling import Series, rng_launch_slope, rng_slope
 
 
@@ -50,7 +51,36 @@ def launch_scaling(subject: Subject, ctx: Context) -> Finding | None:
                    LaunchScaling(slope, per_layer, leads.depths, leads.launch_groups))
 
 
+def _rng_message(facts: RngScaling) -> str:
+    where = ", ".join(f"{p} {n:+g}" for p, n in list(facts.patterns.items())[:PARAM_GROUPS_SHOWN])
+    more = len(facts.patterns) - PARAM_GROUPS_SHOWN
+    return (f"RNG parameters grow by {facts.slope:g} per layer in an unrolled model "
+            f"({', '.join(f'{k} {v:+g}' for k, v in facts.by_role.items())}; "
+            f"depths {', '.join(map(str, facts.depths))})"
+            + (f": per layer {where}" + (f" and {more} more patterns" if more > 0 else "") if where else ""))
+
+
+def _launch_message(facts: LaunchScaling) -> str:
+    depths = facts.depths
+    grown = [g.describe(signed=True) for g in facts.groups if g.count > 0][:3]
+    return (f"kernels that read RNG state grow by {facts.slope:g} per layer in an unrolled model "
+            f"({', '.join(f'{k} {v:+g}' for k, v in facts.per_layer.items())} per layer; depths "
+            f"{', '.join(map(str, depths))})"
+            + (f"; from L{depths[0]} to L{depths[-1]}: {'; '.join(grown)}" if grown else ""))
+
+
+def _rng_details(facts: RngScaling) -> Json:
+    return {"rng_per_layer": facts.slope, "depths": list(facts.depths), "patterns": dict(facts.patterns)}
+
+
+def _launch_details(facts: LaunchScaling) -> Json:
+    return {"rng_launches_per_layer": facts.slope, "launches_per_layer": dict(facts.per_layer),
+            "depths": list(facts.depths), "groups": [g.to_record() for g in facts.groups]}
+
+
 RNG_SCALING = RuleSpec("rng_scaling", Action.FAIL, rng_scaling, (RngScaling,), needs_golden=False,
-                       doc="RNG parameters that grow with depth in an unrolled series")
+                       doc="RNG parameters that grow with depth in an unrolled series",
+                       message=_rng_message, details=_rng_details)
 LAUNCH_SCALING = RuleSpec("launch_scaling", Action.FAIL, launch_scaling, (LaunchScaling,), needs_golden=False,
-                          doc="kernels reading RNG state per layer of an unrolled GPU series")
+                          doc="kernels reading RNG state per layer of an unrolled GPU series",
+                          message=_launch_message, details=_launch_details)

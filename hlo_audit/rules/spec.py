@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hlo_audit.findings import Finding, GoldenPart, NamedChange
 from hlo_audit.hlo.changes import Change, ChangeKind
@@ -58,6 +58,9 @@ class Context:
     # The kinds whose rules account for the instructions they name (``registry.size_explained``, from the specs):
     # what program_size leaves to them.
     size_explained: tuple[ChangeKind, ...] = ()
+    # The rules that compare each part of a golden (``registry.comparing``): what a golden lacking it leaves without
+    # a comparison, as the missing_golden finding names them.
+    comparing: Mapping[GoldenPart, tuple[str, ...]] = field(default_factory=dict)
 
     def tolerance(self, rule: str) -> float:
         return self.tolerances[rule]
@@ -125,6 +128,11 @@ class RuleSpec:
     # sizes, the memory a donation moved).
     words: tuple[KindWords, ...] = ()
     numbers: Callable[[NamedChange], list[str]] | None = None
+    # Its findings in words and as JSON details, functions of their facts in the rule's own module
+    # (``report.words.message``, ``merge.details_record``). None: a named rule's, which every named rule shares (its
+    # changes' lines with its ``numbers``; each change's record).
+    message: Callable[[Any], str] | None = None
+    details: Callable[[Any], dict[str, Any]] | None = None
 
     def compares(self, part: GoldenPart) -> bool:
         """Whether it compares ``part`` of a golden: its own parts, and the text where it reads the text's diff."""
