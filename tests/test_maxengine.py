@@ -16,7 +16,9 @@ import pytest
 from hlo_audit.cache import Cache, entry_files
 from in_process import Ran, hlo_audit_here
 
-pytestmark = [pytest.mark.maxtext, pytest.mark.xdist_group("maxengine")]
+# Long (`make test-long`, a CI step of its own): building one engine per config is a minute of lowering, the largest
+# single setup of the suite; `make audit` and `golden update` check the same generate cells against their goldens.
+pytestmark = [pytest.mark.maxtext, pytest.mark.long, pytest.mark.xdist_group("maxengine")]
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = '["prefill", "generate", "insert"]'
