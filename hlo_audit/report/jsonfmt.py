@@ -9,7 +9,6 @@ from dataclasses import asdict
 from hlo_audit.analysed import Constants, Launches, RngSummary
 from hlo_audit.comparison import CellDelta, Structural
 from hlo_audit.hlo.analysis import Analysis
-from hlo_audit.host_cost import HostCostChange
 from hlo_audit.merge import cell_record, check_record, finding_record
 from hlo_audit.report import measure_words
 from hlo_audit.rules.wording import launch_change_record
@@ -176,7 +175,8 @@ def format_rng(label: str, rng: RngSummary, streams: bool = False, constants: Co
                            "captured_streams": frozen.captured_streams}}, indent=2) + "\n"
 
 
-MEASURE_SCHEMA = "hlo-audit/measure/v1"
+# v2: each finding once, under "findings" (v1 repeated the host_cost ones under "host_cost").
+MEASURE_SCHEMA = "hlo-audit/measure/v2"
 
 
 def measure_record(report) -> dict:
@@ -196,13 +196,9 @@ def measure_record(report) -> dict:
                        "golden_host": row.golden_host.to_record() if row.golden_host else None}
                       for row in report.cells],
             "comparisons": [comparison(c) for c in report.comparisons],
-            # What the gate found of the measured cells, as `check` writes its findings; the host_cost ones also
-            # in brief (``severity``: regression, or advisory where the policy warns, waived where a waiver holds).
+            # What the gate found of the measured cells, as `check` writes its findings (each once: v1 wrote the
+            # host_cost ones a second time, in brief, under "host_cost").
             "findings": [finding_record(f) for f in report.findings],
-            "host_cost": [{"cell": f.cell, "severity": f.severity, "worse": f.facts.worse,
-                           "leaves_delta": f.facts.leaves_delta, "median_delta_us": round(f.facts.median_delta_us, 1),
-                           "message": measure_words.finding_line(f)}
-                          for f in report.findings if isinstance(f.facts, HostCostChange)],
             "recorded": list(report.recorded), "notes": measure_words.measure_notes(report)}
 
 
