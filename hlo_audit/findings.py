@@ -199,29 +199,6 @@ class SlopeChange:
         return any(now > golden for golden, now in self.moved.values())
 
 
-class CountKind(StrEnum):
-    GREW = "grew"  # something gated grew: a regression
-    MOVED = "moved"  # renamed patterns, or drawn streams' increments: nothing gated grew or shrank
-    SHRANK = "shrank"  # an improvement that asks to tighten the golden (RNG state, baked constants, kernels fewer)
-    CHANGED = "changed"  # fewer of what a program needs (weights, optimizer state, collectives): a change to judge
-
-
-@dataclass(frozen=True)
-class CountChange:
-    kind: CountKind
-    golden_params: int
-    now_params: int
-    by_dtype: Mapping[str, int]  # deltas
-    by_role: Mapping[str, int]
-    groups: Mapping[str, int]
-    patterns: PatternChanges
-    captured: CapturedDelta | None
-    increments: IncrementChange | None
-    launches: LaunchChange | None
-    slopes: SlopeChange | None
-    command: str
-
-
 @dataclass(frozen=True)
 class EnvironmentChange:
     key: str
@@ -348,16 +325,14 @@ class Worded:
     dead_params: int = 0
 
 
-Facts = (Matches | LoweringFailure | MissingGolden | StaleGolden | CountChange | TextChange | MemoryChange
-         | RngScaling | LaunchScaling | DeadRng | StaleWaiver | NamedChange | Worded)
-
-
 @dataclass(frozen=True)
 class Finding:
     cell: str  # the cell's id; a stale waiver's: where the waiver is written
     severity: Severity
     rule: str
-    facts: Facts
+    # Typed facts: a rule's (the types its spec lists, ``RuleSpec.facts``, some declared in the rule's own module:
+    # ``rules.count.CountChange``), or what is no rule's (``Matches``, ``LoweringFailure``, ``Worded``).
+    facts: object
     waivers: tuple[Waiver, ...] = ()  # what waived it, when its severity is waived
 
     @property

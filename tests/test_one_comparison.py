@@ -21,7 +21,6 @@ import team_model as tm
 from hlo_audit import audit
 from hlo_audit.commands.inputs import cell_program
 from hlo_audit.comparison import CellDelta, Structural, TextVerdict
-from hlo_audit.findings import CountKind
 from hlo_audit.golden.record import Golden, GoldenRecord
 from hlo_audit.hlo.changes import Action, Change, ChangeKind
 from hlo_audit.hlo.params import ParamSummary
@@ -31,6 +30,7 @@ from hlo_audit.policy import Policy
 from hlo_audit.report.change_words import change_line
 from hlo_audit.report.matrix import matrix_view
 from hlo_audit.results import LoweredCell, Severity
+from hlo_audit.rules.count import CountKind
 from in_process import hlo_audit_here
 from test_named_rules import cell, golden_of_base_for, write_config
 

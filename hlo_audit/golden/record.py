@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
-from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.hlo.params import ParamCounts, ParamSummary
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.host_cost import HostFigure, figure_problem, leaves_per_call
 from hlo_audit.matrix import Cell
@@ -91,12 +91,11 @@ class Slopes:
 
 
 @dataclass(frozen=True)
-class GoldenRecord:
+class GoldenRecord(ParamCounts):
+    """A golden summary as read: its entry parameters' counts (``ParamCounts``, what the cell's summary counts), and
+    every other part it keeps."""
+
     cell: str
-    entry_params: int
-    by_dtype: Mapping[str, int]
-    by_role: Mapping[str, int]
-    groups: Mapping[str, int]
     environment: Mapping[str, str | None]
     hlo: str | None = None  # the text's file name (None: a golden written before every cell kept its text)
     opcodes: Mapping[str, int] | None = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hlo_audit.hlo.rng_flow import key_shaped, keys_by_dataflow
@@ -534,14 +534,26 @@ def entry_params(module: HloModule, arg_keys: Sequence[Sequence[str]] | None = N
 
 
 @dataclass(frozen=True)
-class ParamSummary:
-    """Counts of one module's entry parameters, the numbers `count` reports."""
+class ParamCounts:
+    """Entry parameters counted: in all, by dtype, by role and by path pattern. The one bundle of these counts: a
+    module's summary (``ParamSummary``) and a golden's record (``golden.record.GoldenRecord``) are each one, and two
+    of them compare as one ``comparison.ParamDelta``."""
 
     entry_params: int
-    by_dtype: dict[str, int]
-    by_role: dict[str, int]
-    groups: dict[str, int]
-    bytes_by_role: dict[str, int]
+    by_dtype: Mapping[str, int]
+    by_role: Mapping[str, int]
+    groups: Mapping[str, int]
+
+    @property
+    def rng_params(self) -> int:
+        return sum(self.by_role.get(k, 0) for k in ("rng_key", "rng_count"))
+
+
+@dataclass(frozen=True)
+class ParamSummary(ParamCounts):
+    """Counts of one module's entry parameters, the numbers `count` reports, with their bytes by role."""
+
+    bytes_by_role: Mapping[str, int]
 
     @classmethod
     def of(cls, params: Sequence[EntryParam]) -> "ParamSummary":

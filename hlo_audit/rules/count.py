@@ -11,9 +11,19 @@ step than the golden is a regression, and the finding says which launches came a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from hlo_audit.findings import CountChange, CountKind, Finding, GoldenPart
+from hlo_audit.comparison import ParamDelta
+from hlo_audit.findings import (
+    CapturedDelta,
+    Finding,
+    GoldenPart,
+    IncrementChange,
+    LaunchChange,
+    SlopeChange,
+)
 from hlo_audit.hlo.diff import captured_change, signed_counts
 from hlo_audit.policy import Action
 from hlo_audit.results import Severity
@@ -32,6 +42,28 @@ if TYPE_CHECKING:
     from hlo_audit.comparison import CellDelta
 
 NAME = "count"
+
+
+class CountKind(StrEnum):
+    GREW = "grew"  # something gated grew: a regression
+    MOVED = "moved"  # renamed patterns, or drawn streams' increments: nothing gated grew or shrank
+    SHRANK = "shrank"  # an improvement that asks to tighten the golden (RNG state, baked constants, kernels fewer)
+    CHANGED = "changed"  # fewer of what a program needs (weights, optimizer state, collectives): a change to judge
+
+
+@dataclass(frozen=True)
+class CountChange:
+    """The count rule's facts: the entry parameters against the golden's (the cell's comparison's ``ParamDelta``, its
+    patterns as the comparison refines them with the texts' dtype moves: ``CellDelta.patterns``), with what else it
+    counts that moved."""
+
+    kind: CountKind
+    params: ParamDelta
+    captured: CapturedDelta | None
+    increments: IncrementChange | None
+    launches: LaunchChange | None
+    slopes: SlopeChange | None
+    command: str
 # Roles whose entry parameters, fewer, a user calls an improvement: RNG state the host no longer marshals.
 RNG_ROLES = ("rng_key", "rng_count")
 # Launch counts that, fewer, are an improvement (a collective fewer is a change to judge: the sharding moved).
@@ -61,9 +93,8 @@ def count(subject: Subject, ctx: Context) -> Finding | None:
     severity = {CountKind.GREW: Severity.REGRESSION, CountKind.MOVED: Severity.ADVISORY,
                 CountKind.SHRANK: Severity.IMPROVEMENT, CountKind.CHANGED: Severity.REGRESSION}[kind]
     return Finding(subject.cell, severity, NAME, CountChange(
-        kind=kind, golden_params=d.params.golden, now_params=d.params.now, by_dtype=d.params.by_dtype,
-        by_role=d.params.by_role, groups=d.params.groups, patterns=patterns, captured=captured,
-        increments=increments, launches=launches, slopes=slopes, command=ctx.command(subject.cell)))
+        kind=kind, params=replace(d.params, patterns=patterns), captured=captured, increments=increments,
+        launches=launches, slopes=slopes, command=ctx.command(subject.cell)))
 
 
 def _better_only(d: CellDelta) -> bool:
@@ -76,11 +107,12 @@ def _better_only(d: CellDelta) -> bool:
 
 def _message(facts: CountChange) -> str:
     changes = []
-    if facts.by_dtype or facts.by_role:
-        changes.append(f"entry parameters {golden_to_now(facts.golden_params, facts.now_params)}: "
-                       f"{signed_counts(facts.by_dtype) or 'dtypes unchanged'}"
-                       + (f" ({signed_counts(facts.by_role)})" if facts.by_role else ""))
-    changes += [patterns_text(facts.patterns)] if facts.patterns else []
+    params = facts.params
+    if params.counts_moved:
+        changes.append(f"entry parameters {golden_to_now(params.golden, params.now)}: "
+                       f"{signed_counts(params.by_dtype) or 'dtypes unchanged'}"
+                       + (f" ({signed_counts(params.by_role)})" if params.by_role else ""))
+    changes += [patterns_text(params.patterns)] if params.patterns else []
     changes += [captured_change(facts.captured.to_record())] if facts.captured else []
     changes += [increments_text(facts.increments)] if facts.increments else []
     changes += [launches_text(facts.launches)] if facts.launches else []
@@ -94,14 +126,15 @@ def _message(facts: CountChange) -> str:
 
 
 def _details(facts: CountChange) -> Json:
-    p = facts.patterns
+    params = facts.params
+    p = params.patterns
     moved = [{"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.grown], [
         {"pattern": m.pattern, "delta": m.delta, "roles": m.roles} for m in p.shrunk]
     renamed = [{"from": r.before, "to": r.after, "params": r.params, "roles": r.roles} for r in p.renamed]
     retyped = [{"pattern": r.pattern, "dtypes": dict(r.dtypes), "roles": dict(r.roles)} for r in p.retyped]
     inc = facts.increments
-    return {"entry_params": {"golden": facts.golden_params, "now": facts.now_params}, "by_dtype": facts.by_dtype,
-            "by_role": facts.by_role, "groups": facts.groups,
+    return {"entry_params": {"golden": params.golden, "now": params.now}, "by_dtype": params.by_dtype,
+            "by_role": params.by_role, "groups": params.groups,
             "patterns": {"grown": moved[0], "shrunk": moved[1], "renamed": renamed, "retyped": retyped},
             "captured": facts.captured.to_record() if facts.captured else None,
             "rng_increments": None if inc is None else {
