@@ -18,6 +18,7 @@ from typing import Any, Final
 from hlo_audit.hlo.constants import ConstantReport, frozen_rng, golden_summary
 from hlo_audit.hlo.launch_groups import LaunchGroup, group_counts
 from hlo_audit.hlo.launches import LaunchReport
+from hlo_audit.hlo.model_work import ModelWork
 from hlo_audit.hlo.params import RNG_ROLES, ROLES, EntryParam
 from hlo_audit.hlo.rng_keys import PlacedHazard
 from hlo_audit.hlo.rng_streams import VERDICTS, PatternCount, RngReport, Stream
@@ -519,3 +520,29 @@ class Launches:
                    attributed=r["attributed"], from_module=r["from_module"], reading_rng=r.get("reading_rng", 0),
                    scalar_groups=tuple(LaunchGroup(**g) for g in r.get("scalar_groups", ())),
                    groups=r.get("groups", {}))
+
+
+@dataclass(frozen=True)
+class ModelReach:
+    """What of its model a step computes (``hlo.model_work.ModelWork``): its contractions (dots, convolutions,
+    kernels), how many of them reach its outputs, whether a value reading both a weight and the step's data reaches
+    one (None: not asked), and where a zero cut values off (each placed: ``file:line (op_name)``, else the
+    instruction's canonical name)."""
+
+    contractions: int
+    reaching: int
+    mixes: bool | None = None
+    zeroed_at: tuple[str, ...] = ()
+
+    @property
+    def computes_none(self) -> bool:
+        """The HLO core's verdict (``ModelWork.computes_none``), on what the record keeps."""
+        return ModelWork(self.contractions, self.reaching, self.mixes).computes_none
+
+    def to_record(self) -> Record:
+        return {"contractions": self.contractions, "reaching": self.reaching, "mixes": self.mixes,
+                "zeroed_at": list(self.zeroed_at)}
+
+    @classmethod
+    def from_record(cls, record: Record) -> ModelReach:
+        return cls(record["contractions"], record["reaching"], record["mixes"], tuple(record["zeroed_at"]))

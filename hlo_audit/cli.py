@@ -36,7 +36,7 @@ from hlo_audit.report import (
     terminal_report,
     terminal_tree,
 )
-from hlo_audit.report.words import recorded_inputs_lines
+from hlo_audit.report.words import init_next_line, recorded_inputs_lines
 
 # Help texts are Markdown, not rich markup: they name TOML tables such as [tool.hlo-audit] and [[waive]], which
 # rich markup would read as tags and drop; Markdown keeps them, and wraps at spaces only (hlo-audit.toml whole).
@@ -554,10 +554,10 @@ def init(
     if no_golden:
         print("next: hlo-audit golden update, then commit hlo-audit.toml, the workflow and golden/")
         raise typer.Exit(EXIT_OK)
-    code = _init_goldens(folder, jobs)
-    if code == EXIT_OK:
-        print("next: hlo-audit check (it passes now), then commit hlo-audit.toml, the workflow and golden/")
-    raise typer.Exit(code)
+    update = _init_goldens(folder, jobs)
+    if update.exit_code == EXIT_OK:
+        print(init_next_line(update))
+    raise typer.Exit(update.exit_code)
 
 
 def _init_files(request: scaffold.InitRequest):
@@ -571,13 +571,13 @@ def _init_files(request: scaffold.InitRequest):
     return folder
 
 
-def _init_goldens(folder, jobs: int) -> int:
-    """init's first golden update (``audit.init_goldens``: refused cells excluded); the exit code."""
+def _init_goldens(folder, jobs: int):
+    """init's first golden update (``audit.init_goldens``: refused cells excluded), said; what it did."""
     plan, results, update, excluded = audit.init_goldens(folder, lambda p: progress.run_shown(p, jobs, True, False))
     sys.stdout.write(terminal.render(terminal.print_golden_update, update, plan.config.golden_dir, results))
     for e in excluded:
         print(f"note: {accepting.excluded_line(e)}")
-    return update.exit_code
+    return update
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from hlo_audit.analysed import Constants, Launches, Param, RngSummary, Role
+from hlo_audit.analysed import Constants, Launches, ModelReach, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary, roles_by_pattern
@@ -107,7 +107,8 @@ class CellResult:
             places=None if record.get("places") is None else places_from_record(record["places"]),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
             call_leaves=record.get("call_leaves"), environment=record["environment"], hlo_sha256=record["hlo_sha256"],
-            lower_seconds=record["lower_seconds"])
+            lower_seconds=record["lower_seconds"],
+            model=None if record.get("model") is None else ModelReach.from_record(record["model"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +169,9 @@ class LoweredCell(CellResult):
     # How many leaves the step's call flattens (``Lowering.call_leaves``: its arguments' leaves, those
     # jax pruned from the entry included); None where jax did not say (a text read from a file).
     call_leaves: int | None = None
+    # What of its model the step computes (``analysed.ModelReach``: its contractions, those reaching its outputs);
+    # None: a result read from a check report, which keeps no analysis.
+    model: ModelReach | None = None
 
     @property
     def leaves_per_call(self) -> int | None:
@@ -223,8 +227,8 @@ class LoweredCell(CellResult):
     def to_record(self) -> Record:
         """Every kind's record with the analysis in its fields' places, then what only some cells have, before the
         warnings: ``kernels_by_name`` only where the cell runs kernels, ``places`` only where the stage gives them,
-        ``host`` only where it was measured and ``call_leaves`` only where jax said it, so a record without them
-        reads as before."""
+        ``host`` only where it was measured, ``call_leaves`` only where jax said it and ``model`` where the cell was
+        analysed, so a record without them reads as before."""
         record = super().to_record()
         warnings = record.pop("warnings", None)
         record.update({
@@ -244,6 +248,8 @@ class LoweredCell(CellResult):
             record["host"] = self.host.to_record()
         if self.call_leaves is not None:
             record["call_leaves"] = self.call_leaves
+        if self.model is not None:
+            record["model"] = self.model.to_record()
         if warnings is not None:
             record["warnings"] = warnings
         return record

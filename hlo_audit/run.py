@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit import host, platforms, preflight, workers
-from hlo_audit.analysed import Constants, Launches, Param, RngSummary
+from hlo_audit.analysed import Constants, Launches, ModelReach, Param, RngSummary
 from hlo_audit.cache import Cache, RecordedInputs, lowering_key
 from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import Analysis, analyze
@@ -21,6 +21,7 @@ from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
 from hlo_audit.hlo.launch_model import step_launches
 from hlo_audit.hlo.locations import Places, text_places
+from hlo_audit.hlo.model_work import ModelWork, model_work
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.rng_keys import PlacedHazard, placed
 from hlo_audit.hlo.text import HloParseError
@@ -46,6 +47,10 @@ def environment(cell: Cell, version_names=()) -> dict[str, str]:
     return env
 
 
+# The zeros a cell's record places (the cuts that lost its model: a loss multiplied by 0 is one or two).
+ZEROED_SHOWN = 4
+
+
 def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> LoweredCell:
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.arg_leaves,
                        lowering.literal_digests)
@@ -65,7 +70,23 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         kernels_by_name=kernel_digests(analysis.module) or None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         normalized=normalized, places=places, call_leaves=lowering.call_leaves,
+        model=_model_reach(model_work(analysis.module, analysis.params), names, places),
     )
+
+
+def _model_reach(work: ModelWork, names: Mapping[tuple[str, str], tuple[str, str]],
+                 places: Places | None) -> ModelReach:
+    """What of its model the step computes, each zero that cut it off placed by its canonical name's origin
+    (``file:line (op_name)``), else named."""
+    def placed(raw: tuple[str, str]) -> str:
+        canonical = names.get(raw, raw)
+        origin = places.get(canonical) if places else None
+        if origin is None:
+            return f"{canonical[1]} in {canonical[0]}"
+        said = " ".join(filter(None, (origin.source, f"({origin.op_name})" if origin.op_name else "")))
+        return said or f"{canonical[1]} in {canonical[0]}"
+    return ModelReach(work.contractions, work.reaching, work.mixes,
+                      tuple(placed(z) for z in work.zeroed[:ZEROED_SHOWN]))
 
 
 def _key_hazards(analysis: Analysis, names: Mapping[tuple[str, str], tuple[str, str]],

@@ -10,7 +10,7 @@ host figures into goldens the same way (``record_figures``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +20,8 @@ from hlo_audit.golden.record import HLO_SUFFIX, SUMMARY_SUFFIX, GoldenRecord, du
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.plan import Plan, full_matrix_of
 from hlo_audit.results import CellResult, LoweredCell
+from hlo_audit.rules import dead_model
+from hlo_audit.rules.dead_model import DeadModel
 from hlo_audit.stack import is_compiler
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
@@ -38,6 +40,9 @@ class GoldenUpdate:
     pruned_files: list[str]  # every file --prune removed, as paths
     healed: list[str]  # cells whose golden was damaged and is now rewritten
     cleaned: list[str]  # stale staging folders of killed runs, removed
+    # Cells whose step computes none of its model (``rules.dead_model``), with what was found: their goldens are
+    # written, and said, never blessed silently; `check` fails them unless waived.
+    computes_none: list[tuple[str, DeadModel]] = field(default_factory=list)
     # init's first update where the target refused every cell: no golden, nothing to gate (``skipped`` says why)
     every_cell_refused: bool = False
 
@@ -79,7 +84,9 @@ def update(plan: Plan, results: Sequence[CellResult], prune: bool = False, prepa
     return GoldenUpdate(
         written=[cid for cid in lowered if cid in changed], unchanged=[cid for cid in lowered if cid not in changed],
         skipped=[(r.cell.id, f"{r.status}: {r.message}") for r in results if not r.ok], pruned=pruned,
-        pruned_files=pruned_files, healed=[cid for cid in healed if cid in changed], cleaned=[str(p) for p in cleaned])
+        pruned_files=pruned_files, healed=[cid for cid in healed if cid in changed], cleaned=[str(p) for p in cleaned],
+        computes_none=[(r.cell.id, facts) for r in results if isinstance(r, LoweredCell)
+                       and (facts := dead_model.computes_none(r)) is not None])
 
 
 def record_figures(rows: Sequence[CellMeasurement], golden_dir, project=None) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from hlo_audit.report.words import (
     scalar_launch_lines,
 )
 from hlo_audit.results import FailedCell, LoweredCell, LoweringWarnings, UnavailableCell
+from hlo_audit.rules.dead_model import message as dead_model_message
 from hlo_audit.rules.wording import launch_lines, launches_change_text, plural, program_sizes_text
 
 PIPED_WIDTH = 100
@@ -396,6 +397,8 @@ def print_golden_update(console: Console, update, root, results: Sequence = ()) 
         status(console, esc(f"rewrote {cell_id}: its golden was damaged"))
     for path in update.pruned_files:
         status(console, esc(f"pruned {path}"))
+    for cell_id, facts in update.computes_none:  # written, but never blessed silently
+        status(console, esc(f"{cell_id}: {dead_model_message(facts)}", style="bold yellow"))
     if update.unchanged and not (update.written or update.skipped or update.pruned_files or update.healed):
         status(console, esc(nothing_written_line(len(update.unchanged))))
     print_warned(console, LoweringWarnings.of(results))

@@ -203,6 +203,19 @@ def every_cell_refused_line(cells: int) -> str:
             "run `hlo-audit golden update`")
 
 
+def init_next_line(update) -> str:
+    """What to do after init's first golden update: check (which passes), then commit; where a cell's step computes
+    none of its model (said above it), that check fails it until a configuration computes the model or a waiver
+    says why (``commands.golden_update.GoldenUpdate.computes_none``)."""
+    commit = "then commit hlo-audit.toml, the workflow and golden/"
+    dead = len(update.computes_none)
+    if not dead:
+        return f"next: hlo-audit check (it passes now), {commit}"
+    return (f"next: hlo-audit check fails {dead} {plural(dead, 'cell')} whose step computes none of its model "
+            f"(above): lower a configuration that computes it, or waive {'it' if dead == 1 else 'them'} with a "
+            f"reason (rule dead_model); {commit}")
+
+
 def nothing_written_line(cells: int) -> str:
     """A golden update that changed nothing (an accept command run again): it says so, before its counts."""
     return (f"nothing to write: the golden{'s' if cells != 1 else ''} of {'these' if cells != 1 else 'this'} "

@@ -21,6 +21,7 @@ from hlo_audit.results import Severity
 from hlo_audit.rules import (
     conditional,
     count,
+    dead_model,
     dead_rng,
     donation,
     gate_made,
@@ -67,6 +68,7 @@ SPECS: tuple[RuleSpec, ...] = (
     series.RNG_SCALING,
     series.LAUNCH_SCALING,
     dead_rng.SPEC,
+    dead_model.SPEC,
     gate_made.UNJUDGED,
     gate_made.STALE_WAIVER,
 )
