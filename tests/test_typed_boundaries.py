@@ -35,8 +35,13 @@ EDGES = {
     "workers": "the lowering processes' JSON in, before run reads it into typed records",
 }
 # A record's own schema (to_record / from_record, a golden's to_json / from_json), what hands the HLO core its own
-# records back (golden_summary, CapturedDelta.of), a series' projection as the scaling JSON prints it (projected).
-CONVERTERS = {"to_record", "from_record", "to_json", "from_json", "golden_summary", "of", "summary_of", "projected"}
+# records back (golden_summary, CapturedDelta.of), a series' projection as the scaling JSON prints it (projected), a
+# launch change as a finding's details and `diff`'s JSON carry it (launch_change_record).
+CONVERTERS = {"to_record", "from_record", "to_json", "from_json", "golden_summary", "of", "summary_of", "projected",
+              "launch_change_record"}
+# A finding's JSON details, the check JSON's edge, shaped by each rule's module (``RuleSpec.details``: ``details``,
+# ``_rng_details``...).
+CONVERTER_SUFFIX = "details"
 RECORD_ALIASES = {"Record", "Json", "CapturedRecord", "Any"}
 MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping"}
 CONTAINERS = {"list", "tuple", "set", "frozenset", "Sequence", "Iterable", "Iterator"}
@@ -65,7 +70,8 @@ def _is_record(node: ast.expr | None) -> bool:
 def _annotations(tree: ast.Module):
     """(where, annotation) of every function signature and dataclass field, converters left out."""
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in CONVERTERS:
+        if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name not in CONVERTERS
+                and not node.name.endswith(CONVERTER_SUFFIX)):
             args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs,
                     *filter(None, (node.args.vararg, node.args.kwarg))]
             yield from ((f"{node.name}({a.arg})", a.annotation) for a in args)
