@@ -38,6 +38,7 @@ from hlo_audit.commands.inputs import (
 )
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
+from hlo_audit.judging import host_figures
 from hlo_audit.judging.gate import judged, regenerate_command
 from hlo_audit.judging.outcome import Lowered, Outcome
 from hlo_audit.merge import check_record, failing_in, last_check_path
@@ -68,8 +69,8 @@ def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None
           report_stale: bool = True) -> Outcome:
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
-    (``measure.with_host_figures``), for the host_cost rule."""
-    return judged(p, results, regenerate_command(config_path), report_stale, prepare=measuring.prepared_for_check)
+    (``judging.host_figures.with_host_figures``), for the host_cost rule."""
+    return judged(p, results, regenerate_command(config_path), report_stale, prepare=host_figures.prepared_for_check)
 
 
 def recorded_inputs(p: Plan) -> list:
@@ -138,7 +139,7 @@ def goldens_writable(p: Plan) -> None:
 def update_goldens(p: Plan, results: Sequence[CellResult], prune: bool = False) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix. A
     golden that records a host figure keeps one: measured again now, and rewritten where its leaves moved."""
-    return update(p, results, prune, prepare=measuring.prepared_for_update)
+    return update(p, results, prune, prepare=host_figures.prepared_for_update)
 
 
 def report(p: Plan, results: Sequence[CellResult]) -> MatrixView:
@@ -218,7 +219,7 @@ def judge_measured(p: Plan, report: measuring.MeasureReport,
         return report
     judged_plan = p.of_cells([c for c in p.cells if c.id in figures])
     outcome = judged(judged_plan, list(execute(judged_plan)), regenerate_command(config_path), report_stale=False,
-                     prepare=measuring.with_measured_figures(figures), rules=(host_cost_rule.NAME,))
+                     prepare=host_figures.with_measured_figures(figures), rules=(host_cost_rule.NAME,))
     return replace(report, outcome=outcome)
 
 

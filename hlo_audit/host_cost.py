@@ -175,3 +175,17 @@ def host_cost(golden_leaves: int | None, now_leaves: int | None, golden_params: 
     return HostCostChange(now_leaves=now_leaves, golden_leaves=golden_leaves, golden=golden, now=now,
                           tolerance=tolerance, worse=delta > 0, command=command, implied=implied,
                           golden_params=golden_params)
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """How much to run: rounds (interleaved across a group), warm-up calls, then timed calls per loop."""
+
+    rounds: int = 3
+    warmup: int = 3
+    calls: int = 20
+    host_calls: int = 50  # calls per round of the trivial-body twin (the host figure)
+
+
+# What `check` and `golden update` spend on a host figure (the rule reads its leaves; its time is the words).
+CHECK_ROUNDS = Rounds(rounds=3, warmup=1, calls=1, host_calls=20)

@@ -65,7 +65,7 @@ def writable(plan: Plan) -> None:
 def update(plan: Plan, results: Sequence[CellResult], prune: bool = False, prepare=None) -> GoldenUpdate:
     """Write the goldens of ``results``; with ``prune``, remove hlo-audit's goldens of cells no longer in the matrix
     (only files hlo-audit wrote: ``Snapshot.owned_files``). ``prepare(snapshot, results)``: the results completed
-    from the snapshot being replaced first (``measure.with_host_figures``)."""
+    from the snapshot being replaced first (``judging.host_figures.with_host_figures``)."""
     root = Path(plan.config.golden_dir)
     with store.transaction(root, within=plan.config.project) as (snapshot, cleaned):
         results = prepare(snapshot, results) if prepare else results

@@ -12,8 +12,9 @@ typed PRNG keys for key-typed leaves. What is measured, each as min / median / m
   reports one (``memory_stats``);
 * the host-cost figure (``host_cost.HostFigure``): the same caller with a trivial body over scalar stand-ins of the
   arguments, so only the host's per-call work is timed, on any machine; what the ``host_cost`` rule gates. Measure
-  judges nothing itself: ``audit.measure`` hands the figures to the gate as `check` does (``with_measured_figures``),
-  under the config's policy and waivers, and the judged ``outcome.Outcome`` is the report's verdict.
+  judges nothing itself: ``audit.measure`` hands the figures to the gate as `check` does
+  (``judging.host_figures.with_measured_figures``), under the config's policy and waivers, and the judged
+  ``outcome.Outcome`` is the report's verdict.
 
 A/B: cells that differ only in one axis (``across``, the variant axis ``quant`` by default) are measured together,
 round by round in turn (A, B, A, B, ...), and each is compared with the group's first; the recorded figures beside a
@@ -39,11 +40,11 @@ from dataclasses import dataclass, field, replace
 
 from hlo_audit import termination
 from hlo_audit.ab_verdicts import Comparison, compare
-from hlo_audit.host_cost import HostFigure, Spread
+from hlo_audit.host_cost import HostFigure, Rounds, Spread
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.lowering import Unavailable
 from hlo_audit.matrix import Cell
-from hlo_audit.results import LoweredCell, Severity
+from hlo_audit.results import Severity
 from hlo_audit.usage import EXIT_DIFFERENCE, EXIT_OK
 
 # The axes A/B can compare across (cells equal in every other one are measured together).
@@ -52,24 +53,10 @@ NNX_JIT = "nnx.jit"
 JAX_JIT = "jax.jit"
 
 
-@dataclass(frozen=True)
-class Rounds:
-    """How much to run: rounds (interleaved across a group), warm-up calls, then timed calls per loop."""
-
-    rounds: int = 3
-    warmup: int = 3
-    calls: int = 20
-    host_calls: int = 50  # calls per round of the trivial-body twin (the host figure)
-
-
 # The most each of those may ask (docs/commands.md): past them a run is a typo that would run until killed (a
 # thousand calls of a 30 ms step a round take 30 s; --calls 10000 x --rounds 100 of it, over eight hours), not a
 # measurement. (least, most) per ``measure`` option.
 ROUNDS_RANGE, WARMUP_RANGE, CALLS_RANGE, HOST_CALLS_RANGE = (1, 100), (0, 1_000), (1, 10_000), (1, 100_000)
-
-
-# What `check` and `golden update` spend on a host figure (the rule reads its leaves; its time is the words).
-CHECK_ROUNDS = Rounds(rounds=3, warmup=1, calls=1, host_calls=20)
 
 
 @dataclass(frozen=True)
@@ -556,65 +543,3 @@ def judgeable(report: MeasureReport) -> dict[str, HostFigure]:
     side's lowering counts, and words the time with the golden's figure where it records one; a cell without a
     golden need not be lowered to be judged."""
     return {row.cell: row.host for row in report.cells if row.host is not None and row.golden_params is not None}
-
-
-def with_measured_figures(figures: dict[str, HostFigure]) -> Callable:
-    """`measure`'s ``prepare`` for ``gate.judged``: each lowered cell with the host figure measured of it now."""
-
-    return lambda tree, results: [replace(r, host=figures[r.cell.id])
-                                  if isinstance(r, LoweredCell) and r.cell.id in figures else r for r in results]
-
-
-def prepared_for_check(tree, results: Sequence) -> list:
-    """`check`'s results completed from its snapshot of the goldens (``gate.judged``'s ``prepare``): each cell whose
-    golden records a host figure with its own measured now (``with_host_figures``)."""
-    return with_host_figures(results, tree.golden)
-
-
-def prepared_for_update(tree, results: Sequence) -> list:
-    """`golden update`'s results completed from the snapshot being replaced (``golden_update.update``'s ``prepare``):
-    a golden's host figure measured again, its own kept where the leaves held (``with_host_figures``)."""
-    return with_host_figures(results, tree.golden, keep_held=True)
-
-
-# (a lowering's entry key, the rounds) -> its host figure's record, measured once per process (None: not measurable).
-_MEASURED: dict[tuple[str, Rounds], dict | None] = {}
-
-
-def with_host_figures(results: Sequence, golden: Callable, rounds: Rounds | None = None,
-                      keep_held: bool = False) -> list:
-    """``results`` with the host figure measured now for each ok cell whose golden (``golden(cell_id)``: the
-    command's one snapshot's ``Golden``) records one (what the host_cost rule compares; every other cell as it is,
-    measured nothing). ``keep_held`` (`golden update`): where the leaves
-    held, the golden's own figure, so a golden is not rewritten for a time that moved within its noise."""
-
-    from hlo_audit import workers  # noqa: PLC0415
-
-    rounds = rounds or CHECK_ROUNDS
-    recorded = {}
-    for result in results:
-        stored = golden(result.cell.id) if isinstance(result, LoweredCell) else None
-        if stored is not None and stored.record is not None and stored.record.host is not None:
-            recorded[result.cell.id] = stored.record
-    # Measured in a lowering process (the step is the user's code: never run in the process that judges); a cell
-    # not measurable now compares nothing, as for no figure. Each lowering (its entry key) once per process: a
-    # snapshot read again because a `golden update` swapped the tree meanwhile does not measure again.
-    wanted = [r for r in results if r.cell.id in recorded and (r.key, rounds) not in _MEASURED]
-    if wanted:
-        figures = workers.host_figures([r.cell for r in wanted], rounds)
-        _MEASURED.update({(r.key, rounds): figures.get(r.cell.id) for r in wanted if r.key})
-    measured = {r.cell.id: _MEASURED[(r.key, rounds)] for r in results
-                if r.cell.id in recorded and r.key and _MEASURED.get((r.key, rounds)) is not None}
-    out = []
-    for result in results:
-        record = recorded.get(result.cell.id)
-        if record is None:
-            out.append(result)
-            continue
-        try:
-            figure = HostFigure.from_record(measured[result.cell.id]) if result.cell.id in measured else None
-        except (KeyError, TypeError, ValueError):
-            figure = None
-        held = keep_held and (figure is None or figure.leaves == record.host.leaves)
-        out.append(replace(result, host=record.host if held else figure))
-    return out

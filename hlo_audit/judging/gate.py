@@ -57,7 +57,7 @@ def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_st
            prepare=None, rules: Collection[str] | None = None) -> Outcome:
     """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
-    the results completed from that same tree first (``measure.with_host_figures``: each file read once).
+    the results completed from that same tree first (``host_figures.with_host_figures``: each file read once).
     ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``)."""
     # The project's files as the cells were judged on them, by content (what `merge` compares beside the commit).
     project = tree_digest(plan.config.project or Path.cwd(), plan.config.cache_dir, plan.config.golden_dir)
