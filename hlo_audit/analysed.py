@@ -193,6 +193,12 @@ class RngPattern:
                    where=r["where"], paths={v: tuple(paths) for v, paths in r.get("paths", {}).items()})
 
 
+def placed_text(source: str, op_name: str, fallback: str) -> str:
+    """``model.py:12 (jit(step)/mul)``: where an instruction is, as a record keeps it (its source line, jax's
+    op_name); ``fallback`` (its computation and instruction) where neither is known."""
+    return " ".join(x for x in (source, f"({op_name})" if op_name else "") if x) or fallback
+
+
 @dataclass(frozen=True)
 class RngKeyHazard:
     """A key drawn from as a literal, or drawn from twice (``hlo.rng_keys``): what it is (``literal key``, ``reused
@@ -207,8 +213,8 @@ class RngKeyHazard:
 
     @classmethod
     def of(cls, p: PlacedHazard) -> RngKeyHazard:
-        places = tuple(" ".join(x for x in (place.source, f"({place.op_name})" if place.op_name else "") if x)
-                       or f"{place.computation}/{name}" for place, (_, name) in zip(p.places, p.hazard.sites))
+        places = tuple(placed_text(place.source, place.op_name, f"{place.computation}/{name}")
+                       for place, (_, name) in zip(p.places, p.hazard.sites))
         return cls(kind=p.hazard.kind, subject=p.subject, draws=p.hazard.draws, places=places, paths=p.paths)
 
     def to_record(self) -> Record:

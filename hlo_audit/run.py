@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit import host, platforms, preflight, workers
-from hlo_audit.analysed import Constants, Launches, ModelReach, Param, RngSummary
+from hlo_audit.analysed import Constants, Launches, ModelReach, Param, RngSummary, placed_text
 from hlo_audit.cache import Cache, RecordedInputs, lowering_key
 from hlo_audit.cache.reads import Reads
 from hlo_audit.hlo.analysis import Analysis, analyze
@@ -81,10 +81,8 @@ def _model_reach(work: ModelWork, names: Mapping[tuple[str, str], tuple[str, str
     def placed(raw: tuple[str, str]) -> str:
         canonical = names.get(raw, raw)
         origin = places.get(canonical) if places else None
-        if origin is None:
-            return f"{canonical[1]} in {canonical[0]}"
-        said = " ".join(filter(None, (origin.source, f"({origin.op_name})" if origin.op_name else "")))
-        return said or f"{canonical[1]} in {canonical[0]}"
+        fallback = f"{canonical[1]} in {canonical[0]}"
+        return placed_text(origin.source, origin.op_name, fallback) if origin is not None else fallback
     return ModelReach(work.contractions, work.reaching, work.mixes,
                       tuple(placed(z) for z in work.zeroed[:ZEROED_SHOWN]))
 
