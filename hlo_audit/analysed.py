@@ -552,3 +552,40 @@ class ModelReach:
     @classmethod
     def from_record(cls, record: Record) -> ModelReach:
         return cls(record["contractions"], record["reaching"], record["mixes"], tuple(record["zeroed_at"]))
+
+
+# Runs of line numbers, each (first, last), sorted: what a cell's lowering ran of a file, or its program names.
+LineRuns = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class CodeReach:
+    """What of the code under test a cell's lowering reached (``check --changes``, issue 46): ``files``, every file of
+    the project (or of an editable install, a folder on PYTHONPATH) it used, its modules' and the files it opened
+    (a YAML config); ``ran``, of each module's file the lines that executed (while its lowering ran, or while its
+    process imported the target); ``named``, the lines its program's instructions name (any frame of their stacks,
+    frameworks' aside). Files inside the project are named relative to it (as the cache names them: a copy of the
+    project reads its own), others by their absolute path. ``lines_known``: False where the lowering process could
+    not hear lines (Python 3.11: ``files`` alone says what it used)."""
+
+    files: tuple[str, ...]
+    ran: Mapping[str, LineRuns]
+    named: Mapping[str, LineRuns]
+    lines_known: bool = True
+
+    def to_record(self) -> Record:
+        return {"files": list(self.files), "ran": _runs_listed(self.ran), "named": _runs_listed(self.named),
+                "lines_known": self.lines_known}
+
+    @classmethod
+    def from_record(cls, record: Record) -> CodeReach:
+        return cls(tuple(record["files"]), _runs_read(record["ran"]), _runs_read(record["named"]),
+                   bool(record["lines_known"]))
+
+
+def _runs_listed(table: Mapping[str, LineRuns]) -> dict[str, list[list[int]]]:
+    return {path: [list(run) for run in runs] for path, runs in table.items()}
+
+
+def _runs_read(table: Mapping[str, list[list[int]]]) -> dict[str, LineRuns]:
+    return {str(path): tuple((int(first), int(last)) for first, last in runs) for path, runs in table.items()}

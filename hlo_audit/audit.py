@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from hlo_audit import run as running
 from hlo_audit import termination
@@ -39,9 +40,11 @@ from hlo_audit.commands.inputs import (
 from hlo_audit.files import write_atomic
 from hlo_audit.findings import Accept
 from hlo_audit.judging import host_figures
+from hlo_audit.judging.change_reach import coverage_of
 from hlo_audit.judging.gate import judged, regenerate_command
 from hlo_audit.judging.outcome import Lowered, Outcome
 from hlo_audit.merge import check_record, failing_in, last_check_path
+from hlo_audit.patch import Patch, read_patch
 from hlo_audit.plan import Plan, id_depth, is_cell_id, plan, plan_cell
 from hlo_audit.report.frame import tidy_frame
 from hlo_audit.report.matrix import MatrixView, matrix_view_of
@@ -66,11 +69,36 @@ def normalized_text(result: LoweredCell) -> str:
 
 
 def check(p: Plan, results: Sequence[CellResult], config_path: str | None = None,
-          report_stale: bool = True) -> Outcome:
+          report_stale: bool = True, changes: Changes | None = None) -> Outcome:
     """The plan's outcome judged by the gate under the config's policy (``report_stale``: say which goldens have no
     cell; one shard of a sharded run does). A cell whose golden records a host figure has its own measured now
-    (``judging.host_figures.with_host_figures``), for the host_cost rule."""
-    return judged(p, results, regenerate_command(config_path), report_stale, prepare=host_figures.prepared_for_check)
+    (``judging.host_figures.with_host_figures``), for the host_cost rule. ``changes``: the pull request's diff
+    (``read_changes``), against what the cells reached (``judging.change_reach``: the ``unreached`` rule)."""
+    coverage = coverage_of(changes.patch, changes.source, results, running.project_folder(p.config),
+                           p.full_matrix if p.full_matrix is not None else p.matrix) if changes is not None else None
+    return judged(p, results, regenerate_command(config_path), report_stale, prepare=host_figures.prepared_for_check,
+                  coverage=coverage)
+
+
+@dataclass(frozen=True)
+class Changes:
+    """A pull request's diff as `check --changes` read it: the patch and where it came from."""
+
+    patch: Patch
+    source: str
+
+
+def read_changes(path: str, stdin: TextIO) -> Changes:
+    """The unified diff at ``path`` (``-``: ``stdin``), read whole before any cell runs: a file that cannot be read
+    or is no diff is the user's to fix (``InputError``, one line naming it)."""
+    source = "stdin" if path == "-" else path
+    try:
+        text = stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"--changes {path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"--changes {path}: not text ({exc.reason})") from None
+    return Changes(read_patch(text, source), source)
 
 
 def recorded_inputs(p: Plan) -> list:

@@ -339,6 +339,10 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
           junit_path: JunitOpt = None, markdown_path: MarkdownOpt = None, verbose: VerboseOpt = False,
           explain_cache: Annotated[bool, typer.Option("--explain-cache", help="Also list, on stderr, what each cell's "
                                                       "cached lowering read (what must hold to serve it).")] = False,
+          changes: Annotated[str | None, typer.Option("--changes", metavar="PATCH", help="The pull request's unified "
+                                                      "diff (git diff BASE...HEAD; - for stdin): say which changed "
+                                                      "lines each cell's lowering reached, and which none did "
+                                                      "(policy unreached).")] = None,
           ) -> None:
     """Compare every cell with its golden under the config's policies. Exit 1 on a regression.
 
@@ -348,8 +352,10 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, shard: ShardOpt = None
     for path, (option, example) in zip((junit_path, markdown_path), REPORT_FILES):
         if path:  # refuse report paths that can never be written (a folder...) before any cell runs
             check_output(path, option, example)
+    changed = audit.read_changes(changes, sys.stdin) if changes is not None else None  # before any cell runs
     results = progress.run_shown(plan, jobs, not no_cache, refresh)
-    outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"))
+    outcome = audit.check(plan, results, config, report_stale=shard is None or shard.startswith("1/"),
+                          changes=changed)
     progress.judged_shown(outcome)
     emit("check", fmt, outcome=outcome, verbose=verbose)
     _write_outputs(outcome, junit_path, markdown_path)

@@ -377,16 +377,25 @@ def _waivers(waivers, fail) -> tuple[Mapping[str, str], ...]:
             fail(f"waive[{i}].rule", f"expected one of {', '.join(rules)}, got {waiver.get('rule')!r}")
         if not isinstance(waiver.get("reason"), str) or not waiver["reason"].strip():
             fail(f"waive[{i}].reason", "every waiver needs a reason")
-        allowed = _WAIVER_MATCH_KEYS | ({"pattern"} if registry.spec_of(waiver["rule"]).pattern_waivers else set())
+        spec = registry.spec_of(waiver["rule"])
+        # A rule of changed lines (unreached) is waived by path alone; the others by cells, dead_rng's by pattern too.
+        allowed = {"path"} if spec.path_waivers else (
+            _WAIVER_MATCH_KEYS | ({"pattern"} if spec.pattern_waivers else set()))
         bad = sorted(set(waiver) - allowed - {"rule", "reason"})
         if "pattern" in waiver and (not isinstance(waiver["pattern"], str) or not waiver["pattern"].strip()):
             fail(f"waive[{i}].pattern", "expected a glob over stream patterns, e.g. 'model.decoder.rngs.*'")
+        if "path" in waiver and (not isinstance(waiver["path"], str) or not waiver["path"].strip()):
+            fail(f"waive[{i}].path", "expected a glob over repository paths, e.g. 'src/legacy/*.py'")
         if bad:
             fail(f"waive[{i}].{bad[0]}", f"unknown key (match on {', '.join(sorted(allowed))})")
+        if spec.path_waivers and "path" not in waiver:
+            fail(f"waive[{i}]", f"a waiver of {waiver['rule']} names the changed files it waives: path = "
+                                "'src/legacy/*.py'")
         if not set(waiver) & allowed:  # as an exclude with no keys: a waiver must say which cells it covers
             fail(f"waive[{i}]", f"a waiver naming no cells would waive {waiver['rule']} in every cell; name the "
                                 "cells it waives (model = ..., quant = ...: a list of values matches any of them)")
-        _match_values(waiver, f"waive[{i}].", fail)
+        if not spec.path_waivers:
+            _match_values(waiver, f"waive[{i}].", fail)
     return tuple(waivers)
 
 

@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # (``comparison``: a cell against its golden, worked out once) and what it reads of a golden (its record, what it
     # lacks) and of a depth series (``scaling``): below the config, which validates a ``[policy]`` against the specs.
     ("records", ("analysed", "results", "policy", "findings", "host_cost", "stack", "ab_verdicts", "rules", "rules.*",
-                 "scaling", "golden.record", "golden.health", "comparison")),
+                 "scaling", "golden.record", "golden.health", "comparison", "patch", "coverage")),
     # Config -> cells -> results: the plan, the cache, the run and what it says on stderr while it runs.
     # This process's side of the lowering processes (workers: hlo_audit.worker runs there, started by name).
     ("running", ("defaults", "config", "resolve", "plan", "cache", "cache.*", "run", "termination", "progress",

@@ -122,7 +122,9 @@ def check_record(outcome: Outcome) -> Json:
             "accept": None if outcome.accept is None else {"command": outcome.accept.command,
                                                            "cells": list(outcome.accept.ids)},
             "findings": [finding_record(f) for f in outcome.findings],
-            "cells": [cell_record(r) for r in outcome.results]}
+            "cells": [cell_record(r) for r in outcome.results],
+            # What the cells reached of the pull request's changed lines (`check --changes`): only where given.
+            **({"coverage": outcome.coverage.to_record()} if outcome.coverage is not None else {})}
 
 
 def _judge_record(judge: Judge | None, tree: str) -> Json | None:

@@ -24,6 +24,9 @@ class Waiver:
     reason: str
     match: Mapping[str, str]  # cell attribute -> value (model, scan, quant, layers, platform)
     pattern: str | None = None  # dead_rng only: a glob over stream patterns; None waives the whole finding
+    # unreached only: a glob over the repository paths of changed files (``src/legacy/*.py``) whose lines no cell
+    # needs to reach (``check --changes``)
+    path: str | None = None
     index: int = -1  # its position in the config's waive list
     source: str = ""  # where it is written: ``hlo-audit.toml: waive[3]``
     built_in: bool = False  # one of the defaults for MaxText's known leaks, not written in the user's config
@@ -54,12 +57,17 @@ class Policy:
     def pattern_waiver(self, rule: str, cell: Cell, pattern: str) -> Waiver | None:
         return next((w for w in self.waivers if w.covers(rule, cell) and w.covers_pattern(pattern)), None)
 
+    def path_waiver(self, rule: str, path: str) -> Waiver | None:
+        """The first waiver of ``rule`` whose ``path`` glob matches a changed file's repository path."""
+        return next((w for w in self.waivers if w.rule == rule and w.path is not None
+                     and fnmatch.fnmatchcase(path, w.path)), None)
+
     @classmethod
     def of(cls, actions: Mapping[str, str], waivers: Sequence[Mapping[str, str]], built_in: bool, source: str,
            tolerances: Mapping[str, float]) -> Policy:
         """The policy of a config's validated ``[policy]`` and ``[[waive]]`` tables (``config.Config.rules``)."""
         return cls(actions, tuple(
-            Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"),
-                   match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern")}, index=i,
+            Waiver(rule=w["rule"], reason=w["reason"], pattern=w.get("pattern"), path=w.get("path"),
+                   match={k: v for k, v in w.items() if k not in ("rule", "reason", "pattern", "path")}, index=i,
                    source=f"built-in default waive[{i}]" if built_in else f"{source}: waive[{i}]", built_in=built_in)
             for i, w in enumerate(waivers)), tolerances=tolerances)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from hlo_audit.analysed import Constants, Launches, ModelReach, Param, RngSummary, Role
+from hlo_audit.analysed import CodeReach, Constants, Launches, ModelReach, Param, RngSummary, Role
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary, roles_by_pattern
@@ -108,7 +108,8 @@ class CellResult:
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
             call_leaves=record.get("call_leaves"), environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"],
-            model=None if record.get("model") is None else ModelReach.from_record(record["model"]))
+            model=None if record.get("model") is None else ModelReach.from_record(record["model"]),
+            reach=None if record.get("reach") is None else CodeReach.from_record(record["reach"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +173,9 @@ class LoweredCell(CellResult):
     # What of its model the step computes (``analysed.ModelReach``: its contractions, those reaching its outputs);
     # None: a result read from a check report, which keeps no analysis.
     model: ModelReach | None = None
+    # What of the code under test its lowering reached (``analysed.CodeReach``: files used, lines run, lines its
+    # program names), for ``check --changes``; None where not recorded (a text read from a file, a check report).
+    reach: CodeReach | None = field(default=None, repr=False)
 
     @property
     def leaves_per_call(self) -> int | None:
@@ -250,6 +254,8 @@ class LoweredCell(CellResult):
             record["call_leaves"] = self.call_leaves
         if self.model is not None:
             record["model"] = self.model.to_record()
+        if self.reach is not None:
+            record["reach"] = self.reach.to_record()
         if warnings is not None:
             record["warnings"] = warnings
         return record

@@ -15,12 +15,12 @@ from pathlib import Path
 from hlo_audit import host, platforms, preflight, workers
 from hlo_audit.analysed import Constants, Launches, ModelReach, Param, RngSummary, placed_text
 from hlo_audit.cache import Cache, RecordedInputs, lowering_key
-from hlo_audit.cache.reads import Reads
+from hlo_audit.cache.reads import Reads, code_reach
 from hlo_audit.hlo.analysis import Analysis, analyze
 from hlo_audit.hlo.diff import opcode_dtype_histogram
 from hlo_audit.hlo.kernels import kernel_digests
 from hlo_audit.hlo.launch_model import step_launches
-from hlo_audit.hlo.locations import Places, text_places
+from hlo_audit.hlo.locations import Places, named_lines, text_places
 from hlo_audit.hlo.model_work import ModelWork, model_work
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.rng_keys import PlacedHazard, placed
@@ -51,7 +51,10 @@ def environment(cell: Cell, version_names=()) -> dict[str, str]:
 ZEROED_SHOWN = 4
 
 
-def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str]) -> LoweredCell:
+def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, env: dict[str, str],
+                     reads: Reads | None = None, roots: tuple[str, ...] = ()) -> LoweredCell:
+    """The cell's result from its lowering, analysed here; ``reads``: what the lowering read, which with the lines
+    its program names says what of the code under test it reached (``cache.reads.code_reach``)."""
     analysis = analyze(lowering.text, cell.id, lowering.arg_keys, lowering.captured, lowering.arg_leaves,
                        lowering.literal_digests)
     launches = step_launches(analysis.module, analysis.params, lowering.dump, f"{cell.id} thunk sequence")
@@ -71,6 +74,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
         normalized=normalized, places=places, call_leaves=lowering.call_leaves,
         model=_model_reach(model_work(analysis.module, analysis.params), names, places),
+        reach=code_reach(reads, named_lines(analysis.module, lowering.metadata), roots) if reads is not None else None,
     )
 
 
@@ -126,7 +130,9 @@ def run_cells(cells: Iterable[Cell], cache: Cache, jobs: int = 1,
         if hit is not None:  # lowered before, analysis code changed since (or its result did not verify)
             text, meta = hit
             result = replace(analyze_lowering(cell, Lowering.from_cache(text, meta), meta.get("seconds", 0.0), entry,
-                                              environment(cell, meta.get("versions", ()))), cached=True, text=text)
+                                              environment(cell, meta.get("versions", ())),
+                                              cache.variant_reads(key, entry, cell.id), cache.roots),
+                             cached=True, text=text)
             cache.put_result(entry, result)
             yield result
             continue
@@ -182,7 +188,7 @@ def _received(cache: Cache, ended: workers.Ended, key: str) -> CellResult:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return FailedCell(cell=cell, key=key, message=f"its lowering process sent a result of another shape ({exc})")
     try:
-        result = analyze_lowering(cell, lowering, seconds, key, environment(cell, names))
+        result = analyze_lowering(cell, lowering, seconds, key, environment(cell, names), reads, cache.roots)
     except HloParseError as exc:
         return FailedCell(cell=cell, message=f"unparseable HLO: {one_line(exc)}", key=key, warnings=warned)
     why = f"unservable: {reads.unservable[0]}" if reads.unservable else cache.missed.get(cell.id, "")

@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from hlo_audit import host, layers
+from hlo_audit.analysed import CodeReach
 from hlo_audit.cache import code as code_keys
 from hlo_audit.cache.key import FLAG_PREFIXES, HLO_AUDIT_ROOT, NOT_FLAGS
 from hlo_audit.cache.used import (
@@ -32,12 +33,14 @@ from hlo_audit.cache.used import (
     close_window,
     files_opened,
     hears_code,
+    hears_lines_of,
     modules_used,
     open_window,
     probed,
     unservable,
 )
 from hlo_audit.files import current_directory
+from hlo_audit.patch import ranges
 
 
 class _EnvironmentReads:
@@ -65,6 +68,7 @@ _PROCESS_READS = _EnvironmentReads()
 _PROCESS_OPENED: set[str] = set()
 _PROCESS_PROBED: set[str] = set()
 _PROCESS_CODE: set = set()  # code objects run while building targets (a module's import, what it called)
+_PROCESS_LINES: dict[str, set[int]] = {}  # the lines they ran, of the files whose lines are heard
 _PROCESS_UNSERVABLE: list[str] = []
 
 
@@ -159,6 +163,8 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
             _PROCESS_OPENED.update(files_opened(used))
             _PROCESS_PROBED.update(probed(used))
             _PROCESS_CODE.update(used.code)
+            for path, lines in used.lines.items():
+                _PROCESS_LINES.setdefault(path, set()).update(lines)
             _PROCESS_UNSERVABLE.extend(unservable(used))
         else:
             reads.used = used
@@ -204,13 +210,17 @@ class Reads:
     # content changed still holds if this digest does.
     code: Mapping[str, dict] = dataclasses.field(default_factory=dict)
     unservable: tuple[str, ...] = ()  # why this lowering's inputs cannot be keyed: never served
+    # A module's file -> the runs of its lines that executed ([first, last] each; ``cache.used.hears_lines_of``'s
+    # files): what of a pull request's changed lines the cell reached (``analysed.CodeReach``). Not an input: two
+    # lowerings that read the same inputs ran the same lines. Empty where lines are not heard (Python 3.11).
+    lines: Mapping[str, list[list[int]]] = dataclasses.field(default_factory=dict)
 
     def to_record(self) -> dict:
         return {"files": dict(self.files), "distributions": dict(self.distributions),
                 "environment": dict(self.environment), "set_by_lowering": dict(self.set_by_lowering),
                 "imported_environment": dict(self.imported_environment), "probed": dict(self.probed),
                 "listed": dict(self.listed), "absent_modules": {k: list(v) for k, v in self.absent_modules.items()},
-                "code": dict(self.code), "unservable": list(self.unservable)}
+                "code": dict(self.code), "unservable": list(self.unservable), "lines": dict(self.lines)}
 
     @classmethod
     def from_record(cls, record: object) -> "Reads":
@@ -218,7 +228,7 @@ class Reads:
         if not isinstance(record, dict):
             raise ValueError("not a record of reads")
         maps = ("files", "distributions", "environment", "set_by_lowering", "imported_environment", "probed",
-                "listed", "absent_modules", "code")
+                "listed", "absent_modules", "code", "lines")
         if not all(isinstance(record.get(name, {}), dict) for name in maps) or not isinstance(
                 record.get("unservable", []), list):
             raise ValueError("a record of reads of another shape")
@@ -257,10 +267,14 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
                           _PROCESS_CODE | (used.code if used else set()), used.code if used else set()) \
         if hears_code() else {}
     reasons = [*_PROCESS_UNSERVABLE, *(unservable(used) if used else ())]
+    heard = used.lines if used else {}
+    ran_lines = {path: [list(run) for run in ranges(_PROCESS_LINES.get(path, set()) | heard.get(path, set()))]
+                 for path in files if path.endswith(".py") and hears_lines_of(path)} if hears_code() else {}
     return Reads(files=files, distributions=dict(sorted(distributions.items())), environment=_variables(window),
                  set_by_lowering=set_itself, imported_environment=_variables(_PROCESS_READS), probed=probes,
                  listed=listed, absent_modules={name: list(path) for name, path in sorted(ABSENT_MODULES.items())},
-                 code=ran_code, unservable=tuple(dict.fromkeys(reasons)))
+                 code=ran_code, unservable=tuple(dict.fromkeys(reasons)),
+                 lines={path: runs for path, runs in ran_lines.items() if runs})
 
 
 def _code_keys(paths: list[str], ran: set, lowered: set) -> dict[str, dict]:
@@ -510,6 +524,12 @@ def project_roots(root: Path | str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.join(p, "") for p in (os.path.abspath(root), os.path.realpath(root))))
 
 
+def relative_path(path: str, roots: tuple[str, ...]) -> str:
+    """``path`` relative to the project (``project_roots``) where it is inside it, else as it is."""
+    under = next((root for root in roots if path.startswith(root) or path + os.sep == root), None)
+    return (path[len(under):] or ".") if under and path.startswith(under) else "." if under else path
+
+
 def portable(reads: dict, roots: tuple[str, ...]) -> dict:
     """A manifest variant's reads with the project's files named relative to the project: a copy of it, a second
     worktree, a workspace restored at another path checks its own files, and two projects sharing a cache_dir each
@@ -518,17 +538,31 @@ def portable(reads: dict, roots: tuple[str, ...]) -> dict:
     absent module was looked for."""
 
     def relative(path: str) -> str:
-        under = next((root for root in roots if path.startswith(root) or path + os.sep == root), None)
-        return (path[len(under):] or ".") if under and path.startswith(under) else "." if under else path
+        return relative_path(path, roots)
 
     moved = {name: {relative(path): value for path, value in reads.get(name, {}).items()}
-             for name in ("files", "probed", "code")}
+             for name in ("files", "probed", "code", "lines")}
     # A folder listed for the distributions in it (importlib.metadata, over sys.path: the working folder too) is
     # about what is installed where the lowering ran, not the project's content: named as it is.
     moved["listed"] = {path if isinstance(value, str) and value.startswith(DISTRIBUTIONS) else relative(path): value
                        for path, value in reads.get("listed", {}).items()}
     absent = {name: [relative(path) for path in where] for name, where in reads.get("absent_modules", {}).items()}
     return {**reads, **moved, "absent_modules": absent}
+
+
+def code_reach(reads: Reads, named: Mapping[str, set[int]], roots: tuple[str, ...]) -> CodeReach:
+    """What of the code under test a lowering reached (``analysed.CodeReach``), from what it read (the lowering
+    process's record, or a manifest variant's, whose project files are already relative) and the lines its program
+    names (``hlo.locations.named_lines``), the project's files relative to it. Files keyed by content are the code a
+    pull request can change; an installed distribution's are keyed by version and named nowhere here."""
+    files = tuple(sorted({relative_path(path, roots) for path in reads.files}))
+    ran = {relative_path(path, roots): tuple((int(first), int(last)) for first, last in runs)
+           for path, runs in reads.lines.items()}
+    in_files = set(files)
+    program = {relative_path(path, roots): ranges(lines) for path, lines in named.items()}
+    return CodeReach(files, dict(sorted(ran.items())),
+                     dict(sorted((path, runs) for path, runs in program.items() if path in in_files)),
+                     lines_known=bool(reads.lines) or not any(path.endswith(".py") for path in files))
 
 
 def identity(reads: dict) -> dict:

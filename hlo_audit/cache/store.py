@@ -351,6 +351,21 @@ class Cache:
         except (KeyError, TypeError, IndexError, AttributeError):
             return None
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The project's folder, as given and resolved (``reads.project_roots``): its files are named from it."""
+        return self._roots
+
+    def variant_reads(self, key: str, entry: str, cell: str) -> Reads | None:
+        """What the lowering that made ``entry`` read, as the manifest of primary key ``key`` keeps it (the project's
+        files relative to the project: ``reads.portable``), or None."""
+        manifest = self._read(key, "manifest", cell, _parse_json_entry)
+        try:
+            found = next((v["reads"] for v in manifest["variants"] if v["entry"] == entry), None)
+            return Reads.from_record(found) if found is not None else None
+        except (KeyError, TypeError, AttributeError, ValueError):
+            return None
+
     def get_lowering(self, key: str, cell: str | None = None) -> tuple[str, dict] | None:
         """The HLO text and its lowering record (``Lowering.meta()`` plus ``cell``, ``seconds``) of an entry key,
         or of a primary key's verified variant."""

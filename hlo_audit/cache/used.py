@@ -28,6 +28,9 @@ _ORIGINAL_IMPORT = builtins.__import__
 _ORIGINAL_IMPORT_MODULE = importlib.import_module
 # Not inputs: the kernel's views (a /proc file reads differently every time) and Python's bytecode (the source is).
 _NOT_FILES = ("/proc/", "/sys/", "/dev/")
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_OWN_EXAMPLES = _OWN + "examples" + os.sep
+_STDLIB = os.path.dirname(os.__file__) + os.sep
 
 
 class Used:
@@ -46,6 +49,9 @@ class Used:
         self.imported: set[str] = set()
         self.ran: set[str] = set()  # files whose code ran (co_filename)
         self.code: set = set()  # the code objects that ran (``cache.code``: a file keyed by what of it ran)
+        # file -> the lines of it that ran, for the files outside installed distributions and Python's own library
+        # (``hears_lines_of``): which of a pull request's changed lines a cell reached (``check --changes``).
+        self.lines: dict[str, set[int]] = {}
         self.before: frozenset[str] = frozenset()
         self.loaded: frozenset[str] = frozenset()
         self.started_ns = time.time_ns()
@@ -66,12 +72,39 @@ _tool: int | None = None  # this module's sys.monitoring tool id, once taken; No
 
 def _started(code, offset) -> object:
     """PY_START: note the code in every open window, then stop hearing about this code until the next window begins
-    (``restart_events``)."""
+    (``restart_events``). Code of a file whose lines are wanted (``hears_lines_of``) is heard line by line from
+    now on: its LINE events, each location once per window (coverage.py's way with ``sys.monitoring``)."""
     for window in list(_windows):
         window.code.add(code)
         if window.lowering:
             window.ran.add(code.co_filename)
+    if hears_lines_of(code.co_filename):
+        _MONITORING.set_local_events(_tool, code, _MONITORING.events.LINE)
     return _MONITORING.DISABLE
+
+
+def _line(code, line: int) -> object:
+    """LINE: note the line in every open window, then stop hearing about it until the next window begins."""
+    for window in list(_windows):
+        window.lines.setdefault(code.co_filename, set()).add(line)
+    return _MONITORING.DISABLE
+
+
+_LINES_WANTED: dict[str, bool] = {}
+
+
+def hears_lines_of(filename: str) -> bool:
+    """Whether the lines a lowering runs of ``filename`` are recorded: the code a pull request can change (the
+    user's project, an editable install, a folder on PYTHONPATH), not an installed distribution's, Python's own
+    library, hlo-audit's (its examples aside: they are targets) or code compiled from a string. Decided once per
+    file."""
+    wanted = _LINES_WANTED.get(filename)
+    if wanted is None:
+        installed = any(f"{os.sep}{folder}{os.sep}" in filename for folder in ("site-packages", "dist-packages"))
+        own = filename.startswith(_OWN) and not filename.startswith(_OWN_EXAMPLES)
+        wanted = _LINES_WANTED[filename] = not (filename.startswith("<") or installed or own
+                                                or filename.startswith(_STDLIB))
+    return wanted
 
 
 def _take_tool() -> int | None:
@@ -81,6 +114,7 @@ def _take_tool() -> int | None:
         except ValueError:
             continue
         _MONITORING.register_callback(tool, _MONITORING.events.PY_START, _started)
+        _MONITORING.register_callback(tool, _MONITORING.events.LINE, _line)
         return tool
     return None
 
@@ -169,9 +203,6 @@ def _opened(path, mode, flags) -> None:
         if reading:
             window.opened.add(path)
 
-
-_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_OWN_EXAMPLES = _OWN + "examples" + os.sep
 
 
 def _started_by_hlo_audit() -> bool:

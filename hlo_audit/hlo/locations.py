@@ -274,3 +274,32 @@ def text_places(module: HloModule, names: Mapping[tuple[str, str], tuple[str, st
             if instr.op_name or chain:
                 found[key] = Origin(instr.op_name, chain[0] if chain else "", chain[1:])
     return found
+
+
+def named_lines(module: HloModule, metadata: Metadata | None = None) -> dict[str, set[int]]:
+    """Every source line an instruction's stack names, by the file's path as the module gives it, the frameworks'
+    frames aside (``_in_framework``): the stack frame tables' locations (a stage's ``metadata``, else the module's
+    own tables) and each instruction's ``source_file``/``source_line``. What ``check --changes`` reads as the lines
+    in a cell's program (``analysed.CodeReach.named``)."""
+    found: dict[str, set[int]] = {}
+
+    def add(path: str, line: int) -> None:
+        if path and line > 0 and not _in_framework(path):
+            found.setdefault(path, set()).add(line)
+
+    if metadata is not None:
+        for file_number, line in metadata.locations:
+            if 0 < file_number <= len(metadata.files):
+                add(metadata.files[file_number - 1], line)
+    tables = module.debug_tables
+    files = {n: _unquote(v) for n, v in tables.get("FileNames", {}).items()}
+    for value in tables.get("FileLocations", {}).values():
+        fields = _fields(value)
+        add(files.get(fields.get("file_name_id", 0), ""), fields.get("line", 0))
+    for instr in module.instructions():
+        metadata_text = instr.attrs.get("metadata", "")
+        if "source_file" in metadata_text and (file := _SOURCE_FILE.search(metadata_text)):
+            line = _SOURCE_LINE.search(metadata_text)
+            add(file.group(1), hlo_int(line.group(1), f"{instr.name}: source_line", module.source, instr.line,
+                                          INT32_MAX) if line else 0)
+    return found

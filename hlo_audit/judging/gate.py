@@ -17,18 +17,20 @@ nothing (``report.words`` does); a waiver makes a new finding, of severity waive
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from hlo_audit.comparison import CellDelta
+from hlo_audit.coverage import Coverage
 from hlo_audit.findings import DeadRng, Finding, LoweringFailure, Matches, StaleWaiver, Unjudged
 from hlo_audit.golden.snapshot import Golden, GoldenError, read_snapshot
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.matrix import Cell, matches_rule
 from hlo_audit.plan import Plan, full_matrix_of
-from hlo_audit.policy import Policy
+from hlo_audit.policy import Policy, Waiver
 from hlo_audit.provenance import tree_digest
 from hlo_audit.results import CellResult, LoweredCell, Severity, UnavailableCell
-from hlo_audit.rules import missing_golden, registry
+from hlo_audit.rules import missing_golden, registry, unreached
 from hlo_audit.rules.registry import Rule
 from hlo_audit.rules.spec import Context, Subject
 from hlo_audit.scaling import Series
@@ -54,17 +56,18 @@ def regenerate_command(config_path: str | None) -> str:
 
 
 def judged(plan: Plan, results: Sequence[CellResult], regenerate: str, report_stale: bool = True,
-           prepare=None, rules: Collection[str] | None = None) -> Outcome:
+           prepare=None, rules: Collection[str] | None = None, coverage: Coverage | None = None) -> Outcome:
     """The plan's outcome judged under its config's policy, against one tree of goldens, whole: judged again when
     a ``golden update`` swapped the tree meanwhile (``golden.snapshot.read_snapshot``). ``prepare(tree, results)``:
     the results completed from that same tree first (``host_figures.with_host_figures``: each file read once).
-    ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``)."""
+    ``rules``: the rules judged (None: every rule, as `check` judges; `measure`: ``host_cost``); ``coverage``: what
+    the cells reached of the pull request's changed lines (``check --changes``)."""
     # The project's files as the cells were judged on them, by content (what `merge` compares beside the commit).
     project = tree_digest(plan.config.project or Path.cwd(), plan.config.cache_dir, plan.config.golden_dir)
 
     def judge(tree):
-        outcome = Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(tree.digest(),
-                                                                                                 project)
+        outcome = replace(Outcome.of(plan, prepare(tree, results) if prepare else results, tree).against(
+            tree.digest(), project), coverage=coverage)
         return Gate(plan.config.rules, regenerate, rules=rules).judge(outcome, report_stale)
 
     return read_snapshot(plan.config.golden_dir, judge)
@@ -129,6 +132,8 @@ class Gate:
             findings.extend(missing_golden.stale_goldens(outcome.goldens.stored_ids(), {c.id for c in matrix}))
         if self.judges(Rule.STALE_WAIVER):
             findings.extend(stale_waivers(self.policy, used, outcome.results, matrix))
+        if outcome.coverage is not None and self.judges(Rule.UNREACHED):
+            findings.extend(unreached_findings(self.policy, outcome.coverage))
         return outcome.judged(findings, deltas)
 
     def _apply(self, finding: Finding, cell: Cell) -> Finding | None:
@@ -180,12 +185,40 @@ def stale_waivers(policy: Policy, used: set[int], judged: Sequence[CellResult],
     judged_ids = {r.cell.id for r in judged if r.ok}
     findings = []
     for waiver in policy.waivers:
+        if waiver.path is not None:
+            continue  # a path no cell needs to reach stays so whatever one pull request changed
         covered = [c.id for c in matrix if matches_rule(c, waiver.match)]
         if waiver.index in used or not set(covered) <= judged_ids or (waiver.built_in and not covered):
             continue  # a built-in waiver for cells this config's matrix leaves out is no one's to drop
         found = Finding(waiver.source, Severity.REGRESSION, Rule.STALE_WAIVER, StaleWaiver(waiver, len(covered)))
         if (kept := registry.applied(policy, found, None)) is not None:
             findings.append(kept)
+    return findings
+
+
+def unreached_findings(policy: Policy, coverage: Coverage) -> list[Finding]:
+    """The changed lines of model code no cell reached (``rules.unreached``), as the policy has them: the runs of a
+    path a waiver names, waived by it (one finding per waiver), the others one finding under the rule's action."""
+    if not coverage.cells:
+        return []  # no cell's reach is known (none lowered): nothing is claimed unreached
+    by_waiver: dict[int, list] = {}
+    waivers: dict[int, Waiver] = {}
+    kept = []
+    for run in coverage.unreached_runs:
+        waiver = policy.path_waiver(Rule.UNREACHED, run.path)
+        if waiver is None:
+            kept.append(run)
+        else:
+            by_waiver.setdefault(waiver.index, []).append(run)
+            waivers[waiver.index] = waiver
+    findings = [Finding(unreached.PLACE, Severity.REGRESSION, Rule.UNREACHED,
+                        unreached.Unreached(tuple(runs), len(coverage.cells))).waived(waivers[index])
+                for index, runs in by_waiver.items()]
+    if kept:
+        found = Finding(unreached.PLACE, Severity.REGRESSION, Rule.UNREACHED,
+                        unreached.Unreached(tuple(kept), len(coverage.cells)))
+        if (applied := registry.applied(policy, found, None)) is not None:
+            findings.append(applied)
     return findings
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from hlo_audit.comparison import CellDelta
+from hlo_audit.coverage import Coverage
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
 from hlo_audit.plan import Plan, Shard
@@ -82,6 +83,8 @@ class Outcome:
     folded: tuple[Finding, ...] = ()
     folded_dead_params: int = 0
     stale_goldens: tuple[str, ...] = ()  # goldens without a cell in the matrix (not cells: counted apart)
+    # What the cells reached of the pull request's changed lines (``check --changes``), None where none were given.
+    coverage: Coverage | None = None
     rows: tuple[SeriesRow, ...] = ()
     # The one golden update that accepts every failing cell listed (``findings.Accept``), None when none can be.
     accept: Accept | None = None

@@ -34,6 +34,7 @@ from hlo_audit.report.words import (
     check_summary_text,
     common_path_prefix,
     constants_headline,
+    coverage_lines,
     depth_values,
     every_cell_refused_line,
     folded_line,
@@ -378,6 +379,9 @@ def print_check(console: Console, outcome, verbose: bool = False) -> None:
     if outcome.folded and not verbose:
         status(console, esc(folded_line(outcome), style=SEVERITY_STYLE["advisory"]))
     print_warned(console, LoweringWarnings.of(outcome.results, chosen=verbose))
+    if outcome.coverage is not None:
+        for line in coverage_lines(outcome.coverage):
+            status(console, esc(line))
     status(console, summary_line(outcome))
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from hlo_audit.analysed import CapturedState, Constants, Launches, RngSummary
 from hlo_audit.comparison import CellDelta, TextVerdict, environment_changes
+from hlo_audit.coverage import Coverage
 from hlo_audit.findings import (
     Finding,
     LoweringFailure,
@@ -24,7 +25,14 @@ from hlo_audit.report.escape import visible
 from hlo_audit.results import LoweredCell, UnavailableCell
 from hlo_audit.rules import registry
 from hlo_audit.rules.missing_golden import STALE_GOLDEN
-from hlo_audit.rules.wording import LOCAL_STACK, environment_text, golden_to_now, plural, program_sizes_text
+from hlo_audit.rules.wording import (
+    LOCAL_STACK,
+    cells_named,
+    environment_text,
+    golden_to_now,
+    plural,
+    program_sizes_text,
+)
 
 ROLE_SHORT = {"rng_key": "key", "rng_count": "count", "optimizer_state": "opt"}
 
@@ -311,6 +319,40 @@ def against_golden_text(delta: CellDelta) -> str:
     if delta.structural is not None:
         parts.append(program_sizes_text(delta.structural.sizes, delta.structural.per_step_by_opcode))
     return "against its golden: " + "; ".join(parts)
+
+
+# The runs of changed lines a check names one by one; the rest are counted.
+RUNS_SHOWN = 6
+
+
+def coverage_lines(coverage: Coverage) -> list[str]:
+    """What the cells reached of the pull request's changed lines (``check --changes``): a line for the change in
+    all, then each reached run of changed model code, which cells ran it and in which one's program it is (the
+    unreached runs are the ``unreached`` rule's finding)."""
+    runs, cells = coverage.runs, len(coverage.cells)
+    if not runs:
+        others = f" ({len(coverage.not_model)} changed {plural(len(coverage.not_model), 'file')}: tests, docs, " \
+                 "pins)" if coverage.not_model else ""
+        return [f"changes ({coverage.source}): no changed line of model code{others}"]
+    reached = [run for run in runs if run.reached_by]
+    lines = [f"changes ({coverage.source}): {coverage.changed_lines:,} changed {plural(coverage.changed_lines, 'line')}"
+             f" of model code; {sum(len(r.lines) - len(r.unreached) for r in runs):,} reached by the {cells} "
+             f"{plural(cells, 'cell')} lowered"
+             + (f"; {len(coverage.not_model)} other changed {plural(len(coverage.not_model), 'file')} (tests, docs, "
+                "pins)" if coverage.not_model else "")]
+    for run in reached[:RUNS_SHOWN]:
+        program = (f"in the program of {cells_named(run.named_by)}" if run.named_by else "in none's program")
+        lines.append(f"  {run.place} ran in {len(run.reached_by)} of {cells} {plural(cells, 'cell')} "
+                     f"({cells_named(run.reached_by)}), {program}")
+    if len(reached) > RUNS_SHOWN:
+        lines.append(f"  and {len(reached) - RUNS_SHOWN} more reached {plural(len(reached) - RUNS_SHOWN, 'run')}")
+    if coverage.by_file:
+        lines.append(f"  {cells_named(coverage.by_file)}: which files their lowering used, not which lines (Python "
+                     "3.11)")
+    if coverage.unknown:
+        lines.append(f"  {cells_named(coverage.unknown)}: what their lowering reached is not recorded (lower them "
+                     "again: --refresh)")
+    return lines
 
 
 def recorded_inputs_lines(recorded) -> list[str]:

@@ -40,6 +40,7 @@ from hlo_audit.rules import (
     routing,
     series,
     structure,
+    unreached,
 )
 from hlo_audit.rules.spec import Context, KindWords, RuleSpec, Subject
 
@@ -71,6 +72,7 @@ SPECS: tuple[RuleSpec, ...] = (
     dead_model.SPEC,
     gate_made.UNJUDGED,
     gate_made.STALE_WAIVER,
+    unreached.SPEC,
 )
 
 # Kinds of finding that are no rule's (no policy key, no action): a cell that did not lower, a cell that matches.

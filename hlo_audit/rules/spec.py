@@ -117,6 +117,9 @@ class RuleSpec:
     # A waiver of it may name a ``pattern`` (a glob over what its findings list: dead_rng's stream patterns), which
     # its judge sets apart (``Policy.pattern_waiver``); the config accepts the key for these rules only.
     pattern_waivers: bool = False
+    # A waiver of it names a ``path`` (a glob over changed files' repository paths) and no cells: its findings are of
+    # the pull request's changed lines, not of a cell (``unreached``).
+    path_waivers: bool = False
     # The parts of a golden it compares besides the text every rule that ``reads`` a kind of change compares.
     golden_parts: tuple[GoldenPart, ...] = ()
     # Its findings account for the instructions the changes it reads name (a loop rolled, remat removed): the

@@ -129,6 +129,13 @@ def and_list(items: Sequence[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
+def cells_named(ids: Sequence[str], shown: int = 3) -> str:
+    """``a, b and c``; past ``shown`` names, ``a, b, c and 4 more``."""
+    if len(ids) <= shown:
+        return and_list(list(ids))
+    return f"{', '.join(ids[:shown])} and {len(ids) - shown} more"
+
+
 def environment_text(changes: Sequence[EnvironmentChange]) -> str:
     """``jax 0.11.0 -> 0.12.0.1, libtpu 0.0.52 -> (none), maxtext (none) -> 0.2.5``"""
     def shown(value) -> str:

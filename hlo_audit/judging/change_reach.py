@@ -1,0 +1,255 @@
+"""A pull request's changed lines against what each cell's lowering reached (``check --changes``, issue 46): the
+records are ``coverage``'s; this module works them out once per check.
+
+A changed file is matched to the files a cell used (``analysed.CodeReach``: named relative to the project, or
+absolute) by its path within its repository: each file the cells used is named from its own git top level (the
+project's, an editable install's checkout), so a diff taken in either repository matches; a file in no repository
+matches by the end of its path. A changed line is **reached** by a cell whose lowering ran it (its lines, where the
+lowering process heard them), or that used the file it is in where lines are not known (Python 3.11) or the file is
+not Python (a YAML config it read); it is **in the program** of a cell where an instruction's stack names it. Of the
+changed lines only those of model code count (``patch.is_model_code``, ``patch.code_lines``: comments, docstrings,
+blank lines, tests and docs do not).
+
+For lines no cell reached in a file some cell ran, what encloses them says which cell would reach them, where it is
+plain: an ``if`` whose condition no cell met (read from the file: ``if self.num_layers >= 4``, and the axis it
+reads), a loop no cell iterated, a function no cell called; for a branch on depth, the deeper cells of the same
+series in the matrix this run did not lower.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from hlo_audit.analysed import CodeReach
+from hlo_audit.coverage import Axis, ChangedRun, Coverage, Enclosing, ReachHint
+from hlo_audit.matrix import Cell
+from hlo_audit.patch import ChangedFile, Patch, code_lines, is_model_code, range_text
+from hlo_audit.results import CellResult, LoweredCell
+
+# Words of a condition that name a matrix axis (lower case, as identifiers hold them).
+_AXIS_WORDS = ((Axis.SCAN, re.compile(r"scan")), (Axis.QUANT, re.compile(r"quant|int8|int4|fp8|nvfp4|mxfp")),
+               (Axis.LAYERS, re.compile(r"layer|depth|\bidx\b|_idx\b|\bindex\b|_index\b|num_blocks|n_blocks")))
+_CONDITION_SHOWN = 80
+
+
+@dataclass(frozen=True)
+class _Used:
+    """One file a cell used, as found on this machine: its absolute path, its path in its repository (None: in
+    none), and the cell's reach of it."""
+
+    cell: str
+    absolute: str
+    repository_path: str | None
+    recorded: str  # its name in the cell's record (the key of ``CodeReach.ran`` / ``named``)
+    reach: CodeReach
+
+
+def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], project: Path,
+                matrix: Sequence[Cell] = ()) -> Coverage:
+    """The change ``patch`` (read from ``source``) against the lowered ``results``; ``project``: the folder their
+    records name the project's files from (``run.project_folder``); ``matrix``: the whole matrix (the deeper cells a
+    hint names)."""
+    lowered = [r for r in results if isinstance(r, LoweredCell)]
+    known = [r for r in lowered if r.reach is not None]
+    used = [_Used(r.cell.id, absolute, _repository_path(absolute), name, r.reach)
+            for r in known for name in r.reach.files
+            if (absolute := _absolute(name, project))]
+    runs: list[ChangedRun] = []
+    not_model: list[str] = []
+    for changed in patch.files:
+        if changed.deleted or changed.binary or not changed.lines:
+            continue
+        if not is_model_code(changed.path) and not any(_matches(u, changed.path) for u in used):
+            not_model.append(changed.path)
+            continue
+        matches = [u for u in used if _matches(u, changed.path)]
+        text = _text_of(changed, matches, project)
+        lines = code_lines(changed.path, changed.lines, text)
+        for group in _groups(lines):
+            runs.append(_run(changed.path, group, matches, text, known, matrix))
+    reached: dict[str, list[str]] = {}
+    in_program: dict[str, list[str]] = {}
+    for r in known:
+        places = [p for run in runs for p in range_text(run.path, [n for n in run.lines if _reaches(r, run, n, used)])]
+        named = [p for run in runs for p in range_text(run.path, [n for n in run.lines if _names(r, run, n, used)])]
+        reached[r.cell.id], in_program[r.cell.id] = places, named
+    return Coverage(source, tuple(runs), tuple(r.cell.id for r in known),
+                    {cell: tuple(v) for cell, v in reached.items()}, {cell: tuple(v) for cell, v in in_program.items()},
+                    tuple(r.cell.id for r in lowered if r.reach is None), tuple(not_model),
+                    tuple(r.cell.id for r in known if not r.reach.lines_known))
+
+
+def _run(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | None, known: list[LoweredCell],
+         matrix: Sequence[Cell]) -> ChangedRun:
+    reached_by = [r.cell.id for r in known if any(_ran(u, n) for u in matches if u.cell == r.cell.id for n in lines)]
+    named_by = [r.cell.id for r in known if any(_named(u, n) for u in matches if u.cell == r.cell.id for n in lines)]
+    unreached = tuple(n for n in lines if not any(_ran(u, n) for u in matches))
+    hint = _hint(path, unreached, matches, text, known, matrix) if unreached else None
+    return ChangedRun(path, lines, tuple(reached_by), tuple(named_by), unreached, hint)
+
+
+def _reaches(result: LoweredCell, run: ChangedRun, line: int, used: list[_Used]) -> bool:
+    return any(_ran(u, line) for u in used if u.cell == result.cell.id and _matches(u, run.path))
+
+
+def _names(result: LoweredCell, run: ChangedRun, line: int, used: list[_Used]) -> bool:
+    return any(_named(u, line) for u in used if u.cell == result.cell.id and _matches(u, run.path))
+
+
+def _ran(used: _Used, line: int) -> bool:
+    """Whether the cell reached ``line`` of the file: ran it, or read a file that is not Python, or used a module
+    whose lines its process could not hear (then the file counts whole)."""
+    if not used.recorded.endswith(".py") or not used.reach.lines_known:
+        return True
+    return _within(used.reach.ran.get(used.recorded, ()), line)
+
+
+def _named(used: _Used, line: int) -> bool:
+    return _within(used.reach.named.get(used.recorded, ()), line)
+
+
+def _within(runs, line: int) -> bool:
+    return any(first <= line <= last for first, last in runs)
+
+
+def _groups(lines: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Changed code lines in runs: consecutive lines, a gap of lines that are not code (a comment, a blank line)
+    kept inside one run."""
+    groups: list[list[int]] = []
+    for line in lines:
+        if groups and line - groups[-1][-1] <= 3:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    return [tuple(g) for g in groups]
+
+
+def _absolute(name: str, project: Path) -> str:
+    return os.path.normpath(name if os.path.isabs(name) else os.path.join(project, name))
+
+
+@functools.cache
+def _git_top(folder: str) -> str | None:
+    here = Path(folder)
+    for above in (here, *here.parents):
+        if (above / ".git").exists():
+            return str(above)
+    return None
+
+
+def _repository_path(absolute: str) -> str | None:
+    top = _git_top(os.path.dirname(absolute))
+    return PurePosixPath(Path(os.path.relpath(absolute, top)).as_posix()).as_posix() if top else None
+
+
+def _matches(used: _Used, path: str) -> bool:
+    """Whether the diff's ``path`` is this file: its path in its repository, else the end of its absolute path (a
+    file in no repository), or the same file named absolutely or from here."""
+    if used.repository_path is not None and used.repository_path == path:
+        return True
+    if used.repository_path is None and used.absolute.replace(os.sep, "/").endswith("/" + path.lstrip("/")):
+        return True
+    return os.path.normpath(os.path.abspath(path)) == used.absolute
+
+
+def _text_of(changed: ChangedFile, matches: list[_Used], project: Path) -> str | None:
+    """The changed file's text now: the file a cell used, else the diff's path from the project's repository, the
+    project or here; None where none is found (every changed line then counts as code)."""
+    top = _git_top(str(project))
+    candidates = [u.absolute for u in matches]
+    candidates += [os.path.join(folder, changed.path) for folder in (top, str(project), os.getcwd()) if folder]
+    for candidate in candidates:
+        try:
+            return Path(candidate).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+    return None
+
+
+def _hint(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | None, known: list[LoweredCell],
+          matrix: Sequence[Cell]) -> ReachHint:
+    """What would reach ``lines``: nothing plainer than "no cell loaded the file" where none did; else the innermost
+    statement around them that some cell ran (its header line), read from the file."""
+    loaded_by = tuple(dict.fromkeys(u.cell for u in matches))
+    if not loaded_by:
+        return ReachHint(Enclosing.FILE)
+    tree = _parsed(text) if path.endswith(".py") and text is not None else None
+    name = PurePosixPath(path).name
+    for node, part in reversed(_enclosing(tree, lines[0]) if tree is not None else []):
+        ran_by = tuple(dict.fromkeys(u.cell for u in matches if _ran(u, node.lineno)))
+        if not ran_by:
+            continue
+        kind, shown = _described(node, part, text)
+        axis = _axis_of(shown) if kind in (Enclosing.BRANCH, Enclosing.ELSE, Enclosing.LOOP) else Axis.NONE
+        deeper = _deeper(ran_by, known, matrix) if axis is Axis.LAYERS else ()
+        return ReachHint(kind, f"{name}:{node.lineno}", shown, ran_by, axis, deeper, loaded_by)
+    return ReachHint(Enclosing.FILE, name, "", (), Axis.NONE, (), loaded_by)
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> ast.Module | None:
+    try:
+        return ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _enclosing(tree: ast.Module, line: int) -> list[tuple[ast.stmt, str]]:
+    """The statements whose bodies hold ``line``, outermost first, each with the part that holds it (``body``,
+    ``orelse``, ``handlers``: an except clause's body, ``finalbody``)."""
+    chain: list[tuple[ast.stmt, str]] = []
+    body: list = tree.body
+    while (stmt := _holding(body, line)) is not None:
+        for part in ("body", "orelse", "handlers", "finalbody"):
+            statements = getattr(stmt, part, None)
+            if isinstance(statements, list) and (inner := _holding(statements, line)) is not None:
+                break
+        else:
+            return chain
+        chain.append((stmt, part))
+        body = inner.body if part == "handlers" else statements
+    return chain
+
+
+def _holding(statements: list, line: int):
+    return next((s for s in statements if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+
+
+def _described(node: ast.stmt, part: str, text: str | None) -> tuple[Enclosing, str]:
+    def source(expr: ast.AST) -> str:
+        shown = " ".join((ast.get_source_segment(text or "", expr) or ast.unparse(expr)).split())
+        return shown if len(shown) <= _CONDITION_SHOWN else shown[:_CONDITION_SHOWN - 3] + "..."
+
+    if isinstance(node, ast.If):
+        return (Enclosing.ELSE if part == "orelse" else Enclosing.BRANCH), source(node.test)
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        return Enclosing.LOOP, source(node.iter)
+    if isinstance(node, ast.While):
+        return Enclosing.LOOP, source(node.test)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return Enclosing.FUNCTION, node.name
+    if isinstance(node, ast.Try) and part == "handlers":
+        return Enclosing.HANDLER, ""
+    return Enclosing.FILE, ""
+
+
+def _axis_of(condition: str) -> Axis:
+    lowered = condition.lower()
+    return next((axis for axis, words in _AXIS_WORDS if words.search(lowered)), Axis.NONE)
+
+
+def _deeper(ran_by: tuple[str, ...], known: list[LoweredCell], matrix: Sequence[Cell]) -> tuple[str, ...]:
+    """The matrix's cells deeper than the deepest of their series among the cells that ran the branch's line, and
+    not lowered by this run: where a deeper cell of the same series may take the branch."""
+    lowered = {r.cell.id for r in known}
+    deepest: dict[tuple, int] = {}
+    for r in known:
+        if r.cell.id in ran_by:
+            deepest[r.cell.series] = max(deepest.get(r.cell.series, 0), r.cell.layers)
+    return tuple(c.id for c in matrix if c.series in deepest and c.layers > deepest[c.series] and c.id not in lowered)

@@ -1,0 +1,221 @@
+"""Did the gate see the change (issue 46, items 1, 2 and 4): `check --changes PATCH` says which changed lines each
+cell's lowering reached and which of them its program names, and the changed lines of model code no cell reached
+are the ``unreached`` rule's finding (advisory by default, ``fail`` for a gate that must see every line, waived by
+path), with what would reach them where that is plain.
+
+The model of the issue: a block whose second path runs only from layer 4 on, a gate matrix of 2 layers; every diff
+here is git's own, of a real edit to a real repository.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from in_process import hlo_audit_here
+from projects import config
+
+MODEL = """\
+import pathlib
+
+import jax
+import jax.numpy as jnp
+
+SETTINGS = pathlib.Path(__file__).with_name("settings.yml")
+
+
+def block(h, kernel, layer_index):
+    h = jnp.tanh(h @ kernel)
+    if layer_index >= 3:
+        h = h * 0.5
+        h = jnp.sin(h)
+    return h
+
+
+def unused_helper(h):
+    return h * 3.0
+
+
+def loss(params, x):
+    h = x
+    for layer_index, layer in enumerate(params):
+        h = block(h, layer["kernel"], layer_index)
+    return jnp.mean(h ** 2)
+
+
+def lower(cell):
+    width = int(SETTINGS.read_text().split("width:")[1].split()[0])
+
+    def step(params, x):
+        value, grads = jax.value_and_grad(loss)(params, x)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), value
+
+    params = [{"kernel": jnp.zeros((width, width))} for _ in range(cell.layers)]
+    return jax.jit(step).lower(params, jnp.ones((2, width)))
+"""
+SETTINGS = "# the model's settings\nwidth: 8\nname: tiny\n"
+DEEP_LINE = 12  # `h = h * 0.5`: under `if layer_index >= 3` (line 11), run by a 4-layer cell only
+TANH_LINE = 10  # `h = jnp.tanh(h @ kernel)`: every cell runs it
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """A git repository holding the model, its settings and a gate of 2 layers (matrix 2 and 4), goldens made at
+    both depths and committed: the base a pull request is made against."""
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "settings.yml").write_text(SETTINGS)
+    (tmp_path / "README.md").write_text("# tiny\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_model.py").write_text("def test_nothing():\n    assert True\n")
+    (tmp_path / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2, 4],
+                                                    scan=["off"]))
+    (tmp_path / ".gitignore").write_text(".hlo-audit-cache/\n")
+    made = hlo_audit_here(tmp_path, "golden", "update")
+    assert made.returncode == 0, made.stderr
+    _git(tmp_path, "init", "-q", ".")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "base")
+    return tmp_path
+
+
+def _check(repo: Path, *args: str) -> tuple[int, dict]:
+    (repo / "pr.diff").write_text(_git(repo, "diff", "HEAD"))
+    ran = hlo_audit_here(repo, "check", "--changes", "pr.diff", "--format", "json", *args)
+    assert ran.returncode in (0, 1), ran.stderr
+    return ran.returncode, json.loads(ran.stdout)
+
+
+def _unreached(report: dict) -> list[dict]:
+    return [f for f in report["findings"] if f["rule"] == "unreached"]
+
+
+def test_a_line_only_a_deeper_cell_runs_is_unreached_by_the_2_layer_gate(repo):
+    """The issue's case: the pull request edits the path from layer 4 on; the gate lowers 2 layers. The check is
+    green, and says the line reached no cell, where it is and what would reach it."""
+    _edit(repo / "model.py", "h = h * 0.5", "h = h * 0.25")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0
+    coverage = report["coverage"]
+    assert coverage["unreached"] == [f"model.py:{DEEP_LINE}"]
+    assert coverage["reached"] == {"m/scan-off/none/L2": []} and coverage["in_program"] == {"m/scan-off/none/L2": []}
+    [finding] = _unreached(report)
+    assert finding["severity"] == "advisory"
+    assert finding["message"].startswith(f"1 changed line of model code reached no cell's lowering (of 1 cell): "
+                                         f"model.py:{DEEP_LINE} (under `if layer_index >= 3` at model.py:11: "
+                                         f"m/scan-off/none/L2 ran it, none taking the branch: a deeper cell of that "
+                                         f"series would reach it (m/scan-off/none/L4 in the matrix))"), finding
+    hint = coverage["runs"][0]["hint"]
+    assert (hint["kind"], hint["axis"], hint["deeper"]) == ("branch", "layers", ["m/scan-off/none/L4"])
+
+
+def test_the_deeper_cell_reaches_it_and_its_program_shows_it(repo):
+    """With the 4-layer cell in the run, the line is reached and named by its program, which changed: the check
+    fails on that cell's golden, and no line is unreached."""
+    _edit(repo / "model.py", "h = h * 0.5", "h = h * 0.25")
+    code, report = _check(repo)
+    assert code == 1
+    coverage = report["coverage"]
+    assert coverage["unreached"] == [] and not _unreached(report)
+    assert coverage["reached"] == {"m/scan-off/none/L2": [], "m/scan-off/none/L4": [f"model.py:{DEEP_LINE}"]}
+    assert coverage["in_program"]["m/scan-off/none/L4"] == [f"model.py:{DEEP_LINE}"]
+
+
+def test_a_traced_line_edited_to_the_same_program_is_reached_not_unreached(repo):
+    _edit(repo / "model.py", "h = jnp.tanh(h @ kernel)", "h = jnp.tanh(jnp.matmul(h, kernel))")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0 and not _unreached(report)
+    coverage = report["coverage"]
+    assert coverage["reached"] == {"m/scan-off/none/L2": [f"model.py:{TANH_LINE}"]}
+    assert coverage["in_program"] == {"m/scan-off/none/L2": [f"model.py:{TANH_LINE}"]}
+    shown = hlo_audit_here(repo, "check", "--changes", "pr.diff", "--layers", "2")
+    assert (f"model.py:{TANH_LINE} ran in 1 of 1 cell (m/scan-off/none/L2), in the program of m/scan-off/none/L2"
+            in shown.stdout), shown.stdout
+
+
+@pytest.mark.parametrize("settings, severity, code", [
+    ({"policy": {"unreached": "fail"}}, "regression", 1),
+    ({"policy": {"unreached": "off"}}, None, 0),
+    ({"waive": [{"rule": "unreached", "path": "model.py", "reason": "the deep path is tested elsewhere"}]},
+     "waived", 0),
+    ({"waive": [{"rule": "unreached", "path": "other/*.py", "reason": "not this file"}],
+      "policy": {"unreached": "fail"}}, "regression", 1),
+])
+def test_the_policy_decides_and_waivers_name_paths(repo, settings, severity, code):
+    (repo / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2, 4], scan=["off"],
+                                                **settings))
+    _git(repo, "commit", "-qam", "policy")
+    _edit(repo / "model.py", "h = h * 0.5", "h = h * 0.25")
+    got, report = _check(repo, "--layers", "2")
+    assert got == code
+    assert [f["severity"] for f in _unreached(report)] == ([severity] if severity else [])
+    assert not [f for f in report["findings"] if f["rule"] == "stale_waiver"]
+
+
+def test_a_waiver_of_unreached_names_a_path_not_cells(repo):
+    (repo / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2], scan=["off"],
+                                                waive=[{"rule": "unreached", "model": "m", "reason": "r"}]))
+    ran = hlo_audit_here(repo, "check")
+    assert ran.returncode == 2
+    assert "waive[0].model: unknown key (match on path)" in ran.stderr, ran.stderr
+
+
+def test_a_yaml_line_a_cell_read_is_reached(repo):
+    _edit(repo / "settings.yml", "name: tiny", "name: small")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0 and not _unreached(report)
+    assert report["coverage"]["reached"] == {"m/scan-off/none/L2": ["settings.yml:3"]}
+
+
+def test_comments_docstrings_tests_and_docs_are_not_model_code(repo):
+    _edit(repo / "model.py", "def unused_helper(h):\n", "def unused_helper(h):\n    \"\"\"Three times.\"\"\"\n\n"
+                                                         "    # scaled\n")
+    _edit(repo / "README.md", "# tiny", "# tiny model")
+    _edit(repo / "tests" / "test_model.py", "assert True", "assert 1")
+    _edit(repo / "settings.yml", "# the model's settings", "# the model's own settings")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0 and not _unreached(report)
+    assert report["coverage"]["runs"] == []
+    assert report["coverage"]["not_model_code"] == ["README.md", "tests/test_model.py"]
+
+
+def test_a_function_no_cell_called_is_named(repo):
+    _edit(repo / "model.py", "return h * 3.0", "return h * 4.0")
+    _, report = _check(repo, "--layers", "2")
+    [finding] = _unreached(report)
+    assert "model.py:18 (in unused_helper() at model.py:17, which no cell called)" in finding["message"], finding
+
+
+def test_a_served_cell_keeps_what_it_reached(repo):
+    """The second check is served from the cache: its cells' reach comes with them."""
+    _edit(repo / "model.py", "h = jnp.tanh(h @ kernel)", "h = jnp.tanh(jnp.matmul(h, kernel))")
+    first = _check(repo, "--layers", "2")[1]["coverage"]
+    served = _check(repo, "--layers", "2")[1]
+    assert served["cells"][0]["cached"] is True
+    assert served["coverage"] == first
+
+
+@pytest.mark.parametrize("given, said", [
+    ("missing.diff", "--changes missing.diff: cannot be read"),
+    ("garbage.diff", "garbage.diff: not a unified diff"),
+])
+def test_a_bad_patch_is_one_line_and_exit_2_before_any_cell_runs(repo, given, said):
+    (repo / "garbage.diff").write_text("--- a/model.py\n+++ b/model.py\n@@ -x +y @@\n")
+    ran = hlo_audit_here(repo, "check", "--changes", given)
+    assert ran.returncode == 2
+    assert said in ran.stderr and "lowered" not in ran.stderr, ran.stderr
+    assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
