@@ -9,12 +9,13 @@ the ``unreached`` rule and every format.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from hlo_audit.analysed import Record
 from hlo_audit.patch import range_text
+from hlo_audit.policy import Waiver
 
 
 class Axis(StrEnum):
@@ -57,6 +58,21 @@ class ReachHint:
         return {"kind": self.kind.value, "where": self.where, "text": self.text, "ran_by": list(self.ran_by),
                 "axis": self.axis.value, "deeper": list(self.deeper), "loaded_by": list(self.loaded_by)}
 
+    @classmethod
+    def from_record(cls, record: Record) -> ReachHint:
+        return cls(Enclosing(record["kind"]), str(record["where"]), str(record["text"]), _names(record["ran_by"]),
+                   Axis(record["axis"]), _names(record["deeper"]), _names(record["loaded_by"]))
+
+    def joined(self, other: ReachHint) -> ReachHint:
+        """One hint of two shards' (each knows its own cells): the cells each names, together; ``deeper`` less the
+        cells either lowered."""
+        ran = (*self.ran_by, *other.ran_by)
+        lowered = set(ran) | set(self.loaded_by) | set(other.loaded_by)
+        first = self if self.kind is not Enclosing.FILE or other.kind is Enclosing.FILE else other
+        return replace(first, ran_by=tuple(dict.fromkeys(ran)),
+                       deeper=tuple(c for c in dict.fromkeys((*self.deeper, *other.deeper)) if c not in lowered),
+                       loaded_by=tuple(dict.fromkeys((*self.loaded_by, *other.loaded_by))))
+
 
 @dataclass(frozen=True)
 class ChangedRun:
@@ -75,6 +91,26 @@ class ChangedRun:
     def place(self) -> str:
         return range_text(self.path, self.lines)[0] if self.lines else self.path
 
+    def to_record(self) -> Record:
+        return {"place": self.place, "path": self.path, "lines": list(self.lines), "reached_by": list(self.reached_by),
+                "in_program_of": list(self.named_by), "unreached": range_text(self.path, self.unreached),
+                "unreached_lines": list(self.unreached),
+                "hint": self.hint.to_record() if self.hint is not None else None}
+
+    @classmethod
+    def from_record(cls, record: Record) -> ChangedRun:
+        return cls(str(record["path"]), tuple(int(n) for n in record["lines"]), _names(record["reached_by"]),
+                   _names(record["in_program_of"]), tuple(int(n) for n in record["unreached_lines"]),
+                   ReachHint.from_record(record["hint"]) if record["hint"] is not None else None)
+
+    def joined(self, other: ChangedRun) -> ChangedRun:
+        """The same run as two shards saw it: reached by the cells of either, unreached where neither reached."""
+        unreached = tuple(n for n in self.unreached if n in set(other.unreached))
+        hint = self.hint.joined(other.hint) if self.hint is not None and other.hint is not None else None
+        return ChangedRun(self.path, self.lines, tuple(dict.fromkeys((*self.reached_by, *other.reached_by))),
+                          tuple(dict.fromkeys((*self.named_by, *other.named_by))), unreached,
+                          hint if unreached else None)
+
 
 @dataclass(frozen=True)
 class Coverage:
@@ -92,6 +128,10 @@ class Coverage:
     unknown: tuple[str, ...] = ()
     not_model: tuple[str, ...] = ()
     by_file: tuple[str, ...] = ()
+    # How the policy judged the lines no cell reached: the ``unreached`` rule's action and its path waivers, kept
+    # with the record so that `merge`, which reads only the shards' reports, judges their union alike.
+    action: str = ""
+    waivers: tuple[Waiver, ...] = ()
 
     @property
     def unreached_runs(self) -> tuple[ChangedRun, ...]:
@@ -106,11 +146,43 @@ class Coverage:
         return sum(len(run.lines) for run in self.runs)
 
     def to_record(self) -> Record:
-        """The JSON reports' ``coverage`` (issue 46's shape, with each run's detail beside it)."""
+        """The JSON reports' ``coverage`` (issue 46's shape: ``reached``, ``in_program``, ``unreached``), with each
+        run's detail and the policy that judged it beside it."""
         return {"source": self.source, "reached": {c: list(v) for c, v in self.reached.items()},
                 "in_program": {c: list(v) for c, v in self.in_program.items()}, "unreached": list(self.unreached),
                 "cells": list(self.cells), "unknown": list(self.unknown), "not_model_code": list(self.not_model),
-                "by_file": list(self.by_file),
-                "runs": [{"place": run.place, "reached_by": list(run.reached_by), "in_program_of": list(run.named_by),
-                          "unreached": range_text(run.path, run.unreached),
-                          "hint": run.hint.to_record() if run.hint is not None else None} for run in self.runs]}
+                "by_file": list(self.by_file), "runs": [run.to_record() for run in self.runs],
+                "policy": {"action": self.action, "waivers": [
+                    {"path": w.path, "reason": w.reason, "index": w.index, "source": w.source} for w in self.waivers]}}
+
+    @classmethod
+    def from_record(cls, record: Record) -> Coverage:
+        """A shard's ``coverage`` as its check JSON wrote it (KeyError, TypeError, ValueError where it is not)."""
+        policy = record["policy"]
+        waivers = tuple(Waiver(rule="unreached", reason=str(w["reason"]), match={}, path=str(w["path"]),
+                               index=int(w["index"]), source=str(w["source"])) for w in policy["waivers"])
+        return cls(str(record["source"]), tuple(ChangedRun.from_record(r) for r in record["runs"]),
+                   _names(record["cells"]), {str(c): _names(v) for c, v in record["reached"].items()},
+                   {str(c): _names(v) for c, v in record["in_program"].items()}, _names(record["unknown"]),
+                   _names(record["not_model_code"]), _names(record["by_file"]), str(policy["action"]), waivers)
+
+
+def merged(shards: Sequence[Coverage]) -> Coverage:
+    """The shards' coverages of one diff as one: each run reached by the cells of any shard, unreached where no
+    shard's cells reached it; the first shard's policy (every shard of a run is judged by the same one)."""
+    first, *others = shards
+    runs = list(first.runs)
+    for other in others:
+        by_place = {(run.path, run.lines): run for run in other.runs}
+        runs = [run.joined(by_place[run.path, run.lines]) if (run.path, run.lines) in by_place else run
+                for run in runs]
+    return replace(first, runs=tuple(runs),
+                   cells=tuple(c for shard in shards for c in shard.cells),
+                   reached={c: v for shard in shards for c, v in shard.reached.items()},
+                   in_program={c: v for shard in shards for c, v in shard.in_program.items()},
+                   unknown=tuple(c for shard in shards for c in shard.unknown),
+                   by_file=tuple(c for shard in shards for c in shard.by_file))
+
+
+def _names(values: Sequence) -> tuple[str, ...]:
+    return tuple(str(v) for v in values)

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from hlo_audit import platforms
+from hlo_audit.coverage import Coverage
+from hlo_audit.coverage import merged as merged_coverage
 from hlo_audit.files import read_bounded
 from hlo_audit.findings import (
     Accept,
@@ -25,12 +27,15 @@ from hlo_audit.findings import (
     Worded,
 )
 from hlo_audit.hlo.params import ParamSummary
+from hlo_audit.judging.gate import unreached_findings
 from hlo_audit.judging.outcome import Outcome
 from hlo_audit.matrix import MAX_DEPTH, Cell, fingerprint, id_part_problem
 from hlo_audit.plan import JUDGE_PARTS, Judge, Shard
+from hlo_audit.policy import Policy
 from hlo_audit.report.words import message
 from hlo_audit.results import SEVERITIES, CellResult, FailedCell, LoweredCell, Severity, Status, UnavailableCell
 from hlo_audit.rules import registry
+from hlo_audit.rules.registry import Rule
 from hlo_audit.stages import STAGES
 from hlo_audit.targets.vocab import QUANT_MODES, STEPS
 from hlo_audit.usage import InputError
@@ -299,9 +304,11 @@ def merge_check_reports(paths: list[str]) -> Outcome:
     shards: dict[int, str] = {}
     findings: dict[tuple, Finding] = {}
     results: list[CellResult] = []
+    coverages: list[Coverage | None] = []
     first: tuple[str, dict] | None = None
     for path in paths:
-        shard, parsed_findings, parsed_results = _parsed_shard(path, _read_check_report(path))
+        doc = _read_check_report(path)
+        shard, parsed_findings, parsed_results = _parsed_shard(path, doc)
         if first is None:
             first = (path, shard)
         elif (shard["count"], shard["matrix"]) != (first[1]["count"], first[1]["matrix"]):
@@ -316,8 +323,10 @@ def merge_check_reports(paths: list[str]) -> Outcome:
                              f"({shards[shard['index']]} and {path})")
         shards[shard["index"]] = path
         for finding in parsed_findings:
-            findings[(finding.cell, finding.rule, finding.severity, finding.facts.message)] = finding
+            if finding.rule != Rule.UNREACHED:  # of one shard's cells: judged again below, of all of them
+                findings[(finding.cell, finding.rule, finding.severity, finding.facts.message)] = finding
         results.extend(parsed_results)
+        coverages.append(_coverage(path, doc))
     count, matrix = first[1]["count"], first[1]["matrix"]
     missing = [k for k in range(1, count + 1) if k not in shards]
     if missing:
@@ -330,8 +339,31 @@ def merge_check_reports(paths: list[str]) -> Outcome:
     if fingerprint(r.cell for r in results) != matrix:
         raise InputError(f"merge: the shards' {len(ids)} cells are not the matrix they were dealt from "
                          f"(fingerprint {matrix}): a shard lost or gained cells")
+    changes = None
+    if any(c is not None for c in coverages):
+        if not all(c is not None for c in coverages):
+            raise InputError("merge: some shards were checked with --changes and some without: check every shard "
+                             "with the same diff")
+        changes = merged_coverage(coverages)
+        policy = Policy({Rule.UNREACHED: changes.action}, changes.waivers)
+        findings.update({(f.cell, f.rule, f.severity, str(i)): f
+                         for i, f in enumerate(unreached_findings(policy, changes))})
     return Outcome.merged(results, list(findings.values()), Shard(index=1, count=1, matrix=matrix, cells=len(results),
-                                                                  judge=first[1]["judged_by"]), first[1]["tree"])
+                                                                  judge=first[1]["judged_by"]), first[1]["tree"],
+                          changes)
+
+
+def _coverage(path: str, doc: dict) -> Coverage | None:
+    """A shard's ``coverage`` (``check --changes``), None where it was checked without; one line where it is not
+    one."""
+    record = doc.get("coverage")
+    if record is None:
+        return None
+    try:
+        return Coverage.from_record(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"{path}: not a check JSON report: coverage: not a record of changed lines "
+                         f"({exc!r})") from None
 
 
 LAST_CHECK = "last-check.json"  # in cache_dir: the last `check`'s JSON report, what `golden update --failing` reads

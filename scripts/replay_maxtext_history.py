@@ -83,6 +83,8 @@ class Check:
     accept: str | None = None  # the command that accepts the failing cells
     error: str = ""
     because: list[str] = field(default_factory=list)  # cells[].relowered_because of the cells lowered again, once each
+    # --changes: what the cells reached of the commit's diff (the check JSON's "coverage", as printed)
+    coverage: dict | None = None
 
     @property
     def verdict(self) -> str:
@@ -225,7 +227,8 @@ class Cli:
         because = list(dict.fromkeys((cell.get("relowered_because")
                                       or "(nothing cached under its key: hlo-audit, the stack or the config changed)")
                                      for cell in report["cells"] if not cell["cached"]))
-        return Check(code, seconds, len(report["cells"]), lowered, failing, accept, because=because), out
+        return Check(code, seconds, len(report["cells"]), lowered, failing, accept, because=because,
+                     coverage=report.get("coverage")), out
 
     def accept(self, command: str) -> float:
         """Run the accept command a failing check printed (``hlo-audit golden update --only ...``)."""
@@ -277,6 +280,7 @@ class Replay:
     checkout: Path
     with_old_key: bool  # False: --old-key-every 0, the old key left out
     kept: Path | None  # --keep-failing: the folder failing checks are kept in
+    changes: Path | None = None  # --changes: the folder each commit's diff is written to, for `check --changes`
 
 
 def replay_commit(run: Replay, before: str, commit: str, key_before: str, measure_refresh: bool) -> tuple[Step, str]:
@@ -286,7 +290,12 @@ def replay_commit(run: Replay, before: str, commit: str, key_before: str, measur
     move_to(run.checkout, commit)
     files, package_files = changed_files(run.checkout, before, commit)
     key_now = old_key(run.checkout)
-    new, report = cli.check_and_report()
+    extra: tuple[str, ...] = ()
+    if run.changes is not None:  # the pull request's diff, as the workflow init writes passes it
+        diff = run.changes / f"{commit[:9]}.diff"
+        diff.write_text(git(run.checkout, "diff", before, commit))
+        extra = ("--changes", str(diff))
+    new, report = cli.check_and_report(*extra)
     old = old_key_check(cli, key_now != key_before, measure_refresh) if run.with_old_key else None
     subject = git(run.checkout, "log", "-1", "--format=%s", commit).strip()
     step = Step(commit[:9], subject, files, package_files, key_now != key_before, new, old,
@@ -332,7 +341,9 @@ def replay(args: argparse.Namespace) -> list[Step]:
           f"lacks): {', '.join(left_out) or 'none'}", file=sys.stderr)
     move_to(checkout, base)
     run = Replay(Cli(work / "project", checkout, args.jobs), checkout, args.old_key_every > 0,
-                 work / "failing" if args.keep_failing else None)
+                 work / "failing" if args.keep_failing else None, work / "changes" if args.changes else None)
+    if run.changes is not None:
+        run.changes.mkdir(parents=True, exist_ok=True)
     if run.kept is not None:
         shutil.rmtree(run.kept, ignore_errors=True)
         run.kept.mkdir(parents=True)
@@ -347,6 +358,8 @@ def replay(args: argparse.Namespace) -> list[Step]:
         print(f"[{index}/{len(commits)}] {row(step)}", file=sys.stderr, flush=True)
         for why in step.new.because:
             print(f"    re-lowered: {why}", file=sys.stderr)
+        for line in coverage_lines(step.new.coverage):
+            print(f"    {line}", file=sys.stderr)
         for note in step.notes:
             print(f"    note: {note}", file=sys.stderr)
         before = commit
@@ -419,6 +432,22 @@ def summary(steps: list[Step]) -> list[str]:
     return [*lines, "notes: none (both keys' verdicts agree at every commit)" if compared else "notes: none"]
 
 
+def coverage_lines(coverage: dict | None) -> list[str]:
+    """What the cells reached of a commit's diff (``--changes``): each run of changed model code, the cells that ran
+    it and those whose program names it; the runs no cell reached."""
+    if coverage is None:
+        return []
+    lines = []
+    for run in coverage["runs"]:
+        reached = ", ".join(run["reached_by"]) or "none"
+        named = ", ".join(run["in_program_of"]) or "none"
+        lines.append(f"changed {run['place']}: ran in {len(run['reached_by'])} cells ({reached}); in the program of "
+                     f"{named}" + (f"; unreached {', '.join(run['unreached'])}" if run["unreached"] else ""))
+    if coverage["not_model_code"]:
+        lines.append(f"not model code: {', '.join(coverage['not_model_code'])}")
+    return lines
+
+
 def model_list(text: str) -> list[str]:
     models = [m.strip() for m in text.split(",") if m.strip()]
     if not models:
@@ -438,6 +467,8 @@ def main() -> None:
                              "leave the old key out)")
     parser.add_argument("--models", type=model_list, default=list(MODELS),
                         help=f"M1,M2,...: the models whose cells are lowered (default: {','.join(MODELS)})")
+    parser.add_argument("--changes", action="store_true",
+                        help="pass each commit's diff to the check (check --changes): which cells reached its lines")
     parser.add_argument("--keep-failing", action="store_true",
                         help="keep each failing check (project folder, JSON, terminal text) under WORKDIR/failing/")
     args = parser.parse_args()
@@ -449,6 +480,8 @@ def main() -> None:
         print(row(step))
         for why in step.new.because:
             print(f"{'':<10} re-lowered: {why}")
+        for line in coverage_lines(step.new.coverage):
+            print(f"{'':<10} {line}")
     print()
     print("\n".join(summary(steps)))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,8 @@ def lower(cell):
     return jax.jit(step).lower(params, jnp.ones((2, width)))
 """
 SETTINGS = "# the model's settings\nwidth: 8\nname: tiny\n"
+# What ran is heard line by line through sys.monitoring (Python 3.12+); on 3.11 a used module counts whole.
+LINES = pytest.mark.skipif(sys.version_info < (3, 12), reason="lines are heard through sys.monitoring (3.12+)")
 DEEP_LINE = 12  # `h = h * 0.5`: under `if layer_index >= 3` (line 11), run by a 4-layer cell only
 TANH_LINE = 10  # `h = jnp.tanh(h @ kernel)`: every cell runs it
 
@@ -104,6 +107,7 @@ def _unreached(report: dict) -> list[dict]:
     return [f for f in report["findings"] if f["rule"] == "unreached"]
 
 
+@LINES
 def test_a_line_only_a_deeper_cell_runs_is_unreached_by_the_2_layer_gate(repo):
     """The issue's case: the pull request edits the path from layer 4 on; the gate lowers 2 layers. The check is
     green, and says the line reached no cell, where it is and what would reach it."""
@@ -123,6 +127,7 @@ def test_a_line_only_a_deeper_cell_runs_is_unreached_by_the_2_layer_gate(repo):
     assert (hint["kind"], hint["axis"], hint["deeper"]) == ("branch", "layers", ["m/scan-off/none/L4"])
 
 
+@LINES
 def test_the_deeper_cell_reaches_it_and_its_program_shows_it(repo):
     """With the 4-layer cell in the run, the line is reached and named by its program, which changed: the check
     fails on that cell's golden, and no line is unreached."""
@@ -135,6 +140,7 @@ def test_the_deeper_cell_reaches_it_and_its_program_shows_it(repo):
     assert coverage["in_program"]["m/scan-off/none/L4"] == [f"model.py:{DEEP_LINE}"]
 
 
+@LINES
 def test_a_traced_line_edited_to_the_same_program_is_reached_not_unreached(repo):
     _edit(repo / "model.py", "h = jnp.tanh(h @ kernel)", "h = jnp.tanh(jnp.matmul(h, kernel))")
     code, report = _check(repo, "--layers", "2")
@@ -147,6 +153,7 @@ def test_a_traced_line_edited_to_the_same_program_is_reached_not_unreached(repo)
             in shown.stdout), shown.stdout
 
 
+@LINES
 @pytest.mark.parametrize("settings, severity, code", [
     ({"policy": {"unreached": "fail"}}, "regression", 1),
     ({"policy": {"unreached": "off"}}, None, 0),
@@ -193,6 +200,7 @@ def test_comments_docstrings_tests_and_docs_are_not_model_code(repo):
     assert report["coverage"]["not_model_code"] == ["README.md", "tests/test_model.py"]
 
 
+@LINES
 def test_a_function_no_cell_called_is_named(repo):
     _edit(repo / "model.py", "return h * 3.0", "return h * 4.0")
     _, report = _check(repo, "--layers", "2")
@@ -219,3 +227,45 @@ def test_a_bad_patch_is_one_line_and_exit_2_before_any_cell_runs(repo, given, sa
     assert ran.returncode == 2
     assert said in ran.stderr and "lowered" not in ran.stderr, ran.stderr
     assert len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+
+
+@LINES
+def test_merged_shards_say_what_the_whole_matrix_reached(repo):
+    """Each shard knows its own cells: a line a cell of another shard ran is unreached in this one. The merge judges
+    the union (reached by any shard's cells, unreached where none reached), as the unsharded check does."""
+    _edit(repo / "model.py", "h = h * 0.5", "h = h * 0.25")
+    _edit(repo / "model.py", "return h * 3.0", "return h * 4.0")
+    whole = _check(repo)[1]
+    out = repo.parent / f"{repo.name}-reports"  # outside the project: its tree is what each shard records
+    out.mkdir()
+    shards = []
+    for index in (1, 2):
+        ran = hlo_audit_here(repo, "check", "--changes", "pr.diff", "--shard", f"{index}/2", "--format", "json")
+        assert ran.returncode in (0, 1), ran.stderr
+        (out / f"shard{index}.json").write_text(ran.stdout)
+        shards.append(json.loads(ran.stdout))
+    # The deep line is unreached in the shard without the 4-layer cell: that shard alone would say so.
+    assert any(f"model.py:{DEEP_LINE}" in s["coverage"]["unreached"] for s in shards)
+    merged = hlo_audit_here(out, "merge", "shard1.json", "shard2.json", "--format", "json")
+    assert merged.returncode == 1, merged.stderr  # the 4-layer cell's program changed
+    report = json.loads(merged.stdout)
+    for key in ("reached", "in_program", "unreached"):
+        assert report["coverage"][key] == whole["coverage"][key], key
+    assert report["coverage"]["unreached"] == ["model.py:18"]
+    assert [(f["severity"], f["message"]) for f in _unreached(report)] == \
+        [(f["severity"], f["message"]) for f in _unreached(whole)]
+    half = json.loads((out / "shard1.json").read_text())
+    (out / "shard1.json").write_text(json.dumps({k: v for k, v in half.items() if k != "coverage"}))
+    mixed = hlo_audit_here(out, "merge", "shard1.json", "shard2.json")
+    assert mixed.returncode == 2 and "some shards were checked with --changes and some without" in mixed.stderr
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.11: no sys.monitoring, files are what is heard")
+def test_without_sys_monitoring_a_module_a_cell_used_counts_whole(repo):
+    """Conservative where lines cannot be heard: every changed line of a module the cell used is reached, and the
+    report says its cells knew files, not lines."""
+    _edit(repo / "model.py", "h = h * 0.5", "h = h * 0.25")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0 and not _unreached(report)
+    assert report["coverage"]["reached"] == {"m/scan-off/none/L2": [f"model.py:{DEEP_LINE}"]}
+    assert report["coverage"]["by_file"] == ["m/scan-off/none/L2"]

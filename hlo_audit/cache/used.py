@@ -12,6 +12,11 @@ lowering some other way (a reference to ``import_module`` taken before the wrapp
 loaded and asked for as its dependencies: coarser, never less. Where no ``sys.monitoring`` tool id is free, every
 module loaded counts for every cell. Files come from the ``open`` audit event (``builtins.open``,
 ``io.open_code``, ``os.open``): those opened for reading, less those the lowering wrote or created itself.
+
+The lines a lowering ran are heard too, of the files a pull request can change (``hears_lines_of``: not an installed
+distribution's, not Python's own library): once a code object of such a file starts, its ``LINE`` events, each
+location once per window. They key nothing (what ran keys the cell, by code object); they say which changed lines a
+cell reached (``check --changes``: ``analysed.CodeReach``).
 """
 
 from __future__ import annotations

@@ -62,23 +62,23 @@ def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], projec
             if (absolute := _absolute(name, project))]
     runs: list[ChangedRun] = []
     not_model: list[str] = []
+    reached: dict[str, list[str]] = {r.cell.id: [] for r in known}
+    in_program: dict[str, list[str]] = {r.cell.id: [] for r in known}
     for changed in patch.files:
         if changed.deleted or changed.binary or not changed.lines:
             continue
-        if not is_model_code(changed.path) and not any(_matches(u, changed.path) for u in used):
+        named_here = os.path.normpath(os.path.abspath(changed.path))
+        matches = [u for u in used if _matches(u, changed.path, named_here)]
+        if not is_model_code(changed.path) and not matches:
             not_model.append(changed.path)
             continue
-        matches = [u for u in used if _matches(u, changed.path)]
         text = _text_of(changed, matches, project)
         lines = code_lines(changed.path, changed.lines, text)
-        for group in _groups(lines):
-            runs.append(_run(changed.path, group, matches, text, known, matrix))
-    reached: dict[str, list[str]] = {}
-    in_program: dict[str, list[str]] = {}
-    for r in known:
-        places = [p for run in runs for p in range_text(run.path, [n for n in run.lines if _reaches(r, run, n, used)])]
-        named = [p for run in runs for p in range_text(run.path, [n for n in run.lines if _names(r, run, n, used)])]
-        reached[r.cell.id], in_program[r.cell.id] = places, named
+        for cell in reached:
+            mine = [u for u in matches if u.cell == cell]
+            reached[cell] += range_text(changed.path, [n for n in lines if any(_ran(u, n) for u in mine)])
+            in_program[cell] += range_text(changed.path, [n for n in lines if any(_named(u, n) for u in mine)])
+        runs += [_run(changed.path, group, matches, text, known, matrix) for group in _groups(lines)]
     return Coverage(source, tuple(runs), tuple(r.cell.id for r in known),
                     {cell: tuple(v) for cell, v in reached.items()}, {cell: tuple(v) for cell, v in in_program.items()},
                     tuple(r.cell.id for r in lowered if r.reach is None), tuple(not_model),
@@ -87,19 +87,13 @@ def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], projec
 
 def _run(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | None, known: list[LoweredCell],
          matrix: Sequence[Cell]) -> ChangedRun:
-    reached_by = [r.cell.id for r in known if any(_ran(u, n) for u in matches if u.cell == r.cell.id for n in lines)]
-    named_by = [r.cell.id for r in known if any(_named(u, n) for u in matches if u.cell == r.cell.id for n in lines)]
+    """One run of changed code lines: the cells that ran any of them, those whose program names any, the lines no
+    cell ran and what would reach them."""
+    reached_by = tuple(dict.fromkeys(u.cell for u in matches if any(_ran(u, n) for n in lines)))
+    named_by = tuple(dict.fromkeys(u.cell for u in matches if any(_named(u, n) for n in lines)))
     unreached = tuple(n for n in lines if not any(_ran(u, n) for u in matches))
     hint = _hint(path, unreached, matches, text, known, matrix) if unreached else None
-    return ChangedRun(path, lines, tuple(reached_by), tuple(named_by), unreached, hint)
-
-
-def _reaches(result: LoweredCell, run: ChangedRun, line: int, used: list[_Used]) -> bool:
-    return any(_ran(u, line) for u in used if u.cell == result.cell.id and _matches(u, run.path))
-
-
-def _names(result: LoweredCell, run: ChangedRun, line: int, used: list[_Used]) -> bool:
-    return any(_named(u, line) for u in used if u.cell == result.cell.id and _matches(u, run.path))
+    return ChangedRun(path, lines, reached_by, named_by, unreached, hint)
 
 
 def _ran(used: _Used, line: int) -> bool:
@@ -148,14 +142,14 @@ def _repository_path(absolute: str) -> str | None:
     return PurePosixPath(Path(os.path.relpath(absolute, top)).as_posix()).as_posix() if top else None
 
 
-def _matches(used: _Used, path: str) -> bool:
+def _matches(used: _Used, path: str, named_here: str) -> bool:
     """Whether the diff's ``path`` is this file: its path in its repository, else the end of its absolute path (a
-    file in no repository), or the same file named absolutely or from here."""
+    file in no repository), or the same file named absolutely or from here (``named_here``)."""
     if used.repository_path is not None and used.repository_path == path:
         return True
     if used.repository_path is None and used.absolute.replace(os.sep, "/").endswith("/" + path.lstrip("/")):
         return True
-    return os.path.normpath(os.path.abspath(path)) == used.absolute
+    return named_here == used.absolute
 
 
 def _text_of(changed: ChangedFile, matches: list[_Used], project: Path) -> str | None:

@@ -133,6 +133,10 @@ class Gate:
         if self.judges(Rule.STALE_WAIVER):
             findings.extend(stale_waivers(self.policy, used, outcome.results, matrix))
         if outcome.coverage is not None and self.judges(Rule.UNREACHED):
+            # The policy it is judged by goes with the record: `merge` judges the shards' union by it.
+            outcome = replace(outcome, coverage=replace(
+                outcome.coverage, action=self.policy.action(Rule.UNREACHED, registry.spec_of(Rule.UNREACHED).action),
+                waivers=tuple(w for w in self.policy.waivers if w.rule == Rule.UNREACHED)))
             findings.extend(unreached_findings(self.policy, outcome.coverage))
         return outcome.judged(findings, deltas)
 

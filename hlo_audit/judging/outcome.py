@@ -99,10 +99,10 @@ class Outcome:
 
     @classmethod
     def merged(cls, results: Sequence[CellResult], findings: Sequence[Finding], shard: Shard | None,
-               tree: str = "") -> Outcome:
+               tree: str = "", coverage: Coverage | None = None) -> Outcome:
         """Shards' outcomes as one: their results and findings as each shard judged them (``tree``: the tree they
-        all judged)."""
-        return cls(plan=None, results=tuple(results), shard=shard, tree=tree).judged(findings)
+        all judged; ``coverage``: what their cells reached of the change, together)."""
+        return cls(plan=None, results=tuple(results), shard=shard, tree=tree, coverage=coverage).judged(findings)
 
     def against(self, goldens: str, tree: str = "") -> Outcome:
         """This outcome with its shard's record naming the goldens it is judged against (the digest of the whole

@@ -42,6 +42,8 @@ jobs:
         shard: [{shard_list}]
     steps:
       - uses: actions/checkout@v4
+        with:
+          fetch-depth: 0  # the pull request's base too: `check --changes` reads the diff against it
       - uses: actions/setup-python@v5
         with:
           python-version: "{python}"
@@ -60,10 +62,16 @@ jobs:
           key: hlo-audit-${{{{ runner.os }}}}-py{python}-shard${{{{ matrix.shard }}}}-${{{{ github.sha }}}}
           restore-keys: |
             hlo-audit-${{{{ runner.os }}}}-py{python}-shard${{{{ matrix.shard }}}}-
+      # A pull request's diff: each shard says which changed lines its cells reached, the merge which none did.
+      - name: The pull request's changes
+        if: github.event_name == 'pull_request'
+        run: git diff "origin/${{{{ github.base_ref }}}}...HEAD" > "$RUNNER_TEMP/changes.diff"
       - name: hlo-audit check, shard ${{{{ matrix.shard }}}} of {shards}
         run: >-
           hlo-audit check --shard ${{{{ matrix.shard }}}}/{shards} --format json
-          --junit junit-${{{{ matrix.shard }}}}.xml > shard-${{{{ matrix.shard }}}}.json
+          --junit junit-${{{{ matrix.shard }}}}.xml
+          $([ -f "$RUNNER_TEMP/changes.diff" ] && echo --changes "$RUNNER_TEMP/changes.diff")
+          > shard-${{{{ matrix.shard }}}}.json
       - uses: actions/upload-artifact@v4
         if: always()
         with:
