@@ -245,6 +245,9 @@ class CellDelta:
     environment_moved: tuple[EnvironmentChange, ...]
     # The cell's canonical text where it is compared with the golden's; None otherwise.
     now_text: str | None = field(default=None, repr=False)
+    # The pull request's changed lines (``file:line``, ``check --changes``): each kind's changes placed on one come
+    # first, so a finding's first place is the line the pull request changed.
+    changed: frozenset[str] = frozenset()
     # This run's stack is pinned (CI, ``stack.stack_mode``): a golden of another stack relaxes nothing (the gate
     # fails the cell, ``gate.Gate``).
     pinned: bool = False
@@ -272,13 +275,16 @@ class CellDelta:
 
     @classmethod
     def for_cell(cls, result: CellResult, golden: Golden | None, leads: Series | None = None,
-                 owns_text: bool = False, pinned: bool = False) -> CellDelta | None:
+                 owns_text: bool = False, pinned: bool = False,
+                 changed: frozenset[str] = frozenset()) -> CellDelta | None:
         """The cell's comparison with its golden; None where the cell did not lower or has no readable golden.
-        ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text)."""
+        ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text);
+        ``changed``: the pull request's changed lines (``file:line``), whose changes each kind names first."""
         if not isinstance(result, LoweredCell) or golden is None or golden.damaged or golden.record is None:
             return None
         compared = owns_text and (golden.hlo is not None or golden.text_problem is not None)
-        return cls.of(result, golden, leads, result.canonical_text() if compared else None, pinned)
+        return replace(cls.of(result, golden, leads, result.canonical_text() if compared else None, pinned),
+                       changed=changed)
 
     @property
     def golden(self) -> GoldenRecord:
@@ -342,7 +348,12 @@ class CellDelta:
         """The structural account of the two texts, where they differ."""
         if not self.texts_differ:
             return None
-        return Structural.of(*self.texts, self.result.places, params=self.params)
+        made = Structural.of(*self.texts, self.result.places, params=self.params)
+        if not self.changed:
+            return made
+        kinds = {kind: i for i, kind in enumerate(dict.fromkeys(c.kind for c in made.diff.named))}
+        named = sorted(made.diff.named, key=lambda c: (kinds[c.kind], c.place.source not in self.changed))
+        return replace(made, diff=replace(made.diff, named=named))
 
     @property
     def text(self) -> TextVerdict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from pathlib import PurePosixPath
 
 from hlo_audit.analysed import Record
 from hlo_audit.patch import range_text
@@ -140,6 +141,12 @@ class Coverage:
     @property
     def unreached(self) -> tuple[str, ...]:
         return tuple(place for run in self.unreached_runs for place in range_text(run.path, run.unreached))
+
+    @property
+    def changed_frames(self) -> frozenset[str]:
+        """Each changed line of model code as an instruction's stack names it (``model.py:12``): what places a
+        finding at the change (``hlo.locations.placed_by_change``)."""
+        return frozenset(f"{PurePosixPath(run.path).name}:{n}" for run in self.runs for n in run.lines)
 
     @property
     def changed_lines(self) -> int:

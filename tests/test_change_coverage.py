@@ -269,3 +269,18 @@ def test_without_sys_monitoring_a_module_a_cell_used_counts_whole(repo):
     assert code == 0 and not _unreached(report)
     assert report["coverage"]["reached"] == {"m/scan-off/none/L2": [f"model.py:{DEEP_LINE}"]}
     assert report["coverage"]["by_file"] == ["m/scan-off/none/L2"]
+
+
+@LINES
+def test_a_new_call_of_a_helper_the_path_already_calls_is_placed_at_the_new_call(repo):
+    """Issue 47, item 1: two identical calls of one helper are told apart by the change alone (which copy a match
+    calls inserted is the match's guess); with the pull request's changed lines, the finding is at the new call."""
+    _edit(repo / "model.py", '        h = block(h, layer["kernel"], layer_index)\n',
+          '        h = block(h, layer["kernel"], layer_index)\n        h = block(h, layer["kernel"], layer_index)\n')
+    new_call = 25
+    assert (repo / "model.py").read_text().splitlines()[new_call - 1].strip().startswith("h = block(")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 1
+    [size] = [f for f in report["findings"] if f["rule"] == "program_size"]
+    assert f"at model.py:{new_call} (" in size["message"], size["message"]
+    assert report["coverage"]["in_program"] == {"m/scan-off/none/L2": [f"model.py:{new_call}"]}

@@ -348,15 +348,19 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
     if len(random) * 2 >= len(side):  # dropout turned off (or on): the draws' random bits went (or came)
         return RANDOM_BITS, sides.place(random[0]), len(random), 0
     keyed = [(e, (e.instruction.opcode, *sides.origin(e))) for e in side]
+    # A pull request's changed line the instructions pass through is their place before the line most share.
+    changed = sides.new.changed_lines
     copies = Counter(key for _, key in keyed)
     repeats = Counter(copies.values())
     times, kinds = max(repeats.items(), key=lambda kv: (kv[0] * kv[1], kv[0]))
     if times > 1 and times * kinds * 2 >= len(side) and any(key[1] or key[2] for key in copies):
-        sample = next(e for e, key in keyed if copies[key] == times)
+        sample = next((e for e, key in keyed if copies[key] == times and key[2] in changed),
+                      next(e for e, key in keyed if copies[key] == times))
         return (f"{times} copies of the same {kinds}-instruction subgraph", sides.place(sample), times,
                 layer_count(sides.layers(sample)))
     sources = Counter(key[2] for _, key in keyed)
-    source = sources.most_common(1)[0][0]
+    on_change = [source for source in sources if source in changed]
+    source = max(on_change, key=sources.__getitem__) if on_change else sources.most_common(1)[0][0]
     sample = next(e for e, key in keyed if key[2] == source)
     return "instructions", sides.place(sample), len(side), layer_count(n for e in side for n in sides.layers(e))
 

@@ -11,7 +11,7 @@ from functools import cached_property
 
 from hlo_audit.hlo.call_sites import CallSites, Chain
 from hlo_audit.hlo.changes import Place
-from hlo_audit.hlo.locations import Locations, Origin, Places
+from hlo_audit.hlo.locations import Locations, Origin, Places, changed_lines_of
 from hlo_audit.hlo.loops import trip_count
 from hlo_audit.hlo.match import InstructionEdit, ModuleMatch
 from hlo_audit.hlo.normalize import computation_words
@@ -72,6 +72,11 @@ class ModuleView:
         self._fusions: dict[str, list[tuple[Instruction, str]]] | None = None
         self._callers: dict[str, list[Instruction]] | None = None
         self._computation_of: dict[int, str] | None = None
+
+    @property
+    def changed_lines(self) -> frozenset[str]:
+        """The pull request's changed lines this side was placed by (``locations.PlacedByChange``), where known."""
+        return changed_lines_of(self.places)
 
     def read(self, instr: Instruction, computation: str) -> list[EntryParam]:
         """The entry parameters whose values reach ``instr``'s operands through ops that pass values on."""

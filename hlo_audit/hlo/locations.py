@@ -303,3 +303,34 @@ def named_lines(module: HloModule, metadata: Metadata | None = None) -> dict[str
             add(file.group(1), hlo_int(line.group(1), f"{instr.name}: source_line", module.source, instr.line,
                                           INT32_MAX) if line else 0)
     return found
+
+
+class PlacedByChange(dict):
+    """Places (``Places``: instruction -> ``Origin``) moved to a pull request's changed lines (``placed_by_change``),
+    with those lines (``changed``): where one story of many instructions is placed, a changed line its instructions
+    pass through is preferred to the line most of them share (the copy a match called inserted may be the old call's:
+    two identical calls of one helper are told apart by the change alone)."""
+
+    def __init__(self, places: Places, changed: frozenset[str]):
+        super().__init__(places)
+        self.changed = changed
+
+
+def placed_by_change(places: Places, changed: frozenset[str]) -> Places:
+    """``places`` with each instruction placed at the innermost frame of its stack that is a changed line
+    (``changed``: ``file:line`` as places name them, a pull request's changed lines), the frames it was called from
+    kept: a new call of a helper the path already calls is placed at the new call, not at the helper's line every
+    call shares, and an instruction whose stack passes through no changed line keeps its place."""
+    if not changed:
+        return places
+    moved: dict[tuple[str, str], Origin] = {}
+    for key, origin in places.items():
+        chain = (origin.source, *origin.callers)
+        at = next((i for i, frame in enumerate(chain) if frame in changed), None)
+        moved[key] = origin if at in (None, 0) else Origin(origin.op_name, chain[at], chain[at + 1:])
+    return PlacedByChange(moved, changed)
+
+
+def changed_lines_of(places: Places | None) -> frozenset[str]:
+    """The changed lines ``places`` were placed by (``PlacedByChange``); none for any other."""
+    return places.changed if isinstance(places, PlacedByChange) else frozenset()

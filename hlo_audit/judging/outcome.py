@@ -18,6 +18,7 @@ from hlo_audit.comparison import CellDelta
 from hlo_audit.coverage import Coverage
 from hlo_audit.findings import Accept, Finding, worst
 from hlo_audit.golden.snapshot import Snapshot
+from hlo_audit.hlo.locations import placed_by_change
 from hlo_audit.plan import Plan, Shard
 from hlo_audit.results import CellResult, FailedCell, LoweredCell, Severity
 from hlo_audit.rules import registry
@@ -154,8 +155,12 @@ class Outcome:
         key = (result.cell.id, texts, pinned)
         if key not in self._compared:
             owns_text = texts and self.plan is not None and result.cell.id in self.plan.owners
+            changed = self.coverage.changed_frames if self.coverage is not None else frozenset()
+            if changed and isinstance(result, LoweredCell) and result.places:
+                # Where the pull request's changed lines are known, a change is placed at the one its stacks pass.
+                result = replace(result, places=placed_by_change(result.places, changed))
             self._compared[key] = CellDelta.for_cell(result, self.goldens.golden(result.cell.id), self.leads(result),
-                                                     owns_text, pinned)
+                                                     owns_text, pinned, changed)
         return self._compared[key]
 
     # -- the series, decided once ----------------------------------------------------------------------------
