@@ -161,7 +161,7 @@ def _text_of(changed: ChangedFile, matches: list[_Used], project: Path) -> str |
     for candidate in candidates:
         try:
             return Path(candidate).read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        except (OSError, ValueError):  # not there, a folder, a name the system refuses (a NUL in a diff's path)
             continue
     return None
 

@@ -331,15 +331,15 @@ def coverage_lines(coverage: Coverage) -> list[str]:
     unreached runs are the ``unreached`` rule's finding)."""
     runs, cells = coverage.runs, len(coverage.cells)
     if not runs:
-        others = f" ({len(coverage.not_model)} changed {plural(len(coverage.not_model), 'file')}: tests, docs, " \
-                 "pins)" if coverage.not_model else ""
+        others = f" ({len(coverage.not_model)} changed {plural(len(coverage.not_model), 'file')}, none model " \
+                 "code: tests, docs, pins...)" if coverage.not_model else ""
         return [f"changes ({coverage.source}): no changed line of model code{others}"]
     reached = [run for run in runs if run.reached_by]
     lines = [f"changes ({coverage.source}): {coverage.changed_lines:,} changed {plural(coverage.changed_lines, 'line')}"
              f" of model code; {sum(len(r.lines) - len(r.unreached) for r in runs):,} reached by the {cells} "
              f"{plural(cells, 'cell')} lowered"
-             + (f"; {len(coverage.not_model)} other changed {plural(len(coverage.not_model), 'file')} (tests, docs, "
-                "pins)" if coverage.not_model else "")]
+             + (f"; {len(coverage.not_model)} other changed {plural(len(coverage.not_model), 'file')}, not model "
+                "code (tests, docs, pins...)" if coverage.not_model else "")]
     for run in reached[:RUNS_SHOWN]:
         program = (f"in the program of {cells_named(run.named_by)}" if run.named_by else "in none's program")
         lines.append(f"  {run.place} ran in {len(run.reached_by)} of {cells} {plural(cells, 'cell')} "
