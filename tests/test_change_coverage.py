@@ -284,3 +284,27 @@ def test_a_new_call_of_a_helper_the_path_already_calls_is_placed_at_the_new_call
     [size] = [f for f in report["findings"] if f["rule"] == "program_size"]
     assert f"at model.py:{new_call} (" in size["message"], size["message"]
     assert report["coverage"]["in_program"] == {"m/scan-off/none/L2": [f"model.py:{new_call}"]}
+
+
+def test_a_module_no_cell_loaded_is_unreached_and_said_so(repo):
+    """A model's module the matrix never imports (another model's code): its changed lines reached no cell, and the
+    finding says no lowering loaded the file."""
+    (repo / "other_model.py").write_text("import jax.numpy as jnp\n\n\ndef other(h):\n    return jnp.cos(h)\n")
+    _git(repo, "add", "other_model.py")
+    _git(repo, "commit", "-qm", "another model")
+    _edit(repo / "other_model.py", "jnp.cos(h)", "jnp.sin(h)")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0
+    [finding] = _unreached(report)
+    assert "other_model.py:5 (in a file no cell's lowering loaded)" in finding["message"], finding["message"]
+
+
+@LINES
+def test_every_line_of_a_statement_that_ran_is_reached(repo):
+    """Python hears the lines of a statement that hold code, not a closing bracket: a multi-line call that ran is
+    reached on each of its lines."""
+    _edit(repo / "model.py", "    return jax.jit(step).lower(params, jnp.ones((2, width)))\n",
+          "    return jax.jit(step).lower(\n        params,\n        jnp.ones((2, width)),\n    )\n")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 0 and not _unreached(report), report["coverage"]
+    assert report["coverage"]["reached"] == {"m/scan-off/none/L2": ["model.py:36-39"]}

@@ -22,7 +22,7 @@ import ast
 import functools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -36,6 +36,7 @@ from hlo_audit.results import CellResult, LoweredCell
 _AXIS_WORDS = ((Axis.SCAN, re.compile(r"scan")), (Axis.QUANT, re.compile(r"quant|int8|int4|fp8|nvfp4|mxfp")),
                (Axis.LAYERS, re.compile(r"layer|depth|\bidx\b|_idx\b|\bindex\b|_index\b|num_blocks|n_blocks")))
 _CONDITION_SHOWN = 80
+Span = tuple[int, int]  # a statement's first and last lines
 
 
 @dataclass(frozen=True)
@@ -74,42 +75,68 @@ def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], projec
             continue
         text = _text_of(changed, matches, project)
         lines = code_lines(changed.path, changed.lines, text)
+        span = _statement_spans(text) if changed.path.endswith(".py") and text is not None else {}
         for cell in reached:
             mine = [u for u in matches if u.cell == cell]
-            reached[cell] += range_text(changed.path, [n for n in lines if any(_ran(u, n) for u in mine)])
-            in_program[cell] += range_text(changed.path, [n for n in lines if any(_named(u, n) for u in mine)])
-        runs += [_run(changed.path, group, matches, text, known, matrix) for group in _groups(lines)]
+            reached[cell] += range_text(changed.path, [n for n in lines
+                                                       if any(_ran(u, span.get(n, (n, n))) for u in mine)])
+            in_program[cell] += range_text(changed.path, [n for n in lines
+                                                          if any(_named(u, span.get(n, (n, n))) for u in mine)])
+        runs += [_run(changed.path, group, matches, text, span, known, matrix) for group in _groups(lines)]
     return Coverage(source, tuple(runs), tuple(r.cell.id for r in known),
                     {cell: tuple(v) for cell, v in reached.items()}, {cell: tuple(v) for cell, v in in_program.items()},
                     tuple(r.cell.id for r in lowered if r.reach is None), tuple(not_model),
                     tuple(r.cell.id for r in known if not r.reach.lines_known))
 
 
-def _run(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | None, known: list[LoweredCell],
-         matrix: Sequence[Cell]) -> ChangedRun:
+def _run(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | None, span: Mapping[int, Span],
+         known: list[LoweredCell], matrix: Sequence[Cell]) -> ChangedRun:
     """One run of changed code lines: the cells that ran any of them, those whose program names any, the lines no
     cell ran and what would reach them."""
-    reached_by = tuple(dict.fromkeys(u.cell for u in matches if any(_ran(u, n) for n in lines)))
-    named_by = tuple(dict.fromkeys(u.cell for u in matches if any(_named(u, n) for n in lines)))
-    unreached = tuple(n for n in lines if not any(_ran(u, n) for u in matches))
+    spans = [span.get(n, (n, n)) for n in lines]
+    reached_by = tuple(dict.fromkeys(u.cell for u in matches if any(_ran(u, at) for at in spans)))
+    named_by = tuple(dict.fromkeys(u.cell for u in matches if any(_named(u, at) for at in spans)))
+    unreached = tuple(n for n, at in zip(lines, spans, strict=True) if not any(_ran(u, at) for u in matches))
     hint = _hint(path, unreached, matches, text, known, matrix) if unreached else None
     return ChangedRun(path, lines, reached_by, named_by, unreached, hint)
 
 
-def _ran(used: _Used, line: int) -> bool:
-    """Whether the cell reached ``line`` of the file: ran it, or read a file that is not Python, or used a module
+def _ran(used: _Used, span: Span) -> bool:
+    """Whether the cell reached the statement spanning ``span`` of the file: ran a line of it (Python hears a
+    statement's lines that hold code, not a closing bracket), or read a file that is not Python, or used a module
     whose lines its process could not hear (then the file counts whole)."""
     if not used.recorded.endswith(".py") or not used.reach.lines_known:
         return True
-    return _within(used.reach.ran.get(used.recorded, ()), line)
+    return _overlaps(used.reach.ran.get(used.recorded, ()), span)
 
 
-def _named(used: _Used, line: int) -> bool:
-    return _within(used.reach.named.get(used.recorded, ()), line)
+def _named(used: _Used, span: Span) -> bool:
+    return _overlaps(used.reach.named.get(used.recorded, ()), span)
 
 
-def _within(runs, line: int) -> bool:
-    return any(first <= line <= last for first, last in runs)
+def _overlaps(runs, span: Span) -> bool:
+    return any(first <= span[1] and span[0] <= last for first, last in runs)
+
+
+def _statement_spans(text: str) -> dict[int, Span]:
+    """Each line of a Python file -> the lines of the innermost statement it belongs to (a simple statement whole; a
+    compound one's header, its decorators included, up to its body): what running "the line" means."""
+    tree = _parsed(text)
+    spans: dict[int, Span] = {}
+    if tree is None:
+        return spans
+    for node in ast.walk(tree):  # outer statements first: an inner one's span overrides
+        if not isinstance(node, ast.stmt):
+            continue
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
+        body = getattr(node, "body", None)
+        last = body[0].lineno - 1 if isinstance(body, list) and body and body[0].lineno > node.lineno else \
+            (node.end_lineno or node.lineno)
+        for line in range(first, max(first, last) + 1):
+            held = spans.get(line)
+            if held is None or held[1] - held[0] >= last - first:
+                spans[line] = (first, max(first, last))
+    return spans
 
 
 def _groups(lines: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -176,7 +203,7 @@ def _hint(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | N
     tree = _parsed(text) if path.endswith(".py") and text is not None else None
     name = PurePosixPath(path).name
     for node, part in reversed(_enclosing(tree, lines[0]) if tree is not None else []):
-        ran_by = tuple(dict.fromkeys(u.cell for u in matches if _ran(u, node.lineno)))
+        ran_by = tuple(dict.fromkeys(u.cell for u in matches if _ran(u, (node.lineno, node.lineno))))
         if not ran_by:
             continue
         kind, shown = _described(node, part, text)

@@ -342,8 +342,9 @@ def coverage_lines(coverage: Coverage) -> list[str]:
                 "code (tests, docs, pins...)" if coverage.not_model else "")]
     for run in reached[:RUNS_SHOWN]:
         program = (f"in the program of {cells_named(run.named_by)}" if run.named_by else "in none's program")
-        lines.append(f"  {run.place} ran in {len(run.reached_by)} of {cells} {plural(cells, 'cell')} "
-                     f"({cells_named(run.reached_by)}), {program}")
+        ran = (f"in all {cells} cells" if len(run.reached_by) == cells > 1 else
+               f"in {len(run.reached_by)} of {cells} {plural(cells, 'cell')} ({cells_named(run.reached_by)})")
+        lines.append(f"  {run.place} ran {ran}, {program}")
     if len(reached) > RUNS_SHOWN:
         lines.append(f"  and {len(reached) - RUNS_SHOWN} more reached {plural(len(reached) - RUNS_SHOWN, 'run')}")
     if coverage.by_file:

@@ -72,12 +72,29 @@ def _axis_words(hint: ReachHint) -> str:
     return ""
 
 
+# The groups of unreached lines a message names one by one (a file's lines with one hint); the rest are counted.
+GROUPS_SHOWN = 10
+
+
+def grouped(runs: tuple[ChangedRun, ...]) -> list[tuple[str, list[int], str]]:
+    """The unreached lines by file and by what would reach them, in the diff's order: (path, lines, hint words)."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for run in runs:
+        groups.setdefault((run.path, hint_words(run.hint)), []).extend(run.unreached)
+    return [(path, lines, hint) for (path, hint), lines in groups.items()]
+
+
 def message(facts: Unreached) -> str:
+    groups = grouped(facts.runs)
     shown = []
-    for run in facts.runs:
-        where = ", ".join(range_text(run.path, run.unreached))
-        hint = hint_words(run.hint)
+    for path, lines, hint in groups[:GROUPS_SHOWN]:
+        where = f"{path}:" + ", ".join(place.rpartition(":")[2] for place in range_text(path, lines))
         shown.append(f"{where} ({hint})" if hint else where)
+    rest = groups[GROUPS_SHOWN:]
+    if rest:
+        files = len({path for path, _, _ in rest})
+        lines = sum(len(group_lines) for _, group_lines, _ in rest)
+        shown.append(f"and {counted(lines, 'line')} more in {counted(files, 'file')} (--format json lists each)")
     return (f"{counted(facts.lines, 'changed line')} of model code reached no cell's lowering (of {facts.cells} "
             f"{plural(facts.cells, 'cell')}): {'; '.join(shown)}. The check says nothing of "
             f"{plural(facts.lines, 'it', 'them')}: add a cell that runs {plural(facts.lines, 'it', 'them')}, or waive "

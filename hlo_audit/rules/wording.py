@@ -130,7 +130,9 @@ def and_list(items: Sequence[str]) -> str:
 
 
 def cells_named(ids: Sequence[str], shown: int = 3) -> str:
-    """``a, b and c``; past ``shown`` names, ``a, b, c and 4 more``."""
+    """``a, b and c``; past ``shown`` names, ``a, b, c and 4 more``; ``no cell`` for none."""
+    if not ids:
+        return "no cell"
     if len(ids) <= shown:
         return and_list(list(ids))
     return f"{', '.join(ids[:shown])} and {len(ids) - shown} more"
