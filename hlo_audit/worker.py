@@ -148,7 +148,7 @@ def _build_target(job: dict):
         if preload is not None and job["op"] != "describe":
             preload()  # the stack every cell imports (MaxText's modules): once here, not once per cell
     if job["op"] == "lower":
-        warm()
+        warm(frozenset(getattr(target, "code_under_test", ())))
     return target
 
 

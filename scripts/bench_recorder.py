@@ -71,7 +71,7 @@ def main() -> None:
             target = get_target(spec)
             if hasattr(target, "preload"):
                 target.preload()
-        warm()  # as the target process does before its cells fork
+        warm(frozenset(getattr(target, "code_under_test", ())))  # as the target process does before its cells fork
         bare, recorded = [], []
         for _ in range(args.runs):
             bare.append(measure(target, cell, False))

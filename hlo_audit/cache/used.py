@@ -159,7 +159,9 @@ def _path_of(path) -> str | None:
 
 
 def _audit(event: str, args: tuple) -> None:
-    if not _windows:
+    # First, and cheapest: an event no branch below reads (jax's tracing raises ``builtins.id`` ~135,000 times a
+    # MaxText lowering) returns at one set lookup.
+    if event not in _HEARD or not _windows:
         return
     if event == "open":
         caller = sys._getframe(1).f_code.co_filename  # noqa: SLF001 -- who opened it (no public equivalent)
@@ -193,6 +195,11 @@ def _audit(event: str, args: tuple) -> None:
             window.touched.add(path)
     elif event == "ctypes.dlopen" and args and isinstance(args[0], str) and os.sep in args[0]:
         _opened(args[0], "r", 0)  # a library loaded by path is a file read; by name, the system's (not keyed)
+
+
+# Every event ``_audit`` reads.
+_HEARD = frozenset({"open", *_UNKEYABLE, "os.listdir", "os.scandir", "os.mkdir", "os.rename", "os.replace", *_TOUCHING,
+                    "ctypes.dlopen"})
 
 
 def _opened(path, mode, flags) -> None:
@@ -289,9 +296,10 @@ def _asked(names: set[str]) -> None:
         outer |= names
 
 
-def _tracked(load, absolute: str | None, fromlist) -> object:
+def _tracked(load, absolute: str | None, fromlist, settled_as: tuple = ()) -> object:
     """Run ``load`` (the real import), recording the names it asked for; if it loads anything, what its loading
-    asked for and loaded is each new name's dependencies."""
+    asked for and loaded is each new name's dependencies. ``settled_as``: the import statement's key in
+    ``_SETTLED``, where one that loads nothing is kept."""
     wanted = {absolute} if absolute else set()
     items = [item for item in fromlist or () if absolute and isinstance(item, str) and item != "*"]
     subs = [f"{absolute}.{item}" for item in items]
@@ -300,7 +308,10 @@ def _tracked(load, absolute: str | None, fromlist) -> object:
     loading = absolute is not None and (parent is None or (
         items and "__path__" in _namespace(parent) and any(item not in _namespace(parent) for item in items)))
     if not loading:
-        _asked(wanted | {s for s in subs if s in sys.modules})
+        asked = frozenset(wanted | {s for s in subs if s in sys.modules})
+        if settled_as and absolute is not None and not getattr(_stack, "calls", None):
+            _SETTLED[settled_as] = (absolute, asked)
+        _asked(asked)
         return load()
     try:
         return _loading(load, wanted, subs)
@@ -358,11 +369,29 @@ def _loading(load, wanted: set[str], subs: list[str]) -> object:
         _asked(wanted)
 
 
+# An import statement that loaded nothing (its module and the names it takes were there), by (name, level, the
+# importing package, fromlist) -> (its module's absolute name, the names it asked for): the same statement run again
+# (jax's tracing runs function-level imports ~100,000 times a MaxText lowering) is recorded at a dict lookup, while
+# its module is still loaded and no enclosing import is loading one.
+_SETTLED: dict[tuple, tuple[str, frozenset[str]]] = {}
+
+
 def _import(name, globals=None, locals=None, fromlist=(), level=0):  # builtins.__import__'s own signature
     if not _windows:
         return _ORIGINAL_IMPORT(name, globals, locals, fromlist, level)
+    key = (name, level, (globals or {}).get("__package__") if level else None,
+           tuple(fromlist) if fromlist else ())
+    try:
+        settled = _SETTLED.get(key)
+    except TypeError:  # a fromlist of something unhashable: recorded the long way, never kept
+        settled, key = None, ()
+    if settled is not None and settled[0] in sys.modules and not getattr(_stack, "calls", None):
+        for window in _windows:
+            if window.lowering and not settled[1] <= window.imported:
+                window.imported |= settled[1]
+        return _ORIGINAL_IMPORT(name, globals, locals, fromlist, level)
     return _tracked(lambda: _ORIGINAL_IMPORT(name, globals, locals, fromlist, level),
-                    _absolute(name, globals, level), fromlist)
+                    _absolute(name, globals, level), fromlist, key)
 
 
 def _import_module(name, package=None):
