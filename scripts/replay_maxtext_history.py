@@ -34,7 +34,10 @@ What it does, all under ``--workdir`` (its ``maxtext/``, ``project/`` and ``fail
    stale lowering, and is reported. A failing commit (a program-changing pull request) is then accepted with the
    command the check printed (``golden update --only ...``), as merging it would, so the next commit is judged
    against the new goldens.
-4. ``--keep-failing``: before a failing commit is accepted, the project folder as the check left it (config, goldens,
+4. ``--changes``: each commit's diff (``git diff BEFORE COMMIT``, under ``changes/``) is passed to the check
+   (``check --changes``): which cells ran each changed line, whose program names it, and which lines no cell
+   reached, printed under the commit's row and kept in ``replay.json``.
+5. ``--keep-failing``: before a failing commit is accepted, the project folder as the check left it (config, goldens,
    cache) is copied to ``failing/<commit>/``, the check's ``--format json`` output saved as ``failing/<commit>.json``
    and its terminal text (``hlo-audit check`` run again in the copy, served from the copied cache) as
    ``failing/<commit>.txt``. The command that re-runs that check is printed: with the checkout at that commit
