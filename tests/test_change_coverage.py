@@ -308,3 +308,17 @@ def test_every_line_of_a_statement_that_ran_is_reached(repo):
     code, report = _check(repo, "--layers", "2")
     assert code == 0 and not _unreached(report), report["coverage"]
     assert report["coverage"]["reached"] == {"m/scan-off/none/L2": ["model.py:36-39"]}
+
+
+@LINES
+def test_a_finding_whose_stacks_pass_no_changed_line_says_so(repo):
+    """The pull request changes a config value (settings.yml's width): every instruction's shape changes, and none
+    of their stacks passes a changed line. The findings say so, rather than read as if the line they name changed."""
+    _edit(repo / "settings.yml", "width: 8", "width: 16")
+    code, report = _check(repo, "--layers", "2")
+    assert code == 1
+    assert report["coverage"]["reached"] == {"m/scan-off/none/L2": ["settings.yml:2"]}
+    placed = [f for f in report["findings"] if " at model.py:" in f["message"]]
+    assert placed and all("(no changed line in its stack)" in f["message"] for f in placed), placed
+    unchanged = hlo_audit_here(repo, "check", "--layers", "2", "--format", "json")
+    assert "no changed line" not in unchanged.stdout  # without the diff, nothing is said of changed lines

@@ -449,7 +449,8 @@ def _placed(place: Place, edits: Sequence[InstructionEdit], sides: Sides) -> Pla
     if not origins:
         return place
     (op_name, source), _ = origins.most_common(1)[0]
-    return Place(place.computation, op_name, source, place.paths)
+    changed = sides.new.changed_lines
+    return Place(place.computation, op_name, source, place.paths, on_change=(source in changed) if changed else None)
 
 
 # --- rematerialization ----------------------------------------------------------------------------------------

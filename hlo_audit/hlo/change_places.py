@@ -90,7 +90,10 @@ class ModuleView:
         comp = self.module.computations[computation]
         paths = tuple(sorted({p.folded_path for p in self.read(instr, computation)}))
         where = "main" if comp.is_entry else computation_words(comp.name)
-        return Place(where, *self.origin(instr, computation), paths, near=self._origin(instr, computation)[2])
+        op_name, source = self.origin(instr, computation)
+        changed = self.changed_lines
+        return Place(where, op_name, source, paths, near=self._origin(instr, computation)[2],
+                     on_change=(source in changed) if changed else None)
 
     def origin(self, instr: Instruction, computation: str) -> tuple[str, str]:
         """jax's op_name (layer indices folded) and the source ``file:line``: from the instruction's metadata, else
@@ -381,7 +384,8 @@ class Groups:
     def add(self, key: tuple, place: Place, runs: int, layers: set[str], **sums: int) -> None:
         group = self.found.setdefault(key, {"count": 0, "runs": 0, "paths": set(), "op_names": Counter(),
                                             "sources": Counter(), "own": set(), "computation": place.computation,
-                                            "layers": set(), "sums": Counter()})
+                                            "layers": set(), "sums": Counter(), "changed": Counter(),
+                                            "judged": False})
         group["count"] += 1
         group["runs"] += runs
         group["paths"].update(place.paths)
@@ -389,14 +393,19 @@ class Groups:
         group["sources"][place.source] += 1
         if not place.near:
             group["own"].add(place.source)
+        if place.on_change is not None:  # the pull request's changed lines are known: the group's place is one
+            group["judged"] = True
+            if place.on_change:
+                group["changed"][place.source] += 1
         group["layers"] |= layers
         group["sums"].update(sums)
 
     def items(self) -> Iterable[tuple[tuple, dict, Place]]:
         for key, group in self.found.items():
-            source = _most_said(group["sources"])
+            source = _most_said(group["changed"]) or _most_said(group["sources"])
             place = Place(group["computation"], _most_said(group["op_names"]), source, tuple(sorted(group["paths"])),
-                          near=bool(source) and source not in group["own"])
+                          near=bool(source) and source not in group["own"],
+                          on_change=bool(group["changed"]) if group["judged"] else None)
             yield key, group, place
 
 

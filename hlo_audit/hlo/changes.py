@@ -108,6 +108,10 @@ class Place:
     # carried values, a constant) and removed code (a golden's text keeps no lines: placed by the kept code it fed or
     # was made of, as the other side places it).
     near: bool = False
+    # Whether ``source`` is one of the pull request's changed lines (``check --changes``: the places were moved to
+    # them, ``locations.placed_by_change``); None where they are not known. False: none of the instruction's frames
+    # is a changed line (the change reached it through the data, or from a file the diff does not hold).
+    on_change: bool | None = None
 
     @property
     def site(self) -> str:
@@ -118,7 +122,8 @@ class Place:
 
     def to_record(self) -> dict:
         return {"computation": self.computation, "op_name": self.op_name, "source": self.source,
-                "paths": list(self.paths), **({"near": True} if self.near else {})}
+                "paths": list(self.paths), **({"near": True} if self.near else {}),
+                **({"on_change": self.on_change} if self.on_change is not None else {})}
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,8 @@ def place_text(place: Place, paths: bool = True) -> str:
     parts = []
     if place.source:
         parts.append(f"{'near' if place.near else 'at'} {place.source}")
+    if place.on_change is False:  # the pull request's lines are known, and this stack passes none of them
+        parts.append("(no changed line in its stack)")
     if place.op_name:
         op_name = place.op_name if len(place.op_name) <= OP_NAME_SHOWN else "…" + place.op_name[-OP_NAME_SHOWN:]
         parts.append(f"({op_name})")
