@@ -322,3 +322,25 @@ def test_a_finding_whose_stacks_pass_no_changed_line_says_so(repo):
     assert placed and all("(no changed line in its stack)" in f["message"] for f in placed), placed
     unchanged = hlo_audit_here(repo, "check", "--layers", "2", "--format", "json")
     assert "no changed line" not in unchanged.stdout  # without the diff, nothing is said of changed lines
+
+
+def test_a_scanned_body_s_change_is_placed_in_the_body_not_at_the_scan_call(tmp_path):
+    """Issue 47, item 1: an op added inside a block that nnx.scan runs. Its loop state's get-tuple-elements and calls
+    are placed at the scan call (jax's place for them); the program's growth is placed at the block's new line, with
+    or without the pull request's diff."""
+    source = Path(__file__).resolve().parent.parent / "hlo_audit" / "examples" / "nnx_mlp.py"
+    (tmp_path / "mlp.py").write_text(source.read_text())
+    (tmp_path / "hlo-audit.toml").write_text(config(target="mlp:lower", models=["mlp"], layers=[2], scan=["on"]))
+    (tmp_path / ".gitignore").write_text(".hlo-audit-cache/\n")
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    _git(tmp_path, "init", "-q", ".")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "base")
+    _edit(tmp_path / "mlp.py", "        x = nnx.relu(self.linear(x))\n",
+          "        x = nnx.relu(self.linear(x))\n        x = x * jax.numpy.tanh(x)\n")
+    new_line = 1 + (tmp_path / "mlp.py").read_text().splitlines().index("        x = x * jax.numpy.tanh(x)")
+    without = json.loads(hlo_audit_here(tmp_path, "check", "--format", "json").stdout)
+    with_diff = _check(tmp_path)[1]
+    for report in (without, with_diff):
+        [size] = [f for f in report["findings"] if f["rule"] == "program_size"]
+        assert f"at mlp.py:{new_line} (" in size["message"], size["message"]

@@ -335,6 +335,11 @@ def _reads_any(e: InstructionEdit, sides: Sides, instructions: set[int]) -> bool
         any(id(o) in instructions for o in sides.old.operands(e.old, e.old_computation))
 
 
+# What carries values between computations and does no work of its own (a loop's state, a call's arguments).
+_PLUMBING = frozenset({"get-tuple-element", "tuple", "call", "parameter", "while", "copy", "bitcast",
+                       "opt-barrier", "optimization-barrier"})
+
+
 def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counter) -> tuple[str, Place, int, int]:
     """What the inserted and deleted instructions are, in a few words, with the place most of them share, how many
     times the story repeats and the layers it spans: copies of one subgraph; else instructions (loops and
@@ -358,7 +363,10 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
                       next(e for e, key in keyed if copies[key] == times))
         return (f"{times} copies of the same {kinds}-instruction subgraph", sides.place(sample), times,
                 layer_count(sides.layers(sample)))
-    sources = Counter(key[2] for _, key in keyed)
+    # The work's lines, not the plumbing's: a scanned body's new ops come with the loop state's get-tuple-elements
+    # and calls, which jax places at the scan call; the ops themselves are in the model's file.
+    working = [(e, key) for e, key in keyed if key[0] not in _PLUMBING and key[2]] or keyed
+    sources = Counter(key[2] for _, key in working)
     on_change = [source for source in sources if source in changed]
     source = max(on_change, key=sources.__getitem__) if on_change else sources.most_common(1)[0][0]
     sample = next(e for e, key in keyed if key[2] == source)
