@@ -10,6 +10,7 @@ here is git's own, of a real edit to a real repository.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -343,4 +344,6 @@ def test_a_scanned_body_s_change_is_placed_in_the_body_not_at_the_scan_call(tmp_
     with_diff = _check(tmp_path)[1]
     for report in (without, with_diff):
         [size] = [f for f in report["findings"] if f["rule"] == "program_size"]
-        assert f"at mlp.py:{new_line} (" in size["message"], size["message"]
+        # jax 0.10 gives the body's new ops no line of their own: placed near it, by the ops next to them.
+        assert re.search(rf"\b(at|near) mlp\.py:{new_line}\b", size["message"]), size["message"]
+        assert "mlp.py:38" not in size["message"]  # never at the scan call
