@@ -347,3 +347,21 @@ def test_a_scanned_body_s_change_is_placed_in_the_body_not_at_the_scan_call(tmp_
         # jax 0.10 gives the body's new ops no line of their own: placed near it, by the ops next to them.
         assert re.search(rf"\b(at|near) mlp\.py:{new_line}\b", size["message"]), size["message"]
         assert "mlp.py:38" not in size["message"]  # never at the scan call
+
+
+def test_a_scanned_body_carrying_rng_state_keeps_its_places(tmp_path):
+    """A scanned body whose loop carries RNG keys (dropout): stripping the RNG state rewrites the body under a new
+    name, and its instructions' places went with the old one, so every change in it read "near" the scan call
+    (MaxText's gemma4-26b scan-on at 2c4910630: "near nnx_scan.py:136", never moe.py). Kept through the stripping."""
+    source = Path(__file__).resolve().parent.parent / "hlo_audit" / "examples" / "nnx_mlp.py"
+    (tmp_path / "mlp.py").write_text(source.read_text())
+    (tmp_path / "hlo-audit.toml").write_text(config(target="mlp:lower", models=["mlp"], layers=[2], scan=["on"],
+                                                    quant=["dropout"]))
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    _edit(tmp_path / "mlp.py", "        x = nnx.relu(self.linear(x))\n",
+          "        x = nnx.relu(self.linear(x))\n        x = x * jax.numpy.tanh(x)\n")
+    new_line = 1 + (tmp_path / "mlp.py").read_text().splitlines().index("        x = x * jax.numpy.tanh(x)")
+    report = json.loads(hlo_audit_here(tmp_path, "check", "--format", "json").stdout)
+    placed = [f["message"] for f in report["findings"] if f["rule"] in ("program_size", "ops")]
+    assert placed and all(re.search(rf"\b(at|near) mlp\.py:{new_line}\b", m) for m in placed), placed
+    assert not any("mlp.py:38" in m for m in placed), placed  # the scan call

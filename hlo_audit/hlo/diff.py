@@ -30,7 +30,7 @@ from hlo_audit.hlo.changes import Change, ChangeKind, MatchSummary, summary
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
-from hlo_audit.hlo.locations import Places
+from hlo_audit.hlo.locations import PlacedByChange, Places
 from hlo_audit.hlo.match import ModuleMatch, match_modules, match_params
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
@@ -348,6 +348,18 @@ def _stripped(side: Analysis, text: str, has_rng_state: bool) -> _Stripped:
     return _Stripped(module, kept, canonical, printed)
 
 
+def _through_stripping(before: HloModule, after: HloModule, places: Places | None) -> Places | None:
+    """``places`` (keyed by ``before``'s names) keyed by ``after``'s: stripping RNG state rewrites the computations
+    it passes through (a scanned body's loop carries the keys) under new names, their instructions kept, so each
+    kept instruction keeps its place (a scanned body's changes were else placed near the scan call)."""
+    if places is None or after is before:
+        return places
+    where = {id(instr): (comp.name, instr.name) for comp in before.computations.values() for instr in comp.instructions}
+    moved = {(comp.name, instr.name): places[key] for comp in after.computations.values()
+             for instr in comp.instructions if (key := where.get(id(instr))) in places}
+    return PlacedByChange(moved, places.changed) if isinstance(places, PlacedByChange) else moved
+
+
 def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_differ: bool,
            added: list[ParamGroupDelta], removed: list[ParamGroupDelta],
            places: tuple[Places | None, Places | None]) -> _Verdict:
@@ -358,7 +370,8 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     if has_rng_state and a.canonical == b.canonical and not kernels_differ:
         return _Verdict("rng-state-only", [], added, removed)
     match = match_modules(a.module, b.module, a.kept, b.kept)
-    old_places, new_places = places
+    old_places, new_places = (_through_stripping(old.module, a.module, places[0]),
+                              _through_stripping(new.module, b.module, places[1]))
     named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places,
                     old_places)
     added, removed = _without_renames(added, removed, match, old, new)

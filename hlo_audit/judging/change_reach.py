@@ -56,6 +56,7 @@ def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], projec
     """The change ``patch`` (read from ``source``) against the lowered ``results``; ``project``: the folder their
     records name the project's files from (``run.project_folder``); ``matrix``: the whole matrix (the deeper cells a
     hint names)."""
+    _git_top.cache_clear()  # a folder's repository as it is now (a project may have been made one since)
     lowered = [r for r in results if isinstance(r, LoweredCell)]
     known = [r for r in lowered if r.reach is not None]
     used = [_Used(r.cell.id, absolute, _repository_path(absolute), name, r.reach)
@@ -166,7 +167,7 @@ def _git_top(folder: str) -> str | None:
 
 def _repository_path(absolute: str) -> str | None:
     top = _git_top(os.path.dirname(absolute))
-    return PurePosixPath(Path(os.path.relpath(absolute, top)).as_posix()).as_posix() if top else None
+    return Path(os.path.relpath(absolute, top)).as_posix() if top else None
 
 
 def _matches(used: _Used, path: str, named_here: str) -> bool:
