@@ -365,3 +365,54 @@ def test_a_scanned_body_carrying_rng_state_keeps_its_places(tmp_path):
     placed = [f["message"] for f in report["findings"] if f["rule"] in ("program_size", "ops")]
     assert placed and all(re.search(rf"\b(at|near) mlp\.py:{new_line}\b", m) for m in placed), placed
     assert not any("mlp.py:38" in m for m in placed), placed  # the scan call
+
+
+BRANCHES = """\
+import jax
+import jax.numpy as jnp
+
+
+def loss(params, x, scan):
+    h = x
+    if scan:
+        h = h * 3.0
+    for kernel in params[:0]:
+        h = h @ kernel
+    if h.ndim == 2:
+        h = jnp.tanh(h @ params[0])
+    else:
+        h = h * 2.0
+    return jnp.mean(h ** 2)
+
+
+def lower(cell):
+    params = [jnp.zeros((8, 8)) for _ in range(cell.layers)]
+    return jax.jit(lambda p, x: jax.grad(loss)(p, x, cell.scan)).lower(params, jnp.ones((2, 8)))
+"""
+
+
+@LINES
+def test_what_would_reach_a_branch_a_loop_and_an_else_no_cell_took(tmp_path):
+    """Issue 46, item 4: the statement around unreached lines that the cells ran, and the axis its condition reads
+    (scan: a cell with the other setting); a loop no cell iterated; the else of an if every cell took."""
+    (tmp_path / "model.py").write_text(BRANCHES)
+    (tmp_path / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2], scan=["off"]))
+    (tmp_path / ".gitignore").write_text(".hlo-audit-cache/\n")
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    _git(tmp_path, "init", "-q", ".")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "base")
+    for old, new in (("h * 3.0", "h * 4.0"), ("h = h @ kernel", "h = h @ kernel.T"), ("h * 2.0", "h * 5.0")):
+        _edit(tmp_path / "model.py", old, new)
+    code, report = _check(tmp_path)
+    assert code == 0
+    hints = {run["place"]: run["hint"] for run in report["coverage"]["runs"]}
+    assert {place: (hint["kind"], hint["axis"], hint["where"]) for place, hint in hints.items()} == {
+        "model.py:8": ("branch", "scan", "model.py:7"), "model.py:10": ("loop", "", "model.py:9"),
+        "model.py:14": ("else", "", "model.py:11")}
+    [finding] = _unreached(report)
+    assert "a cell with the other scan setting would reach it" in finding["message"]
+    assert "in a loop over `params[:0]` at model.py:9: m/scan-off/none/L2 ran it, none iterating" in \
+        finding["message"]
+    assert "in the else of `if h.ndim == 2` at model.py:11: m/scan-off/none/L2 ran it, each taking the if" in \
+        finding["message"]

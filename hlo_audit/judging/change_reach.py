@@ -141,11 +141,11 @@ def _statement_spans(text: str) -> dict[int, Span]:
 
 
 def _groups(lines: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Changed code lines in runs: consecutive lines, a gap of lines that are not code (a comment, a blank line)
-    kept inside one run."""
+    """Changed code lines in runs of consecutive lines: each run one place (``path:a-b``) and one statement's worth
+    of what would reach it (a line two statements down may sit under another ``if``)."""
     groups: list[list[int]] = []
     for line in lines:
-        if groups and line - groups[-1][-1] <= 3:
+        if groups and line == groups[-1][-1] + 1:
             groups[-1].append(line)
         else:
             groups.append([line])
