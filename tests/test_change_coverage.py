@@ -77,24 +77,28 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new, 1))
 
 
+def _committed(folder: Path, files: dict[str, str], **settings) -> Path:
+    """``folder`` as a git repository holding ``files``, an hlo-audit.toml of ``config(**settings)`` and the goldens
+    it makes, committed: the base a pull request is made against."""
+    for name, text in {**files, ".gitignore": ".hlo-audit-cache/\n"}.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    (folder / "hlo-audit.toml").write_text(config(**settings))
+    made = hlo_audit_here(folder, "golden", "update")
+    assert made.returncode == 0, made.stderr
+    _git(folder, "init", "-q", ".")
+    _git(folder, "add", "-A")
+    _git(folder, "commit", "-qm", "base")
+    return folder
+
+
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     """A git repository holding the model, its settings and a gate of 2 layers (matrix 2 and 4), goldens made at
     both depths and committed: the base a pull request is made against."""
-    (tmp_path / "model.py").write_text(MODEL)
-    (tmp_path / "settings.yml").write_text(SETTINGS)
-    (tmp_path / "README.md").write_text("# tiny\n")
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_model.py").write_text("def test_nothing():\n    assert True\n")
-    (tmp_path / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2, 4],
-                                                    scan=["off"]))
-    (tmp_path / ".gitignore").write_text(".hlo-audit-cache/\n")
-    made = hlo_audit_here(tmp_path, "golden", "update")
-    assert made.returncode == 0, made.stderr
-    _git(tmp_path, "init", "-q", ".")
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "commit", "-qm", "base")
-    return tmp_path
+    return _committed(tmp_path, {"model.py": MODEL, "settings.yml": SETTINGS, "README.md": "# tiny\n",
+                                 "tests/test_model.py": "def test_nothing():\n    assert True\n"},
+                      target="model:lower", models=["m"], layers=[2, 4], scan=["off"])
 
 
 def _check(repo: Path, *args: str) -> tuple[int, dict]:
@@ -330,13 +334,7 @@ def test_a_scanned_body_s_change_is_placed_in_the_body_not_at_the_scan_call(tmp_
     are placed at the scan call (jax's place for them); the program's growth is placed at the block's new line, with
     or without the pull request's diff."""
     source = Path(__file__).resolve().parent.parent / "hlo_audit" / "examples" / "nnx_mlp.py"
-    (tmp_path / "mlp.py").write_text(source.read_text())
-    (tmp_path / "hlo-audit.toml").write_text(config(target="mlp:lower", models=["mlp"], layers=[2], scan=["on"]))
-    (tmp_path / ".gitignore").write_text(".hlo-audit-cache/\n")
-    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
-    _git(tmp_path, "init", "-q", ".")
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "commit", "-qm", "base")
+    _committed(tmp_path, {"mlp.py": source.read_text()}, target="mlp:lower", models=["mlp"], layers=[2], scan=["on"])
     _edit(tmp_path / "mlp.py", "        x = nnx.relu(self.linear(x))\n",
           "        x = nnx.relu(self.linear(x))\n        x = x * jax.numpy.tanh(x)\n")
     new_line = 1 + (tmp_path / "mlp.py").read_text().splitlines().index("        x = x * jax.numpy.tanh(x)")
@@ -395,13 +393,7 @@ def lower(cell):
 def test_what_would_reach_a_branch_a_loop_and_an_else_no_cell_took(tmp_path):
     """Issue 46, item 4: the statement around unreached lines that the cells ran, and the axis its condition reads
     (scan: a cell with the other setting); a loop no cell iterated; the else of an if every cell took."""
-    (tmp_path / "model.py").write_text(BRANCHES)
-    (tmp_path / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2], scan=["off"]))
-    (tmp_path / ".gitignore").write_text(".hlo-audit-cache/\n")
-    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
-    _git(tmp_path, "init", "-q", ".")
-    _git(tmp_path, "add", "-A")
-    _git(tmp_path, "commit", "-qm", "base")
+    _committed(tmp_path, {"model.py": BRANCHES}, target="model:lower", models=["m"], layers=[2], scan=["off"])
     for old, new in (("h * 3.0", "h * 4.0"), ("h = h @ kernel", "h = h @ kernel.T"), ("h * 2.0", "h * 5.0")):
         _edit(tmp_path / "model.py", old, new)
     code, report = _check(tmp_path)
