@@ -203,3 +203,76 @@ def test_a_canonical_text_is_its_own_canonical_text():
         assert again.normalized == canonical
         assert again.printed_computations == frozenset(again.module.computations)
         assert analyze_canonical(canonical).normalized is canonical
+
+
+# -- issue 47 item 5: a golden's git diff is about the size of the change --------------------------------------------
+
+
+def _train_step_text(scaled_layer: int | None = None, layers: int = 6) -> str:
+    """A user's train step as plain jax writes one: unrolled layers (the same ops in each), adam, global-norm
+    clipping (one running sum over every leaf); ``scaled_layer`` multiplies that layer's output by 2 (a pull request
+    that adds one op)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+    params = [{"w": jnp.zeros((16, 16)), "b": jnp.zeros((16,)), "scale": jnp.ones((16,))} for _ in range(layers)]
+
+    def loss(params, x):
+        for i, layer in enumerate(params):
+            h = jnp.tanh(x @ layer["w"] + layer["b"])
+            h = h * jax.lax.rsqrt(jnp.mean(h * h, axis=-1, keepdims=True) + 1e-6) * layer["scale"]
+            x = x + (h * 2.0 if i == scaled_layer else h)
+        return jnp.mean(x * x)
+
+    def step(params, opt_state, x):
+        grads = jax.grad(loss)(params, x)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return jax.jit(step).lower(params, optimizer.init(params), jnp.zeros((4, 16))).as_text(dialect="hlo")
+
+
+def test_one_op_added_by_a_pull_request_changes_a_handful_of_golden_lines():
+    """A multiply added in one layer of six: jax's lines for it (forward and backward) and the lines near them, not a
+    renaming of everything after it: 58 lines of 893 here, where names digesting everything upstream changed 1,134."""
+    old, new = (normalize(parse_module(_train_step_text(scaled))) for scaled in (None, 2))
+    removed, added = _changed_lines(old, new)
+    lines = len(old.splitlines())
+    assert lines > 600
+    # The forward multiply and its broadcast constant, the backward pass's, and the lines that read them.
+    assert len(added) - len(removed) >= 2, (removed, added)
+    assert len(removed) + len(added) <= 70, "\n".join(["-" + x for x in removed] + ["+" + x for x in added])
+
+
+def test_one_instruction_inserted_anywhere_changes_lines_near_it():
+    """A negate inserted before each of 40 instructions of a real step in turn (the entry's and a reducer's alike):
+    each changes its own line, its user's and a few named after them; never the thousands a name digesting
+    everything upstream changed. The canonical text reads back as itself every time."""
+    text = _train_step_text()
+    module = parse_module(text)
+    old = normalize(module)
+    entry = module.entry
+    eligible = [i for i in entry.instructions if i.operands and i.opcode not in ("parameter", "tuple", "constant")
+                and not i.shape.is_tuple and i.operands[0] in entry.by_name
+                and not entry.by_name[i.operands[0]].shape.is_tuple]
+    assert len(eligible) > 300
+    counts = []
+    for target in eligible[:: len(eligible) // 40][:40]:
+        operand = entry.by_name[target.operands[0]]
+        lines = text.splitlines()
+        # jax prints names without XLA's ``%``: an operand is its name after ``(``
+        at = next(n for n, line in enumerate(lines) if re.match(rf"\s*(ROOT )?{re.escape(target.name)} = ", line))
+        assert f"({operand.name}" in lines[at], lines[at]
+        lines[at] = lines[at].replace(f"({operand.name}", "(inserted_negate", 1)
+        lines.insert(at, f"  inserted_negate = {operand.shape.text} negate({operand.name})")
+        changed = "\n".join(lines) + "\n"
+        hlo.hlo_module_from_text(changed)  # XLA's parser reads it: a module a user could have
+        new = normalize(parse_module(changed))
+        assert normalize(parse_module(new)) == new
+        removed, added = _changed_lines(old, new)
+        assert len(added) == len(removed) + 1, (target.name, removed, added)
+        counts.append(len(removed) + len(added))
+    counts.sort()
+    assert counts[len(counts) // 2] <= 9 and counts[-1] <= 30, counts

@@ -1,11 +1,19 @@
 """Canonical HLO text for goldens and diffs.
 
 XLA names instructions from a module-wide counter (``add.123``), so one inserted instruction renumbers
-everything printed after it and a golden diff drowns in renames. Here, as in LLVM's IRNormalizer, a
-value is named from what it computes: opcode + a digest of its shape, its operands' canonical names and
-its semantic attributes. Entry parameters are named by their state path, nested parameters by position,
-computations by a digest of their canonical body. Inserting or removing one instruction then changes
-only its own line and the lines that really use it.
+everything printed after it and a golden diff drowns in renames. Naming a value by a digest of everything
+upstream of it (a Merkle hash) does no better: an inserted instruction renames every value downstream of it, and
+a computation named by a digest of its body renames its callers when one line of it changes (MaxText's
+2c4910630, +89 instructions, rewrote 4,245 of a golden's lines). So a name here says only what is local to
+the value (as LLVM's IRNormalizer names from operands' opcodes, not their names): its opcode and a digest of its
+shape, its semantic attributes and what kind of value each operand is (an opcode and shape; a parameter, a
+constant or a tuple element by what it is), numbered in printed order where two share that (``.2``).
+Entry parameters are named by their state path, nested parameters by position; computations by their words
+and a digest of their signature (parameter and root shapes, the root's opcode), numbered likewise, so a body
+whose lines change keeps its name. Inserting one instruction then changes its own line, its users' lines and
+their users' operand names, and renumbers only the values printed after it that share its name: a golden's git
+diff is about the size of the change. The text is still canonical: names are a function of the graph, so two
+programs print alike exactly when they are the same program (the diff matches them as graphs: match.py).
 
 The order is the graph's, not the printer's: parameters first by number, then every instruction right
 after the operands (and control predecessors) it needs, depth first from the root (a commutative op's
@@ -27,7 +35,9 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from hlo_audit.hlo.json_attrs import canonical_attr_value
 from hlo_audit.hlo.kernels import KERNEL_CUSTOM_CALLS
@@ -158,6 +168,85 @@ def _placement_order(comp: Computation, orders: dict[str, list[str]]) -> Iterato
                 yield instr
 
 
+@dataclass(slots=True)
+class _Placed:
+    """An instruction placed in printed order, before it is told apart from others of its base name."""
+
+    instr: Instruction
+    base: str  # its name but for telling alike ones apart: a digest of what is local to it
+    shape: str
+    attrs: str  # its attributes as printed, control predecessors but for their names
+    args: str  # what its parentheses print where that names no operand (a literal, a parameter's number)
+    operands: list[str] | None  # its operands in printed order (their names printed once all are named)
+    source: bool  # a parameter or an element of one: what the values it reaches are told apart by
+
+
+# A computation's provisional name (``_Namer._keep``): its words and signature, \x01, its body's digest.
+_PROVISIONAL = re.compile("[\\w.\\-]+\x01[0-9a-f]{8}")
+_PROVISIONAL_BODY = re.compile("\x01[0-9a-f]{8}")
+_FAR = 1 << 30  # steps from a value no source reaches
+_NONE = (_FAR, frozenset())
+
+
+def _told_apart(placed: Sequence[_Placed]) -> dict[str, str]:
+    """Each placed instruction's canonical name: its base name where no other has it, else the base and four hex
+    digits of what tells them apart without counting: the parameters (and their tuple elements) fewest steps upstream
+    of it (an unrolled layer's ops by its weights, a norm's running sum by the leaf it adds; the nearest only, so
+    that a parameter added elsewhere renames nothing but what it feeds) and, where those are alike too, the base name
+    of its first user (a constant by what reads it: the first only, so that a constant read in fifty places keeps its
+    name when one of them changes); ``.2``, ``.3`` in printed order only where those are alike too. Counting alone
+    would rename every later value of one base when one is inserted (a global norm's chain of adds)."""
+    names = {at.instr.name: at.base for at in placed}
+    bases = names.copy()
+    seen: dict[str, int] = {}
+    for at in placed:
+        seen[at.base] = seen.get(at.base, 0) + 1
+    alike = {base for base, n in seen.items() if n > 1}
+    if not alike:
+        return names
+    nearest: dict[str, tuple[int, frozenset[str]]] = {}  # the sources fewest joins upstream, and how many
+    first_user: dict[str, _Placed] = {}  # the first instruction printed that reads each
+    for at in placed:  # operands come first
+        if at.source:
+            nearest[at.instr.name] = (0, frozenset((at.base,)))
+        else:
+            # A step is a join: where two operands bring sources. A value passed through ops that bring none (a
+            # convert, a negate, a multiply by a constant inserted) keeps its nearest sources.
+            steps, found, bringing = _FAR, frozenset(), 0
+            for op in at.operands or ():
+                first_user.setdefault(op, at)
+                d, upstream = nearest.get(op, _NONE)
+                if d == _FAR:
+                    continue
+                bringing += 1
+                if d < steps:
+                    steps, found = d, upstream
+                elif d == steps and upstream is not found:
+                    found = found | upstream
+            nearest[at.instr.name] = (steps + (bringing > 1), found)
+    # What tells an alike instruction apart: the sources nearest upstream; where other instructions of its base name
+    # have those too, its first user (its base name and what its other operands are); its number in printed order
+    # where all that is alike too (the same value computed twice). Never its operands' names: a name told apart by
+    # another's carries every rename upstream of it downstream (a global norm's, into every clipped update).
+    nearest_of = {at.instr.name: at.base + "|" + ",".join(sorted(nearest[at.instr.name][1]))
+                  for at in placed if at.base in alike}
+    alike_nearest = Counter(nearest_of.values())
+    numbered: dict[str, int] = {}
+    for at in placed:
+        if at.base in alike:
+            name = at.instr.name
+            tie = nearest_of[name]
+            if alike_nearest[tie] > 1:
+                user = first_user.get(name)
+                if user is not None:
+                    tie += "|" + user.base + "|" + ",".join(nearest_of.get(op, bases.get(op, "")) for op in user.operands
+                                                             or () if op != name)
+            tie = f"{at.base}.{_digest(tie)[:4]}"
+            n = numbered[tie] = numbered.get(tie, 0) + 1
+            names[name] = tie if n == 1 else f"{tie}.{n}"
+    return names
+
+
 class _Namer:
     """Canonical names and lines for one module."""
 
@@ -166,95 +255,132 @@ class _Namer:
         self.computation_names: dict[str, str] = {}  # name in the module -> canonical name
         self.bodies: dict[str, list[str]] = {}  # canonical name -> lines; identical computations print once
         self.callees: dict[str, list[str]] = {}  # canonical name -> canonical callees, in the order named
-        self.rendered_attrs: dict[tuple[tuple[str, str], ...], tuple[str, list[str]]] = {}  # -> text, callees
+        # attributes -> as printed, as a base name reads them, the computations they call
+        self.rendered_attrs: dict[tuple[tuple[str, str], ...], tuple[str, str, list[str]]] = {}
         self.callees_of: dict[str, list[str]] = {}  # this computation's instruction -> canonical callees
         self.instruction_names: dict[str, dict[str, str]] = {}  # computation -> its instructions' canonical names
+        self.named_bodies: dict[tuple[str, str], str] = {}  # (words, body) -> canonical name: each body prints once
+        self.computations_taken: dict[str, int] = {}  # a computation name's base -> bodies named with it so far
 
     def computation(self, comp: Computation) -> None:
         """Name, order and print one computation (its callees are done) and keep its canonical lines.
 
-        One depth-first walk from the root places each instruction right after what it needs; placing it
-        names it (a digest of what it computes: opcode, shape, its operands' names or literal, attributes)
-        and prints its line. Identical instructions are numbered in printed order (``.2``, ``.3``).
+        One depth-first walk from the root places each instruction right after what it needs and gives it its
+        base name (a digest of what is local to it: opcode, shape, its literal or what kind of value each operand
+        is, attributes); instructions of one base name are then told apart (``_told_apart``), and every line
+        printed with its operands' names.
         """
         entry_names = self.entry_param_names if comp.is_entry else None
         self.callees_of = {}
-        names: dict[str, str] = {}  # canonical names; holding one means placed
-        taken: dict[str, int] = {}
-        body: list[str] = []
-        late: list[tuple[int, Instruction]] = []  # lines naming control predecessors printed after them
-        callees: list[str] = []
         orders: dict[str, list[str]] = {}  # a commutative op's operands in the order visited and printed
-        for instr in _placement_order(comp, orders):
-            name, line = self._place(instr, names, taken, orders, entry_names)
-            names[instr.name] = name
+        kinds_of: dict[str, str] = {}  # what kind of value each placed instruction is (_kind), as its users read it
+        parameters = frozenset(p.name for p in comp.parameters)
+        placed = [self._place(instr, orders, entry_names, kinds_of, parameters)
+                  for instr in _placement_order(comp, orders)]
+        names = _told_apart(placed)
+        body: list[str] = []
+        callees: list[str] = []
+        for at in placed:
+            instr = at.instr
             if instr.name in self.callees_of:
                 callees.extend(self.callees_of[instr.name])
+            args = "%" + ", %".join(names.get(op, op) for op in at.operands) if at.operands else at.args
+            root = "ROOT " if instr.is_root else ""
+            line = f"  {root}%{names[instr.name]} = {at.shape} {instr.opcode}({args}){at.attrs}"
             if "control-predecessors" in instr.attrs:
-                late.append((len(body), instr))
+                line += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
             body.append(line)
-        for at, instr in late:  # every instruction is named now
-            body[at] += self._render_attrs(instr, names, only=_INSTR_REF_ATTRS)
         self.instruction_names[comp.name] = names
         self._keep(comp, body, callees)
 
-    def _place(self, instr: Instruction, names: dict[str, str], taken: dict[str, int], orders: dict[str, list[str]],
-               entry_names: dict[int, str] | None) -> tuple[str, str]:
-        """An instruction placed (what it needs is named): its canonical name and its line."""
+    def _place(self, instr: Instruction, orders: dict[str, list[str]], entry_names: dict[int, str] | None,
+               kinds_of: dict[str, str], parameters: frozenset[str]) -> _Placed:
+        """An instruction placed (what it needs is placed): its base name and what its line prints."""
         opcode = instr.opcode
         held = instr.attrs
         shape = _canonical_shape(instr.shape)
-        # Placed: named and printed. Most of jax's instructions hold metadata alone, which is dropped.
-        attrs = "" if not held or len(held) == 1 and "metadata" in held else self._attrs(instr)
+        # Most of jax's instructions hold metadata alone, which is dropped.
+        attrs, keyed = ("", "") if not held or len(held) == 1 and "metadata" in held else self._attrs(instr)
         if opcode == "parameter":
             n = instr.parameter_number
-            name = entry_names.get(n, f"arg{n}") if entry_names is not None else f"p{n}"
+            base = kinds_of[instr.name] = entry_names.get(n, f"arg{n}") if entry_names is not None else f"p{n}"
             args = "" if entry_names is not None else instr.literal  # entry: the line order is the number
+            return _Placed(instr, base, shape, attrs, args, None, True)
+        if opcode == "constant":
+            base = kinds_of[instr.name] = f"{opcode}.{_digest(f'{opcode}|{shape}|{instr.literal}|{keyed}')}"
+            return _Placed(instr, base, shape, attrs, instr.literal, None, False)
+        # A commutative op's operands print in the order they were visited (so the text reads back to the same
+        # order) and enter its name sorted (so either order names it alike).
+        operands = orders.get(instr.name, instr.operands)
+        kinds = [kinds_of.get(op, op) for op in operands]
+        what = "|".join(sorted(kinds) if opcode in COMMUTATIVE else kinds)
+        base = f"{opcode}.{_digest(f'{opcode}|{shape}|{what}|{keyed}')}"
+        if opcode == "get-tuple-element":  # a tuple element by its index and what it is an element of
+            kinds_of[instr.name] = f"{shape}{keyed}<{kinds[0] if kinds else ''}"
+            source = bool(operands) and operands[0] in parameters
         else:
-            # A commutative op's operands print in the order they were visited (so the text reads
-            # back to the same order) and enter its name sorted (so either order names it alike).
-            operands = [names.get(op, op) for op in orders.get(instr.name, instr.operands)]
-            args = instr.literal if opcode == "constant" else "%" + ", %".join(operands) if operands else ""
-            what = f"%{', %'.join(sorted(operands))}" if opcode in COMMUTATIVE else args
-            name = f"{opcode}.{_digest(f'{opcode}|{shape}|{what}|{attrs}')}"
-            copies = taken.get(name, 0)
-            taken[name] = copies + 1
-            if copies:  # identical instructions repeated (constants, mostly)
-                name = f"{name}.{copies + 1}"
-        root = "ROOT " if instr.is_root else ""
-        return name, f"  {root}%{name} = {shape} {opcode}({args}){attrs}"
+            kinds_of[instr.name] = f"{opcode} {shape}"
+            source = False
+        return _Placed(instr, base, shape, attrs, "", list(operands), source)
 
     def _keep(self, comp: Computation, body: list[str], callees: list[str]) -> None:
-        """Name a printed computation and keep its lines, once per canonical name."""
+        """Name a printed computation (provisionally: ``final_names``) and keep its lines, once per body."""
         tail = "}" + "".join(f", {k}={v}" for k, v in sorted(comp.attrs.items()))  # execution_thread
         if comp.is_entry:
             canonical = strip_number_suffix(comp.name)
         else:
             # Counter numbers hide inside names too (region_1.3.clone.1.clone, while.90_computation):
             # keep only the words, which say what kind of computation it is. The same words and body are the
-            # same computation (jax emits one reducer / threefry per call site): it prints once.
-            canonical = f"{computation_words(comp.name)}.{_digest(chr(10).join(body) + tail)}"
+            # same computation (jax emits one reducer / threefry per call site): it prints once. Its name is its
+            # words and signature where no other body has them, so that a body whose lines change keeps its name
+            # (and its callers their lines); the body's digest tells apart those that share them. Which is so is
+            # known once every computation is read: until then the name holds both (``_PROVISIONAL``).
+            words = computation_words(comp.name)
+            root = comp.root
+            signature = ",".join(_canonical_shape(p.shape) for p in comp.parameters)
+            key = f"{words}.{_digest(f'{signature}->{_canonical_shape(root.shape)} {root.opcode}')}"
+            canonical = f"{key}\x01{_digest(words + chr(10).join(body) + tail)}"
         self.computation_names[comp.name] = canonical
         if canonical not in self.bodies:
-            head = f"ENTRY %{canonical} {{" if comp.is_entry else f"%{canonical} {{"
-            self.bodies[canonical] = [head, *body, tail]
+            self.bodies[canonical] = [*body, tail]
             self.callees[canonical] = callees
 
+    def rename(self, final: dict[str, str]) -> None:
+        """Every provisional computation name replaced by its canonical one (``final_names``)."""
+        self.computation_names = {name: final.get(c, c) for name, c in self.computation_names.items()}
+        self.bodies = {final.get(c, c): body for c, body in self.bodies.items()}
+        self.callees = {final.get(c, c): [final.get(x, x) for x in callees] for c, callees in self.callees.items()}
+
+    def final_names(self) -> dict[str, str]:
+        """Each printed computation's provisional name -> its canonical one: its words and signature (``key``) where
+        only one body has them, else those and its body's digest."""
+        bodies_of: dict[str, list[str]] = {}
+        for provisional in self.bodies:
+            key, sep, _ = provisional.partition("\x01")
+            if sep:
+                bodies_of.setdefault(key, []).append(provisional)
+        final = {}
+        for key, provisionals in bodies_of.items():
+            for provisional in provisionals:
+                final[provisional] = key if len(provisionals) == 1 else key + "." + provisional.partition("\x01")[2]
+        return final
+
     def print_order(self, entry: str) -> list[str]:
-        """Canonical computation names, callees first, each in the order its caller names them; from the
-        entry, then computations nobody calls (by name); the entry last."""
+        """Canonical computation names, callees first, a caller's callees by name (so that where a computation
+        prints does not follow where in its caller the call moved); from the entry, then computations nobody
+        calls (by name); the entry last."""
         order: list[str] = []
         seen: set[str] = set()
 
         def visit(name: str) -> None:
-            stack = [(name, iter(self.callees[name]))]
+            stack = [(name, iter(sorted(set(self.callees[name]))))]
             seen.add(name)
             while stack:
                 current, callees = stack[-1]
                 for callee in callees:
                     if callee not in seen:
                         seen.add(callee)
-                        stack.append((callee, iter(self.callees[callee])))
+                        stack.append((callee, iter(sorted(set(self.callees[callee])))))
                         break
                 else:
                     stack.pop()
@@ -267,10 +393,10 @@ class _Namer:
                 visit(name)
         return [*order, entry]
 
-    def _attrs(self, instr: Instruction) -> str:
-        """``, key=value`` for every kept attribute but control predecessors, sorted by key: what the
-        instruction's name is a digest of (control predecessors order it, they do not change its value).
-        Records the computations it calls, in that order, in ``callees_of``."""
+    def _attrs(self, instr: Instruction) -> tuple[str, str]:
+        """``, key=value`` for every kept attribute but control predecessors, sorted by key, as printed and as the
+        instruction's base name reads it (a computation it calls by words and signature: a callee's body changed
+        renames no caller). Records the computations it calls, in that order, in ``callees_of``."""
         # A module has few distinct attribute lists once metadata is left out (", dimensions={0,1}",
         # ", to_apply=%region_0.5"...), and each renders the same wherever it appears: render each once.
         key = tuple(item for item in instr.attrs.items() if item[0] not in VOLATILE_ATTRS)
@@ -278,10 +404,11 @@ class _Namer:
         if cached is None:
             callees = [self.computation_names[c] for name, value in sorted(key) if name in COMPUTATION_ATTRS
                        for c in split_name_list(value)]
-            cached = self.rendered_attrs[key] = (self._render_attrs(instr), callees)
-        if cached[1]:
-            self.callees_of[instr.name] = cached[1]
-        return cached[0]
+            text = self._render_attrs(instr)
+            cached = self.rendered_attrs[key] = (text, _PROVISIONAL_BODY.sub("", text) if callees else text, callees)
+        if cached[2]:
+            self.callees_of[instr.name] = cached[2]
+        return cached[0], cached[1]
 
     def _render_attrs(self, instr: Instruction, names: dict[str, str] | None = None,
                       only: frozenset[str] | None = None) -> str:
@@ -360,9 +487,17 @@ def _normalize(module: HloModule, params: Sequence[EntryParam] | None) -> tuple[
     lines = [f"HloModule {strip_number_suffix(module.name)}" + (f", {header_attrs}" if header_attrs else "")]
     for comp in call_graph_postorder(module):
         namer.computation(comp)
+    final = namer.final_names()
+    namer.rename(final)
+
+    def named(line: str) -> str:
+        return _PROVISIONAL.sub(lambda m: final[m.group(0)], line) if "\x01" in line else line
+
     for name in namer.print_order(namer.computation_names[module.entry.name]):
+        body = namer.bodies[name]
         lines.append("")
-        lines.extend(namer.bodies[name])
+        lines.append(f"ENTRY %{name} {{" if name == namer.computation_names[module.entry.name] else f"%{name} {{")
+        lines.extend(named(line) for line in body)
     first_of_each: dict[str, str] = {}
     for name, canonical in namer.computation_names.items():
         first_of_each.setdefault(canonical, name)
