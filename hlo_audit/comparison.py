@@ -44,6 +44,7 @@ from hlo_audit.hlo.changes import Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, captured_delta, count_delta, diff_modules
 from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
+from hlo_audit.hlo.mesh import DeclaredSizes
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.params import roles_by_pattern
 from hlo_audit.lowering import MEMORY_KINDS
@@ -82,19 +83,22 @@ class Structural:
 
     @classmethod
     def of(cls, golden_text: str, text: str, places: Places | None = None, max_text_lines: int = 0,
-           params: ParamDelta | None = None) -> Structural:
+           params: ParamDelta | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> Structural:
         """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``); ``params``:
-        the cell's comparison's (``CellDelta.params``: one object for the cell, not a second count of the texts)."""
-        return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines, params)
+        the cell's comparison's (``CellDelta.params``: one object for the cell, not a second count of the texts);
+        ``mesh_sizes``: the sizes each side's config gave its target mesh (``hlo.mesh``)."""
+        return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines, params,
+                               mesh_sizes=mesh_sizes)
 
     @classmethod
     def of_analyses(cls, before: Analysis, after: Analysis, places: Places | None = None,
                     max_text_lines: int = 0, params: ParamDelta | None = None,
-                    places_before: Places | None = None) -> Structural:
+                    places_before: Places | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> Structural:
         """``params``: the entry parameters' comparison where the caller has it; else the two modules' own
         (``ParamDelta.between``, as a cell's comparison makes its own). ``places`` / ``places_before``: each side's
         (``hlo.diff.diff_modules``)."""
-        diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places, old_places=places_before)
+        diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places, old_places=places_before,
+                            mesh_sizes=mesh_sizes)
         if params is None:
             params = ParamDelta.between(before.summary, after.summary, roles_by_pattern(before.params),
                                         roles_by_pattern(after.params))
@@ -348,7 +352,8 @@ class CellDelta:
         """The structural account of the two texts, where they differ."""
         if not self.texts_differ:
             return None
-        made = Structural.of(*self.texts, self.result.places, params=self.params)
+        made = Structural.of(*self.texts, self.result.places, params=self.params,
+                             mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes))
         if not self.changed:
             return made
         kinds = {kind: i for i, kind in enumerate(dict.fromkeys(c.kind for c in made.diff.named))}

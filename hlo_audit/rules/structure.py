@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import EnvironmentChange, NamedChange
-from hlo_audit.hlo.changes import Action, Change, ChangeKind
+from hlo_audit.hlo.changes import MESH, NO_SPLIT_CHANGE, Action, Change, ChangeKind
 from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
 from hlo_audit.rules.wording import VERBS, counted, groups_text, in_computation, paths_text, per_layer
 
@@ -59,6 +59,8 @@ def constants(d: CellDelta, ctx: Context) -> NamedChange | None:
 
 
 def _sharding_line(c: Change, kind: str, where: str) -> str:
+    if c.subject in (NO_SPLIT_CHANGE, MESH):
+        return _mesh_line(c, kind, where)
     if c.subject == "sharding constraint" and c.action is not Action.CHANGED:
         verb = "added" if c.action is Action.ADDED else "removed"
         return f"{kind}: {counted(c.count, c.subject)} {verb} ({c.after or c.before}); {where}".rstrip("; ")
@@ -69,8 +71,25 @@ def _sharding_line(c: Change, kind: str, where: str) -> str:
                  "across the devices)")
     else:
         text += f"{c.before} -> {c.after}"
-    if c.groups:
-        return f"{text}: {groups_text(c.groups)}"
+    if c.splits:  # the arrays split differently on the target mesh, by how much
+        text += f", split differently: {'; '.join(c.splits)}"
+    if c.groups and c.subject == "parameters":
+        return f"{text}" if c.splits else f"{text}: {groups_text(c.groups)}"
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _mesh_line(c: Change, kind: str, where: str) -> str:
+    """``sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh [...] -> [...], 2
+    shardings changed); at mesh.yml:3``: the shardings that changed without splitting anything differently and the
+    mesh with them, one line; or the mesh's change beside shardings whose split changed (on lines of their own)."""
+    axes = "; ".join(a for a, _ in c.groups)
+    mesh = f"mesh {c.before} -> {c.after}" if c.before != c.after else ""
+    if c.subject == MESH:
+        text = f"{kind}: {mesh}" + (f" ({axes})" if axes else "")
+        return text + (f"; {counted(c.count, 'other sharding')} split as before" if c.count else "")
+    text = f"{kind}: {NO_SPLIT_CHANGE}" + (f": {axes}" if axes else "")
+    said = [part for part in (mesh, counted(c.count, "sharding") + " changed" if c.count else "") if part]
+    text += f" ({', '.join(said)})" if said else ""
     return f"{text}; {where}".rstrip("; ")
 
 

@@ -1,0 +1,223 @@
+"""Sharding judged on what is split (issue 47 item 2): a sharding change is compared on the target mesh's sizes.
+
+MaxText 0998c01c1 added a mesh axis of size 1 (``context_usp_ulysses``) to configs/base.yml; five cells said
+"sharding: 28 <@mesh, [... {"tensor_sequence", "context"} ...]> -> <... "context_usp_ulysses" ...>", four "changed
+(attributes)" with a header "frontend_attributes 1 entry -> 1 entry", and none said the axis has size 1, that nothing
+is split differently, or which config line did it. Here a user's step sharded over a mesh its YAML config declares
+(``mesh.yml``, MaxText's shape: ``mesh_axes``, ``ici_*_parallelism``, logical axis rules), lowered for an abstract
+mesh of 8 devices, and two pull requests: one adds an axis of size 1 to the batch's rule (no effect on any split,
+still a change the sharding rule decides on), one splits
+the embedding dimension over ``data`` too (the arrays named, each dimension's pieces before and after). The module
+lowered on the host's one device says every axis has size 1: there the sizes the cell's config gives its target
+mesh decide (``Lowering.mesh_sizes``), never the host's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from in_process import hlo_audit_here
+from projects import config
+from hlo_audit.hlo.mesh import TargetMesh, split_changes, without_meshes
+
+MODEL = """\
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import yaml
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+CONFIG = pathlib.Path(__file__).with_name("mesh.yml")
+
+
+def lower(cell):
+    settings = yaml.safe_load(CONFIG.read_text())
+    axes = tuple(settings["mesh_axes"])
+    mesh = AbstractMesh(tuple(settings[f"ici_{a}_parallelism"] for a in axes), axes,
+                        axis_types=(AxisType.Auto,) * len(axes))
+    rules = settings["logical_axis_rules"]
+
+    def sharding(*logical):
+        return NamedSharding(mesh, P(*(tuple(rules[n]) if n else None for n in logical)))
+
+    params = {"wq": jax.ShapeDtypeStruct((16, 32), jnp.float32, sharding=sharding("embed", "mlp")),
+              "wo": jax.ShapeDtypeStruct((32, 16), jnp.float32, sharding=sharding("mlp", "embed"))}
+    x = jax.ShapeDtypeStruct((8, 16), jnp.float32, sharding=sharding("batch", None))
+
+    def loss(p, x):
+        h = jax.lax.with_sharding_constraint(jnp.tanh(x @ p["wq"]), sharding("batch", "mlp"))
+        return jnp.mean((h @ p["wo"]) ** 2)
+
+    def step(params, x):
+        grads = jax.grad(loss)(params, x)
+        return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+    out = {"wq": sharding("embed", "mlp"), "wo": sharding("mlp", "embed")}
+    return jax.jit(step, out_shardings=out).trace(params, x).lower(lowering_platforms=("cpu",))
+"""
+MESH = """\
+# the mesh the step is sharded over
+mesh_axes: [data, fsdp, tensor]
+ici_data_parallelism: 2
+ici_fsdp_parallelism: 2
+ici_tensor_parallelism: 2
+logical_axis_rules:
+  batch: [data]
+  embed: [fsdp]
+  mlp: [tensor]
+"""
+CELL = "m/scan-off/none/L2"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """The step and its mesh config with their goldens, committed: the base a pull request is made against."""
+    for name, text in {"model.py": MODEL, "mesh.yml": MESH, ".gitignore": ".hlo-audit-cache/\n"}.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2], scan=["off"]))
+    made = hlo_audit_here(tmp_path, "golden", "update")
+    assert made.returncode == 0, made.stderr
+    _git(tmp_path, "init", "-q", ".")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "base")
+    return tmp_path
+
+
+def _check(repo: Path, *args: str) -> tuple[int, dict]:
+    ran = hlo_audit_here(repo, "check", "--format", "json", *args)
+    assert ran.returncode in (0, 1), ran.stderr
+    return ran.returncode, json.loads(ran.stdout)
+
+
+def _finding(report: dict, rule: str) -> dict:
+    (found,) = [f for f in report["findings"] if f["cell"] == CELL and f["rule"] == rule]
+    return found
+
+
+def found_message(report: dict) -> str:
+    return _finding(report, "sharding")["message"]
+
+
+def _add_size_one_axis(repo: Path) -> None:
+    """MaxText 0998c01c1's change, in small: an axis of size 1 declared and added to the batch's rule."""
+    _edit(repo / "mesh.yml", "mesh_axes: [data, fsdp, tensor]", "mesh_axes: [data, fsdp, tensor, context]")
+    _edit(repo / "mesh.yml", "ici_tensor_parallelism: 2\n", "ici_tensor_parallelism: 2\nici_context_parallelism: 1\n")
+    _edit(repo / "mesh.yml", "batch: [data]", "batch: [data, context]")
+
+
+def test_a_size_one_axis_added_is_no_effect_on_any_split_and_still_the_policy_s(repo):
+    _add_size_one_axis(repo)
+    code, report = _check(repo)
+    assert code == 1  # a program difference all the same: the sharding rule decides (fail by default)
+    found = _finding(report, "sharding")
+    assert found["severity"] == "regression"
+    (change,) = found["details"]["changes"]
+    assert (change["subject"], change["groups"]) == ("no effect on how any array is split",
+                                                     [['mesh axis "context"=1 added', 1]])
+    # The input and the two constraints (forward, backward) name the axis; the header's mesh is in the same line.
+    assert found["message"].startswith(
+        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh ["data"=2, "fsdp"=2, '
+        '"tensor"=2] -> ["data"=2, "fsdp"=2, "tensor"=2, "context"=1], 3 shardings changed)'), found["message"]
+    # The text rule says what kind of difference it is; `diff` of the two texts says it once, the header's mesh in
+    # the same line (it said "header: frontend_attributes 1 entry -> 1 entry" beside the shardings).
+    assert "changed (shardings)" in _finding(report, "hlo_text")["message"]
+    golden = repo / "golden" / "m" / "scan-off" / "none" / "L2.hlo.txt"
+    before = repo / "before.hlo.txt"
+    before.write_text(golden.read_text())
+    assert hlo_audit_here(repo, "golden", "update").returncode == 0
+    shown = hlo_audit_here(repo, "diff", before, golden, env={"COLUMNS": "300"})
+    assert shown.returncode == 1 and "verdict: changed (shardings)" in shown.stdout, shown.stdout
+    lines = [line.strip() for line in shown.stdout.splitlines()]
+    assert [line for line in lines if line.startswith(("sharding:", "header:"))] == [
+        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh ["data"=2, "fsdp"=2, '
+        '"tensor"=2] -> ["data"=2, "fsdp"=2, "tensor"=2, "context"=1], 3 shardings changed); reading x'], shown.stdout
+    _git(repo, "checkout", "-q", "golden")
+    # Turned off, the sharding rule says nothing of it.
+    (repo / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2], scan=["off"],
+                                                policy={"sharding": "off", "hlo_text": "warn"}))
+    code, report = _check(repo)
+    assert code == 0 and not [f for f in report["findings"] if f["rule"] == "sharding"]
+
+
+def test_a_split_changed_names_the_arrays_and_their_pieces(repo):
+    _edit(repo / "mesh.yml", "embed: [fsdp]", "embed: [fsdp, data]")
+    code, report = _check(repo)
+    assert code == 1
+    changes = _finding(report, "sharding")["details"]["changes"]
+    assert "no effect on how any array is split" not in {c["subject"] for c in changes}
+    splits = {s for c in changes for s in c.get("splits", [])}
+    assert {"params.wq: dim 0 split 2 (fsdp) -> 4 (fsdp, data)",
+            "params.wo: dim 1 split 2 (fsdp) -> 4 (fsdp, data)"} <= splits, splits
+    # Each value and output split differently says so: by the axes where Shardy names them, else XLA's tiles.
+    values = [c for c in changes if c["subject"] in ("values", "outputs")]
+    assert values and all(re.fullmatch(r"dim [01] split 2( \(fsdp\))? -> 4( \(fsdp, data\))?", s)
+                          for c in values for s in c["splits"]), values
+    assert "dim 0 split 2 (fsdp) -> 4 (fsdp, data)" in {s for c in values for s in c["splits"]}
+    assert "split differently: params.wo: dim 1 split 2 (fsdp) -> 4 (fsdp, data)" in found_message(report)
+
+
+# -- the one owner of the sizes: hlo.mesh --------------------------------------------------------------------------
+
+ONE_DEVICE = {"frontend_attributes": '{xla.sdy.meshes={mesh = #sdy.mesh<["data"=1, "fsdp"=1, "context"=1]>}}'}
+EIGHT = {"frontend_attributes": '{xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "fsdp"=4, "context"=1]>}}'}
+BEFORE, AFTER = '<@mesh, [{"fsdp"}, {}]>', '<@mesh, [{"fsdp", "context"}, {}]>'
+
+
+def test_a_multi_device_module_says_its_own_sizes():
+    mesh = TargetMesh.of_module(EIGHT, {"data": 1, "fsdp": None, "context": 8})  # the module's win
+    assert mesh.sizes_from == "module" and [a.size for a in mesh.axes] == [2, 4, 1]
+    assert split_changes(mesh.split(BEFORE), mesh.split(AFTER)) == ()
+    resplit = split_changes(mesh.split(BEFORE), mesh.split('<@mesh, [{"fsdp", "data"}, {}]>'))
+    assert resplit == ("dim 0 split 4 (fsdp) -> 8 (fsdp, data)",)
+
+
+def test_on_the_host_s_one_device_the_config_s_sizes_decide_never_the_host_s():
+    """Every axis has size 1 on one device: without the config's sizes, nothing is known (an axis is compared by
+    name), and adding ``context`` is a change of split; with them, context=1 is none, and fsdp (-1: the rest of the
+    devices) stays of unknown size."""
+    unknown = TargetMesh.of_module(ONE_DEVICE)
+    assert unknown.sizes_from == "unknown"
+    assert split_changes(unknown.split(BEFORE), unknown.split(AFTER)) == ("dim 0 split ? (fsdp) -> ? (fsdp, context)",)
+    sized = TargetMesh.of_module(ONE_DEVICE, {"data": 1, "fsdp": None, "context": 1})
+    assert sized.sizes_from == "config"
+    assert split_changes(sized.split(BEFORE), sized.split(AFTER)) == ()
+    grown = TargetMesh.of_module(ONE_DEVICE, {"data": 1, "fsdp": None, "context": 2})
+    assert split_changes(sized.split(BEFORE), grown.split(AFTER)) == ("dim 0 split ? (fsdp) -> ? (fsdp, context)",)
+
+
+def test_maxtext_s_target_sizes_are_its_parallelism_lists_arithmetic():
+    from hlo_audit.targets.maxtext_config import target_mesh_sizes
+
+    axes = ["data", "fsdp", "context", "context_usp_ulysses"]
+    one_slice = SimpleNamespace(mesh_axes=axes, ici_parallelism=[1, -1, 2, 1], dcn_parallelism=[-1, 1, 1, 1],
+                                num_slices=1)
+    assert target_mesh_sizes(one_slice) == {"data": 1, "fsdp": None, "context": 2, "context_usp_ulysses": 1}
+    two_slices = SimpleNamespace(mesh_axes=axes, ici_parallelism=[1, 4, 2, 1], dcn_parallelism=[2, 1, 1, 1],
+                                 num_slices=2)
+    assert target_mesh_sizes(two_slices) == {"data": 2, "fsdp": 4, "context": 2, "context_usp_ulysses": 1}
+
+
+def test_the_header_s_mesh_is_folded_out_of_its_frontend_attributes():
+    assert without_meshes(EIGHT["frontend_attributes"]) == "{}"
+    both = '{xla.sdy.meshes={mesh = #sdy.mesh<["a"=2]>},other="x"}'
+    assert without_meshes(both) == '{other="x"}'
