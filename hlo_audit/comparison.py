@@ -255,6 +255,9 @@ class CellDelta:
     # This run's stack is pinned (CI, ``stack.stack_mode``): a golden of another stack relaxes nothing (the gate
     # fails the cell, ``gate.Gate``).
     pinned: bool = False
+    # The pull request's changed lines of config files this cell's lowering read (``configs/base.yml:636``,
+    # ``check --changes``): a sharding change is placed at them (no instruction's stack names a YAML line).
+    config_changed: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, result: LoweredCell, golden: Golden, leads: Series | None = None,
@@ -280,15 +283,16 @@ class CellDelta:
     @classmethod
     def for_cell(cls, result: CellResult, golden: Golden | None, leads: Series | None = None,
                  owns_text: bool = False, pinned: bool = False,
-                 changed: frozenset[str] = frozenset()) -> CellDelta | None:
+                 changed: frozenset[str] = frozenset(), config_changed: tuple[str, ...] = ()) -> CellDelta | None:
         """The cell's comparison with its golden; None where the cell did not lower or has no readable golden.
         ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text);
-        ``changed``: the pull request's changed lines (``file:line``), whose changes each kind names first."""
+        ``changed``: the pull request's changed lines (``file:line``), whose changes each kind names first;
+        ``config_changed``: those of config files the cell read (``CellDelta.config_changed``)."""
         if not isinstance(result, LoweredCell) or golden is None or golden.damaged or golden.record is None:
             return None
         compared = owns_text and (golden.hlo is not None or golden.text_problem is not None)
         return replace(cls.of(result, golden, leads, result.canonical_text() if compared else None, pinned),
-                       changed=changed)
+                       changed=changed, config_changed=config_changed)
 
     @property
     def golden(self) -> GoldenRecord:
@@ -354,6 +358,10 @@ class CellDelta:
             return None
         made = Structural.of(*self.texts, self.result.places, params=self.params,
                              mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes))
+        if self.config_changed:
+            named = [replace(c, place=replace(c.place, config=self.config_changed, on_change=True))
+                     if c.kind is ChangeKind.SHARDING else c for c in made.diff.named]
+            made = replace(made, diff=replace(made.diff, named=named))
         if not self.changed:
             return made
         kinds = {kind: i for i, kind in enumerate(dict.fromkeys(c.kind for c in made.diff.named))}

@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 
 from hlo_audit.analysed import Record
-from hlo_audit.patch import range_text
+from hlo_audit.patch import CONFIG_SUFFIXES, range_text
 from hlo_audit.policy import Waiver
 
 
@@ -147,6 +147,12 @@ class Coverage:
         """Each changed line of model code as an instruction's stack names it (``model.py:12``): what places a
         finding at the change (``hlo.locations.placed_by_change``)."""
         return frozenset(f"{PurePosixPath(run.path).name}:{n}" for run in self.runs for n in run.lines)
+
+    def config_reached(self, cell: str) -> tuple[str, ...]:
+        """The changed lines of config files (YAML) ``cell``'s lowering read (``configs/base.yml:636``): what a change
+        of its program no instruction's stack names a line of came from (a mesh axis declared there)."""
+        return tuple(place for place in self.reached.get(cell, ())
+                     if PurePosixPath(place.rpartition(":")[0]).suffix.lower() in CONFIG_SUFFIXES)
 
     @property
     def changed_lines(self) -> int:

@@ -6,7 +6,7 @@ MaxText 0998c01c1 added a mesh axis of size 1 (``context_usp_ulysses``) to confi
 is split differently, or which config line did it. Here a user's step sharded over a mesh its YAML config declares
 (``mesh.yml``, MaxText's shape: ``mesh_axes``, ``ici_*_parallelism``, logical axis rules), lowered for an abstract
 mesh of 8 devices, and two pull requests: one adds an axis of size 1 to the batch's rule (no effect on any split,
-still a change the sharding rule decides on), one splits
+still a change the sharding rule decides on, placed at the config's changed lines with ``--changes``), one splits
 the embedding dimension over ``data`` too (the arrays named, each dimension's pieces before and after). The module
 lowered on the host's one device says every axis has size 1: there the sizes the cell's config gives its target
 mesh decide (``Lowering.mesh_sizes``), never the host's.
@@ -157,6 +157,19 @@ def test_a_size_one_axis_added_is_no_effect_on_any_split_and_still_the_policy_s(
                                                 policy={"sharding": "off", "hlo_text": "warn"}))
     code, report = _check(repo)
     assert code == 0 and not [f for f in report["findings"] if f["rule"] == "sharding"]
+
+
+def test_with_changes_the_finding_names_the_config_lines_the_cell_read(repo):
+    _add_size_one_axis(repo)
+    (repo / "pr.diff").write_text(_git(repo, "diff", "HEAD"))
+    code, report = _check(repo, "--changes", "pr.diff")
+    assert code == 1
+    (change,) = _finding(report, "sharding")["details"]["changes"]
+    assert change["place"]["config"] == ["mesh.yml:2", "mesh.yml:6", "mesh.yml:8"]
+    assert change["place"]["on_change"] is True
+    shown = hlo_audit_here(repo, "check", "--changes", "pr.diff", env={"COLUMNS": "300"})
+    assert "at mesh.yml:2, mesh.yml:6, mesh.yml:8 (changed config the cell read) via model.py:27" in shown.stdout, \
+        shown.stdout
 
 
 def test_a_split_changed_names_the_arrays_and_their_pieces(repo):

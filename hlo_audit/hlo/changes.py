@@ -112,6 +112,9 @@ class Place:
     # them, ``locations.placed_by_change``); None where they are not known. False: none of the instruction's frames
     # is a changed line (the change reached it through the data, or from a file the diff does not hold).
     on_change: bool | None = None
+    # The pull request's changed lines of config files the cell read (``configs/base.yml:636``, ``check --changes``):
+    # what a change no instruction's stack passes a line of came from (a mesh axis a YAML file declares).
+    config: tuple[str, ...] = ()
 
     @property
     def site(self) -> str:
@@ -123,7 +126,8 @@ class Place:
     def to_record(self) -> dict:
         return {"computation": self.computation, "op_name": self.op_name, "source": self.source,
                 "paths": list(self.paths), **({"near": True} if self.near else {}),
-                **({"on_change": self.on_change} if self.on_change is not None else {})}
+                **({"on_change": self.on_change} if self.on_change is not None else {}),
+                **({"config": list(self.config)} if self.config else {})}
 
 
 @dataclass(frozen=True, slots=True)
