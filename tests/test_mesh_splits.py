@@ -234,3 +234,68 @@ def test_the_header_s_mesh_is_folded_out_of_its_frontend_attributes():
     assert without_meshes(EIGHT["frontend_attributes"]) == "{}"
     both = '{xla.sdy.meshes={mesh = #sdy.mesh<["a"=2]>},other="x"}'
     assert without_meshes(both) == '{other="x"}'
+
+
+# -- the host's one device: the config's sizes, carried with the cell ------------------------------------------------
+
+def _one_device_step(axes: tuple[str, ...], batch: tuple[str, ...]) -> str:
+    """A step lowered on the host's one CPU device over a mesh of ``axes`` (every one of size 1 here), its batch
+    constrained over ``batch``: what a MaxText cell on the CPU host lowers (its XLA shardings all ``{replicated}``)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices("cpu")[:1]).reshape((1,) * len(axes)), axes)
+
+    def step(w, x):
+        return jnp.sum(jax.lax.with_sharding_constraint(x @ w, NamedSharding(mesh, P(batch, None))))
+
+    w = jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P("fsdp", None)))
+    x = jax.ShapeDtypeStruct((4, 8), jnp.float32, sharding=NamedSharding(mesh, P("data", None)))
+    return jax.jit(step).lower(w, x).as_text(dialect="hlo")
+
+
+@pytest.fixture(scope="module")
+def one_device_texts() -> tuple[str, str]:
+    return (_one_device_step(("data", "fsdp"), ("data",)),
+            _one_device_step(("data", "fsdp", "context"), ("data", "context")))
+
+
+def test_one_device_with_the_config_s_sizes_a_size_one_axis_is_no_effect(one_device_texts):
+    from hlo_audit.comparison import Structural
+
+    sizes = {"data": 1, "fsdp": None, "context": 1}  # MaxText's base.yml: fsdp -1 (the rest), the others 1
+    named = Structural.of(*one_device_texts, mesh_sizes=(sizes, sizes)).diff.named
+    assert [(c.kind.value, c.subject, c.groups) for c in named] == [
+        ("sharding", "no effect on how any array is split", (('mesh axis "context"=1 added', 1),))]
+
+
+def test_one_device_without_sizes_nothing_is_taken_for_size_one(one_device_texts):
+    """The host's 1 is not the target's: with no sizes given, the axis is of unknown size, the constraint's split
+    changes by its name, and the mesh's change is named beside it."""
+    from hlo_audit.comparison import Structural
+
+    named = [c for c in Structural.of(*one_device_texts).diff.named if c.kind.value == "sharding"]
+    assert [(c.subject, c.groups) for c in named][0] == ("mesh", (('mesh axis "context"=? added', 1),))
+    (constraint,) = [c for c in named if c.subject == "sharding constraint"]
+    assert constraint.splits == ("dim 0 split ? (data) -> ? (data, context)",)
+    # A golden written before the sizes were kept is judged with the cell's current ones.
+    assert [c.subject for c in Structural.of(*one_device_texts, mesh_sizes=(None, {"data": 1, "fsdp": None,
+                                                                             "context": 1})).diff.named] == \
+        ["no effect on how any array is split"]
+
+
+def test_a_golden_keeps_the_config_s_sizes(repo):
+    from hlo_audit.golden.record import GoldenRecord, record_problem
+
+    record = json.loads((repo / "golden" / "m" / "scan-off" / "none" / "L2.json").read_text())
+    assert "mesh_sizes" not in record  # a callable target says none
+    sized = {**record, "mesh_sizes": {"data": 1, "fsdp": None}}
+    assert record_problem(sized, CELL) is None
+    assert GoldenRecord.from_json(sized).mesh_sizes == {"data": 1, "fsdp": None}
+    assert GoldenRecord.from_json(sized).to_json()["mesh_sizes"] == {"data": 1, "fsdp": None}
+    for forged in ({"data": 0}, {"data": "2"}, [1, 2]):
+        assert record_problem({**record, "mesh_sizes": forged}, CELL) == \
+            "not a golden summary: 'mesh_sizes' is malformed"
