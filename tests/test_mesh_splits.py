@@ -299,3 +299,27 @@ def test_a_golden_keeps_the_config_s_sizes(repo):
     for forged in ({"data": 0}, {"data": "2"}, [1, 2]):
         assert record_problem({**record, "mesh_sizes": forged}, CELL) == \
             "not a golden summary: 'mesh_sizes' is malformed"
+
+
+TUPLE = """HloModule t, frontend_attributes={xla.sdy.meshes={mesh = #sdy.mesh<["data"=2, "fsdp"=4, "context"=1]>}}
+
+ENTRY main {
+  a = f32[8,8]{1,0} parameter(0)
+  b = f32[8,8]{1,0} parameter(1)
+  ROOT pair = (f32[8,8]{1,0}, f32[8,8]{1,0}) custom-call(a, b), custom_call_target="Sharding", frontend_attributes={xla.sdy.sharding="#sdy.sharding_per_value<[<@mesh, [{\\"fsdp\\"}, {}]>, <@mesh, [{\\"data\\"}, {}]>]>"}
+}
+"""
+
+
+def test_a_tuple_s_shardings_are_judged_value_by_value():
+    """A tuple's Shardy shardings are one per value: the one that changed is compared alone, its dimensions its own
+    (``dim 0`` of the second value, not a fourth dimension of both)."""
+    from hlo_audit.hlo.change_structure import _sharding_pairs
+    from hlo_audit.hlo.text import parse_module
+
+    old = parse_module(TUPLE).entry.root
+    new = parse_module(TUPLE.replace('[{\\"data\\"}, {}]', '[{\\"data\\", \\"fsdp\\"}, {}]')).entry.root
+    assert _sharding_pairs(old, new) == [('<@mesh, [{"data"}, {}]>', '<@mesh, [{"data", "fsdp"}, {}]>')]
+    mesh = TargetMesh.of_module(parse_module(TUPLE).header_attrs)
+    (before, after), = _sharding_pairs(old, new)
+    assert split_changes(mesh.split(before), mesh.split(after)) == ("dim 0 split 2 (data) -> 8 (data, fsdp)",)

@@ -362,7 +362,27 @@ def _sharding_pairs(old: Instruction, new: Instruction) -> list[tuple[str, str]]
             return [(a, b) for a, b in zip(olds, news) if sharding_key(a) != sharding_key(b)]
         return [(before, after)]
     a, b = sdy_sharding(old), sdy_sharding(new)
-    return [(a or "(none)", b or "(none)")] if a != b else []
+    if a == b:
+        return []
+    olds, news = _per_value(a), _per_value(b)
+    if len(olds) == len(news) > 1:  # a tuple's, value by value (each its own array to split)
+        return [(x, y) for x, y in zip(olds, news) if x != y]
+    return [(a or "(none)", b or "(none)")]
+
+
+def _per_value(shardings: str) -> list[str]:
+    """Shardy's shardings of a tuple's values (``<@mesh, [{"a"}]>, <@mesh, [{}]>``), one each."""
+    values, depth, start = [], 0, 0
+    for i, ch in enumerate(shardings):
+        if ch in "<[{(":
+            depth += 1
+        elif ch in ">]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            values.append(shardings[start:i].strip())
+            start = i + 1
+    values.append(shardings[start:].strip())
+    return [v for v in values if v]
 
 
 def sharding_key(sharding: str) -> tuple:
