@@ -136,8 +136,11 @@ def test_a_size_one_axis_added_is_no_effect_on_any_split_and_still_the_policy_s(
                                                      [['mesh axis "context"=1 added', 1]])
     # The input and the two constraints (forward, backward) name the axis; the header's mesh is in the same line.
     assert found["message"].startswith(
-        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh ["data"=2, "fsdp"=2, '
-        '"tensor"=2] -> ["data"=2, "fsdp"=2, "tensor"=2, "context"=1], 3 shardings changed)'), found["message"]
+        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh of 3 axes: "data"=2, '
+        '"fsdp"=2, "tensor"=2 -> 4 axes, all of size 1 but "data"=2, "fsdp"=2, "tensor"=2, 3 shardings changed)'), \
+        found["message"]
+    assert (change["before"], change["after"]) == ('["data"=2, "fsdp"=2, "tensor"=2]',
+                                                   '["data"=2, "fsdp"=2, "tensor"=2, "context"=1]')
     # The text rule says what kind of difference it is; `diff` of the two texts says it once, the header's mesh in
     # the same line (it said "header: frontend_attributes 1 entry -> 1 entry" beside the shardings).
     assert "changed (shardings)" in _finding(report, "hlo_text")["message"]
@@ -149,8 +152,9 @@ def test_a_size_one_axis_added_is_no_effect_on_any_split_and_still_the_policy_s(
     assert shown.returncode == 1 and "verdict: changed (shardings)" in shown.stdout, shown.stdout
     lines = [line.strip() for line in shown.stdout.splitlines()]
     assert [line for line in lines if line.startswith(("sharding:", "header:"))] == [
-        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh ["data"=2, "fsdp"=2, '
-        '"tensor"=2] -> ["data"=2, "fsdp"=2, "tensor"=2, "context"=1], 3 shardings changed); reading x'], shown.stdout
+        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh of 3 axes: "data"=2, '
+        '"fsdp"=2, "tensor"=2 -> 4 axes, all of size 1 but "data"=2, "fsdp"=2, "tensor"=2, 3 shardings changed); '
+        'reading x'], shown.stdout
     _git(repo, "checkout", "-q", "golden")
     # Turned off, the sharding rule says nothing of it.
     (repo / "hlo-audit.toml").write_text(config(target="model:lower", models=["m"], layers=[2], scan=["off"],
@@ -323,3 +327,21 @@ def test_a_tuple_s_shardings_are_judged_value_by_value():
     mesh = TargetMesh.of_module(parse_module(TUPLE).header_attrs)
     (before, after), = _sharding_pairs(old, new)
     assert split_changes(mesh.split(before), mesh.split(after)) == ("dim 0 split 2 (data) -> 8 (data, fsdp)",)
+
+
+def test_the_header_s_mesh_alone_changed_is_a_sharding_change_of_no_effect(one_device_texts):
+    """MaxText's llama3-8b at 0998c01c1: the axis added to the mesh, no sharding of the step naming it; only the
+    header differs ("changed (attributes)", and a sharding line claiming "1 sharding changed", before)."""
+    from hlo_audit.comparison import Structural
+    from hlo_audit.rules.structure import SHARDING
+
+    header_only = _one_device_step(("data", "fsdp", "context"), ("data",))
+    sizes = {"data": 1, "fsdp": None, "context": 1}
+    made = Structural.of(one_device_texts[0], header_only, mesh_sizes=(sizes, sizes))
+    assert made.diff.changes == ["shardings"]
+    (change,) = made.diff.named
+    assert (change.subject, change.count) == ("no effect on how any array is split", 0)
+    (words,) = SHARDING.words
+    assert words.line(change, "sharding", "") == (
+        'sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh of 2 axes, all of size 1 '
+        'but "fsdp"=? -> 3 axes, all of size 1 but "fsdp"=?)')

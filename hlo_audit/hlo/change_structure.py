@@ -208,9 +208,9 @@ def _mesh_changes(meshes: MeshPair, unsplit: Groups, effective: bool) -> list[Ch
     axes, resplit = meshes.axis_changes()
     before, after = (mesh_text(m.axes) if m else "(none)" for m in (meshes.old, meshes.new))
     subject = MESH if effective or resplit else NO_SPLIT_CHANGE
-    if not found:
-        return [Change(ChangeKind.SHARDING, Action.CHANGED, subject, Place("main"), before=before, after=after,
-                       groups=axes)]
+    if not found:  # the header's mesh alone changed: no sharding names what changed in it
+        return [Change(ChangeKind.SHARDING, Action.CHANGED, subject, Place("main"), count=0, before=before,
+                       after=after, groups=axes)]
     (_, group, place), = found
     return [Change(ChangeKind.SHARDING, Action.CHANGED, subject, place, count=group["count"], per_step=group["runs"],
                    before=before, after=after, groups=axes, layers=layer_count(group["layers"]))]

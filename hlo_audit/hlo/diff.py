@@ -28,7 +28,7 @@ from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.change_kinds import explain
 from hlo_audit.hlo.change_structure import sdy_sharding
 from hlo_audit.hlo.changes import Change, ChangeKind, MatchSummary, summary
-from hlo_audit.hlo.mesh import DeclaredSizes
+from hlo_audit.hlo.mesh import DeclaredSizes, module_mesh
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
@@ -219,6 +219,9 @@ def _kinds_of_change(old: _Side, new: _Side, params_differ: bool) -> list[str]:
         before, after = _aspects_of_the_same(old, aspect), _aspects_of_the_same(new, aspect)
         if any(before[key] != after[key] for key in before.keys() & after.keys()):
             kinds.append(kind)
+    # The mesh the shardings name (the header's, Shardy's): a change of it is one of the shardings'.
+    if "shardings" not in kinds and module_mesh(old.module.header_attrs) != module_mesh(new.module.header_attrs):
+        kinds.append("shardings")
     before, after = _literals(old), _literals(new)
     if any(before[k] != after[k] and before[k].total() == after[k].total() for k in before.keys() & after.keys()):
         kinds.append("constants")

@@ -12,6 +12,7 @@ shapes still gate.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import EnvironmentChange, NamedChange
@@ -83,7 +84,8 @@ def _mesh_line(c: Change, kind: str, where: str) -> str:
     shardings changed); at mesh.yml:3``: the shardings that changed without splitting anything differently and the
     mesh with them, one line; or the mesh's change beside shardings whose split changed (on lines of their own)."""
     axes = "; ".join(a for a, _ in c.groups)
-    mesh = f"mesh {c.before} -> {c.after}" if c.before != c.after else ""
+    # The axes' changes say what changed; of the mesh, how many axes and those that split anything (size not 1).
+    mesh = f"mesh of {_mesh_summary(c.before)} -> {_mesh_summary(c.after)}" if c.before != c.after else ""
     if c.subject == MESH:
         text = f"{kind}: {mesh}" + (f" ({axes})" if axes else "")
         return text + (f"; {counted(c.count, 'other sharding')} split as before" if c.count else "")
@@ -91,6 +93,19 @@ def _mesh_line(c: Change, kind: str, where: str) -> str:
     said = [part for part in (mesh, counted(c.count, "sharding") + " changed" if c.count else "") if part]
     text += f" ({', '.join(said)})" if said else ""
     return f"{text}; {where}".rstrip("; ")
+
+
+def _mesh_summary(mesh: str) -> str:
+    """``12 axes, all of size 1 but "fsdp"=?``: a mesh as ``hlo.mesh.mesh_text`` prints it, in short."""
+    axes = re.findall(r'"[^"]+"=[\d?]+', mesh)
+    if not axes:
+        return mesh
+    cutting = [a for a in axes if not a.endswith("=1")]
+    if not cutting:
+        return f"{counted(len(axes), 'axis', 'axes')}, all of size 1"
+    if len(cutting) == len(axes):
+        return f"{counted(len(axes), 'axis', 'axes')}: {', '.join(axes)}"
+    return f"{counted(len(axes), 'axis', 'axes')}, all of size 1 but {', '.join(cutting)}"
 
 
 def _collectives_line(c: Change, kind: str, where: str) -> str:
