@@ -40,7 +40,7 @@ from hlo_audit.findings import (
 from hlo_audit.golden.record import Golden, GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
 from hlo_audit.hlo.change_places import instructions_per_step
-from hlo_audit.hlo.changes import Change, ChangeKind
+from hlo_audit.hlo.changes import MESH, NO_SPLIT_CHANGE, Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, captured_delta, count_delta, diff_modules
 from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
@@ -140,6 +140,24 @@ class Structural:
     @property
     def per_step_by_opcode(self) -> dict[str, int]:
         return count_delta(*self.per_step)
+
+
+def _config_lines(change: Change, config: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """Of the changed config lines a cell read, those that name a mesh axis the sharding change names (an axis
+    added, a dimension's axes): ``mesh_axes: [..., context]``, ``batch: [data, context]``; all of them where none
+    does (or their text is not known)."""
+    # The axes it changed: an axis added, removed, renamed or resized (``groups``), those of a sharding on one side
+    # only, those cutting a dimension split differently (``splits``): not every axis the whole mesh names.
+    quoted = [set(re.findall(r'"([^"]+)"', side)) for side in (change.before, change.after)]
+    axes = (set(re.findall(r'"([^"]+)"', " ".join(g for g, _ in change.groups))) |
+            (quoted[0] ^ quoted[1] if change.subject not in (MESH, NO_SPLIT_CHANGE) else set()) |
+            {a.strip() for part in re.findall(r"\(([^()]*)\)", " ".join(change.splits)) for a in part.split(",")
+             if a.strip()})
+    # The axis as a word of its own, or in the key that sizes it (MaxText's ``ici_<axis>_parallelism``).
+    naming = tuple(place for place, text in config
+                   if any(re.search(rf"(?<![\w-]){re.escape(axis)}(?![\w-])|_{re.escape(axis)}_parallelism", text)
+                          for axis in axes))
+    return naming or tuple(place for place, _ in config)
 
 
 @dataclass(frozen=True)
@@ -255,9 +273,10 @@ class CellDelta:
     # This run's stack is pinned (CI, ``stack.stack_mode``): a golden of another stack relaxes nothing (the gate
     # fails the cell, ``gate.Gate``).
     pinned: bool = False
-    # The pull request's changed lines of config files this cell's lowering read (``configs/base.yml:636``,
-    # ``check --changes``): a sharding change is placed at them (no instruction's stack names a YAML line).
-    config_changed: tuple[str, ...] = ()
+    # The pull request's changed lines of config files this cell's lowering read, each run with its text
+    # (``configs/base.yml:640``, ``check --changes``): a sharding change is placed at those naming its mesh axes
+    # (no instruction's stack names a YAML line).
+    config_changed: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, result: LoweredCell, golden: Golden, leads: Series | None = None,
@@ -283,7 +302,8 @@ class CellDelta:
     @classmethod
     def for_cell(cls, result: CellResult, golden: Golden | None, leads: Series | None = None,
                  owns_text: bool = False, pinned: bool = False,
-                 changed: frozenset[str] = frozenset(), config_changed: tuple[str, ...] = ()) -> CellDelta | None:
+                 changed: frozenset[str] = frozenset(),
+                 config_changed: tuple[tuple[str, str], ...] = ()) -> CellDelta | None:
         """The cell's comparison with its golden; None where the cell did not lower or has no readable golden.
         ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text);
         ``changed``: the pull request's changed lines (``file:line``), whose changes each kind names first;
@@ -359,7 +379,7 @@ class CellDelta:
         made = Structural.of(*self.texts, self.result.places, params=self.params,
                              mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes))
         if self.config_changed:
-            named = [replace(c, place=replace(c.place, config=self.config_changed, on_change=True))
+            named = [replace(c, place=replace(c.place, config=_config_lines(c, self.config_changed), on_change=True))
                      if c.kind is ChangeKind.SHARDING else c for c in made.diff.named]
             made = replace(made, diff=replace(made.diff, named=named))
         if not self.changed:
