@@ -22,9 +22,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from hlo_audit.hlo.mesh import TargetMesh, split_changes, without_meshes
 from in_process import hlo_audit_here
 from projects import config
-from hlo_audit.hlo.mesh import TargetMesh, split_changes, without_meshes
 
 MODEL = """\
 import pathlib

@@ -330,7 +330,8 @@ class MeshPair:
         said += [f"mesh axis {a.text()} added" for a in came] + [f"mesh axis {a.text()} removed" for a in gone]
         sizes = {a.name: a.size for a in old}
         resized = [a for a in new if a.name in sizes and sizes[a.name] != a.size]
-        said += [f"mesh axis {a.text()} was size {sizes[a.name] if sizes[a.name] is not None else '?'}" for a in resized]
+        said += [f"mesh axis {a.text()} was size {'?' if sizes[a.name] is None else sizes[a.name]}"
+                 for a in resized]
         effective = effective or bool(resized)
         kept_old = [n for n in old_names if n in new_names]
         if kept_old != [n for n in new_names if n in old_names]:

@@ -28,12 +28,12 @@ from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.change_kinds import explain
 from hlo_audit.hlo.change_structure import sdy_sharding
 from hlo_audit.hlo.changes import Change, ChangeKind, MatchSummary, summary
-from hlo_audit.hlo.mesh import DeclaredSizes, module_mesh
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
 from hlo_audit.hlo.locations import PlacedByChange, Places
 from hlo_audit.hlo.match import ModuleMatch, match_modules, match_params
+from hlo_audit.hlo.mesh import DeclaredSizes, module_mesh
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation, same_program
