@@ -40,10 +40,11 @@ from hlo_audit.findings import (
 from hlo_audit.golden.record import Golden, GoldenLaunches, GoldenRecord, Increments, Slopes
 from hlo_audit.hlo.analysis import Analysis, analyze, analyze_canonical
 from hlo_audit.hlo.change_places import instructions_per_step
-from hlo_audit.hlo.changes import Change, ChangeKind
+from hlo_audit.hlo.changes import MESH, NO_SPLIT_CHANGE, Change, ChangeKind
 from hlo_audit.hlo.diff import ModuleDiff, captured_delta, count_delta, diff_modules
 from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
+from hlo_audit.hlo.mesh import DeclaredSizes
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.params import roles_by_pattern
 from hlo_audit.lowering import MEMORY_KINDS
@@ -82,19 +83,22 @@ class Structural:
 
     @classmethod
     def of(cls, golden_text: str, text: str, places: Places | None = None, max_text_lines: int = 0,
-           params: ParamDelta | None = None) -> Structural:
+           params: ParamDelta | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> Structural:
         """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``); ``params``:
-        the cell's comparison's (``CellDelta.params``: one object for the cell, not a second count of the texts)."""
-        return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines, params)
+        the cell's comparison's (``CellDelta.params``: one object for the cell, not a second count of the texts);
+        ``mesh_sizes``: the sizes each side's config gave its target mesh (``hlo.mesh``)."""
+        return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines, params,
+                               mesh_sizes=mesh_sizes)
 
     @classmethod
     def of_analyses(cls, before: Analysis, after: Analysis, places: Places | None = None,
                     max_text_lines: int = 0, params: ParamDelta | None = None,
-                    places_before: Places | None = None) -> Structural:
+                    places_before: Places | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> Structural:
         """``params``: the entry parameters' comparison where the caller has it; else the two modules' own
         (``ParamDelta.between``, as a cell's comparison makes its own). ``places`` / ``places_before``: each side's
         (``hlo.diff.diff_modules``)."""
-        diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places, old_places=places_before)
+        diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places, old_places=places_before,
+                            mesh_sizes=mesh_sizes)
         if params is None:
             params = ParamDelta.between(before.summary, after.summary, roles_by_pattern(before.params),
                                         roles_by_pattern(after.params))
@@ -136,6 +140,24 @@ class Structural:
     @property
     def per_step_by_opcode(self) -> dict[str, int]:
         return count_delta(*self.per_step)
+
+
+def _config_lines(change: Change, config: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """Of the changed config lines a cell read, those that name a mesh axis the sharding change names (an axis
+    added, a dimension's axes): ``mesh_axes: [..., context]``, ``batch: [data, context]``; all of them where none
+    does (or their text is not known)."""
+    # The axes it changed: an axis added, removed, renamed or resized (``groups``), those of a sharding on one side
+    # only, those cutting a dimension split differently (``splits``): not every axis the whole mesh names.
+    quoted = [set(re.findall(r'"([^"]+)"', side)) for side in (change.before, change.after)]
+    axes = (set(re.findall(r'"([^"]+)"', " ".join(g for g, _ in change.groups))) |
+            (quoted[0] ^ quoted[1] if change.subject not in (MESH, NO_SPLIT_CHANGE) else set()) |
+            {a.strip() for part in re.findall(r"\(([^()]*)\)", " ".join(change.splits)) for a in part.split(",")
+             if a.strip()})
+    # The axis as a word of its own, or in the key that sizes it (MaxText's ``ici_<axis>_parallelism``).
+    naming = tuple(place for place, text in config
+                   if any(re.search(rf"(?<![\w-]){re.escape(axis)}(?![\w-])|_{re.escape(axis)}_parallelism", text)
+                          for axis in axes))
+    return naming or tuple(place for place, _ in config)
 
 
 @dataclass(frozen=True)
@@ -251,6 +273,10 @@ class CellDelta:
     # This run's stack is pinned (CI, ``stack.stack_mode``): a golden of another stack relaxes nothing (the gate
     # fails the cell, ``gate.Gate``).
     pinned: bool = False
+    # The pull request's changed lines of config files this cell's lowering read, each run with its text
+    # (``configs/base.yml:640``, ``check --changes``): a sharding change is placed at those naming its mesh axes
+    # (no instruction's stack names a YAML line).
+    config_changed: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, result: LoweredCell, golden: Golden, leads: Series | None = None,
@@ -276,15 +302,17 @@ class CellDelta:
     @classmethod
     def for_cell(cls, result: CellResult, golden: Golden | None, leads: Series | None = None,
                  owns_text: bool = False, pinned: bool = False,
-                 changed: frozenset[str] = frozenset()) -> CellDelta | None:
+                 changed: frozenset[str] = frozenset(),
+                 config_changed: tuple[tuple[str, str], ...] = ()) -> CellDelta | None:
         """The cell's comparison with its golden; None where the cell did not lower or has no readable golden.
         ``owns_text``: the cell's canonical text is compared with the golden's (it owns its golden's text);
-        ``changed``: the pull request's changed lines (``file:line``), whose changes each kind names first."""
+        ``changed``: the pull request's changed lines (``file:line``), whose changes each kind names first;
+        ``config_changed``: those of config files the cell read (``CellDelta.config_changed``)."""
         if not isinstance(result, LoweredCell) or golden is None or golden.damaged or golden.record is None:
             return None
         compared = owns_text and (golden.hlo is not None or golden.text_problem is not None)
         return replace(cls.of(result, golden, leads, result.canonical_text() if compared else None, pinned),
-                       changed=changed)
+                       changed=changed, config_changed=config_changed)
 
     @property
     def golden(self) -> GoldenRecord:
@@ -348,7 +376,12 @@ class CellDelta:
         """The structural account of the two texts, where they differ."""
         if not self.texts_differ:
             return None
-        made = Structural.of(*self.texts, self.result.places, params=self.params)
+        made = Structural.of(*self.texts, self.result.places, params=self.params,
+                             mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes))
+        if self.config_changed:
+            named = [replace(c, place=replace(c.place, config=_config_lines(c, self.config_changed), on_change=True))
+                     if c.kind is ChangeKind.SHARDING else c for c in made.diff.named]
+            made = replace(made, diff=replace(made.diff, named=named))
         if not self.changed:
             return made
         kinds = {kind: i for i, kind in enumerate(dict.fromkeys(c.kind for c in made.diff.named))}

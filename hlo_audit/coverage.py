@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 
 from hlo_audit.analysed import Record
-from hlo_audit.patch import range_text
+from hlo_audit.patch import CONFIG_SUFFIXES, range_text
 from hlo_audit.policy import Waiver
 
 
@@ -133,6 +133,10 @@ class Coverage:
     # with the record so that `merge`, which reads only the shards' reports, judges their union alike.
     action: str = ""
     waivers: tuple[Waiver, ...] = ()
+    # The text of each changed line of a config file (``configs/base.yml:640`` -> ``mesh_axes: [...]``), where this
+    # run read it: which of them a sharding change names (those naming its mesh axes). Not recorded: a shard's
+    # findings are made by the shard.
+    config_text: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def unreached_runs(self) -> tuple[ChangedRun, ...]:
@@ -147,6 +151,21 @@ class Coverage:
         """Each changed line of model code as an instruction's stack names it (``model.py:12``): what places a
         finding at the change (``hlo.locations.placed_by_change``)."""
         return frozenset(f"{PurePosixPath(run.path).name}:{n}" for run in self.runs for n in run.lines)
+
+    def config_reached(self, cell: str) -> tuple[tuple[str, str], ...]:
+        """The changed lines of config files (YAML) ``cell``'s lowering read, each run of them with its text
+        (``("configs/base.yml:554-555", "...")``; "" where not known): what a change of its program no instruction's
+        stack names a line of came from (a mesh axis declared there)."""
+        found = []
+        for place in self.reached.get(cell, ()):
+            path, _, lines = place.rpartition(":")
+            if PurePosixPath(path).suffix.lower() not in CONFIG_SUFFIXES:
+                continue
+            first, _, last = lines.partition("-")
+            numbers = range(int(first), int(last or first) + 1) if first.isdigit() and (last or first).isdigit() \
+                else ()
+            found.append((place, "\n".join(self.config_text.get(f"{path}:{n}", "") for n in numbers)))
+        return tuple(found)
 
     @property
     def changed_lines(self) -> int:

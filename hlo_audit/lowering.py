@@ -175,6 +175,10 @@ class Lowering:
     # How many leaves the call's arguments have (jax's ``args_info``), those it pruned from the entry included: the
     # arrays the host flattens per call (the ``host_cost`` rule's count); None where jax did not say.
     call_leaves: int | None = None
+    # The sizes the cell's config gives its target mesh, by axis (``hlo.mesh``: a size None is the rest of the
+    # devices): what a sharding is judged on where the module lowered on the host's one device. None: the target
+    # said none (a callable's), and the module's own mesh is all there is.
+    mesh_sizes: dict[str, int | None] | None = None
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
@@ -184,6 +188,7 @@ class Lowering:
                 "captured": [a.to_record() for a in self.captured] if self.captured is not None else None,
                 "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump,
                 "literal_digests": [list(d) for d in self.literal_digests], "call_leaves": self.call_leaves,
+                "mesh_sizes": self.mesh_sizes,
                 **({"metadata": self.metadata.to_record()} if self.metadata is not None else {})}
 
     @classmethod
@@ -197,4 +202,4 @@ class Lowering:
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
                    dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())),
                    metadata=Metadata.from_record(meta["metadata"]) if meta.get("metadata") is not None else None,
-                   call_leaves=meta.get("call_leaves"))
+                   call_leaves=meta.get("call_leaves"), mesh_sizes=meta.get("mesh_sizes"))

@@ -129,6 +129,10 @@ def code_lines(path: str, lines: Iterable[int], source_text: str | None) -> tupl
     return tuple(kept)
 
 
+# The config files a lowering reads that a pull request's lines count as model code in (MaxText's configs/*.yml).
+CONFIG_SUFFIXES = (".yml", ".yaml")
+
+
 def is_model_code(path: str) -> bool:
     """Whether ``path`` can be code a lowering loads, so that its changed lines no cell reached are worth naming: a
     Python file or a YAML config, not a test (a folder ``tests``, ``test`` or ``testing``, a name ``test_*.py``,
@@ -137,7 +141,7 @@ def is_model_code(path: str) -> bool:
     images) is not."""
     pure = PurePosixPath(path)
     suffix = pure.suffix.lower()
-    if suffix not in (".py", ".yml", ".yaml"):
+    if suffix not in (".py", *CONFIG_SUFFIXES):
         return False
     if any(part.startswith(".") for part in pure.parts) or any(part in ("docs", "tests", "test", "testing")
                                                                 for part in pure.parts[:-1]):

@@ -106,7 +106,8 @@ class CellResult:
                 k: tuple(v) for k, v in record["kernels_by_name"].items()},
             places=None if record.get("places") is None else places_from_record(record["places"]),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
-            call_leaves=record.get("call_leaves"), environment=record["environment"], hlo_sha256=record["hlo_sha256"],
+            call_leaves=record.get("call_leaves"), mesh_sizes=record.get("mesh_sizes"),
+            environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"],
             model=None if record.get("model") is None else ModelReach.from_record(record["model"]),
             reach=None if record.get("reach") is None else CodeReach.from_record(record["reach"]))
@@ -170,6 +171,8 @@ class LoweredCell(CellResult):
     # How many leaves the step's call flattens (``Lowering.call_leaves``: its arguments' leaves, those
     # jax pruned from the entry included); None where jax did not say (a text read from a file).
     call_leaves: int | None = None
+    # The sizes the cell's config gives its target mesh (``Lowering.mesh_sizes``); None where the target said none.
+    mesh_sizes: dict[str, int | None] | None = None
     # What of its model the step computes (``analysed.ModelReach``: its contractions, those reaching its outputs);
     # None: a result read from a check report, which keeps no analysis.
     model: ModelReach | None = None
@@ -252,6 +255,8 @@ class LoweredCell(CellResult):
             record["host"] = self.host.to_record()
         if self.call_leaves is not None:
             record["call_leaves"] = self.call_leaves
+        if self.mesh_sizes is not None:
+            record["mesh_sizes"] = dict(self.mesh_sizes)
         if self.model is not None:
             record["model"] = self.model.to_record()
         if self.reach is not None:

@@ -72,7 +72,7 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         launches=Launches.of(launches) if launches is not None else None,
         kernels_by_name=kernel_digests(analysis.module) or None,
         hlo_sha256=_sha256(lowering.text), lower_seconds=round(seconds, 3), key=key,
-        normalized=normalized, places=places, call_leaves=lowering.call_leaves,
+        normalized=normalized, places=places, call_leaves=lowering.call_leaves, mesh_sizes=lowering.mesh_sizes,
         model=_model_reach(model_work(analysis.module, analysis.params), names, places),
         reach=code_reach(reads, named_lines(analysis.module, lowering.metadata), roots) if reads is not None else None,
     )

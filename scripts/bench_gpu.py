@@ -67,7 +67,7 @@ BARE = textwrap.dedent("""
     cell = Cell("llama3-8b", False, "{quant}", 2, platform="cuda", device="h100", stage="compiled",
                 overrides=(("attention", "dot_product"),))
     with te.cross_lowering(cell, te_recipe):
-        lowered, _, mesh = lower_cell(cell)
+        lowered, _, mesh, _ = lower_cell(cell)
         with jax.set_mesh(mesh):
             lowered.compile()
 """)
@@ -93,7 +93,7 @@ STAGES = textwrap.dedent("""
         cell = Cell("llama3-8b", False, sys.argv[1], 2, platform="cuda", device="h100", stage=stage,
                     overrides=(("attention", "dot_product"),))
         with te.cross_lowering(cell, te_recipe):
-            lowered, _, mesh = lower_cell(cell)
+            lowered, _, mesh, _ = lower_cell(cell)
             with jax.set_mesh(mesh):
                 wall, used = time.perf_counter(), cpu()
                 lowering = to_stage(lowered, cell)

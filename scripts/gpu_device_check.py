@@ -96,7 +96,7 @@ SIDE = textwrap.dedent(r'''
         context.__enter__()
         settings = train_settings("llama3-8b", scan_layers=False, quantization=quant, num_layers=2,
                                   overrides={"attention": "dot_product"})
-        lowered, _, mesh = _lower_train_step(settings, "cuda", devices)
+        lowered, _, mesh, _ = _lower_train_step(settings, "cuda", devices)
     with jax.set_mesh(mesh) if mesh is not None else __import__("contextlib").nullcontext():
         lowering = compiled_stage.run(lowered, cell)
     if context is not None:

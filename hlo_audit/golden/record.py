@@ -119,6 +119,9 @@ class GoldenRecord(ParamCounts):
     # The leaves the step's call flattens per call (``LoweredCell.call_leaves``), what the host_cost rule compares;
     # None: a golden of an older format, or a cell whose lowering did not say.
     call_leaves: int | None = None
+    # The sizes the cell's config gave its target mesh (``LoweredCell.mesh_sizes``): its shardings' side of the
+    # sharding rule's split arithmetic; None: the target said none, or a golden written before they were kept.
+    mesh_sizes: Mapping[str, int | None] | None = None
 
     @property
     def leaves_per_call(self) -> int | None:
@@ -161,7 +164,8 @@ class GoldenRecord(ParamCounts):
                 by_dtype={k: v.slope for k, v in series.by_dtype.items()},
                 by_role={k: v.slope for k, v in series.by_role.items()},
                 launches={k: v.slope for k, v in series.launches.items()} if series.launches else None),
-            kernels=result.kernels_by_name, host=result.host, call_leaves=result.call_leaves)
+            kernels=result.kernels_by_name, host=result.host, call_leaves=result.call_leaves,
+            mesh_sizes=result.mesh_sizes)
 
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
@@ -188,6 +192,8 @@ class GoldenRecord(ParamCounts):
             record["measured"] = dict(self.measured)
         if self.call_leaves is not None:
             record["call_leaves"] = self.call_leaves
+        if self.mesh_sizes is not None:
+            record["mesh_sizes"] = dict(self.mesh_sizes)
         if self.opcodes is None:
             del record["opcodes"]
         return record
@@ -214,7 +220,8 @@ class GoldenRecord(ParamCounts):
                 name: tuple(digests) for name, digests in record["kernels"].items()},
             format=record.get("format", FIRST_FORMAT),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
-            measured=record.get("measured"), call_leaves=record.get("call_leaves"))
+            measured=record.get("measured"), call_leaves=record.get("call_leaves"),
+            mesh_sizes=record.get("mesh_sizes"))
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -388,6 +395,8 @@ _OPTIONAL_KEYS = {
         isinstance(d, list) and all(isinstance(x, str) for x in d) for d in v.values()),
     "format": lambda v: _is_int(v, FIRST_FORMAT),
     "host": lambda v: figure_problem(v) is None, "measured": lambda v: isinstance(v, dict), "call_leaves": _is_int,
+    "mesh_sizes": lambda v: isinstance(v, dict) and all(isinstance(k, str) and (s is None or _is_int(s, 1))
+                                                         for k, s in v.items()),
     "hlo": lambda v: v is None or isinstance(v, str), "cell": lambda v: isinstance(v, str),
 }
 KNOWN_KEYS = frozenset({*_SUMMARY_KEYS, *_OPTIONAL_KEYS, *_NESTED})

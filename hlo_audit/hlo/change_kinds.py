@@ -11,13 +11,14 @@ from hlo_audit.hlo import change_flow, change_terms
 from hlo_audit.hlo.change_places import Groups, Sides, layer_count, layer_of
 from hlo_audit.hlo.change_precision import precision
 from hlo_audit.hlo.change_structure import collectives, ops, rewrite_story, shapes, shardings
-from hlo_audit.hlo.changes import RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
+from hlo_audit.hlo.changes import MESH, NO_SPLIT_CHANGE, RANDOM_BITS, REWIRED, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.effects import host_transfer_name, is_host_transfer
 from hlo_audit.hlo.header import donated_parameters, position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_name
 from hlo_audit.hlo.literals import literal_change
 from hlo_audit.hlo.locations import Places
 from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
+from hlo_audit.hlo.mesh import DeclaredSizes, without_meshes
 from hlo_audit.hlo.normalize import header_attr_says_nothing
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
@@ -25,13 +26,13 @@ from hlo_audit.hlo.text import HloModule, Instruction, strip_number_suffix
 
 def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Sequence[EntryParam],
             old_header: dict[str, str], new_header: dict[str, str], new_places: Places | None = None,
-            old_places: Places | None = None) -> list[Change]:
+            old_places: Places | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> list[Change]:
     """The named changes of a match, most costly kinds first (module doc). ``*_params``: each module's entry
     parameters, RNG state included (donation is judged on them); ``*_header``: each module's header attributes
     before RNG state was stripped from it; ``new_places``: the new module's op_name and source by instruction, where
     its text is printed without metadata (``hlo.locations.canonical_places``); ``old_places``: the old module's, where
     its own text said them (a golden's canonical text says none: a removed instruction is placed near the kept code
-    next to it)."""
+    next to it); ``mesh_sizes``: the sizes each side's config gave its target mesh (``hlo.mesh``)."""
     sides = Sides(match, old_params, new_params, new_places, old_places)
     claimed: set[int] = set()  # id() of the edits a kind has named
     changes: list[Change] = []
@@ -40,7 +41,7 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     changes += precision(match.edits, sides, claimed)
     changes += _kernels(match.edits, sides, claimed)
     changes += collectives(match.edits, sides, claimed)
-    changes += shardings(match, sides, claimed)
+    changes += shardings(match, sides, claimed, mesh_sizes)
     changes += change_flow.transforms(match, sides, claimed)
     changes += change_flow.gradient(match, sides, claimed)
     changes += change_flow.loops(match, sides, claimed)
@@ -58,7 +59,9 @@ def explain(match: ModuleMatch, old_params: Sequence[EntryParam], new_params: Se
     # The stripped headers (RNG state's entries gone), and what stripping removed whole (a mesh declaration only
     # RNG keys used) as the module had it.
     changes += _header({**old_header, **match.old.header_attrs}, {**new_header, **match.new.header_attrs},
-                       match.old, match.new, donation_changed=any(c.kind is ChangeKind.DONATION for c in changes))
+                       match.old, match.new, donation_changed=any(c.kind is ChangeKind.DONATION for c in changes),
+                       mesh_named=any(c.kind is ChangeKind.SHARDING and c.subject in (MESH, NO_SPLIT_CHANGE)
+                                      for c in changes))
     changes += _instructions(match.edits, sides, claimed)
     return changes
 
@@ -374,9 +377,10 @@ def _size_story(rest: Sequence[InstructionEdit], sides: Sides, by_opcode: Counte
 
 
 def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: HloModule,
-            new_module: HloModule, donation_changed: bool) -> list[Change]:
+            new_module: HloModule, donation_changed: bool, mesh_named: bool = False) -> list[Change]:
     """Header attributes that differ (RNG state's entries already gone from both), by name and entries; the module's
-    name (the jitted function's) when it changed."""
+    name (the jitted function's) when it changed. ``mesh_named``: the sharding kind worded the mesh's change (Shardy's
+    ``xla.sdy.meshes`` frontend attribute), which the header's ``frontend_attributes`` then differ by no more."""
     changes = []
     old_name, new_name = strip_number_suffix(old_module.name), strip_number_suffix(new_module.name)
     if old_name != new_name:
@@ -388,6 +392,9 @@ def _header(old_header: dict[str, str], new_header: dict[str, str], old_module: 
             before = None
         if after is not None and header_attr_says_nothing(new_module, key, after):
             after = None
+        if mesh_named and key == "frontend_attributes":
+            before, after = (without_meshes(v) if v is not None else None for v in (before, after))
+            before, after = (None if v == "{}" else v for v in (before, after))
         if before == after or key in ("input_output_alias", "buffer_donor") and donation_changed:
             continue
         action = Action.ADDED if before is None else Action.REMOVED if after is None else Action.CHANGED

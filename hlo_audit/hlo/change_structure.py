@@ -25,12 +25,14 @@ from __future__ import annotations
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 
 from hlo_audit.hlo.change_places import RECOMPUTED, Groups, Sides, layer_count, under_checkpoint
-from hlo_audit.hlo.changes import Action, Change, ChangeKind, Place
+from hlo_audit.hlo.changes import MESH, NO_SPLIT_CHANGE, Action, Change, ChangeKind, Place
 from hlo_audit.hlo.flops import FLOP_OPS, flops
-from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch, ParamPair
+from hlo_audit.hlo.match import Edit, InstructionEdit, ModuleMatch
+from hlo_audit.hlo.mesh import DeclaredSizes, MeshAxis, Split, TargetMesh, mesh_text, split_changes
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Instruction
@@ -133,9 +135,16 @@ def _collective_form(instr: Instruction) -> str:
 
 # -- shardings ------------------------------------------------------------------------------------------------------
 
-def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Change]:
-    """Shardings of parameters, values and outputs that changed; sharding constraints added or removed."""
-    changes = _parameter_shardings(match.params)
+def shardings(match: ModuleMatch, sides: Sides, claimed: set[int],
+              declared: DeclaredSizes = (None, None)) -> list[Change]:
+    """Shardings of parameters, values and outputs that changed; sharding constraints added or removed. Each changed
+    sharding is judged on its array's split on the target mesh (``hlo.mesh``: ``declared``, each side's sizes its
+    cell's config gives, where the module lowered on one device): those that split their array alike (an axis of
+    size 1 added, renamed, reordered) are one change, ``NO_SPLIT_CHANGE``, with how the mesh changed; each other
+    names how its array's dimensions are split now."""
+    meshes = MeshPair.of(match, declared)
+    unsplit = Groups()
+    changes = _parameter_shardings(match, meshes, unsplit)
     values = Groups()
     unclaimed = [e for e in match.edits if id(e) not in claimed]
     # Remat added: its barriers came, or (a checkpoint that writes none) a constraint its recomputation copies.
@@ -164,20 +173,47 @@ def shardings(match: ModuleMatch, sides: Sides, claimed: set[int]) -> list[Chang
             subject = "outputs" if e.new.is_root and sides.new.module.entry.name == e.new_computation else (
                 "sharding constraint" if e.new.custom_call_target in SHARDING_TARGETS else "values")
             place = sides.place(e)
+            # Shardy's names the axes: one array's split is read from it where both sides print one (XLA's tiles
+            # would say the same pieces, unnamed).
+            shardy = (sdy_sharding(e.old), sdy_sharding(e.new)) if len(e.new.shape.leaves()) == 1 else ("", "")
             for before, after in pairs:
-                values.add((Action.CHANGED, subject, before, after, place.computation), place, sides.runs(e),
-                           sides.layers(e))
+                split = meshes.split_changes(*shardy) if all(shardy) else None
+                if split is None or not split and sharding_key(before) != sharding_key(after):
+                    split = meshes.split_changes(before, after)
+                if split is not None and not split:
+                    unsplit.add((), place, sides.runs(e), sides.layers(e))
+                    continue
+                values.add((Action.CHANGED, subject, before, after, place.computation, split or ()), place,
+                           sides.runs(e), sides.layers(e))
         elif id(e) in claimed and e.instruction.custom_call_target in SHARDING_TARGETS:
             action = Action.ADDED if e.edit is Edit.INSERTED else Action.REMOVED
             sharding = _sharding_of(e.instruction)
             place = sides.place(e)
             values.add((action, "sharding constraint", "" if action is Action.ADDED else sharding,
-                        sharding if action is Action.ADDED else "", place.computation), place, sides.runs(e),
+                        sharding if action is Action.ADDED else "", place.computation, ()), place, sides.runs(e),
                        sides.layers(e))
     changes += [Change(ChangeKind.SHARDING, action, subject, place, count=g["count"], per_step=g["runs"],
-                       before=before, after=after, layers=layer_count(g["layers"]))
-                for (action, subject, before, after, _), g, place in values.items()]
-    return changes
+                       before=before, after=after, layers=layer_count(g["layers"]), splits=split)
+                for (action, subject, before, after, _, split), g, place in values.items()]
+    return [*_mesh_changes(meshes, unsplit, effective=bool(changes)), *changes]
+
+
+def _mesh_changes(meshes: MeshPair, unsplit: Groups, effective: bool) -> list[Change]:
+    """The shardings that split their array alike, and the mesh where it changed, as one change: ``NO_SPLIT_CHANGE``
+    with the mesh's axes before and after (``groups``: what happened to which axis). Where something does split an
+    array differently (other shardings named with their splits, an axis resized), the mesh's change is ``MESH``."""
+    found = list(unsplit.items())
+    if not found and not meshes.changed:
+        return []
+    axes, resplit = meshes.axis_changes()
+    before, after = (mesh_text(m.axes) if m else "(none)" for m in (meshes.old, meshes.new))
+    subject = MESH if effective or resplit else NO_SPLIT_CHANGE
+    if not found:  # the header's mesh alone changed: no sharding names what changed in it
+        return [Change(ChangeKind.SHARDING, Action.CHANGED, subject, Place("main"), count=0, before=before,
+                       after=after, groups=axes)]
+    (_, group, place), = found
+    return [Change(ChangeKind.SHARDING, Action.CHANGED, subject, place, count=group["count"], per_step=group["runs"],
+                   before=before, after=after, groups=axes, layers=layer_count(group["layers"]))]
 
 
 def _remat_swapped(match: ModuleMatch, sides: Sides, constraints: Sequence[InstructionEdit]) -> set[int]:
@@ -200,21 +236,121 @@ def _remat_swapped(match: ModuleMatch, sides: Sides, constraints: Sequence[Instr
     return swapped
 
 
-def _parameter_shardings(pairs: Sequence[ParamPair]) -> list[Change]:
+def _parameter_shardings(match: ModuleMatch, meshes: MeshPair, unsplit: Groups) -> list[Change]:
     """Parameters whose sharding both modules print, and differs (another XLA prints a compiled module's parameters
     with or without theirs, and in another notation: ``{mesh['fsdp'=8], [{'fsdp'}, {}]}`` is
-    ``{devices=[8,1]<=[8]}``)."""
-    found: dict[tuple[str, str], list[EntryParam]] = defaultdict(list)
-    for pair in pairs:
+    ``{devices=[8,1]<=[8]}``), else whose Shardy sharding differs; each named by its state path and how its
+    dimensions are split now. Those split alike on the target mesh go to ``unsplit``."""
+    found: dict[tuple[str, str], list[tuple[EntryParam, tuple[str, ...]]]] = defaultdict(list)
+    old_instrs = {p.parameter_number: p for p in match.old.entry.parameters}
+    new_instrs = {p.parameter_number: p for p in match.new.entry.parameters}
+    for pair in match.params:
         if pair.old is None or pair.new is None or pair.old.is_rng:
             continue
         before, after = _tidy(pair.old.sharding or ""), _tidy(pair.new.sharding or "")
-        if before and after and sharding_key(before) != sharding_key(after):
-            found[(before, after)].append(pair.new)
-    return [Change(ChangeKind.SHARDING, Action.CHANGED, "parameters", Place("main", "", "", _patterns(params)),
-                   count=len(params), before=before, after=after, bytes=sum(p.bytes for p in params),
-                   groups=_pattern_counts(params))
+        old_instr, new_instr = old_instrs.get(pair.old.index), new_instrs.get(pair.new.index)
+        shardy = tuple(sdy_sharding(i) if i is not None else "" for i in (old_instr, new_instr))
+        if not (before and after and sharding_key(before) != sharding_key(after)):
+            before, after = shardy
+            if not (before and after) or before == after:
+                continue
+        # Shardy's says the axes by name: the split is read from it where both sides print one.
+        split = meshes.split_changes(*shardy) if all(shardy) else None
+        if split is None or not split and sharding_key(before) != sharding_key(after):
+            split = meshes.split_changes(before, after)
+        if split is not None and not split:
+            unsplit.add((), Place("main", "", "", (pair.new.pattern,)), 1, set())
+            continue
+        found[(before, after)].append((pair.new, split or ()))
+    return [Change(ChangeKind.SHARDING, Action.CHANGED, "parameters",
+                   Place("main", "", "", _patterns([p for p, _ in params])), count=len(params), before=before,
+                   after=after, bytes=sum(p.bytes for p, _ in params), groups=_pattern_counts([p for p, _ in params]),
+                   splits=_named_splits(params))
             for (before, after), params in sorted(found.items())]
+
+
+def _named_splits(params: Sequence[tuple[EntryParam, tuple[str, ...]]]) -> tuple[str, ...]:
+    """``params.wq: dim 0 split 2 (fsdp) -> 4 (fsdp, data)``: each parameter pattern's split changes, once."""
+    named: dict[str, None] = {}
+    for param, split in params:
+        if split:
+            named[f"{param.pattern}: {', '.join(split)}"] = None
+    return tuple(named)
+
+
+@dataclass(frozen=True)
+class MeshPair:
+    """Each side's mesh sized for the target (``hlo.mesh.TargetMesh``; None where a side declares none): the one
+    place a sharding pair is judged on its split."""
+
+    old: TargetMesh | None
+    new: TargetMesh | None
+
+    @classmethod
+    def of(cls, match: ModuleMatch, declared: DeclaredSizes) -> MeshPair:
+        # A golden written before its cell's sizes were kept is the same cell: its config's sizes are the best
+        # known for its axes too (an axis only it has stays of unknown size).
+        old, new = declared[0] or declared[1], declared[1] or declared[0]
+        return cls(TargetMesh.of_module(match.old.header_attrs, old), TargetMesh.of_module(match.new.header_attrs, new))
+
+    @property
+    def changed(self) -> bool:
+        return self.axes(self.old) != self.axes(self.new)
+
+    @staticmethod
+    def axes(mesh: TargetMesh | None) -> tuple:
+        return mesh.axes if mesh is not None else ()
+
+    def split_changes(self, before: str, after: str) -> tuple[str, ...] | None:
+        """How the array's dimensions are split differently (empty: alike); None where either side's split is
+        not known (a sharding of another form, a mesh the module does not declare)."""
+        old, new = _split(before, self.old), _split(after, self.new)
+        if old is None or new is None:
+            return None
+        return split_changes(old, new)
+
+    def axis_changes(self) -> tuple[tuple[tuple[str, int], ...], bool]:
+        """What happened to the mesh's axes, each with its size on the target (``"context"=1 added``, ``"data"=2
+        removed``, ``"seq"=1 renamed "context"``, ``"data"=4 was size 2``, ``axes reordered``), and whether any of
+        it splits an array differently: an axis of a size other than 1 (or unknown) added, removed, renamed or
+        resized, or the order of those axes changed."""
+        old, new = list(self.axes(self.old)), list(self.axes(self.new))
+        old_names, new_names = [a.name for a in old], [a.name for a in new]
+        gone = [a for a in old if a.name not in new_names]
+        came = [a for a in new if a.name not in old_names]
+        said: list[str] = []
+        effective = any(a.size != 1 for a in (*gone, *came))
+        # An axis gone where one of the same size came at the same place in the order: a rename.
+        for a in list(gone):
+            twin = next((b for b in came if b.size == a.size and old.index(a) == new.index(b)), None)
+            if twin is not None:
+                said.append(f"mesh axis {a.text()} renamed \"{twin.name}\"")
+                gone.remove(a)
+                came.remove(twin)
+        said += [f"mesh axis {a.text()} added" for a in came] + [f"mesh axis {a.text()} removed" for a in gone]
+        sizes = {a.name: a.size for a in old}
+        resized = [a for a in new if a.name in sizes and sizes[a.name] != a.size]
+        said += [f"mesh axis {a.text()} was size {'?' if sizes[a.name] is None else sizes[a.name]}"
+                 for a in resized]
+        effective = effective or bool(resized)
+        kept_old = [n for n in old_names if n in new_names]
+        if kept_old != [n for n in new_names if n in old_names]:
+            said.append("mesh axes reordered")
+            cutting = {a.name for a in (*old, *new) if a.size != 1}
+            effective = effective or [n for n in kept_old if n in cutting] != \
+                [n for n in new_names if n in old_names and n in cutting]
+        return tuple((s, 1) for s in said), effective
+
+
+def _split(sharding: str, mesh: TargetMesh | None) -> Split | None:
+    """A sharding's split: Shardy's on its module's mesh; XLA's (``{devices=[4,1,2]...}``, ``{replicated}``) from its
+    own tiles, which the module was lowered for (anonymous axes)."""
+    if sharding.startswith("<"):
+        return mesh.split(sharding) if mesh is not None else None
+    key = sharding_key(sharding)
+    if key[0] != "tiles":
+        return None
+    return Split(tuple((MeshAxis("", t),) for t in key[1]))
 
 
 def _sharding_pairs(old: Instruction, new: Instruction) -> list[tuple[str, str]]:
@@ -226,8 +362,28 @@ def _sharding_pairs(old: Instruction, new: Instruction) -> list[tuple[str, str]]
         if len(olds) == len(news):
             return [(a, b) for a, b in zip(olds, news) if sharding_key(a) != sharding_key(b)]
         return [(before, after)]
-    a, b = _sdy(old), _sdy(new)
-    return [(a or "(none)", b or "(none)")] if a != b else []
+    a, b = sdy_sharding(old), sdy_sharding(new)
+    if a == b:
+        return []
+    olds, news = _per_value(a), _per_value(b)
+    if len(olds) == len(news) > 1:  # a tuple's, value by value (each its own array to split)
+        return [(x, y) for x, y in zip(olds, news) if x != y]
+    return [(a or "(none)", b or "(none)")]
+
+
+def _per_value(shardings: str) -> list[str]:
+    """Shardy's shardings of a tuple's values (``<@mesh, [{"a"}]>, <@mesh, [{}]>``), one each."""
+    values, depth, start = [], 0, 0
+    for i, ch in enumerate(shardings):
+        if ch in "<[{(":
+            depth += 1
+        elif ch in ">]})":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            values.append(shardings[start:i].strip())
+            start = i + 1
+    values.append(shardings[start:].strip())
+    return [v for v in values if v]
 
 
 def sharding_key(sharding: str) -> tuple:
@@ -263,10 +419,10 @@ def _elements(sharding: str) -> list[str]:
 
 
 def _sharding_of(instr: Instruction) -> str:
-    return _tidy(instr.attrs.get("sharding", "")) or _sdy(instr)
+    return _tidy(instr.attrs.get("sharding", "")) or sdy_sharding(instr)
 
 
-def _sdy(instr: Instruction) -> str:
+def sdy_sharding(instr: Instruction) -> str:
     """Shardy's sharding of a value, without its wrapper: ``<@mesh, [{"fsdp"}, {}]>``."""
     m = _SDY_SHARDING.search(instr.attrs.get("frontend_attributes", ""))
     if not m:

@@ -112,6 +112,9 @@ class Place:
     # them, ``locations.placed_by_change``); None where they are not known. False: none of the instruction's frames
     # is a changed line (the change reached it through the data, or from a file the diff does not hold).
     on_change: bool | None = None
+    # The pull request's changed lines of config files the cell read (``configs/base.yml:636``, ``check --changes``):
+    # what a change no instruction's stack passes a line of came from (a mesh axis a YAML file declares).
+    config: tuple[str, ...] = ()
 
     @property
     def site(self) -> str:
@@ -123,7 +126,8 @@ class Place:
     def to_record(self) -> dict:
         return {"computation": self.computation, "op_name": self.op_name, "source": self.source,
                 "paths": list(self.paths), **({"near": True} if self.near else {}),
-                **({"on_change": self.on_change} if self.on_change is not None else {})}
+                **({"on_change": self.on_change} if self.on_change is not None else {}),
+                **({"config": list(self.config)} if self.config else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,13 +156,16 @@ class Change:
     instructions: int = 0
     groups: tuple[tuple[str, int], ...] = ()
     layers: int = 0
+    # A sharding change's arrays whose split on the target mesh changed, and how (``params.wq: dim 0 split 2
+    # (fsdp) -> 4 (fsdp, data)``; a value's: ``dim 1 split ...``, placed by ``place``).
+    splits: tuple[str, ...] = ()
 
     def to_record(self) -> dict:
         return {"kind": self.kind.value, "action": self.action.value, "subject": self.subject,
                 "place": self.place.to_record(), "count": self.count, "per_step": self.per_step,
                 "before": self.before, "after": self.after, "bytes": self.bytes, "flops": self.flops,
                 "instructions": self.instructions, "groups": [[k, n] for k, n in self.groups],
-                "layers": self.layers}
+                "layers": self.layers, **({"splits": list(self.splits)} if self.splits else {})}
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +200,10 @@ def summary(match: ModuleMatch) -> MatchSummary:
 
 
 # Words the report reads off a change's subject (change_kinds.py writes them).
+# Shardings changed that split every array as before on the target mesh (an axis of size 1 added, renamed or
+# reordered: hlo.mesh), the mesh's change with them; and the mesh's change beside shardings whose split did change.
+NO_SPLIT_CHANGE = "no effect on how any array is split"
+MESH = "mesh"
 # A paired instruction that only reads other values now (rewired to inserted or deleted code).
 REWIRED = "rewired"
 # A program size change made mostly of jax.random's own computations (dropout turned off or on).

@@ -26,12 +26,14 @@ from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.analysis import Analysis
 from hlo_audit.hlo.change_kinds import explain
+from hlo_audit.hlo.change_structure import sdy_sharding
 from hlo_audit.hlo.changes import Change, ChangeKind, MatchSummary, summary
 from hlo_audit.hlo.constants import golden_summary
 from hlo_audit.hlo.header import position_entries
 from hlo_audit.hlo.kernels import is_kernel_call, kernel_digest
 from hlo_audit.hlo.locations import PlacedByChange, Places
 from hlo_audit.hlo.match import ModuleMatch, match_modules, match_params
+from hlo_audit.hlo.mesh import DeclaredSizes, module_mesh
 from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation, same_program
@@ -210,10 +212,16 @@ def _kinds_of_change(old: _Side, new: _Side, params_differ: bool) -> list[str]:
     if old_shapes != new_shapes or (
             old_ops == new_ops and _histogram_of(old, _shape_key) != _histogram_of(new, _shape_key)):
         kinds.append("shapes")
-    for kind, aspect in (("layouts", lambda i: i.shape.layout), ("shardings", lambda i: i.attrs.get("sharding"))):
+    # A sharding is XLA's attribute and Shardy's (``xla.sdy.sharding`` in the frontend attributes, which a module
+    # lowered on one device is all that differs by: its XLA shardings all ``{replicated}``).
+    for kind, aspect in (("layouts", lambda i: i.shape.layout),
+                         ("shardings", lambda i: (i.attrs.get("sharding"), sdy_sharding(i)))):
         before, after = _aspects_of_the_same(old, aspect), _aspects_of_the_same(new, aspect)
         if any(before[key] != after[key] for key in before.keys() & after.keys()):
             kinds.append(kind)
+    # The mesh the shardings name (the header's, Shardy's): a change of it is one of the shardings'.
+    if "shardings" not in kinds and module_mesh(old.module.header_attrs) != module_mesh(new.module.header_attrs):
+        kinds.append("shardings")
     before, after = _literals(old), _literals(new)
     if any(before[k] != after[k] and before[k].total() == after[k].total() for k in before.keys() & after.keys()):
         kinds.append("constants")
@@ -287,7 +295,8 @@ class _Stripped:
 
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES,
-                 new_places: Places | None = None, old_places: Places | None = None) -> ModuleDiff:
+                 new_places: Places | None = None, old_places: Places | None = None,
+                 mesh_sizes: DeclaredSizes = (None, None)) -> ModuleDiff:
     """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
     diff (0: none, and none computed). ``new_places``: where ``new`` is a canonical text printed without metadata,
     each instruction's op_name and source (``hlo.locations.canonical_places``), which place its changes;
@@ -303,7 +312,8 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
         judged = _Verdict("identical-after-normalization", [], added, removed)
     else:
         with cyclic_gc_paused():  # the match and its kinds build millions of objects, none in a cycle (text.py)
-            judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, (old_places, new_places))
+            judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, (old_places, new_places),
+                            mesh_sizes)
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     moved = _computations_moved(judged, old_text, new_text)
     return ModuleDiff(
@@ -362,7 +372,7 @@ def _through_stripping(before: HloModule, after: HloModule, places: Places | Non
 
 def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_differ: bool,
            added: list[ParamGroupDelta], removed: list[ParamGroupDelta],
-           places: tuple[Places | None, Places | None]) -> _Verdict:
+           places: tuple[Places | None, Places | None], mesh_sizes: DeclaredSizes = (None, None)) -> _Verdict:
     """Two texts that differ after normalization (or whose kernels do): RNG state only, renames only, or changed,
     with every change named from the structural match."""
     has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
@@ -373,7 +383,7 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     old_places, new_places = (_through_stripping(old.module, a.module, places[0]),
                               _through_stripping(new.module, b.module, places[1]))
     named = explain(match, old.params, new.params, old.module.header_attrs, new.module.header_attrs, new_places,
-                    old_places)
+                    old_places, mesh_sizes)
     added, removed = _without_renames(added, removed, match, old, new)
     computations = (match.computations_inserted, match.computations_deleted)
     same = Sameness.DIFFERENT if kernels_differ else _renamed_only(match, a.canonical, old, new, has_rng_state)

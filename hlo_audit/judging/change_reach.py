@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from hlo_audit.analysed import CodeReach
 from hlo_audit.coverage import Axis, ChangedRun, Coverage, Enclosing, ReachHint
 from hlo_audit.matrix import Cell
-from hlo_audit.patch import ChangedFile, Patch, code_lines, is_model_code, range_text
+from hlo_audit.patch import CONFIG_SUFFIXES, ChangedFile, Patch, code_lines, is_model_code, range_text
 from hlo_audit.results import CellResult, LoweredCell
 
 # Words of a condition that name a matrix axis (lower case, as identifiers hold them).
@@ -66,6 +66,7 @@ def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], projec
     not_model: list[str] = []
     reached: dict[str, list[str]] = {r.cell.id: [] for r in known}
     in_program: dict[str, list[str]] = {r.cell.id: [] for r in known}
+    config_text: dict[str, str] = {}
     for changed in patch.files:
         if changed.deleted or changed.binary or not changed.lines:
             continue
@@ -84,10 +85,13 @@ def coverage_of(patch: Patch, source: str, results: Sequence[CellResult], projec
             in_program[cell] += range_text(changed.path, [n for n in lines
                                                           if any(_named(u, span.get(n, (n, n))) for u in mine)])
         runs += [_run(changed.path, group, matches, text, span, known, matrix) for group in _groups(lines)]
+        if text is not None and PurePosixPath(changed.path).suffix.lower() in CONFIG_SUFFIXES:
+            text_lines = text.split("\n")
+            config_text.update({f"{changed.path}:{n}": text_lines[n - 1] for n in lines if n <= len(text_lines)})
     return Coverage(source, tuple(runs), tuple(r.cell.id for r in known),
                     {cell: tuple(v) for cell, v in reached.items()}, {cell: tuple(v) for cell, v in in_program.items()},
                     tuple(r.cell.id for r in lowered if r.reach is None), tuple(not_model),
-                    tuple(r.cell.id for r in known if not r.reach.lines_known))
+                    tuple(r.cell.id for r in known if not r.reach.lines_known), config_text=config_text)
 
 
 def _run(path: str, lines: tuple[int, ...], matches: list[_Used], text: str | None, span: Mapping[int, Span],

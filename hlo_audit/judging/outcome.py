@@ -159,8 +159,9 @@ class Outcome:
             if changed and isinstance(result, LoweredCell) and result.places:
                 # Where the pull request's changed lines are known, a change is placed at the one its stacks pass.
                 result = replace(result, places=placed_by_change(result.places, changed))
+            configs = self.coverage.config_reached(result.cell.id) if self.coverage is not None else ()
             self._compared[key] = CellDelta.for_cell(result, self.goldens.golden(result.cell.id), self.leads(result),
-                                                     owns_text, pinned, changed)
+                                                     owns_text, pinned, changed, configs)
         return self._compared[key]
 
     # -- the series, decided once ----------------------------------------------------------------------------

@@ -12,10 +12,11 @@ shapes still gate.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from hlo_audit.findings import EnvironmentChange, NamedChange
-from hlo_audit.hlo.changes import Action, Change, ChangeKind
+from hlo_audit.hlo.changes import MESH, NO_SPLIT_CHANGE, Action, Change, ChangeKind
 from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
 from hlo_audit.rules.wording import VERBS, counted, groups_text, in_computation, paths_text, per_layer
 
@@ -59,6 +60,8 @@ def constants(d: CellDelta, ctx: Context) -> NamedChange | None:
 
 
 def _sharding_line(c: Change, kind: str, where: str) -> str:
+    if c.subject in (NO_SPLIT_CHANGE, MESH):
+        return _mesh_line(c, kind, where)
     if c.subject == "sharding constraint" and c.action is not Action.CHANGED:
         verb = "added" if c.action is Action.ADDED else "removed"
         return f"{kind}: {counted(c.count, c.subject)} {verb} ({c.after or c.before}); {where}".rstrip("; ")
@@ -69,9 +72,40 @@ def _sharding_line(c: Change, kind: str, where: str) -> str:
                  "across the devices)")
     else:
         text += f"{c.before} -> {c.after}"
-    if c.groups:
-        return f"{text}: {groups_text(c.groups)}"
+    if c.splits:  # the arrays split differently on the target mesh, by how much
+        text += f", split differently: {'; '.join(c.splits)}"
+    if c.groups and c.subject == "parameters":
+        return f"{text}" if c.splits else f"{text}: {groups_text(c.groups)}"
     return f"{text}; {where}".rstrip("; ")
+
+
+def _mesh_line(c: Change, kind: str, where: str) -> str:
+    """``sharding: no effect on how any array is split: mesh axis "context"=1 added (mesh [...] -> [...], 2
+    shardings changed); at mesh.yml:3``: the shardings that changed without splitting anything differently and the
+    mesh with them, one line; or the mesh's change beside shardings whose split changed (on lines of their own)."""
+    axes = "; ".join(a for a, _ in c.groups)
+    # The axes' changes say what changed; of the mesh, how many axes and those that split anything (size not 1).
+    mesh = f"mesh of {_mesh_summary(c.before)} -> {_mesh_summary(c.after)}" if c.before != c.after else ""
+    if c.subject == MESH:
+        text = f"{kind}: {mesh}" + (f" ({axes})" if axes else "")
+        return text + (f"; {counted(c.count, 'other sharding')} split as before" if c.count else "")
+    text = f"{kind}: {NO_SPLIT_CHANGE}" + (f": {axes}" if axes else "")
+    said = [part for part in (mesh, counted(c.count, "sharding") + " changed" if c.count else "") if part]
+    text += f" ({', '.join(said)})" if said else ""
+    return f"{text}; {where}".rstrip("; ")
+
+
+def _mesh_summary(mesh: str) -> str:
+    """``12 axes, all of size 1 but "fsdp"=?``: a mesh as ``hlo.mesh.mesh_text`` prints it, in short."""
+    axes = re.findall(r'"[^"]+"=[\d?]+', mesh)
+    if not axes:
+        return mesh
+    cutting = [a for a in axes if not a.endswith("=1")]
+    if not cutting:
+        return f"{counted(len(axes), 'axis', 'axes')}, all of size 1"
+    if len(cutting) == len(axes):
+        return f"{counted(len(axes), 'axis', 'axes')}: {', '.join(axes)}"
+    return f"{counted(len(axes), 'axis', 'axes')}, all of size 1 but {', '.join(cutting)}"
 
 
 def _collectives_line(c: Change, kind: str, where: str) -> str:

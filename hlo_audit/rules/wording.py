@@ -16,6 +16,8 @@ from hlo_audit.hlo.changes import Action, Change, Place
 from hlo_audit.hlo.diff import signed_counts
 
 PATHS_SHOWN = 2
+# A pull request's changed config lines a place names (a mesh axis declared, its size, a rule using it: a few).
+CONFIG_LINES_SHOWN = 4
 OP_NAME_SHOWN = 60
 Json = dict[str, Any]  # a finding's JSON details (the edge: ``merge.details_record``)
 VERBS = {Action.ADDED: "added", Action.REMOVED: "removed", Action.CHANGED: "changed"}
@@ -56,8 +58,12 @@ def program_sizes_text(sizes: Mapping[str, tuple[int, int]], by_opcode: Mapping[
 def place_text(place: Place, paths: bool = True) -> str:
     """``at model.py:72 (…/checkpoint/dot_general) reading state.blocks.*.up.kernel``: what the place says."""
     parts = []
+    if place.config:  # the changed config lines the cell read, then the code that made the change of them
+        shown = ", ".join(place.config[:CONFIG_LINES_SHOWN])
+        more = f" (+{len(place.config) - CONFIG_LINES_SHOWN} more)" if len(place.config) > CONFIG_LINES_SHOWN else ""
+        parts.append(f"at {shown}{more} (changed config the cell read)")
     if place.source:
-        parts.append(f"{'near' if place.near else 'at'} {place.source}")
+        parts.append(f"{'via' if place.config else 'near' if place.near else 'at'} {place.source}")
     if place.on_change is False:  # the pull request's lines are known, and this stack passes none of them
         parts.append("(no changed line in its stack)")
     if place.op_name:

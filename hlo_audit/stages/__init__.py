@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 STAGES = ("lowered", "optimized", "compiled")
 
 
-def to_stage(lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = None, note: str = "") -> Lowering:
-    """A jax ``Lowered`` taken to the cell's stage, with what the target knows besides (captured arrays, a note)."""
+def to_stage(lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = None, note: str = "",
+             mesh_sizes: dict[str, int | None] | None = None) -> Lowering:
+    """A jax ``Lowered`` taken to the cell's stage, with what the target knows besides (captured arrays, a note, the
+    sizes its config gives the target mesh: ``Lowering.mesh_sizes``)."""
     # By name: a stage's module imports jax (and XLA's bindings) only once a cell asks for that stage.
     stage = importlib.import_module(f"{__name__}.{cell.stage}")
     result = stage.run(lowered, cell)
@@ -36,4 +38,4 @@ def to_stage(lowered, cell: Cell, captured: tuple[CapturedArray, ...] | None = N
     # so what is stored and printed (goldens, `lower`) reads as `check` does.
     text = name_parameters(result.text, result.arg_keys, leaves)
     return replace(result, text=text, stage=cell.stage, captured=captured, note=note, arg_leaves=leaves,
-                   call_leaves=call_leaves(lowered))
+                   call_leaves=call_leaves(lowered), mesh_sizes=mesh_sizes)

@@ -60,6 +60,7 @@ from hlo_audit.targets.maxtext_config import (
     maxtext_version,
     model_num_layers,
     platform_settings,
+    target_mesh_sizes,
     train_settings,
     trainer_jax_flags,
 )
@@ -112,26 +113,28 @@ def lower_train_step(
     return _lower_train_step(cell_settings, platform, devices)[0]
 
 
-def _lower_train_step(cell_settings: dict[str, str], platform: str,
-                      devices: list | None = None) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...], object]:
-    """The lowered train step, the arrays it closes over (none that are state, in MaxText 0.2.5) and its mesh."""
+def _lower_train_step(cell_settings: dict[str, str], platform: str, devices: list | None = None,
+                      ) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...], object, dict[str, int | None]]:
+    """The lowered train step, the arrays it closes over (none that are state, in MaxText 0.2.5), its mesh and the
+    sizes the config gives the target mesh (``target_mesh_sizes``)."""
     config = hyperparameters(cell_settings)
     with trainer_jax_flags(config):
         mesh = load_maxtext().maxtext_utils.get_mesh_from_config(config, devices or jax.devices())
         step, args, jit_kwargs = _train_step_and_args(config, mesh)
         _check_nnx_state(args[0])
-        return (*_lower(step, args, jit_kwargs, config, mesh, platform), mesh)
+        return (*_lower(step, args, jit_kwargs, config, mesh, platform), mesh, target_mesh_sizes(config))
 
 
-def lower_cell(cell) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...], object]:
+def lower_cell(cell) -> tuple[jax.stages.Lowered, tuple[CapturedArray, ...], object, dict[str, int | None] | None]:
     """A matrix cell's step (train, or MaxEngine's prefill / generate / insert), lowered for the devices of its
-    platform, the arrays it closes over, and the train step's mesh (None for an inference step)."""
+    platform, the arrays it closes over, the train step's mesh and the sizes its config gives the target mesh (None
+    for an inference step)."""
     overrides = {**platform_settings(cell), **dict(cell.overrides)}
     if cell.is_inference:
         return (*lower_inference_step(
             cell.model, cell.step, scan_layers=cell.scan, quantization=cell.quant, quant_mode=cell.quant_mode,
             num_layers=cell.layers, per_device_batch_size=cell.batch, max_target_length=cell.seq,
-            max_prefill_length=cell.prefill, platform=cell.platform, overrides=overrides), None)
+            max_prefill_length=cell.prefill, platform=cell.platform, overrides=overrides), None, None)
     cell_settings = train_settings(cell.model, scan_layers=cell.scan, quantization=cell.quant,
                                    num_layers=cell.layers, per_device_batch_size=cell.batch,
                                    max_target_length=cell.seq, overrides=overrides)
@@ -199,10 +202,10 @@ class MaxTextTarget:
     def lower(self, cell):
         self.check_available(cell)
         with te.cross_lowering(cell, te_recipe) as notes:
-            lowered, captured, mesh = lower_cell(cell)
+            lowered, captured, mesh, mesh_sizes = lower_cell(cell)
             # Inside the mesh, as train_compile compiles (TE's partitioning callbacks read it during the compile).
             with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-                return to_stage(lowered, cell, captured, note="; ".join(notes))
+                return to_stage(lowered, cell, captured, note="; ".join(notes), mesh_sizes=mesh_sizes)
 
     def full_depth(self, model: str) -> int:
         return model_num_layers(model)

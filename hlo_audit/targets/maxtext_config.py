@@ -184,6 +184,18 @@ def hyperparameters(settings: dict[str, str]):
         raise MaxTextConfigError(_one_line(error)) from error
 
 
+def target_mesh_sizes(config) -> dict[str, int | None]:
+    """The size of each of MaxText's mesh axes on the target, from the config alone (``hlo.mesh``): its ICI
+    parallelism, times its DCN parallelism across slices; None for ``-1`` (the rest of the devices: how many the
+    target has is not the host's one). What ``create_device_mesh`` makes of the same lists on the target's devices."""
+    slices = max(int(getattr(config, "num_slices", 1) or 1), 1)
+    sizes: dict[str, int | None] = {}
+    for axis, ici, dcn in zip(config.mesh_axes, config.ici_parallelism, config.dcn_parallelism, strict=True):
+        across = dcn if slices > 1 else 1  # one slice: the DCN lists are filled to 1 (fill_unspecified_mesh_axes)
+        sizes[axis] = None if -1 in (ici, across) else int(ici) * int(across)
+    return sizes
+
+
 _XLA_DEFAULT_FLAG = "--xla_dump_hlo_as_text=false"
 
 
