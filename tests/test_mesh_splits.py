@@ -222,6 +222,7 @@ def test_on_the_host_s_one_device_the_config_s_sizes_decide_never_the_host_s():
     assert split_changes(sized.split(BEFORE), grown.split(AFTER)) == ("dim 0 split ? (fsdp) -> ? (fsdp, context)",)
 
 
+@pytest.mark.maxtext  # needs MaxText (make compat's environment has none)
 def test_maxtext_s_target_sizes_are_its_parallelism_lists_arithmetic():
     from hlo_audit.targets.maxtext_config import target_mesh_sizes
 
