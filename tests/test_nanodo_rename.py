@@ -130,6 +130,13 @@ def _welford(mean_and_size, x):
     return mean * (size / new_size) + jnp.sum(x) / new_size, new_size
 
 
+def _welford_doubled(mean_and_size, x):
+    """The running mean with each leaf's sum doubled and halved again: the same value, a multiply more per leaf."""
+    mean, size = mean_and_size
+    new_size = size + x.size
+    return mean * (size / new_size) + (jnp.sum(x) * 2.0) / (2 * new_size), new_size
+
+
 def _moving_average(mean_and_count, x):
     mean, count = mean_and_count
     return mean * 0.5 + jnp.sum(x) * 0.5, count + 1
@@ -144,16 +151,21 @@ def _reduced(step, renamed: dict[str, str]) -> str:
 
 def test_a_running_mean_in_another_order_is_renamed_only_a_moving_average_is_not():
     """A running mean weighs every leaf ``1 / S``, whatever the order (its literals differ); an exponential moving
-    average weighs the last leaf most, so a leaf moved last is weighed otherwise: a change, though the ops are alike."""
+    average weighs the last leaf most, so a leaf moved last is weighed otherwise: a change, though the ops are alike.
+    The same mean computed with an op more per leaf is a change too."""
     d = diff(_reduced(_welford, {}), _reduced(_welford, {"a": "d"}))
     assert d.verdict == "renamed-only", (d.verdict, d.changes, d.named)
+    d = diff(_reduced(_welford, {}), _reduced(_welford_doubled, {"a": "d"}))
+    assert d.verdict == "changed" and "ops" in d.changes, (d.verdict, d.changes)
+    (size,) = kinds(d, ChangeKind.PROGRAM_SIZE)
+    assert size.instructions == 4, size  # a multiply per leaf (3) and the literal 2.0 they share
     d = diff(_reduced(_moving_average, {}), _reduced(_moving_average, {"a": "d"}))
     assert (d.verdict, d.changes) == ("changed", ["attributes"]), (d.verdict, d.changes)
 
 
 def _ids(*weights: tuple[float, int], precision: int = 24) -> list[int]:
     region = Region(tuple((f"t{n}", Weight(Fraction(value), literals)) for n, (value, literals) in enumerate(weights)),
-                    Weight(Fraction(0), 0), precision)
+                    Weight(Fraction(0), 0), precision, (("add", len(weights) - 1),))
     number = WeightIds([Regions({0: region}, frozenset())])
     return [number(Weight(Fraction(value), literals), precision) for value, literals in weights]
 

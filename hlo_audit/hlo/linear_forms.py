@@ -15,7 +15,9 @@ differ by that rounding: two weights are *alike* where they differ by no more th
 can make them differ, twice the dtype's unit roundoff per literal (``2 * (k + k') * 2^-p`` relative: ``k`` and ``k'``
 literals, ``p`` the significand's bits; twice: the text prints a literal to 9 digits, not exactly). Weights made of no
 literal (a sum's ones) are alike only when equal. ``WeightIds`` numbers the weights of two modules together, alike
-ones as one, so that a region is the multiset of its (term, weight number) and its offset's number, hashable.
+ones as one, so that a region is the multiset of its (term, weight number) and its offset's number, hashable. A
+region is also its ops, counted: leaves in another order make another chain of the same ops, and an op more that
+computes the same (``x * 2 * 0.5``) is a change.
 """
 
 from __future__ import annotations
@@ -43,11 +45,14 @@ class Weight:
 @dataclass(frozen=True, slots=True)
 class Region:
     """What one instruction computes as a linear combination: its terms (instructions of its computation, by name)
-    with their weights, the constant it adds, and the significand bits of its dtype (0: not a float, weights exact)."""
+    with their weights, the constant it adds, the significand bits of its dtype (0: not a float, weights exact), and
+    its ops counted by opcode (so that an op more is a change though it computes the same: ``(a + b) * 2`` is not
+    ``a * 2 + b * 2``; leaves in another order make another chain of the same ops)."""
 
     terms: tuple[tuple[str, Weight], ...]
     offset: Weight
     precision: int
+    ops: tuple[tuple[str, int], ...]
 
 
 @dataclass(frozen=True)
@@ -173,11 +178,13 @@ def _region(comp: Computation, root: Instruction, folded: set[str]) -> Region:
     """The terms, weights and offset of the region ``root`` ends (module doc), walked down from it."""
     terms: dict[str, list] = {}
     offset = [_ZERO, 0]
+    ops: Counter[str] = Counter()
     stack: list[tuple[str, Fraction, int]] = [(root.name, Fraction(1), 0)]
     while stack:
         name, weight, literals = stack.pop()
         instr = comp.by_name.get(name)
         if instr is not None and (instr is root or name in folded):
+            ops[instr.opcode] += 1
             for ref, sign, factor in _combined(comp, instr):
                 stack.append((ref, sign * weight * (factor if factor is not None else 1),
                               literals + (factor is not None)))
@@ -187,7 +194,7 @@ def _region(comp: Computation, root: Instruction, folded: set[str]) -> Region:
         into[0] += weight * (value if value is not None else 1)
         into[1] = max(into[1], literals + (value is not None))
     return Region(tuple((name, Weight(w, k)) for name, (w, k) in terms.items()), Weight(offset[0], offset[1]),
-                  significand_bits(root.shape.dtype or ""))
+                  significand_bits(root.shape.dtype or ""), tuple(sorted(ops.items())))
 
 
 def _factor(comp: Computation, ref: str) -> Fraction | None:

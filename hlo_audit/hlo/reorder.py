@@ -257,11 +257,12 @@ class _Values:
         return hash((self.side.own[id(instr)], callees, tuple(_flat(v) for v in operands)))
 
     def _combination(self, instr: Instruction, region: Region, values: dict[str, Value]) -> int:
-        """A linear region's value (module doc): the multiset of its terms' values with their weights' numbers, and
-        its offset's."""
+        """A linear region's value (module doc): its ops, the multiset of its terms' values with their weights'
+        numbers, and its offset's."""
         weight = self.weights
         terms = sorted((_flat(values.get(name, 0)), weight(w, region.precision)) for name, w in region.terms)
-        return hash(("linear", canonical_shape(instr.shape), tuple(terms), weight(region.offset, region.precision)))
+        return hash(("linear", canonical_shape(instr.shape), region.ops, tuple(terms),
+                     weight(region.offset, region.precision)))
 
     def _salted(self, comp: Computation, ref: str, value: Value) -> Value:
         salt = _salt(comp, ref)
