@@ -344,4 +344,3 @@ def _header_print(header: Mapping[str, str]) -> tuple:
         else:
             printed.append((key, tuple(sorted(t for t in _POSITION_TOKENS.split(value) if t))))
     return tuple(printed)
-
