@@ -14,7 +14,10 @@ fingerprints, an entry parameter numbering as its pair in the match), where
 * a ``while`` loop's state is numbered element by element from what each element starts as and what the body makes
   of it (the other elements read by number, refined until the numbering is stable: Weisfeiler-Lehman), never by its
   position in the loop's tuple;
-* a chain of ``add`` of one shape is the multiset of what it sums;
+* a linear region (a run of adds, subtracts, negations, multiplies and divides by a literal: linear_forms.py) is the
+  multiset of the values it combines, each with its weight: a sum over the leaves (a global norm) or a running mean
+  over them (nanodo's metrics: ``m * (S / S') + sum(x) / S'``, literals computed for the order of the leaves) in
+  another order is the same combination, its weights alike as far as the literals' rounding explains;
 * the entry's outputs are keyed by the parameter each aliases (its pair), the others counted as a multiset.
 
 RNG derivation is part of the program (issue 37 item 5): every ``fold_in``, split and draw numbers as what it is.
@@ -30,10 +33,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 
 from hlo_audit.hlo.changes import RNG_DERIVATION, Action, Change, ChangeKind
 from hlo_audit.hlo.header import output_aliases, position_entries
+from hlo_audit.hlo.linear_forms import Region, Regions, WeightIds, linear_regions
 from hlo_audit.hlo.match import ModuleMatch, ParamPair
 from hlo_audit.hlo.match_passes import MatchSide, canonical_shape
 from hlo_audit.hlo.rng_flow import is_fold_in, random_computations
@@ -67,8 +72,10 @@ def same_program(old: HloModule, new: HloModule, pairs: Sequence[tuple[int, int]
     """Whether ``old`` and ``new`` are one program when the entry parameters numbered ``pairs`` (old, new) are the
     same one, whatever the order of leaves (module doc). ``salts_may_differ``: whether the salts folded into keys
     may differ as a one-to-one correspondence (parameters were renamed); else they must be the same."""
-    old_side = MatchSide(old, {o: ("pair", n) for n, (o, _) in enumerate(pairs)})
-    new_side = MatchSide(new, {q: ("pair", n) for n, (_, q) in enumerate(pairs)})
+    old_regions, new_regions = linear_regions(old), linear_regions(new)
+    weights = WeightIds((old_regions, new_regions))
+    old_side = _Side(MatchSide(old, {o: ("pair", n) for n, (o, _) in enumerate(pairs)}), old_regions, weights)
+    new_side = _Side(MatchSide(new, {q: ("pair", n) for n, (_, q) in enumerate(pairs)}), new_regions, weights)
 
     def prints(salt: SaltNumbers | tuple[SaltNumbers, SaltNumbers]) -> tuple[tuple, tuple]:
         a, b = salt if isinstance(salt, tuple) else (salt, salt)
@@ -152,7 +159,21 @@ def _random_calls(module: HloModule) -> tuple[int, int]:
     return calls, others
 
 
-def _salt_labels(side: MatchSide) -> dict[Salt, int] | None:
+@dataclass(frozen=True)
+class _Side:
+    """One module as the numbering reads it: the match's view of it (fingerprints, its parameters' pairs) and its
+    linear regions, their weights numbered with the other module's."""
+
+    match: MatchSide
+    regions: Regions
+    weights: WeightIds
+
+    @property
+    def module(self) -> HloModule:
+        return self.match.module
+
+
+def _salt_labels(side: _Side) -> dict[Salt, int] | None:
     """Each salt's label: the entry numbered with that salt alone told apart from the others (what it reaches), or
     None where two salts reach alike (they could not be told apart on the other side either)."""
     salts = sorted(set(fold_in_salts(side.module)))
@@ -179,18 +200,19 @@ class _Values:
     """Each instruction's value number (module doc): what it computes, routing followed rather than numbered, so
     that leaves carried in another order are the same values."""
 
-    def __init__(self, side: MatchSide, salts: SaltNumbers):
+    def __init__(self, side: _Side, salts: SaltNumbers):
         self.module = side.module
-        self.side = side
-        self.keys = side.param_keys
+        self.side = side.match
+        self.regions = side.regions
+        self.weights = side.weights
+        self.keys = side.match.param_keys
         self.salts = salts
 
     def computation(self, comp: Computation, params: list[Value] | None) -> dict[str, Value]:
-        users = Counter(ref for instr in comp.instructions for ref in instr.operands)
         values: dict[str, Value] = {}
         for instr in comp.instructions:
             operands = [values.get(ref, 0) for ref in instr.operands]
-            values[instr.name] = self.instruction(comp, instr, operands, params, users, values)
+            values[instr.name] = self.instruction(comp, instr, operands, params, values)
         return values
 
     def called(self, name: str | None, args: list[Value]) -> Value | None:
@@ -198,7 +220,7 @@ class _Values:
         return None if callee is None else self.computation(callee, args)[callee.root.name]
 
     def instruction(self, comp: Computation, instr: Instruction, operands: list[Value], params: list[Value] | None,
-                    users: Counter, values: dict[str, Value]) -> Value:
+                    values: dict[str, Value]) -> Value:
         op = instr.opcode
         if op == "parameter":
             number = instr.parameter_number
@@ -226,11 +248,21 @@ class _Values:
             value = self._branches(instr, operands)
             if value is not None:
                 return value
-        if op == "add":
-            summed = sorted(_flat(v) for v in _summed(comp, instr, users, values))
-            return hash(("add*", canonical_shape(instr.shape), tuple(summed)))
+        region = self.regions.by_root.get(id(instr))
+        if region is not None:
+            return self._combination(instr, region, values)
+        if id(instr) in self.regions.inside:  # read only by its region's last op, which looks into it
+            return hash(("inside a linear region", self.side.own[id(instr)]))
         callees = tuple(self.side.comp_fp.get(c, 0) for c in instr.called_computations())
         return hash((self.side.own[id(instr)], callees, tuple(_flat(v) for v in operands)))
+
+    def _combination(self, instr: Instruction, region: Region, values: dict[str, Value]) -> int:
+        """A linear region's value (module doc): its ops, the multiset of its terms' values with their weights'
+        numbers, and its offset's."""
+        weight = self.weights
+        terms = sorted((_flat(values.get(name, 0)), weight(w, region.precision)) for name, w in region.terms)
+        return hash(("linear", canonical_shape(instr.shape), region.ops, tuple(terms),
+                     weight(region.offset, region.precision)))
 
     def _salted(self, comp: Computation, ref: str, value: Value) -> Value:
         salt = _salt(comp, ref)
@@ -280,9 +312,9 @@ def _flat(value: Value) -> int:
     return hash(tuple(_flat(v) for v in value)) if isinstance(value, tuple) else value
 
 
-def _entry_print(side: MatchSide, salts: SaltNumbers) -> tuple:
+def _entry_print(side: _Side, salts: SaltNumbers) -> tuple:
     """The entry numbered (``_Values``): its outputs keyed by the parameter each aliases, and what nothing reads."""
-    module, keys = side.module, side.param_keys
+    module, keys = side.module, side.match.param_keys
     entry = module.entry
     values = _Values(side, salts).computation(entry, None)
     root = entry.root
@@ -312,17 +344,3 @@ def _header_print(header: Mapping[str, str]) -> tuple:
         else:
             printed.append((key, tuple(sorted(t for t in _POSITION_TOKENS.split(value) if t))))
     return tuple(printed)
-
-
-def _summed(comp: Computation, instr: Instruction, users: Counter, values: dict[str, Value]) -> list[Value]:
-    """What a chain of ``add`` of one shape sums: the operands of the adds only it reads, flattened."""
-    found, stack = [], list(instr.operands)
-    while stack:
-        ref = stack.pop()
-        operand = comp.by_name.get(ref)
-        if operand is not None and operand.opcode == "add" and users[ref] == 1 and \
-                operand.shape.text == instr.shape.text:
-            stack.extend(operand.operands)
-        else:
-            found.append(values.get(ref, 0))
-    return found

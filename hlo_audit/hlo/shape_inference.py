@@ -152,7 +152,8 @@ def _same_type_ignoring_precision(a: Shape, b: Shape) -> bool:
     return a.dtype == b.dtype or (_is_float(a.dtype) and _is_float(b.dtype))
 
 
-def _significand(dtype: str) -> int:
+def significand_bits(dtype: str) -> int:
+    """The bits of a float dtype's significand, its implicit one included (f32: 24); 0 for any other dtype."""
     m = _MANTISSA.fullmatch(dtype)
     return int(m.group(1)) + 1 if m else _FLOAT_SIGNIFICAND.get(dtype, 0)
 
@@ -165,7 +166,7 @@ def _higher_precision(a: Shape, b: Shape) -> str:
 def _higher_type(a: str, b: str) -> str:
     if a == b or not (_is_float(a) and _is_float(b)):
         return a
-    return b if (element_bits(b) or 0, _significand(b)) > (element_bits(a) or 0, _significand(a)) else a
+    return b if (element_bits(b) or 0, significand_bits(b)) > (element_bits(a) or 0, significand_bits(a)) else a
 
 
 # -- attributes ------------------------------------------------------------------------------------------------
