@@ -4,7 +4,8 @@ What a reviewer asks of two lowerings: did the entry parameters change (which, g
 program change, is every difference RNG bookkeeping, and if not, what changed and where? The verdict ladder:
 
 ``identical`` (same text) < ``identical-after-normalization`` (same canonical text, and the same kernels:
-kernels.py) < ``rng-state-only`` (the same once RNG state is stripped from both) < ``renamed-only`` (the same
+kernels.py) < ``rng-state-only`` (the same once RNG state is stripped from both, and the draws' keys no less sound:
+none drawn twice or from a literal where the other side's are not, rng_keys.py) < ``renamed-only`` (the same
 once RNG state is stripped and the new module's entry parameters carry their partners' state paths: match.py)
 < ``changed`` (with the kinds of change). ``renamed-only`` is no difference in the program: like the first two it
 is not a difference `diff`'s exit code reports, and its renames are listed.
@@ -36,7 +37,7 @@ from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation, same_program
 from hlo_audit.hlo.rng import strip_rng_state
-from hlo_audit.hlo.rng_keys import key_changes, placed
+from hlo_audit.hlo.rng_keys import key_changes, placed, same_draws
 from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Computation, HloModule, cyclic_gc_paused
 
@@ -368,7 +369,12 @@ def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_d
     has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
     a, b = _stripped(old, old_text, has_rng_state), _stripped(new, new_text, has_rng_state)
     if has_rng_state and a.canonical == b.canonical and not kernels_differ:
-        return _Verdict("rng-state-only", [], added, removed)
+        if same_draws(old.keys, new.keys):
+            return _Verdict("rng-state-only", [], added, removed)
+        # Stripping takes out every key and what is computed from it, draws included: a key handed on unsplit strips
+        # to the program its split had. The draws' keys are no bookkeeping where one side draws from a key twice or
+        # from a literal where the other does not: the bits the draws see differ (named: rng_keys.key_changes).
+        return _Verdict("changed", ["rng"], added, removed, [rng_derivation(old.module, new.module)])
     match = match_modules(a.module, b.module, a.kept, b.kept)
     old_places, new_places = (_through_stripping(old.module, a.module, places[0]),
                               _through_stripping(new.module, b.module, places[1]))
