@@ -46,6 +46,7 @@ from hlo_audit.hlo.launch_groups import group_delta
 from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.params import roles_by_pattern
+from hlo_audit.hlo.rng_keys import KeyReport, key_changes
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.scaling import Series, rng_slope
@@ -289,6 +290,20 @@ class CellDelta:
     @property
     def golden(self) -> GoldenRecord:
         return self.stored.record
+
+    @cached_property
+    def key_changes(self) -> tuple[Change, ...]:
+        """Literal and reused RNG keys beyond the golden's, or fewer (``hlo.rng_keys``): the structural diff's, where
+        the texts show their draws; where the cell's stage text is XLA's (``LoweredCell.key_hazards``: jax.random's
+        calls inlined and fused, no draw to see), those its stage read from the module XLA was handed against the
+        golden's record of them, text or no text (none compared where the golden kept none: written before it did)."""
+        now = self.result.key_hazards
+        if now is None:
+            return self.structural.named(ChangeKind.RNG_KEYS) if self.structural is not None else ()
+        before = self.golden.key_hazards
+        if before is None:
+            return ()
+        return tuple(key_changes(KeyReport(tuple(h.hazard for h in before)), now))
 
     @property
     def stack_moved(self) -> tuple[EnvironmentChange, ...]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.changes import LITERAL_KEY, LOOP_KEY, REUSED_KEY, Action, Change, ChangeKind, Place
@@ -534,6 +534,47 @@ class PlacedHazard:
         if self.hazard.kind == LITERAL:
             return LITERAL_KEY
         return LOOP_KEY if self.hazard.in_loop and len(self.places) == 1 else REUSED_KEY
+
+    def to_record(self) -> dict:
+        """JSON, all of it: a stage keeps it beside a text that cannot say it (``stages.program.keys_before_xla``) and a
+        golden keeps it to compare with (``key_changes``)."""
+        h = self.hazard
+        return {**h.to_record(), "signature": [list(s) for s in h.signature],
+                "places": [p.to_record() for p in self.places], "paths": list(self.paths)}
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> PlacedHazard:
+        hazard = KeyHazard(r["kind"], tuple(tuple(s) for s in r["sites"]), r["draws"], r["in_loop"],
+                           tuple(r["params"]), tuple(tuple(s) for s in r["signature"]))
+        return cls(hazard, tuple(Place.from_record(p) for p in r["places"]), tuple(r["paths"]))
+
+
+def hazard_record_problem(record) -> str | None:
+    """Why ``record`` is not a ``PlacedHazard.to_record`` (a golden's claim, checked before it is read), or None."""
+    def pairs(v) -> bool:
+        return isinstance(v, list) and all(isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
+                                           for s in v)
+
+    def strings(v) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    def place(v) -> bool:
+        return isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("computation", "op_name", "source")) \
+            and strings(v.get("paths"))
+
+    checks = {"kind": lambda v: v in (LITERAL, REUSED), "sites": pairs, "signature": pairs,
+              "draws": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+              "in_loop": lambda v: isinstance(v, bool),
+              "params": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                              for x in v),
+              "places": lambda v: isinstance(v, list) and all(place(p) for p in v), "paths": strings}
+    if not isinstance(record, dict):
+        return "not an object"
+    unknown = next((k for k in record if k not in checks), None)
+    if unknown is not None:
+        return f"unknown key {unknown!r}"
+    return next((f"{k!r} is missing or malformed" for k, ok in checks.items() if k not in record or not ok(record[k])),
+                None)
 
 
 def placed(report: KeyReport, module: HloModule, params: Sequence[EntryParam],
