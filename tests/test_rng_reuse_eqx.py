@@ -119,12 +119,15 @@ def target(cell):
 """
 
 
-def test_check_names_the_reused_key_at_the_layer_whatever_the_text_rule_says(tmp_path):
+@pytest.mark.parametrize("stage", ["lowered", "compiled"])
+def test_check_names_the_reused_key_at_the_layer_whatever_the_text_rule_says(tmp_path, stage):
     """The golden is the encoder that splits per layer; the same cell with the key handed on unsplit fails the gate by
-    the key rule, with the text rule advisory (a text that strips to the golden's was once "RNG bookkeeping" there)."""
+    the key rule, with the text rule advisory (a text that strips to the golden's was once "RNG bookkeeping" there).
+    Compiled too: XLA's text shows no draw, the keys are those of the module jax handed it."""
     (tmp_path / "steps.py").write_text(TARGET)
-    (tmp_path / "hlo-audit.toml").write_text('target = "steps:target"\nmodels = ["bert"]\nscan = ["off"]\n'
-                                             'quant = ["none"]\nlayers = [2]\n[policy]\nhlo_text = "warn"\n')
+    (tmp_path / "hlo-audit.toml").write_text(f'target = "steps:target"\nmodels = ["bert"]\nscan = ["off"]\n'
+                                             f'quant = ["none"]\nlayers = [2]\nstage = "{stage}"\n'
+                                             '[policy]\nhlo_text = "warn"\n')
     assert hlo_audit_here(tmp_path, "golden", "update", env={"STEP_VARIANT": "split"}).returncode == 0
 
     def check(variant: str):

@@ -28,8 +28,14 @@ What is not reuse, by construction:
 * an ``opt-barrier``'s results are values of their own: a rematerialized layer's backward pass draws the bits its
   forward pass drew, from the key read back through its barrier, by design.
 
+One mistake is one hazard: a key computed from another hazard's key of the same kind (the keys split from a key drawn
+twice are drawn twice because it is; those split from a literal key are literal because it is) is its consequence,
+not listed. jax's functions are known by name whatever specialization MLIR renamed (``threefry2x32_1``,
+``_bernoulli_11``: ``rng_flow.function_name``).
+
 Where jax's random computations are not calls (an optimized dump inlines and fuses them) no draw is seen: nothing is
-reported there, never a false alarm.
+reported there, never a false alarm. Stages optimized and compiled therefore read the keys of the module jax hands
+XLA (``stages.program.keys_before_xla``), kept beside XLA's text.
 """
 
 from __future__ import annotations
