@@ -45,9 +45,9 @@ _RANDOM_COMPUTATION = re.compile(
     r"_*(threefry\w*|philox\w*|rbg\w*|unsafe_rbg\w*|random_bits|bernoulli|uniform|truncated_normal|randint|gumbel"
     r"|categorical)", re.IGNORECASE)
 _NAME_SUFFIX = re.compile(r"(\.[0-9a-f]+)+$")
-# MLIR's symbol table renames a function whose name is taken by appending ``_N``: jax lowers each other specialization of
-# one function (a split of a batched key beside a split of one key) as ``_threefry_split_0``, ``threefry2x32_1``,
-# ``_bernoulli_11``.
+# MLIR's symbol table renames a function whose name is taken by appending ``_N``: jax lowers each other
+# specialization of one function (a split of a batched key beside a split of one key) as ``_threefry_split_0``,
+# ``threefry2x32_1``, ``_bernoulli_11``.
 _MLIR_RENAME = re.compile(r"_\d+$")
 # jax's fold_in as it lowers it, per PRNG implementation (a call of its own computation).
 _FOLD_IN = re.compile(r"_*(threefry|rbg|unsafe_rbg)_fold_in")
