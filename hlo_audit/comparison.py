@@ -47,6 +47,7 @@ from hlo_audit.hlo.locations import Places, text_places
 from hlo_audit.hlo.mesh import DeclaredSizes
 from hlo_audit.hlo.normalize import normalize_with_names
 from hlo_audit.hlo.params import roles_by_pattern
+from hlo_audit.hlo.rng_keys import KeyReport, key_changes
 from hlo_audit.lowering import MEMORY_KINDS
 from hlo_audit.results import CellResult, LoweredCell
 from hlo_audit.scaling import Series, rng_slope
@@ -83,22 +84,25 @@ class Structural:
 
     @classmethod
     def of(cls, golden_text: str, text: str, places: Places | None = None, max_text_lines: int = 0,
-           params: ParamDelta | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> Structural:
+           params: ParamDelta | None = None, mesh_sizes: DeclaredSizes = (None, None),
+           keys: tuple[KeyReport, KeyReport] | None = None) -> Structural:
         """``places``: the cell's op_name and source by instruction of ``text`` (``CellResult.places``); ``params``:
         the cell's comparison's (``CellDelta.params``: one object for the cell, not a second count of the texts);
-        ``mesh_sizes``: the sizes each side's config gave its target mesh (``hlo.mesh``)."""
+        ``mesh_sizes``: the sizes each side's config gave its target mesh (``hlo.mesh``); ``keys``: each side's RNG
+        keys where the texts cannot say them (``hlo.diff.diff_modules``)."""
         return cls.of_analyses(analyze(golden_text, "golden"), analyze(text, "now"), places, max_text_lines, params,
-                               mesh_sizes=mesh_sizes)
+                               mesh_sizes=mesh_sizes, keys=keys)
 
     @classmethod
     def of_analyses(cls, before: Analysis, after: Analysis, places: Places | None = None,
                     max_text_lines: int = 0, params: ParamDelta | None = None,
-                    places_before: Places | None = None, mesh_sizes: DeclaredSizes = (None, None)) -> Structural:
+                    places_before: Places | None = None, mesh_sizes: DeclaredSizes = (None, None),
+                    keys: tuple[KeyReport, KeyReport] | None = None) -> Structural:
         """``params``: the entry parameters' comparison where the caller has it; else the two modules' own
         (``ParamDelta.between``, as a cell's comparison makes its own). ``places`` / ``places_before``: each side's
         (``hlo.diff.diff_modules``)."""
         diff = diff_modules(before, after, max_text_lines=max_text_lines, new_places=places, old_places=places_before,
-                            mesh_sizes=mesh_sizes)
+                            mesh_sizes=mesh_sizes, keys=keys)
         if params is None:
             params = ParamDelta.between(before.summary, after.summary, roles_by_pattern(before.params),
                                         roles_by_pattern(after.params))
@@ -318,6 +322,25 @@ class CellDelta:
     def golden(self) -> GoldenRecord:
         return self.stored.record
 
+    def _keys_beside_texts(self) -> tuple[KeyReport, KeyReport] | None:
+        """The golden's and the cell's RNG keys where their texts are XLA's and show no draw (``key_changes``); None
+        where the texts say them, or the golden kept none."""
+        if self.result.key_hazards is None or self.golden.key_hazards is None:
+            return None
+        return KeyReport(tuple(h.hazard for h in self.golden.key_hazards)), \
+            KeyReport(tuple(h.hazard for h in self.result.key_hazards))
+
+    @cached_property
+    def key_changes(self) -> tuple[Change, ...]:
+        """Literal and reused RNG keys beyond the golden's, or fewer (``hlo.rng_keys``): the structural diff's, where
+        the texts show their draws; where the cell's stage text is XLA's (``LoweredCell.key_hazards``: jax.random's
+        calls inlined and fused, no draw to see), those its stage read from the module XLA was handed against the
+        golden's record of them, text or no text (none compared where the golden kept none: written before it did)."""
+        if self.result.key_hazards is None:
+            return self.structural.named(ChangeKind.RNG_KEYS) if self.structural is not None else ()
+        beside = self._keys_beside_texts()
+        return () if beside is None else tuple(key_changes(beside[0], self.result.key_hazards))
+
     @property
     def stack_moved(self) -> tuple[EnvironmentChange, ...]:
         """The compiler stack's changes against the golden's (``stack.is_compiler``): what another compiler prints
@@ -377,7 +400,7 @@ class CellDelta:
         if not self.texts_differ:
             return None
         made = Structural.of(*self.texts, self.result.places, params=self.params,
-                             mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes))
+                             mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes), keys=self._keys_beside_texts())
         if self.config_changed:
             named = [replace(c, place=replace(c.place, config=_config_lines(c, self.config_changed), on_change=True))
                      if c.kind is ChangeKind.SHARDING else c for c in made.diff.named]

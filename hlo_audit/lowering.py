@@ -16,6 +16,7 @@ from pathlib import Path
 from hlo_audit.hlo.constants import CapturedArray
 from hlo_audit.hlo.locations import Metadata
 from hlo_audit.hlo.params import ArgLeaf
+from hlo_audit.hlo.rng_keys import PlacedHazard
 
 
 class Unavailable(Exception):
@@ -179,6 +180,9 @@ class Lowering:
     # devices): what a sharding is judged on where the module lowered on the host's one device. None: the target
     # said none (a callable's), and the module's own mesh is all there is.
     mesh_sizes: dict[str, int | None] | None = None
+    # The literal and reused keys of jax's module before XLA's passes, where ``text`` is XLA's (stages optimized and
+    # compiled: ``stages.program.keys_before_xla``); None where the text shows its own draws (stage lowered).
+    key_hazards: tuple[PlacedHazard, ...] | None = None
 
     def meta(self) -> dict:
         """Everything but the text, as the cache stores it beside the text (JSON)."""
@@ -189,6 +193,7 @@ class Lowering:
                 "note": self.note, "memory": self.memory, "cost": self.cost, "dump": self.dump,
                 "literal_digests": [list(d) for d in self.literal_digests], "call_leaves": self.call_leaves,
                 "mesh_sizes": self.mesh_sizes,
+                **({"key_hazards": [h.to_record() for h in self.key_hazards]} if self.key_hazards is not None else {}),
                 **({"metadata": self.metadata.to_record()} if self.metadata is not None else {})}
 
     @classmethod
@@ -202,4 +207,6 @@ class Lowering:
                    note=meta.get("note", ""), memory=meta.get("memory"), cost=meta.get("cost"),
                    dump=meta.get("dump"), literal_digests=tuple(tuple(d) for d in meta.get("literal_digests", ())),
                    metadata=Metadata.from_record(meta["metadata"]) if meta.get("metadata") is not None else None,
-                   call_leaves=meta.get("call_leaves"), mesh_sizes=meta.get("mesh_sizes"))
+                   call_leaves=meta.get("call_leaves"), mesh_sizes=meta.get("mesh_sizes"),
+                   key_hazards=None if meta.get("key_hazards") is None else tuple(
+                       PlacedHazard.from_record(h) for h in meta["key_hazards"]))

@@ -17,6 +17,7 @@ from hlo_audit.analysed import CodeReach, Constants, Launches, ModelReach, Param
 from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.locations import Places, places_from_record, places_to_record
 from hlo_audit.hlo.params import ParamSummary, roles_by_pattern
+from hlo_audit.hlo.rng_keys import PlacedHazard
 from hlo_audit.host_cost import HostFigure, leaves_per_call
 from hlo_audit.matrix import Cell
 from hlo_audit.usage import InputError
@@ -110,7 +111,9 @@ class CellResult:
             environment=record["environment"], hlo_sha256=record["hlo_sha256"],
             lower_seconds=record["lower_seconds"],
             model=None if record.get("model") is None else ModelReach.from_record(record["model"]),
-            reach=None if record.get("reach") is None else CodeReach.from_record(record["reach"]))
+            reach=None if record.get("reach") is None else CodeReach.from_record(record["reach"]),
+            key_hazards=None if record.get("key_hazards") is None else tuple(
+                PlacedHazard.from_record(h) for h in record["key_hazards"]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +182,9 @@ class LoweredCell(CellResult):
     # What of the code under test its lowering reached (``analysed.CodeReach``: files used, lines run, lines its
     # program names), for ``check --changes``; None where not recorded (a text read from a file, a check report).
     reach: CodeReach | None = field(default=None, repr=False)
+    # The literal and reused keys of jax's module before XLA's passes, where the stage's text is XLA's and shows no draw
+    # (``Lowering.key_hazards``): what its golden keeps to compare with; None where the text says them (stage lowered).
+    key_hazards: tuple[PlacedHazard, ...] | None = None
 
     @property
     def leaves_per_call(self) -> int | None:
@@ -261,6 +267,8 @@ class LoweredCell(CellResult):
             record["model"] = self.model.to_record()
         if self.reach is not None:
             record["reach"] = self.reach.to_record()
+        if self.key_hazards is not None:
+            record["key_hazards"] = [h.to_record() for h in self.key_hazards]
         if warnings is not None:
             record["warnings"] = warnings
         return record

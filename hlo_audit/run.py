@@ -67,7 +67,10 @@ def analyze_lowering(cell: Cell, lowering: Lowering, seconds: float, key: str, e
         cell=cell, message=lowering.note, summary=analysis.summary,
         params=tuple(Param.of(p) for p in analysis.params),
         opcodes=dict(sorted(opcode_dtype_histogram(analysis.module).items())),
-        rng=RngSummary.of(analysis.rng, _key_hazards(analysis, names, places)),
+        # XLA's text shows no draw: its stage read the keys from the module XLA was handed.
+        rng=RngSummary.of(analysis.rng, lowering.key_hazards if lowering.key_hazards is not None else
+                          _key_hazards(analysis, names, places)),
+        key_hazards=lowering.key_hazards,
         memory=lowering.memory, cost=lowering.cost, constants=Constants.of(analysis.constants), environment=env,
         launches=Launches.of(launches) if launches is not None else None,
         kernels_by_name=kernel_digests(analysis.module) or None,

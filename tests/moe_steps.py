@@ -21,8 +21,11 @@ cache at a position, attends over the cache and passes what it read through one 
 * ``top_k=2``: each token routed to its 2 best experts (``top_k``) instead of the best (``argmax``);
 * ``one_hot_embed=True``: the embedding as ``one_hot(tokens) @ embed`` instead of a gather.
 
+``SAMPLING`` are the decode step's: it samples its next token from a key it is given (``sampled``), or from
+``PRNGKey(0)`` written in the step (``sampled_literal_key``: every call draws the same bits).
+
 ``target(cell)``: the callable target (``cell.model`` ``moe`` or ``decode``; ``cell.quant`` a name of
-``VARIANTS`` or ``base``; ``cell.layers`` the depth).
+``VARIANTS``, of ``SAMPLING`` or ``base``; ``cell.layers`` the depth).
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class Variant:
     router_bf16: bool = False
     top_k: int = 1
     one_hot_embed: bool = False
+    # The decode step samples its next token: from a key it is given ("key"), or from PRNGKey(0) written in the step
+    # ("literal": every call draws the same bits); "": it returns the attention block's output only.
+    sample: str = ""
 
 
 VARIANTS = {
@@ -62,6 +68,8 @@ VARIANTS = {
     "top_2": Variant(top_k=2),
     "one_hot_embed": Variant(one_hot_embed=True),
 }
+# The decode step's sampling, apart from ``VARIANTS`` (train-step changes besides, run by every MoE test).
+SAMPLING = {"sampled": Variant(sample="key"), "sampled_literal_key": Variant(sample="literal")}
 
 
 def _block_shapes() -> dict:
@@ -162,7 +170,7 @@ def decode_traced(variant: Variant):
     cache = {"k": jax.ShapeDtypeStruct((variant.cache, HEADS, WIDTH // HEADS), f32),
              "v": jax.ShapeDtypeStruct((variant.cache, HEADS, WIDTH // HEADS), f32)}
 
-    def decode_step(params, cache, x, pos):
+    def decode_step(params, cache, x, pos, key=None):
         def heads(w):
             return (x @ params[w]).reshape(1, HEADS, WIDTH // HEADS)
 
@@ -172,16 +180,22 @@ def decode_traced(variant: Variant):
         scores = jnp.where(jnp.arange(variant.cache)[None] <= pos, scores, -1e9)
         out = jnp.einsum("ht,thd->hd", jax.nn.softmax(scores, axis=-1), v).reshape(WIDTH) @ params["wo"]
         out, _ = _moe(params["moe"], out[None], variant)
-        return out[0], {"k": k, "v": v}
+        if not variant.sample:
+            return out[0], {"k": k, "v": v}
+        sample_key = jax.random.PRNGKey(0) if variant.sample == "literal" else key
+        token = jax.random.categorical(sample_key, out[0])
+        return out[0], token, {"k": k, "v": v}
 
-    return jax.jit(decode_step, donate_argnums=1).trace(params, cache, jax.ShapeDtypeStruct((WIDTH,), f32),
-                                                       jax.ShapeDtypeStruct((), jnp.int32))
+    args = (params, cache, jax.ShapeDtypeStruct((WIDTH,), f32), jax.ShapeDtypeStruct((), jnp.int32))
+    if variant.sample:
+        args += (jax.ShapeDtypeStruct((2,), jnp.uint32),)
+    return jax.jit(decode_step, donate_argnums=1).trace(*args)
 
 
 def target(cell):
     """A callable target: ``cell.model`` ``moe`` (the train step) or ``decode``, ``cell.quant`` ``base`` or a name of
-    ``VARIANTS``, ``cell.layers`` the depth."""
-    variant = dataclasses.replace(VARIANTS.get(cell.quant, Variant()), layers=cell.layers)
+    ``VARIANTS`` or ``SAMPLING``, ``cell.layers`` the depth."""
+    variant = dataclasses.replace(VARIANTS.get(cell.quant) or SAMPLING.get(cell.quant, Variant()), layers=cell.layers)
     return decode_traced(variant) if cell.model == "decode" else train_traced(variant)
 
 

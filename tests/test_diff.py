@@ -108,6 +108,20 @@ def test_count_increments_are_bookkeeping():
     assert d.opcode_dtype_delta == {"add:u32": 1, "constant:u32": 1, "parameter:u32": 2}
 
 
+def test_keys_read_beside_texts_that_show_no_draw_decide_whether_it_is_bookkeeping():
+    """XLA's texts show no draw: the keys a stage read of the module jax handed XLA (``keys``) decide whether RNG state
+    is all that differs. One side drawing from a key twice is no bookkeeping (issue 47, item 3)."""
+    from hlo_audit.hlo.rng_keys import REUSED, KeyHazard, KeyReport
+
+    old, new = analyze(NO_COUNTER, "fixed"), analyze(COUNTER, "leaky")
+    drawn_twice = KeyHazard(REUSED, (("main", "a"), ("main", "b")), 2, False, (), (("main", "bernoulli"),) * 2)
+    assert diff_modules(old, new, keys=(KeyReport(), KeyReport())).verdict == "rng-state-only"
+    assert diff_modules(old, new, keys=(KeyReport((drawn_twice,)), KeyReport((drawn_twice,)))).verdict == \
+        "rng-state-only"
+    d = diff_modules(old, new, keys=(KeyReport(), KeyReport((drawn_twice,))))
+    assert (d.verdict, d.changes) == ("changed", ["rng"])
+
+
 def test_rng_used_by_the_model_is_a_change():
     drawn = COUNTER.replace("%y = f32[4]{0} multiply(%w, %b)",
                             "%c = f32[] convert(%state__rngs____count___value.1)\n"

@@ -93,6 +93,34 @@ def test_a_donated_kv_cache_that_doubled_is_no_donation_improvement(tmp_path):
             assert inputs and set(inputs[0]["place"]["paths"]) == {"cache.k", "cache.v"}, shapes
 
 
+def test_a_literal_key_in_a_compiled_decode_step_is_named_by_the_key_rule(tmp_path):
+    """The decode step samples its next token from PRNGKey(0) written in the step instead of the key it is given
+    (issue 47, item 3). Compiled, XLA inlines and fuses jax.random's calls (threefry's rounds a while loop among the
+    model's fusions, the literal key's halves folded into constants): the text shows no draw, and the only finding was
+    "program size: +188 instructions". The key rule reads the keys of the module XLA was handed, kept by the stage and
+    by the golden, and names the literal key at the model's line; the golden's own cell has none."""
+    shutil.copy(ms.__file__, tmp_path / "moe_steps.py")
+    extra = 'stage = "compiled"\n[policy]\nhlo_text = "warn"\n'
+    write_config(tmp_path, "decode", ["sampled"], 1, extra)
+    assert hlo_audit_here(tmp_path, "golden", "update").returncode == 0
+    golden, base, literal = tmp_path / "golden", cell("decode", "sampled", 1), cell("decode", "sampled_literal_key", 1)
+    assert json.loads((golden / f"{base}/compiled.json").read_text())["key_hazards"] == []
+    golden_of_base_for(golden, base, literal, "/compiled")
+    write_config(tmp_path, "decode", ["sampled", "sampled_literal_key"], 1, extra)
+    code, report = check(tmp_path)
+    named = {f["cell"]: f for f in report["findings"] if f["rule"] == "rng_keys"}
+    assert code == 1 and set(named) == {f"{literal}/compiled"}, report["findings"]
+    finding = named[f"{literal}/compiled"]
+    assert finding["severity"] == "regression", finding
+    where = ms_line("jax.random.categorical(sample_key, out[0])")
+    assert f"a literal key drawn from at {where}" in finding["message"], finding["message"]
+    assert "literal keys 0 -> 1" in finding["message"], finding["message"]
+    # `rng` of the compiled cell lists it too (from the module XLA was handed).
+    ran = hlo_audit_here(tmp_path, "rng", f"{literal}/compiled", env={"COLUMNS": "200"})
+    said = " ".join(ran.stdout.split())
+    assert ran.returncode == 1 and f"literal: a key computed from constants alone, drawn from at {where}" in said, said
+
+
 MOE_VARIANTS = ("scan", "micro_8", "aux_dropped", "no_loss_scale", "where_update", "top_2", "router_bf16")
 
 

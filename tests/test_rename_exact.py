@@ -66,8 +66,11 @@ def test_a_rename_with_salts_collapsed_is_an_rng_change(tmp_path):
 
 
 def test_salts_collapsed_without_a_rename_still_fail():
+    """Both layers folding one salt draw one mask: a key drawn twice, which strips to the program of two salts but
+    is no RNG bookkeeping (issue 47): changed (rng), the reused key named."""
     d = diff(rm.salted(), rm.salted(salts=(11, 11)))
-    assert d.differs and d.verdict == "rng-state-only"
+    assert d.differs and (d.verdict, d.changes) == ("changed", ["rng"])
+    assert [(c.subject, c.before, c.after) for c in kinds(d, ChangeKind.RNG_KEYS)] == [("reused key", "0", "1")]
 
 
 def test_a_rename_with_a_key_folded_once_more_is_an_rng_change():

@@ -31,6 +31,7 @@ from typing import Any
 
 from hlo_audit.analysed import GOLDEN_LAUNCH_FIELDS
 from hlo_audit.hlo.params import ParamCounts, ParamSummary
+from hlo_audit.hlo.rng_keys import PlacedHazard, hazard_record_problem
 from hlo_audit.hlo.text import HloParseError, parse_module
 from hlo_audit.host_cost import HostFigure, figure_problem, leaves_per_call
 from hlo_audit.matrix import Cell
@@ -122,6 +123,10 @@ class GoldenRecord(ParamCounts):
     # The sizes the cell's config gave its target mesh (``LoweredCell.mesh_sizes``): its shardings' side of the
     # sharding rule's split arithmetic; None: the target said none, or a golden written before they were kept.
     mesh_sizes: Mapping[str, int | None] | None = None
+    # The literal and reused keys of the program before XLA's passes, where the cell's stage text is XLA's and shows no
+    # draw (``LoweredCell.key_hazards``): what the key rule compares with; None: a text that says them (stage lowered),
+    # or a golden written before they were kept (nothing compared).
+    key_hazards: tuple[PlacedHazard, ...] | None = None
 
     @property
     def leaves_per_call(self) -> int | None:
@@ -165,7 +170,8 @@ class GoldenRecord(ParamCounts):
                 by_role={k: v.slope for k, v in series.by_role.items()},
                 launches={k: v.slope for k, v in series.launches.items()} if series.launches else None),
             kernels=result.kernels_by_name, host=result.host, call_leaves=result.call_leaves,
-            mesh_sizes=result.mesh_sizes)
+            mesh_sizes=result.mesh_sizes,
+            key_hazards=result.key_hazards)
 
     def to_json(self) -> Json:
         record = {"cell": self.cell, "entry_params": self.entry_params, "by_dtype": self.by_dtype,
@@ -194,6 +200,8 @@ class GoldenRecord(ParamCounts):
             record["call_leaves"] = self.call_leaves
         if self.mesh_sizes is not None:
             record["mesh_sizes"] = dict(self.mesh_sizes)
+        if self.key_hazards is not None:
+            record["key_hazards"] = [h.to_record() for h in self.key_hazards]
         if self.opcodes is None:
             del record["opcodes"]
         return record
@@ -221,7 +229,9 @@ class GoldenRecord(ParamCounts):
             format=record.get("format", FIRST_FORMAT),
             host=None if record.get("host") is None else HostFigure.from_record(record["host"]),
             measured=record.get("measured"), call_leaves=record.get("call_leaves"),
-            mesh_sizes=record.get("mesh_sizes"))
+            mesh_sizes=record.get("mesh_sizes"),
+            key_hazards=None if record.get("key_hazards") is None else tuple(
+                PlacedHazard.from_record(h) for h in record["key_hazards"]))
 
 
 _VERDICTS = ("drawn", "carried", "unknown")
@@ -398,6 +408,7 @@ _OPTIONAL_KEYS = {
     "mesh_sizes": lambda v: isinstance(v, dict) and all(isinstance(k, str) and (s is None or _is_int(s, 1))
                                                          for k, s in v.items()),
     "hlo": lambda v: v is None or isinstance(v, str), "cell": lambda v: isinstance(v, str),
+    "key_hazards": lambda v: isinstance(v, list) and all(hazard_record_problem(h) is None for h in v),
 }
 KNOWN_KEYS = frozenset({*_SUMMARY_KEYS, *_OPTIONAL_KEYS, *_NESTED})
 # The most state leaves a host figure may claim per entry parameter of its cell (+ a margin for a few small ones):

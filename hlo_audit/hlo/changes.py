@@ -54,6 +54,7 @@ across layers are one record with a count.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -128,6 +129,11 @@ class Place:
                 "paths": list(self.paths), **({"near": True} if self.near else {}),
                 **({"on_change": self.on_change} if self.on_change is not None else {}),
                 **({"config": list(self.config)} if self.config else {})}
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> Place:
+        return cls(r["computation"], r["op_name"], r["source"], tuple(r["paths"]), r.get("near", False),
+                   r.get("on_change"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ What a reviewer asks of two lowerings: did the entry parameters change (which, g
 program change, is every difference RNG bookkeeping, and if not, what changed and where? The verdict ladder:
 
 ``identical`` (same text) < ``identical-after-normalization`` (same canonical text, and the same kernels:
-kernels.py) < ``rng-state-only`` (the same once RNG state is stripped from both) < ``renamed-only`` (the same
+kernels.py) < ``rng-state-only`` (the same once RNG state is stripped from both, and the draws' keys no less sound:
+none drawn twice or from a literal where the other side's are not, rng_keys.py) < ``renamed-only`` (the same
 once RNG state is stripped and the new module's entry parameters carry their partners' state paths: match.py)
 < ``changed`` (with the kinds of change). ``renamed-only`` is no difference in the program: like the first two it
 is not a difference `diff`'s exit code reports, and its renames are listed.
@@ -38,7 +39,7 @@ from hlo_audit.hlo.normalize import normalize, normalize_with_printed
 from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.reorder import Sameness, reordered, reorders, rng_derivation, same_program
 from hlo_audit.hlo.rng import strip_rng_state
-from hlo_audit.hlo.rng_keys import key_changes, placed
+from hlo_audit.hlo.rng_keys import KeyReport, key_changes, placed, same_draws
 from hlo_audit.hlo.shapes import split_top_level
 from hlo_audit.hlo.text import Computation, HloModule, cyclic_gc_paused
 
@@ -296,11 +297,14 @@ class _Stripped:
 
 def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEXT_DIFF_LINES,
                  new_places: Places | None = None, old_places: Places | None = None,
-                 mesh_sizes: DeclaredSizes = (None, None)) -> ModuleDiff:
+                 mesh_sizes: DeclaredSizes = (None, None),
+                 keys: tuple[KeyReport, KeyReport] | None = None) -> ModuleDiff:
     """The verdict, the parameter and op deltas, every change named, and ``max_text_lines`` of the normalized text
     diff (0: none, and none computed). ``new_places``: where ``new`` is a canonical text printed without metadata,
     each instruction's op_name and source (``hlo.locations.canonical_places``), which place its changes;
-    ``old_places``: the same of ``old`` where its own text said them (a dump; a golden's says none)."""
+    ``old_places``: the same of ``old`` where its own text said them (a dump; a golden's says none); ``keys``: each
+    side's literal and reused keys where its text cannot say them (XLA's, which shows no draw: what the stage read of
+    the module jax handed XLA), which decide whether RNG state is all that differs."""
     added, removed = _param_groups(old, new)
     # The same text, and the same values behind the constants it elides: nothing to normalize.
     same_text = old.text == new.text and old.literal_digests == new.literal_digests
@@ -313,7 +317,7 @@ def diff_modules(old: Analysis, new: Analysis, max_text_lines: int = DEFAULT_TEX
     else:
         with cyclic_gc_paused():  # the match and its kinds build millions of objects, none in a cycle (text.py)
             judged = _judge(old, new, old_text, new_text, kernels_differ, added, removed, (old_places, new_places),
-                            mesh_sizes)
+                            mesh_sizes, keys or (old.keys, new.keys))
     text_diff, omitted = _text_diff(old, new, old_text, new_text, judged.verdict, max_text_lines)
     moved = _computations_moved(judged, old_text, new_text)
     return ModuleDiff(
@@ -372,13 +376,19 @@ def _through_stripping(before: HloModule, after: HloModule, places: Places | Non
 
 def _judge(old: Analysis, new: Analysis, old_text: str, new_text: str, kernels_differ: bool,
            added: list[ParamGroupDelta], removed: list[ParamGroupDelta],
-           places: tuple[Places | None, Places | None], mesh_sizes: DeclaredSizes = (None, None)) -> _Verdict:
+           places: tuple[Places | None, Places | None], mesh_sizes: DeclaredSizes,
+           keys: tuple[KeyReport, KeyReport]) -> _Verdict:
     """Two texts that differ after normalization (or whose kernels do): RNG state only, renames only, or changed,
     with every change named from the structural match."""
     has_rng_state = any(p.is_rng for p in old.params) or any(p.is_rng for p in new.params)
     a, b = _stripped(old, old_text, has_rng_state), _stripped(new, new_text, has_rng_state)
     if has_rng_state and a.canonical == b.canonical and not kernels_differ:
-        return _Verdict("rng-state-only", [], added, removed)
+        if same_draws(*keys):
+            return _Verdict("rng-state-only", [], added, removed)
+        # Stripping takes out every key and what is computed from it, draws included: a key handed on unsplit strips
+        # to the program its split had. The draws' keys are no bookkeeping where one side draws from a key twice or
+        # from a literal where the other does not: the bits the draws see differ (named: rng_keys.key_changes).
+        return _Verdict("changed", ["rng"], added, removed, [rng_derivation(old.module, new.module)])
     match = match_modules(a.module, b.module, a.kept, b.kept)
     old_places, new_places = (_through_stripping(old.module, a.module, places[0]),
                               _through_stripping(new.module, b.module, places[1]))

@@ -39,29 +39,35 @@ _RBG_CUSTOM_CALL = re.compile(r"threefry|philox|rng|random", re.IGNORECASE)
 RBG_OPCODES = frozenset({"rng-bit-generator", "rng"})
 # jax.random's own functions, as each is a called computation in pre-optimization HLO (the whole name: a model's
 # `_normalize` or `uniform_init` is not one): the random-bit sources above and the private samplers around them, with
-# or without the leading underscore (the canonical text drops it), the `.N` or `.<digest>` suffixes aside.
+# or without the leading underscore (the canonical text drops it), the `.N` or `.<digest>` suffixes and MLIR's `_N`
+# aside (``function_name``).
 _RANDOM_COMPUTATION = re.compile(
     r"_*(threefry\w*|philox\w*|rbg\w*|unsafe_rbg\w*|random_bits|bernoulli|uniform|truncated_normal|randint|gumbel"
     r"|categorical)", re.IGNORECASE)
 _NAME_SUFFIX = re.compile(r"(\.[0-9a-f]+)+$")
+# MLIR's symbol table renames a function whose name is taken by appending ``_N``: jax lowers each other
+# specialization of one function (a split of a batched key beside a split of one key) as ``_threefry_split_0``,
+# ``threefry2x32_1``, ``_bernoulli_11``.
+_MLIR_RENAME = re.compile(r"_\d+$")
 # jax's fold_in as it lowers it, per PRNG implementation (a call of its own computation).
 _FOLD_IN = re.compile(r"_*(threefry|rbg|unsafe_rbg)_fold_in")
 
 
-def _function_name(computation: str) -> str:
-    """``_bernoulli.11.1`` / ``bernoulli.6dbad01b`` -> the jitted function's name as the computation carries it."""
-    return _NAME_SUFFIX.sub("", computation.lstrip("%"))
+def function_name(computation: str) -> str:
+    """``_bernoulli.11.1`` / ``bernoulli.6dbad01b`` / ``_bernoulli_11.37`` -> the jitted function's name as the
+    computation carries it (``_bernoulli``, ``bernoulli``)."""
+    return _MLIR_RENAME.sub("", _NAME_SUFFIX.sub("", computation.lstrip("%")))
 
 
 def is_fold_in(computation: str) -> bool:
     """Whether ``computation`` is jax's ``fold_in`` (``fold_in(key, data)``: the data is no key)."""
-    return _FOLD_IN.fullmatch(_function_name(computation)) is not None
+    return _FOLD_IN.fullmatch(function_name(computation)) is not None
 
 
 def random_computations(module: HloModule) -> frozenset[str]:
     """The computations of jax.random's own functions (``_RANDOM_COMPUTATION``) and all they call (threefry's
     rounds loop, its bodies): the RNG's implementation, not the model's program."""
-    return called_closure(module, (n for n in module.computations if _RANDOM_COMPUTATION.fullmatch(_function_name(n))))
+    return called_closure(module, (n for n in module.computations if _RANDOM_COMPUTATION.fullmatch(function_name(n))))
 
 
 def called_closure(module: HloModule, roots: Iterable[str]) -> frozenset[str]:

@@ -28,15 +28,21 @@ What is not reuse, by construction:
 * an ``opt-barrier``'s results are values of their own: a rematerialized layer's backward pass draws the bits its
   forward pass drew, from the key read back through its barrier, by design.
 
+One mistake is one hazard: a key computed from another hazard's key of the same kind (the keys split from a key drawn
+twice are drawn twice because it is; those split from a literal key are literal because it is) is its consequence,
+not listed. jax's functions are known by name whatever specialization MLIR renamed (``threefry2x32_1``,
+``_bernoulli_11``: ``rng_flow.function_name``).
+
 Where jax's random computations are not calls (an optimized dump inlines and fuses them) no draw is seen: nothing is
-reported there, never a false alarm.
+reported there, never a false alarm. Stages optimized and compiled therefore read the keys of the module jax hands
+XLA (``stages.program.keys_before_xla``), kept beside XLA's text.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from hlo_audit.hlo.changes import LITERAL_KEY, LOOP_KEY, REUSED_KEY, Action, Change, ChangeKind, Place
@@ -47,18 +53,19 @@ from hlo_audit.hlo.params import EntryParam
 from hlo_audit.hlo.rng_flow import (
     PASS_THROUGH_CUSTOM_CALLS,
     called_closure,
+    function_name,
     is_fold_in,
     key_shaped,
     random_computations,
 )
 from hlo_audit.hlo.shapes import Shape
-from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list, strip_number_suffix
+from hlo_audit.hlo.text import Computation, HloModule, Instruction, split_name_list
 
 LITERAL, REUSED = "literal", "reused"
 
-# A random-bit generator whose first two operands are the key's halves (jax's threefry2x32 as a call of its own, or
-# the GPU kernel's custom call); rng-bit-generator reads its key (state) as operand 0.
-_THREEFRY = re.compile(r"_*(threefry2x32|philox\w*)(\.[0-9a-f]+)*", re.IGNORECASE)
+# A random-bit generator whose first two operands are the key's halves (jax's threefry2x32 as a call of its own, named
+# as ``function_name`` reads it, or the GPU kernel's custom call); rng-bit-generator reads its key (state) as operand 0.
+_THREEFRY = re.compile(r"_*(threefry2x32|philox\w*)", re.IGNORECASE)
 _THREEFRY_CUSTOM_CALL = re.compile(r"threefry2x32|philox", re.IGNORECASE)
 # jax.random's samplers beyond the ones rng_flow names (its list serves other readers): each a call of its own whose
 # draws are one draw of the sampler's, placed where the model calls it. Whole names only (``_normal``, not a model's
@@ -67,7 +74,6 @@ _SAMPLERS = re.compile(r"_*(normal|normal_real|normal_complex|exponential|gamma\
                        r"|logistic|cauchy|pareto|weibull_min|rademacher|maxwell|double_sided_maxwell|choice|permutation"
                        r"|shuffle|chisquare|generalized_normal|loggamma|lognormal|binomial|geometric|multinomial"
                        r"|multivariate_normal|orthogonal|ball|triangular)", re.IGNORECASE)
-_NAME_SUFFIX = re.compile(r"(\.[0-9a-f]+)+$")
 # Values from outside the program's inputs: each a value of its own, never a literal.
 _OUTSIDE = frozenset({"rng-get-and-update-state", "rng", "infeed", "recv", "recv-done"})
 _FORWARD = frozenset({"copy", "domain", "add-dependency", "async-update"})
@@ -209,7 +215,7 @@ def _most(branches: Sequence[Draws]) -> Draws:
 
 def _random(module: HloModule) -> frozenset[str]:
     """jax.random's computations (``rng_flow.random_computations``), its samplers (``_SAMPLERS``) and all they call."""
-    samplers = [n for n in module.computations if _SAMPLERS.fullmatch(_NAME_SUFFIX.sub("", n.lstrip("%")))]
+    samplers = [n for n in module.computations if _SAMPLERS.fullmatch(function_name(n))]
     return random_computations(module) | called_closure(module, samplers)
 
 
@@ -293,7 +299,7 @@ class _Keys:
             return (0, 1)
         if instr.opcode in ("call", "fusion"):
             called = instr.called_computations()
-            if len(called) == 1 and _THREEFRY.fullmatch(strip_number_suffix(called[0]).lstrip("%")) \
+            if len(called) == 1 and _THREEFRY.fullmatch(function_name(called[0])) \
                     and len(instr.operands) == 4:
                 return (0, 1)
         return None
@@ -471,6 +477,10 @@ def key_report(module: HloModule) -> KeyReport:
     except RecursionError:  # calls nested past Python's recursion: say so rather than guess
         return KeyReport(complete=False)
     order = {name: i for i, name in enumerate(module.computations)}
+    literal = {token for token in draws if not keys.tokens.deps[token]}
+    reused = {token for token, sites in draws.items() if sum(n for _, n in sites) > 1}
+    consequences = {LITERAL: _derived_from_another(keys.tokens, literal),
+                    REUSED: _derived_from_another(keys.tokens, reused)}
     hazards = []
     for token, sites in draws.items():
         ordered = tuple(sorted({s for s, _ in sites}, key=lambda s: (order.get(s[0], 0), s[1])))
@@ -478,12 +488,37 @@ def key_report(module: HloModule) -> KeyReport:
         deps = keys.tokens.deps[token]
         params = tuple(n for n in range(deps.bit_length()) if deps >> n & 1 and 1 << n != keys.outside_bit)
         signature = tuple(_site_words(module, site) for site in ordered)
-        if not deps:
+        if token in literal and token not in consequences[LITERAL]:
             hazards.append(KeyHazard(LITERAL, ordered, total, token in keys.in_loop, (), signature))
-        if total > 1:
+        if token in reused and token not in consequences[REUSED]:
             hazards.append(KeyHazard(REUSED, ordered, total, token in keys.in_loop, params, signature))
     hazards.sort(key=lambda h: (h.kind, order.get(h.site[0], 0), h.site[1]))
     return KeyReport(tuple(hazards))
+
+
+def _derived_from_another(tokens: _Tokens, hazardous: set[int]) -> set[int]:
+    """The keys of ``hazardous`` (all literal, or all reused) computed from another of them: the consequences of one
+    mistake. A key consumed twice gives the same keys twice (two layers handed one key split it alike, and every key
+    split from it is drawn again), so only the key first consumed twice is the mistake, as jax's checker names only
+    the first key consumed again; the keys split from a literal key are literal because it is. Followed through the
+    operands value numbering interned; a loop's state and a barrier's results are values of their own, so a hazard
+    across them is never folded into another's."""
+    if len(hazardous) < 2:
+        return set()
+    operands: dict[int, tuple[int, ...]] = {token: ident[1] for ident, token in tokens.ids.items() if ident[1]}
+    derived = set()
+    for token in hazardous:
+        seen, stack = {token}, list(operands.get(token, ()))
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            if t in hazardous:
+                derived.add(token)
+                break
+            seen.add(t)
+            stack.extend(operands.get(t, ()))
+    return derived
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -506,6 +541,47 @@ class PlacedHazard:
             return LITERAL_KEY
         return LOOP_KEY if self.hazard.in_loop and len(self.places) == 1 else REUSED_KEY
 
+    def to_record(self) -> dict:
+        """JSON, all of it: a stage keeps it beside a text that cannot say it (``stages.program.keys_before_xla``) and a
+        golden keeps it to compare with (``key_changes``)."""
+        h = self.hazard
+        return {**h.to_record(), "signature": [list(s) for s in h.signature],
+                "places": [p.to_record() for p in self.places], "paths": list(self.paths)}
+
+    @classmethod
+    def from_record(cls, r: Mapping) -> PlacedHazard:
+        hazard = KeyHazard(r["kind"], tuple(tuple(s) for s in r["sites"]), r["draws"], r["in_loop"],
+                           tuple(r["params"]), tuple(tuple(s) for s in r["signature"]))
+        return cls(hazard, tuple(Place.from_record(p) for p in r["places"]), tuple(r["paths"]))
+
+
+def hazard_record_problem(record) -> str | None:
+    """Why ``record`` is not a ``PlacedHazard.to_record`` (a golden's claim, checked before it is read), or None."""
+    def pairs(v) -> bool:
+        return isinstance(v, list) and all(isinstance(s, list) and len(s) == 2 and all(isinstance(x, str) for x in s)
+                                           for s in v)
+
+    def strings(v) -> bool:
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+    def place(v) -> bool:
+        return isinstance(v, dict) and all(isinstance(v.get(k), str) for k in ("computation", "op_name", "source")) \
+            and strings(v.get("paths"))
+
+    checks = {"kind": lambda v: v in (LITERAL, REUSED), "sites": pairs, "signature": pairs,
+              "draws": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+              "in_loop": lambda v: isinstance(v, bool),
+              "params": lambda v: isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                                              for x in v),
+              "places": lambda v: isinstance(v, list) and all(place(p) for p in v), "paths": strings}
+    if not isinstance(record, dict):
+        return "not an object"
+    unknown = next((k for k in record if k not in checks), None)
+    if unknown is not None:
+        return f"unknown key {unknown!r}"
+    return next((f"{k!r} is missing or malformed" for k, ok in checks.items() if k not in record or not ok(record[k])),
+                None)
+
 
 def placed(report: KeyReport, module: HloModule, params: Sequence[EntryParam],
            places: Places | None = None) -> tuple[PlacedHazard, ...]:
@@ -527,6 +603,16 @@ def placed(report: KeyReport, module: HloModule, params: Sequence[EntryParam],
         paths = tuple(sorted({by_index[n].folded_path for n in h.paths if n in by_index}))
         out.append(PlacedHazard(h, tuple(where), paths))
     return tuple(out)
+
+
+def same_draws(old: KeyReport, new: KeyReport) -> bool:
+    """Whether two modules' draws are alike in what the bits they see are: both reports complete, and the same
+    literal and reused keys (by kind, draws, and what draws where: ``KeyHazard.signature``). A module that strips to
+    another's program is RNG bookkeeping beside it only then: a key handed on unsplit, or a literal key, strips to the
+    program of a split per-step key."""
+    def hazards(report: KeyReport) -> Counter:
+        return Counter((h.kind, h.draws, h.in_loop, h.signature) for h in report.hazards)
+    return old.complete and new.complete and hazards(old) == hazards(new)
 
 
 def key_changes(old: KeyReport, new: tuple[PlacedHazard, ...]) -> list[Change]:

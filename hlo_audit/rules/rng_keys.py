@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from hlo_audit.findings import NamedChange
 from hlo_audit.hlo.changes import LITERAL_KEY, LOOP_KEY, Action, Change, ChangeKind
-from hlo_audit.rules.spec import Context, KindWords, named_spec, of_kind
+from hlo_audit.rules.spec import Context, KindWords, named_spec
 from hlo_audit.rules.wording import counted
 
 if TYPE_CHECKING:
@@ -18,10 +18,10 @@ NAME = "rng_keys"
 
 
 def rng_keys(d: CellDelta, ctx: Context) -> NamedChange | None:
-    """Random bits drawn from a literal key, or one key drawn from twice, that the golden's text does not have: a
-    regression whatever the text's verdict (a key drawn twice instead of split is RNG state only once stripped);
-    fewer, an improvement."""
-    changes = of_kind(d, ChangeKind.RNG_KEYS)
+    """Random bits drawn from a literal key, or one key drawn from twice, that the golden does not have
+    (``CellDelta.key_changes``: its text's, or, for a stage whose text is XLA's, those of the module XLA was handed): a
+    regression whatever the text's verdict; fewer, an improvement."""
+    changes = d.key_changes
     if not changes:
         return None
     return NamedChange(NAME, any(c.action is Action.ADDED for c in changes), changes, command=ctx.command(d.cell))

@@ -13,6 +13,8 @@ compile-only devices work on a CPU host) and keeps:
 * ``memory``: ``compiled.memory_analysis()``, bytes by ``MEMORY_KINDS`` (per device);
 * ``cost``: ``compiled.cost_analysis()``: flops, transcendentals and bytes accessed; where the backend has none
   (a GPU executable), XLA's generic ``HloCostAnalysis`` of the compiled module (``program.generic_cost``);
+* ``key_hazards``: the literal and reused keys of jax's module before XLA's passes (``program.keys_before_xla``:
+  the compiled text inlines and fuses jax.random's calls, so shows no draw);
 * ``dump``: the files of XLA's dump the cell's platform says codegen writes besides the module
   (``HostPlatform.dump_files``): a GPU's thunk sequence and its metadata, what one step launches
   (``hlo/thunks.py``, ``hlo/launches.py``). Only then is the compile dumped, to a temporary folder, through the
@@ -38,6 +40,7 @@ from hlo_audit.stages.program import (
     dumped,
     generic_cost,
     keep_dump,
+    keys_before_xla,
     parameter_shapes,
     shard_signature,
 )
@@ -68,7 +71,7 @@ def run(lowered: jax.stages.Lowered, cell: Cell | None = None) -> Lowering:
     modules = compiled.runtime_executable().hlo_modules()
     digests = literal_digests(modules[0], text) if dump is None and len(modules) == 1 else ()
     return Lowering(text=text, arg_keys=keys, memory=memory_record(compiled), cost=_cost(compiled), dump=dump,
-                    literal_digests=digests)
+                    literal_digests=digests, key_hazards=keys_before_xla(lowered))
 
 
 def _dumped_text(folder: str, suffix: str) -> str:

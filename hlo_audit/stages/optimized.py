@@ -65,6 +65,7 @@ from hlo_audit.stages.program import (
     dump_options,
     generic_cost,
     keep_dump,
+    keys_before_xla,
     lowered_argument_signatures,
     parameter_shapes,
 )
@@ -121,8 +122,9 @@ def run(lowered, cell: Cell) -> Lowering:
     keys = checked_arg_keys(arg_keys(lowered), lowered_argument_signatures(lowered), parameters)
     # A platform whose codegen writes files stage compiled keeps (a GPU's thunk sequence): none exist yet, so the
     # cell's launches are counted from the scheduled module (an empty dump says which kind of program it is).
+    # XLA's text inlines and fuses jax.random's calls: the keys are read from the module it was handed.
     return Lowering(text=text, arg_keys=keys, memory=result["memory"], cost=result["cost"],
-                    dump={} if files.kept else None)
+                    dump={} if files.kept else None, key_hazards=keys_before_xla(lowered))
 
 
 def _child_environment() -> dict[str, str]:

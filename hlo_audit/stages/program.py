@@ -9,6 +9,10 @@ jax's argument paths.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hlo_audit.hlo.rng_keys import PlacedHazard
 
 # One entry parameter as (dtype, per-device dims, sharding): dims or sharding None where that side does not
 # know it (jax left the sharding to XLA's propagation; a single-device executable declares none).
@@ -84,6 +88,25 @@ def generic_cost(module) -> dict[str, float] | None:
     except RuntimeError:
         return None
     return cost_record(_jax.hlo_module_cost_analysis(client, module))
+
+
+def keys_before_xla(lowered) -> tuple[PlacedHazard, ...]:
+    """The literal and reused keys of jax's module before XLA's passes, placed (``hlo.rng_keys``): what a stage whose
+    text is XLA's keeps beside it. XLA inlines jax.random's calls and fuses them (on the CPU, threefry's rounds are a
+    while loop among the model's fusions, a literal key's halves constants folded into it), so its text shows no draw,
+    while the program's keys are the module's XLA was handed: its passes keep what the program computes, which key
+    each draw reads included. Read from the module as stage lowered prints it, with its arguments' paths and the
+    places its metadata gives each draw."""
+    from hlo_audit.attribution import arg_keys, arg_leaves  # noqa: PLC0415 (jax's stages; the stage has it loaded)
+    from hlo_audit.hlo.analysis import analyze  # noqa: PLC0415
+    from hlo_audit.hlo.rng_keys import placed  # noqa: PLC0415
+    from hlo_audit.stages.lowered import hlo_text, instruction_metadata  # noqa: PLC0415
+
+    module = lowered.compiler_ir(dialect="hlo").as_hlo_module()
+    analysis = analyze(hlo_text(lowered, module), "before XLA", arg_keys(lowered), None, arg_leaves(lowered))
+    if not analysis.keys.hazards:
+        return ()
+    return placed(analysis.keys, analysis.module, analysis.params, instruction_metadata(module).places())
 
 
 # --------------------------------------------------------------------------------------------------------------
