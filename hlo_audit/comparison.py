@@ -400,7 +400,8 @@ class CellDelta:
         if not self.texts_differ:
             return None
         made = Structural.of(*self.texts, self.result.places, params=self.params,
-                             mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes), keys=self._keys_beside_texts())
+                             mesh_sizes=(self.golden.mesh_sizes, self.result.mesh_sizes),
+                             keys=self._keys_beside_texts())
         if self.config_changed:
             named = [replace(c, place=replace(c.place, config=_config_lines(c, self.config_changed), on_change=True))
                      if c.kind is ChangeKind.SHARDING else c for c in made.diff.named]

@@ -239,8 +239,8 @@ def _told_apart(placed: Sequence[_Placed]) -> dict[str, str]:
             if alike_nearest[tie] > 1:
                 user = first_user.get(name)
                 if user is not None:
-                    tie += "|" + user.base + "|" + ",".join(nearest_of.get(op, bases.get(op, "")) for op in user.operands
-                                                             or () if op != name)
+                    others = (nearest_of.get(op, bases.get(op, "")) for op in user.operands or () if op != name)
+                    tie += "|" + user.base + "|" + ",".join(others)
             tie = f"{at.base}.{_digest(tie)[:4]}"
             n = numbered[tie] = numbered.get(tie, 0) + 1
             names[name] = tie if n == 1 else f"{tie}.{n}"
