@@ -10,7 +10,9 @@ A value is written as TOML: strings, numbers, booleans, lists of them, a dict as
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 EXAMPLE_TARGET = "hlo_audit.examples.nnx_mlp:lower"
@@ -55,3 +57,47 @@ def project(folder: Path, files: Mapping[str, str] | None = None, **fields) -> P
         (folder / name).write_text(text)
     (folder / "hlo-audit.toml").write_text(config(**fields))
     return folder
+
+
+def judged_against_base(folder: Path, module: Path, model: str, variants: Sequence[str]) -> Path:
+    """A project of ``module`` (a callable target, ``module:target``, whose ``cell.quant`` picks a variant) with the
+    ``base`` variant's golden written by ``golden update`` and given to each of ``variants`` too: what a pull request
+    that turns the base into a variant is checked against. The config is left naming the base; ``checking`` makes it
+    name the variants to check."""
+    folder.mkdir(parents=True)
+    shutil.copy(module, folder / module.name)
+    (folder / "hlo-audit.toml").write_text(config(target=f"{module.stem}:target", models=[model], quant=["base"],
+                                                  scan=["off"]))
+    from in_process import hlo_audit_here  # the CLI, imported only by the tests that run it
+
+    updated = hlo_audit_here(folder, "golden", "update")
+    assert updated.returncode == 0, updated.stderr[-3000:]
+    base = folder / "golden" / model / "scan-off" / "base" / "L2"
+    for variant in variants:
+        mine = base.parent.parent / variant / "L2"
+        mine.parent.mkdir(parents=True)
+        record = json.loads(base.with_suffix(".json").read_text())
+        record["cell"] = f"{model}/scan-off/{variant}/L2"
+        mine.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+        shutil.copy(base.with_suffix(".hlo.txt"), mine.with_suffix(".hlo.txt"))
+    return folder
+
+
+def checking(folder: Path, module: Path, model: str, variants: Sequence[str]) -> None:
+    """``folder``'s config made to check ``variants`` (against the goldens ``judged_against_base`` gave them)."""
+    (folder / "hlo-audit.toml").write_text(config(target=f"{module.stem}:target", models=[model],
+                                                  quant=list(variants), scan=["off"]))
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git ARGS`` in ``repo`` as a fixed author, on a bare PATH (a test's commits alike on every machine)."""
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    """``old`` (which must be there) replaced once by ``new``: a pull request's edit."""
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))

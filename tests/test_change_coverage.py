@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import pytest
 
 from in_process import hlo_audit_here
 from projects import config
+from projects import edit as _edit
+from projects import git as _git
 
 MODEL = """\
 import pathlib
@@ -63,18 +64,6 @@ SETTINGS = "# the model's settings\nwidth: 8\nname: tiny\n"
 LINES = pytest.mark.skipif(sys.version_info < (3, 12), reason="lines are heard through sys.monitoring (3.12+)")
 DEEP_LINE = 12  # `h = h * 0.5`: under `if layer_index >= 3` (line 11), run by a 4-layer cell only
 TANH_LINE = 10  # `h = jnp.tanh(h @ kernel)`: every cell runs it
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, old
-    path.write_text(text.replace(old, new, 1))
 
 
 def _committed(folder: Path, files: dict[str, str], **settings) -> Path:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +24,8 @@ import pytest
 from hlo_audit.hlo.mesh import TargetMesh, split_changes, without_meshes
 from in_process import hlo_audit_here
 from projects import config
+from projects import edit as _edit
+from projects import git as _git
 
 MODEL = """\
 import pathlib
@@ -75,18 +76,6 @@ logical_axis_rules:
   mlp: [tensor]
 """
 CELL = "m/scan-off/none/L2"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
-                          env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                               "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}).stdout
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, old
-    path.write_text(text.replace(old, new, 1))
 
 
 @pytest.fixture()

@@ -14,7 +14,6 @@ a leaf left out of the clip's global norm or an extra multiply is still a change
 from __future__ import annotations
 
 import json
-import shutil
 from fractions import Fraction
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from hlo_audit.hlo.changes import ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from hlo_audit.hlo.linear_forms import Region, Regions, Weight, WeightIds
 from in_process import cli, hlo_audit_here
+from projects import checking, judged_against_base
 
 
 def diff(old: str, new: str):
@@ -91,26 +91,13 @@ def test_the_changed_weight_is_named_by_its_literals(base):
 def test_the_gate_passes_the_rename_and_fails_a_leaf_left_out_of_the_norm(tmp_path):
     """`check` against the base's golden: the rename passes (exit 0, an advisory); beside a leaf left out of the
     clip's global norm it is a regression."""
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(nl.__file__, project / "nanodo_linen.py")
-    config = 'target = "nanodo_linen:target"\nmodels = ["nanodo"]\nscan = ["off"]\nquant = {}\nlayers = [2]\n'
-    (project / "hlo-audit.toml").write_text(config.format('["base"]'))
-    updated = hlo_audit_here(project, "golden", "update")
-    assert updated.returncode == 0, updated.stderr[-3000:]
-    base = project / "golden" / "nanodo" / "scan-off" / "base" / "L2"
-    for variant in ("renamed", "renamed_norm_without_leaf"):
-        mine = base.parent.parent / variant / "L2"
-        mine.parent.mkdir(parents=True)
-        record = json.loads(base.with_suffix(".json").read_text())
-        record["cell"] = f"nanodo/scan-off/{variant}/L2"
-        mine.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        shutil.copy(base.with_suffix(".hlo.txt"), mine.with_suffix(".hlo.txt"))
-    (project / "hlo-audit.toml").write_text(config.format('["renamed"]'))
+    module = Path(nl.__file__)
+    project = judged_against_base(tmp_path / "project", module, "nanodo", ("renamed", "renamed_norm_without_leaf"))
+    checking(project, module, "nanodo", ["renamed"])
     ran = hlo_audit_here(project, "check", "--format", "json", "--no-cache")
     assert ran.returncode == 0, (ran.stdout[-3000:], ran.stderr[-3000:])
     assert json.loads(ran.stdout)["verdicts"] == {"nanodo/scan-off/renamed/L2": "advisory"}
-    (project / "hlo-audit.toml").write_text(config.format('["renamed_norm_without_leaf"]'))
+    checking(project, module, "nanodo", ["renamed_norm_without_leaf"])
     ran = hlo_audit_here(project, "check", "--format", "json", "--no-cache")
     assert ran.returncode == 1, ran.stderr[-3000:]
     report = json.loads(ran.stdout)

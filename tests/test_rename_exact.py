@@ -11,7 +11,6 @@ pytree; a multiply beside it is still named.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import RNG_DERIVATION, ChangeKind
 from hlo_audit.hlo.diff import diff_modules
 from in_process import cli, hlo_audit_here
+from projects import checking, judged_against_base
 
 
 def diff(old: str, new: str):
@@ -89,22 +89,9 @@ def test_a_rename_with_a_multiply_is_that_change():
 
 def test_the_gate_passes_a_rename_and_fails_it_with_salts_collapsed(tmp_path):
     """`check` against the base's golden: the rename an advisory (exit 0), the rename with one mask a regression."""
-    project = tmp_path / "project"
-    project.mkdir()
-    shutil.copy(rm.__file__, project / "rename_models.py")
-    config = 'target = "rename_models:target"\nmodels = ["salted"]\nscan = ["off"]\nquant = {}\nlayers = [2]\n'
-    (project / "hlo-audit.toml").write_text(config.format('["base"]'))
-    updated = hlo_audit_here(project, "golden", "update")
-    assert updated.returncode == 0, updated.stderr[-3000:]
-    base = project / "golden" / "salted" / "scan-off" / "base" / "L2"
-    for variant in ("renamed", "renamed_salts_collapsed"):
-        mine = base.parent.parent / variant / "L2"
-        mine.parent.mkdir(parents=True)
-        record = json.loads(base.with_suffix(".json").read_text())
-        record["cell"] = f"salted/scan-off/{variant}/L2"
-        mine.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        shutil.copy(base.with_suffix(".hlo.txt"), mine.with_suffix(".hlo.txt"))
-    (project / "hlo-audit.toml").write_text(config.format(json.dumps(list(rm.SALTED))))
+    module = Path(rm.__file__)
+    project = judged_against_base(tmp_path / "project", module, "salted", ("renamed", "renamed_salts_collapsed"))
+    checking(project, module, "salted", rm.SALTED)
     ran = hlo_audit_here(project, "check", "--format", "json", "--no-cache")
     assert ran.returncode == 1, ran.stderr[-3000:]
     report = json.loads(ran.stdout)
