@@ -59,7 +59,7 @@ def project(folder: Path, files: Mapping[str, str] | None = None, **fields) -> P
     return folder
 
 
-def judged_against_base(folder: Path, module: Path, model: str, variants: Sequence[str]) -> Path:
+def judged_against_base(folder: Path, module: Path, model: str, variants: Sequence[str], **settings) -> Path:
     """A project of ``module`` (a callable target, ``module:target``, whose ``cell.quant`` picks a variant) with the
     ``base`` variant's golden written by ``golden update`` and given to each of ``variants`` too: what a pull request
     that turns the base into a variant is checked against. The config is left naming the base; ``checking`` makes it
@@ -67,26 +67,30 @@ def judged_against_base(folder: Path, module: Path, model: str, variants: Sequen
     folder.mkdir(parents=True)
     shutil.copy(module, folder / module.name)
     (folder / "hlo-audit.toml").write_text(config(target=f"{module.stem}:target", models=[model], quant=["base"],
-                                                  scan=["off"]))
+                                                  scan=["off"], **settings))
     from in_process import hlo_audit_here  # the CLI, imported only by the tests that run it
 
     updated = hlo_audit_here(folder, "golden", "update")
     assert updated.returncode == 0, updated.stderr[-3000:]
-    base = folder / "golden" / model / "scan-off" / "base" / "L2"
+    base = folder / "golden" / model / "scan-off" / "base"
     for variant in variants:
-        mine = base.parent.parent / variant / "L2"
-        mine.parent.mkdir(parents=True)
-        record = json.loads(base.with_suffix(".json").read_text())
-        record["cell"] = f"{model}/scan-off/{variant}/L2"
-        mine.with_suffix(".json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        shutil.copy(base.with_suffix(".hlo.txt"), mine.with_suffix(".hlo.txt"))
+        for golden in base.rglob("*"):  # L2.json and L2.hlo.txt; a stage's, L2/compiled.json and its text
+            if golden.is_file():
+                mine = base.parent / variant / golden.relative_to(base)
+                mine.parent.mkdir(parents=True, exist_ok=True)
+                if golden.suffix == ".json":
+                    record = json.loads(golden.read_text())
+                    record["cell"] = record["cell"].replace("/base/", f"/{variant}/", 1)
+                    mine.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+                else:
+                    shutil.copy(golden, mine)
     return folder
 
 
-def checking(folder: Path, module: Path, model: str, variants: Sequence[str]) -> None:
+def checking(folder: Path, module: Path, model: str, variants: Sequence[str], **settings) -> None:
     """``folder``'s config made to check ``variants`` (against the goldens ``judged_against_base`` gave them)."""
     (folder / "hlo-audit.toml").write_text(config(target=f"{module.stem}:target", models=[model],
-                                                  quant=list(variants), scan=["off"]))
+                                                  quant=list(variants), scan=["off"], **settings))
 
 
 def git(repo: Path, *args: str) -> str:

@@ -6,6 +6,7 @@ the case in point; a large literal is summarized (its elements, a digest, the fi
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -174,3 +175,45 @@ def test_the_constants_rule_at_warn_is_advisory_and_off_is_silent(lr_project):
             assert (ran.returncode, rules.get("constants")) == (code, severity), rules
     finally:
         config.write_text(text)
+
+
+# A step that multiplies by a 16-entry table baked in (a window, a Hadamard row): printed ``{...}``, its values
+# known only by their digest. ``flipped`` changes one entry's sign.
+TABLE_STEP = '''"""A step scaled by a baked-in 16-entry table."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+TABLE = np.linspace(-1.0, 1.0, 16, dtype=np.float32)
+
+
+def target(cell):
+    table = TABLE.copy()
+    if cell.quant == "flipped":
+        table[5] = -table[5]
+
+    def step(x):
+        return jnp.tanh(x * jnp.asarray(table)).sum()
+
+    return jax.jit(step).trace(jnp.ones((4, 16)))
+'''
+
+
+@pytest.mark.parametrize("stage", ["lowered", "compiled"])
+def test_an_elided_16_entry_table_changed_fails_by_the_constants_rule_with_the_text_rule_advisory(tmp_path, stage):
+    """Issue 47, item 3: a constant the text prints as ``{...}`` is compared by its values' digest at every stage,
+    named as a constant of its shape and type that changed, and fails by the constants rule where the text rule is
+    only advisory."""
+    from projects import checking, judged_against_base
+
+    module = tmp_path / "table_step.py"
+    module.write_text(TABLE_STEP)
+    project = judged_against_base(tmp_path / "project", module, "table", ["flipped"], stage=stage)
+    checking(project, module, "table", ["flipped"], stage=stage, policy={"hlo_text": "warn"})
+    ran = hlo_audit_here(project, "check", "--format", "json", "--no-cache")
+    report = json.loads(ran.stdout)
+    rules = {f["rule"]: f for f in report["findings"]}
+    assert ran.returncode == 1 and rules.get("constants", {}).get("severity") == "regression", report["findings"]
+    assert re.search(r"constants: f32\[(1,)?16\] literal {digest [0-9a-f]{8}} -> {digest [0-9a-f]{8}} at table_step.py:15 ",
+                     rules["constants"]["message"]), rules["constants"]["message"]
+    assert rules["hlo_text"]["severity"] == "advisory"

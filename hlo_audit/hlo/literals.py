@@ -19,7 +19,9 @@ from hlo_audit.hlo.text import Instruction
 
 LITERAL_SHOWN = 40  # characters of a literal printed whole; a longer one is summarized
 DIFFERING_SHOWN = 3  # differing elements a summary names
-_DIGEST = re.compile(LITERAL_DIGEST_KEY + r'="?([0-9a-fA-F]+)')
+# The digest's hex digits, behind the algorithm's name where the stage wrote one (``"sha256:2f3f..."``, as
+# ``constants.add_literal_digests`` writes it).
+_DIGEST = re.compile(LITERAL_DIGEST_KEY + r'="?(?:[a-z0-9]+:)?([0-9a-fA-F]+)')
 _SPACES = re.compile(r"\s+")
 
 
