@@ -173,6 +173,7 @@ class _Placed:
     """An instruction placed in printed order, before it is told apart from others of its base name."""
 
     instr: Instruction
+    name: str  # its name in the module
     base: str  # its name but for telling alike ones apart: a digest of what is local to it
     shape: str
     attrs: str  # its attributes as printed, control predecessors but for their names
@@ -192,11 +193,12 @@ def _told_apart(placed: Sequence[_Placed]) -> dict[str, str]:
     """Each placed instruction's canonical name: its base name where no other has it, else the base and four hex
     digits of what tells them apart without counting: the parameters (and their tuple elements) fewest steps upstream
     of it (an unrolled layer's ops by its weights, a norm's running sum by the leaf it adds; the nearest only, so
-    that a parameter added elsewhere renames nothing but what it feeds) and, where those are alike too, the base name
-    of its first user (a constant by what reads it: the first only, so that a constant read in fifty places keeps its
-    name when one of them changes); ``.2``, ``.3`` in printed order only where those are alike too. Counting alone
+    that a parameter added elsewhere renames nothing but what it feeds) and, where those are alike too, its first
+    user: its base name and what its other operands are (a constant by what reads it: the first only, so that a
+    constant read in fifty places keeps its name when one of them changes); ``.2``, ``.3`` in printed order only
+    where those are alike too. Counting alone
     would rename every later value of one base when one is inserted (a global norm's chain of adds)."""
-    names = {at.instr.name: at.base for at in placed}
+    names = {at.name: at.base for at in placed}
     bases = names.copy()
     seen: dict[str, int] = {}
     for at in placed:
@@ -207,14 +209,23 @@ def _told_apart(placed: Sequence[_Placed]) -> dict[str, str]:
     nearest: dict[str, tuple[int, frozenset[str]]] = {}  # the sources fewest joins upstream, and how many
     first_user: dict[str, _Placed] = {}  # the first instruction printed that reads each
     for at in placed:  # operands come first
+        operands = at.operands
         if at.source:
-            nearest[at.instr.name] = (0, frozenset((at.base,)))
+            nearest[at.name] = (0, frozenset((at.base,)))
+        elif not operands:
+            nearest[at.name] = _NONE
+        elif len(operands) == 1:  # most instructions: what its operand has
+            op = operands[0]
+            if op not in first_user:
+                first_user[op] = at
+            nearest[at.name] = nearest.get(op, _NONE)
         else:
             # A step is a join: where two operands bring sources. A value passed through ops that bring none (a
             # convert, a negate, a multiply by a constant inserted) keeps its nearest sources.
             steps, found, bringing = _FAR, frozenset(), 0
-            for op in at.operands or ():
-                first_user.setdefault(op, at)
+            for op in operands:
+                if op not in first_user:
+                    first_user[op] = at
                 d, upstream = nearest.get(op, _NONE)
                 if d == _FAR:
                     continue
@@ -223,18 +234,26 @@ def _told_apart(placed: Sequence[_Placed]) -> dict[str, str]:
                     steps, found = d, upstream
                 elif d == steps and upstream is not found:
                     found = found | upstream
-            nearest[at.instr.name] = (steps + (bringing > 1), found)
+            nearest[at.name] = (steps + (bringing > 1), found)
     # What tells an alike instruction apart: the sources nearest upstream; where other instructions of its base name
     # have those too, its first user (its base name and what its other operands are); its number in printed order
     # where all that is alike too (the same value computed twice). Never its operands' names: a name told apart by
     # another's carries every rename upstream of it downstream (a global norm's, into every clipped update).
-    nearest_of = {at.instr.name: at.base + "|" + ",".join(sorted(nearest[at.instr.name][1]))
+    said: dict[int, str] = {}  # a set of sources in words, by identity: most values share their operand's set
+
+    def in_words(sources: frozenset[str]) -> str:
+        words = said.get(id(sources))
+        if words is None:
+            words = said[id(sources)] = ",".join(sorted(sources))
+        return words
+
+    nearest_of = {at.name: at.base + "|" + in_words(nearest[at.name][1])
                   for at in placed if at.base in alike}
     alike_nearest = Counter(nearest_of.values())
     numbered: dict[str, int] = {}
     for at in placed:
         if at.base in alike:
-            name = at.instr.name
+            name = at.name
             tie = nearest_of[name]
             if alike_nearest[tie] > 1:
                 user = first_user.get(name)
@@ -305,10 +324,10 @@ class _Namer:
             n = instr.parameter_number
             base = kinds_of[instr.name] = entry_names.get(n, f"arg{n}") if entry_names is not None else f"p{n}"
             args = "" if entry_names is not None else instr.literal  # entry: the line order is the number
-            return _Placed(instr, base, shape, attrs, args, None, True)
+            return _Placed(instr, instr.name, base, shape, attrs, args, None, True)
         if opcode == "constant":
             base = kinds_of[instr.name] = f"{opcode}.{_digest(f'{opcode}|{shape}|{instr.literal}|{keyed}')}"
-            return _Placed(instr, base, shape, attrs, instr.literal, None, False)
+            return _Placed(instr, instr.name, base, shape, attrs, instr.literal, None, False)
         # A commutative op's operands print in the order they were visited (so the text reads back to the same
         # order) and enter its name sorted (so either order names it alike).
         operands = orders.get(instr.name, instr.operands)
@@ -321,7 +340,7 @@ class _Namer:
         else:
             kinds_of[instr.name] = f"{opcode} {shape}"
             source = False
-        return _Placed(instr, base, shape, attrs, "", list(operands), source)
+        return _Placed(instr, instr.name, base, shape, attrs, "", list(operands), source)
 
     def _keep(self, comp: Computation, body: list[str], callees: list[str]) -> None:
         """Name a printed computation (provisionally: ``final_names``) and keep its lines, once per body."""
