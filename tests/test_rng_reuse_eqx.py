@@ -18,6 +18,8 @@ from pathlib import Path
 import jax
 import pytest
 
+pytest.importorskip("equinox")  # an equinox user's model: make compat's environment has none
+
 import eqx_bert
 from hlo_audit.attribution import arg_keys, arg_leaves
 from hlo_audit.hlo.analysis import analyze
