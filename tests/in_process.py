@@ -57,3 +57,23 @@ def hlo_audit_here(cwd: Path, *args, env: dict | None = None) -> Ran:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))
     return Ran(result.exit_code, result.stdout, stderr)
+
+
+def diff_texts(old: str, new: str):
+    """Two modules' texts compared as ``hlo-audit diff`` compares them (``hlo.diff.diff_modules``), no text diff."""
+    from hlo_audit.hlo.analysis import analyze
+    from hlo_audit.hlo.diff import diff_modules
+
+    return diff_modules(analyze(old, "old"), analyze(new, "new"), max_text_lines=0)
+
+
+def cli_diff(tmp_path: Path, old: str, new: str) -> Result:
+    """``hlo-audit diff`` of two modules' texts, written to ``tmp_path``."""
+    (tmp_path / "old.hlo").write_text(old)
+    (tmp_path / "new.hlo").write_text(new)
+    return cli("diff", tmp_path / "old.hlo", tmp_path / "new.hlo")
+
+
+def named_of_kind(d, kind) -> list:
+    """A diff's named changes of one kind (``ChangeKind``)."""
+    return [c for c in d.named if c.kind is kind]

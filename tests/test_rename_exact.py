@@ -16,26 +16,11 @@ from pathlib import Path
 import pytest
 
 import rename_models as rm
-from hlo_audit.hlo.analysis import analyze
 from hlo_audit.hlo.changes import RNG_DERIVATION, ChangeKind
-from hlo_audit.hlo.diff import diff_modules
-from in_process import cli, hlo_audit_here
+from in_process import cli_diff, hlo_audit_here
+from in_process import diff_texts as diff
+from in_process import named_of_kind as kinds
 from projects import checking, judged_against_base
-
-
-def diff(old: str, new: str):
-    return diff_modules(analyze(old, "old"), analyze(new, "new"), max_text_lines=0)
-
-
-def cli_diff(tmp_path: Path, old: str, new: str):
-    (tmp_path / "old.hlo").write_text(old)
-    (tmp_path / "new.hlo").write_text(new)
-    return cli("diff", tmp_path / "old.hlo", tmp_path / "new.hlo")
-
-
-def kinds(d, kind: ChangeKind) -> list:
-    return [c for c in d.named if c.kind is kind]
-
 
 # -- issue 37 item 5: RNG derivation is part of the program -----------------------------------------------------
 
