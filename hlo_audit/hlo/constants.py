@@ -275,6 +275,16 @@ def _filled_by_loop(value: Instruction, tup: Instruction, comp: Computation, mod
 LITERAL_DIGEST_KEY = "literal_sha256"
 
 
+# The digest's hex digits in the attribute, behind the algorithm's name the stages write (``"sha256:2f3f..."``).
+_LITERAL_DIGEST = re.compile(LITERAL_DIGEST_KEY + r'="?(?:[a-z0-9]+:)?([0-9a-fA-F]+)')
+
+
+def literal_digest(instr: Instruction) -> str:
+    """The digest ``add_literal_digests`` gave a constant (its hex digits), or "" where it has none."""
+    m = _LITERAL_DIGEST.search(instr.attrs.get("frontend_attributes", ""))
+    return m.group(1) if m else ""
+
+
 def add_literal_digests(module: HloModule, digests: Sequence[tuple[str, str, str]]) -> None:
     """Give each named constant ``(computation, instruction, digest)`` its literal's digest as a frontend
     attribute, so the canonical text of a constant printed as ``{...}`` still changes when its values do (a 16x16

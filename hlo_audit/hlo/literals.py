@@ -14,14 +14,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hlo_audit.hlo.constants import LITERAL_DIGEST_KEY
+from hlo_audit.hlo.constants import literal_digest
 from hlo_audit.hlo.text import Instruction
 
 LITERAL_SHOWN = 40  # characters of a literal printed whole; a longer one is summarized
 DIFFERING_SHOWN = 3  # differing elements a summary names
-# The digest's hex digits, behind the algorithm's name where the stage wrote one (``"sha256:2f3f..."``, as
-# ``constants.add_literal_digests`` writes it).
-_DIGEST = re.compile(LITERAL_DIGEST_KEY + r'="?(?:[a-z0-9]+:)?([0-9a-fA-F]+)')
 _SPACES = re.compile(r"\s+")
 
 
@@ -37,7 +34,7 @@ class LiteralChange:
 def literal_change(old: Instruction, new: Instruction) -> LiteralChange | None:
     """The values of two paired constants, when they differ (their literal, or the digest of an elided one)."""
     old_text, new_text = _tidy(old.literal), _tidy(new.literal)
-    old_digest, new_digest = _digest_attr(old), _digest_attr(new)
+    old_digest, new_digest = literal_digest(old), literal_digest(new)
     if old_text == new_text and old_digest == new_digest:
         return None
     shape = new.shape.text.split("{")[0] if "{" in new.shape.text else new.shape.text
@@ -88,6 +85,3 @@ def _tidy(literal: str) -> str:
     return _SPACES.sub(" ", literal.strip())
 
 
-def _digest_attr(instr: Instruction) -> str:
-    m = _DIGEST.search(instr.attrs.get("frontend_attributes", ""))
-    return m.group(1) if m else ""
