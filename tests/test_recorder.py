@@ -242,7 +242,7 @@ def test_a_copy_of_a_monorepo_checks_its_own_module_above_the_config(tmp_path):
     subprocess.run(["cp", "-a", str(tmp_path / "repo"), str(tmp_path / "copy")], check=True)
     (tmp_path / "copy" / "shared.py").write_text("UNROLL = 4\n")
     cell = _fails_as_without_cache(tmp_path / "copy" / "hlo")
-    assert cell["relowered_because"] == "shared.py changed"
+    assert cell["relowered_because"] == "shared.py module-level statements changed"
 
 
 def test_two_worktrees_sharing_a_cache_folder_each_check_their_own_files(tmp_path):
@@ -259,7 +259,7 @@ def test_two_worktrees_sharing_a_cache_folder_each_check_their_own_files(tmp_pat
     subprocess.run([*git, "worktree", "add", "-q", str(tmp_path / "second")], check=True)
     (tmp_path / "second" / "shared.py").write_text("UNROLL = 4\n")
     cell = _fails_as_without_cache(tmp_path / "second" / "hlo")
-    assert cell["relowered_because"] == "shared.py changed"
+    assert cell["relowered_because"] == "shared.py module-level statements changed"
 
 
 def test_a_distributions_metadata_counts_by_its_version_not_its_text(tmp_path, monkeypatch):
@@ -358,8 +358,20 @@ def test_an_edit_to_a_function_only_one_models_lowering_runs_relowers_that_model
     assert checked.returncode == 1, checked.stdout
     cells = {c["id"]: c for c in json.loads(checked.stdout)["cells"]}
     assert cells["a/scan-off/none/L1"]["cached"] and not cells["b/scan-off/none/L1"]["cached"]
-    assert cells["b/scan-off/none/L1"]["relowered_because"] == "knob.py changed"
+    assert cells["b/scan-off/none/L1"]["relowered_because"] == "knob.py _for_b changed"
     # A comment in code that ran, on its own line's end (no line moves): the program is the same, served.
     (project / "knob.py").write_text(PER_MODEL.replace("return 1\n\n\ndef _for_b", "return 1  # a's\n\n\ndef _for_b"))
     again = _run(project, "check", "--format", "json")
     assert again.returncode == 0 and all(c["cached"] for c in json.loads(again.stdout)["cells"]), again.stdout
+    # A comment line above b's function: what it runs is the same, where its lines are is not (jax writes them into
+    # the program's metadata). b's cell is lowered again, said as a move; a's is served.
+    four = PER_MODEL.replace("def _for_b():\n    return 1", "def _for_b():\n    return 4")  # the newest variant's
+    (project / "knob.py").write_text(four.replace("\n\ndef _for_b", "\n\n# b's\ndef _for_b"))
+    moved = {c["id"]: c for c in json.loads(_run(project, "check", "--format", "json").stdout)["cells"]}
+    assert moved["a/scan-off/none/L1"]["cached"] and not moved["b/scan-off/none/L1"]["cached"]
+    assert moved["b/scan-off/none/L1"]["relowered_because"] == ("knob.py _for_b moved (jax writes its lines into "
+                                                                "the program)")
+    # A statement added at the module's top level: named as such.
+    (project / "knob.py").write_text(four.replace("\n\ndef _for_b", "\n\nFILLER = 0\n\n\ndef _for_b"))
+    added = {c["id"]: c for c in json.loads(_run(project, "check", "--format", "json").stdout)["cells"]}
+    assert added["b/scan-off/none/L1"]["relowered_because"] == "knob.py module-level statements changed"

@@ -68,6 +68,7 @@ _PROCESS_READS = _EnvironmentReads()
 _PROCESS_OPENED: set[str] = set()
 _PROCESS_PROBED: set[str] = set()
 _PROCESS_CODE: set = set()  # code objects run while building targets (a module's import, what it called)
+_PROCESS_CODE_BY_FILE: dict[str, list] = {}  # the same by file, grouped once (``warm``) and not again in each cell
 _PROCESS_LINES: dict[str, set[int]] = {}  # the lines they ran, of the files whose lines are heard
 _PROCESS_UNSERVABLE: list[str] = []
 
@@ -163,6 +164,7 @@ def recording_environment(process_wide: bool = False) -> Iterator[_EnvironmentRe
             _PROCESS_OPENED.update(files_opened(used))
             _PROCESS_PROBED.update(probed(used))
             _PROCESS_CODE.update(used.code)
+            _PROCESS_CODE_BY_FILE.clear()  # grouped again when next needed
             for path, lines in used.lines.items():
                 _PROCESS_LINES.setdefault(path, set()).update(lines)
             _PROCESS_UNSERVABLE.extend(unservable(used))
@@ -206,8 +208,8 @@ class Reads:
     probed: Mapping[str, str] = dataclasses.field(default_factory=dict)
     listed: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # folder -> sha256 of its names
     absent_modules: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)  # name -> where it looked
-    # A module's file by what of it ran (``cache.code``): {"ran": [...], "lines": [...], "digest": ...}; a file whose
-    # content changed still holds if this digest does.
+    # A module's file by what of it ran (``cache.code``): {"ran": [...], "lines": [...], "each": {code: digest},
+    # "digest": ...}; a file whose content changed still holds if this digest does; "each" names what changed.
     code: Mapping[str, dict] = dataclasses.field(default_factory=dict)
     unservable: tuple[str, ...] = ()  # why this lowering's inputs cannot be keyed: never served
     # A module's file -> the runs of its lines that executed ([first, last] each; ``cache.used.hears_lines_of``'s
@@ -264,8 +266,7 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
     probes, listed = _probes(used, kinds, search_path, by_content, files)
     # What ran is known only where sys.monitoring is (Python 3.12+) and its tool id was free: else files by content.
     ran_code = _code_keys([path for path in files if path.endswith(".py") and path not in opened and files[path]],
-                          _PROCESS_CODE | (used.code if used else set()), used.code if used else set()) \
-        if hears_code() else {}
+                          used.code if used else set()) if hears_code() else {}
     reasons = [*_PROCESS_UNSERVABLE, *(unservable(used) if used else ())]
     heard = used.lines if used else {}
     ran_lines = {path: [list(run) for run in ranges(_PROCESS_LINES.get(path, set()) | heard.get(path, set()))]
@@ -277,14 +278,18 @@ def reads_after(window: _EnvironmentReads, by_content: frozenset[str] = frozense
                  lines={path: runs for path, runs in ran_lines.items() if runs})
 
 
-def _code_keys(paths: list[str], ran: set, lowered: set) -> dict[str, dict]:
+def _code_keys(paths: list[str], lowered: set) -> dict[str, dict]:
     """For each module file (keyed by content, not opened as a file): the code objects of it that ran (while the
-    target was built, or in this lowering: those with their lines) and their digest (``cache.code``)."""
+    target was built, or in this lowering: ``lowered``, those with their lines), each one's digest and theirs
+    together (``cache.code``)."""
     wanted = set(paths)
     by_file: dict[str, list] = {}
-    for code in ran:
+    for code in lowered:
         if code.co_filename in wanted:
             by_file.setdefault(code.co_filename, []).append(code)
+    for path, codes in _process_code_by_file().items():
+        if path in wanted:
+            by_file.setdefault(path, []).extend(codes)
     keys = {}
     for path in paths:
         tree = code_keys.compiled(path)
@@ -300,9 +305,17 @@ def _code_keys(paths: list[str], ran: set, lowered: set) -> dict[str, dict]:
             if code in lowered:
                 with_lines.add(name)
         else:
-            if (found := code_keys.digest(tree, names, with_lines)) is not None:
-                keys[path] = {"ran": sorted(names), "lines": sorted(with_lines), "digest": found}
+            if (each := code_keys.each(tree, names, with_lines)) is not None:
+                keys[path] = {"ran": sorted(names), "lines": sorted(with_lines), "each": each,
+                              "digest": code_keys.combined(each)}
     return keys
+
+
+def _process_code_by_file() -> dict[str, list]:
+    if not _PROCESS_CODE_BY_FILE and _PROCESS_CODE:
+        for code in _PROCESS_CODE:
+            _PROCESS_CODE_BY_FILE.setdefault(code.co_filename, []).append(code)
+    return _PROCESS_CODE_BY_FILE
 
 
 def _probes(used: Used | None, kinds: dict, search_path: tuple[str, ...], by_content: frozenset[str],
@@ -377,25 +390,34 @@ def warm(by_content: frozenset[str] = frozenset()) -> None:
     search_path = tuple(sys.path)
     kinds = _kinds(search_path)
     installed = _installed_files(search_path)
+    _process_code_by_file()
     for path in _module_files(set(sys.modules)):  # the modules loaded so far: every cell's, classified once
         if path not in kinds:
             kinds[path] = _file_kind(path, installed)
         kind = kinds[path]
         if hears_code() and path.endswith(".py") and (
-                kind == "content" or (isinstance(kind, tuple) and kind[0] in by_content)):
-            code_keys.compiled(path)
+                kind == "content" or (isinstance(kind, tuple) and kind[0] in by_content)) and (
+                tree := code_keys.compiled(path)) is not None:
+            code_keys.index(tree).warm()
+
+
+_MODULE_FILE: dict[str, tuple[object, str | None]] = {}  # module name -> (the module, its file): each looked at once
 
 
 def _module_files(names: set[str]) -> set[str]:
     files = set()
     for name in names:
         module = sys.modules.get(name)
-        try:
-            file = vars(module).get("__file__")  # vars(): a lazy module's __getattr__ would import
-        except TypeError:
-            continue
-        if isinstance(file, str) and file:
-            files.add(os.path.abspath(file))  # as imported (not realpath: 10 lstat a file, 0.3 s for MaxText's)
+        kept = _MODULE_FILE.get(name)
+        if kept is None or kept[0] is not module:
+            try:
+                file = vars(module).get("__file__")  # vars(): a lazy module's __getattr__ would import
+            except TypeError:
+                file = None
+            # As imported (not realpath: 10 lstat a file, 0.3 s for MaxText's).
+            kept = _MODULE_FILE[name] = (module, os.path.abspath(file) if isinstance(file, str) and file else None)
+        if kept[1] is not None:
+            files.add(kept[1])
     return files
 
 
@@ -668,8 +690,9 @@ class Now:
                 continue
             if stamp(info) == _recorded_stamp(state):
                 continue
-            if self.sha256(path) != state[2] and not self.same_code(path, reads.get("code", {}).get(recorded)):
-                return f"{path} changed", False
+            ran = reads.get("code", {}).get(recorded)
+            if self.sha256(path) != state[2] and not self.same_code(path, ran):
+                return self.code_changed(path, ran), False
             retouched = True
         return None, retouched
 
@@ -682,6 +705,15 @@ class Now:
         except (KeyError, TypeError):
             return False
         return now is not None and now == recorded.get("digest")
+
+    @staticmethod
+    def code_changed(path: str, recorded: dict | None) -> str:
+        """Why a module's file no longer holds, said as what of the code a lowering ran changed first
+        (``code.first_change``: ``moe.py RoutedMoE.get_topk changed``), else the file."""
+        each = recorded.get("each") if isinstance(recorded, dict) else None
+        if not isinstance(each, dict) or not all(isinstance(v, str) for v in each.values()):
+            return f"{path} changed"
+        return f"{path} {code_keys.first_change(code_keys.compiled(path), each)}"
 
     def _probes_changed(self, reads: dict) -> str | None:
         """Why a path asked about, a folder listed or a module not found is no longer what the lowering saw."""
