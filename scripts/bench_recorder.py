@@ -51,7 +51,7 @@ def measure(target, cell, recorded: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--maxtext", action="store_true", help="MaxText's llama3-8b train step at 2 layers too")
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     from hlo_audit import host

@@ -363,14 +363,12 @@ def test_an_edit_to_a_function_only_one_models_lowering_runs_relowers_that_model
     (project / "knob.py").write_text(PER_MODEL.replace("return 1\n\n\ndef _for_b", "return 1  # a's\n\n\ndef _for_b"))
     again = _run(project, "check", "--format", "json")
     assert again.returncode == 0 and all(c["cached"] for c in json.loads(again.stdout)["cells"]), again.stdout
-    # A comment line above b's function: what it runs is the same, where its lines are is not (jax writes them into
-    # the program's metadata). b's cell is lowered again, said as a move; a's is served.
+    # A comment line above b's function: what it runs is the same, only where its lines are (jax writes them into
+    # the program's metadata) moved. Served, its lines moved with it (``cache.moved``: tests/test_cache_moved.py).
     four = PER_MODEL.replace("def _for_b():\n    return 1", "def _for_b():\n    return 4")  # the newest variant's
     (project / "knob.py").write_text(four.replace("\n\ndef _for_b", "\n\n# b's\ndef _for_b"))
-    moved = {c["id"]: c for c in json.loads(_run(project, "check", "--format", "json").stdout)["cells"]}
-    assert moved["a/scan-off/none/L1"]["cached"] and not moved["b/scan-off/none/L1"]["cached"]
-    assert moved["b/scan-off/none/L1"]["relowered_because"] == ("knob.py _for_b moved (jax writes its lines into "
-                                                                "the program)")
+    moved = _run(project, "check", "--format", "json")
+    assert all(c["cached"] for c in json.loads(moved.stdout)["cells"]), moved.stdout
     # A statement added at the module's top level: named as such.
     (project / "knob.py").write_text(four.replace("\n\ndef _for_b", "\n\nFILLER = 0\n\n\ndef _for_b"))
     added = {c["id"]: c for c in json.loads(_run(project, "check", "--format", "json").stdout)["cells"]}

@@ -29,8 +29,10 @@ A cell's lowering is looked up in two steps, as ccache's direct mode or a build 
   holds unset or at the value it set). A variant is reused only if all of it still holds: environment and versions
   first, then the paths asked about, then a ``stat`` per file, a hash wherever the stamp differs (a fresh checkout,
   a restored file: then the stamps are refreshed in the manifest), and for a module whose hash differs, what of it
-  ran. Size and mtime alone would serve a file restored with its old mtime (``cp -p``, ``rsync -a``, a cache-restore
-  step) or edited to the same size and ``touch``-ed back; its ctime is new. Several variants per cell, so switching
+  ran; where that only moved (a helper added above the function a lowering ran), the cell is served with the
+  lowering's lines moved as its code did (``cache.moved``), its result analysed again. Size and mtime alone would
+  serve a file restored with its old mtime (``cp -p``, ``rsync -a``, a cache-restore step) or edited to the same
+  size and ``touch``-ed back; its ctime is new. Several variants per cell, so switching
   a variable back and forth is a hit both ways. The first reason a cell's variants did not hold is the result's
   ``relowered_because``.
 

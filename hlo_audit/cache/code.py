@@ -83,16 +83,17 @@ class Index:
 
     def each(self, name: CodeId, lines: bool) -> str | None:
         """A code object's own digest (``ran``'s entry in a record): what it executes, and for code a lowering ran,
-        ``+`` the digest of where its lines are (jax writes them into the program's metadata), kept apart so that
-        a change can be named a move. None where the file holds no such code object."""
+        where its lines are (jax writes them into the program's metadata): ``+`` its line table's digest ``@`` its
+        first line, kept apart so that a change can be told from a move (``moves``). None where the file holds no
+        such code object."""
         found = self._each.get((name, lines))
         if found is None:
             code = self.by_id.get(name)
             if code is None:
                 return None
             found = _short(_material(code))
-            if lines:
-                found += "+" + _short(repr((code.co_linetable, code.co_firstlineno)).encode())
+            if lines:  # its line table (relative to its first line) and its first line: a move changes the latter
+                found += f"+{_short(code.co_linetable)}@{code.co_firstlineno}"
             self._each[(name, lines)] = found
         return found
 
@@ -156,9 +157,33 @@ def first_change(tree: types.CodeType | None, recorded: dict[CodeId, str]) -> st
         if now is None:
             return f"{shown} is gone"
         if now != was:
-            moved = now.partition("+")[0] == was.partition("+")[0]
+            moved = now.partition("@")[0] == was.partition("@")[0]
             return f"{shown} moved (jax writes its lines into the program)" if moved else f"{shown} changed"
     return "changed"
+
+
+# A code object that moved: its lines as a lowering recorded them (first, last) and how far they moved.
+Move = tuple[int, int, int]
+
+
+def moves(tree: types.CodeType | None, recorded: dict[CodeId, str]) -> list[Move] | None:
+    """Where the code a lowering ran of a file is now, if nothing of it changed but where its lines are: for each
+    code object that ran in the lowering, its lines as recorded and how far they moved (0: not at all), innermost
+    last; None where anything else changed (a code object's bytecode, its line table, the module's statements).
+    What it executes being the same, the program is the same but for the lines in its metadata (``cache.moved``)."""
+    if tree is None:
+        return None
+    found = index(tree)
+    spans: list[Move] = []
+    for name, was in recorded.items():
+        now = found.each(name, "+" in was)
+        if now is None or now.partition("@")[0] != was.partition("@")[0]:
+            return None
+        if "@" in was:
+            old_first, new_first = int(was.rpartition("@")[2]), int(now.rpartition("@")[2])
+            last = max((line for *_, line in found.by_id[name].co_lines() if line is not None), default=new_first)
+            spans.append((old_first, last - new_first + old_first, new_first - old_first))
+    return sorted(spans, key=lambda span: span[0] - span[1])  # widest first: the innermost span is found last
 
 
 def _short(material: bytes) -> str:

@@ -524,7 +524,7 @@ def stamp(info: os.stat_result) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
-def _recorded_stamp(state: list) -> list:
+def recorded_stamp(state: list) -> list:
     """The stamp a manifest recorded: ``state`` is [size, mtime_ns, sha256, ctime_ns, inode]."""
     return [*state[:2], *state[3:5]]
 
@@ -659,42 +659,45 @@ class Now:
                 self._hashes[path] = None
         return self._hashes[path]
 
-    def verify(self, reads: dict) -> tuple[str | None, bool]:
-        """(why the variant no longer holds, or None; whether some file held by its hash only, stamp changed)."""
+    def verify(self, reads: dict) -> tuple[str | None, bool, dict[str, list]]:
+        """(why the variant no longer holds, or None; whether some file held by its hash only, stamp changed; the
+        files whose code the lowering ran only moved: ``code.moves`` by recorded file, ``cache.moved``)."""
         for name, value in reads["environment"].items():
             if os.environ.get(name) != value:
-                return f"${name} changed", False
+                return f"${name} changed", False, {}
         for name, value in reads.get("set_by_lowering", {}).items():
             if os.environ.get(name) not in (None, value):  # unset, the lowering sets it so again
-                return f"${name} changed", False
+                return f"${name} changed", False, {}
         imported = _PROCESS_READS.read  # what this process's own imports saw, where they read it
         for name, value in reads["imported_environment"].items():
             if (imported[name] if name in imported else os.environ.get(name)) != value:
-                return f"${name} changed", False
+                return f"${name} changed", False, {}
         for name, version in reads["distributions"].items():
             if self.version(name) != version:
-                return f"{name} {version} -> {self.version(name)}", False
+                return f"{name} {version} -> {self.version(name)}", False, {}
         if reads.get("unservable"):
-            return f"unservable: {reads['unservable'][0]}", False
+            return f"unservable: {reads['unservable'][0]}", False, {}
         if (why := self._probes_changed(reads)) is not None:
-            return why, False
-        retouched = False
+            return why, False, {}
+        retouched, moved = False, {}
         for recorded, state in reads["files"].items():
             path = self.locate(recorded)
             if path is None:
-                return f"{recorded} is a project's file, and this run names no project", False
+                return f"{recorded} is a project's file, and this run names no project", False, {}
             info = self.stat(path)
             if state is None or info is None:
                 if (state is None) != (info is None):
-                    return f"{path} {'appeared' if info else 'is gone'}", False
+                    return f"{path} {'appeared' if info else 'is gone'}", False, {}
                 continue
-            if stamp(info) == _recorded_stamp(state):
+            if stamp(info) == recorded_stamp(state):
                 continue
             ran = reads.get("code", {}).get(recorded)
             if self.sha256(path) != state[2] and not self.same_code(path, ran):
-                return self.code_changed(path, ran), False
+                if (spans := self.code_moved(path, ran)) is None:
+                    return self.code_changed(path, ran), False, {}
+                moved[recorded] = spans
             retouched = True
-        return None, retouched
+        return None, retouched, moved
 
     def same_code(self, path: str, recorded: dict | None) -> bool:
         """Whether what a lowering ran of a module's file is unchanged though its text changed (``cache.code``)."""
@@ -705,6 +708,18 @@ class Now:
         except (KeyError, TypeError):
             return False
         return now is not None and now == recorded.get("digest")
+
+    @staticmethod
+    def code_moved(path: str, recorded: dict | None) -> list | None:
+        """How the code a lowering ran of a module's file moved, where nothing else of it changed (``code.moves``);
+        None where something did, or the record does not say code object by code object."""
+        each = recorded.get("each") if isinstance(recorded, dict) else None
+        if not isinstance(each, dict) or not all(isinstance(v, str) for v in each.values()):
+            return None
+        try:
+            return code_keys.moves(code_keys.compiled(path), each)
+        except ValueError:
+            return None
 
     @staticmethod
     def code_changed(path: str, recorded: dict | None) -> str:

@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from hlo_audit.cache import code as code_keys
 from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
+from hlo_audit.cache.moved import moved_lowering, moved_reads, names_as_recorded, text_has_lines
 from hlo_audit.cache.reads import Now, Reads, identity, portable, project_roots, stamp
 from hlo_audit.files import write_atomic
 from hlo_audit.lowering import Lowering
@@ -316,7 +318,13 @@ class Cache:
             for entry, reads in variants:
                 if not isinstance(entry, str):
                     raise TypeError(entry)
-                why, retouched = self._now.verify(reads)
+                why, retouched, moves = self._now.verify(reads)
+                if why is None and moves:
+                    served = self._moved(key, cell, entry, reads, moves) if cell is not None else None
+                    if served is not None:
+                        return served
+                    recorded = next(iter(moves))
+                    why = self._now.code_changed(self._now.locate(recorded) or recorded, reads["code"][recorded])
                 if why is None:
                     if retouched and cell is not None:
                         self._retouch(key, cell, manifest, entry)
@@ -332,15 +340,43 @@ class Cache:
         """The files held by their hashes (a fresh checkout): store their stamps now, so the next run only stats."""
         for variant in manifest["variants"]:
             if variant["entry"] == entry:
-                for recorded, state in variant["reads"]["files"].items():
-                    path = self._now.locate(recorded)
-                    info = self._now.stat(path) if path is not None else None
-                    if state is not None and info is not None:
-                        stamped = stamp(info)
-                        # A module whose text changed but not what ran of it (``cache.code``): its new hash too.
-                        state[:] = [*stamped[:2], self._now.sha256(path) or state[2], *stamped[2:]]
+                self._restamp(variant["reads"]["files"])
         self._write(self._path(key, "manifest"), _json_entry({"kind": "manifest", "key": key, "cell": cell},
                                                              manifest))
+
+    def _restamp(self, files: dict) -> None:
+        """Recorded files' states as the files are now: their stamps, and their hashes (a module whose text changed
+        but not what ran of it: ``cache.code``)."""
+        for recorded, state in files.items():
+            path = self._now.locate(recorded)
+            info = self._now.stat(path) if path is not None else None
+            if state is not None and info is not None:
+                stamped = stamp(info)
+                state[:] = [*stamped[:2], self._now.sha256(path) or state[2], *stamped[2:]]
+
+    def _moved(self, key: str, cell: str, entry: str, reads: dict, moves: dict) -> str | None:
+        """The entry of a lowering whose code only moved, its lines moved (``cache.moved``): written beside the
+        recorded one with a variant of the files as they are now, its result left to be analysed again. None where
+        it cannot be (the text carries lines itself, the entry does not verify, a file is unreadable now)."""
+        hit = self.get_lowering(entry, cell)
+        if hit is None or text_has_lines(hit[0]):
+            return None
+        text, meta = hit
+        locate = self._now.locate
+        try:
+            files = meta.get("metadata", {}).get("files", []) if isinstance(meta.get("metadata"), dict) else []
+            lowering = moved_lowering(meta, moves, names_as_recorded(files, moves, locate))
+            now = moved_reads(reads, moves, locate, code_keys.compiled)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        self._restamp(now["files"])  # every file as it is now, those that held by their hash too
+        served = material_digest({"primary": key, "reads": identity(now)})
+        lowering["hlo_sha256"] = _sha256(text)
+        self._write(self._path(served, "hlo"), _text_entry({"kind": "hlo", "key": served, "cell": cell}, text))
+        self._write(self._path(served, "lowering"),
+                    _json_entry({"kind": "lowering", "key": served, "cell": cell}, lowering))
+        self._add_variant(key, cell, served, now)
+        return served
 
     def recorded(self, key: str, cell: str) -> RecordedInputs | None:
         """What the lowering that made the cell's newest variant read (``check --explain-cache``), or None: never

@@ -1,0 +1,117 @@
+"""A cell whose code only moved is served with its lines moved (``hlo_audit.cache.moved``), and says the same as a
+check without the cache: the same verdict, each finding at the line where its code is now."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from in_process import hlo_audit_here
+
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 12), reason="what ran is heard through sys.monitoring "
+                                                                    "(Python 3.12+): on 3.11 a file counts by content")
+
+CONFIG = '''
+target = "model:step"
+models = ["tiny"]
+layers = [1]
+'''
+
+MODEL = '''
+import jax
+import jax.numpy as jnp
+
+import layers
+
+
+def step(cell):
+    def loss(w, x):
+        return layers.layer(x, w).sum()
+    return jax.jit(jax.grad(loss)).trace(jnp.ones((8, 8)), jnp.ones((4, 8)))
+
+
+step.scan = ["off"]
+step.quant = ["none"]
+'''
+
+# The step's one layer, below a helper no lowering runs: lines added to the helper move the layer.
+LAYERS = '''import jax.numpy as jnp
+
+
+def helper(x):
+    return x
+
+
+def layer(x, w):
+    y = x @ w
+    return jnp.{op}(y)
+'''
+
+
+def _check(project: Path, *args: str):
+    return hlo_audit_here(project, "check", *args)
+
+
+def _lines_named(text: str) -> set[str]:
+    return set(re.findall(r"layers\.py:\d+", text))
+
+
+def _project(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "hlo-audit.toml").write_text(CONFIG)
+    (root / "model.py").write_text(MODEL)
+    (root / "layers.py").write_text(LAYERS.format(op="tanh"))
+    assert hlo_audit_here(root, "golden", "update").returncode == 0
+    return root
+
+
+def test_a_change_whose_code_then_moves_is_served_at_the_lines_where_it_is_now(tmp_path):
+    project = _project(tmp_path)
+    (project / "layers.py").write_text(LAYERS.format(op="sin"))  # a real change: lowered, fails at layer's line
+    failed = _check(project)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    before = _lines_named(failed.stdout)
+    assert before and before <= {"layers.py:9", "layers.py:10"}, failed.stdout  # the layer's lines
+    # Three lines added to the helper above: the layer moves down three lines, what it runs is the same.
+    (project / "layers.py").write_text(LAYERS.format(op="sin").replace("    return x\n",
+                                                                       "    x = x + 1\n    x = x * 2\n    x = -x\n"
+                                                                       "    return x\n"))
+    served = _check(project, "--format", "json")
+    assert served.returncode == 1
+    (cell,) = json.loads(served.stdout)["cells"]
+    assert cell["cached"], cell  # not lowered again
+    text = _check(project)
+    fresh = _check(project, "--no-cache")
+    assert text.returncode == fresh.returncode == 1
+    moved = {f"layers.py:{int(name.rpartition(':')[2]) + 3}" for name in before}
+    assert _lines_named(text.stdout) == _lines_named(fresh.stdout) == moved, text.stdout
+    assert text.stdout == fresh.stdout
+
+
+def test_code_that_moved_and_changed_is_lowered_again_and_named(tmp_path):
+    project = _project(tmp_path)
+    (project / "layers.py").write_text(LAYERS.format(op="sin").replace("    return x\n", "    x = -x\n    return x\n"))
+    checked = _check(project, "--format", "json")
+    assert checked.returncode == 1
+    (cell,) = json.loads(checked.stdout)["cells"]
+    assert not cell["cached"] and cell["relowered_because"] == "layers.py layer changed", cell
+
+
+def test_a_moved_cell_carries_the_lines_it_ran_where_they_are_now(tmp_path):
+    project = _project(tmp_path)
+    (project / "layers.py").write_text(LAYERS.format(op="tanh").replace("    return x\n", "    x = -x\n    return x\n"))
+    patch = tmp_path / "pr.diff"
+    patch.write_text("--- a/layers.py\n+++ b/layers.py\n@@ -10,1 +10,1 @@\n-    y = x @ w\n+    y = x @ w\n")
+    served = _check(project, "--format", "json", "--changes", str(patch))
+    assert served.returncode == 0, served.stdout + served.stderr
+    report = json.loads(served.stdout)
+    (cell,) = report["cells"]
+    assert cell["cached"], cell
+    # Line 10 is the layer's first line now (it was 9): the cell ran it, and its program names it.
+    coverage = report["coverage"]
+    assert coverage["reached"] == coverage["in_program"] == {"tiny/scan-off/none/L1": ["layers.py:10"]}, coverage
+    assert coverage["unreached"] == []
