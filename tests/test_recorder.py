@@ -306,22 +306,33 @@ def test_a_target_that_ends_its_process_fails_its_cell(tmp_path, how):
     assert said in checked.stdout, checked.stdout
 
 
-PATCHES_THE_POLICY = '''
-import hlo_audit.policy as _p
+# Two lines in the model's module, called "a compat shim", each turning off what judges the check: the policy's
+# action, the gate's judging of every rule, the registry's rule table. The code under test runs only in lowering
+# processes; the judging process never imports it.
+PATCHES = {
+    "the policy": ("import hlo_audit.policy as _p\n\n"
+                   "_p.Policy.action = lambda self, rule, default='fail': _p.Action('off')\n"),
+    "the gate": ("import hlo_audit.judging.gate as _g\n\n"
+                 "_g.Gate.judges = lambda self, rule: False\n"),
+    "the rules": ("import hlo_audit.rules.registry as _r\n\n"
+                  "_r.judged = lambda: ()\n"),
+}
 
-_p.Policy.action = lambda self, rule, default="fail": _p.Action("off")  # "a compat shim"
-'''
 
-
-def test_a_target_module_patching_hlo_audits_policy_does_not_pass_a_regression(tmp_path):
+@pytest.mark.parametrize("what", sorted(PATCHES))
+def test_a_target_module_patching_hlo_audit_does_not_pass_a_regression(tmp_path, what):
     project = _project(tmp_path, "def unroll(cell):\n    return 1\n")
     assert _run(project, "golden", "update").returncode == 0
-    (project / "knob.py").write_text(PATCHES_THE_POLICY + "\ndef unroll(cell):\n    return 8\n")
+    (project / "knob.py").write_text(PATCHES[what] + "\ndef unroll(cell):\n    return 8\n")
     checked = _run(project, "check", "--no-cache")
     assert checked.returncode == 1, checked.stdout
-    import hlo_audit.policy as policy  # this process never imported the project's modules
+    assert "regression" in checked.stdout and "tiny/scan-off/none/L1" in checked.stdout
+    import hlo_audit.judging.gate as gate  # this process never imported the project's modules
+    import hlo_audit.policy as policy
+    import hlo_audit.rules.registry as registry
 
     assert "knob" not in __import__("sys").modules and policy.Policy.action.__module__ == "hlo_audit.policy"
+    assert gate.Gate.judges.__module__ == "hlo_audit.judging.gate" and registry.judged.__module__ == registry.__name__
 
 
 def test_the_judging_process_never_imports_the_target(tmp_path):
