@@ -86,6 +86,8 @@ class Check:
     accept: str | None = None  # the command that accepts the failing cells
     error: str = ""
     because: list[str] = field(default_factory=list)  # cells[].relowered_because of the cells lowered again, once each
+    why: dict[str, int] = field(default_factory=dict)  # what each cell lowered again was lowered for (``why_kind``)
+    lowered_ok: int = 0  # cells lowered again and judged ok: a lowering that found the program it had
     # --changes: what the cells reached of the commit's diff (the check JSON's "coverage", as printed)
     coverage: dict | None = None
 
@@ -227,10 +229,14 @@ class Cli:
         failing = [cell for cell, verdict in report["verdicts"].items() if verdict != "ok"]
         lowered = sum(not cell["cached"] for cell in report["cells"])
         accept = report["accept"]["command"] if report.get("accept") else None
-        because = list(dict.fromkeys((cell.get("relowered_because")
-                                      or "(nothing cached under its key: hlo-audit, the stack or the config changed)")
-                                     for cell in report["cells"] if not cell["cached"]))
-        return Check(code, seconds, len(report["cells"]), lowered, failing, accept, because=because,
+        lowered_cells = [cell for cell in report["cells"] if not cell["cached"]]
+        reasons = [cell.get("relowered_because") or NOT_CACHED for cell in lowered_cells]
+        why: dict[str, int] = {}
+        for reason in reasons:
+            why[why_kind(reason)] = why.get(why_kind(reason), 0) + 1
+        lowered_ok = sum(report["verdicts"].get(cell["id"]) == "ok" for cell in lowered_cells)
+        return Check(code, seconds, len(report["cells"]), lowered, failing, accept,
+                     because=list(dict.fromkeys(reasons)), why=why, lowered_ok=lowered_ok,
                      coverage=report.get("coverage")), out
 
     def accept(self, command: str) -> float:
@@ -401,6 +407,27 @@ def row(step: Step) -> str:
             f"{step.subject[:60]}")
 
 
+NOT_CACHED = "(nothing cached under its key: hlo-audit, the stack or the config changed)"
+WHY_KINDS = ("code a lowering ran changed", "module-level statements changed", "code moved", "a file it read changed",
+             "an environment variable changed", "nothing cached", "other")
+
+
+def why_kind(reason: str) -> str:
+    """What a cell was lowered again for, as ``relowered_because`` says it (``cache.reads.Now.verify``)."""
+    if reason == NOT_CACHED:
+        return "nothing cached"
+    if reason.startswith("$"):
+        return "an environment variable changed"
+    if reason.endswith("module-level statements changed"):
+        return "module-level statements changed"
+    if " moved (" in reason:
+        return "code moved"
+    path, _, what = reason.rpartition(".py ")
+    if path and what.endswith((" changed", " is gone")):
+        return "code a lowering ran changed"
+    return "a file it read changed" if reason.endswith(" changed") else "other"
+
+
 def summary(steps: list[Step]) -> list[str]:
     new_s = [s.new.seconds for s in steps]
     old_s = [s.old_seconds for s in steps]
@@ -411,6 +438,11 @@ def summary(steps: list[Step]) -> list[str]:
         f"cells lowered again: new key {sum(s.new.lowered for s in steps)}, "
         f"old key {sum(old_lowered(s) for s in steps)} (of {sum(s.new.cells for s in steps)} cell checks)",
     ]
+    why = {kind: sum(s.new.why.get(kind, 0) for s in steps) for kind in WHY_KINDS}
+    lowered = sum(s.new.lowered for s in steps)
+    lines.append(f"why (cells): {', '.join(f'{kind} {n}' for kind, n in why.items() if n) or 'none lowered again'}; "
+                 f"judged ok: {sum(s.new.lowered_ok for s in steps)} of the {lowered} (the program they had, or "
+                 f"within tolerance)")
     if any(s.old is not None for s in steps):
         lines += [
             f"check seconds, median: new {statistics.median(new_s):.1f}, old {statistics.median(old_s):.1f} "
