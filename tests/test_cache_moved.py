@@ -60,11 +60,11 @@ def _lines_named(text: str) -> set[str]:
     return set(re.findall(r"layers\.py:\d+", text))
 
 
-def _project(root: Path) -> Path:
+def _project(root: Path, layers: str = LAYERS.format(op="tanh")) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "hlo-audit.toml").write_text(CONFIG)
     (root / "model.py").write_text(MODEL)
-    (root / "layers.py").write_text(LAYERS.format(op="tanh"))
+    (root / "layers.py").write_text(layers)
     assert hlo_audit_here(root, "golden", "update").returncode == 0
     return root
 
@@ -115,3 +115,14 @@ def test_a_moved_cell_carries_the_lines_it_ran_where_they_are_now(tmp_path):
     coverage = report["coverage"]
     assert coverage["reached"] == coverage["in_program"] == {"tiny/scan-off/none/L1": ["layers.py:10"]}, coverage
     assert coverage["unreached"] == []
+
+
+def test_a_change_below_a_move_is_named_as_the_change(tmp_path):
+    calls = LAYERS.format(op="tanh").replace("    y = x @ w\n", "    y = sub(x, w)\n") + "\n\ndef sub(x, w):\n    return x @ w\n"
+    project = _project(tmp_path, calls)
+    # layer moves down a line (the helper grows); sub, below it (and after it in a record's order), changes.
+    (project / "layers.py").write_text(calls.replace("    return x\n", "    x = -x\n    return x\n")
+                                       .replace("    return x @ w\n", "    return (x @ w) * 2.0\n"))
+    checked = _check(project, "--format", "json")
+    (cell,) = json.loads(checked.stdout)["cells"]
+    assert not cell["cached"] and cell["relowered_because"] == "layers.py sub changed", cell

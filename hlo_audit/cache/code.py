@@ -151,15 +151,17 @@ def first_change(tree: types.CodeType | None, recorded: dict[CodeId, str]) -> st
     if tree is None:
         return "no longer compiles"
     found = index(tree)
+    moved = None
     for name, was in recorded.items():
         shown = "module-level statements" if name == "<module>#0" else name.rpartition("#")[0]
         now = found.each(name, "+" in was)
         if now is None:
             return f"{shown} is gone"
         if now != was:
-            moved = now.partition("@")[0] == was.partition("@")[0]
-            return f"{shown} moved (jax writes its lines into the program)" if moved else f"{shown} changed"
-    return "changed"
+            if now.partition("@")[0] != was.partition("@")[0]:
+                return f"{shown} changed"  # a change is said before any move
+            moved = moved or f"{shown} moved (jax writes its lines into the program)"
+    return moved or "changed"
 
 
 # A code object that moved: its lines as a lowering recorded them (first, last) and how far they moved.

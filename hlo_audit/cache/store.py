@@ -324,7 +324,8 @@ class Cache:
                     if served is not None:
                         return served
                     recorded = next(iter(moves))
-                    why = self._now.code_changed(self._now.locate(recorded) or recorded, reads["code"][recorded])
+                    why = (f"{self._now.code_changed(self._now.locate(recorded) or recorded, reads['code'][recorded])}"
+                           f", and its cached lowering's lines could not be moved with it")
                 if why is None:
                     if retouched and cell is not None:
                         self._retouch(key, cell, manifest, entry)
