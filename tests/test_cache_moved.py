@@ -126,3 +126,12 @@ def test_a_change_below_a_move_is_named_as_the_change(tmp_path):
     checked = _check(project, "--format", "json")
     (cell,) = json.loads(checked.stdout)["cells"]
     assert not cell["cached"] and cell["relowered_because"] == "layers.py sub changed", cell
+
+
+def test_a_comment_inside_code_that_ran_is_named_as_its_lines_moving(tmp_path):
+    project = _project(tmp_path)
+    (project / "layers.py").write_text(LAYERS.format(op="tanh").replace("    y = x @ w\n", "    # w first\n    y = x @ w\n"))
+    checked = _check(project, "--format", "json")
+    (cell,) = json.loads(checked.stdout)["cells"]
+    assert not cell["cached"], cell  # where its lines are within it is not known from the record: lowered again
+    assert cell["relowered_because"] == "layers.py layer: lines within it moved (jax writes its lines into the program)"

@@ -158,8 +158,10 @@ def first_change(tree: types.CodeType | None, recorded: dict[CodeId, str]) -> st
         if now is None:
             return f"{shown} is gone"
         if now != was:
-            if now.partition("@")[0] != was.partition("@")[0]:
+            if now.partition("+")[0] != was.partition("+")[0]:
                 return f"{shown} changed"  # a change is said before any move
+            if now.partition("@")[0] != was.partition("@")[0]:  # the same code, its lines apart differently
+                moved = moved or f"{shown}: lines within it moved (jax writes its lines into the program)"
             moved = moved or f"{shown} moved (jax writes its lines into the program)"
     return moved or "changed"
 
