@@ -135,3 +135,33 @@ def test_a_comment_inside_code_that_ran_is_named_as_its_lines_moving(tmp_path):
     (cell,) = json.loads(checked.stdout)["cells"]
     assert not cell["cached"], cell  # where its lines are within it is not known from the record: lowered again
     assert cell["relowered_because"] == "layers.py layer: lines within it moved (jax writes its lines into the program)"
+
+
+def test_a_line_moves_as_the_innermost_code_holding_it_moved():
+    from hlo_audit.cache.moved import moved_line
+
+    spans = [(10, 40, 3), (20, 25, 5)]  # a function moved down 3 lines; a closure in it, 5 (lines added above it)
+    assert [moved_line(line, spans) for line in (10, 19, 20, 25, 26, 40)] == [13, 22, 25, 30, 29, 43]
+    with pytest.raises(ValueError):
+        moved_line(41, spans)  # in no code the lowering ran: where it is now is not known
+
+
+def test_a_lowering_record_is_moved_only_where_every_line_of_a_moved_file_can_be():
+    from hlo_audit.cache.moved import moved_lowering
+
+    meta = {"stage": "lowered", "metadata": {"files": ["/p/layers.py", "/p/model.py"], "sources": ["", "/p/layers.py:12"],
+                                             "locations": [[1, 12], [2, 5]], "frames": [[1, 0]], "op_names": [],
+                                             "at": {}}}
+    moves = {"layers.py": [(10, 20, 3)]}
+    moved = moved_lowering(meta, moves, {"/p/layers.py": "layers.py"})
+    assert moved["metadata"]["locations"] == [[1, 15], [2, 5]] and moved["metadata"]["sources"] == ["", "/p/layers.py:15"]
+    assert meta["metadata"]["locations"] == [[1, 12], [2, 5]]  # the recorded entry is left as it was
+    with pytest.raises(ValueError):  # the moved file as lowered from another folder (a copy of the project)
+        moved_lowering({**meta, "metadata": {**meta["metadata"], "files": ["/elsewhere/layers.py", "/p/model.py"]}},
+                       moves, {})
+    with pytest.raises(ValueError):  # lines outside the metadata's tables (a GPU dump's thunk metadata)
+        moved_lowering({**meta, "dump": {"thunks": 'metadata={source_file="/p/layers.py" source_line=12}'}}, moves,
+                       {"/p/layers.py": "layers.py"})
+    with pytest.raises(ValueError):  # a line of the moved file in no code the lowering ran
+        moved_lowering({**meta, "metadata": {**meta["metadata"], "locations": [[1, 30]]}}, moves,
+                       {"/p/layers.py": "layers.py"})

@@ -15,6 +15,7 @@ metadata) is lowered again instead.
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterable, Mapping
 
@@ -47,10 +48,16 @@ def moved_lowering(meta: dict, moves: Moves, recorded_as: Mapping[str, str]) -> 
     locations and any ``file:line`` source. ``recorded_as``: a file as the metadata names it -> as the manifest
     does (files the lowering did not record stay as they are). ValueError where a line of a moved file is in no code
     the lowering ran: the cell is lowered again."""
+    if text_has_lines(json.dumps({name: value for name, value in meta.items() if name != "metadata"})):
+        raise ValueError("the lowering record carries lines outside its metadata tables (a dump's)")
     meta = copy.deepcopy(meta)
     metadata = meta.get("metadata")
     if not isinstance(metadata, dict):
         return meta
+    for name in metadata.get("files", []):  # a moved file under another root (a copy): where its lines are is unknown
+        if name not in recorded_as and any(not os.path.isabs(moved) and str(name).endswith(os.sep + moved)
+                                           for moved in moves):
+            raise ValueError(f"{name} is a moved file as lowered elsewhere")
     files = [recorded_as.get(name) for name in metadata.get("files", [])]
     metadata["locations"] = [
         [number, moved_line(line, moves[files[number - 1]])]
