@@ -24,6 +24,7 @@ ROOT = Path(hlo_audit.__file__).resolve().parent
 EDGES = {
     "cache": "results cache entries and manifests (JSON on disk, and what a lowering read, handed between processes)",
     "cache.key": "cache entries", "cache.reads": "cache entries", "cache.store": "cache entries",
+    "cache.moved": "cache entries (a lowering record and a manifest variant's reads, their lines moved)",
     "cache.used": "Python's import machinery (a module's globals, what __import__ is handed)",
     "config": "the config's TOML tables in", "defaults": "the default config, as TOML tables",
     "resolve": "the config's TOML tables", "golden.record": "golden records (JSON files)",

@@ -140,6 +140,13 @@ def digest(tree: types.CodeType | None, ran: Iterable[CodeId], with_lines: Itera
     return combined(digests) if digests is not None else None
 
 
+def ran_of(recorded: dict[CodeId, str]) -> tuple[list[CodeId], list[CodeId]]:
+    """What ran of a file as ``each`` records it: the code objects (its module's own statements aside) and those a
+    lowering ran (kept with their lines: ``+`` in their digest)."""
+    ran = [name for name in recorded if name != "<module>#0"]
+    return ran, [name for name in ran if "+" in recorded[name]]
+
+
 def combined(digests: dict[CodeId, str]) -> str:
     return hashlib.sha256("\n".join(f"{name}\0{one}" for name, one in digests.items()).encode()).hexdigest()
 

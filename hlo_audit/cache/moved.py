@@ -81,7 +81,7 @@ def moved_reads(reads: dict, moves: Moves, locate, now_code) -> dict:
     for recorded, spans in moves.items():
         path = locate(recorded)
         record = reads["code"][recorded]
-        each = code_keys.each(now_code(path), record["ran"], record["lines"])
+        each = code_keys.each(now_code(path), *code_keys.ran_of(record["each"]))
         if each is None:
             raise ValueError(recorded)
         record["each"], record["digest"] = each, code_keys.combined(each)

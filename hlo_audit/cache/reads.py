@@ -208,8 +208,8 @@ class Reads:
     probed: Mapping[str, str] = dataclasses.field(default_factory=dict)
     listed: Mapping[str, str | None] = dataclasses.field(default_factory=dict)  # folder -> sha256 of its names
     absent_modules: Mapping[str, list[str]] = dataclasses.field(default_factory=dict)  # name -> where it looked
-    # A module's file by what of it ran (``cache.code``): {"ran": [...], "lines": [...], "each": {code: digest},
-    # "digest": ...}; a file whose content changed still holds if this digest does; "each" names what changed.
+    # A module's file by what of it ran (``cache.code``): {"each": {code object: its digest}, "digest": theirs}; a
+    # file whose content changed still holds if this digest does; "each" names what changed (``code.first_change``).
     code: Mapping[str, dict] = dataclasses.field(default_factory=dict)
     unservable: tuple[str, ...] = ()  # why this lowering's inputs cannot be keyed: never served
     # A module's file -> the runs of its lines that executed ([first, last] each; ``cache.used.hears_lines_of``'s
@@ -306,8 +306,7 @@ def _code_keys(paths: list[str], lowered: set) -> dict[str, dict]:
                 with_lines.add(name)
         else:
             if (each := code_keys.each(tree, names, with_lines)) is not None:
-                keys[path] = {"ran": sorted(names), "lines": sorted(with_lines), "each": each,
-                              "digest": code_keys.combined(each)}
+                keys[path] = {"each": each, "digest": code_keys.combined(each)}
     return keys
 
 
@@ -704,8 +703,8 @@ class Now:
         if not isinstance(recorded, dict):
             return False
         try:
-            now = code_keys.digest(code_keys.compiled(path), recorded["ran"], recorded["lines"])
-        except (KeyError, TypeError):
+            now = code_keys.digest(code_keys.compiled(path), *code_keys.ran_of(recorded["each"]))
+        except (KeyError, TypeError, AttributeError):
             return False
         return now is not None and now == recorded.get("digest")
 

@@ -49,7 +49,7 @@ class RecordedInputs:
     @classmethod
     def of(cls, cell: str, reads: dict) -> RecordedInputs:
         code = reads.get("code", {})
-        files = tuple((path, f"what ran of it ({len(code[path]['ran'])} of its code objects)" if path in code else
+        files = tuple((path, f"what ran of it ({len(code[path]['each']) - 1} of its code objects)" if path in code else
                        "content" if state else "absent") for path, state in sorted(reads["files"].items()))
         return cls(cell=cell, files=files, distributions=tuple(sorted(reads["distributions"].items())),
                    environment=tuple(sorted({**reads["imported_environment"], **reads["environment"]}.items())),
