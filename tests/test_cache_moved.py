@@ -11,15 +11,10 @@ from pathlib import Path
 import pytest
 
 from in_process import hlo_audit_here
+from projects import project
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 12), reason="what ran is heard through sys.monitoring "
                                                                     "(Python 3.12+): on 3.11 a file counts by content")
-
-CONFIG = '''
-target = "model:step"
-models = ["tiny"]
-layers = [1]
-'''
 
 MODEL = '''
 import jax
@@ -61,10 +56,7 @@ def _lines_named(text: str) -> set[str]:
 
 
 def _project(root: Path, layers: str = LAYERS.format(op="tanh")) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "hlo-audit.toml").write_text(CONFIG)
-    (root / "model.py").write_text(MODEL)
-    (root / "layers.py").write_text(layers)
+    project(root, {"model.py": MODEL, "layers.py": layers}, target="model:step", models=("tiny",), layers=(1,))
     assert hlo_audit_here(root, "golden", "update").returncode == 0
     return root
 
