@@ -74,14 +74,14 @@ def moved_lowering(meta: dict, moves: Moves, recorded_as: Mapping[str, str]) -> 
     return meta
 
 
-def moved_reads(reads: dict, moves: Moves, locate, now_code) -> dict:
+def moved_reads(reads: dict, moves: Moves, locate) -> dict:
     """A manifest variant's reads (``reads.portable``'s record) as the moved files are now: their code objects'
-    digests (``now_code(path, record)``), the lines heard of them moved. Their stamps are refreshed by the caller."""
+    digests, the lines heard of them moved. Their stamps are refreshed by the caller."""
     reads = copy.deepcopy(reads)
     for recorded, spans in moves.items():
         path = locate(recorded)
         record = reads["code"][recorded]
-        each = code_keys.each(now_code(path), *code_keys.ran_of(record["each"]))
+        each = code_keys.each(code_keys.compiled(path), *code_keys.ran_of(record["each"]))
         if each is None:
             raise ValueError(recorded)
         record["each"], record["digest"] = each, code_keys.combined(each)
@@ -99,8 +99,10 @@ def _moved_or_kept(line: int, spans: Iterable[Move]) -> int:
         return line
 
 
-def names_as_recorded(files: Iterable[str], moves: Moves, locate) -> dict[str, str]:
-    """The metadata's file names that are moved files: each as the manifest records it."""
+def names_as_recorded(meta: dict, moves: Moves, locate) -> dict[str, str]:
+    """The file names a lowering record's metadata gives that are moved files: each as the manifest records it."""
+    metadata = meta.get("metadata")
+    files = metadata.get("files", []) if isinstance(metadata, dict) else []
     wanted = {os.path.abspath(locate(recorded)): recorded for recorded in moves if locate(recorded)}
     return {name: wanted[os.path.abspath(name)] for name in files
             if isinstance(name, str) and os.path.isabs(name) and os.path.abspath(name) in wanted}

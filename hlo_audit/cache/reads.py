@@ -523,7 +523,7 @@ def stamp(info: os.stat_result) -> list[int]:
     return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
 
 
-def recorded_stamp(state: list) -> list:
+def _recorded_stamp(state: list) -> list:
     """The stamp a manifest recorded: ``state`` is [size, mtime_ns, sha256, ctime_ns, inode]."""
     return [*state[:2], *state[3:5]]
 
@@ -688,7 +688,7 @@ class Now:
                 if (state is None) != (info is None):
                     return f"{path} {'appeared' if info else 'is gone'}", False, {}
                 continue
-            if stamp(info) == recorded_stamp(state):
+            if stamp(info) == _recorded_stamp(state):
                 continue
             ran = reads.get("code", {}).get(recorded)
             if self.sha256(path) != state[2] and not self.same_code(path, ran):
@@ -712,8 +712,7 @@ class Now:
     def code_moved(path: str, recorded: dict | None) -> list | None:
         """How the code a lowering ran of a module's file moved, where nothing else of it changed (``code.moves``);
         None where something did, or the record does not say code object by code object."""
-        each = recorded.get("each") if isinstance(recorded, dict) else None
-        if not isinstance(each, dict) or not all(isinstance(v, str) for v in each.values()):
+        if (each := _each_of(recorded)) is None:
             return None
         try:
             return code_keys.moves(code_keys.compiled(path), each)
@@ -724,8 +723,7 @@ class Now:
     def code_changed(path: str, recorded: dict | None) -> str:
         """Why a module's file no longer holds, said as what of the code a lowering ran changed first
         (``code.first_change``: ``moe.py RoutedMoE.get_topk changed``), else the file."""
-        each = recorded.get("each") if isinstance(recorded, dict) else None
-        if not isinstance(each, dict) or not all(isinstance(v, str) for v in each.values()):
+        if (each := _each_of(recorded)) is None:
             return f"{path} changed"
         return f"{path} {code_keys.first_change(code_keys.compiled(path), each)}"
 
@@ -745,6 +743,12 @@ class Now:
             if None in folders or _findable(name, folders):
                 return f"module {name} appeared"
         return None
+
+
+def _each_of(recorded: object) -> dict[str, str] | None:
+    """A record of what ran of a file (``Reads.code``'s), code object by code object; None where it is not one."""
+    each = recorded.get("each") if isinstance(recorded, dict) else None
+    return each if isinstance(each, dict) and all(isinstance(v, str) for v in each.values()) else None
 
 
 def _findable(name: str, folders: list) -> bool:

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hlo_audit.cache import code as code_keys
 from hlo_audit.cache.key import LAYOUT_VERSION, analysis_fingerprint, canonical_json, material_digest
 from hlo_audit.cache.moved import moved_lowering, moved_reads, names_as_recorded, text_has_lines
 from hlo_audit.cache.reads import Now, Reads, identity, portable, project_roots, stamp
@@ -365,9 +364,8 @@ class Cache:
         text, meta = hit
         locate = self._now.locate
         try:
-            files = meta.get("metadata", {}).get("files", []) if isinstance(meta.get("metadata"), dict) else []
-            lowering = moved_lowering(meta, moves, names_as_recorded(files, moves, locate))
-            now = moved_reads(reads, moves, locate, code_keys.compiled)
+            lowering = moved_lowering(meta, moves, names_as_recorded(meta, moves, locate))
+            now = moved_reads(reads, moves, locate)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
         self._restamp(now["files"])  # every file as it is now, those that held by their hash too
